@@ -1,0 +1,25 @@
+//! pacpriv: PAC-private predictions.
+//!
+//! A client's query goes to all m teacher models; the answer released is the
+//! argmax of the secret teacher's output plus Gaussian noise calibrated to how
+//! much the teachers disagree under what this client has already learned
+//! (paper: `../shared/papers/pac-private-responses.txt`, Algorithm 1).
+//!
+//! # Layout
+//!
+//! - [`privacy`]: the pure mathematics — noise calibration (Theorem 2.4) with
+//!   a certificate, the posterior update (Eq. 4), the MI ledger, the
+//!   MIA/ε reporting (Eq. 2), the confidence test (Prop. 5.1), the optimal
+//!   membership attack (Prop. 6.1) and the secret-space assignment (§4.2.1).
+//!   No I/O, no async, no global state.
+//! - [`proto`]: wire protocols compiled from `proto/` at build time.
+//! - [`cli`]: one file per subcommand of the `pacpriv` binary.
+//!
+//! Dependencies run one way: `cli → privacy`; `privacy` imports nothing
+//! from the rest of the crate.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod privacy;
+pub mod proto;

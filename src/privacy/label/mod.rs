@@ -1,0 +1,207 @@
+//! Label-mode calibration: every teacher answers with a label, the released
+//! output is the one-hot vector of the secret teacher's label plus noise
+//! (paper §4.2.4 "output stabilization", Theorem 2.4; argument in
+//! `docs/privacy-core.md` §3).
+//!
+//! Under weights w the one-hot outputs are categorical with
+//! p_c = Σ_{i: y_i = c} w_i, so C = diag(p) − ppᵀ exactly. Only the k active
+//! classes (those some teacher predicts) carry signal, and on them C·1 = 0:
+//! C lives on the (k−1)-dimensional subspace of the active coordinates
+//! orthogonal to the all-ones vector. Hence:
+//! - k = 1: C = 0, the answer is exact and the posterior cannot move.
+//! - k = 2: one direction (e₁ − e₂)/√2 with u ᵀCu = 2·p₁·p₂, closed form.
+//! - k ≥ 3: project C onto an orthonormal (Helmert) basis of 1^⊥ and
+//!   eigendecompose the (k−1)×(k−1) result with LAPACK `eigh`.
+//!
+//! Inactive classes and the all-ones direction get no noise *by
+//! construction*, so no round-off eigenvalue there is ever amplified by
+//! 1/(2b) (NOTES.md: that used to flip argmaxes at b = 2⁻³²).
+//!
+//! The variance along each direction comes from q_j = Var_p(u_j), computed
+//! as Σ_c p_c (u_jc − ū_j)²: a sum of non-negative terms (no cancellation),
+//! and any rounding in the centre ū_j only makes it larger — an upper bound
+//! of the exact quadratic form, as [`Noise::certified`] requires.
+
+use super::noise::{Noise, NoiseDraw};
+use super::posterior::Posterior;
+use super::{Nats, PrivacyError};
+use ndarray::{Array1, Array2, ArrayView1};
+use ndarray_linalg::{Eigh, UPLO};
+
+/// Relative error allowance for weights obtained by exponentiating
+/// normalised log-weights (|log w| ≤ 745 ⇒ relative error ≤ 745·2⁻⁵³).
+pub const WEIGHT_ROUNDING: f64 = 1e-12;
+
+/// Largest tolerated |1ᵀu_j| for a label-mode noise direction.
+pub const ONES_TOLERANCE: f64 = 1e-10;
+
+/// Noise for one label-mode query under one posterior.
+#[derive(Clone, Debug)]
+pub struct LabelCalibration {
+    classes: Vec<usize>,
+    teacher_class: Vec<usize>,
+    p: Vec<f64>,
+    noise: Noise,
+}
+
+/// Calibrates label-mode noise for teacher labels `labels` (one per subset,
+/// each < `classes`) under `posterior` with per-query budget `b`.
+///
+/// # Errors
+/// [`PrivacyError::TeacherCount`] / [`PrivacyError::Shape`] for mismatched
+/// inputs, [`PrivacyError::Linalg`] if LAPACK fails, and whatever
+/// [`Noise::certified`] refuses.
+///
+/// # Runtime
+/// O(m) for k ≤ 2; O(m + k³) with one LAPACK `eigh` of size k−1 otherwise.
+pub fn calibrate(posterior: &Posterior, labels: &[usize], classes: usize, b: Nats) -> Result<LabelCalibration, PrivacyError> {
+    if labels.len() != posterior.len() {
+        return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: labels.len() });
+    }
+    if let Some(bad) = labels.iter().find(|&&y| y >= classes) {
+        return Err(PrivacyError::Shape(format!("teacher label {bad} is not below the class count {classes}")));
+    }
+
+    let mut classes_seen: Vec<usize> = labels.to_vec();
+    classes_seen.sort_unstable();
+    classes_seen.dedup();
+    let k = classes_seen.len();
+    let teacher_class: Vec<usize> = labels
+        .iter()
+        .map(|y| classes_seen.binary_search(y).unwrap_or_default()) // every label is in the sorted set
+        .collect();
+
+    // p_c in the log domain first: a class may hold only vanishing weights.
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); k];
+    for (i, &a) in teacher_class.iter().enumerate() {
+        members[a].push(i);
+    }
+    let p: Vec<f64> = members.iter().map(|idx| posterior.log_mass(idx.iter().copied()).exp()).collect();
+
+    let noise = match k {
+        1 => Noise::none(classes),
+        2 => {
+            let u = Array2::from_shape_vec((2, 1), vec![std::f64::consts::FRAC_1_SQRT_2, -std::f64::consts::FRAC_1_SQRT_2])
+                .map_err(|e| PrivacyError::Shape(e.to_string()))?;
+            let q = 2.0 * p[0] * p[1] * (1.0 + WEIGHT_ROUNDING);
+            Noise::certified(classes, classes_seen.clone(), u, &[q], 0.0, b)?
+        }
+        _ => {
+            let u = eigenbasis(&p)?;
+            check_orthogonal_to_ones(&u)?;
+            let q: Vec<f64> = (0..k - 1).map(|j| weighted_variance(&p, u.column(j)) * (1.0 + WEIGHT_ROUNDING)).collect();
+            Noise::certified(classes, classes_seen.clone(), u, &q, 0.0, b)?
+        }
+    };
+    Ok(LabelCalibration { classes: classes_seen, teacher_class, p, noise })
+}
+
+impl LabelCalibration {
+    /// The active classes, sorted.
+    pub fn classes(&self) -> &[usize] {
+        &self.classes
+    }
+
+    /// Posterior probability of each active class.
+    pub fn class_probabilities(&self) -> &[f64] {
+        &self.p
+    }
+
+    /// True when every teacher gave the same label (k = 1).
+    pub fn unanimous(&self) -> bool {
+        self.classes.len() == 1
+    }
+
+    /// The certified noise.
+    pub fn noise(&self) -> &Noise {
+        &self.noise
+    }
+
+    /// Position (within [`classes`](Self::classes)) of teacher i's label.
+    pub fn position_of_teacher(&self, teacher: usize) -> Option<usize> {
+        self.teacher_class.get(teacher).copied()
+    }
+
+    /// The release r = e_{y*} + z restricted to the active classes, where
+    /// `center` is the position of the secret teacher's label.
+    pub fn release_block(&self, center: usize, draw: &NoiseDraw) -> Array1<f64> {
+        let mut r = Array1::zeros(self.classes.len());
+        r[center] = 1.0;
+        if self.noise.rank() > 0 {
+            let coef = &draw.std_coef * &self.noise.variances().mapv(f64::sqrt);
+            r += &self.noise.basis().dot(&coef);
+        }
+        r
+    }
+
+    /// −½ (r − e_c)ᵀ Σ⁺ (r − e_c) for every active class c (one quadratic
+    /// form per class, O(k) each), where r was released around `center`.
+    pub fn class_log_likelihoods(&self, center: usize, draw: &NoiseDraw) -> Array1<f64> {
+        let basis = self.noise.basis();
+        let empty = Array1::zeros(0);
+        (0..self.classes.len())
+            .map(|c| {
+                if self.noise.rank() == 0 {
+                    return 0.0;
+                }
+                let delta = &basis.row(center) - &basis.row(c);
+                self.noise.log_likelihood(delta.view(), empty.view(), draw)
+            })
+            .collect()
+    }
+
+    /// Eq. 4's log-likelihood for each teacher: the value of its label's class.
+    pub fn teacher_log_likelihoods(&self, center: usize, draw: &NoiseDraw) -> Array1<f64> {
+        let per_class = self.class_log_likelihoods(center, draw);
+        self.teacher_class.iter().map(|&a| per_class[a]).collect()
+    }
+}
+
+/// Orthonormal eigenbasis of C = diag(p) − ppᵀ on 1^⊥, as k × (k−1).
+fn eigenbasis(p: &[f64]) -> Result<Array2<f64>, PrivacyError> {
+    let k = p.len();
+    let h = helmert(k);
+    let pv = Array1::from(p.to_vec());
+    // Qᵀ diag(p) Q − (Qᵀp)(Qᵀp)ᵀ, never forming the k × k C.
+    let hp = &h * &pv.view().insert_axis(ndarray::Axis(1));
+    let qtp = h.t().dot(&pv);
+    let mut c = h.t().dot(&hp);
+    let outer = qtp.view().insert_axis(ndarray::Axis(1)).dot(&qtp.view().insert_axis(ndarray::Axis(0)));
+    c -= &outer;
+    let (_, v) = c.eigh(UPLO::Lower)?;
+    Ok(h.dot(&v))
+}
+
+/// The Helmert basis of 1^⊥ in ℝᵏ: column j is
+/// (1, …, 1, −(j+1), 0, …) / √((j+1)(j+2)).
+pub fn helmert(k: usize) -> Array2<f64> {
+    let mut h = Array2::zeros((k, k.saturating_sub(1)));
+    for j in 0..k.saturating_sub(1) {
+        let n = (j + 1) as f64;
+        let norm = (n * (n + 1.0)).sqrt();
+        for i in 0..=j {
+            h[[i, j]] = 1.0 / norm;
+        }
+        h[[j + 1, j]] = -n / norm;
+    }
+    h
+}
+
+/// Σ_c p_c (u_c − ū)² with ū = Σ_c p_c u_c: uᵀCu without cancellation.
+pub fn weighted_variance(p: &[f64], u: ArrayView1<'_, f64>) -> f64 {
+    let mean: f64 = p.iter().zip(u).map(|(p, u)| p * u).sum();
+    p.iter().zip(u).map(|(p, u)| p * (u - mean) * (u - mean)).sum()
+}
+
+fn check_orthogonal_to_ones(u: &Array2<f64>) -> Result<(), PrivacyError> {
+    for col in u.columns() {
+        let s = col.sum().abs();
+        if s > ONES_TOLERANCE {
+            return Err(PrivacyError::Uncertified(format!("label noise direction not orthogonal to 1 (|1ᵀu| = {s:e})")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,164 @@
+//! The MI ledger of one session: what has been spent, what the limit is, and
+//! whether the next answer may be released (paper Theorem 3.3; the
+//! `contested` policy's argument is in `docs/privacy-core.md` §6).
+//!
+//! Theorem 3.3: with noise calibrated to the current posterior, the MI
+//! between the secret and the whole transcript is at most Σ_t b_t. The
+//! ledger is that sum. It is a filter (OpenDP `privacy_filter`): the charge
+//! is checked *before* anything is released, and the sum is rounded up.
+//!
+//! # Policies
+//! - [`Policy::Paper`]: every answered query costs b.
+//! - [`Policy::Contested`]: a unanimous answer costs 0 — the release is then a
+//!   function of public state (every subset with positive weight gives the
+//!   same output), so I(S; R_t | transcript) = 0 exactly — and any other
+//!   answer costs b.
+//!
+//! # Invariants
+//! - `spent` only grows, and only by [`Ledger::record`].
+//! - An answer is refused iff spent + charge > limit (computed rounding up);
+//!   the decision depends only on public quantities, never on the secret.
+
+use super::conservative::add_up;
+use super::noise::MIN_PER_QUERY;
+use super::{Nats, PrivacyError};
+use std::fmt;
+use std::str::FromStr;
+
+/// How answers are charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Charge b for every answer (Theorem 3.3 as stated).
+    Paper,
+    /// Charge 0 for unanimous answers and b otherwise.
+    Contested,
+}
+
+impl FromStr for Policy {
+    type Err = PrivacyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "paper" => Ok(Policy::Paper),
+            "contested" => Ok(Policy::Contested),
+            other => Err(PrivacyError::Domain(format!("unknown charging policy {other:?}: expected \"paper\" or \"contested\""))),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Policy::Paper => "paper",
+            Policy::Contested => "contested",
+        })
+    }
+}
+
+/// One session's MI account.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Ledger {
+    per_query: Nats,
+    limit: Nats,
+    policy: Policy,
+    spent: Nats,
+    answered: u64,
+    charged: u64,
+}
+
+impl Ledger {
+    /// A fresh ledger: nothing spent.
+    ///
+    /// # Errors
+    /// [`PrivacyError::PerQueryTooSmall`] if b < [`MIN_PER_QUERY`].
+    pub fn new(per_query: Nats, limit: Nats, policy: Policy) -> Result<Self, PrivacyError> {
+        Self::restore(per_query, limit, policy, Nats::ZERO, 0, 0)
+    }
+
+    /// A ledger read back from durable state.
+    ///
+    /// # Errors
+    /// As [`Ledger::new`]; [`PrivacyError::Domain`] if more answers were
+    /// charged than answered.
+    pub fn restore(per_query: Nats, limit: Nats, policy: Policy, spent: Nats, answered: u64, charged: u64) -> Result<Self, PrivacyError> {
+        if per_query.get() < MIN_PER_QUERY {
+            return Err(PrivacyError::PerQueryTooSmall { value: per_query.get(), min: MIN_PER_QUERY });
+        }
+        if charged > answered {
+            return Err(PrivacyError::Domain(format!("ledger has {charged} charged answers but only {answered} answered")));
+        }
+        Ok(Ledger { per_query, limit, policy, spent, answered, charged })
+    }
+
+    /// What an answer costs under this ledger's policy.
+    pub fn charge_for(&self, unanimous: bool) -> Nats {
+        match (self.policy, unanimous) {
+            (Policy::Contested, true) => Nats::ZERO,
+            _ => self.per_query,
+        }
+    }
+
+    /// Checks that `charge` fits: returns the spent total after it.
+    ///
+    /// # Errors
+    /// [`PrivacyError::BudgetExhausted`] if spent + charge > limit.
+    pub fn check(&self, charge: Nats) -> Result<Nats, PrivacyError> {
+        let after = add_up(self.spent, charge)?;
+        if after > self.limit {
+            return Err(PrivacyError::BudgetExhausted { spent: self.spent, budget: self.limit, charge });
+        }
+        Ok(after)
+    }
+
+    /// Records one released answer and its charge.
+    ///
+    /// # Errors
+    /// [`PrivacyError::BudgetExhausted`] if it does not fit (nothing recorded).
+    pub fn record(&mut self, charge: Nats) -> Result<(), PrivacyError> {
+        let after = self.check(charge)?;
+        self.spent = after;
+        self.answered += 1;
+        if charge.get() > 0.0 {
+            self.charged += 1;
+        }
+        Ok(())
+    }
+
+    /// Per-query budget b.
+    pub fn per_query(&self) -> Nats {
+        self.per_query
+    }
+
+    /// The session's total limit B.
+    pub fn limit(&self) -> Nats {
+        self.limit
+    }
+
+    /// MI spent so far (rounded up).
+    pub fn spent(&self) -> Nats {
+        self.spent
+    }
+
+    /// limit − spent, never negative.
+    pub fn remaining(&self) -> f64 {
+        (self.limit.get() - self.spent.get()).max(0.0)
+    }
+
+    /// Charging policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Answers released.
+    pub fn answered(&self) -> u64 {
+        self.answered
+    }
+
+    /// Answers that cost more than zero.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,213 @@
+//! One step of Algorithm 1, applied atomically to a session's state: budget
+//! check → calibrate Σ_t to P_{t−1} → release M_t(S) + N(0, Σ_t) → update
+//! the posterior (Eq. 4) and the ledger. Argument: `docs/privacy-core.md` §5.
+//!
+//! # Invariants
+//! - Either the answer is returned *and* both the posterior and the ledger
+//!   reflect it, or an error is returned and neither changed.
+//! - The secret index only selects which teacher's output is the centre of
+//!   the release; the refusal decision, the calibration and the amount of
+//!   work never depend on it.
+
+use super::confidence;
+use super::label::{self, LabelCalibration};
+use super::ledger::Ledger;
+use super::posterior::Posterior;
+use super::vector;
+use super::{Nats, PrivacyError};
+use ndarray::{Array1, Array2};
+use rand::CryptoRng;
+use std::fmt;
+
+/// Index of the secret subset s*, i.e. of the teacher whose output is
+/// released. Deliberately has no `Display` and a redacting `Debug`, so it
+/// cannot end up in a log line or an error message by accident.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SecretIndex(usize);
+
+impl SecretIndex {
+    /// Wraps index `i` of `m` subsets.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Domain`] if i ≥ m (the message does not contain i).
+    pub fn new(i: usize, m: usize) -> Result<Self, PrivacyError> {
+        if i < m { Ok(SecretIndex(i)) } else { Err(PrivacyError::Domain(format!("secret index out of range for {m} subsets"))) }
+    }
+
+    /// The index itself, for the store that seals it and for the mechanism.
+    pub fn expose(self) -> usize {
+        self.0
+    }
+}
+
+impl fmt::Debug for SecretIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretIndex(<redacted>)")
+    }
+}
+
+/// What the m teachers returned for one query, in subset order.
+#[derive(Clone, Debug)]
+pub enum TeacherOutputs {
+    /// Label mode: teacher i predicted class `labels[i]` < `classes`.
+    Labels {
+        /// One label per teacher.
+        labels: Vec<usize>,
+        /// Number of classes d.
+        classes: usize,
+    },
+    /// Vector mode: row i is teacher i's output (m × d).
+    Vectors(Array2<f64>),
+}
+
+impl TeacherOutputs {
+    /// Number of teachers.
+    pub fn len(&self) -> usize {
+        match self {
+            TeacherOutputs::Labels { labels, .. } => labels.len(),
+            TeacherOutputs::Vectors(v) => v.nrows(),
+        }
+    }
+
+    /// True when there are no teacher outputs.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Output dimension d.
+    pub fn dim(&self) -> usize {
+        match self {
+            TeacherOutputs::Labels { classes, .. } => *classes,
+            TeacherOutputs::Vectors(v) => v.ncols(),
+        }
+    }
+
+    /// True when every teacher gave the same output: then every subset with
+    /// positive posterior weight yields the same release, and it is exact.
+    pub fn unanimous(&self) -> bool {
+        match self {
+            TeacherOutputs::Labels { labels, .. } => labels.windows(2).all(|w| w[0] == w[1]),
+            TeacherOutputs::Vectors(v) => v.rows().into_iter().all(|r| r == v.row(0)),
+        }
+    }
+}
+
+/// A session's privacy state: belief and account.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionState {
+    /// P_t over the m subsets.
+    pub posterior: Posterior,
+    /// MI spent and the limit.
+    pub ledger: Ledger,
+}
+
+/// What one answered query produced. `noisy` never leaves the process
+/// unless the operator opts in (and then rounded).
+#[derive(Clone, Debug)]
+pub struct Answer {
+    /// argmax of the release.
+    pub label: usize,
+    /// Whether all teachers agreed (the release is then exact).
+    pub unanimous: bool,
+    /// MI charged to the ledger for this answer.
+    pub charge: Nats,
+    /// Certified ½·tr(Σ⁺C) of this release (≤ b).
+    pub mi_bound: f64,
+    /// Prop. 5.1 at the requested α, if one was requested.
+    pub confident: Option<bool>,
+    /// The full noisy release r (length d).
+    pub noisy: Array1<f64>,
+}
+
+/// Answers one query: checks the budget, calibrates, samples with `rng`,
+/// updates `state`. On error `state` is untouched and nothing is released.
+///
+/// # Errors
+/// [`PrivacyError::BudgetExhausted`] when the charge does not fit; shape and
+/// calibration errors from the modes.
+pub fn answer<R: CryptoRng + ?Sized>(
+    state: &mut SessionState,
+    outputs: &TeacherOutputs,
+    secret: SecretIndex,
+    alpha: Option<f64>,
+    rng: &mut R,
+) -> Result<Answer, PrivacyError> {
+    if outputs.len() != state.posterior.len() {
+        return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: outputs.len() });
+    }
+    if let Some(a) = alpha {
+        confidence::threshold(a)?;
+    }
+    let unanimous = outputs.unanimous();
+    let charge = state.ledger.charge_for(unanimous);
+    state.ledger.check(charge)?;
+    let b = state.ledger.per_query();
+    let s = secret.expose();
+
+    let (label, noisy, log_lik, noise_mi, confident) = match outputs {
+        TeacherOutputs::Labels { labels, classes } => {
+            let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
+            let (label, noisy, log_lik, confident) = release_label(&cal, s, *classes, alpha, rng)?;
+            (label, noisy, log_lik, cal.noise().mi_bound(), confident)
+        }
+        TeacherOutputs::Vectors(v) => {
+            let cal = vector::calibrate(&state.posterior, v.view(), b)?;
+            let draw = cal.noise().sample(rng);
+            let noisy = cal.release(s, &draw);
+            let log_lik = cal.teacher_log_likelihoods(s, &draw);
+            (argmax(noisy.iter().copied()), noisy, log_lik, cal.noise().mi_bound(), None)
+        }
+    };
+
+    // Commit: both updates are computed first, then swapped in together.
+    let mut posterior = state.posterior.clone();
+    posterior.update(log_lik.view())?;
+    let mut ledger = state.ledger.clone();
+    ledger.record(charge)?;
+    state.posterior = posterior;
+    state.ledger = ledger;
+    Ok(Answer { label, unanimous, charge, mi_bound: noise_mi, confident, noisy })
+}
+
+type LabelRelease = (usize, Array1<f64>, Array1<f64>, Option<bool>);
+
+fn release_label<R: CryptoRng + ?Sized>(
+    cal: &LabelCalibration,
+    secret: usize,
+    classes: usize,
+    alpha: Option<f64>,
+    rng: &mut R,
+) -> Result<LabelRelease, PrivacyError> {
+    let center = cal
+        .position_of_teacher(secret)
+        .ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
+    let draw = cal.noise().sample(rng);
+    let block = cal.release_block(center, &draw);
+    // The active block sums to 1 (noise ⊥ 1), so its maximum is ≥ 1/k > 0 =
+    // every inactive coordinate: the argmax is always an active class.
+    let pos = argmax(block.iter().copied());
+    let mut noisy = Array1::zeros(classes);
+    for (&c, v) in cal.classes().iter().zip(&block) {
+        noisy[c] = *v;
+    }
+    let confident = match alpha {
+        Some(a) => Some(confidence::is_confident(cal.noise(), center, pos, &draw, a)?),
+        None => None,
+    };
+    Ok((cal.classes()[pos], noisy, cal.teacher_log_likelihoods(center, &draw), confident))
+}
+
+/// Index of the largest value; the first one on ties (a measure-zero event
+/// for continuous noise).
+pub fn argmax(values: impl Iterator<Item = f64>) -> usize {
+    let mut best = (0, f64::NEG_INFINITY);
+    for (i, v) in values.enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}
+
+#[cfg(test)]
+mod test;

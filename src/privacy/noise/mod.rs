@@ -1,0 +1,294 @@
+//! A calibrated Gaussian noise covariance Σ with its certificate, and the
+//! sampler (paper Theorem 2.4; argument in `docs/privacy-core.md` §2–3).
+//!
+//! Theorem 2.4: if the output covariance C has eigenpairs (λ_j, u_j), noise
+//! with variance σ_j = √λ_j · (Σ_l √λ_l) / (2b) along u_j gives
+//! I(S; M(S) + Z) ≤ ½·tr(Σ⁺C) = b.
+//!
+//! The bound ½·tr(Σ⁺C) ≤ b holds for *any* orthonormal basis U spanning
+//! range(C), with q_j = u_jᵀ C u_j in place of λ_j (Gaussian channel:
+//! I ≤ ½ log det(I + Σ⁺C) ≤ ½ tr(Σ⁺C)). So the calibration modes use LAPACK
+//! only to *find* a good basis, and take the variances from upper bounds of
+//! the exact quadratic forms q_j in that basis. An inaccurate eigenvector then
+//! costs a little utility, never privacy.
+//!
+//! # Invariants
+//! - [`Noise::certified`] is the only constructor of a noisy `Noise`: it
+//!   calibrates to b·(1 − [`CALIBRATION_SLACK`]), then recomputes
+//!   ½·Σ_j q_j/v_j (+ residual term) and requires it ≤ b; if round-off
+//!   pushed it above b, *all* variances are scaled up and it is re-checked.
+//! - Every direction has variance ≥ [`VARIANCE_FLOOR`] > 0, so range(Σ)
+//!   always contains the span of the basis (never clamped down to zero).
+//! - Where the caller reports signal outside the basis (residual > 0), the
+//!   whole coordinate block gets isotropic noise, so range(Σ) is everything.
+
+use super::{Nats, PrivacyError};
+use ndarray::{Array1, Array2, ArrayView1, Axis};
+use rand::CryptoRng;
+use rand_distr::{Distribution, StandardNormal};
+
+/// Smallest per-query MI the calibration accepts. Below it the floor
+/// argument (signal lost to underflow ≪ slack·b) no longer holds.
+pub const MIN_PER_QUERY: f64 = 1e-30;
+
+/// Variance given to a direction whose exact signal is (or underflowed to)
+/// zero. Tiny enough never to move an argmax, positive so range(Σ) is right.
+/// Any signal that underflowed is < 2⁻¹⁰²² per subset, so its contribution
+/// to ½·tr(Σ⁺C) is < 128·2⁻¹⁰²²/1e−250 ≈ 1e−70 ≪ 1e−9·[`MIN_PER_QUERY`].
+pub const VARIANCE_FLOOR: f64 = 1e-250;
+
+/// Relative margin between the b used for calibration and the b certified.
+pub const CALIBRATION_SLACK: f64 = 1e-9;
+
+/// Share of b spent on isotropic noise outside the basis (vector mode).
+pub const RESIDUAL_SHARE: f64 = 1e-3;
+
+/// Largest tolerated deviation of UᵀU from the identity.
+pub const ORTHONORMALITY_TOLERANCE: f64 = 1e-10;
+
+/// Noise Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ) on a block of output coordinates,
+/// certified against the exact output covariance C.
+#[derive(Clone, Debug)]
+pub struct Noise {
+    dim: usize,
+    coords: Vec<usize>,
+    basis: Array2<f64>,
+    variances: Array1<f64>,
+    complement: f64,
+    mi_bound: f64,
+}
+
+/// One draw from a [`Noise`]: standard-normal coefficients along the basis
+/// and the (already scaled) part orthogonal to it. Kept in this form because
+/// the posterior update and confidence test need the coefficients without
+/// the cancellation that recomputing them from r would cause when variances
+/// span hundreds of orders of magnitude.
+#[derive(Clone, Debug)]
+pub struct NoiseDraw {
+    /// g_j ~ N(0, 1); the noise along u_j is √v_j · g_j.
+    pub std_coef: Array1<f64>,
+    /// Noise in the complement of span(U) within the coordinate block
+    /// (empty when f = 0).
+    pub residual: Array1<f64>,
+}
+
+impl Noise {
+    /// No noise at all: the output is the same under every subset with
+    /// positive weight (unanimous teachers), so C = 0 and the answer is exact.
+    pub fn none(dim: usize) -> Self {
+        Noise {
+            dim,
+            coords: Vec::new(),
+            basis: Array2::zeros((0, 0)),
+            variances: Array1::zeros(0),
+            complement: 0.0,
+            mi_bound: 0.0,
+        }
+    }
+
+    /// Calibrates and certifies noise for per-query budget `b`.
+    ///
+    /// # Arguments
+    /// - `dim`: output dimension d.
+    /// - `coords`: the output coordinates the noise lives on (sorted).
+    /// - `basis`: |coords| × r with orthonormal columns u_j.
+    /// - `q`: for each u_j an *upper bound* on u_jᵀ C u_j for the exact C.
+    /// - `residual`: an upper bound on tr((I − UUᵀ) C) within `coords`;
+    ///   0 only when the signal provably lies in span(U).
+    ///
+    /// # Errors
+    /// [`PrivacyError::PerQueryTooSmall`] for b < [`MIN_PER_QUERY`],
+    /// [`PrivacyError::Uncertified`] if the basis is not orthonormal or the
+    /// certificate fails even after scaling; [`PrivacyError::NonFinite`] for
+    /// NaN inputs.
+    pub fn certified(
+        dim: usize,
+        coords: Vec<usize>,
+        basis: Array2<f64>,
+        q: &[f64],
+        residual: f64,
+        b: Nats,
+    ) -> Result<Self, PrivacyError> {
+        let b = b.get();
+        if b < MIN_PER_QUERY {
+            return Err(PrivacyError::PerQueryTooSmall { value: b, min: MIN_PER_QUERY });
+        }
+        if basis.nrows() != coords.len() || basis.ncols() != q.len() || coords.iter().any(|&c| c >= dim) {
+            return Err(PrivacyError::Shape(format!(
+                "basis {:?} for {} coordinates and {} quadratic forms in dimension {dim}",
+                basis.dim(),
+                coords.len(),
+                q.len()
+            )));
+        }
+        if q.iter().chain([&residual]).any(|x| !x.is_finite() || *x < 0.0) {
+            return Err(PrivacyError::NonFinite("quadratic forms of C"));
+        }
+        check_orthonormal(&basis)?;
+
+        let b_cal = b * (1.0 - CALIBRATION_SLACK);
+        let (b_main, b_res) = if residual > 0.0 {
+            (b_cal * (1.0 - RESIDUAL_SHARE), b_cal * RESIDUAL_SHARE)
+        } else {
+            (b_cal, 0.0)
+        };
+        let complement = if residual > 0.0 { (residual / (2.0 * b_res)).max(VARIANCE_FLOOR) } else { 0.0 };
+        let variances = Array1::from(theorem_2_4(q, b_main)) + complement;
+
+        let mut noise = Noise { dim, coords, basis, variances, complement, mi_bound: f64::INFINITY };
+        // Round-off only ever adds noise: scale everything up until certified.
+        for _ in 0..4 {
+            let mi = certificate(q, residual, &noise.variances, noise.complement);
+            if mi <= b {
+                noise.mi_bound = mi;
+                return Ok(noise);
+            }
+            let scale = (mi / b) * (1.0 + CALIBRATION_SLACK);
+            noise.variances.mapv_inplace(|v| v * scale);
+            noise.complement *= scale;
+        }
+        Err(PrivacyError::Uncertified(format!("½·tr(Σ⁺C) stayed above b = {b:e} after scaling")))
+    }
+
+    /// Output dimension d.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Number of noisy directions r (0 for an exact answer).
+    pub fn rank(&self) -> usize {
+        self.variances.len()
+    }
+
+    /// True when the answer carries no noise (C = 0).
+    pub fn is_exact(&self) -> bool {
+        self.rank() == 0 && self.complement == 0.0
+    }
+
+    /// The certified bound ½·tr(Σ⁺C) ≤ b on the MI of this release.
+    pub fn mi_bound(&self) -> f64 {
+        self.mi_bound
+    }
+
+    /// Output coordinates the noise lives on.
+    pub fn coords(&self) -> &[usize] {
+        &self.coords
+    }
+
+    /// Orthonormal noise directions, |coords| × r.
+    pub fn basis(&self) -> &Array2<f64> {
+        &self.basis
+    }
+
+    /// Variance along each basis direction.
+    pub fn variances(&self) -> ArrayView1<'_, f64> {
+        self.variances.view()
+    }
+
+    /// Variance on the complement of span(U) within the coordinate block.
+    pub fn complement(&self) -> f64 {
+        self.complement
+    }
+
+    /// Draws z ~ N(0, Σ) from a cryptographically secure generator.
+    pub fn sample<R: CryptoRng + ?Sized>(&self, rng: &mut R) -> NoiseDraw {
+        let std_coef: Array1<f64> = (0..self.rank()).map(|_| StandardNormal.sample(rng)).collect();
+        let residual = if self.complement > 0.0 {
+            // (I − UUᵀ)g with g isotropic is independent of Uᵀg, so the
+            // coefficients above and this part together are N(0, Σ).
+            let g: Array1<f64> = (0..self.coords.len()).map(|_| StandardNormal.sample(rng)).collect();
+            let proj = self.basis.dot(&self.basis.t().dot(&g));
+            (g - proj) * self.complement.sqrt()
+        } else {
+            Array1::zeros(0)
+        };
+        NoiseDraw { std_coef, residual }
+    }
+
+    /// The noise vector z in the full d-dimensional output space.
+    pub fn noise_vector(&self, draw: &NoiseDraw) -> Array1<f64> {
+        let mut z = Array1::zeros(self.dim);
+        if self.coords.is_empty() {
+            return z;
+        }
+        let coef = &draw.std_coef * &self.variances.mapv(f64::sqrt);
+        let mut block = self.basis.dot(&coef);
+        if !draw.residual.is_empty() {
+            block += &draw.residual;
+        }
+        for (&c, v) in self.coords.iter().zip(block) {
+            z[c] = v;
+        }
+        z
+    }
+
+    /// −½ (r − x)ᵀ Σ⁺ (r − x) for a candidate output x, where the release is
+    /// r = x* + z and the caller supplies δ = x* − x as its coefficients in
+    /// the basis (`delta_coef`, length r) and its part outside the basis
+    /// (`delta_residual`, length |coords|, may be empty when f = 0).
+    pub fn log_likelihood(&self, delta_coef: ArrayView1<'_, f64>, delta_residual: ArrayView1<'_, f64>, draw: &NoiseDraw) -> f64 {
+        let mut qf = 0.0;
+        for ((d, g), v) in delta_coef.iter().zip(&draw.std_coef).zip(&self.variances) {
+            // (δ + √v·g)²/v = (δ/√v + g)²: exact for the true subset (δ = 0).
+            let t = d / v.sqrt() + g;
+            qf += t * t;
+        }
+        if self.complement > 0.0 {
+            let res = if delta_residual.is_empty() { draw.residual.clone() } else { &delta_residual + &draw.residual };
+            qf += res.dot(&res) / self.complement;
+        }
+        -0.5 * qf
+    }
+
+    /// Σ as a dense d × d matrix (tests and small-case cross-checks).
+    pub fn dense(&self) -> Array2<f64> {
+        let mut sigma = Array2::zeros((self.dim, self.dim));
+        if self.coords.is_empty() {
+            return sigma;
+        }
+        let k = self.coords.len();
+        let scaled = &self.basis * &self.variances.view().insert_axis(Axis(0));
+        let mut block = scaled.dot(&self.basis.t());
+        if self.complement > 0.0 {
+            let proj = self.basis.dot(&self.basis.t());
+            block = block + (Array2::<f64>::eye(k) - proj) * self.complement;
+        }
+        for (a, &ca) in self.coords.iter().enumerate() {
+            for (b, &cb) in self.coords.iter().enumerate() {
+                sigma[[ca, cb]] = block[[a, b]];
+            }
+        }
+        sigma
+    }
+}
+
+/// Theorem 2.4 with quadratic forms q_j in place of eigenvalues:
+/// σ_j = √q_j · (Σ_l √q_l) / (2b), floored at [`VARIANCE_FLOOR`].
+pub fn theorem_2_4(q: &[f64], b: f64) -> Vec<f64> {
+    let s: f64 = q.iter().map(|x| x.sqrt()).sum();
+    q.iter().map(|x| (x.sqrt() * s / (2.0 * b)).max(VARIANCE_FLOOR)).collect()
+}
+
+/// ½·tr(Σ⁺C) ≤ ½·(Σ_j q_j / v_j + residual / f): the MI bound of the
+/// release, evaluated with upper bounds of the exact C.
+fn certificate(q: &[f64], residual: f64, variances: &Array1<f64>, complement: f64) -> f64 {
+    let main: f64 = q.iter().zip(variances).map(|(q, v)| q / v).sum();
+    let rest = if residual > 0.0 { residual / complement } else { 0.0 };
+    0.5 * (main + rest)
+}
+
+fn check_orthonormal(basis: &Array2<f64>) -> Result<(), PrivacyError> {
+    let gram = basis.t().dot(basis);
+    let worst = gram
+        .indexed_iter()
+        .map(|((i, j), g)| (g - if i == j { 1.0 } else { 0.0 }).abs())
+        .fold(0.0, f64::max);
+    if worst <= ORTHONORMALITY_TOLERANCE {
+        Ok(())
+    } else {
+        Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")))
+    }
+}
+
+#[cfg(test)]
+mod test;

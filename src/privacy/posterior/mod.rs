@@ -1,0 +1,124 @@
+//! The curator's belief over which of the m subsets is the secret one
+//! (paper Eq. 4, Lemma 3.2).
+//!
+//! Algorithm 1 is only private if the noise of query t is calibrated to the
+//! exact posterior P_{t−1} that an optimal adversary holds after the
+//! transcript; this module keeps that posterior.
+//!
+//! # Invariants
+//! - Stored as natural-log weights normalised so that log Σ exp = 0.
+//! - Every weight is strictly positive in exact arithmetic (a Gaussian
+//!   likelihood never vanishes), so every log-weight is finite; a weight
+//!   that underflows when exponentiated is still a member of the support.
+//! - Updates add log-likelihoods and renormalise with log-sum-exp; nothing is
+//!   exponentiated before normalising.
+
+use super::PrivacyError;
+use ndarray::{Array1, ArrayView1};
+
+/// A normalised posterior over m subsets, as log-weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Posterior {
+    log_w: Array1<f64>,
+}
+
+impl Posterior {
+    /// The prior P_S: uniform over m subsets (paper §4.2.1).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Domain`] if m = 0.
+    pub fn uniform(m: usize) -> Result<Self, PrivacyError> {
+        if m == 0 {
+            return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
+        }
+        Ok(Posterior { log_w: Array1::from_elem(m, -(m as f64).ln()) })
+    }
+
+    /// A posterior from unnormalised log-weights (e.g. read back from a store).
+    ///
+    /// # Errors
+    /// [`PrivacyError::NonFinite`] if any log-weight is NaN or ±∞ (a weight of
+    /// exactly zero cannot arise from Eq. 4), [`PrivacyError::Domain`] if empty.
+    pub fn from_log_weights(log_w: Vec<f64>) -> Result<Self, PrivacyError> {
+        if log_w.is_empty() {
+            return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
+        }
+        if log_w.iter().any(|x| !x.is_finite()) {
+            return Err(PrivacyError::NonFinite("posterior log-weights"));
+        }
+        let mut p = Posterior { log_w: Array1::from(log_w) };
+        p.normalise();
+        Ok(p)
+    }
+
+    /// Number of subsets m.
+    pub fn len(&self) -> usize {
+        self.log_w.len()
+    }
+
+    /// Always false: a posterior has at least one subset.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Normalised log-weights, log P_t(s_i).
+    pub fn log_weights(&self) -> ArrayView1<'_, f64> {
+        self.log_w.view()
+    }
+
+    /// Normalised weights P_t(s_i); tiny ones may underflow to 0.
+    pub fn weights(&self) -> Array1<f64> {
+        self.log_w.mapv(f64::exp)
+    }
+
+    /// log Σ_{i ∈ members} w_i: the log-probability of a set of subsets.
+    /// Returns −∞ for an empty set.
+    pub fn log_mass(&self, members: impl IntoIterator<Item = usize>) -> f64 {
+        let xs: Vec<f64> = members.into_iter().map(|i| self.log_w[i]).collect();
+        log_sum_exp(xs.iter().copied())
+    }
+
+    /// Applies Eq. 4: log w_i += log_lik_i, then renormalises.
+    ///
+    /// The caller passes the log-likelihood of the release under each subset
+    /// (−½ (r − M(s_i))ᵀ Σ⁺ (r − M(s_i)) up to a common constant).
+    ///
+    /// # Errors
+    /// [`PrivacyError::NonFinite`] if a log-likelihood is NaN or +∞ or the
+    /// result would lose a subset; the posterior is then unchanged.
+    pub fn update(&mut self, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
+        if log_lik.len() != self.len() {
+            return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
+        }
+        let mut next = &self.log_w + &log_lik;
+        if next.iter().any(|x| !x.is_finite()) {
+            return Err(PrivacyError::NonFinite("posterior update"));
+        }
+        let lse = log_sum_exp(next.iter().copied());
+        next.mapv_inplace(|x| x - lse);
+        if next.iter().any(|x| !x.is_finite()) {
+            return Err(PrivacyError::NonFinite("posterior update"));
+        }
+        self.log_w = next;
+        Ok(())
+    }
+
+    fn normalise(&mut self) {
+        let lse = log_sum_exp(self.log_w.iter().copied());
+        self.log_w.mapv_inplace(|x| x - lse);
+    }
+}
+
+/// log Σ exp(x_i), computed around the maximum so that no term overflows and
+/// the largest term is exact. −∞ for an empty input.
+pub fn log_sum_exp(xs: impl IntoIterator<Item = f64> + Clone) -> f64 {
+    let max = xs.clone().into_iter().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY || !max.is_finite() {
+        return max;
+    }
+    let sum: f64 = xs.into_iter().map(|x| (x - max).exp()).sum();
+    max + sum.ln()
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,51 @@
+use super::*;
+use ndarray::array;
+
+#[test]
+fn uniform_is_normalised() -> Result<(), PrivacyError> {
+    let p = Posterior::uniform(128)?;
+    assert!((p.weights().sum() - 1.0).abs() < 1e-12);
+    assert!(Posterior::uniform(0).is_err());
+    Ok(())
+}
+
+#[test]
+fn log_sum_exp_handles_extremes() {
+    assert_eq!(log_sum_exp([0.0f64; 0]), f64::NEG_INFINITY);
+    assert!((log_sum_exp([1000.0, 1000.0]) - (1000.0 + 2f64.ln())).abs() < 1e-12);
+    assert!((log_sum_exp([-1000.0, -1000.0]) - (-1000.0 + 2f64.ln())).abs() < 1e-12);
+    assert_eq!(log_sum_exp([-1e300, 0.0]), 0.0);
+}
+
+#[test]
+fn update_is_bayes_rule() -> Result<(), PrivacyError> {
+    let mut p = Posterior::uniform(3)?;
+    p.update(array![0.0, 2f64.ln(), 3f64.ln()].view())?;
+    let w = p.weights();
+    for (got, want) in w.iter().zip([1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0]) {
+        assert!((got - want).abs() < 1e-15);
+    }
+    Ok(())
+}
+
+#[test]
+fn weights_far_below_underflow_stay_in_the_support() -> Result<(), PrivacyError> {
+    let mut p = Posterior::from_log_weights(vec![0.0, -1e6, -5000.0])?;
+    // The update that favours the vanishing subset brings it back exactly.
+    p.update(array![0.0, 1e6, 0.0].view())?;
+    assert!((p.log_weights()[0] - p.log_weights()[1]).abs() < 1e-9);
+    assert!(p.log_weights().iter().all(|x| x.is_finite()));
+    Ok(())
+}
+
+#[test]
+fn bad_input_leaves_posterior_unchanged() -> Result<(), PrivacyError> {
+    let mut p = Posterior::uniform(2)?;
+    let before = p.clone();
+    assert!(p.update(array![0.0, f64::NAN].view()).is_err());
+    assert!(p.update(array![0.0, f64::INFINITY].view()).is_err());
+    assert!(p.update(array![0.0].view()).is_err());
+    assert_eq!(p, before);
+    assert!(Posterior::from_log_weights(vec![0.0, f64::NEG_INFINITY]).is_err());
+    Ok(())
+}
