@@ -71,12 +71,7 @@ pub fn calibrate(posterior: &Posterior, labels: &[usize], classes: usize, b: Nat
         .map(|y| classes_seen.binary_search(y).unwrap_or_default()) // every label is in the sorted set
         .collect();
 
-    // p_c in the log domain first: a class may hold only vanishing weights.
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); k];
-    for (i, &a) in teacher_class.iter().enumerate() {
-        members[a].push(i);
-    }
-    let p: Vec<f64> = members.iter().map(|idx| posterior.log_mass(idx.iter().copied()).exp()).collect();
+    let p = class_probabilities(posterior, &teacher_class, k);
 
     let noise = match k {
         1 => Noise::none(classes),
@@ -155,6 +150,22 @@ impl LabelCalibration {
         let per_class = self.class_log_likelihoods(center, draw);
         self.teacher_class.iter().map(|&a| per_class[a]).collect()
     }
+}
+
+/// p_c = Σ_{i: y_i = c} w_i in one pass of exponentials around the largest
+/// log-weight, normalised by their sum so that Σ p = 1 as C = diag(p) − ppᵀ
+/// assumes. A class whose weights underflow here holds < 2⁻¹⁰²² per teacher:
+/// the variance floor covers it (`docs/privacy-core.md` §2).
+fn class_probabilities(posterior: &Posterior, teacher_class: &[usize], k: usize) -> Vec<f64> {
+    let log_w = posterior.log_weights();
+    let max = log_w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut p = vec![0.0; k];
+    for (lw, &a) in log_w.iter().zip(teacher_class) {
+        p[a] += (lw - max).exp();
+    }
+    let total: f64 = p.iter().sum();
+    p.iter_mut().for_each(|x| *x /= total);
+    p
 }
 
 /// Orthonormal eigenbasis of C = diag(p) − ppᵀ on 1^⊥, as k × (k−1).

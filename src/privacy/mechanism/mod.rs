@@ -82,6 +82,22 @@ impl TeacherOutputs {
         }
     }
 
+    /// Checks labels < classes, d ≥ 1 and finite vectors.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Shape`] or [`PrivacyError::NonFinite`].
+    pub fn validate(&self) -> Result<(), PrivacyError> {
+        match self {
+            TeacherOutputs::Labels { labels, classes } => match labels.iter().find(|&&y| y >= *classes) {
+                Some(y) => Err(PrivacyError::Shape(format!("teacher label {y} is not below the class count {classes}"))),
+                None => Ok(()),
+            },
+            TeacherOutputs::Vectors(v) if v.ncols() == 0 => Err(PrivacyError::Shape("teacher outputs have no columns".into())),
+            TeacherOutputs::Vectors(v) if v.iter().any(|x| !x.is_finite()) => Err(PrivacyError::NonFinite("teacher outputs")),
+            TeacherOutputs::Vectors(_) => Ok(()),
+        }
+    }
+
     /// True when every teacher gave the same output: then every subset with
     /// positive posterior weight yields the same release, and it is exact.
     pub fn unanimous(&self) -> bool {
@@ -135,6 +151,7 @@ pub fn answer<R: CryptoRng + ?Sized>(
     if outputs.len() != state.posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: outputs.len() });
     }
+    outputs.validate()?;
     if let Some(a) = alpha {
         confidence::threshold(a)?;
     }
@@ -143,6 +160,17 @@ pub fn answer<R: CryptoRng + ?Sized>(
     state.ledger.check(charge)?;
     let b = state.ledger.per_query();
     let s = secret.expose();
+
+    if unanimous {
+        // Every subset gives the same output: the release is that output,
+        // exact, and Eq. 4's likelihood is the same for every subset, so the
+        // posterior is unchanged. Only the ledger moves.
+        let mut ledger = state.ledger.clone();
+        ledger.record(charge)?;
+        let (label, noisy) = exact_release(outputs);
+        state.ledger = ledger;
+        return Ok(Answer { label, unanimous, charge, mi_bound: 0.0, confident: alpha.map(|_| true), noisy });
+    }
 
     let (label, noisy, log_lik, noise_mi, confident) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
@@ -167,6 +195,25 @@ pub fn answer<R: CryptoRng + ?Sized>(
     state.posterior = posterior;
     state.ledger = ledger;
     Ok(Answer { label, unanimous, charge, mi_bound: noise_mi, confident, noisy })
+}
+
+/// The common output of unanimous teachers and its argmax.
+fn exact_release(outputs: &TeacherOutputs) -> (usize, Array1<f64>) {
+    match outputs {
+        TeacherOutputs::Labels { labels, classes } => {
+            // validate() guaranteed a non-empty list of labels < classes.
+            let y = labels.first().copied().unwrap_or_default();
+            let mut e = Array1::zeros(*classes);
+            if let Some(slot) = e.get_mut(y) {
+                *slot = 1.0;
+            }
+            (y, e)
+        }
+        TeacherOutputs::Vectors(v) => {
+            let row = v.row(0).to_owned();
+            (argmax(row.iter().copied()), row)
+        }
+    }
 }
 
 type LabelRelease = (usize, Array1<f64>, Array1<f64>, Option<bool>);

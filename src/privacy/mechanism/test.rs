@@ -133,6 +133,8 @@ fn refusals_and_errors_change_nothing() -> Result<(), PrivacyError> {
     let wrong_count = TeacherOutputs::Labels { labels: vec![0, 1], classes: 2 };
     assert!(answer(&mut st, &wrong_count, SecretIndex::new(0, 3)?, None, &mut rng).is_err());
     let bad_label = TeacherOutputs::Labels { labels: vec![0, 1, 2], classes: 2 };
+    let bad_unanimous = TeacherOutputs::Labels { labels: vec![5, 5, 5], classes: 2 };
+    assert!(answer(&mut st, &bad_unanimous, SecretIndex::new(0, 3)?, None, &mut rng).is_err());
     assert!(answer(&mut st, &bad_label, SecretIndex::new(0, 3)?, None, &mut rng).is_err());
     let nan = TeacherOutputs::Vectors(array![[0.0], [f64::NAN], [1.0]]);
     assert!(answer(&mut st, &nan, SecretIndex::new(0, 3)?, None, &mut rng).is_err());
