@@ -23,7 +23,12 @@ pub struct Args {
 
     /// Also print the largest T whose MIA success bound is at most this
     /// percentage (e.g. 51.08 or 60).
-    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true, conflicts_with = "target_epsilon")]
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        allow_negative_numbers = true,
+        conflicts_with = "target_epsilon"
+    )]
     pub target_mia: Option<f64>,
 
     /// Also print the largest T whose MIA success bound is at most that of
@@ -43,11 +48,19 @@ pub struct PerQuery {
 
 /// Parses `--per-query-mi`, saying why a number was rejected.
 fn parse_per_query(s: &str) -> Result<PerQuery, PrivacyError> {
-    let nats = s.parse::<Nats>().map_err(|parse_error| match s.trim().parse::<f64>() {
-        Ok(value) => PrivacyError::InvalidNats { what: "the per-query MI", value },
-        Err(_) => parse_error,
-    })?;
-    Ok(PerQuery { given: s.trim().to_owned(), nats })
+    let nats = s
+        .parse::<Nats>()
+        .map_err(|parse_error| match s.trim().parse::<f64>() {
+            Ok(value) => PrivacyError::InvalidNats {
+                what: "the per-query MI",
+                value,
+            },
+            Err(_) => parse_error,
+        })?;
+    Ok(PerQuery {
+        given: s.trim().to_owned(),
+        nats,
+    })
 }
 
 /// Prints the report for `args` to `out`.
@@ -61,17 +74,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let total = mul_up(t, b).context("total MI T·b")?;
     let mia = report::mia_bound(total);
     let eps = report::epsilon_equivalent(mia);
-
-    row(out, "per-query MI b", format!("{} = {b} nats", args.per_query_mi.given))?;
-    row(out, "queries T", t)?;
-    row(out, "total MI B = T·b", format!("{total} nats"))?;
-    row(out, "MIA success bound", percent(mia))?;
-    row(out, format!("ε-equivalent (δ = {DELTA:e})"), epsilon(eps))?;
-
+    // Check the target before printing anything.
     let target = match (args.target_mia, args.target_epsilon) {
         (Some(pct), _) => {
             let t_max = report::max_queries_for_mia(b, pct / 100.0)
-                .with_context(|| format!("--target-mia {pct}"))?;
+                .with_context(|| format!("--target-mia {pct} (percent)"))?;
             Some((format!("largest T with MIA ≤ {pct} %"), t_max))
         }
         (None, Some(eps)) => {
@@ -81,8 +88,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         (None, None) => None,
     };
+
+    row(
+        out,
+        "per-query MI b",
+        format!("{} = {b} nats", args.per_query_mi.given),
+    )?;
+    row(out, "queries T", t)?;
+    row(out, "total MI B = T·b", format!("{total} nats"))?;
+    row(out, "MIA success bound", percent(mia))?;
+    row(out, format!("ε-equivalent (δ = {DELTA:e})"), epsilon(eps))?;
     if let Some((label, t_max)) = target {
-        row(out, label, format!("{t_max} ({})", report::compact_count(t_max)))?;
+        row(out, label, count(t_max))?;
     }
     Ok(())
 }
@@ -98,7 +115,20 @@ fn percent(s: f64) -> String {
     format!("{:.2} %", 100.0 * s)
 }
 
+/// A planned T, exact and as Table 1 prints it; `u64::MAX` means b = 0.
+fn count(t: u64) -> String {
+    if t == u64::MAX {
+        "unlimited".to_owned()
+    } else {
+        format!("{t} ({})", report::compact_count(t))
+    }
+}
+
 /// ε with 4 decimals, `∞` once the MIA bound is saturated.
 fn epsilon(eps: f64) -> String {
-    if eps.is_infinite() { "∞".to_owned() } else { format!("{eps:.4}") }
+    if eps.is_infinite() {
+        "∞".to_owned()
+    } else {
+        format!("{eps:.4}")
+    }
 }

@@ -1,7 +1,8 @@
 //! The privacy core: everything that decides how much noise an answer gets,
 //! what the client learns from it, and what that costs. Pure: no I/O, no
-//! async, no global state, no logging; randomness only through a caller's
-//! [`rand::CryptoRng`].
+//! async, no global state, no logging. Noise comes only from a caller's
+//! [`rand::CryptoRng`]; the one internal generator is the seeded ChaCha20
+//! that makes the public secret-space assignment reproducible.
 //!
 //! Paper: `../shared/papers/pac-private-responses.txt` (Zhu, Sridhar, Devadas,
 //! "PAC-Private Responses with Adversarial Composition"). The argument for each

@@ -199,8 +199,8 @@ pub fn max_queries(per_query: Nats, target_total: Nats) -> u64 {
 pub fn max_queries_for_mia(per_query: Nats, target_mia: f64) -> Result<u64, PrivacyError> {
     if !(0.5..1.0).contains(&target_mia) {
         return Err(PrivacyError::Domain(format!(
-            "target MIA success rate must be a fraction in [0.5, 1) \
-             (0.5108 for 51.08 %; 0.5 is the prior, 1 allows any number of queries), got {target_mia}"
+            "the target MIA success rate must be in [0.5, 1): from the prior 50 % up to, \
+             but excluding, 100 % (which any number of queries meets); got {target_mia}"
         )));
     }
     let target_total = Nats::new(kl_from_half(target_mia))?;
@@ -235,13 +235,21 @@ pub fn max_queries_for_epsilon(per_query: Nats, eps: f64) -> Result<u64, Privacy
 /// `477M`, `3B`); a count that rounds to 1000 of a unit moves to the next
 /// unit (999 999 → `1M`). Counts of 10¹⁵ and above stay in trillions.
 pub fn compact_count(n: u64) -> String {
-    const UNITS: [(u128, &str); 4] = [(1_000, "K"), (1_000_000, "M"), (1_000_000_000, "B"), (1_000_000_000_000, "T")];
+    const UNITS: [(u128, &str); 4] = [
+        (1_000, "K"),
+        (1_000_000, "M"),
+        (1_000_000_000, "B"),
+        (1_000_000_000_000, "T"),
+    ];
     if n < 1000 {
         return n.to_string();
     }
     let n = u128::from(n);
     let round = |unit: u128| (n + unit / 2) / unit;
-    let (unit, suffix) = UNITS.into_iter().find(|&(unit, _)| round(unit) < 1000).unwrap_or(UNITS[3]);
+    let (unit, suffix) = UNITS
+        .into_iter()
+        .find(|&(unit, _)| round(unit) < 1000)
+        .unwrap_or(UNITS[3]);
     format!("{}{suffix}", round(unit))
 }
 

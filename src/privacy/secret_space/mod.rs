@@ -84,7 +84,12 @@ impl Assignment {
             chosen.sort_unstable();
             subsets_by_point.extend_from_slice(&chosen);
         }
-        Ok(Assignment { n, m, seed: None, subsets_by_point })
+        Ok(Assignment {
+            n,
+            m,
+            seed: None,
+            subsets_by_point,
+        })
     }
 
     /// [`Assignment::generate`] with a `ChaCha20Rng::seed_from_u64(seed)`,
@@ -95,7 +100,10 @@ impl Assignment {
     pub fn from_seed(n: usize, m: usize, seed: u64) -> Result<Self, PrivacyError> {
         let mut rng = chacha20::ChaCha20Rng::seed_from_u64(seed);
         let assignment = Assignment::generate(n, m, &mut rng)?;
-        Ok(Assignment { seed: Some(seed), ..assignment })
+        Ok(Assignment {
+            seed: Some(seed),
+            ..assignment
+        })
     }
 
     /// Number of points N.
@@ -136,13 +144,15 @@ impl Assignment {
     /// # Runtime
     /// O(n log m): the assignment is stored by point.
     pub fn members_of_subset(&self, subset: usize) -> Vec<usize> {
-        (0..self.n).filter(|&point| self.contains(subset, point)).collect()
+        (0..self.n)
+            .filter(|&point| self.contains(subset, point))
+            .collect()
     }
 }
 
 /// M/2, after checking the shape.
 fn check_shape(n: usize, m: usize) -> Result<usize, PrivacyError> {
-    if m < 2 || m % 2 != 0 {
+    if m < 2 || !m.is_multiple_of(2) {
         return Err(PrivacyError::Domain(format!(
             "the number of subsets m must be even and at least 2 (every point goes into \
              exactly m/2 of them), got m = {m}"
@@ -159,7 +169,9 @@ fn check_shape(n: usize, m: usize) -> Result<usize, PrivacyError> {
 /// n·m/2, the number of stored indices.
 fn entries(n: usize, half: usize) -> Result<usize, PrivacyError> {
     n.checked_mul(half).ok_or_else(|| {
-        PrivacyError::Domain(format!("n = {n} points × m/2 = {half} subsets each is too large"))
+        PrivacyError::Domain(format!(
+            "n = {n} points × m/2 = {half} subsets each is too large"
+        ))
     })
 }
 
@@ -184,7 +196,13 @@ impl From<&Assignment> for AssignmentFile {
                 subsets[subset].push(point);
             }
         }
-        AssignmentFile { format: FORMAT.to_owned(), n: a.n, m: a.m, seed: a.seed, subsets }
+        AssignmentFile {
+            format: FORMAT.to_owned(),
+            n: a.n,
+            m: a.m,
+            seed: a.seed,
+            subsets,
+        }
     }
 }
 
@@ -195,12 +213,18 @@ impl TryFrom<AssignmentFile> for Assignment {
     fn try_from(file: AssignmentFile) -> Result<Self, PrivacyError> {
         let bad = |why: String| PrivacyError::Domain(format!("invalid {FORMAT} file: {why}"));
         if file.format != FORMAT {
-            return Err(bad(format!("format is {:?}, expected {FORMAT:?}", file.format)));
+            return Err(bad(format!(
+                "format is {:?}, expected {FORMAT:?}",
+                file.format
+            )));
         }
         let (n, m) = (file.n, file.m);
         let half = check_shape(n, m).map_err(|e| bad(e.to_string()))?;
         if file.subsets.len() != m {
-            return Err(bad(format!("m = {m} but {} subsets are listed", file.subsets.len())));
+            return Err(bad(format!(
+                "m = {m} but {} subsets are listed",
+                file.subsets.len()
+            )));
         }
         // Check the total before allocating n·m/2 entries a short file could ask for.
         let expected = entries(n, half).map_err(|e| bad(e.to_string()))?;
@@ -240,7 +264,12 @@ impl TryFrom<AssignmentFile> for Assignment {
                 filled[point]
             )));
         }
-        Ok(Assignment { n, m, seed: file.seed, subsets_by_point })
+        Ok(Assignment {
+            n,
+            m,
+            seed: file.seed,
+            subsets_by_point,
+        })
     }
 }
 
