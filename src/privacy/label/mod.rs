@@ -58,9 +58,7 @@ pub fn calibrate(posterior: &Posterior, labels: &[usize], classes: usize, b: Nat
     if labels.len() != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: labels.len() });
     }
-    if let Some(bad) = labels.iter().find(|&&y| y >= classes) {
-        return Err(PrivacyError::Shape(format!("teacher label {bad} is not below the class count {classes}")));
-    }
+    check_labels(labels, classes)?;
 
     let mut classes_seen: Vec<usize> = labels.to_vec();
     classes_seen.sort_unstable();
@@ -149,6 +147,17 @@ impl LabelCalibration {
     pub fn teacher_log_likelihoods(&self, center: usize, draw: &NoiseDraw) -> Array1<f64> {
         let per_class = self.class_log_likelihoods(center, draw);
         self.teacher_class.iter().map(|&a| per_class[a]).collect()
+    }
+}
+
+/// Every label must name one of the `classes` classes.
+///
+/// # Errors
+/// [`PrivacyError::Shape`] naming the first label that does not.
+pub fn check_labels(labels: &[usize], classes: usize) -> Result<(), PrivacyError> {
+    match labels.iter().find(|&&y| y >= classes) {
+        Some(bad) => Err(PrivacyError::Shape(format!("teacher label {bad} is not below the class count {classes}"))),
+        None => Ok(()),
     }
 }
 

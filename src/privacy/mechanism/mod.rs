@@ -88,13 +88,8 @@ impl TeacherOutputs {
     /// [`PrivacyError::Shape`] or [`PrivacyError::NonFinite`].
     pub fn validate(&self) -> Result<(), PrivacyError> {
         match self {
-            TeacherOutputs::Labels { labels, classes } => match labels.iter().find(|&&y| y >= *classes) {
-                Some(y) => Err(PrivacyError::Shape(format!("teacher label {y} is not below the class count {classes}"))),
-                None => Ok(()),
-            },
-            TeacherOutputs::Vectors(v) if v.ncols() == 0 => Err(PrivacyError::Shape("teacher outputs have no columns".into())),
-            TeacherOutputs::Vectors(v) if v.iter().any(|x| !x.is_finite()) => Err(PrivacyError::NonFinite("teacher outputs")),
-            TeacherOutputs::Vectors(_) => Ok(()),
+            TeacherOutputs::Labels { labels, classes } => label::check_labels(labels, *classes),
+            TeacherOutputs::Vectors(v) => vector::check_outputs(v.view()),
         }
     }
 
@@ -165,10 +160,8 @@ pub fn answer<R: CryptoRng + ?Sized>(
         // Every subset gives the same output: the release is that output,
         // exact, and Eq. 4's likelihood is the same for every subset, so the
         // posterior is unchanged. Only the ledger moves.
-        let mut ledger = state.ledger.clone();
-        ledger.record(charge)?;
+        state.ledger.record(charge)?;
         let (label, noisy) = exact_release(outputs);
-        state.ledger = ledger;
         return Ok(Answer { label, unanimous, charge, mi_bound: 0.0, confident: alpha.map(|_| true), noisy });
     }
 
@@ -187,13 +180,12 @@ pub fn answer<R: CryptoRng + ?Sized>(
         }
     };
 
-    // Commit: both updates are computed first, then swapped in together.
+    // Commit: the fallible posterior update runs on a copy; `record` either
+    // charges or changes nothing; only then is the new posterior swapped in.
     let mut posterior = state.posterior.clone();
     posterior.update(log_lik.view())?;
-    let mut ledger = state.ledger.clone();
-    ledger.record(charge)?;
+    state.ledger.record(charge)?;
     state.posterior = posterior;
-    state.ledger = ledger;
     Ok(Answer { label, unanimous, charge, mi_bound: noise_mi, confident, noisy })
 }
 

@@ -44,12 +44,7 @@ pub fn calibrate(posterior: &Posterior, outputs: ArrayView2<'_, f64>, b: Nats) -
     if m != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: m });
     }
-    if d == 0 {
-        return Err(PrivacyError::Shape("teacher outputs have no columns".into()));
-    }
-    if outputs.iter().any(|x| !x.is_finite()) {
-        return Err(PrivacyError::NonFinite("teacher outputs"));
-    }
+    check_outputs(outputs)?;
     let outputs = outputs.to_owned();
     let first = outputs.row(0);
     if outputs.rows().into_iter().all(|r| r == first) {
@@ -97,6 +92,20 @@ pub fn calibrate(posterior: &Posterior, outputs: ArrayView2<'_, f64>, b: Nats) -
 
     let noise = Noise::certified(d, (0..d).collect(), basis, &q, residual_bound, b)?;
     Ok(VectorCalibration { outputs, coef, residual, noise })
+}
+
+/// Teacher vectors must have at least one column and only finite values.
+///
+/// # Errors
+/// [`PrivacyError::Shape`] or [`PrivacyError::NonFinite`].
+pub fn check_outputs(outputs: ArrayView2<'_, f64>) -> Result<(), PrivacyError> {
+    if outputs.ncols() == 0 {
+        return Err(PrivacyError::Shape("teacher outputs have no columns".into()));
+    }
+    if outputs.iter().any(|x| !x.is_finite()) {
+        return Err(PrivacyError::NonFinite("teacher outputs"));
+    }
+    Ok(())
 }
 
 impl VectorCalibration {
