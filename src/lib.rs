@@ -23,3 +23,5 @@
 pub mod cli;
 pub mod privacy;
 pub mod proto;
+pub mod teachers;
+pub mod tensor;

@@ -1,0 +1,136 @@
+//! The demo ensemble as an Open Inference Protocol server: every teacher is
+//! a model `digits-NNN` with input `input-0` (FP32 or FP64, shape [n, 64])
+//! and outputs `label` (INT64 [n]) and `probabilities` (FP32 [n, 10]), the
+//! way MLServer serves a scikit-learn classifier.
+
+use super::digits::{CLASSES, FEATURES};
+use super::{Teacher, model_name};
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
+use crate::proto::inference::model_infer_response::InferOutputTensor;
+use crate::proto::inference::model_metadata_response::TensorMetadata;
+use crate::proto::inference::*;
+use crate::tensor;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
+
+/// Serves a set of trained teachers by name.
+#[derive(Clone)]
+pub struct DemoServer {
+    teachers: Arc<Vec<Teacher>>,
+    index: Arc<HashMap<String, usize>>,
+}
+
+impl DemoServer {
+    /// Serves `teachers[i]` as [`model_name`]`(i)`.
+    pub fn new(teachers: Vec<Teacher>) -> Self {
+        let index = (0..teachers.len()).map(|i| (model_name(i), i)).collect();
+        DemoServer { teachers: Arc::new(teachers), index: Arc::new(index) }
+    }
+
+    fn teacher(&self, name: &str, version: &str) -> Result<&Teacher, Status> {
+        if !(version.is_empty() || version == "1") {
+            return Err(Status::not_found(format!("model {name} has only version 1, not {version:?}")));
+        }
+        self.index
+            .get(name)
+            .and_then(|&i| self.teachers.get(i))
+            .ok_or_else(|| Status::not_found(format!("no model named {name:?}; models are digits-000 … {}", model_name(self.teachers.len().saturating_sub(1)))))
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for DemoServer {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+        Ok(Response::new(ServerReadyResponse { ready: true }))
+    }
+
+    async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        let r = req.get_ref();
+        Ok(Response::new(ModelReadyResponse { ready: self.teacher(&r.name, &r.version).is_ok() }))
+    }
+
+    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> Result<Response<ServerMetadataResponse>, Status> {
+        Ok(Response::new(ServerMetadataResponse {
+            name: "pacpriv-demo-teachers".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: vec![],
+        }))
+    }
+
+    async fn model_metadata(&self, req: Request<ModelMetadataRequest>) -> Result<Response<ModelMetadataResponse>, Status> {
+        let r = req.get_ref();
+        self.teacher(&r.name, &r.version)?;
+        let meta = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata { name: name.into(), datatype: datatype.into(), shape };
+        Ok(Response::new(ModelMetadataResponse {
+            name: r.name.clone(),
+            versions: vec!["1".into()],
+            platform: "linfa-logistic".into(),
+            inputs: vec![meta("input-0", "FP32", vec![-1, FEATURES as i64])],
+            outputs: vec![meta("label", "INT64", vec![-1]), meta("probabilities", "FP32", vec![-1, CLASSES as i64])],
+        }))
+    }
+
+    async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let r = req.into_inner();
+        let teacher = self.teacher(&r.model_name, &r.model_version)?;
+        let [input] = r.inputs.as_slice() else {
+            return Err(Status::invalid_argument(format!("expected exactly one input tensor, got {}", r.inputs.len())));
+        };
+        let rows = match input.shape.as_slice() {
+            [n, f] if *f == FEATURES as i64 && *n >= 0 => *n,
+            [f] if *f == FEATURES as i64 => 1,
+            other => return Err(Status::invalid_argument(format!("input shape must be [n, {FEATURES}], got {other:?}"))),
+        };
+        let raw = r.raw_input_contents.first().map(Vec::as_slice);
+        let pixels = tensor::decode_floats(&input.datatype, &[rows, FEATURES as i64], input.contents.as_ref(), raw)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let probs = teacher.predict_proba(&pixels);
+        let labels: Vec<i64> = probs.iter().map(|p| crate::privacy::mechanism::argmax(p.iter().copied()) as i64).collect();
+        let all = [
+            InferOutputTensor {
+                name: "label".into(),
+                datatype: "INT64".into(),
+                shape: vec![rows],
+                contents: Some(InferTensorContents { int64_contents: labels, ..Default::default() }),
+                ..Default::default()
+            },
+            InferOutputTensor {
+                name: "probabilities".into(),
+                datatype: "FP32".into(),
+                shape: vec![rows, CLASSES as i64],
+                contents: Some(InferTensorContents {
+                    fp32_contents: probs.iter().flatten().map(|&v| v as f32).collect(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        let outputs = if r.outputs.is_empty() {
+            all.to_vec()
+        } else {
+            r.outputs
+                .iter()
+                .map(|want| {
+                    all.iter()
+                        .find(|o| o.name == want.name)
+                        .cloned()
+                        .ok_or_else(|| Status::invalid_argument(format!("no output named {:?}; outputs are label, probabilities", want.name)))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        Ok(Response::new(ModelInferResponse {
+            model_name: r.model_name,
+            model_version: "1".into(),
+            id: r.id,
+            outputs,
+            ..Default::default()
+        }))
+    }
+}

@@ -1,0 +1,48 @@
+use super::*;
+
+#[test]
+fn dataset_is_the_full_optical_digits_test_set() -> Result<(), String> {
+    let all = digits::load()?;
+    assert_eq!(all.len(), 1797);
+    assert!(all.iter().all(|e| e.pixels.iter().all(|&p| (0.0..=16.0).contains(&p))));
+    for d in 0..CLASSES {
+        assert!(all.iter().filter(|e| e.digit == d).count() > 170, "digit {d} under-represented");
+    }
+    let s = digits::split(7)?;
+    assert_eq!((s.train.len(), s.test.len()), (1438, 359));
+    Ok(())
+}
+
+#[test]
+fn training_is_deterministic_and_teachers_are_accurate_but_not_identical() -> Result<(), String> {
+    let a = Ensemble::train(4, 11)?;
+    let b = Ensemble::train(4, 11)?;
+    let test = &a.split.test;
+    let mut disagreements = 0;
+    for (i, (ta, tb)) in a.teachers.iter().zip(&b.teachers).enumerate() {
+        let mut correct = 0;
+        for e in test {
+            let x: Vec<f64> = e.pixels.iter().map(|&p| f64::from(p)).collect();
+            assert_eq!(ta.predict_proba(&x), tb.predict_proba(&x), "teacher {i} differs between runs");
+            correct += usize::from(ta.predict(&x) == e.digit);
+            disagreements += usize::from(ta.predict(&x) != a.teachers[0].predict(&x));
+        }
+        let acc = correct as f64 / test.len() as f64;
+        assert!(acc > 0.85, "teacher {i} accuracy {acc}");
+    }
+    // Different halves of the data give different models somewhere.
+    assert!(disagreements > 0);
+    Ok(())
+}
+
+#[test]
+fn each_teacher_trains_on_exactly_its_subset() -> Result<(), String> {
+    let e = Ensemble::train(2, 3)?;
+    let n = e.split.train.len();
+    let a = e.assignment.members_of_subset(0);
+    let b = e.assignment.members_of_subset(1);
+    // m = 2: every point is in exactly one of the two halves.
+    assert_eq!(a.len() + b.len(), n);
+    assert!(a.iter().all(|i| !b.contains(i)));
+    Ok(())
+}
