@@ -25,3 +25,5 @@ pub mod privacy;
 pub mod proto;
 pub mod teachers;
 pub mod tensor;
+pub mod session;
+pub mod settings;

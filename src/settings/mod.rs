@@ -1,0 +1,332 @@
+//! Service configuration: `config/default.toml` (compiled in), an optional
+//! operator file layered over it, then `PACPRIV__SECTION__KEY` environment
+//! variables; parsed into typed values and validated once at start-up.
+//!
+//! # Invariants
+//! - Every error names the key to fix (`privacy.per_query_mi: …`).
+//! - Unknown keys are errors, so a typo cannot silently keep a default
+//!   (the most dangerous being a budget that was meant to be smaller).
+
+use crate::privacy::ledger::Policy;
+use crate::privacy::noise::MIN_PER_QUERY;
+use crate::privacy::Nats;
+use crate::session::{PrincipalConfig, Scope};
+use crate::teachers::{CallPolicy, OutputMode, TeacherSpec};
+use config::{Config, Environment, File, FileFormat};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The shipped defaults, compiled into the binary so `pacpriv serve` works
+/// from any directory.
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
+/// Largest number of input features accepted (input_shape product).
+pub const MAX_FEATURES: usize = 1 << 20;
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("config key `{key}`: {message}")]
+pub struct SettingsError {
+    /// Dotted key, e.g. `privacy.per_query_mi`.
+    pub key: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+fn err(key: &str, message: impl Into<String>) -> SettingsError {
+    SettingsError { key: key.to_owned(), message: message.into() }
+}
+
+/// Where the teachers come from.
+#[derive(Clone, Debug)]
+pub enum TeacherSource {
+    /// Train the demo ensemble and serve it in-process on loopback.
+    Demo {
+        /// m.
+        models: usize,
+        /// Split and subset seed.
+        seed: u64,
+        /// Listen address of the in-process teacher server.
+        listen: SocketAddr,
+    },
+    /// Already-running Open Inference Protocol models, in subset order.
+    Remote(Vec<TeacherSpec>),
+}
+
+/// Validated settings of `pacpriv serve`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Client API listen address.
+    pub listen: SocketAddr,
+    /// Largest accepted request, bytes.
+    pub max_message_bytes: usize,
+    /// JSON logs (production) instead of text.
+    pub log_json: bool,
+    /// b.
+    pub per_query: Nats,
+    /// Charging policy.
+    pub policy: Policy,
+    /// Session scope.
+    pub scope: Scope,
+    /// Limit of the shared session when scope is global.
+    pub global_budget: Nats,
+    /// Operator-provided secret index file, if any.
+    pub secret_index_file: Option<PathBuf>,
+    /// How teacher outputs are read (label or vector, d).
+    pub mode: OutputMode,
+    /// Shape of one example.
+    pub input_shape: Vec<usize>,
+    /// Teachers.
+    pub teachers: TeacherSource,
+    /// Per-teacher call policy.
+    pub call: CallPolicy,
+    /// Provisioned principals.
+    pub principals: Vec<PrincipalConfig>,
+}
+
+impl Settings {
+    /// Number of features in one example.
+    pub fn features(&self) -> usize {
+        self.input_shape.iter().product()
+    }
+
+    /// Defaults, then `file` (if any), then the process environment.
+    ///
+    /// # Errors
+    /// A missing or malformed file, an unknown key, or a value outside its
+    /// domain — each naming the key.
+    pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`] with an explicit environment (tests).
+    ///
+    /// # Errors
+    /// As [`Settings::load`].
+    pub fn load_with_env(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, SettingsError> {
+        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(err("--config", format!("{} is not a readable file", path.display())));
+            }
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml));
+        }
+        let env: config::Map<String, String> = env.into_iter().filter(|(k, _)| k.starts_with("PACPRIV__")).collect();
+        builder = builder.add_source(
+            Environment::with_prefix("PACPRIV")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let raw: Raw = builder
+            .build()
+            .and_then(Config::try_deserialize)
+            .map_err(|e| err(&key_of(&e), e.to_string()))?;
+        raw.validate()
+    }
+}
+
+/// Best-effort key extraction from a `config` error (it names the key in
+/// its message for type errors; "unknown field" errors name the field).
+fn key_of(e: &config::ConfigError) -> String {
+    match e {
+        config::ConfigError::Type { key: Some(k), .. } => k.clone(),
+        config::ConfigError::At { key: Some(k), .. } => k.clone(),
+        _ => "(configuration)".into(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    server: RawServer,
+    privacy: RawPrivacy,
+    model: RawModel,
+    teachers: RawTeachers,
+    demo: RawDemo,
+    #[serde(default)]
+    principals: BTreeMap<String, RawPrincipal>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: String,
+    max_message_bytes: usize,
+    log_format: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrivacy {
+    per_query_mi: String,
+    policy: String,
+    scope: String,
+    global_budget_mi: String,
+    secret_index_file: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    mode: String,
+    classes: usize,
+    input_shape: Vec<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTeachers {
+    source: String,
+    deadline_ms: u64,
+    retries: u32,
+    input_name: String,
+    input_datatype: String,
+    output_name: String,
+    remote: Vec<TeacherSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDemo {
+    models: usize,
+    seed: u64,
+    listen: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrincipal {
+    key_sha256: String,
+    budget_mi: String,
+}
+
+fn nats(key: &str, s: &str) -> Result<Nats, SettingsError> {
+    s.parse::<Nats>().map_err(|e| err(key, e.to_string()))
+}
+
+fn addr(key: &str, s: &str) -> Result<SocketAddr, SettingsError> {
+    s.parse().map_err(|_| err(key, format!("{s:?} is not an IP:port address such as 127.0.0.1:50051")))
+}
+
+impl Raw {
+    fn validate(self) -> Result<Settings, SettingsError> {
+        let per_query = nats("privacy.per_query_mi", &self.privacy.per_query_mi)?;
+        if per_query.get() < MIN_PER_QUERY {
+            return Err(err("privacy.per_query_mi", format!("must be at least {MIN_PER_QUERY:e} nats")));
+        }
+        let policy = self.privacy.policy.parse().map_err(|e: crate::privacy::PrivacyError| err("privacy.policy", e.to_string()))?;
+        let scope = match self.privacy.scope.as_str() {
+            "per_principal" => Scope::PerPrincipal,
+            "global" => Scope::Global,
+            other => return Err(err("privacy.scope", format!("{other:?}: expected \"per_principal\" or \"global\""))),
+        };
+        let classes = self.model.classes;
+        if classes < 2 {
+            return Err(err("model.classes", "must be at least 2"));
+        }
+        let mode = match self.model.mode.as_str() {
+            "label" => OutputMode::Label { classes },
+            "vector" => OutputMode::Vector { dim: classes },
+            other => return Err(err("model.mode", format!("{other:?}: expected \"label\" or \"vector\""))),
+        };
+        let features = self.model.input_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        match features {
+            Some(n) if n >= 1 && n <= MAX_FEATURES && !self.model.input_shape.is_empty() => {}
+            _ => return Err(err("model.input_shape", format!("must be non-empty with 1 to {MAX_FEATURES} elements in all"))),
+        }
+        let log_json = match self.server.log_format.as_str() {
+            "text" => false,
+            "json" => true,
+            other => return Err(err("server.log_format", format!("{other:?}: expected \"text\" or \"json\""))),
+        };
+        if self.server.max_message_bytes < 1024 {
+            return Err(err("server.max_message_bytes", "must be at least 1024"));
+        }
+        let t = self.teachers;
+        if t.deadline_ms == 0 {
+            return Err(err("teachers.deadline_ms", "must be positive"));
+        }
+        if t.retries > 10 {
+            return Err(err("teachers.retries", "at most 10: a dead teacher should fail the query, not stall it"));
+        }
+        if !matches!(t.input_datatype.as_str(), "FP32" | "FP64") {
+            return Err(err("teachers.input_datatype", format!("{:?}: expected \"FP32\" or \"FP64\"", t.input_datatype)));
+        }
+        let teachers = match t.source.as_str() {
+            "demo" => {
+                if self.demo.models < 2 || self.demo.models % 2 != 0 {
+                    return Err(err("demo.models", "must be even and at least 2"));
+                }
+                TeacherSource::Demo { models: self.demo.models, seed: self.demo.seed, listen: addr("demo.listen", &self.demo.listen)? }
+            }
+            "remote" => {
+                if t.remote.len() < 2 {
+                    return Err(err("teachers.remote", "source = \"remote\" needs at least 2 teachers"));
+                }
+                TeacherSource::Remote(t.remote)
+            }
+            other => return Err(err("teachers.source", format!("{other:?}: expected \"demo\" or \"remote\""))),
+        };
+        let call = CallPolicy {
+            deadline: Duration::from_millis(t.deadline_ms),
+            retries: t.retries,
+            input_name: t.input_name,
+            input_datatype: t.input_datatype,
+            output_name: (!t.output_name.is_empty()).then_some(t.output_name),
+        };
+        let principals = principals(self.principals)?;
+        let secret = self.privacy.secret_index_file;
+        Ok(Settings {
+            listen: addr("server.listen", &self.server.listen)?,
+            max_message_bytes: self.server.max_message_bytes,
+            log_json,
+            per_query,
+            policy,
+            scope,
+            global_budget: nats("privacy.global_budget_mi", &self.privacy.global_budget_mi)?,
+            secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
+            mode,
+            input_shape: self.model.input_shape,
+            teachers,
+            call,
+            principals,
+        })
+    }
+}
+
+fn principals(raw: BTreeMap<String, RawPrincipal>) -> Result<Vec<PrincipalConfig>, SettingsError> {
+    if raw.is_empty() {
+        return Err(err("principals", "no principal is configured, so no client could authenticate"));
+    }
+    let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
+    for (name, p) in raw {
+        let key = format!("principals.{name}.key_sha256");
+        let hash = parse_sha256(&p.key_sha256).ok_or_else(|| err(&key, "must be 64 hex digits: the SHA-256 of the API key (echo -n KEY | sha256sum)"))?;
+        if let Some(other) = out.iter().find(|o| o.key_sha256 == hash) {
+            return Err(err(&key, format!("same key as principals.{}; every principal needs its own key", other.name)));
+        }
+        let budget = nats(&format!("principals.{name}.budget_mi"), &p.budget_mi)?;
+        out.push(PrincipalConfig { name, key_sha256: hash, budget });
+    }
+    Ok(out)
+}
+
+fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod test;
