@@ -27,3 +27,4 @@ pub mod teachers;
 pub mod tensor;
 pub mod session;
 pub mod settings;
+pub mod server;

@@ -7,9 +7,11 @@
 use clap::{Parser, Subcommand};
 
 pub mod budget;
+pub mod serve;
 pub mod subsets;
+pub mod teachers;
 
-/// PAC-private predictions: privacy budget planning and secret-space tools.
+/// PAC-private predictions over gRPC, and the tools around them.
 #[derive(Debug, Parser)]
 #[command(name = "pacpriv", version, about, long_about = None)]
 pub struct Cli {
@@ -21,6 +23,13 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve private predictions (pacpriv.v1.Privatizer over gRPC). With
+    /// the built-in default configuration it trains and serves the demo
+    /// teachers in-process.
+    Serve(serve::Args),
+    /// Train the demo teacher ensemble (optical digits) and serve it over
+    /// the Open Inference Protocol.
+    Teachers(teachers::Args),
     /// MIA bound and ε-equivalent for T queries at b nats each, or the
     /// largest T for a target (reproduces the paper's Table 1).
     Budget(budget::Args),
@@ -35,7 +44,24 @@ pub enum Command {
 /// Whatever the subcommand reports (bad arguments, I/O).
 pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     match cli.command {
-        Command::Budget(args) => budget::run(args, out),
-        Command::Subsets(args) => subsets::run(args, out),
+        Command::Serve(args) => serve::run(args, out),
+        Command::Teachers(args) => teachers::run(args, out),
+        Command::Budget(args) => {
+            init_tracing(false);
+            budget::run(args, out)
+        }
+        Command::Subsets(args) => {
+            init_tracing(false);
+            subsets::run(args, out)
+        }
     }
+}
+
+/// Logs to standard error (standard output is for results), filtered by
+/// `RUST_LOG` (default `info`), as JSON lines when `json`.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second initialisation (tests calling run twice) is harmless.
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }

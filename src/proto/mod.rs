@@ -7,5 +7,14 @@ pub mod inference {
     tonic::include_proto!("inference");
 }
 
+/// The pacpriv client API (`proto/pacpriv/v1/privatizer.proto`).
+#[allow(missing_docs, clippy::all)]
+pub mod pacpriv {
+    tonic::include_proto!("pacpriv.v1");
+}
+
+/// Encoded descriptors of every proto above, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("pacpriv_descriptor");
+
 #[cfg(test)]
 mod test;

@@ -22,6 +22,8 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub mod secret;
+
 /// Whose transcript a session bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {

@@ -1,0 +1,56 @@
+//! `pacpriv serve`: load and validate the configuration, start the service
+//! (and, by default, the demo teachers in-process), serve until Ctrl-C or
+//! SIGTERM.
+
+use crate::server;
+use crate::settings::Settings;
+use anyhow::Context;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `pacpriv serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A TOML file layered over the built-in `config/default.toml`;
+    /// `PACPRIV__SECTION__KEY` environment variables override both.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+}
+
+/// Runs the service; prints `pacpriv listening on ADDR` to `out` once it
+/// accepts connections.
+///
+/// # Errors
+/// Invalid configuration (naming the key) or a failed start.
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    let settings = Settings::load(args.config.as_deref())?;
+    super::init_tracing(settings.log_json);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let started = server::start(settings, shutdown_signal()).await?;
+        writeln!(out, "pacpriv listening on {}", started.addr)?;
+        out.flush()?;
+        started.server.await.context("serving")?;
+        tracing::info!("shut down");
+        Ok(())
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+}

@@ -1,0 +1,90 @@
+//! `pacpriv teachers`: train the demo ensemble and serve it over the Open
+//! Inference Protocol on its own, e.g. to run the privatizer against
+//! "remote" teachers, or to evaluate the models.
+
+use crate::teachers::demo::server::{DemoServer, GrpcInferenceServiceServer};
+use crate::teachers::demo::{self, Ensemble};
+use anyhow::Context;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Arguments of `pacpriv teachers`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Number of teachers m (even).
+    #[arg(long, value_name = "M", default_value_t = 128)]
+    pub models: usize,
+
+    /// Seed of the train/test split and of the subset assignment.
+    #[arg(long, value_name = "S", default_value_t = 20261123)]
+    pub seed: u64,
+
+    /// Listen address (port 0: any free port; the bound one is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8001")]
+    pub listen: SocketAddr,
+
+    /// Write a `pacpriv serve --config` file pointing at these teachers.
+    #[arg(long, value_name = "PATH")]
+    pub write_config: Option<PathBuf>,
+
+    /// Print each teacher's accuracy on the held-out split and exit.
+    #[arg(long)]
+    pub evaluate: bool,
+}
+
+/// Trains, then serves until interrupted (or evaluates and exits).
+///
+/// # Errors
+/// Invalid m, a failed fit, an unbindable address, an unwritable file.
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    super::init_tracing(false);
+    let ensemble = Ensemble::train(args.models, args.seed).map_err(anyhow::Error::msg).context("training the demo teachers")?;
+    if args.evaluate {
+        return evaluate(&ensemble, out);
+    }
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        if let Some(path) = &args.write_config {
+            std::fs::write(path, remote_config(addr, args.models)).with_context(|| format!("writing {}", path.display()))?;
+        }
+        writeln!(out, "teachers listening on {addr}")?;
+        out.flush()?;
+        tonic::transport::Server::builder()
+            .add_service(GrpcInferenceServiceServer::new(DemoServer::new(ensemble.teachers)))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("serving")
+    })
+}
+
+/// A `[teachers]` section listing the m models at `addr`.
+fn remote_config(addr: SocketAddr, m: usize) -> String {
+    let mut s = String::from("[teachers]\nsource = \"remote\"\nremote = [\n");
+    for i in 0..m {
+        s.push_str(&format!("  {{ endpoint = \"http://{addr}\", model = \"{}\" }},\n", demo::model_name(i)));
+    }
+    s.push_str("]\n");
+    s
+}
+
+fn evaluate(ensemble: &Ensemble, out: &mut dyn Write) -> anyhow::Result<()> {
+    let test = &ensemble.split.test;
+    let accuracy = |t: &demo::Teacher| {
+        let correct = test.iter().filter(|e| t.predict(&e.pixels.map(f64::from)) == e.digit).count();
+        correct as f64 / test.len() as f64
+    };
+    let accs: Vec<f64> = ensemble.teachers.iter().map(accuracy).collect();
+    let full = ensemble.full_data_model().map_err(anyhow::Error::msg)?;
+    let mean = accs.iter().sum::<f64>() / accs.len() as f64;
+    let (min, max) = accs.iter().fold((1.0f64, 0.0f64), |(lo, hi), &a| (lo.min(a), hi.max(a)));
+    writeln!(out, "test examples            {}", test.len())?;
+    writeln!(out, "teacher accuracy         mean {:.2} %, min {:.2} %, max {:.2} %", 100.0 * mean, 100.0 * min, 100.0 * max)?;
+    writeln!(out, "full-data model          {:.2} %", 100.0 * accuracy(&full))?;
+    Ok(())
+}

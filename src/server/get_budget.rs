@@ -1,0 +1,14 @@
+//! `GetBudget`: the caller's account, free of charge.
+
+use super::predict::budget_message;
+use super::status::ServiceError;
+use crate::proto::pacpriv::Budget;
+use crate::session::Handle;
+
+/// The session's current budget.
+///
+/// # Errors
+/// A poisoned session.
+pub fn apply(handle: &Handle) -> Result<Budget, ServiceError> {
+    Ok(budget_message(handle, &handle.budget()?))
+}

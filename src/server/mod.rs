@@ -1,0 +1,177 @@
+//! The gRPC front: the `pacpriv.v1.Privatizer` service, health and
+//! reflection on one listener, and start-up (teachers, secret, sessions).
+//!
+//! A request's path: [`auth`] (API key → session) → [`input`] (wire →
+//! validated [`input::Query`]) → the RPC's file ([`predict`],
+//! [`predict_stream`], [`get_budget`]) → [`status`] for any error.
+
+pub mod auth;
+pub mod get_budget;
+pub mod input;
+pub mod predict;
+pub mod predict_stream;
+pub mod status;
+
+use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
+use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
+use crate::session::Sessions;
+use crate::session::secret::{self, SecretError};
+use crate::settings::{Settings, TeacherSource};
+use crate::teachers::demo::server::{DemoServer, GrpcInferenceServiceServer};
+use crate::teachers::demo::{self, Ensemble as DemoEnsemble};
+use crate::teachers::{Ensemble, FanoutError, TeacherSpec};
+use input::InputSpec;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+/// Everything a request needs, shared by all of them.
+pub struct App {
+    /// Principals and their sessions.
+    pub sessions: Sessions,
+    /// The m teachers.
+    pub ensemble: Ensemble,
+    /// What an input example looks like.
+    pub input: InputSpec,
+}
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Demo training failed.
+    #[error("training the demo teachers failed: {0}")]
+    Demo(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        reason: String,
+    },
+    /// Teacher configuration.
+    #[error(transparent)]
+    Teachers(#[from] FanoutError),
+    /// Secret index.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// Sessions (budget values).
+    #[error("sessions: {0}")]
+    Sessions(String),
+    /// Reflection descriptor.
+    #[error("reflection: {0}")]
+    Reflection(String),
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr).await.map_err(|e| StartError::Bind { addr, reason: e.to_string() })
+}
+
+/// Starts the demo teachers on their own loopback listener (a task of this
+/// runtime) and returns their specs.
+async fn start_demo(models: usize, seed: u64, listen: SocketAddr) -> Result<Vec<TeacherSpec>, StartError> {
+    let started = std::time::Instant::now();
+    let ensemble = tokio::task::spawn_blocking(move || DemoEnsemble::train(models, seed))
+        .await
+        .map_err(|e| StartError::Demo(e.to_string()))?
+        .map_err(StartError::Demo)?;
+    let listener = bind(listen).await?;
+    let addr = listener.local_addr().map_err(|e| StartError::Bind { addr: listen, reason: e.to_string() })?;
+    tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(GrpcInferenceServiceServer::new(DemoServer::new(ensemble.teachers)))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    Ok((0..models)
+        .map(|i| TeacherSpec { endpoint: format!("http://{addr}"), model: demo::model_name(i), version: String::new() })
+        .collect())
+}
+
+/// A started service: its address, and the future that runs it.
+pub struct Started {
+    /// The client API address (useful when configured with port 0).
+    pub addr: SocketAddr,
+    /// Runs the gRPC server until `shutdown` resolves.
+    pub server: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>>,
+}
+
+/// Builds everything `settings` describes and binds the client listener.
+///
+/// # Errors
+/// [`StartError`].
+pub async fn start(settings: Settings, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<Started, StartError> {
+    let specs = match &settings.teachers {
+        TeacherSource::Demo { models, seed, listen } => start_demo(*models, *seed, *listen).await?,
+        TeacherSource::Remote(specs) => specs.clone(),
+    };
+    let m = specs.len();
+    let ensemble = Ensemble::new(specs, settings.call.clone(), settings.mode)?;
+    let secret = secret::load_or_draw(settings.secret_index_file.as_deref(), m)?;
+    let sessions = Sessions::new(
+        &settings.principals,
+        settings.scope,
+        settings.global_budget,
+        settings.per_query,
+        settings.policy,
+        m,
+        secret,
+    )
+    .map_err(|e| StartError::Sessions(e.to_string()))?;
+    let app = Arc::new(App { sessions, ensemble, input: InputSpec { shape: settings.input_shape.clone() } });
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<PrivatizerServer<Service>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| StartError::Reflection(e.to_string()))?;
+    let privatizer = PrivatizerServer::new(Service { app })
+        .max_decoding_message_size(settings.max_message_bytes)
+        .max_encoding_message_size(settings.max_message_bytes);
+
+    let listener = bind(settings.listen).await?;
+    let addr = listener.local_addr().map_err(|e| StartError::Bind { addr: settings.listen, reason: e.to_string() })?;
+    tracing::info!(%addr, teachers = m, scope = settings.scope.as_str(), per_query = settings.per_query.get(), "pacpriv serving");
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(privatizer)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+    Ok(Started { addr, server: Box::pin(server) })
+}
+
+/// The `pacpriv.v1.Privatizer` implementation: authenticates, then hands
+/// each RPC to its own module.
+pub struct Service {
+    app: Arc<App>,
+}
+
+#[tonic::async_trait]
+impl Privatizer for Service {
+    async fn predict(&self, request: Request<PredictRequest>) -> Result<Response<PredictResponse>, Status> {
+        let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
+        let query = self.app.input.parse(request.into_inner())?;
+        let span = tracing::info_span!("predict", principal = %handle.principal(), query_id = %query.query_id);
+        let response = predict::apply(&self.app, &handle, query).instrument(span.clone()).await;
+        if let Err(e) = &response {
+            span.in_scope(|| tracing::info!(error = %e, "not answered"));
+        }
+        Ok(Response::new(response?))
+    }
+
+    type PredictStreamStream = predict_stream::ResponseStream;
+
+    async fn predict_stream(&self, request: Request<Streaming<PredictRequest>>) -> Result<Response<Self::PredictStreamStream>, Status> {
+        let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
+        Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, request.into_inner())))
+    }
+
+    async fn get_budget(&self, request: Request<GetBudgetRequest>) -> Result<Response<Budget>, Status> {
+        let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
+        Ok(Response::new(get_budget::apply(&handle)?))
+    }
+}

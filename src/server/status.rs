@@ -1,0 +1,71 @@
+//! Every way a request can fail, and the one place each becomes a gRPC
+//! status. Messages say what to do; none contains the secret index or
+//! noise (the types that could carry them have no `Display`).
+
+use crate::privacy::PrivacyError;
+use crate::session::SessionError;
+use crate::teachers::FanoutError;
+use std::collections::HashMap;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// A failed request. Whatever the variant, nothing was released and
+/// nothing was charged.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Malformed input, rejected before any teacher was asked.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// Authentication or the session refused.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// A teacher did not answer.
+    #[error(transparent)]
+    Teachers(#[from] FanoutError),
+    /// A bug or an unexpected runtime failure.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<ServiceError> for Status {
+    fn from(e: ServiceError) -> Status {
+        match e {
+            ServiceError::InvalidInput(msg) => Status::invalid_argument(msg),
+            ServiceError::Session(SessionError::Unauthenticated) => Status::unauthenticated(
+                "missing or unknown API key: send the key your operator provisioned as `x-api-key: <key>` \
+                 (or `authorization: Bearer <key>`) request metadata",
+            ),
+            ServiceError::Session(SessionError::Exhausted { spent, limit, charge }) => {
+                let metadata = HashMap::from([
+                    ("spent".to_owned(), spent.to_string()),
+                    ("limit".to_owned(), limit.to_string()),
+                    ("charge".to_owned(), charge.to_string()),
+                ]);
+                Status::with_error_details(
+                    Code::ResourceExhausted,
+                    format!(
+                        "MI budget exhausted: spent {spent} of {limit} nats and an answer costs {charge}; \
+                         this principal's budget is final (ask the operator for a new principal)"
+                    ),
+                    ErrorDetails::with_error_info("BUDGET_EXHAUSTED", "pacpriv", metadata),
+                )
+            }
+            ServiceError::Session(SessionError::Privacy(p)) => privacy_status(p),
+            ServiceError::Session(e @ SessionError::Poisoned) => Status::internal(e.to_string()),
+            ServiceError::Teachers(e) => Status::unavailable(format!("{e}; nothing was charged, the query can be retried")),
+            ServiceError::Internal(msg) => Status::internal(format!("{msg}; nothing was charged")),
+        }
+    }
+}
+
+/// The core refused after the teachers answered: their outputs did not fit
+/// the configuration, or calibration could not be certified.
+fn privacy_status(e: PrivacyError) -> Status {
+    match e {
+        PrivacyError::Shape(_) | PrivacyError::NonFinite(_) | PrivacyError::TeacherCount { .. } => {
+            Status::internal(format!("teacher outputs do not match the configuration ({e}); nothing was charged"))
+        }
+        PrivacyError::Domain(_) => Status::invalid_argument(e.to_string()),
+        other => Status::internal(format!("{other}; nothing was released or charged")),
+    }
+}
