@@ -2,5 +2,7 @@
 //! `util`. These run the real `pacpriv` binary.
 
 mod budget;
+mod service;
 mod subsets;
+mod accuracy;
 mod util;

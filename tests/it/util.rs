@@ -22,3 +22,119 @@ pub fn pacpriv_ok(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
+
+use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse, Tensor};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// A `pacpriv` process (serve or teachers) that is killed when dropped.
+pub struct Process {
+    child: Child,
+    /// The address it printed once ready.
+    pub addr: String,
+    stderr: tempfile::NamedTempFile,
+}
+
+impl Process {
+    /// Starts `pacpriv args` with `env` and waits (at most 120 s) for its
+    /// "`ready` ADDR" line on standard output.
+    pub fn start(args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
+        let stderr = tempfile::NamedTempFile::new().expect("temp file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pacpriv"));
+        cmd.args(args)
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr.reopen().expect("stderr file"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("pacpriv starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        let prefix = format!("{ready} ");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix(&prefix) {
+                    let _ = tx.send(addr.trim().to_owned());
+                }
+            }
+        });
+        let mut p = Process { child, addr: String::new(), stderr };
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(addr) => p.addr = addr,
+            Err(_) => panic!("pacpriv {args:?} did not become ready:\n{}", p.logs()),
+        }
+        p
+    }
+
+    /// `pacpriv serve` with the built-in config, `--config` files and
+    /// environment overrides, on a free loopback port.
+    pub fn serve(config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
+        let mut env = env.to_vec();
+        env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
+        let config = config.map(|p| p.display().to_string());
+        let mut args = vec!["serve"];
+        if let Some(c) = &config {
+            args.extend(["--config", c.as_str()]);
+        }
+        Process::start(&args, &env, "pacpriv listening on")
+    }
+
+    /// Everything it logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
+    }
+
+    /// Kills it now (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A connected client API stub.
+pub async fn client(addr: &str) -> PrivatizerClient<Channel> {
+    PrivatizerClient::connect(format!("http://{addr}")).await.expect("connects to pacpriv")
+}
+
+/// A request carrying `key` as `x-api-key`.
+pub fn with_key<T>(message: T, key: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut().insert("x-api-key", key.parse().expect("ascii key"));
+    req
+}
+
+/// A Predict request for one 64-pixel image.
+pub fn image(query_id: &str, pixels: &[f32]) -> PredictRequest {
+    PredictRequest {
+        query_id: query_id.into(),
+        input: Some(Tensor { datatype: "FP32".into(), shape: vec![64], fp32_contents: pixels.to_vec(), ..Default::default() }),
+        confidence_alpha: None,
+    }
+}
+
+/// Predict with `key`.
+pub async fn predict(c: &mut PrivatizerClient<Channel>, key: &str, req: PredictRequest) -> Result<PredictResponse, tonic::Status> {
+    c.predict(with_key(req, key)).await.map(tonic::Response::into_inner)
+}
+
+/// GetBudget with `key`.
+pub async fn budget(c: &mut PrivatizerClient<Channel>, key: &str) -> Budget {
+    c.get_budget(with_key(GetBudgetRequest {}, key)).await.expect("GetBudget").into_inner()
+}
+
+/// The SHA-256 hex of an API key, for `PACPRIV__PRINCIPALS__*__KEY_SHA256`.
+pub fn key_hash(key: &str) -> String {
+    pacpriv::session::key_digest_hex(key)
+}

@@ -1,0 +1,212 @@
+//! `pacpriv serve` end to end over loopback gRPC: budgets, scopes, errors,
+//! teacher failures, streaming, vector mode.
+
+use crate::util::{Process, budget, client, image, key_hash, predict, with_key};
+use pacpriv::proto::pacpriv::PredictRequest;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+/// b = 2^-8: a power of two, so sums of charges are exact.
+const B: f64 = 1.0 / 256.0;
+
+fn digit(seed: u32) -> Vec<f32> {
+    (0..64).map(|j| ((seed * 31 + j * 7) % 17) as f32).collect()
+}
+
+fn small_demo(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("PACPRIV__DEMO__MODELS", "16".to_owned()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__PRINCIPALS__ALICE__KEY_SHA256", key_hash("alice-key")),
+        ("PACPRIV__PRINCIPALS__ALICE__BUDGET_MI", "1".to_owned()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_queries_of_one_session_are_each_charged_once() {
+    let server = Process::serve(None, &small_demo(&[]));
+    let c = client(&server.addr).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..40u32 {
+        let mut c = c.clone();
+        calls.spawn(async move { predict(&mut c, "alice-key", image(&format!("q{i}"), &digit(i))).await });
+    }
+    let mut labels = 0;
+    while let Some(r) = calls.join_next().await {
+        let r = r.expect("task").expect("answered");
+        assert!(r.label < 10);
+        assert_eq!(r.mi_charged, B);
+        labels += 1;
+    }
+    let mut c = c.clone();
+    let b = budget(&mut c, "alice-key").await;
+    assert_eq!((labels, b.answered, b.charged), (40, 40, 40));
+    assert_eq!(b.spent, 40.0 * B, "every answer charged exactly once");
+    assert_eq!((b.principal.as_str(), b.scope.as_str(), b.policy.as_str()), ("alice", "per_principal", "paper"));
+    assert!(b.mia_bound > 0.5 && b.mia_bound < 1.0);
+    // The demo principal's session is separate.
+    assert_eq!(budget(&mut c, "demo-key").await.answered, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn global_scope_shares_one_budget_and_refuses_with_details() {
+    let env = small_demo(&[
+        ("PACPRIV__PRIVACY__SCOPE", "global".into()),
+        ("PACPRIV__PRIVACY__GLOBAL_BUDGET_MI", format!("{}", 3.0 * B)),
+    ]);
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("a1", &digit(1))).await.expect("answer 1");
+    predict(&mut c, "demo-key", image("d1", &digit(2))).await.expect("answer 2");
+    let third = predict(&mut c, "alice-key", image("a2", &digit(3))).await.expect("answer 3");
+    assert_eq!(third.budget.as_ref().map(|b| (b.answered, b.scope.as_str())), Some((3, "global")));
+    let refused = predict(&mut c, "demo-key", image("d2", &digit(4))).await.expect_err("budget is spent");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("spent 0.01171875 of 0.01171875 nats"), "{}", refused.message());
+    let info = refused.get_error_details().error_info().cloned().expect("ErrorInfo detail");
+    assert_eq!(info.reason, "BUDGET_EXHAUSTED");
+    assert_eq!(info.metadata.get("charge").map(String::as_str), Some("0.00390625"));
+    // The refusal charged nothing, for either principal.
+    assert_eq!(budget(&mut c, "alice-key").await.answered, 3);
+    assert_eq!(budget(&mut c, "demo-key").await.spent, 3.0 * B);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_teachers_mean_unavailable_and_nothing_charged_until_they_return() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = dir.path().join("teachers.toml");
+    let cfg_arg = cfg.display().to_string();
+    let args = ["teachers", "--models", "8", "--listen", "127.0.0.1:0", "--write-config", &cfg_arg];
+    let mut teachers = Process::start(&args, &[], "teachers listening on");
+    let env = vec![
+        ("PACPRIV__TEACHERS__DEADLINE_MS", "300".to_owned()),
+        ("PACPRIV__TEACHERS__RETRIES", "1".to_owned()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", "1".to_owned()),
+    ];
+    let server = Process::serve(Some(&cfg), &env);
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "demo-key", image("up", &digit(1))).await.expect("teachers up");
+
+    teachers.kill();
+    let down = predict(&mut c, "demo-key", image("down", &digit(2))).await.expect_err("teachers down");
+    assert_eq!(down.code(), Code::Unavailable, "{down:?}");
+    assert!(down.message().contains("did not answer after 2 attempt(s)"), "{}", down.message());
+    assert!(down.message().contains("nothing was charged"), "{}", down.message());
+    let b = budget(&mut c, "demo-key").await;
+    assert_eq!((b.answered, b.spent), (1, B));
+
+    // Same port again: the persistent channels reconnect on their own.
+    let addr = teachers.addr.clone();
+    let _back = Process::start(&["teachers", "--models", "8", "--listen", &addr], &[], "teachers listening on");
+    let again = predict(&mut c, "demo-key", image("again", &digit(3))).await.expect("teachers back");
+    assert_eq!(again.budget.map(|b| b.answered), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
+    // Teachers that do not exist: any request reaching the fan-out would
+    // come back UNAVAILABLE, so other codes prove the order of checks.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = dir.path().join("nowhere.toml");
+    let remote: Vec<String> =
+        (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:9\", model = \"m{i}\" }}")).collect();
+    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", "))).expect("write");
+    let env = vec![
+        ("PACPRIV__TEACHERS__DEADLINE_MS", "200".to_owned()),
+        ("PACPRIV__PRINCIPALS__BROKE__KEY_SHA256", key_hash("broke-key")),
+        ("PACPRIV__PRINCIPALS__BROKE__BUDGET_MI", "0".to_owned()),
+    ];
+    let server = Process::serve(Some(&cfg), &env);
+    let mut c = client(&server.addr).await;
+
+    let tensor = |datatype: &str, shape: Vec<i64>, fp32: Vec<f32>, fp64: Vec<f64>| PredictRequest {
+        query_id: String::new(),
+        input: Some(pacpriv::proto::pacpriv::Tensor {
+            datatype: datatype.into(),
+            shape,
+            fp32_contents: fp32,
+            fp64_contents: fp64,
+            ..Default::default()
+        }),
+        confidence_alpha: None,
+    };
+    let mut nan = vec![1.0f32; 64];
+    nan[9] = f32::NAN;
+    let bad = [
+        (tensor("FP32", vec![63], vec![0.0; 63], vec![]), "shape [63] is not accepted"),
+        (tensor("FP32", vec![2, 64], vec![0.0; 128], vec![]), "shape [2, 64] is not accepted"),
+        (tensor("INT64", vec![64], vec![], vec![]), "datatype \"INT64\" is not supported"),
+        (tensor("FP32", vec![64], nan, vec![]), "flat index 9 is NaN"),
+        (tensor("FP32", vec![64], vec![], vec![0.0; 64]), "expects its values in fp32_contents"),
+        (tensor("FP64", vec![64], vec![], vec![0.0; 60]), "holds 64 values but 60 were sent"),
+        (PredictRequest { input: None, ..image("x", &digit(0)) }, "input is missing"),
+        (PredictRequest { confidence_alpha: Some(1.5), ..image("x", &digit(0)) }, "confidence_alpha must be in (0, 1)"),
+    ];
+    for (req, expected) in bad {
+        let e = predict(&mut c, "demo-key", req).await.expect_err("rejected");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(expected), "{:?} does not say {expected:?}", e.message());
+    }
+    // Oversized: gRPC refuses it before our code sees it.
+    let huge = tensor("FP32", vec![64], vec![0.0; 40_000], vec![]);
+    let e = predict(&mut c, "demo-key", huge).await.expect_err("too large");
+    assert!(matches!(e.code(), Code::ResourceExhausted | Code::InvalidArgument | Code::OutOfRange), "{e:?}");
+
+    let broke = predict(&mut c, "broke-key", image("b", &digit(0))).await.expect_err("no budget");
+    assert_eq!(broke.code(), Code::ResourceExhausted, "{broke:?}");
+    for key in ["wrong-key", ""] {
+        let req = if key.is_empty() { tonic::Request::new(image("k", &digit(0))) } else { with_key(image("k", &digit(0)), key) };
+        let e = c.predict(req).await.expect_err("unauthenticated");
+        assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    }
+    // A good request does reach the (absent) teachers.
+    let e = predict(&mut c, "demo-key", image("ok", &digit(0))).await.expect_err("no teachers");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_eq!(budget(&mut c, "demo-key").await.answered, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stream_answers_in_order_and_stops_at_the_first_failure() {
+    let server = Process::serve(None, &small_demo(&[]));
+    let mut c = client(&server.addr).await;
+    let mut reqs: Vec<PredictRequest> = (0..6).map(|i| image(&format!("s{i}"), &digit(i))).collect();
+    reqs.insert(4, PredictRequest { input: None, ..image("broken", &digit(0)) });
+    let stream = tokio_stream::iter(reqs);
+    let mut responses = c.predict_stream(with_key(stream, "alice-key")).await.expect("stream opens").into_inner();
+    let mut ids = Vec::new();
+    let mut end = None;
+    loop {
+        match responses.message().await {
+            Ok(Some(r)) => ids.push((r.query_id, r.budget.map(|b| b.answered).unwrap_or_default())),
+            Ok(None) => break,
+            Err(e) => {
+                end = Some(e.code());
+                break;
+            }
+        }
+    }
+    let want: Vec<(String, u64)> = (0..4).map(|i| (format!("s{i}"), i as u64 + 1)).collect();
+    assert_eq!(ids, want);
+    assert_eq!(end, Some(Code::InvalidArgument));
+    assert_eq!(budget(&mut c, "alice-key").await.answered, 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vector_mode_privatises_score_vectors() {
+    let env = small_demo(&[
+        ("PACPRIV__MODEL__MODE", "vector".into()),
+        ("PACPRIV__TEACHERS__OUTPUT_NAME", "probabilities".into()),
+    ]);
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    for i in 0..5 {
+        let r = predict(&mut c, "alice-key", image(&format!("v{i}"), &digit(i))).await.expect("answered");
+        assert!(r.label < 10);
+        assert!(!r.unanimous, "probability vectors of different models differ");
+        assert_eq!(r.mi_charged, B);
+    }
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 5.0 * B);
+}
