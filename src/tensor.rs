@@ -147,7 +147,7 @@ fn from_contents(datatype: &str, c: &InferTensorContents) -> Result<Vec<f64>, Te
 }
 
 fn from_raw(datatype: &str, size: usize, bytes: &[u8]) -> Result<Vec<f64>, TensorError> {
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return Err(TensorError::RawLength { len: bytes.len(), datatype: datatype.to_owned(), size });
     }
     let convert: fn(&[u8]) -> f64 = match datatype {

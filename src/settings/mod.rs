@@ -236,7 +236,7 @@ impl Raw {
         };
         let features = self.model.input_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         match features {
-            Some(n) if n >= 1 && n <= MAX_FEATURES && !self.model.input_shape.is_empty() => {}
+            Some(n) if (1..=MAX_FEATURES).contains(&n) && !self.model.input_shape.is_empty() => {}
             _ => return Err(err("model.input_shape", format!("must be non-empty with 1 to {MAX_FEATURES} elements in all"))),
         }
         let log_json = match self.server.log_format.as_str() {
@@ -259,7 +259,7 @@ impl Raw {
         }
         let teachers = match t.source.as_str() {
             "demo" => {
-                if self.demo.models < 2 || self.demo.models % 2 != 0 {
+                if self.demo.models < 2 || !self.demo.models.is_multiple_of(2) {
                     return Err(err("demo.models", "must be even and at least 2"));
                 }
                 TeacherSource::Demo { models: self.demo.models, seed: self.demo.seed, listen: addr("demo.listen", &self.demo.listen)? }

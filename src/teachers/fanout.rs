@@ -242,27 +242,78 @@ impl Teacher {
     }
 
     fn read(&self, response: ModelInferResponse, policy: &CallPolicy, mode: OutputMode) -> Result<Vec<f64>, FanoutError> {
-        let bad = |reason: String| FanoutError::BadOutput { model: self.spec.model.clone(), endpoint: self.spec.endpoint.clone(), reason };
-        let position = match &policy.output_name {
-            Some(name) => response.outputs.iter().position(|o| &o.name == name),
-            None => (!response.outputs.is_empty()).then_some(0),
-        };
-        let Some(pos) = position else {
-            return Err(bad(format!("no output named {:?} among {} output(s)", policy.output_name, response.outputs.len())));
-        };
-        let output = &response.outputs[pos];
-        // Raw outputs, when used, come one per output tensor in order.
-        let raw = response.raw_output_contents.get(pos).map(Vec::as_slice);
-        let values = tensor::decode_numbers(&output.datatype, output.contents.as_ref(), raw).map_err(|e| bad(e.to_string()))?;
-        match mode {
-            OutputMode::Label { classes } => match values.as_slice() {
-                [label] if label.fract() == 0.0 && *label >= 0.0 && (*label as usize) < classes => Ok(vec![*label]),
-                [label] => Err(bad(format!("label {label} is not a class index below {classes}"))),
-                scores if scores.len() == classes => Ok(vec![argmax(scores.iter().copied()) as f64]),
-                other => Err(bad(format!("expected one label or {classes} scores, got {} values", other.len()))),
-            },
-            OutputMode::Vector { dim } if values.len() == dim => Ok(values),
-            OutputMode::Vector { dim } => Err(bad(format!("expected {dim} scores, got {}", values.len()))),
+        read_output(response, policy.output_name.as_deref(), mode).map_err(|reason| FanoutError::BadOutput {
+            model: self.spec.model.clone(),
+            endpoint: self.spec.endpoint.clone(),
+            reason,
+        })
+    }
+}
+
+/// The output tensor `name` (or the first) of a teacher's response, from
+/// typed contents or raw bytes, as `[label]` in label mode or the score
+/// vector in vector mode.
+fn read_output(response: ModelInferResponse, name: Option<&str>, mode: OutputMode) -> Result<Vec<f64>, String> {
+    let position = match name {
+        Some(name) => response.outputs.iter().position(|o| o.name == name),
+        None => (!response.outputs.is_empty()).then_some(0),
+    };
+    let Some(pos) = position else {
+        return Err(format!("no output named {name:?} among {} output(s)", response.outputs.len()));
+    };
+    let output = &response.outputs[pos];
+    // Raw outputs, when used, come one per output tensor in order.
+    let raw = response.raw_output_contents.get(pos).map(Vec::as_slice);
+    let values = tensor::decode_numbers(&output.datatype, output.contents.as_ref(), raw).map_err(|e| e.to_string())?;
+    match mode {
+        OutputMode::Label { classes } => match values.as_slice() {
+            [label] if label.fract() == 0.0 && *label >= 0.0 && (*label as usize) < classes => Ok(vec![*label]),
+            [label] => Err(format!("label {label} is not a class index below {classes}")),
+            scores if scores.len() == classes => Ok(vec![argmax(scores.iter().copied()) as f64]),
+            other => Err(format!("expected one label or {classes} scores, got {} values", other.len())),
+        },
+        OutputMode::Vector { dim } if values.len() == dim => Ok(values),
+        OutputMode::Vector { dim } => Err(format!("expected {dim} scores, got {}", values.len())),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::proto::inference::model_infer_response::InferOutputTensor;
+
+    fn raw_response(outputs: &[(&str, &str, Vec<u8>)]) -> ModelInferResponse {
+        ModelInferResponse {
+            outputs: outputs
+                .iter()
+                .map(|(name, datatype, _)| InferOutputTensor { name: (*name).into(), datatype: (*datatype).into(), ..Default::default() })
+                .collect(),
+            raw_output_contents: outputs.iter().map(|(_, _, raw)| raw.clone()).collect(),
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn raw_outputs_are_read_by_name_as_label_or_scores() -> Result<(), String> {
+        let scores: Vec<u8> = [0.1f32, 0.7, 0.2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let label: Vec<u8> = 2i64.to_le_bytes().to_vec();
+        let r = || raw_response(&[("label", "INT64", label.clone()), ("probabilities", "FP32", scores.clone())]);
+        let three = OutputMode::Label { classes: 3 };
+        assert_eq!(read_output(r(), None, three)?, vec![2.0]);
+        assert_eq!(read_output(r(), Some("probabilities"), three)?, vec![1.0], "argmax of the scores");
+        let v = read_output(r(), Some("probabilities"), OutputMode::Vector { dim: 3 })?;
+        assert_eq!(v, vec![f64::from(0.1f32), f64::from(0.7f32), f64::from(0.2f32)]);
+        Ok(())
+    }
+
+    #[test]
+    fn unusable_outputs_are_errors() {
+        let label = |v: i64| raw_response(&[("label", "INT64", v.to_le_bytes().to_vec())]);
+        assert!(read_output(label(3), None, OutputMode::Label { classes: 3 }).is_err());
+        assert!(read_output(label(-1), None, OutputMode::Label { classes: 3 }).is_err());
+        assert!(read_output(label(1), Some("scores"), OutputMode::Label { classes: 3 }).is_err());
+        assert!(read_output(label(1), None, OutputMode::Vector { dim: 3 }).is_err());
+        let nan = raw_response(&[("s", "FP64", [f64::NAN, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect())]);
+        assert!(read_output(nan, None, OutputMode::Vector { dim: 2 }).is_err());
     }
 }
