@@ -103,7 +103,7 @@ fn decode(datatype: &str, contents: Option<&InferTensorContents>, raw: Option<&[
         "FP64" | "INT64" | "UINT64" => 8,
         other => return Err(TensorError::Datatype { got: other.to_owned(), supported: NUMERIC_TYPES }),
     };
-    let typed = contents.filter(|c| !is_empty(c));
+    let typed = contents.filter(|c| filled_field(c).is_some());
     match (typed, raw.filter(|r| !r.is_empty())) {
         (Some(_), Some(_)) => Err(TensorError::Contents(
             "values were sent both in typed contents and as raw bytes; send them in one place".into(),
@@ -113,17 +113,6 @@ fn decode(datatype: &str, contents: Option<&InferTensorContents>, raw: Option<&[
         // An empty tensor: legal only if the shape says so (checked later).
         (None, None) => Ok(Vec::new()),
     }
-}
-
-fn is_empty(c: &InferTensorContents) -> bool {
-    c.bool_contents.is_empty()
-        && c.int_contents.is_empty()
-        && c.int64_contents.is_empty()
-        && c.uint_contents.is_empty()
-        && c.uint64_contents.is_empty()
-        && c.fp32_contents.is_empty()
-        && c.fp64_contents.is_empty()
-        && c.bytes_contents.is_empty()
 }
 
 fn from_contents(datatype: &str, c: &InferTensorContents) -> Result<Vec<f64>, TensorError> {
@@ -139,11 +128,25 @@ fn from_contents(datatype: &str, c: &InferTensorContents) -> Result<Vec<f64>, Te
         _ => ("uint64_contents", c.uint64_contents.iter().map(|&v| v as f64).collect()),
     };
     if values.is_empty() {
-        return Err(TensorError::Contents(format!(
-            "datatype {datatype} expects its values in {field}, but another contents field was filled"
-        )));
+        let sent = filled_field(c).unwrap_or("an unrelated field");
+        return Err(TensorError::Contents(format!("datatype {datatype} expects its values in {field}, but they were sent in {sent}")));
     }
     Ok(values)
+}
+
+fn filled_field(c: &InferTensorContents) -> Option<&'static str> {
+    [
+        ("bool_contents", c.bool_contents.is_empty()),
+        ("int_contents", c.int_contents.is_empty()),
+        ("int64_contents", c.int64_contents.is_empty()),
+        ("uint_contents", c.uint_contents.is_empty()),
+        ("uint64_contents", c.uint64_contents.is_empty()),
+        ("fp32_contents", c.fp32_contents.is_empty()),
+        ("fp64_contents", c.fp64_contents.is_empty()),
+        ("bytes_contents", c.bytes_contents.is_empty()),
+    ]
+    .into_iter()
+    .find_map(|(name, empty)| (!empty).then_some(name))
 }
 
 fn from_raw(datatype: &str, size: usize, bytes: &[u8]) -> Result<Vec<f64>, TensorError> {
@@ -216,7 +219,8 @@ mod test {
         assert!(matches!(decode_floats("FP64", &[4], Some(&ok), None), Err(TensorError::Count { expected: 4, got: 3, .. })));
         assert!(matches!(decode_floats("INT64", &[3], Some(&ok), None), Err(TensorError::Datatype { .. })));
         // FP32 declared, values in fp64_contents.
-        assert!(matches!(decode_floats("FP32", &[3], Some(&ok), None), Err(TensorError::Contents(_))));
+        let msg = decode_floats("FP32", &[3], Some(&ok), None).map_err(|e| e.to_string());
+        assert_eq!(msg, Err("datatype FP32 expects its values in fp32_contents, but they were sent in fp64_contents".into()));
         assert!(matches!(decode_floats("FP64", &[3], Some(&ok), Some(&[0; 24])), Err(TensorError::Contents(_))));
         assert!(matches!(decode_floats("FP32", &[1], None, Some(&[0; 5])), Err(TensorError::RawLength { .. })));
         assert!(matches!(decode_floats("FP32", &[-1], None, Some(&[0; 4])), Err(TensorError::Count { .. })));

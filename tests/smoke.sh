@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The README quick start as a script: build, start `pacpriv serve` on the
+# built-in defaults (loopback, any free port), talk to it with the stock
+# Python gRPC client (tests/smoke_client.py), stop it with SIGTERM.
+#
+#   bash tests/smoke.sh        # from any directory
+#
+# Needs cargo, python3 (pip installs grpcio and friends if missing).
+# Ends with one line `smoke: OK — ...`; any failure exits non-zero.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+STARTUP_TIMEOUT="${SMOKE_STARTUP_TIMEOUT:-120}" # seconds until the server must be listening
+CLIENT_TIMEOUT="${SMOKE_CLIENT_TIMEOUT:-300}"   # seconds for the whole client run
+STOP_TIMEOUT="${SMOKE_STOP_TIMEOUT:-15}"        # seconds for the server to exit after SIGTERM
+
+say() { echo "smoke: $*" >&2; }
+die() { say "FAILED — $*"; exit 1; }
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/pacpriv-smoke.XXXXXX")"
+SERVER_PID=""
+cleanup() {
+    if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+started=$SECONDS
+
+# 1. Build.
+say "cargo build --release --locked"
+cargo build --release --locked
+BIN="$ROOT/target/release/pacpriv"
+[[ -x "$BIN" ]] || die "$BIN was not built"
+
+# 2. Client dependencies (third-party: grpcio, not this project's code).
+if ! python3 -c 'import grpc, grpc_tools, grpc_health, grpc_status' 2>/dev/null; then
+    say "installing grpcio grpcio-tools grpcio-health-checking grpcio-status"
+    python3 -m pip install --quiet grpcio grpcio-tools grpcio-health-checking grpcio-status
+fi
+
+# 3. Python stubs from the proto.
+python3 -m grpc_tools.protoc -I proto --python_out="$TMP" --grpc_python_out="$TMP" pacpriv/v1/privatizer.proto
+
+# 4. Start the server: default config, any free loopback port, plus a
+#    principal "tiny" whose budget is exactly three answers of b = 2^-16.
+#    Other PACPRIV__* variables of the caller's environment are dropped so the
+#    run is on the shipped defaults.
+while read -r var; do unset "$var"; done < <(compgen -e | grep '^PACPRIV__' || true)
+tiny_hash="$(printf %s tiny-key | sha256sum | cut -d' ' -f1)"
+say "starting $BIN serve"
+OPENBLAS_NUM_THREADS=1 \
+PACPRIV__SERVER__LISTEN=127.0.0.1:0 \
+PACPRIV__PRIVACY__PER_QUERY_MI=2^-16 \
+PACPRIV__PRINCIPALS__TINY__KEY_SHA256="$tiny_hash" \
+PACPRIV__PRINCIPALS__TINY__BUDGET_MI=0.0000457763671875 \
+    "$BIN" serve >"$TMP/stdout" 2>"$TMP/stderr" &
+SERVER_PID=$!
+
+server_log() { say "server stderr (last 30 lines):"; tail -n 30 "$TMP/stderr" >&2 || true; }
+
+ADDR=""
+deadline=$((SECONDS + STARTUP_TIMEOUT))
+while ((SECONDS < deadline)); do
+    line="$(grep -m1 '^pacpriv listening on ' "$TMP/stdout" || true)"
+    if [[ -n "$line" ]]; then
+        ADDR="${line#pacpriv listening on }"
+        break
+    fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+        server_log
+        die "server exited before listening"
+    fi
+    sleep 0.2
+done
+if [[ -z "$ADDR" ]]; then
+    server_log
+    die "server not listening after ${STARTUP_TIMEOUT}s"
+fi
+[[ "$ADDR" =~ ^127\.0\.0\.1:[0-9]+$ ]] || die "unexpected listen address: '$ADDR'"
+[[ "$(wc -l <"$TMP/stdout")" -eq 1 ]] || die "stdout should be the single 'listening' line, got: $(cat "$TMP/stdout")"
+say "server listening on $ADDR after $((SECONDS - started))s"
+
+# 5. The client checks.
+set +e
+timeout "$CLIENT_TIMEOUT" python3 "$ROOT/tests/smoke_client.py" "$ADDR" "$TMP" | tee "$TMP/client.log"
+client_rc=${PIPESTATUS[0]}
+set -e
+if ((client_rc != 0)); then
+    server_log
+    die "client checks failed (exit $client_rc)"
+fi
+summary="$(grep '^SUMMARY ' "$TMP/client.log")" || die "client printed no SUMMARY line"
+checks="$(sed -E 's/.*checks=([0-9]+).*/\1/' <<<"$summary")"
+answers="$(sed -E 's/.*answers=([0-9]+).*/\1/' <<<"$summary")"
+spent="$(sed -E 's/.*demo_spent=([^ ]+).*/\1/' <<<"$summary")"
+
+# 6. SIGTERM must stop the server promptly and cleanly.
+kill -TERM "$SERVER_PID"
+for _ in $(seq $((STOP_TIMEOUT * 10))); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+done
+if kill -0 "$SERVER_PID" 2>/dev/null; then
+    server_log
+    die "server still running ${STOP_TIMEOUT}s after SIGTERM"
+fi
+set +e
+wait "$SERVER_PID"
+server_rc=$?
+set -e
+SERVER_PID=""
+if ((server_rc != 0)); then
+    server_log
+    die "server exited with status $server_rc after SIGTERM"
+fi
+checks=$((checks + 1)) # the clean shutdown
+
+echo "smoke: OK — $checks checks passed, $answers answers, demo spent $spent nats ($((SECONDS - started))s)"
