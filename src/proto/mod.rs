@@ -13,7 +13,7 @@ pub mod pacpriv {
     tonic::include_proto!("pacpriv.v1");
 }
 
-/// Encoded descriptors of every proto above, for gRPC server reflection.
+/// Encoded descriptor of the client API, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("pacpriv_descriptor");
 
 #[cfg(test)]

@@ -127,6 +127,7 @@ pub async fn start(settings: Settings, shutdown: impl std::future::Future<Output
     health.set_serving::<PrivatizerServer<Service>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| StartError::Reflection(e.to_string()))?;
     let privatizer = PrivatizerServer::new(Service { app })

@@ -11,8 +11,8 @@
 //!   across the teacher fan-out.
 //! - The secret index lives only inside [`Session`] and is handed to the
 //!   mechanism; it is never returned, logged or put in an error.
-//! - Noise comes from a ChaCha20 generator seeded from the OS per answer
-//!   call ([`rand::rng`], reseeding, CSPRNG).
+//! - Noise comes from [`rand::rng`]: a per-thread ChaCha12 CSPRNG seeded
+//!   from the OS and reseeded from it every 64 KiB of output.
 
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};

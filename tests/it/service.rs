@@ -210,3 +210,35 @@ async fn vector_mode_privatises_score_vectors() {
     }
     assert_eq!(budget(&mut c, "alice-key").await.spent, 5.0 * B);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reflection_lists_the_served_apis_and_json_logs_carry_principal_and_query_id() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let server = Process::serve(None, &small_demo(&[("PACPRIV__SERVER__LOG_FORMAT", "json".into())]));
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("logged-query", &digit(1))).await.expect("answered");
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr)).expect("uri").connect().await.expect("connects");
+    let mut reflection = ServerReflectionClient::new(channel);
+    let ask = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let mut replies = reflection.server_reflection_info(tokio_stream::iter([ask])).await.expect("reflection").into_inner();
+    let reply = replies.message().await.expect("reply").expect("one reply");
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else { panic!("unexpected {reply:?}") };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "pacpriv.v1.Privatizer"]);
+
+    let logs = server.logs();
+    let lines: Vec<serde_json::Value> =
+        logs.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let answered = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "answered")
+        .unwrap_or_else(|| panic!("no answered event in {logs}"));
+    assert_eq!(answered["span"]["principal"], "alice");
+    assert_eq!(answered["span"]["query_id"], "logged-query");
+}
