@@ -78,7 +78,10 @@ fn vector_mode(c: &mut Criterion) {
     let secret = SecretIndex::new(3, M).expect("in range");
     for d in [10usize, 100, 1000] {
         // Softmax-like scores: mostly agreeing, with per-teacher jitter.
-        let v = Array2::from_shape_fn((M, d), |(_, j)| if j == 0 { 0.8 } else { 0.2 / d as f64 } + rng.random_range(0.0..0.01));
+        let v = Array2::from_shape_fn(
+            (M, d),
+            |(_, j)| if j == 0 { 0.8 } else { 0.2 / d as f64 } + rng.random_range(0.0..0.01),
+        );
         let outputs = TeacherOutputs::Vectors(v);
         let mut state = session(&mut rng);
         group.bench_with_input(BenchmarkId::new("jittered_scores", d), &outputs, |bench, outputs| {

@@ -23,8 +23,8 @@
 pub mod cli;
 pub mod privacy;
 pub mod proto;
-pub mod teachers;
-pub mod tensor;
+pub mod server;
 pub mod session;
 pub mod settings;
-pub mod server;
+pub mod teachers;
+pub mod tensor;

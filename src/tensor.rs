@@ -129,7 +129,9 @@ fn from_contents(datatype: &str, c: &InferTensorContents) -> Result<Vec<f64>, Te
     };
     if values.is_empty() {
         let sent = filled_field(c).unwrap_or("an unrelated field");
-        return Err(TensorError::Contents(format!("datatype {datatype} expects its values in {field}, but they were sent in {sent}")));
+        return Err(TensorError::Contents(format!(
+            "datatype {datatype} expects its values in {field}, but they were sent in {sent}"
+        )));
     }
     Ok(values)
 }
@@ -169,9 +171,7 @@ fn from_raw(datatype: &str, size: usize, bytes: &[u8]) -> Result<Vec<f64>, Tenso
 }
 
 fn check_count(shape: &[i64], got: usize) -> Result<(), TensorError> {
-    let expected = shape
-        .iter()
-        .try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)));
+    let expected = shape.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)));
     match expected {
         Some(expected) if expected == got => Ok(()),
         // A negative dimension cannot be satisfied; report it as 0 expected.
@@ -216,11 +216,17 @@ mod test {
         let nan = InferTensorContents { fp64_contents: vec![0.0, f64::NAN], ..Default::default() };
         assert!(matches!(decode_floats("FP64", &[2], Some(&nan), None), Err(TensorError::NonFinite { index: 1, .. })));
         let ok = InferTensorContents { fp64_contents: vec![0.0; 3], ..Default::default() };
-        assert!(matches!(decode_floats("FP64", &[4], Some(&ok), None), Err(TensorError::Count { expected: 4, got: 3, .. })));
+        assert!(matches!(
+            decode_floats("FP64", &[4], Some(&ok), None),
+            Err(TensorError::Count { expected: 4, got: 3, .. })
+        ));
         assert!(matches!(decode_floats("INT64", &[3], Some(&ok), None), Err(TensorError::Datatype { .. })));
         // FP32 declared, values in fp64_contents.
         let msg = decode_floats("FP32", &[3], Some(&ok), None).map_err(|e| e.to_string());
-        assert_eq!(msg, Err("datatype FP32 expects its values in fp32_contents, but they were sent in fp64_contents".into()));
+        assert_eq!(
+            msg,
+            Err("datatype FP32 expects its values in fp32_contents, but they were sent in fp64_contents".into())
+        );
         assert!(matches!(decode_floats("FP64", &[3], Some(&ok), Some(&[0; 24])), Err(TensorError::Contents(_))));
         assert!(matches!(decode_floats("FP32", &[1], None, Some(&[0; 5])), Err(TensorError::RawLength { .. })));
         assert!(matches!(decode_floats("FP32", &[-1], None, Some(&[0; 4])), Err(TensorError::Count { .. })));

@@ -23,12 +23,7 @@ pub struct Args {
 
     /// Also print the largest T whose MIA success bound is at most this
     /// percentage (e.g. 51.08 or 60).
-    #[arg(
-        long,
-        value_name = "PERCENT",
-        allow_negative_numbers = true,
-        conflicts_with = "target_epsilon"
-    )]
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true, conflicts_with = "target_epsilon")]
     pub target_mia: Option<f64>,
 
     /// Also print the largest T whose MIA success bound is at most that of
@@ -48,19 +43,11 @@ pub struct PerQuery {
 
 /// Parses `--per-query-mi`, saying why a number was rejected.
 fn parse_per_query(s: &str) -> Result<PerQuery, PrivacyError> {
-    let nats = s
-        .parse::<Nats>()
-        .map_err(|parse_error| match s.trim().parse::<f64>() {
-            Ok(value) => PrivacyError::InvalidNats {
-                what: "the per-query MI",
-                value,
-            },
-            Err(_) => parse_error,
-        })?;
-    Ok(PerQuery {
-        given: s.trim().to_owned(),
-        nats,
-    })
+    let nats = s.parse::<Nats>().map_err(|parse_error| match s.trim().parse::<f64>() {
+        Ok(value) => PrivacyError::InvalidNats { what: "the per-query MI", value },
+        Err(_) => parse_error,
+    })?;
+    Ok(PerQuery { given: s.trim().to_owned(), nats })
 }
 
 /// Prints the report for `args` to `out`.
@@ -77,23 +64,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     // Check the target before printing anything.
     let target = match (args.target_mia, args.target_epsilon) {
         (Some(pct), _) => {
-            let t_max = report::max_queries_for_mia(b, pct / 100.0)
-                .with_context(|| format!("--target-mia {pct} (percent)"))?;
+            let t_max =
+                report::max_queries_for_mia(b, pct / 100.0).with_context(|| format!("--target-mia {pct} (percent)"))?;
             Some((format!("largest T with MIA ≤ {pct} %"), t_max))
         }
         (None, Some(eps)) => {
-            let t_max = report::max_queries_for_epsilon(b, eps)
-                .with_context(|| format!("--target-epsilon {eps}"))?;
+            let t_max = report::max_queries_for_epsilon(b, eps).with_context(|| format!("--target-epsilon {eps}"))?;
             Some((format!("largest T with ε ≤ {eps}"), t_max))
         }
         (None, None) => None,
     };
 
-    row(
-        out,
-        "per-query MI b",
-        format!("{} = {b} nats", args.per_query_mi.given),
-    )?;
+    row(out, "per-query MI b", format!("{} = {b} nats", args.per_query_mi.given))?;
     row(out, "queries T", t)?;
     row(out, "total MI B = T·b", format!("{total} nats"))?;
     row(out, "MIA success bound", percent(mia))?;
@@ -117,18 +99,10 @@ fn percent(s: f64) -> String {
 
 /// A planned T, exact and as Table 1 prints it; `u64::MAX` means b = 0.
 fn count(t: u64) -> String {
-    if t == u64::MAX {
-        "unlimited".to_owned()
-    } else {
-        format!("{t} ({})", report::compact_count(t))
-    }
+    if t == u64::MAX { "unlimited".to_owned() } else { format!("{t} ({})", report::compact_count(t)) }
 }
 
 /// ε with 4 decimals, `∞` once the MIA bound is saturated.
 fn epsilon(eps: f64) -> String {
-    if eps.is_infinite() {
-        "∞".to_owned()
-    } else {
-        format!("{eps:.4}")
-    }
+    if eps.is_infinite() { "∞".to_owned() } else { format!("{eps:.4}") }
 }

@@ -34,8 +34,8 @@ pub struct Args {
 /// # Errors
 /// An invalid N or M (odd, < 2, N = 0), or a failed write.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
-    let assignment = Assignment::from_seed(args.n, args.m, args.seed)
-        .with_context(|| format!("--n {} --m {}", args.n, args.m))?;
+    let assignment =
+        Assignment::from_seed(args.n, args.m, args.seed).with_context(|| format!("--n {} --m {}", args.n, args.m))?;
     let Some(path) = &args.out else {
         return write_json(&assignment, out).context("writing to standard output");
     };

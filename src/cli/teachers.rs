@@ -40,16 +40,19 @@ pub struct Args {
 /// Invalid m, a failed fit, an unbindable address, an unwritable file.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     super::init_tracing(false);
-    let ensemble = Ensemble::train(args.models, args.seed).map_err(anyhow::Error::msg).context("training the demo teachers")?;
+    let ensemble =
+        Ensemble::train(args.models, args.seed).map_err(anyhow::Error::msg).context("training the demo teachers")?;
     if args.evaluate {
         return evaluate(&ensemble, out);
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+        let listener =
+            tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
         let addr = listener.local_addr()?;
         if let Some(path) = &args.write_config {
-            std::fs::write(path, remote_config(addr, args.models)).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(path, remote_config(addr, args.models))
+                .with_context(|| format!("writing {}", path.display()))?;
         }
         writeln!(out, "teachers listening on {addr}")?;
         out.flush()?;
@@ -84,7 +87,13 @@ fn evaluate(ensemble: &Ensemble, out: &mut dyn Write) -> anyhow::Result<()> {
     let mean = accs.iter().sum::<f64>() / accs.len() as f64;
     let (min, max) = accs.iter().fold((1.0f64, 0.0f64), |(lo, hi), &a| (lo.min(a), hi.max(a)));
     writeln!(out, "test examples            {}", test.len())?;
-    writeln!(out, "teacher accuracy         mean {:.2} %, min {:.2} %, max {:.2} %", 100.0 * mean, 100.0 * min, 100.0 * max)?;
+    writeln!(
+        out,
+        "teacher accuracy         mean {:.2} %, min {:.2} %, max {:.2} %",
+        100.0 * mean,
+        100.0 * min,
+        100.0 * max
+    )?;
     writeln!(out, "full-data model          {:.2} %", 100.0 * accuracy(&full))?;
     Ok(())
 }

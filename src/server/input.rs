@@ -51,9 +51,14 @@ impl InputSpec {
                 t.shape, self.shape
             )));
         }
-        let contents = InferTensorContents { fp32_contents: t.fp32_contents, fp64_contents: t.fp64_contents, ..Default::default() };
+        let contents = InferTensorContents {
+            fp32_contents: t.fp32_contents,
+            fp64_contents: t.fp64_contents,
+            ..Default::default()
+        };
         let raw = (!t.raw_contents.is_empty()).then_some(t.raw_contents.as_slice());
-        let features = tensor::decode_floats(&t.datatype, &t.shape, Some(&contents), raw).map_err(|e| bad(format!("input: {e}")))?;
+        let features = tensor::decode_floats(&t.datatype, &t.shape, Some(&contents), raw)
+            .map_err(|e| bad(format!("input: {e}")))?;
         let alpha = match req.confidence_alpha {
             Some(a) => {
                 confidence::threshold(a).map_err(|_| bad(format!("confidence_alpha must be in (0, 1), got {a}")))?;

@@ -103,7 +103,10 @@ pub struct Started {
 ///
 /// # Errors
 /// [`StartError`].
-pub async fn start(settings: Settings, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<Started, StartError> {
+pub async fn start(
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Started, StartError> {
     let specs = match &settings.teachers {
         TeacherSource::Demo { models, seed, listen } => start_demo(*models, *seed, *listen).await?,
         TeacherSource::Remote(specs) => specs.clone(),
@@ -166,7 +169,10 @@ impl Privatizer for Service {
 
     type PredictStreamStream = predict_stream::ResponseStream;
 
-    async fn predict_stream(&self, request: Request<Streaming<PredictRequest>>) -> Result<Response<Self::PredictStreamStream>, Status> {
+    async fn predict_stream(
+        &self,
+        request: Request<Streaming<PredictRequest>>,
+    ) -> Result<Response<Self::PredictStreamStream>, Status> {
         let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
         Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, request.into_inner())))
     }

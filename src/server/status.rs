@@ -52,7 +52,9 @@ impl From<ServiceError> for Status {
             }
             ServiceError::Session(SessionError::Privacy(p)) => privacy_status(p),
             ServiceError::Session(e @ SessionError::Poisoned) => Status::internal(e.to_string()),
-            ServiceError::Teachers(e) => Status::unavailable(format!("{e}; nothing was charged, the query can be retried")),
+            ServiceError::Teachers(e) => {
+                Status::unavailable(format!("{e}; nothing was charged, the query can be retried"))
+            }
             ServiceError::Internal(msg) => Status::internal(format!("{msg}; nothing was charged")),
         }
     }

@@ -45,7 +45,8 @@ pub fn load_or_draw(file: Option<&Path>, m: usize) -> Result<SecretIndex, Secret
         return SecretIndex::new(i, m).map_err(|_| SecretError::Invalid { path: "(drawn)".into(), m });
     };
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SecretError::Read { path: shown.clone(), reason: e.to_string() })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SecretError::Read { path: shown.clone(), reason: e.to_string() })?;
     let invalid = || SecretError::Invalid { path: shown.clone(), m };
     let i: usize = text.trim().parse().map_err(|_| invalid())?;
     SecretIndex::new(i, m).map_err(|_| invalid())

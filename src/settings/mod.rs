@@ -7,9 +7,9 @@
 //! - Unknown keys are errors, so a typo cannot silently keep a default
 //!   (the most dangerous being a budget that was meant to be smaller).
 
+use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
 use crate::privacy::noise::MIN_PER_QUERY;
-use crate::privacy::Nats;
 use crate::session::{PrincipalConfig, Scope};
 use crate::teachers::{CallPolicy, OutputMode, TeacherSpec};
 use config::{Config, Environment, File, FileFormat};
@@ -106,7 +106,10 @@ impl Settings {
     ///
     /// # Errors
     /// As [`Settings::load`].
-    pub fn load_with_env(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, SettingsError> {
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, SettingsError> {
         let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
         if let Some(path) = file {
             if !path.is_file() {
@@ -122,10 +125,8 @@ impl Settings {
                 .try_parsing(true)
                 .source(Some(env)),
         );
-        let raw: Raw = builder
-            .build()
-            .and_then(Config::try_deserialize)
-            .map_err(|e| err(&key_of(&e), e.to_string()))?;
+        let raw: Raw =
+            builder.build().and_then(Config::try_deserialize).map_err(|e| err(&key_of(&e), e.to_string()))?;
         raw.validate()
     }
 }
@@ -219,7 +220,11 @@ impl Raw {
         if per_query.get() < MIN_PER_QUERY {
             return Err(err("privacy.per_query_mi", format!("must be at least {MIN_PER_QUERY:e} nats")));
         }
-        let policy = self.privacy.policy.parse().map_err(|e: crate::privacy::PrivacyError| err("privacy.policy", e.to_string()))?;
+        let policy = self
+            .privacy
+            .policy
+            .parse()
+            .map_err(|e: crate::privacy::PrivacyError| err("privacy.policy", e.to_string()))?;
         let scope = match self.privacy.scope.as_str() {
             "per_principal" => Scope::PerPrincipal,
             "global" => Scope::Global,
@@ -237,7 +242,12 @@ impl Raw {
         let features = self.model.input_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         match features {
             Some(n) if (1..=MAX_FEATURES).contains(&n) && !self.model.input_shape.is_empty() => {}
-            _ => return Err(err("model.input_shape", format!("must be non-empty with 1 to {MAX_FEATURES} elements in all"))),
+            _ => {
+                return Err(err(
+                    "model.input_shape",
+                    format!("must be non-empty with 1 to {MAX_FEATURES} elements in all"),
+                ));
+            }
         }
         let log_json = match self.server.log_format.as_str() {
             "text" => false,
@@ -255,14 +265,21 @@ impl Raw {
             return Err(err("teachers.retries", "at most 10: a dead teacher should fail the query, not stall it"));
         }
         if !matches!(t.input_datatype.as_str(), "FP32" | "FP64") {
-            return Err(err("teachers.input_datatype", format!("{:?}: expected \"FP32\" or \"FP64\"", t.input_datatype)));
+            return Err(err(
+                "teachers.input_datatype",
+                format!("{:?}: expected \"FP32\" or \"FP64\"", t.input_datatype),
+            ));
         }
         let teachers = match t.source.as_str() {
             "demo" => {
                 if self.demo.models < 2 || !self.demo.models.is_multiple_of(2) {
                     return Err(err("demo.models", "must be even and at least 2"));
                 }
-                TeacherSource::Demo { models: self.demo.models, seed: self.demo.seed, listen: addr("demo.listen", &self.demo.listen)? }
+                TeacherSource::Demo {
+                    models: self.demo.models,
+                    seed: self.demo.seed,
+                    listen: addr("demo.listen", &self.demo.listen)?,
+                }
             }
             "remote" => {
                 if t.remote.len() < 2 {
@@ -306,7 +323,8 @@ fn principals(raw: BTreeMap<String, RawPrincipal>) -> Result<Vec<PrincipalConfig
     let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
     for (name, p) in raw {
         let key = format!("principals.{name}.key_sha256");
-        let hash = parse_sha256(&p.key_sha256).ok_or_else(|| err(&key, "must be 64 hex digits: the SHA-256 of the API key (echo -n KEY | sha256sum)"))?;
+        let hash = parse_sha256(&p.key_sha256)
+            .ok_or_else(|| err(&key, "must be 64 hex digits: the SHA-256 of the API key (echo -n KEY | sha256sum)"))?;
         if let Some(other) = out.iter().find(|o| o.key_sha256 == hash) {
             return Err(err(&key, format!("same key as principals.{}; every principal needs its own key", other.name)));
         }

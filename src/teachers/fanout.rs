@@ -176,10 +176,8 @@ impl Ensemble {
             OutputMode::Vector { dim } => {
                 let flat: Vec<f64> = values.into_iter().flatten().collect();
                 let rows = flat.len() / dim.max(1);
-                TeacherOutputs::Vectors(Array2::from_shape_vec((rows, dim), flat).map_err(|e| FanoutError::BadOutput {
-                    model: "ensemble".into(),
-                    endpoint: String::new(),
-                    reason: e.to_string(),
+                TeacherOutputs::Vectors(Array2::from_shape_vec((rows, dim), flat).map_err(|e| {
+                    FanoutError::BadOutput { model: "ensemble".into(), endpoint: String::new(), reason: e.to_string() }
                 })?)
             }
         })
@@ -241,7 +239,12 @@ impl Teacher {
         }
     }
 
-    fn read(&self, response: ModelInferResponse, policy: &CallPolicy, mode: OutputMode) -> Result<Vec<f64>, FanoutError> {
+    fn read(
+        &self,
+        response: ModelInferResponse,
+        policy: &CallPolicy,
+        mode: OutputMode,
+    ) -> Result<Vec<f64>, FanoutError> {
         read_output(response, policy.output_name.as_deref(), mode).map_err(|reason| FanoutError::BadOutput {
             model: self.spec.model.clone(),
             endpoint: self.spec.endpoint.clone(),
@@ -286,7 +289,11 @@ mod test {
         ModelInferResponse {
             outputs: outputs
                 .iter()
-                .map(|(name, datatype, _)| InferOutputTensor { name: (*name).into(), datatype: (*datatype).into(), ..Default::default() })
+                .map(|(name, datatype, _)| InferOutputTensor {
+                    name: (*name).into(),
+                    datatype: (*datatype).into(),
+                    ..Default::default()
+                })
                 .collect(),
             raw_output_contents: outputs.iter().map(|(_, _, raw)| raw.clone()).collect(),
             ..Default::default()

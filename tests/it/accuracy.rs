@@ -21,12 +21,10 @@ async fn accuracy_follows_table_3() {
     let ensemble = Ensemble::train(M, SEED).expect("demo trains");
     let test = &ensemble.split.test;
     let pixels: Vec<Vec<f64>> = test.iter().map(|e| e.pixels.iter().map(|&p| f64::from(p)).collect()).collect();
-    let serving_correct = test.iter().zip(&pixels).filter(|(e, x)| ensemble.teachers[SECRET].predict(x) == e.digit).count();
-    let unanimous_correct = test
-        .iter()
-        .zip(&pixels)
-        .filter(|(e, x)| ensemble.teachers.iter().all(|t| t.predict(x) == e.digit))
-        .count();
+    let serving_correct =
+        test.iter().zip(&pixels).filter(|(e, x)| ensemble.teachers[SECRET].predict(x) == e.digit).count();
+    let unanimous_correct =
+        test.iter().zip(&pixels).filter(|(e, x)| ensemble.teachers.iter().all(|t| t.predict(x) == e.digit)).count();
     let full = ensemble.full_data_model().expect("trains");
     let full_correct = test.iter().zip(&pixels).filter(|(e, x)| full.predict(x) == e.digit).count();
 
@@ -36,7 +34,17 @@ async fn accuracy_follows_table_3() {
     std::fs::write(&secret, format!("{SECRET}\n")).expect("write secret");
     let cfg_arg = cfg.display().to_string();
     let _teachers = Process::start(
-        &["teachers", "--models", &M.to_string(), "--seed", &SEED.to_string(), "--listen", "127.0.0.1:0", "--write-config", &cfg_arg],
+        &[
+            "teachers",
+            "--models",
+            &M.to_string(),
+            "--seed",
+            &SEED.to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--write-config",
+            &cfg_arg,
+        ],
         &[],
         "teachers listening on",
     );

@@ -4,10 +4,7 @@ use crate::util::{pacpriv, pacpriv_ok};
 
 /// The line of `report` that contains `needle`, failing with the report.
 fn line_with<'a>(report: &'a str, needle: &str) -> &'a str {
-    report
-        .lines()
-        .find(|line| line.contains(needle))
-        .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
+    report.lines().find(|line| line.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
 }
 
 /// Runs `pacpriv budget args` expecting failure; returns stderr.
@@ -23,18 +20,9 @@ fn budget_fails(args: &[&str]) -> String {
 fn one_million_queries_at_2_pow_minus_32() {
     let report = pacpriv_ok(&["budget", "--per-query-mi", "2^-32", "--queries", "1000000"]);
     assert!(line_with(&report, "MIA").contains("51.08 %"), "{report}");
-    assert!(
-        line_with(&report, "ε-equivalent (δ = 1e-5)").contains("0.0431"),
-        "{report}"
-    );
-    assert!(
-        line_with(&report, "per-query MI").contains("2^-32"),
-        "{report}"
-    );
-    assert!(
-        line_with(&report, "queries").contains("1000000"),
-        "{report}"
-    );
+    assert!(line_with(&report, "ε-equivalent (δ = 1e-5)").contains("0.0431"), "{report}");
+    assert!(line_with(&report, "per-query MI").contains("2^-32"), "{report}");
+    assert!(line_with(&report, "queries").contains("1000000"), "{report}");
 }
 
 #[test]
@@ -59,15 +47,9 @@ fn saturated_bound() {
 #[test]
 fn target_epsilon_plans_table_1_row() {
     let report = pacpriv_ok(&["budget", "--target-epsilon", "1", "--per-query-mi", "2^-32"]);
-    assert!(
-        line_with(&report, "largest T").contains("476512710 (477M)"),
-        "{report}"
-    );
+    assert!(line_with(&report, "largest T").contains("476512710 (477M)"), "{report}");
     let report = pacpriv_ok(&["budget", "--per-query-mi", "2^-4", "--target-epsilon", "8"]);
-    assert!(
-        line_with(&report, "largest T").contains("11 (11)"),
-        "{report}"
-    );
+    assert!(line_with(&report, "largest T").contains("11 (11)"), "{report}");
 }
 
 #[test]
@@ -85,14 +67,8 @@ fn target_mia_in_percent() {
 #[test]
 fn decimal_budget_accepted() {
     let report = pacpriv_ok(&["budget", "--per-query-mi", "0.0039", "--queries", "10"]);
-    assert!(
-        line_with(&report, "per-query MI").contains("0.0039"),
-        "{report}"
-    );
-    assert!(
-        line_with(&report, "total MI").contains("3.9e-2"),
-        "{report}"
-    );
+    assert!(line_with(&report, "per-query MI").contains("0.0039"), "{report}");
+    assert!(line_with(&report, "total MI").contains("3.9e-2"), "{report}");
     assert!(line_with(&report, "MIA").contains(" %"), "{report}");
 }
 
@@ -104,10 +80,7 @@ fn bad_per_query_mi_is_rejected_with_the_flag_and_value() {
         assert!(stderr.contains(value), "{value}: {stderr}");
     }
     assert!(budget_fails(&["--per-query-mi", "-1"]).contains("non-negative"));
-    assert!(
-        budget_fails(&[]).contains("--per-query-mi"),
-        "the flag is required"
-    );
+    assert!(budget_fails(&[]).contains("--per-query-mi"), "the flag is required");
 }
 
 #[test]
@@ -116,13 +89,6 @@ fn bad_targets_are_rejected() {
     assert!(stderr.contains("--target-mia 120"), "{stderr}");
     let stderr = budget_fails(&["--per-query-mi", "2^-32", "--target-epsilon", "-1"]);
     assert!(stderr.contains("--target-epsilon -1"), "{stderr}");
-    let stderr = budget_fails(&[
-        "--per-query-mi",
-        "2^-32",
-        "--target-mia",
-        "60",
-        "--target-epsilon",
-        "1",
-    ]);
+    let stderr = budget_fails(&["--per-query-mi", "2^-32", "--target-mia", "60", "--target-epsilon", "1"]);
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }

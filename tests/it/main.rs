@@ -1,8 +1,8 @@
 //! Integration tests: one binary, one module per area, shared helpers in
 //! `util`. These run the real `pacpriv` binary.
 
+mod accuracy;
 mod budget;
 mod service;
 mod subsets;
-mod accuracy;
 mod util;

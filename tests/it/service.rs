@@ -113,7 +113,8 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
     let cfg = dir.path().join("nowhere.toml");
     let remote: Vec<String> =
         (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:9\", model = \"m{i}\" }}")).collect();
-    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", "))).expect("write");
+    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", ")))
+        .expect("write");
     let env = vec![
         ("PACPRIV__TEACHERS__DEADLINE_MS", "200".to_owned()),
         ("PACPRIV__PRINCIPALS__BROKE__KEY_SHA256", key_hash("broke-key")),
@@ -158,7 +159,11 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
     let broke = predict(&mut c, "broke-key", image("b", &digit(0))).await.expect_err("no budget");
     assert_eq!(broke.code(), Code::ResourceExhausted, "{broke:?}");
     for key in ["wrong-key", ""] {
-        let req = if key.is_empty() { tonic::Request::new(image("k", &digit(0))) } else { with_key(image("k", &digit(0)), key) };
+        let req = if key.is_empty() {
+            tonic::Request::new(image("k", &digit(0)))
+        } else {
+            with_key(image("k", &digit(0)), key)
+        };
         let e = c.predict(req).await.expect_err("unauthenticated");
         assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
     }
@@ -213,21 +218,31 @@ async fn vector_mode_privatises_score_vectors() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reflection_lists_the_served_apis_and_json_logs_carry_principal_and_query_id() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1::ServerReflectionRequest;
 
     let server = Process::serve(None, &small_demo(&[("PACPRIV__SERVER__LOG_FORMAT", "json".into())]));
     let mut c = client(&server.addr).await;
     predict(&mut c, "alice-key", image("logged-query", &digit(1))).await.expect("answered");
 
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr)).expect("uri").connect().await.expect("connects");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
     let mut reflection = ServerReflectionClient::new(channel);
-    let ask = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut replies = reflection.server_reflection_info(tokio_stream::iter([ask])).await.expect("reflection").into_inner();
+    let ask = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies =
+        reflection.server_reflection_info(tokio_stream::iter([ask])).await.expect("reflection").into_inner();
     let reply = replies.message().await.expect("reply").expect("one reply");
-    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else { panic!("unexpected {reply:?}") };
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected {reply:?}")
+    };
     let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
     names.sort();
     assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "pacpriv.v1.Privatizer"]);

@@ -5,24 +5,12 @@ use std::path::Path;
 
 /// Runs `pacpriv subsets` into `path`; returns the file's bytes.
 fn write_subsets(path: &Path, n: &str, m: &str, seed: &str) -> Vec<u8> {
-    let out = pacpriv(&[
-        "subsets",
-        "--n",
-        n,
-        "--m",
-        m,
-        "--seed",
-        seed,
-        "--out",
-        path.to_str().expect("utf-8 temp path"),
-    ]);
+    let out =
+        pacpriv(&["subsets", "--n", n, "--m", m, "--seed", seed, "--out", path.to_str().expect("utf-8 temp path")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.is_empty(), "stdout is reserved for data");
-    assert!(
-        stderr.contains("wrote"),
-        "one-line summary on stderr: {stderr}"
-    );
+    assert!(stderr.contains("wrote"), "one-line summary on stderr: {stderr}");
     std::fs::read(path).expect("the output file exists")
 }
 
@@ -32,10 +20,7 @@ fn file_has_the_exact_half_property() {
     let bytes = write_subsets(&dir.path().join("s.json"), "1797", "128", "42");
     let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
     assert_eq!(doc["format"], "pacpriv-subsets/v1");
-    assert_eq!(
-        (doc["n"].as_u64(), doc["m"].as_u64(), doc["seed"].as_u64()),
-        (Some(1797), Some(128), Some(42))
-    );
+    assert_eq!((doc["n"].as_u64(), doc["m"].as_u64(), doc["seed"].as_u64()), (Some(1797), Some(128), Some(42)));
     let subsets = doc["subsets"].as_array().expect("subsets array");
     assert_eq!(subsets.len(), 128);
     let mut per_point = vec![0usize; 1797];
@@ -46,10 +31,7 @@ fn file_has_the_exact_half_property() {
             .iter()
             .map(|p| p.as_u64().expect("a point index") as usize)
             .collect();
-        assert!(
-            points.windows(2).all(|w| w[0] < w[1]),
-            "sorted, no duplicates"
-        );
+        assert!(points.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
         for point in points {
             per_point[point] += 1;
         }

@@ -4,22 +4,14 @@ use std::process::{Command, Output};
 
 /// Runs the `pacpriv` binary built for this test run with `args`.
 pub fn pacpriv(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pacpriv"))
-        .args(args)
-        .output()
-        .expect("the pacpriv binary runs")
+    Command::new(env!("CARGO_BIN_EXE_pacpriv")).args(args).output().expect("the pacpriv binary runs")
 }
 
 /// Runs `pacpriv` and returns stdout, failing the test with stderr if the
 /// command did not succeed.
 pub fn pacpriv_ok(args: &[&str]) -> String {
     let out = pacpriv(args);
-    assert!(
-        out.status.success(),
-        "pacpriv {args:?} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "pacpriv {args:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
@@ -119,13 +111,22 @@ pub fn with_key<T>(message: T, key: &str) -> tonic::Request<T> {
 pub fn image(query_id: &str, pixels: &[f32]) -> PredictRequest {
     PredictRequest {
         query_id: query_id.into(),
-        input: Some(Tensor { datatype: "FP32".into(), shape: vec![64], fp32_contents: pixels.to_vec(), ..Default::default() }),
+        input: Some(Tensor {
+            datatype: "FP32".into(),
+            shape: vec![64],
+            fp32_contents: pixels.to_vec(),
+            ..Default::default()
+        }),
         confidence_alpha: None,
     }
 }
 
 /// Predict with `key`.
-pub async fn predict(c: &mut PrivatizerClient<Channel>, key: &str, req: PredictRequest) -> Result<PredictResponse, tonic::Status> {
+pub async fn predict(
+    c: &mut PrivatizerClient<Channel>,
+    key: &str,
+    req: PredictRequest,
+) -> Result<PredictResponse, tonic::Status> {
     c.predict(with_key(req, key)).await.map(tonic::Response::into_inner)
 }
 

@@ -45,7 +45,13 @@ pub fn threshold(alpha: f64) -> Result<f64, PrivacyError> {
 ///
 /// # Errors
 /// [`PrivacyError::Domain`] for α outside (0, 1).
-pub fn is_confident(noise: &Noise, center: usize, released: usize, draw: &NoiseDraw, alpha: f64) -> Result<bool, PrivacyError> {
+pub fn is_confident(
+    noise: &Noise,
+    center: usize,
+    released: usize,
+    draw: &NoiseDraw,
+    alpha: f64,
+) -> Result<bool, PrivacyError> {
     threshold(alpha)?;
     if noise.rank() == 0 {
         return Ok(true);

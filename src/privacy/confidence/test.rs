@@ -1,8 +1,8 @@
 use super::*;
+use crate::privacy::Nats;
 use crate::privacy::label;
 use crate::privacy::mechanism::argmax;
 use crate::privacy::posterior::Posterior;
-use crate::privacy::Nats;
 use chacha20::ChaCha20Rng;
 use rand::SeedableRng;
 

@@ -54,7 +54,12 @@ pub struct LabelCalibration {
 ///
 /// # Runtime
 /// O(m) for k ≤ 2; O(m + k³) with one LAPACK `eigh` of size k−1 otherwise.
-pub fn calibrate(posterior: &Posterior, labels: &[usize], classes: usize, b: Nats) -> Result<LabelCalibration, PrivacyError> {
+pub fn calibrate(
+    posterior: &Posterior,
+    labels: &[usize],
+    classes: usize,
+    b: Nats,
+) -> Result<LabelCalibration, PrivacyError> {
     if labels.len() != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: labels.len() });
     }
@@ -74,15 +79,17 @@ pub fn calibrate(posterior: &Posterior, labels: &[usize], classes: usize, b: Nat
     let noise = match k {
         1 => Noise::none(classes),
         2 => {
-            let u = Array2::from_shape_vec((2, 1), vec![std::f64::consts::FRAC_1_SQRT_2, -std::f64::consts::FRAC_1_SQRT_2])
-                .map_err(|e| PrivacyError::Shape(e.to_string()))?;
+            let u =
+                Array2::from_shape_vec((2, 1), vec![std::f64::consts::FRAC_1_SQRT_2, -std::f64::consts::FRAC_1_SQRT_2])
+                    .map_err(|e| PrivacyError::Shape(e.to_string()))?;
             let q = 2.0 * p[0] * p[1] * (1.0 + WEIGHT_ROUNDING);
             Noise::certified(classes, classes_seen.clone(), u, &[q], 0.0, b)?
         }
         _ => {
             let u = eigenbasis(&p)?;
             check_orthogonal_to_ones(&u)?;
-            let q: Vec<f64> = (0..k - 1).map(|j| weighted_variance(&p, u.column(j)) * (1.0 + WEIGHT_ROUNDING)).collect();
+            let q: Vec<f64> =
+                (0..k - 1).map(|j| weighted_variance(&p, u.column(j)) * (1.0 + WEIGHT_ROUNDING)).collect();
             Noise::certified(classes, classes_seen.clone(), u, &q, 0.0, b)?
         }
     };
@@ -217,7 +224,9 @@ fn check_orthogonal_to_ones(u: &Array2<f64>) -> Result<(), PrivacyError> {
     for col in u.columns() {
         let s = col.sum().abs();
         if s > ONES_TOLERANCE {
-            return Err(PrivacyError::Uncertified(format!("label noise direction not orthogonal to 1 (|1ᵀu| = {s:e})")));
+            return Err(PrivacyError::Uncertified(format!(
+                "label noise direction not orthogonal to 1 (|1ᵀu| = {s:e})"
+            )));
         }
     }
     Ok(())

@@ -41,7 +41,9 @@ impl FromStr for Policy {
         match s {
             "paper" => Ok(Policy::Paper),
             "contested" => Ok(Policy::Contested),
-            other => Err(PrivacyError::Domain(format!("unknown charging policy {other:?}: expected \"paper\" or \"contested\""))),
+            other => Err(PrivacyError::Domain(format!(
+                "unknown charging policy {other:?}: expected \"paper\" or \"contested\""
+            ))),
         }
     }
 }
@@ -80,12 +82,21 @@ impl Ledger {
     /// # Errors
     /// As [`Ledger::new`]; [`PrivacyError::Domain`] if more answers were
     /// charged than answered.
-    pub fn restore(per_query: Nats, limit: Nats, policy: Policy, spent: Nats, answered: u64, charged: u64) -> Result<Self, PrivacyError> {
+    pub fn restore(
+        per_query: Nats,
+        limit: Nats,
+        policy: Policy,
+        spent: Nats,
+        answered: u64,
+        charged: u64,
+    ) -> Result<Self, PrivacyError> {
         if per_query.get() < MIN_PER_QUERY {
             return Err(PrivacyError::PerQueryTooSmall { value: per_query.get(), min: MIN_PER_QUERY });
         }
         if charged > answered {
-            return Err(PrivacyError::Domain(format!("ledger has {charged} charged answers but only {answered} answered")));
+            return Err(PrivacyError::Domain(format!(
+                "ledger has {charged} charged answers but only {answered} answered"
+            )));
         }
         Ok(Ledger { per_query, limit, policy, spent, answered, charged })
     }

@@ -31,7 +31,11 @@ impl SecretIndex {
     /// # Errors
     /// [`PrivacyError::Domain`] if i ≥ m (the message does not contain i).
     pub fn new(i: usize, m: usize) -> Result<Self, PrivacyError> {
-        if i < m { Ok(SecretIndex(i)) } else { Err(PrivacyError::Domain(format!("secret index out of range for {m} subsets"))) }
+        if i < m {
+            Ok(SecretIndex(i))
+        } else {
+            Err(PrivacyError::Domain(format!("secret index out of range for {m} subsets")))
+        }
     }
 
     /// The index itself, for the store that seals it and for the mechanism.
@@ -217,9 +221,8 @@ fn release_label<R: CryptoRng + ?Sized>(
     alpha: Option<f64>,
     rng: &mut R,
 ) -> Result<LabelRelease, PrivacyError> {
-    let center = cal
-        .position_of_teacher(secret)
-        .ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
+    let center =
+        cal.position_of_teacher(secret).ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
     let draw = cal.noise().sample(rng);
     let block = cal.release_block(center, &draw);
     // The active block sums to 1 (noise ⊥ 1), so its maximum is ≥ 1/k > 0 =

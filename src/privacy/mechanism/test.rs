@@ -37,11 +37,8 @@ fn dense_quad(sigma: &Array2<f64>, x: &Array1<f64>) -> f64 {
 
 /// Eq. 4 by brute force: P_t(s_i) ∝ exp(−½ (r − M(s_i))ᵀ Σ⁺ (r − M(s_i))) P_{t−1}(s_i).
 fn brute_force_bayes(prior: &Posterior, outputs: &[Array1<f64>], sigma: &Array2<f64>, r: &Array1<f64>) -> Vec<f64> {
-    let logs: Vec<f64> = outputs
-        .iter()
-        .zip(prior.log_weights())
-        .map(|(m, lw)| lw - 0.5 * dense_quad(sigma, &(r - m)))
-        .collect();
+    let logs: Vec<f64> =
+        outputs.iter().zip(prior.log_weights()).map(|(m, lw)| lw - 0.5 * dense_quad(sigma, &(r - m))).collect();
     let lse = crate::privacy::posterior::log_sum_exp(logs.iter().copied());
     logs.iter().map(|l| (l - lse).exp()).collect()
 }

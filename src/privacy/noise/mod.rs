@@ -127,11 +127,8 @@ impl Noise {
         check_orthonormal(&basis)?;
 
         let b_cal = b * (1.0 - CALIBRATION_SLACK);
-        let (b_main, b_res) = if residual > 0.0 {
-            (b_cal * (1.0 - RESIDUAL_SHARE), b_cal * RESIDUAL_SHARE)
-        } else {
-            (b_cal, 0.0)
-        };
+        let (b_main, b_res) =
+            if residual > 0.0 { (b_cal * (1.0 - RESIDUAL_SHARE), b_cal * RESIDUAL_SHARE) } else { (b_cal, 0.0) };
         let complement = if residual > 0.0 { (residual / (2.0 * b_res)).max(VARIANCE_FLOOR) } else { 0.0 };
         let variances = Array1::from(theorem_2_4(q, b_main)) + complement;
 
@@ -226,7 +223,12 @@ impl Noise {
     /// r = x* + z and the caller supplies δ = x* − x as its coefficients in
     /// the basis (`delta_coef`, length r) and its part outside the basis
     /// (`delta_residual`, length |coords|, may be empty when f = 0).
-    pub fn log_likelihood(&self, delta_coef: ArrayView1<'_, f64>, delta_residual: ArrayView1<'_, f64>, draw: &NoiseDraw) -> f64 {
+    pub fn log_likelihood(
+        &self,
+        delta_coef: ArrayView1<'_, f64>,
+        delta_residual: ArrayView1<'_, f64>,
+        draw: &NoiseDraw,
+    ) -> f64 {
         let mut qf = 0.0;
         for ((d, g), v) in delta_coef.iter().zip(&draw.std_coef).zip(&self.variances) {
             // (δ + √v·g)²/v = (δ/√v + g)²: exact for the true subset (δ = 0).
@@ -279,10 +281,7 @@ fn certificate(q: &[f64], residual: f64, variances: &Array1<f64>, complement: f6
 
 fn check_orthonormal(basis: &Array2<f64>) -> Result<(), PrivacyError> {
     let gram = basis.t().dot(basis);
-    let worst = gram
-        .indexed_iter()
-        .map(|((i, j), g)| (g - if i == j { 1.0 } else { 0.0 }).abs())
-        .fold(0.0, f64::max);
+    let worst = gram.indexed_iter().map(|((i, j), g)| (g - if i == j { 1.0 } else { 0.0 }).abs()).fold(0.0, f64::max);
     if worst <= ORTHONORMALITY_TOLERANCE {
         Ok(())
     } else {

@@ -49,10 +49,19 @@ fn zero_signal_directions_get_the_floor_not_zero() -> Result<(), PrivacyError> {
 #[test]
 fn refuses_bad_bases_and_tiny_budgets() {
     let skew = array![[1.0, 0.1], [0.0, 1.0]];
-    assert!(matches!(Noise::certified(2, vec![0, 1], skew, &[0.1, 0.1], 0.0, b(0.1)), Err(PrivacyError::Uncertified(_))));
+    assert!(matches!(
+        Noise::certified(2, vec![0, 1], skew, &[0.1, 0.1], 0.0, b(0.1)),
+        Err(PrivacyError::Uncertified(_))
+    ));
     let u = Array2::<f64>::eye(1);
-    assert!(matches!(Noise::certified(1, vec![0], u.clone(), &[0.1], 0.0, b(1e-31)), Err(PrivacyError::PerQueryTooSmall { .. })));
-    assert!(matches!(Noise::certified(1, vec![0], u.clone(), &[f64::NAN], 0.0, b(0.1)), Err(PrivacyError::NonFinite(_))));
+    assert!(matches!(
+        Noise::certified(1, vec![0], u.clone(), &[0.1], 0.0, b(1e-31)),
+        Err(PrivacyError::PerQueryTooSmall { .. })
+    ));
+    assert!(matches!(
+        Noise::certified(1, vec![0], u.clone(), &[f64::NAN], 0.0, b(0.1)),
+        Err(PrivacyError::NonFinite(_))
+    ));
     assert!(matches!(Noise::certified(1, vec![3], u, &[0.1], 0.0, b(0.1)), Err(PrivacyError::Shape(_))));
 }
 

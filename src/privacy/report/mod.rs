@@ -216,9 +216,7 @@ pub fn max_queries_for_mia(per_query: Nats, target_mia: f64) -> Result<u64, Priv
 /// (≳ 37) that its MIA bound rounds to 100 %, which every T satisfies.
 pub fn max_queries_for_epsilon(per_query: Nats, eps: f64) -> Result<u64, PrivacyError> {
     if !(eps.is_finite() && eps >= 0.0) {
-        return Err(PrivacyError::Domain(format!(
-            "target ε must be a finite number ≥ 0 (e.g. 1 or 8), got {eps}"
-        )));
+        return Err(PrivacyError::Domain(format!("target ε must be a finite number ≥ 0 (e.g. 1 or 8), got {eps}")));
     }
     let target_mia = mia_of_epsilon(eps);
     if target_mia >= 1.0 {
@@ -235,21 +233,13 @@ pub fn max_queries_for_epsilon(per_query: Nats, eps: f64) -> Result<u64, Privacy
 /// `477M`, `3B`); a count that rounds to 1000 of a unit moves to the next
 /// unit (999 999 → `1M`). Counts of 10¹⁵ and above stay in trillions.
 pub fn compact_count(n: u64) -> String {
-    const UNITS: [(u128, &str); 4] = [
-        (1_000, "K"),
-        (1_000_000, "M"),
-        (1_000_000_000, "B"),
-        (1_000_000_000_000, "T"),
-    ];
+    const UNITS: [(u128, &str); 4] = [(1_000, "K"), (1_000_000, "M"), (1_000_000_000, "B"), (1_000_000_000_000, "T")];
     if n < 1000 {
         return n.to_string();
     }
     let n = u128::from(n);
     let round = |unit: u128| (n + unit / 2) / unit;
-    let (unit, suffix) = UNITS
-        .into_iter()
-        .find(|&(unit, _)| round(unit) < 1000)
-        .unwrap_or(UNITS[3]);
+    let (unit, suffix) = UNITS.into_iter().find(|&(unit, _)| round(unit) < 1000).unwrap_or(UNITS[3]);
     format!("{}{suffix}", round(unit))
 }
 

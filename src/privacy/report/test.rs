@@ -25,46 +25,13 @@ fn rel_err(got: f64, want: f64) -> f64 {
 
 /// Paper Table 1, rows T = 1, 10, …, 10⁶; "100" is a saturated bound.
 const TABLE_1: [(u64, [&str; 8]); 7] = [
-    (
-        1,
-        [
-            "67.5", "54.4", "51.1", "50.3", "50.07", "50.02", "50.00", "50.00",
-        ],
-    ),
-    (
-        10,
-        [
-            "98.7", "63.9", "53.5", "50.9", "50.22", "50.05", "50.01", "50.00",
-        ],
-    ),
-    (
-        100,
-        [
-            "100", "91.0", "61.0", "52.8", "50.69", "50.17", "50.04", "50.01",
-        ],
-    ),
-    (
-        1_000,
-        [
-            "100", "100", "83.4", "58.7", "52.18", "50.55", "50.14", "50.03",
-        ],
-    ),
-    (
-        10_000,
-        [
-            "100", "100", "100", "76.9", "56.89", "51.73", "50.43", "50.11",
-        ],
-    ),
-    (
-        100_000,
-        [
-            "100", "100", "100", "100", "71.48", "55.45", "51.36", "50.34",
-        ],
-    ),
-    (
-        1_000_000,
-        ["100", "100", "100", "100", "100", "67.09", "54.31", "51.08"],
-    ),
+    (1, ["67.5", "54.4", "51.1", "50.3", "50.07", "50.02", "50.00", "50.00"]),
+    (10, ["98.7", "63.9", "53.5", "50.9", "50.22", "50.05", "50.01", "50.00"]),
+    (100, ["100", "91.0", "61.0", "52.8", "50.69", "50.17", "50.04", "50.01"]),
+    (1_000, ["100", "100", "83.4", "58.7", "52.18", "50.55", "50.14", "50.03"]),
+    (10_000, ["100", "100", "100", "76.9", "56.89", "51.73", "50.43", "50.11"]),
+    (100_000, ["100", "100", "100", "100", "71.48", "55.45", "51.36", "50.34"]),
+    (1_000_000, ["100", "100", "100", "100", "100", "67.09", "54.31", "51.08"]),
 ];
 
 /// Table 1, "T s.t. ε ≤ 1" and "T s.t. ε ≤ 8": exact counts (NOTES.md) and
@@ -100,12 +67,7 @@ fn table_1_mia_bounds_digit_for_digit() -> Result<(), PrivacyError> {
                 assert_eq!(s, 1.0, "T = {t}, b = {b}: expected saturation");
             } else {
                 let decimals = want.split_once('.').map_or(0, |(_, frac)| frac.len());
-                assert_eq!(
-                    rounded(pct(s), decimals),
-                    want,
-                    "T = {t}, b = {b}: bound {}",
-                    pct(s)
-                );
+                assert_eq!(rounded(pct(s), decimals), want, "T = {t}, b = {b}: bound {}", pct(s));
             }
         }
     }
@@ -156,10 +118,7 @@ fn paper_section_3_values() -> Result<(), PrivacyError> {
     assert_eq!(rounded(pct(s100), 1), "91.0");
     assert_eq!(rounded(epsilon_equivalent(s100), 2), "2.31");
     // b = 2⁻³² supports ≈ 477 million responses before matching (1, 10⁻⁵)-DP.
-    assert_eq!(
-        compact_count(max_queries_for_epsilon(nats(2f64.powi(-32)), 1.0)?),
-        "477M"
-    );
+    assert_eq!(compact_count(max_queries_for_epsilon(nats(2f64.powi(-32)), 1.0)?), "477M");
     Ok(())
 }
 
@@ -194,10 +153,7 @@ fn kl_matches_high_precision_references() {
     ];
     for (x, want) in references {
         let got = kl_of_offset(x);
-        assert!(
-            rel_err(got, want) < 1e-14,
-            "kl(½ + {x}) = {got}, want {want}"
-        );
+        assert!(rel_err(got, want) < 1e-14, "kl(½ + {x}) = {got}, want {want}");
         assert_eq!(kl_of_offset(-x), got, "symmetric");
     }
 }
@@ -225,10 +181,7 @@ fn mia_bound_saturates_and_starts_at_half() {
     // Just below ln 2 the root is within 10⁻¹⁷ of 1: rounding up gives 1.
     assert_eq!(mia_bound(nats(LN_2.next_down())), 1.0);
     assert!(mia_bound(nats(LN_2 - 1e-8)) < 1.0);
-    assert!(
-        mia_bound(nats(f64::from_bits(1))) > 0.5,
-        "a subnormal budget still rounds up"
-    );
+    assert!(mia_bound(nats(f64::from_bits(1))) > 0.5, "a subnormal budget still rounds up");
 }
 
 #[test]
@@ -248,20 +201,13 @@ fn epsilon_equivalent_edges() {
 
 #[test]
 fn max_queries_rounds_the_product_up() {
-    assert_eq!(
-        max_queries(nats(0.25), nats(1.0)),
-        4,
-        "exact products fit exactly"
-    );
+    assert_eq!(max_queries(nats(0.25), nats(1.0)), 4, "exact products fit exactly");
     // 3 × 0.1 rounds to 0.30000000000000004 > 0.3: the third query does not fit.
     assert_eq!(max_queries(nats(0.1), nats(0.3)), 2);
     assert_eq!(max_queries(nats(0.1), Nats::ZERO), 0);
     assert_eq!(max_queries(nats(2.0), nats(1.0)), 0);
     assert_eq!(max_queries(Nats::ZERO, nats(1.0)), u64::MAX);
-    assert_eq!(
-        max_queries(nats(f64::MIN_POSITIVE), nats(f64::MAX)),
-        u64::MAX
-    );
+    assert_eq!(max_queries(nats(f64::MIN_POSITIVE), nats(f64::MAX)), u64::MAX);
 }
 
 #[test]
@@ -275,10 +221,7 @@ fn target_domain_errors() {
     }
     for eps in [-1.0, f64::NAN, f64::INFINITY, 40.0] {
         assert!(
-            matches!(
-                max_queries_for_epsilon(b, eps),
-                Err(PrivacyError::Domain(_))
-            ),
+            matches!(max_queries_for_epsilon(b, eps), Err(PrivacyError::Domain(_))),
             "target ε {eps} should be rejected"
         );
     }
@@ -288,9 +231,7 @@ fn target_domain_errors() {
 
 /// B log-uniform over [10⁻²⁰, ln 2).
 fn budget() -> impl Strategy<Value = f64> {
-    (1e-20f64.ln()..LN_2.ln())
-        .prop_map(f64::exp)
-        .prop_filter("below ln 2", |&b| b < LN_2)
+    (1e-20f64.ln()..LN_2.ln()).prop_map(f64::exp).prop_filter("below ln 2", |&b| b < LN_2)
 }
 
 proptest! {

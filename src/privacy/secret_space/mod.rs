@@ -84,12 +84,7 @@ impl Assignment {
             chosen.sort_unstable();
             subsets_by_point.extend_from_slice(&chosen);
         }
-        Ok(Assignment {
-            n,
-            m,
-            seed: None,
-            subsets_by_point,
-        })
+        Ok(Assignment { n, m, seed: None, subsets_by_point })
     }
 
     /// [`Assignment::generate`] with a `ChaCha20Rng::seed_from_u64(seed)`,
@@ -100,10 +95,7 @@ impl Assignment {
     pub fn from_seed(n: usize, m: usize, seed: u64) -> Result<Self, PrivacyError> {
         let mut rng = chacha20::ChaCha20Rng::seed_from_u64(seed);
         let assignment = Assignment::generate(n, m, &mut rng)?;
-        Ok(Assignment {
-            seed: Some(seed),
-            ..assignment
-        })
+        Ok(Assignment { seed: Some(seed), ..assignment })
     }
 
     /// Number of points N.
@@ -144,9 +136,7 @@ impl Assignment {
     /// # Runtime
     /// O(n log m): the assignment is stored by point.
     pub fn members_of_subset(&self, subset: usize) -> Vec<usize> {
-        (0..self.n)
-            .filter(|&point| self.contains(subset, point))
-            .collect()
+        (0..self.n).filter(|&point| self.contains(subset, point)).collect()
     }
 }
 
@@ -159,20 +149,15 @@ fn check_shape(n: usize, m: usize) -> Result<usize, PrivacyError> {
         )));
     }
     if n == 0 {
-        return Err(PrivacyError::Domain(
-            "the number of points n must be at least 1, got n = 0".to_owned(),
-        ));
+        return Err(PrivacyError::Domain("the number of points n must be at least 1, got n = 0".to_owned()));
     }
     Ok(m / 2)
 }
 
 /// n·m/2, the number of stored indices.
 fn entries(n: usize, half: usize) -> Result<usize, PrivacyError> {
-    n.checked_mul(half).ok_or_else(|| {
-        PrivacyError::Domain(format!(
-            "n = {n} points × m/2 = {half} subsets each is too large"
-        ))
-    })
+    n.checked_mul(half)
+        .ok_or_else(|| PrivacyError::Domain(format!("n = {n} points × m/2 = {half} subsets each is too large")))
 }
 
 /// The JSON form, see the module docs.
@@ -196,13 +181,7 @@ impl From<&Assignment> for AssignmentFile {
                 subsets[subset].push(point);
             }
         }
-        AssignmentFile {
-            format: FORMAT.to_owned(),
-            n: a.n,
-            m: a.m,
-            seed: a.seed,
-            subsets,
-        }
+        AssignmentFile { format: FORMAT.to_owned(), n: a.n, m: a.m, seed: a.seed, subsets }
     }
 }
 
@@ -213,18 +192,12 @@ impl TryFrom<AssignmentFile> for Assignment {
     fn try_from(file: AssignmentFile) -> Result<Self, PrivacyError> {
         let bad = |why: String| PrivacyError::Domain(format!("invalid {FORMAT} file: {why}"));
         if file.format != FORMAT {
-            return Err(bad(format!(
-                "format is {:?}, expected {FORMAT:?}",
-                file.format
-            )));
+            return Err(bad(format!("format is {:?}, expected {FORMAT:?}", file.format)));
         }
         let (n, m) = (file.n, file.m);
         let half = check_shape(n, m).map_err(|e| bad(e.to_string()))?;
         if file.subsets.len() != m {
-            return Err(bad(format!(
-                "m = {m} but {} subsets are listed",
-                file.subsets.len()
-            )));
+            return Err(bad(format!("m = {m} but {} subsets are listed", file.subsets.len())));
         }
         // Check the total before allocating n·m/2 entries a short file could ask for.
         let expected = entries(n, half).map_err(|e| bad(e.to_string()))?;
@@ -239,19 +212,14 @@ impl TryFrom<AssignmentFile> for Assignment {
         let mut filled = vec![0usize; n];
         for (subset, points) in file.subsets.iter().enumerate() {
             if let Some(pair) = points.windows(2).find(|pair| pair[0] >= pair[1]) {
-                return Err(bad(format!(
-                    "subset {subset} is not strictly increasing ({} then {})",
-                    pair[0], pair[1]
-                )));
+                return Err(bad(format!("subset {subset} is not strictly increasing ({} then {})", pair[0], pair[1])));
             }
             for &point in points {
-                let count = filled.get_mut(point).ok_or_else(|| {
-                    bad(format!("subset {subset} lists point {point}, but n = {n}"))
-                })?;
+                let count = filled
+                    .get_mut(point)
+                    .ok_or_else(|| bad(format!("subset {subset} lists point {point}, but n = {n}")))?;
                 if *count == half {
-                    return Err(bad(format!(
-                        "point {point} is in more than m/2 = {half} subsets"
-                    )));
+                    return Err(bad(format!("point {point} is in more than m/2 = {half} subsets")));
                 }
                 // Subsets are visited in increasing order: each point's list stays sorted.
                 subsets_by_point[point * half + *count] = subset;
@@ -259,17 +227,9 @@ impl TryFrom<AssignmentFile> for Assignment {
             }
         }
         if let Some(point) = filled.iter().position(|&count| count != half) {
-            return Err(bad(format!(
-                "point {point} is in {} subsets, expected exactly m/2 = {half}",
-                filled[point]
-            )));
+            return Err(bad(format!("point {point} is in {} subsets, expected exactly m/2 = {half}", filled[point])));
         }
-        Ok(Assignment {
-            n,
-            m,
-            seed: file.seed,
-            subsets_by_point,
-        })
+        Ok(Assignment { n, m, seed: file.seed, subsets_by_point })
     }
 }
 

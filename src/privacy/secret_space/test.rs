@@ -20,21 +20,14 @@ fn memberships_per_point(a: &Assignment) -> Vec<usize> {
 fn rejects_bad_shapes() {
     for (n, m) in [(10, 7), (10, 1), (10, 0), (0, 128), (0, 3)] {
         let result = Assignment::generate(n, m, &mut rng(1));
-        assert!(
-            matches!(result, Err(PrivacyError::Domain(_))),
-            "n = {n}, m = {m}"
-        );
+        assert!(matches!(result, Err(PrivacyError::Domain(_))), "n = {n}, m = {m}");
     }
-    let message = Assignment::from_seed(10, 7, 1)
-        .map(|_| ())
-        .map_err(|e| e.to_string());
+    let message = Assignment::from_seed(10, 7, 1).map(|_| ()).map_err(|e| e.to_string());
     assert_eq!(
         message,
-        Err(
-            "the number of subsets m must be even and at least 2 (every point goes into \
+        Err("the number of subsets m must be even and at least 2 (every point goes into \
              exactly m/2 of them), got m = 7"
-                .to_owned()
-        )
+            .to_owned())
     );
 }
 
@@ -46,16 +39,10 @@ fn every_point_is_in_exactly_half_the_subsets() -> Result<(), PrivacyError> {
         for point in 0..n {
             let subsets = a.subsets_of_point(point);
             assert_eq!(subsets.len(), m / 2);
-            assert!(
-                subsets.windows(2).all(|w| w[0] < w[1]),
-                "sorted and distinct"
-            );
+            assert!(subsets.windows(2).all(|w| w[0] < w[1]), "sorted and distinct");
             assert!(subsets.iter().all(|&s| s < m));
         }
-        assert!(
-            memberships_per_point(&a).iter().all(|&c| c == m / 2),
-            "n = {n}, m = {m}"
-        );
+        assert!(memberships_per_point(&a).iter().all(|&c| c == m / 2), "n = {n}, m = {m}");
     }
     Ok(())
 }
@@ -85,10 +72,7 @@ fn subset_sizes_are_about_half() -> Result<(), PrivacyError> {
         let (mean, sd) = (n as f64 / 2.0, (n as f64).sqrt() / 2.0);
         for subset in 0..m {
             let size = a.members_of_subset(subset).len() as f64;
-            assert!(
-                (size - mean).abs() <= 6.0 * sd,
-                "|S_{subset}| = {size}, n = {n}"
-            );
+            assert!((size - mean).abs() <= 6.0 * sd, "|S_{subset}| = {size}, n = {n}");
         }
     }
     Ok(())
@@ -131,16 +115,11 @@ fn every_half_of_the_subsets_is_equally_likely() -> Result<(), PrivacyError> {
     let a = Assignment::generate(n, m, &mut rng(8))?;
     let mut counts = std::collections::BTreeMap::new();
     for point in 0..n {
-        *counts
-            .entry(a.subsets_of_point(point).to_vec())
-            .or_insert(0usize) += 1;
+        *counts.entry(a.subsets_of_point(point).to_vec()).or_insert(0usize) += 1;
     }
     assert_eq!(counts.len(), 20);
     let expected = n as f64 / 20.0;
-    let chi2: f64 = counts
-        .values()
-        .map(|&c| (c as f64 - expected).powi(2) / expected)
-        .sum();
+    let chi2: f64 = counts.values().map(|&c| (c as f64 - expected).powi(2) / expected).sum();
     // χ²(19): mean 19, sd ≈ 6.2. Allow mean + 10 sd.
     assert!(chi2 < 19.0 + 10.0 * 38f64.sqrt(), "χ² = {chi2}");
     Ok(())
@@ -156,10 +135,7 @@ fn json_round_trip() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(value["m"], 16);
     assert_eq!(value["seed"], 5);
     assert_eq!(value["subsets"].as_array().map(Vec::len), Some(16));
-    assert_eq!(
-        value["subsets"][3],
-        serde_json::json!(a.members_of_subset(3))
-    );
+    assert_eq!(value["subsets"][3], serde_json::json!(a.members_of_subset(3)));
     let back: Assignment = serde_json::from_str(&json)?;
     assert_eq!(back, a);
 
@@ -185,77 +161,29 @@ fn documented_example_parses() -> Result<(), serde_json::Error> {
 fn malformed_files_are_rejected() {
     let cases = [
         // A point in too few subsets and one in too many.
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[0]]}"#,
-            "subsets",
-        ),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[0]]}"#, "subsets"),
         // Too few memberships overall.
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":3,"m":2,"subsets":[[0],[1]]}"#,
-            "n·m/2",
-        ),
+        (r#"{"format":"pacpriv-subsets/v1","n":3,"m":2,"subsets":[[0],[1]]}"#, "n·m/2"),
         // m/2 = 2 memberships each, but point 0 is in all four subsets.
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":4,"subsets":[[0],[0],[0,1],[]]}"#,
-            "more than m/2",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v2","n":2,"m":2,"subsets":[[0],[1]]}"#,
-            "format",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":3,"subsets":[[0],[1],[0]]}"#,
-            "even",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":0,"m":2,"subsets":[[],[]]}"#,
-            "at least 1",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0,1]]}"#,
-            "listed",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[2]]}"#,
-            "point 2",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":4,"subsets":[[1,0],[0,1],[],[]]}"#,
-            "increasing",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":4,"subsets":[[0,0],[1],[1],[]]}"#,
-            "increasing",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[1]],"x":1}"#,
-            "unknown field",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":2}"#,
-            "missing field",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[-1]]}"#,
-            "invalid value",
-        ),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":4,"subsets":[[0],[0],[0,1],[]]}"#, "more than m/2"),
+        (r#"{"format":"pacpriv-subsets/v2","n":2,"m":2,"subsets":[[0],[1]]}"#, "format"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":3,"subsets":[[0],[1],[0]]}"#, "even"),
+        (r#"{"format":"pacpriv-subsets/v1","n":0,"m":2,"subsets":[[],[]]}"#, "at least 1"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0,1]]}"#, "listed"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[2]]}"#, "point 2"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":4,"subsets":[[1,0],[0,1],[],[]]}"#, "increasing"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":4,"subsets":[[0,0],[1],[1],[]]}"#, "increasing"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[1]],"x":1}"#, "unknown field"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":2}"#, "missing field"),
+        (r#"{"format":"pacpriv-subsets/v1","n":2,"m":2,"subsets":[[0],[-1]]}"#, "invalid value"),
         // A short file must not make us allocate n·m/2 entries.
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":1000000000000,"m":2,"subsets":[[],[]]}"#,
-            "n·m/2",
-        ),
-        (
-            r#"{"format":"pacpriv-subsets/v1","n":18446744073709551615,"m":4,"subsets":[[],[],[],[]]}"#,
-            "too large",
-        ),
+        (r#"{"format":"pacpriv-subsets/v1","n":1000000000000,"m":2,"subsets":[[],[]]}"#, "n·m/2"),
+        (r#"{"format":"pacpriv-subsets/v1","n":18446744073709551615,"m":4,"subsets":[[],[],[],[]]}"#, "too large"),
     ];
     for (json, needle) in cases {
         match serde_json::from_str::<Assignment>(json) {
             Ok(_) => panic!("accepted {json}"),
-            Err(e) => assert!(
-                e.to_string().contains(needle),
-                "{json}: {e} (expected {needle:?})"
-            ),
+            Err(e) => assert!(e.to_string().contains(needle), "{json}: {e} (expected {needle:?})"),
         }
     }
 }

@@ -39,7 +39,11 @@ pub struct VectorCalibration {
 /// [`PrivacyError::NonFinite`] for NaN/∞ outputs, [`PrivacyError::TeacherCount`]
 /// for a wrong number of rows, [`PrivacyError::Linalg`] if the SVD fails, and
 /// whatever [`Noise::certified`] refuses.
-pub fn calibrate(posterior: &Posterior, outputs: ArrayView2<'_, f64>, b: Nats) -> Result<VectorCalibration, PrivacyError> {
+pub fn calibrate(
+    posterior: &Posterior,
+    outputs: ArrayView2<'_, f64>,
+    b: Nats,
+) -> Result<VectorCalibration, PrivacyError> {
     let (m, d) = outputs.dim();
     if m != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: m });
@@ -74,14 +78,12 @@ pub fn calibrate(posterior: &Posterior, outputs: ArrayView2<'_, f64>, b: Nats) -
     let x_norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
     let max_dev = centred.rows().into_iter().map(|row| row.dot(&row)).fold(0.0, f64::max);
     let hidden = underflowed as f64 * f64::MIN_POSITIVE * max_dev;
-    let inflate = |norm_sq: f64| ((norm_sq.sqrt() + gamma * x_norm).powi(2) + hidden) * (1.0 + super::label::WEIGHT_ROUNDING);
+    let inflate =
+        |norm_sq: f64| ((norm_sq.sqrt() + gamma * x_norm).powi(2) + hidden) * (1.0 + super::label::WEIGHT_ROUNDING);
 
     let coef = centred.dot(&basis);
-    let q: Vec<f64> = coef
-        .columns()
-        .into_iter()
-        .map(|col| inflate(col.iter().zip(&w).map(|(c, w)| w * c * c).sum()))
-        .collect();
+    let q: Vec<f64> =
+        coef.columns().into_iter().map(|col| inflate(col.iter().zip(&w).map(|(c, w)| w * c * c).sum())).collect();
     let (residual, residual_bound) = if r < d {
         let res = &centred - &coef.dot(&basis.t());
         let norm_sq: f64 = res.rows().into_iter().zip(&w).map(|(row, w)| w * row.dot(&row)).sum();

@@ -34,10 +34,12 @@ impl DemoServer {
         if !(version.is_empty() || version == "1") {
             return Err(Status::not_found(format!("model {name} has only version 1, not {version:?}")));
         }
-        self.index
-            .get(name)
-            .and_then(|&i| self.teachers.get(i))
-            .ok_or_else(|| Status::not_found(format!("no model named {name:?}; models are digits-000 … {}", model_name(self.teachers.len().saturating_sub(1)))))
+        self.index.get(name).and_then(|&i| self.teachers.get(i)).ok_or_else(|| {
+            Status::not_found(format!(
+                "no model named {name:?}; models are digits-000 … {}",
+                model_name(self.teachers.len().saturating_sub(1))
+            ))
+        })
     }
 }
 
@@ -56,7 +58,10 @@ impl GrpcInferenceService for DemoServer {
         Ok(Response::new(ModelReadyResponse { ready: self.teacher(&r.name, &r.version).is_ok() }))
     }
 
-    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> Result<Response<ServerMetadataResponse>, Status> {
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
         Ok(Response::new(ServerMetadataResponse {
             name: "pacpriv-demo-teachers".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -64,10 +69,17 @@ impl GrpcInferenceService for DemoServer {
         }))
     }
 
-    async fn model_metadata(&self, req: Request<ModelMetadataRequest>) -> Result<Response<ModelMetadataResponse>, Status> {
+    async fn model_metadata(
+        &self,
+        req: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
         let r = req.get_ref();
         self.teacher(&r.name, &r.version)?;
-        let meta = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata { name: name.into(), datatype: datatype.into(), shape };
+        let meta = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape,
+        };
         Ok(Response::new(ModelMetadataResponse {
             name: r.name.clone(),
             versions: vec!["1".into()],
@@ -86,13 +98,16 @@ impl GrpcInferenceService for DemoServer {
         let rows = match input.shape.as_slice() {
             [n, f] if *f == FEATURES as i64 && *n >= 0 => *n,
             [f] if *f == FEATURES as i64 => 1,
-            other => return Err(Status::invalid_argument(format!("input shape must be [n, {FEATURES}], got {other:?}"))),
+            other => {
+                return Err(Status::invalid_argument(format!("input shape must be [n, {FEATURES}], got {other:?}")));
+            }
         };
         let raw = r.raw_input_contents.first().map(Vec::as_slice);
         let pixels = tensor::decode_floats(&input.datatype, &[rows, FEATURES as i64], input.contents.as_ref(), raw)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let probs = teacher.predict_proba(&pixels);
-        let labels: Vec<i64> = probs.iter().map(|p| crate::privacy::mechanism::argmax(p.iter().copied()) as i64).collect();
+        let labels: Vec<i64> =
+            probs.iter().map(|p| crate::privacy::mechanism::argmax(p.iter().copied()) as i64).collect();
         let all = [
             InferOutputTensor {
                 name: "label".into(),
@@ -118,10 +133,12 @@ impl GrpcInferenceService for DemoServer {
             r.outputs
                 .iter()
                 .map(|want| {
-                    all.iter()
-                        .find(|o| o.name == want.name)
-                        .cloned()
-                        .ok_or_else(|| Status::invalid_argument(format!("no output named {:?}; outputs are label, probabilities", want.name)))
+                    all.iter().find(|o| o.name == want.name).cloned().ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "no output named {:?}; outputs are label, probabilities",
+                            want.name
+                        ))
+                    })
                 })
                 .collect::<Result<_, _>>()?
         };
