@@ -26,6 +26,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
+use tonic_health::ServingStatus;
 use tracing::Instrument;
 
 /// Everything a request needs, shared by all of them.
@@ -127,7 +128,7 @@ pub async fn start(
     let app = Arc::new(App { sessions, ensemble, input: InputSpec { shape: settings.input_shape.clone() } });
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<PrivatizerServer<Service>>().await;
+    watch_teachers(Arc::clone(&app), health, settings.health_interval).await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -146,6 +147,34 @@ pub async fn start(
         .add_service(privatizer)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
     Ok(Started { addr, server: Box::pin(server) })
+}
+
+/// Keeps the health status of `pacpriv.v1.Privatizer` (and of the server,
+/// "") SERVING exactly while every teacher reports its model ready, so a
+/// load balancer or Kubernetes readiness probe stops sending queries that
+/// could only fail with UNAVAILABLE. Probes once before returning, then
+/// every `every` on a task of its own.
+async fn watch_teachers(app: Arc<App>, health: tonic_health::server::HealthReporter, every: std::time::Duration) {
+    let mut missing = app.ensemble.not_ready().await;
+    set_health(&health, missing).await;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let now = app.ensemble.not_ready().await;
+            if (now == 0) != (missing == 0) {
+                set_health(&health, now).await;
+            }
+            missing = now;
+        }
+    });
+}
+
+async fn set_health(health: &tonic_health::server::HealthReporter, missing: usize) {
+    let status = if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing };
+    for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
+        health.set_service_status(name, status).await;
+    }
+    tracing::info!(ready = missing == 0, teachers_not_ready = missing, "teacher readiness");
 }
 
 /// The `pacpriv.v1.Privatizer` implementation: authenticates, then hands

@@ -83,6 +83,8 @@ pub struct Settings {
     pub teachers: TeacherSource,
     /// Per-teacher call policy.
     pub call: CallPolicy,
+    /// How often teacher readiness is probed for the health service.
+    pub health_interval: Duration,
     /// Provisioned principals.
     pub principals: Vec<PrincipalConfig>,
 }
@@ -188,6 +190,7 @@ struct RawTeachers {
     input_name: String,
     input_datatype: String,
     output_name: String,
+    health_interval_ms: u64,
     remote: Vec<TeacherSpec>,
 }
 
@@ -261,6 +264,9 @@ impl Raw {
         if t.deadline_ms == 0 {
             return Err(err("teachers.deadline_ms", "must be positive"));
         }
+        if t.health_interval_ms < 100 {
+            return Err(err("teachers.health_interval_ms", "must be at least 100"));
+        }
         if t.retries > 10 {
             return Err(err("teachers.retries", "at most 10: a dead teacher should fail the query, not stall it"));
         }
@@ -289,6 +295,7 @@ impl Raw {
             }
             other => return Err(err("teachers.source", format!("{other:?}: expected \"demo\" or \"remote\""))),
         };
+        let health_interval = Duration::from_millis(t.health_interval_ms);
         let call = CallPolicy {
             deadline: Duration::from_millis(t.deadline_ms),
             retries: t.retries,
@@ -311,6 +318,7 @@ impl Raw {
             input_shape: self.model.input_shape,
             teachers,
             call,
+            health_interval,
             principals,
         })
     }

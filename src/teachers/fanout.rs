@@ -4,7 +4,7 @@
 use crate::privacy::mechanism::{TeacherOutputs, argmax};
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use crate::proto::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::proto::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse, ModelReadyRequest};
 use crate::tensor;
 use ndarray::Array2;
 use std::collections::HashMap;
@@ -140,6 +140,21 @@ impl Ensemble {
     /// True when no teacher is configured.
     pub fn is_empty(&self) -> bool {
         self.teachers.is_empty()
+    }
+
+    /// How many teachers do not report their model ready (Open Inference
+    /// Protocol `ModelReady`, one attempt each within the deadline).
+    pub async fn not_ready(&self) -> usize {
+        let mut probes = JoinSet::new();
+        for teacher in &self.teachers {
+            let (teacher, deadline) = (Arc::clone(teacher), self.policy.deadline);
+            probes.spawn(async move {
+                let req = ModelReadyRequest { name: teacher.spec.model.clone(), version: teacher.spec.version.clone() };
+                let mut client = teacher.client.clone();
+                matches!(tokio::time::timeout(deadline, client.model_ready(req)).await, Ok(Ok(r)) if r.get_ref().ready)
+            });
+        }
+        probes.join_all().await.into_iter().filter(|ready| !ready).count()
     }
 
     /// Asks every teacher about one example (`features`, already validated)

@@ -4,6 +4,9 @@
 use crate::util::{Process, budget, client, image, key_hash, predict, with_key};
 use pacpriv::proto::pacpriv::PredictRequest;
 use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 
 /// b = 2^-8: a power of two, so sums of charges are exact.
@@ -83,14 +86,17 @@ async fn dead_teachers_mean_unavailable_and_nothing_charged_until_they_return() 
     let env = vec![
         ("PACPRIV__TEACHERS__DEADLINE_MS", "300".to_owned()),
         ("PACPRIV__TEACHERS__RETRIES", "1".to_owned()),
+        ("PACPRIV__TEACHERS__HEALTH_INTERVAL_MS", "100".to_owned()),
         ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
         ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", "1".to_owned()),
     ];
     let server = Process::serve(Some(&cfg), &env);
     let mut c = client(&server.addr).await;
+    assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
     predict(&mut c, "demo-key", image("up", &digit(1))).await.expect("teachers up");
 
     teachers.kill();
+    assert!(health_becomes(&server.addr, ServingStatus::NotServing).await, "readiness follows the teachers");
     let down = predict(&mut c, "demo-key", image("down", &digit(2))).await.expect_err("teachers down");
     assert_eq!(down.code(), Code::Unavailable, "{down:?}");
     assert!(down.message().contains("did not answer after 2 attempt(s)"), "{}", down.message());
@@ -101,8 +107,27 @@ async fn dead_teachers_mean_unavailable_and_nothing_charged_until_they_return() 
     // Same port again: the persistent channels reconnect on their own.
     let addr = teachers.addr.clone();
     let _back = Process::start(&["teachers", "--models", "8", "--listen", &addr], &[], "teachers listening on");
+    assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
     let again = predict(&mut c, "demo-key", image("again", &digit(3))).await.expect("teachers back");
     assert_eq!(again.budget.map(|b| b.answered), Some(2));
+}
+
+/// Polls the health of pacpriv.v1.Privatizer for up to 20 s until it is `want`.
+async fn health_becomes(addr: &str, want: ServingStatus) -> bool {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    let mut health = HealthClient::new(channel);
+    for _ in 0..200 {
+        let req = HealthCheckRequest { service: "pacpriv.v1.Privatizer".into() };
+        if health.check(req).await.is_ok_and(|r| r.into_inner().status == want as i32) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
 }
 
 #[tokio::test(flavor = "multi_thread")]
