@@ -28,3 +28,4 @@ pub mod session;
 pub mod settings;
 pub mod teachers;
 pub mod tensor;
+pub mod store;

@@ -1,0 +1,217 @@
+//! The embedded store: one redb file, no server to run. A single writer
+//! thread commits everything that queued up while the previous commit was
+//! syncing in one transaction — group commit: one fsync for many sessions.
+//!
+//! Early lock release falls out of the queue order: a session enqueues its
+//! records under its own lock, so they reach the writer in version order,
+//! and a batch commits atomically; when a record's ticket resolves, every
+//! earlier record of that session is durable too.
+
+use super::{JournalEntry, Meta, SessionRecord, StoreError, Ticket};
+use redb::{Database, ReadableDatabase, TableDefinition};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
+const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
+
+/// Most records folded into one commit.
+const MAX_BATCH: usize = 4096;
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+struct Write {
+    session: String,
+    record: SessionRecord,
+    journal: Option<JournalEntry>,
+    done: Sender<Result<(), String>>,
+}
+
+/// A redb file and its writer thread.
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    path: PathBuf,
+    // Both `Option` only so `Drop` can close the queue and then join the
+    // writer, releasing the file lock before the store is gone.
+    queue: Option<Sender<Write>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the file, recovering after a crash if needed, and
+    /// starts the writer.
+    ///
+    /// # Errors
+    /// The file cannot be created, locked or read.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
+        }
+        let db = Database::create(path).map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
+        let db = Arc::new(db);
+        let (queue, rx) = mpsc::channel();
+        let writer_db = Arc::clone(&db);
+        let writer = std::thread::Builder::new()
+            .name("pacpriv-store-writer".into())
+            .spawn(move || writer(&writer_db, &rx))
+            .map_err(backend)?;
+        Ok(EmbeddedStore { db, path: path.to_owned(), queue: Some(queue), writer: Some(writer) })
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The deployment record, if one was written.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn meta(&self) -> Result<Option<Meta>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = match txn.open_table(META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(backend(e)),
+        };
+        let secret = table.get("secret").map_err(backend)?.map(|v| v.value().to_vec());
+        let teachers = table.get("teachers").map_err(backend)?.map(|v| v.value().to_vec());
+        match (secret, teachers) {
+            (Some(s), Some(t)) => {
+                let corrupt = || StoreError::Corrupt { session: "(meta)".into(), reason: "unreadable".into() };
+                let secret = <[u8; 8]>::try_from(s.as_slice()).map(u64::from_le_bytes).map_err(|_| corrupt())?;
+                Ok(Some(Meta {
+                    secret: usize::try_from(secret).map_err(|_| corrupt())?,
+                    teachers: String::from_utf8(t).map_err(|_| corrupt())?,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes the deployment record durably (first start only).
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn init_meta(&self, meta: &Meta) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(backend)?;
+        {
+            let mut table = txn.open_table(META).map_err(backend)?;
+            table.insert("secret", (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
+            table.insert("teachers", meta.teachers.as_bytes()).map_err(backend)?;
+        }
+        txn.commit().map_err(backend)
+    }
+
+    /// A session's latest durable record.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = match txn.open_table(SESSIONS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(backend(e)),
+        };
+        let Some(bytes) = table.get(session).map_err(backend)? else { return Ok(None) };
+        SessionRecord::decode(bytes.value())
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+    }
+
+    /// A session's journal, in version order.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = match txn.open_table(JOURNAL) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(backend(e)),
+        };
+        let corrupt = || StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() };
+        table
+            .range((session, 0)..=(session, u64::MAX))
+            .map_err(backend)?
+            .map(|item| {
+                let (_, v) = item.map_err(backend)?;
+                JournalEntry::decode(v.value()).ok_or_else(corrupt)
+            })
+            .collect()
+    }
+
+    /// Queues `record` (and its journal entry) for the next group commit.
+    /// Call under the session's lock, so a session's records queue in
+    /// version order.
+    ///
+    /// # Errors
+    /// [`StoreError::WriterGone`].
+    pub fn enqueue(
+        &self,
+        session: &str,
+        record: SessionRecord,
+        journal: Option<JournalEntry>,
+    ) -> Result<Ticket, StoreError> {
+        let (done, wait) = mpsc::channel();
+        self.queue
+            .as_ref()
+            .ok_or(StoreError::WriterGone)?
+            .send(Write { session: session.to_owned(), record, journal, done })
+            .map_err(|_| StoreError::WriterGone)?;
+        Ok(Ticket(wait))
+    }
+}
+
+/// The writer loop: block for one write, take whatever else is queued,
+/// commit all of it with one fsync, answer every ticket.
+fn writer(db: &Database, queue: &Receiver<Write>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let result = commit(db, &batch).map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, records = batch.len(), "store commit failed; answers withheld");
+        }
+        for w in batch {
+            let _ = w.done.send(result.clone());
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
+    let txn = db.begin_write().map_err(backend)?;
+    {
+        let mut sessions = txn.open_table(SESSIONS).map_err(backend)?;
+        let mut journal = txn.open_table(JOURNAL).map_err(backend)?;
+        // Later records of a session overwrite earlier ones in the same
+        // batch: they arrive in version order.
+        for w in batch {
+            sessions.insert(w.session.as_str(), w.record.encode().as_slice()).map_err(backend)?;
+            if let Some(entry) = &w.journal {
+                journal.insert((w.session.as_str(), entry.version), entry.encode().as_slice()).map_err(backend)?;
+            }
+        }
+    }
+    // Default durability is Immediate: commit returns after fsync.
+    txn.commit().map_err(backend)
+}

@@ -1,0 +1,232 @@
+//! Durable session state: what must survive a crash for the privacy
+//! guarantee to survive it (DESIGN §2 "Durability = privacy").
+//!
+//! Holds, per session, the posterior log-weights and the ledger with a
+//! version; once per deployment, the sealed secret index and a fingerprint
+//! of the teacher set it belongs to; optionally a journal of every step
+//! (charge and the log-likelihood vector applied), so a transcript can be
+//! replayed and audited.
+//!
+//! # Invariants
+//! - A record is handed to the store *before* its answer is released, and
+//!   the answer waits until that record — and so every earlier record of
+//!   the same session — is durable ([`Ticket::wait`]).
+//! - Versions of a session only grow by one per answered query.
+//! - The secret index is written once and never changes under an existing
+//!   posterior; a start with another teacher set or another index refuses.
+//! - The secret index never appears in an error or a log line.
+
+pub mod embedded;
+
+use crate::privacy::ledger::{Ledger, Policy};
+use crate::privacy::mechanism::SessionState;
+use crate::privacy::posterior::Posterior;
+use crate::privacy::{Nats, PrivacyError};
+
+pub use embedded::EmbeddedStore;
+
+/// What can go wrong persisting or loading state. None of these carries
+/// the secret index.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database reported an error (I/O, corruption, lock).
+    #[error("store: {0}")]
+    Backend(String),
+    /// A stored record could not be decoded.
+    #[error("store record for session {session:?} is corrupt: {reason}")]
+    Corrupt {
+        /// Session key.
+        session: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The deployment's stored teacher set differs from the configured one.
+    #[error(
+        "the store at {path} belongs to a different teacher set ({stored}); this configuration has {configured}. \
+         Sessions there were charged against those teachers: point store.path at a new file for a new teacher set"
+    )]
+    TeacherSetChanged {
+        /// Store location.
+        path: String,
+        /// Stored fingerprint.
+        stored: String,
+        /// Configured fingerprint.
+        configured: String,
+    },
+    /// The operator-provided secret index differs from the stored one.
+    #[error(
+        "the secret index provided in privacy.secret_index_file differs from the one stored at {path}; \
+         changing it under existing sessions would break their guarantee"
+    )]
+    SecretConflict {
+        /// Store location.
+        path: String,
+    },
+    /// The writer has stopped (after a failed commit or at shutdown).
+    #[error("store writer is not running; answers are withheld")]
+    WriterGone,
+}
+
+/// The deployment-wide record.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// s*, sealed: only [`crate::session`] turns it into a `SecretIndex`.
+    pub secret: usize,
+    /// Describes the teacher set s* indexes into (m and model names).
+    pub teachers: String,
+}
+
+impl std::fmt::Debug for Meta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meta").field("secret", &"<redacted>").field("teachers", &self.teachers).finish()
+    }
+}
+
+/// One session's durable state after `version` answered queries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    /// Answered queries so far (0: fresh).
+    pub version: u64,
+    /// Posterior log-weights.
+    pub log_weights: Vec<f64>,
+    /// MI spent.
+    pub spent: f64,
+    /// Session limit when written.
+    pub limit: f64,
+    /// Answers released.
+    pub answered: u64,
+    /// Answers charged.
+    pub charged: u64,
+}
+
+impl SessionRecord {
+    /// Snapshot of `state` at `version`.
+    pub fn of(state: &SessionState, version: u64) -> Self {
+        SessionRecord {
+            version,
+            log_weights: state.posterior.log_weights().to_vec(),
+            spent: state.ledger.spent().get(),
+            limit: state.ledger.limit().get(),
+            answered: state.ledger.answered(),
+            charged: state.ledger.charged(),
+        }
+    }
+
+    /// Back to a session state, with the configured b, policy and limit
+    /// (the operator may change the limit; spending is never forgotten).
+    ///
+    /// # Errors
+    /// Values outside their domain (a corrupt record).
+    pub fn restore(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<SessionState, PrivacyError> {
+        Ok(SessionState {
+            posterior: Posterior::from_log_weights(self.log_weights.clone())?,
+            ledger: Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)?,
+        })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(44 + 8 * self.log_weights.len());
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&self.spent.to_le_bytes());
+        out.extend_from_slice(&self.limit.to_le_bytes());
+        out.extend_from_slice(&self.answered.to_le_bytes());
+        out.extend_from_slice(&self.charged.to_le_bytes());
+        put_floats(&mut out, &self.log_weights);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader(bytes);
+        let record = SessionRecord {
+            version: r.u64()?,
+            spent: f64::from_bits(r.u64()?),
+            limit: f64::from_bits(r.u64()?),
+            answered: r.u64()?,
+            charged: r.u64()?,
+            log_weights: r.floats()?,
+        };
+        r.0.is_empty().then_some(record)
+    }
+}
+
+/// One answered query, as journaled (when enabled).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalEntry {
+    /// The session version this answer produced.
+    pub version: u64,
+    /// The client's query id.
+    pub query_id: String,
+    /// MI charged.
+    pub charge: f64,
+    /// The log-likelihood vector applied to the posterior (empty for an
+    /// exact unanimous answer, which leaves the posterior unchanged).
+    pub log_likelihood: Vec<f64>,
+}
+
+impl JournalEntry {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&self.charge.to_le_bytes());
+        put_floats(&mut out, &self.log_likelihood);
+        out.extend_from_slice(self.query_id.as_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader(bytes);
+        let version = r.u64()?;
+        let charge = f64::from_bits(r.u64()?);
+        let log_likelihood = r.floats()?;
+        let query_id = String::from_utf8(r.0.to_vec()).ok()?;
+        Some(JournalEntry { version, query_id, charge, log_likelihood })
+    }
+}
+
+fn put_floats(out: &mut Vec<u8>, xs: &[f64]) {
+    out.extend_from_slice(&(xs.len() as u32).to_le_bytes());
+    for x in xs {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take::<8>().map(u64::from_le_bytes)
+    }
+
+    fn floats(&mut self) -> Option<Vec<f64>> {
+        let n = u32::from_le_bytes(self.take::<4>()?) as usize;
+        (0..n).map(|_| self.u64().map(f64::from_bits)).collect()
+    }
+}
+
+/// Waits for one record to become durable.
+pub struct Ticket(std::sync::mpsc::Receiver<Result<(), String>>);
+
+impl Ticket {
+    /// Blocks until the record and every earlier record are durable.
+    ///
+    /// # Errors
+    /// The commit failed or the writer stopped: the answer must not be
+    /// released (its charge may or may not be on disk; it stays charged in
+    /// memory either way).
+    pub fn wait(self) -> Result<(), StoreError> {
+        match self.0.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Backend(e)),
+            Err(_) => Err(StoreError::WriterGone),
+        }
+    }
+}
+
+#[cfg(test)]
+mod test;
