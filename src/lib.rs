@@ -26,6 +26,6 @@ pub mod proto;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod store;
 pub mod teachers;
 pub mod tensor;
-pub mod store;

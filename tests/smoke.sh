@@ -49,8 +49,9 @@ fi
 # 3. Python stubs from the proto.
 python3 -m grpc_tools.protoc -I proto --python_out="$TMP" --grpc_python_out="$TMP" pacpriv/v1/privatizer.proto
 
-# 4. Start the server: default config, any free loopback port, plus a
-#    principal "tiny" whose budget is exactly three answers of b = 2^-16.
+# 4. Start the server: default config, any free loopback port, a fresh store
+#    in the temp dir, plus a principal "tiny" whose budget is exactly three
+#    answers of b = 2^-16.
 #    Other PACPRIV__* variables of the caller's environment are dropped so the
 #    run is on the shipped defaults.
 while read -r var; do unset "$var"; done < <(compgen -e | grep '^PACPRIV__' || true)
@@ -58,6 +59,7 @@ tiny_hash="$(printf %s tiny-key | sha256sum | cut -d' ' -f1)"
 say "starting $BIN serve"
 OPENBLAS_NUM_THREADS=1 \
 PACPRIV__SERVER__LISTEN=127.0.0.1:0 \
+PACPRIV__STORE__PATH="$TMP/state.redb" \
 PACPRIV__PRIVACY__PER_QUERY_MI=2^-16 \
 PACPRIV__PRINCIPALS__TINY__KEY_SHA256="$tiny_hash" \
 PACPRIV__PRINCIPALS__TINY__BUDGET_MI=0.0000457763671875 \

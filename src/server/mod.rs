@@ -14,13 +14,15 @@ pub mod status;
 
 use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
-use crate::session::Sessions;
 use crate::session::secret::{self, SecretError};
+use crate::session::{SessionParams, Sessions};
 use crate::settings::{Settings, TeacherSource};
+use crate::store::EmbeddedStore;
 use crate::teachers::demo::server::{DemoServer, GrpcInferenceServiceServer};
 use crate::teachers::demo::{self, Ensemble as DemoEnsemble};
 use crate::teachers::{Ensemble, FanoutError, TeacherSpec};
 use input::InputSpec;
+use sha2::Digest;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -92,6 +94,20 @@ async fn start_demo(models: usize, seed: u64, listen: SocketAddr) -> Result<Vec<
         .collect())
 }
 
+/// Names the teacher set s* indexes into: the demo's seed and m, or the
+/// remote models in order (endpoints may move; the models may not).
+fn teacher_fingerprint(source: &TeacherSource, specs: &[TeacherSpec]) -> String {
+    match source {
+        TeacherSource::Demo { models, seed, .. } => format!("demo digits seed={seed} m={models}"),
+        TeacherSource::Remote(_) => {
+            let names: Vec<String> = specs.iter().map(|s| format!("{}@{}", s.model, s.version)).collect();
+            let digest = sha2::Sha256::digest(names.join("\n").as_bytes());
+            let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            format!("remote m={} models-sha256={short}", specs.len())
+        }
+    }
+}
+
 /// A started service: its address, and the future that runs it.
 pub struct Started {
     /// The client API address (useful when configured with port 0).
@@ -113,18 +129,14 @@ pub async fn start(
         TeacherSource::Remote(specs) => specs.clone(),
     };
     let m = specs.len();
+    let fingerprint = teacher_fingerprint(&settings.teachers, &specs);
     let ensemble = Ensemble::new(specs, settings.call.clone(), settings.mode)?;
-    let secret = secret::load_or_draw(settings.secret_index_file.as_deref(), m)?;
-    let sessions = Sessions::new(
-        &settings.principals,
-        settings.scope,
-        settings.global_budget,
-        settings.per_query,
-        settings.policy,
-        m,
-        secret,
-    )
-    .map_err(|e| StartError::Sessions(e.to_string()))?;
+    let store = Arc::new(EmbeddedStore::open(&settings.store_path).map_err(SecretError::from)?);
+    let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint)?;
+    let params =
+        SessionParams { per_query: settings.per_query, policy: settings.policy, m, secret, journal: settings.journal };
+    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, &params, &store)
+        .map_err(|e| StartError::Sessions(e.to_string()))?;
     let app = Arc::new(App { sessions, ensemble, input: InputSpec { shape: settings.input_shape.clone() } });
 
     let (health, health_service) = tonic_health::server::health_reporter();

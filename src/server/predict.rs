@@ -18,9 +18,8 @@ use std::sync::Arc;
 pub async fn apply(app: &Arc<App>, handle: &Handle, query: Query) -> Result<PredictResponse, ServiceError> {
     handle.ensure_can_pay()?;
     let outputs = app.ensemble.query(&query.features).await?;
-    let alpha = query.alpha;
-    let session = handle.clone();
-    let (answer, view) = tokio::task::spawn_blocking(move || session.answer(&outputs, alpha))
+    let (alpha, session, query_id) = (query.alpha, handle.clone(), query.query_id.clone());
+    let (answer, view) = tokio::task::spawn_blocking(move || session.answer(&outputs, alpha, &query_id))
         .await
         .map_err(|e| ServiceError::Internal(format!("answer task failed: {e}")))??;
     tracing::info!(charged = answer.charge.get(), unanimous = answer.unanimous, spent = view.spent, "answered");

@@ -52,6 +52,9 @@ impl From<ServiceError> for Status {
             }
             ServiceError::Session(SessionError::Privacy(p)) => privacy_status(p),
             ServiceError::Session(e @ SessionError::Poisoned) => Status::internal(e.to_string()),
+            // The one failure after which a charge stands without an answer:
+            // the step ran, but could not be made durable, so it is withheld.
+            ServiceError::Session(e @ SessionError::Store(_)) => Status::unavailable(e.to_string()),
             ServiceError::Teachers(e) => {
                 Status::unavailable(format!("{e}; nothing was charged, the query can be retried"))
             }

@@ -8,7 +8,10 @@
 //! - Keys are configured and compared as SHA-256 hashes; the plaintext key
 //!   is never stored.
 //! - A session's lock is held only around the math (microseconds), never
-//!   across the teacher fan-out.
+//!   across the teacher fan-out, nor across the fsync: the step's record is
+//!   queued under the lock and the answer waits for it outside the lock
+//!   (early lock release; see [`crate::store`]).
+//! - An answer is returned only after its record is durable.
 //! - The secret index lives only inside [`Session`] and is handed to the
 //!   mechanism; it is never returned, logged or put in an error.
 //! - Noise comes from [`rand::rng`]: a per-thread ChaCha12 CSPRNG seeded
@@ -18,6 +21,7 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
+use crate::store::{EmbeddedStore, JournalEntry, SessionRecord, StoreError};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -77,6 +81,10 @@ pub enum SessionError {
     /// to answer rather than risk a half-applied step.
     #[error("session state unavailable after an internal failure; refusing to answer")]
     Poisoned,
+    /// The step could not be made durable, so its answer is withheld. Its
+    /// charge stands (it may be on disk, and later steps build on it).
+    #[error("the answer could not be made durable and was withheld; its charge stands ({0})")]
+    Store(#[from] StoreError),
 }
 
 impl From<PrivacyError> for SessionError {
@@ -126,19 +134,24 @@ impl BudgetView {
     }
 }
 
+/// A session's state and how many steps produced it.
+struct Versioned {
+    state: SessionState,
+    version: u64,
+}
+
 /// One privacy session.
 pub struct Session {
-    state: Mutex<SessionState>,
+    /// Its key in the store.
+    key: String,
+    state: Mutex<Versioned>,
     secret: SecretIndex,
+    store: Arc<EmbeddedStore>,
+    journal: bool,
 }
 
 impl Session {
-    fn new(m: usize, per_query: Nats, limit: Nats, policy: Policy, secret: SecretIndex) -> Result<Self, PrivacyError> {
-        let state = SessionState { posterior: Posterior::uniform(m)?, ledger: Ledger::new(per_query, limit, policy)? };
-        Ok(Session { state: Mutex::new(state), secret })
-    }
-
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, SessionState>, SessionError> {
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Versioned>, SessionError> {
         self.state.lock().map_err(|_| SessionError::Poisoned)
     }
 }
@@ -167,7 +180,7 @@ impl Handle {
     /// # Errors
     /// [`SessionError::Poisoned`].
     pub fn budget(&self) -> Result<BudgetView, SessionError> {
-        Ok(BudgetView::of(&self.session.lock()?.ledger))
+        Ok(BudgetView::of(&self.session.lock()?.state.ledger))
     }
 
     /// Refuses early — before any teacher is asked — when even the
@@ -177,23 +190,42 @@ impl Handle {
     /// # Errors
     /// [`SessionError::Exhausted`].
     pub fn ensure_can_pay(&self) -> Result<(), SessionError> {
-        let state = self.session.lock()?;
-        let cheapest = state.ledger.charge_for(true);
-        state.ledger.check(cheapest)?;
+        let ledger = &self.session.lock()?.state.ledger;
+        ledger.check(ledger.charge_for(true))?;
         Ok(())
     }
 
-    /// One step of Algorithm 1 on this session: budget check, calibration,
-    /// noise, posterior and ledger update — atomically, under the lock.
-    /// Blocking (LAPACK in vector mode): call from a blocking thread.
+    /// One step of Algorithm 1 on this session — budget check,
+    /// calibration, noise, posterior and ledger update, atomically under the
+    /// lock — then waits, outside the lock, until the step is durable.
+    /// Blocking (LAPACK, fsync): call from a blocking thread.
     ///
     /// # Errors
-    /// [`SessionError::Exhausted`] or the core's refusal; on error nothing
-    /// changed and nothing may be released.
-    pub fn answer(&self, outputs: &TeacherOutputs, alpha: Option<f64>) -> Result<(Answer, BudgetView), SessionError> {
-        let mut state = self.session.lock()?;
-        let answer = mechanism::answer(&mut state, outputs, self.session.secret, alpha, &mut rand::rng())?;
-        Ok((answer, BudgetView::of(&state.ledger)))
+    /// [`SessionError::Exhausted`] or the core's refusal: nothing changed.
+    /// [`SessionError::Store`]: the step happened but is withheld.
+    pub fn answer(
+        &self,
+        outputs: &TeacherOutputs,
+        alpha: Option<f64>,
+        query_id: &str,
+    ) -> Result<(Answer, BudgetView), SessionError> {
+        let s = &self.session;
+        let (answer, view, ticket) = {
+            let mut guard = s.lock()?;
+            let answer = mechanism::answer(&mut guard.state, outputs, s.secret, alpha, &mut rand::rng())?;
+            guard.version += 1;
+            let record = SessionRecord::of(&guard.state, guard.version);
+            let journal = s.journal.then(|| JournalEntry {
+                version: guard.version,
+                query_id: query_id.to_owned(),
+                charge: answer.charge.get(),
+                log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
+            });
+            let ticket = s.store.enqueue(&s.key, record, journal)?;
+            (answer, BudgetView::of(&guard.state.ledger), ticket)
+        };
+        ticket.wait()?;
+        Ok((answer, view))
     }
 }
 
@@ -202,30 +234,72 @@ pub struct Sessions {
     by_key: HashMap<[u8; 32], Handle>,
 }
 
+/// What every session of a deployment shares.
+pub struct SessionParams {
+    /// b.
+    pub per_query: Nats,
+    /// Charging policy.
+    pub policy: Policy,
+    /// Number of subsets (teachers).
+    pub m: usize,
+    /// s*.
+    pub secret: SecretIndex,
+    /// Journal every step (for audit and replay).
+    pub journal: bool,
+}
+
+/// The store key of the shared session under global scope (which uses no
+/// per-principal keys, so no principal name can collide with it).
+pub const GLOBAL_SESSION: &str = "*global*";
+
 impl Sessions {
     /// One session per principal (each with its own budget), or one shared
-    /// session with `global_budget`; all over m subsets, uniform prior.
+    /// session with `global_budget`; each resumes from its latest durable
+    /// record in `store`, or starts from the uniform prior.
     ///
     /// # Errors
-    /// An invalid b, budget or m.
+    /// An invalid b or budget, or an unreadable/corrupt record.
     pub fn new(
         principals: &[PrincipalConfig],
         scope: Scope,
         global_budget: Nats,
-        per_query: Nats,
-        policy: Policy,
-        m: usize,
-        secret: SecretIndex,
-    ) -> Result<Self, PrivacyError> {
+        params: &SessionParams,
+        store: &Arc<EmbeddedStore>,
+    ) -> Result<Self, SessionError> {
+        let open = |key: &str, limit: Nats| -> Result<Arc<Session>, SessionError> {
+            let (state, version) = match store.load(key)? {
+                Some(record) => (record.restore(params.per_query, limit, params.policy)?, record.version),
+                None => (
+                    SessionState {
+                        posterior: Posterior::uniform(params.m)?,
+                        ledger: Ledger::new(params.per_query, limit, params.policy)?,
+                    },
+                    0,
+                ),
+            };
+            if state.posterior.len() != params.m {
+                return Err(SessionError::Privacy(PrivacyError::TeacherCount {
+                    posterior: state.posterior.len(),
+                    teachers: params.m,
+                }));
+            }
+            Ok(Arc::new(Session {
+                key: key.to_owned(),
+                state: Mutex::new(Versioned { state, version }),
+                secret: params.secret,
+                store: Arc::clone(store),
+                journal: params.journal,
+            }))
+        };
         let shared = match scope {
-            Scope::Global => Some(Arc::new(Session::new(m, per_query, global_budget, policy, secret)?)),
+            Scope::Global => Some(open(GLOBAL_SESSION, global_budget)?),
             Scope::PerPrincipal => None,
         };
         let mut by_key = HashMap::with_capacity(principals.len());
         for p in principals {
             let session = match &shared {
                 Some(s) => Arc::clone(s),
-                None => Arc::new(Session::new(m, per_query, p.budget, policy, secret)?),
+                None => open(&p.name, p.budget)?,
             };
             by_key.insert(p.key_sha256, Handle { principal: p.name.as_str().into(), scope, session });
         }

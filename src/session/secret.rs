@@ -1,10 +1,12 @@
-//! Where the secret subset index s* comes from: an operator-provided file,
-//! or the OS CSPRNG at start-up. Errors never contain the index.
-//!
-//! Until the durable store lands (issue 4), a drawn index lives only in
-//! memory: a restart draws a new one together with fresh sessions.
+//! The secret subset index s*: established once per deployment and sealed
+//! in the store. On first start it is read from the operator's file or
+//! drawn uniformly from the OS CSPRNG, and written (durably) before any
+//! session exists; every later start reads it back. A start whose teacher
+//! set or operator-provided index disagrees with the store refuses.
+//! Errors never contain the index.
 
 use crate::privacy::mechanism::SecretIndex;
+use crate::store::{EmbeddedStore, Meta, StoreError};
 use chacha20::ChaCha20Rng;
 use rand::rngs::SysRng;
 use rand::{RngExt, SeedableRng};
@@ -32,22 +34,101 @@ pub enum SecretError {
     /// The OS random source failed.
     #[error("the OS random source failed: {0}")]
     Entropy(String),
+    /// The store refused (other teacher set, conflicting index, I/O).
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-/// Reads the index from `file`, or draws it uniformly from the OS CSPRNG.
+/// The deployment's s* for `m` teachers described by `teachers`.
 ///
 /// # Errors
 /// [`SecretError`].
-pub fn load_or_draw(file: Option<&Path>, m: usize) -> Result<SecretIndex, SecretError> {
-    let Some(path) = file else {
-        let mut rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| SecretError::Entropy(e.to_string()))?;
-        let i = rng.random_range(0..m);
-        return SecretIndex::new(i, m).map_err(|_| SecretError::Invalid { path: "(drawn)".into(), m });
+pub fn establish(
+    store: &EmbeddedStore,
+    file: Option<&Path>,
+    m: usize,
+    teachers: &str,
+) -> Result<SecretIndex, SecretError> {
+    let provided = file.map(|f| read(f, m)).transpose()?;
+    let shown = store.path().display().to_string();
+    let index = match store.meta()? {
+        Some(meta) => {
+            if meta.teachers != teachers {
+                return Err(StoreError::TeacherSetChanged {
+                    path: shown,
+                    stored: meta.teachers,
+                    configured: teachers.to_owned(),
+                }
+                .into());
+            }
+            if provided.is_some_and(|p| p != meta.secret) {
+                return Err(StoreError::SecretConflict { path: shown }.into());
+            }
+            meta.secret
+        }
+        None => {
+            let secret = match provided {
+                Some(p) => p,
+                None => draw(m)?,
+            };
+            store.init_meta(&Meta { secret, teachers: teachers.to_owned() })?;
+            secret
+        }
     };
+    SecretIndex::new(index, m).map_err(|_| SecretError::Invalid { path: shown, m })
+}
+
+fn draw(m: usize) -> Result<usize, SecretError> {
+    let mut rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| SecretError::Entropy(e.to_string()))?;
+    Ok(rng.random_range(0..m))
+}
+
+fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
     let shown = path.display().to_string();
     let text =
         std::fs::read_to_string(path).map_err(|e| SecretError::Read { path: shown.clone(), reason: e.to_string() })?;
-    let invalid = || SecretError::Invalid { path: shown.clone(), m };
-    let i: usize = text.trim().parse().map_err(|_| invalid())?;
-    SecretIndex::new(i, m).map_err(|_| invalid())
+    match text.trim().parse::<usize>() {
+        Ok(i) if i < m => Ok(i),
+        _ => Err(SecretError::Invalid { path: shown, m }),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn drawn_once_then_kept_and_conflicts_refuse() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("s.redb");
+        let first = {
+            let store = EmbeddedStore::open(&path)?;
+            establish(&store, None, 64, "demo m=64")?
+        };
+        let store = EmbeddedStore::open(&path)?;
+        assert_eq!(establish(&store, None, 64, "demo m=64")?, first, "a restart keeps s*");
+        let other = establish(&store, None, 64, "demo m=32");
+        assert!(matches!(other, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
+
+        let file = dir.path().join("secret");
+        std::fs::write(&file, format!("{}\n", (first.expose() + 1) % 64))?;
+        let conflict = establish(&store, Some(&file), 64, "demo m=64");
+        assert!(matches!(conflict, Err(SecretError::Store(StoreError::SecretConflict { .. }))));
+        std::fs::write(&file, format!("{}", first.expose()))?;
+        assert_eq!(establish(&store, Some(&file), 64, "demo m=64")?, first);
+        Ok(())
+    }
+
+    #[test]
+    fn operator_file_is_used_on_first_start_and_validated() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = EmbeddedStore::open(&dir.path().join("s.redb"))?;
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "99")?;
+        let e = establish(&store, Some(&file), 8, "t").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("below the number of teachers (8)") && !e.contains("99"), "{e}");
+        std::fs::write(&file, "3")?;
+        assert_eq!(establish(&store, Some(&file), 8, "t")?.expose(), 3);
+        Ok(())
+    }
 }

@@ -75,6 +75,10 @@ pub struct Settings {
     pub global_budget: Nats,
     /// Operator-provided secret index file, if any.
     pub secret_index_file: Option<PathBuf>,
+    /// The embedded store's file.
+    pub store_path: PathBuf,
+    /// Journal every step.
+    pub journal: bool,
     /// How teacher outputs are read (label or vector, d).
     pub mode: OutputMode,
     /// Shape of one example.
@@ -148,6 +152,7 @@ fn key_of(e: &config::ConfigError) -> String {
 struct Raw {
     server: RawServer,
     privacy: RawPrivacy,
+    store: RawStore,
     model: RawModel,
     teachers: RawTeachers,
     demo: RawDemo,
@@ -171,6 +176,13 @@ struct RawPrivacy {
     scope: String,
     global_budget_mi: String,
     secret_index_file: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    path: String,
+    journal: bool,
 }
 
 #[derive(Deserialize)]
@@ -304,6 +316,9 @@ impl Raw {
             output_name: (!t.output_name.is_empty()).then_some(t.output_name),
         };
         let principals = principals(self.principals)?;
+        if self.store.path.trim().is_empty() {
+            return Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"));
+        }
         let secret = self.privacy.secret_index_file;
         Ok(Settings {
             listen: addr("server.listen", &self.server.listen)?,
@@ -314,6 +329,8 @@ impl Raw {
             scope,
             global_budget: nats("privacy.global_budget_mi", &self.privacy.global_budget_mi)?,
             secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
+            store_path: PathBuf::from(self.store.path),
+            journal: self.store.journal,
             mode,
             input_shape: self.model.input_shape,
             teachers,

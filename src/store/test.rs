@@ -18,7 +18,12 @@ fn records_and_journal_entries_round_trip_bit_exactly() {
     let mut truncated = r.encode();
     truncated.pop();
     assert_eq!(SessionRecord::decode(&truncated), None);
-    let j = JournalEntry { version: 3, query_id: "q-ü".into(), charge: 2f64.powi(-32), log_likelihood: vec![-3.25, 1e-300] };
+    let j = JournalEntry {
+        version: 3,
+        query_id: "q-ü".into(),
+        charge: 2f64.powi(-32),
+        log_likelihood: vec![-3.25, 1e-300],
+    };
     assert_eq!(JournalEntry::decode(&j.encode()), Some(j));
 }
 

@@ -29,6 +29,8 @@ pub struct Process {
     /// The address it printed once ready.
     pub addr: String,
     stderr: tempfile::NamedTempFile,
+    /// A private store directory, unless the test chose the store path.
+    _state: Option<tempfile::TempDir>,
 }
 
 impl Process {
@@ -56,7 +58,7 @@ impl Process {
                 }
             }
         });
-        let mut p = Process { child, addr: String::new(), stderr };
+        let mut p = Process { child, addr: String::new(), stderr, _state: None };
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(addr) => p.addr = addr,
             Err(_) => panic!("pacpriv {args:?} did not become ready:\n{}", p.logs()),
@@ -65,16 +67,26 @@ impl Process {
     }
 
     /// `pacpriv serve` with the built-in config, `--config` files and
-    /// environment overrides, on a free loopback port.
+    /// environment overrides, on a free loopback port, with a store of its
+    /// own unless `env` sets `PACPRIV__STORE__PATH`.
     pub fn serve(config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
         let mut env = env.to_vec();
         env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
+        let state = if env.iter().any(|(k, _)| *k == "PACPRIV__STORE__PATH") {
+            None
+        } else {
+            let dir = tempfile::tempdir().expect("temp dir");
+            env.push(("PACPRIV__STORE__PATH", dir.path().join("state.redb").display().to_string()));
+            Some(dir)
+        };
         let config = config.map(|p| p.display().to_string());
         let mut args = vec!["serve"];
         if let Some(c) = &config {
             args.extend(["--config", c.as_str()]);
         }
-        Process::start(&args, &env, "pacpriv listening on")
+        let mut p = Process::start(&args, &env, "pacpriv listening on");
+        p._state = state;
+        p
     }
 
     /// Everything it logged so far.

@@ -132,6 +132,10 @@ pub struct Answer {
     pub confident: Option<bool>,
     /// The full noisy release r (length d).
     pub noisy: Array1<f64>,
+    /// The log-likelihood vector Eq. 4 applied to the posterior (one entry
+    /// per subset); `None` for an exact unanimous answer, which leaves the
+    /// posterior unchanged. Lets a store journal and replay the transcript.
+    pub log_likelihood: Option<Array1<f64>>,
 }
 
 /// Answers one query: checks the budget, calibrates, samples with `rng`,
@@ -166,7 +170,15 @@ pub fn answer<R: CryptoRng + ?Sized>(
         // posterior is unchanged. Only the ledger moves.
         state.ledger.record(charge)?;
         let (label, noisy) = exact_release(outputs);
-        return Ok(Answer { label, unanimous, charge, mi_bound: 0.0, confident: alpha.map(|_| true), noisy });
+        return Ok(Answer {
+            label,
+            unanimous,
+            charge,
+            mi_bound: 0.0,
+            confident: alpha.map(|_| true),
+            noisy,
+            log_likelihood: None,
+        });
     }
 
     let (label, noisy, log_lik, noise_mi, confident) = match outputs {
@@ -190,7 +202,7 @@ pub fn answer<R: CryptoRng + ?Sized>(
     posterior.update(log_lik.view())?;
     state.ledger.record(charge)?;
     state.posterior = posterior;
-    Ok(Answer { label, unanimous, charge, mi_bound: noise_mi, confident, noisy })
+    Ok(Answer { label, unanimous, charge, mi_bound: noise_mi, confident, noisy, log_likelihood: Some(log_lik) })
 }
 
 /// The common output of unanimous teachers and its argmax.
