@@ -119,7 +119,7 @@ impl SessionRecord {
     /// Values outside their domain (a corrupt record).
     pub fn restore(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<SessionState, PrivacyError> {
         Ok(SessionState {
-            posterior: Posterior::from_log_weights(self.log_weights.clone())?,
+            posterior: Posterior::restore(self.log_weights.clone())?,
             ledger: Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)?,
         })
     }

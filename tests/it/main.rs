@@ -3,6 +3,7 @@
 
 mod accuracy;
 mod budget;
+mod crash;
 mod service;
 mod subsets;
 mod util;

@@ -40,15 +40,26 @@ impl Posterior {
     /// [`PrivacyError::NonFinite`] if any log-weight is NaN or ±∞ (a weight of
     /// exactly zero cannot arise from Eq. 4), [`PrivacyError::Domain`] if empty.
     pub fn from_log_weights(log_w: Vec<f64>) -> Result<Self, PrivacyError> {
-        if log_w.is_empty() {
-            return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
-        }
-        if log_w.iter().any(|x| !x.is_finite()) {
-            return Err(PrivacyError::NonFinite("posterior log-weights"));
-        }
+        check_log_weights(&log_w)?;
         let mut p = Posterior { log_w: Array1::from(log_w) };
         p.normalise();
         Ok(p)
+    }
+
+    /// Exactly the given normalised log-weights, as written by a store:
+    /// resuming must not renormalise, or the restored session would drift
+    /// (in the last bits) from the one that released the answers.
+    ///
+    /// # Errors
+    /// As [`Posterior::from_log_weights`], and [`PrivacyError::Domain`] if
+    /// the weights do not sum to 1 (within 1e−9 in log space).
+    pub fn restore(log_w: Vec<f64>) -> Result<Self, PrivacyError> {
+        check_log_weights(&log_w)?;
+        let lse = log_sum_exp(log_w.iter().copied());
+        if lse.abs() > 1e-9 {
+            return Err(PrivacyError::Domain(format!("stored posterior is not normalised (log-sum {lse:e})")));
+        }
+        Ok(Posterior { log_w: Array1::from(log_w) })
     }
 
     /// Number of subsets m.
@@ -107,6 +118,16 @@ impl Posterior {
         let lse = log_sum_exp(self.log_w.iter().copied());
         self.log_w.mapv_inplace(|x| x - lse);
     }
+}
+
+fn check_log_weights(log_w: &[f64]) -> Result<(), PrivacyError> {
+    if log_w.is_empty() {
+        return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
+    }
+    if log_w.iter().any(|x| !x.is_finite()) {
+        return Err(PrivacyError::NonFinite("posterior log-weights"));
+    }
+    Ok(())
 }
 
 /// log Σ exp(x_i), computed around the maximum so that no term overflows and

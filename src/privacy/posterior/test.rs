@@ -49,3 +49,14 @@ fn bad_input_leaves_posterior_unchanged() -> Result<(), PrivacyError> {
     assert!(Posterior::from_log_weights(vec![0.0, f64::NEG_INFINITY]).is_err());
     Ok(())
 }
+
+#[test]
+fn restore_is_bit_exact_and_refuses_unnormalised_weights() -> Result<(), PrivacyError> {
+    let mut p = Posterior::uniform(5)?;
+    p.update(ndarray::array![0.3, -1.7, 2.2, -1e3, 0.1].view())?;
+    let restored = Posterior::restore(p.log_weights().to_vec())?;
+    assert_eq!(restored, p);
+    assert!(Posterior::restore(vec![0.0, 0.0]).is_err());
+    assert!(Posterior::restore(vec![f64::NEG_INFINITY, 0.0]).is_err());
+    Ok(())
+}
