@@ -8,7 +8,7 @@ use crate::session::Handle;
 /// The session's current budget.
 ///
 /// # Errors
-/// A poisoned session.
-pub fn apply(handle: &Handle) -> Result<Budget, ServiceError> {
-    Ok(budget_message(handle, &handle.budget()?))
+/// A poisoned session or an unreachable store.
+pub async fn apply(handle: &Handle) -> Result<Budget, ServiceError> {
+    Ok(budget_message(handle, &handle.budget().await?))
 }

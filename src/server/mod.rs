@@ -16,8 +16,8 @@ use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
 use crate::session::secret::{self, SecretError};
 use crate::session::{SessionParams, Sessions};
-use crate::settings::{Settings, TeacherSource};
-use crate::store::EmbeddedStore;
+use crate::settings::{Settings, StoreSettings, TeacherSource};
+use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
 use crate::teachers::demo::server::{DemoServer, GrpcInferenceServiceServer};
 use crate::teachers::demo::{self, Ensemble as DemoEnsemble};
 use crate::teachers::{Ensemble, FanoutError, TeacherSpec};
@@ -61,6 +61,9 @@ pub enum StartError {
     /// Secret index.
     #[error(transparent)]
     Secret(#[from] SecretError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// Sessions (budget values).
     #[error("sessions: {0}")]
     Sessions(String),
@@ -131,11 +134,17 @@ pub async fn start(
     let m = specs.len();
     let fingerprint = teacher_fingerprint(&settings.teachers, &specs);
     let ensemble = Ensemble::new(specs, settings.call.clone(), settings.mode)?;
-    let store = Arc::new(EmbeddedStore::open(&settings.store_path).map_err(SecretError::from)?);
-    let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint)?;
+    let store = match &settings.store {
+        StoreSettings::Embedded { path } => Store::Embedded(Arc::new(EmbeddedStore::open(path)?)),
+        StoreSettings::Postgres { url, max_connections } => {
+            Store::Postgres(Arc::new(PgStore::connect(url, *max_connections).await?))
+        }
+    };
+    let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
     let params =
         SessionParams { per_query: settings.per_query, policy: settings.policy, m, secret, journal: settings.journal };
-    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, &params, &store)
+    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store)
+        .await
         .map_err(|e| StartError::Sessions(e.to_string()))?;
     let app = Arc::new(App { sessions, ensemble, input: InputSpec { shape: settings.input_shape.clone() } });
 
@@ -220,6 +229,6 @@ impl Privatizer for Service {
 
     async fn get_budget(&self, request: Request<GetBudgetRequest>) -> Result<Response<Budget>, Status> {
         let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
-        Ok(Response::new(get_budget::apply(&handle)?))
+        Ok(Response::new(get_budget::apply(&handle).await?))
     }
 }

@@ -1,7 +1,7 @@
 //! `Predict`: one private prediction. The pipeline every answer takes:
 //! refuse early if even the cheapest answer no longer fits → ask all m
-//! teachers (no lock held) → one step of Algorithm 1 under the session
-//! lock, on a blocking thread → response.
+//! teachers (no lock held) → one step of Algorithm 1, made durable
+//! ([`Handle::answer`]) → response.
 
 use super::App;
 use super::input::Query;
@@ -16,12 +16,9 @@ use std::sync::Arc;
 /// Exhausted budget, unavailable teachers, or a core refusal — in each case
 /// nothing was charged.
 pub async fn apply(app: &Arc<App>, handle: &Handle, query: Query) -> Result<PredictResponse, ServiceError> {
-    handle.ensure_can_pay()?;
+    handle.ensure_can_pay().await?;
     let outputs = app.ensemble.query(&query.features).await?;
-    let (alpha, session, query_id) = (query.alpha, handle.clone(), query.query_id.clone());
-    let (answer, view) = tokio::task::spawn_blocking(move || session.answer(&outputs, alpha, &query_id))
-        .await
-        .map_err(|e| ServiceError::Internal(format!("answer task failed: {e}")))??;
+    let (answer, view) = handle.answer(outputs, query.alpha, query.query_id.clone()).await?;
     tracing::info!(charged = answer.charge.get(), unanimous = answer.unanimous, spent = view.spent, "answered");
     Ok(PredictResponse {
         query_id: query.query_id,

@@ -21,7 +21,7 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
-use crate::store::{EmbeddedStore, JournalEntry, SessionRecord, StoreError};
+use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -140,19 +140,96 @@ struct Versioned {
     version: u64,
 }
 
+/// Where a session's state lives.
+enum Backend {
+    /// In this process, authoritative; each step's record is made durable
+    /// by the embedded store before its answer is released.
+    Local { state: Mutex<Versioned>, store: Arc<EmbeddedStore> },
+    /// In PostgreSQL, shared by replicas: read, stepped and written back in
+    /// one row-locked transaction per query.
+    Shared { store: Arc<PgStore>, limit: Nats },
+}
+
 /// One privacy session.
 pub struct Session {
     /// Its key in the store.
     key: String,
-    state: Mutex<Versioned>,
-    secret: SecretIndex,
-    store: Arc<EmbeddedStore>,
-    journal: bool,
+    params: SessionParams,
+    backend: Backend,
+}
+
+impl SessionParams {
+    /// The state a record describes, or the uniform prior with an empty
+    /// ledger; checked against m.
+    fn resume(&self, record: Option<&SessionRecord>, limit: Nats) -> Result<Versioned, SessionError> {
+        let (state, version) = match record {
+            Some(r) => (r.restore(self.per_query, limit, self.policy)?, r.version),
+            None => (
+                SessionState {
+                    posterior: Posterior::uniform(self.m)?,
+                    ledger: Ledger::new(self.per_query, limit, self.policy)?,
+                },
+                0,
+            ),
+        };
+        if state.posterior.len() != self.m {
+            return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: self.m }.into());
+        }
+        Ok(Versioned { state, version })
+    }
 }
 
 impl Session {
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Versioned>, SessionError> {
-        self.state.lock().map_err(|_| SessionError::Poisoned)
+    /// Applies one step to `v` and describes it for the store.
+    fn step(
+        &self,
+        v: &mut Versioned,
+        outputs: &TeacherOutputs,
+        alpha: Option<f64>,
+        query_id: &str,
+    ) -> Result<(Answer, SessionRecord, Option<JournalEntry>), SessionError> {
+        let answer = mechanism::answer(&mut v.state, outputs, self.params.secret, alpha, &mut rand::rng())?;
+        v.version += 1;
+        let journal = self.params.journal.then(|| JournalEntry {
+            version: v.version,
+            query_id: query_id.to_owned(),
+            charge: answer.charge.get(),
+            log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
+        });
+        Ok((answer, SessionRecord::of(&v.state, v.version), journal))
+    }
+
+    /// The local path: step under the lock, queue the record under the lock
+    /// (so a session's records queue in order), wait for durability outside
+    /// it. Blocking.
+    fn answer_local(
+        &self,
+        state: &Mutex<Versioned>,
+        store: &EmbeddedStore,
+        outputs: &TeacherOutputs,
+        alpha: Option<f64>,
+        query_id: &str,
+    ) -> Result<(Answer, BudgetView), SessionError> {
+        let (answer, view, ticket) = {
+            let mut guard = state.lock().map_err(|_| SessionError::Poisoned)?;
+            let (answer, record, journal) = self.step(&mut guard, outputs, alpha, query_id)?;
+            let ticket = store.enqueue(&self.key, record, journal)?;
+            (answer, BudgetView::of(&guard.state.ledger), ticket)
+        };
+        ticket.wait()?;
+        Ok((answer, view))
+    }
+
+    /// A copy of the current ledger (read from the database for a shared
+    /// session).
+    async fn ledger(&self) -> Result<Ledger, SessionError> {
+        match &self.backend {
+            Backend::Local { state, .. } => Ok(state.lock().map_err(|_| SessionError::Poisoned)?.state.ledger.clone()),
+            Backend::Shared { store, limit } => {
+                let record = store.load(&self.key).await?;
+                Ok(self.params.resume(record.as_ref(), *limit)?.state.ledger)
+            }
+        }
     }
 }
 
@@ -178,9 +255,9 @@ impl Handle {
     /// The current account.
     ///
     /// # Errors
-    /// [`SessionError::Poisoned`].
-    pub fn budget(&self) -> Result<BudgetView, SessionError> {
-        Ok(BudgetView::of(&self.session.lock()?.state.ledger))
+    /// [`SessionError::Poisoned`] or a store error.
+    pub async fn budget(&self) -> Result<BudgetView, SessionError> {
+        Ok(BudgetView::of(&self.session.ledger().await?))
     }
 
     /// Refuses early — before any teacher is asked — when even the
@@ -189,43 +266,49 @@ impl Handle {
     ///
     /// # Errors
     /// [`SessionError::Exhausted`].
-    pub fn ensure_can_pay(&self) -> Result<(), SessionError> {
-        let ledger = &self.session.lock()?.state.ledger;
+    pub async fn ensure_can_pay(&self) -> Result<(), SessionError> {
+        let ledger = self.session.ledger().await?;
         ledger.check(ledger.charge_for(true))?;
         Ok(())
     }
 
     /// One step of Algorithm 1 on this session — budget check,
-    /// calibration, noise, posterior and ledger update, atomically under the
-    /// lock — then waits, outside the lock, until the step is durable.
-    /// Blocking (LAPACK, fsync): call from a blocking thread.
+    /// calibration, noise, posterior and ledger update, atomically — and
+    /// returns only once the step is durable. The math runs on a blocking
+    /// thread (LAPACK in vector mode, fsync for the local store).
     ///
     /// # Errors
     /// [`SessionError::Exhausted`] or the core's refusal: nothing changed.
-    /// [`SessionError::Store`]: the step happened but is withheld.
-    pub fn answer(
+    /// [`SessionError::Store`]: the step may have happened but is withheld.
+    pub async fn answer(
         &self,
-        outputs: &TeacherOutputs,
+        outputs: TeacherOutputs,
         alpha: Option<f64>,
-        query_id: &str,
+        query_id: String,
     ) -> Result<(Answer, BudgetView), SessionError> {
-        let s = &self.session;
-        let (answer, view, ticket) = {
-            let mut guard = s.lock()?;
-            let answer = mechanism::answer(&mut guard.state, outputs, s.secret, alpha, &mut rand::rng())?;
-            guard.version += 1;
-            let record = SessionRecord::of(&guard.state, guard.version);
-            let journal = s.journal.then(|| JournalEntry {
-                version: guard.version,
-                query_id: query_id.to_owned(),
-                charge: answer.charge.get(),
-                log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
-            });
-            let ticket = s.store.enqueue(&s.key, record, journal)?;
-            (answer, BudgetView::of(&guard.state.ledger), ticket)
-        };
-        ticket.wait()?;
-        Ok((answer, view))
+        let s = Arc::clone(&self.session);
+        match &self.session.backend {
+            Backend::Local { .. } => tokio::task::spawn_blocking(move || match &s.backend {
+                Backend::Local { state, store } => s.answer_local(state, store, &outputs, alpha, &query_id),
+                Backend::Shared { .. } => Err(SessionError::Poisoned),
+            })
+            .await
+            .map_err(|_| SessionError::Poisoned)?,
+            Backend::Shared { store, limit } => {
+                let limit = *limit;
+                store
+                    .step(&self.session.key, move |record| async move {
+                        tokio::task::spawn_blocking(move || {
+                            let mut v = s.params.resume(record.as_ref(), limit)?;
+                            let (answer, record, journal) = s.step(&mut v, &outputs, alpha, &query_id)?;
+                            Ok((record, journal, (answer, BudgetView::of(&v.state.ledger))))
+                        })
+                        .await
+                        .map_err(|_| SessionError::Poisoned)?
+                    })
+                    .await
+            }
+        }
     }
 }
 
@@ -235,6 +318,7 @@ pub struct Sessions {
 }
 
 /// What every session of a deployment shares.
+#[derive(Clone, Copy, Debug)]
 pub struct SessionParams {
     /// b.
     pub per_query: Nats,
@@ -254,42 +338,28 @@ pub const GLOBAL_SESSION: &str = "*global*";
 
 impl Sessions {
     /// One session per principal (each with its own budget), or one shared
-    /// session with `global_budget`; each resumes from its latest durable
-    /// record in `store`, or starts from the uniform prior.
+    /// session with `global_budget`. With the embedded store each resumes
+    /// from its latest durable record (or the uniform prior); with
+    /// PostgreSQL the state is read per query.
     ///
     /// # Errors
     /// An invalid b or budget, or an unreadable/corrupt record.
-    pub fn new(
+    pub async fn new(
         principals: &[PrincipalConfig],
         scope: Scope,
         global_budget: Nats,
-        params: &SessionParams,
-        store: &Arc<EmbeddedStore>,
+        params: SessionParams,
+        store: &Store,
     ) -> Result<Self, SessionError> {
         let open = |key: &str, limit: Nats| -> Result<Arc<Session>, SessionError> {
-            let (state, version) = match store.load(key)? {
-                Some(record) => (record.restore(params.per_query, limit, params.policy)?, record.version),
-                None => (
-                    SessionState {
-                        posterior: Posterior::uniform(params.m)?,
-                        ledger: Ledger::new(params.per_query, limit, params.policy)?,
-                    },
-                    0,
-                ),
+            let backend = match store {
+                Store::Embedded(e) => {
+                    let resumed = params.resume(e.load(key)?.as_ref(), limit)?;
+                    Backend::Local { state: Mutex::new(resumed), store: Arc::clone(e) }
+                }
+                Store::Postgres(p) => Backend::Shared { store: Arc::clone(p), limit },
             };
-            if state.posterior.len() != params.m {
-                return Err(SessionError::Privacy(PrivacyError::TeacherCount {
-                    posterior: state.posterior.len(),
-                    teachers: params.m,
-                }));
-            }
-            Ok(Arc::new(Session {
-                key: key.to_owned(),
-                state: Mutex::new(Versioned { state, version }),
-                secret: params.secret,
-                store: Arc::clone(store),
-                journal: params.journal,
-            }))
+            Ok(Arc::new(Session { key: key.to_owned(), params, backend }))
         };
         let shared = match scope {
             Scope::Global => Some(open(GLOBAL_SESSION, global_budget)?),

@@ -6,7 +6,7 @@
 //! Errors never contain the index.
 
 use crate::privacy::mechanism::SecretIndex;
-use crate::store::{EmbeddedStore, Meta, StoreError};
+use crate::store::{Meta, Store, StoreError};
 use chacha20::ChaCha20Rng;
 use rand::rngs::SysRng;
 use rand::{RngExt, SeedableRng};
@@ -43,39 +43,38 @@ pub enum SecretError {
 ///
 /// # Errors
 /// [`SecretError`].
-pub fn establish(
-    store: &EmbeddedStore,
+pub async fn establish(
+    store: &Store,
     file: Option<&Path>,
     m: usize,
     teachers: &str,
 ) -> Result<SecretIndex, SecretError> {
     let provided = file.map(|f| read(f, m)).transpose()?;
-    let shown = store.path().display().to_string();
-    let index = match store.meta()? {
-        Some(meta) => {
-            if meta.teachers != teachers {
-                return Err(StoreError::TeacherSetChanged {
-                    path: shown,
-                    stored: meta.teachers,
-                    configured: teachers.to_owned(),
-                }
-                .into());
-            }
-            if provided.is_some_and(|p| p != meta.secret) {
-                return Err(StoreError::SecretConflict { path: shown }.into());
-            }
-            meta.secret
-        }
+    let shown = store.location();
+    let meta = match store.meta().await? {
+        Some(meta) => meta,
         None => {
-            let secret = match provided {
+            let candidate = match provided {
                 Some(p) => p,
                 None => draw(m)?,
             };
-            store.init_meta(&Meta { secret, teachers: teachers.to_owned() })?;
-            secret
+            // With replicas starting together the first writer wins and
+            // everyone adopts its index; a candidate that lost was never used.
+            store.init_meta(&Meta { secret: candidate, teachers: teachers.to_owned() }).await?
         }
     };
-    SecretIndex::new(index, m).map_err(|_| SecretError::Invalid { path: shown, m })
+    if meta.teachers != teachers {
+        return Err(StoreError::TeacherSetChanged {
+            path: shown,
+            stored: meta.teachers,
+            configured: teachers.to_owned(),
+        }
+        .into());
+    }
+    if provided.is_some_and(|p| p != meta.secret) {
+        return Err(StoreError::SecretConflict { path: shown }.into());
+    }
+    SecretIndex::new(meta.secret, m).map_err(|_| SecretError::Invalid { path: shown, m })
 }
 
 fn draw(m: usize) -> Result<usize, SecretError> {
@@ -97,38 +96,45 @@ fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
 mod test {
     use super::*;
 
-    #[test]
-    fn drawn_once_then_kept_and_conflicts_refuse() -> Result<(), Box<dyn std::error::Error>> {
+    use crate::store::EmbeddedStore;
+    use std::sync::Arc;
+
+    fn open(path: &Path) -> Result<Store, StoreError> {
+        Ok(Store::Embedded(Arc::new(EmbeddedStore::open(path)?)))
+    }
+
+    #[tokio::test]
+    async fn drawn_once_then_kept_and_conflicts_refuse() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("s.redb");
         let first = {
-            let store = EmbeddedStore::open(&path)?;
-            establish(&store, None, 64, "demo m=64")?
+            let store = open(&path)?;
+            establish(&store, None, 64, "demo m=64").await?
         };
-        let store = EmbeddedStore::open(&path)?;
-        assert_eq!(establish(&store, None, 64, "demo m=64")?, first, "a restart keeps s*");
-        let other = establish(&store, None, 64, "demo m=32");
+        let store = open(&path)?;
+        assert_eq!(establish(&store, None, 64, "demo m=64").await?, first, "a restart keeps s*");
+        let other = establish(&store, None, 64, "demo m=32").await;
         assert!(matches!(other, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
 
         let file = dir.path().join("secret");
         std::fs::write(&file, format!("{}\n", (first.expose() + 1) % 64))?;
-        let conflict = establish(&store, Some(&file), 64, "demo m=64");
+        let conflict = establish(&store, Some(&file), 64, "demo m=64").await;
         assert!(matches!(conflict, Err(SecretError::Store(StoreError::SecretConflict { .. }))));
         std::fs::write(&file, format!("{}", first.expose()))?;
-        assert_eq!(establish(&store, Some(&file), 64, "demo m=64")?, first);
+        assert_eq!(establish(&store, Some(&file), 64, "demo m=64").await?, first);
         Ok(())
     }
 
-    #[test]
-    fn operator_file_is_used_on_first_start_and_validated() -> Result<(), Box<dyn std::error::Error>> {
+    #[tokio::test]
+    async fn operator_file_is_used_on_first_start_and_validated() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
-        let store = EmbeddedStore::open(&dir.path().join("s.redb"))?;
+        let store = open(&dir.path().join("s.redb"))?;
         let file = dir.path().join("secret");
         std::fs::write(&file, "99")?;
-        let e = establish(&store, Some(&file), 8, "t").err().map(|e| e.to_string()).unwrap_or_default();
+        let e = establish(&store, Some(&file), 8, "t").await.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("below the number of teachers (8)") && !e.contains("99"), "{e}");
         std::fs::write(&file, "3")?;
-        assert_eq!(establish(&store, Some(&file), 8, "t")?.expose(), 3);
+        assert_eq!(establish(&store, Some(&file), 8, "t").await?.expose(), 3);
         Ok(())
     }
 }

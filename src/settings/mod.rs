@@ -56,6 +56,23 @@ pub enum TeacherSource {
     Remote(Vec<TeacherSpec>),
 }
 
+/// Which store keeps the sessions.
+#[derive(Clone, Debug)]
+pub enum StoreSettings {
+    /// A redb file on this node.
+    Embedded {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// A PostgreSQL database shared by replicas.
+    Postgres {
+        /// Connection URL (`postgres://user@host/db`).
+        url: String,
+        /// Pool size.
+        max_connections: usize,
+    },
+}
+
 /// Validated settings of `pacpriv serve`.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -75,8 +92,8 @@ pub struct Settings {
     pub global_budget: Nats,
     /// Operator-provided secret index file, if any.
     pub secret_index_file: Option<PathBuf>,
-    /// The embedded store's file.
-    pub store_path: PathBuf,
+    /// Where sessions are kept.
+    pub store: StoreSettings,
     /// Journal every step.
     pub journal: bool,
     /// How teacher outputs are read (label or vector, d).
@@ -181,7 +198,10 @@ struct RawPrivacy {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStore {
+    backend: String,
     path: String,
+    postgres_url: String,
+    max_connections: usize,
     journal: bool,
 }
 
@@ -316,9 +336,26 @@ impl Raw {
             output_name: (!t.output_name.is_empty()).then_some(t.output_name),
         };
         let principals = principals(self.principals)?;
-        if self.store.path.trim().is_empty() {
-            return Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"));
-        }
+        let store = match self.store.backend.as_str() {
+            "embedded" if self.store.path.trim().is_empty() => {
+                return Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"));
+            }
+            "embedded" => StoreSettings::Embedded { path: PathBuf::from(&self.store.path) },
+            "postgres" if self.store.postgres_url.trim().is_empty() => {
+                return Err(err(
+                    "store.postgres_url",
+                    "backend = \"postgres\" needs a URL, e.g. postgres://pacpriv@db/pacpriv",
+                ));
+            }
+            "postgres" if self.store.max_connections == 0 => {
+                return Err(err("store.max_connections", "must be at least 1"));
+            }
+            "postgres" => StoreSettings::Postgres {
+                url: self.store.postgres_url.clone(),
+                max_connections: self.store.max_connections,
+            },
+            other => return Err(err("store.backend", format!("{other:?}: expected \"embedded\" or \"postgres\""))),
+        };
         let secret = self.privacy.secret_index_file;
         Ok(Settings {
             listen: addr("server.listen", &self.server.listen)?,
@@ -329,7 +366,7 @@ impl Raw {
             scope,
             global_budget: nats("privacy.global_budget_mi", &self.privacy.global_budget_mi)?,
             secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
-            store_path: PathBuf::from(self.store.path),
+            store,
             journal: self.store.journal,
             mode,
             input_shape: self.model.input_shape,

@@ -102,18 +102,23 @@ impl EmbeddedStore {
         }
     }
 
-    /// Writes the deployment record durably (first start only).
+    /// Writes the deployment record durably unless one exists; returns
+    /// the stored record.
     ///
     /// # Errors
     /// Backend.
-    pub fn init_meta(&self, meta: &Meta) -> Result<(), StoreError> {
+    pub fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+        if let Some(existing) = self.meta()? {
+            return Ok(existing);
+        }
         let txn = self.db.begin_write().map_err(backend)?;
         {
             let mut table = txn.open_table(META).map_err(backend)?;
             table.insert("secret", (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
             table.insert("teachers", meta.teachers.as_bytes()).map_err(backend)?;
         }
-        txn.commit().map_err(backend)
+        txn.commit().map_err(backend)?;
+        Ok(meta.clone())
     }
 
     /// A session's latest durable record.

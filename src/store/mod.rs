@@ -17,6 +17,7 @@
 //! - The secret index never appears in an error or a log line.
 
 pub mod embedded;
+pub mod postgres;
 
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::SessionState;
@@ -24,6 +25,7 @@ use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError};
 
 pub use embedded::EmbeddedStore;
+pub use postgres::PgStore;
 
 /// What can go wrong persisting or loading state. None of these carries
 /// the secret index.
@@ -206,6 +208,70 @@ impl Reader<'_> {
     fn floats(&mut self) -> Option<Vec<f64>> {
         let n = u32::from_le_bytes(self.take::<4>()?) as usize;
         (0..n).map(|_| self.u64().map(f64::from_bits)).collect()
+    }
+}
+
+/// The configured store.
+#[derive(Clone)]
+pub enum Store {
+    /// One file, one node.
+    Embedded(std::sync::Arc<EmbeddedStore>),
+    /// PostgreSQL, any number of replicas.
+    Postgres(std::sync::Arc<PgStore>),
+}
+
+impl Store {
+    /// Where the data is, for messages.
+    pub fn location(&self) -> String {
+        match self {
+            Store::Embedded(e) => e.path().display().to_string(),
+            Store::Postgres(p) => p.location().to_owned(),
+        }
+    }
+
+    /// The deployment record, if one was written.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.meta(),
+            Store::Postgres(p) => p.meta().await,
+        }
+    }
+
+    /// Writes `meta` durably unless one is already stored; returns the
+    /// stored one (with several replicas, the first writer's).
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+        match self {
+            Store::Embedded(e) => e.init_meta(meta),
+            Store::Postgres(p) => p.init_meta(meta).await,
+        }
+    }
+
+    /// A session's latest durable record.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.load(session),
+            Store::Postgres(p) => p.load(session).await,
+        }
+    }
+
+    /// A session's journal in version order.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.journal(session),
+            Store::Postgres(p) => p.journal(session).await,
+        }
     }
 }
 

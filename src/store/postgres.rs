@@ -1,0 +1,205 @@
+//! The PostgreSQL store, for several replicas behind a load balancer: one
+//! row per session, and every step runs in one transaction that locks the
+//! row (`SELECT … FOR UPDATE`), computes from the state it read, and writes
+//! the next version back with an optimistic check (`WHERE version = v`), so
+//! two replicas can never both apply a step to the same version. The answer
+//! is released after COMMIT returns (synchronous commit: durable).
+//!
+//! Plain SQL only (no extensions, no advisory locks), so PostgreSQL-wire
+//! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
+
+use super::{JournalEntry, Meta, SessionRecord, StoreError};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+/// Schema, applied at start-up; idempotent.
+const MIGRATIONS: &str = "
+CREATE TABLE IF NOT EXISTS pacpriv_meta (
+    id        INT PRIMARY KEY CHECK (id = 1),
+    secret    BIGINT NOT NULL,
+    teachers  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pacpriv_sessions (
+    session   TEXT PRIMARY KEY,
+    version   BIGINT NOT NULL,
+    record    BYTEA NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pacpriv_journal (
+    session   TEXT NOT NULL,
+    version   BIGINT NOT NULL,
+    entry     BYTEA NOT NULL,
+    PRIMARY KEY (session, version)
+);
+";
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+/// A connection pool to one database.
+pub struct PgStore {
+    pool: Pool,
+    /// Host/database for messages (no password).
+    location: String,
+}
+
+impl PgStore {
+    /// Connects (pool of `max_connections`) and runs the migrations.
+    ///
+    /// # Errors
+    /// An unparsable URL, an unreachable server, failed migrations.
+    pub async fn connect(url: &str, max_connections: usize) -> Result<Self, StoreError> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
+        let location = format!(
+            "postgres {:?}/{}",
+            config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default(),
+            config.get_dbname().unwrap_or("")
+        );
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager).max_size(max_connections).build().map_err(backend)?;
+        let client = pool.get().await.map_err(|e| backend(format!("connecting to {location}: {e}")))?;
+        client.batch_execute(MIGRATIONS).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
+        Ok(PgStore { pool, location })
+    }
+
+    /// Where the data is, for messages.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| backend(format!("{}: {e}", self.location)))
+    }
+
+    /// The deployment record, if any.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
+        let client = self.client().await?;
+        let row =
+            client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await.map_err(backend)?;
+        row.map(|r| {
+            let secret: i64 = r.get(0);
+            Ok(Meta {
+                secret: usize::try_from(secret).map_err(|_| backend("stored secret index out of range"))?,
+                teachers: r.get(1),
+            })
+        })
+        .transpose()
+    }
+
+    /// Writes `meta` unless another replica already did; returns what is
+    /// stored (the first writer wins).
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+        let client = self.client().await?;
+        let secret = i64::try_from(meta.secret).map_err(|_| backend("secret index out of range"))?;
+        client
+            .execute(
+                "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+                &[&secret, &meta.teachers],
+            )
+            .await
+            .map_err(backend)?;
+        self.meta().await?.ok_or_else(|| backend("meta row missing after insert"))
+    }
+
+    /// A session's latest record.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT record FROM pacpriv_sessions WHERE session = $1", &[&session])
+            .await
+            .map_err(backend)?;
+        row.map(|r| decode(session, r.get(0))).transpose()
+    }
+
+    /// A session's journal, in version order.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version", &[&session])
+            .await
+            .map_err(backend)?;
+        rows.iter()
+            .map(|r| {
+                JournalEntry::decode(r.get(0)).ok_or_else(|| StoreError::Corrupt {
+                    session: session.into(),
+                    reason: "undecodable journal entry".into(),
+                })
+            })
+            .collect()
+    }
+
+    /// One step on `session`, serialised across replicas: locks the row,
+    /// hands the current record (`None`: fresh session) to `apply`, writes
+    /// back the record `apply` returns (whose version must be one more) and
+    /// its journal entry, and commits. Only a committed step's result is
+    /// returned; if `apply` fails, nothing is written.
+    ///
+    /// # Errors
+    /// `apply`'s error, or the store's (then nothing may be released).
+    pub async fn step<T, E, F, Fut>(&self, session: &str, apply: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(Option<SessionRecord>) -> Fut,
+        Fut: std::future::Future<Output = Result<(SessionRecord, Option<JournalEntry>, T), E>>,
+    {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(backend)?;
+        // Make sure the row exists so FOR UPDATE has something to lock; a
+        // concurrent insert by another replica is fine (DO NOTHING).
+        tx.execute(
+            "INSERT INTO pacpriv_sessions (session, version, record) VALUES ($1, 0, '') ON CONFLICT (session) DO NOTHING",
+            &[&session],
+        )
+        .await
+        .map_err(backend)?;
+        let row = tx
+            .query_one("SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE", &[&session])
+            .await
+            .map_err(backend)?;
+        let version: i64 = row.get(0);
+        let bytes: &[u8] = row.get(1);
+        let current = if version == 0 { None } else { Some(decode(session, bytes)?) };
+        let (next, journal, result) = apply(current).await?;
+        let next_version = i64::try_from(next.version).map_err(backend)?;
+        if next_version != version + 1 {
+            return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
+        }
+        let updated = tx
+            .execute(
+                "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4",
+                &[&session, &next_version, &next.encode(), &version],
+            )
+            .await
+            .map_err(backend)?;
+        if updated != 1 {
+            return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
+        }
+        if let Some(entry) = journal {
+            tx.execute(
+                "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)",
+                &[&session, &next_version, &entry.encode()],
+            )
+            .await
+            .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(result)
+    }
+}
+
+fn decode(session: &str, bytes: &[u8]) -> Result<SessionRecord, StoreError> {
+    SessionRecord::decode(bytes)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+}
