@@ -5,5 +5,6 @@ mod accuracy;
 mod budget;
 mod crash;
 mod service;
+mod store;
 mod subsets;
 mod util;

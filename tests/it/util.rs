@@ -151,3 +151,83 @@ pub async fn budget(c: &mut PrivatizerClient<Channel>, key: &str) -> Budget {
 pub fn key_hash(key: &str) -> String {
     pacpriv::session::key_digest_hex(key)
 }
+
+/// A private PostgreSQL server (Debian package `postgresql`) in a temp
+/// directory, on a free loopback port; stopped when dropped. Started as
+/// the `postgres` user when the tests run as root (PostgreSQL refuses
+/// root).
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    /// Connection URL.
+    pub url: String,
+}
+
+impl Postgres {
+    /// initdb + pg_ctl start, or a test failure that says what to install.
+    pub fn start() -> Postgres {
+        let mut bins: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| {
+                d.filter_map(Result::ok).map(|e| e.path().join("bin")).filter(|p| p.join("pg_ctl").exists()).collect()
+            })
+            .unwrap_or_default();
+        bins.sort();
+        let bin = bins.pop().expect("PostgreSQL server binaries: apt-get install postgresql (.ci/run does)");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+        if root {
+            let uid: u32 =
+                String::from_utf8_lossy(&Command::new("id").args(["-u", "postgres"]).output().expect("id").stdout)
+                    .trim()
+                    .parse()
+                    .expect("a postgres user (created by the postgresql package)");
+            std::os::unix::fs::chown(dir.path(), Some(uid), None).expect("chown temp dir");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let pg = Postgres { dir, bin, url: format!("postgres://pacpriv@127.0.0.1:{port}/postgres") };
+        let data = pg.dir.path().join("data");
+        pg.run("initdb", &["-D", &data.display().to_string(), "-A", "trust", "-U", "pacpriv", "--no-sync"], root);
+        let opts = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", pg.dir.path().display());
+        let log = pg.dir.path().join("log");
+        pg.run(
+            "pg_ctl",
+            &["-D", &data.display().to_string(), "-o", &opts, "-l", &log.display().to_string(), "-w", "start"],
+            root,
+        );
+        pg
+    }
+
+    fn run(&self, tool: &str, args: &[&str], root: bool) {
+        let exe = self.bin.join(tool).display().to_string();
+        let mut cmd = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", &exe]);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let out = cmd.args(args).current_dir(self.dir.path()).output().expect("PostgreSQL tool runs");
+        assert!(
+            out.status.success(),
+            "{tool} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+        let data = self.dir.path().join("data").display().to_string();
+        let exe = self.bin.join("pg_ctl").display().to_string();
+        let mut cmd = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", &exe]);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        let _ = cmd.args(["-D", &data, "-m", "immediate", "stop"]).output();
+    }
+}

@@ -1,0 +1,111 @@
+//! The store conformance suite: the same behaviour checked against the
+//! embedded store and a real PostgreSQL, through the session layer the
+//! service uses.
+
+use crate::util::Postgres;
+use pacpriv::privacy::Nats;
+use pacpriv::privacy::ledger::Policy;
+use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
+use pacpriv::privacy::posterior::Posterior;
+use pacpriv::session::{PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
+use pacpriv::store::{EmbeddedStore, Meta, PgStore, Store};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+const M: usize = 8;
+const B: f64 = 1.0 / 256.0;
+
+fn principals() -> Vec<PrincipalConfig> {
+    ["alice", "bob"]
+        .iter()
+        .map(|name| PrincipalConfig {
+            name: (*name).into(),
+            key_sha256: Sha256::digest(format!("{name}-key").as_bytes()).into(),
+            budget: Nats::new(40.0 * B).expect("budget"),
+        })
+        .collect()
+}
+
+async fn sessions(store: &Store) -> Sessions {
+    let params = SessionParams {
+        per_query: Nats::new(B).expect("b"),
+        policy: Policy::Paper,
+        m: M,
+        secret: SecretIndex::new(3, M).expect("secret"),
+        journal: true,
+    };
+    Sessions::new(&principals(), Scope::PerPrincipal, Nats::new(1.0).expect("global"), params, store)
+        .await
+        .expect("sessions")
+}
+
+/// Teachers that disagree in a pattern depending on `n`.
+fn outputs(n: usize) -> TeacherOutputs {
+    TeacherOutputs::Labels { labels: (0..M).map(|i| (i * n + i / 3) % 3).collect(), classes: 3 }
+}
+
+/// The whole suite against one store; `reopen` gives a new handle on the
+/// same data (a restart).
+async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
+    // Meta: absent, then written once; the first writer wins.
+    assert_eq!(store.meta().await.expect("meta"), None);
+    let first = Meta { secret: 3, teachers: "suite m=8".into() };
+    assert_eq!(store.init_meta(&first).await.expect("init"), first);
+    let second = Meta { secret: 5, teachers: "suite m=8".into() };
+    assert_eq!(store.init_meta(&second).await.expect("init again"), first, "the stored index never changes");
+
+    // 20 concurrent answers on one session: each is one version, charged once.
+    let s = Arc::new(sessions(&store).await);
+    let mut steps = tokio::task::JoinSet::new();
+    for n in 0..20 {
+        let alice = s.authenticate("alice-key").expect("alice");
+        steps.spawn(async move { alice.answer(outputs(n), None, format!("q{n}")).await });
+    }
+    while let Some(r) = steps.join_next().await {
+        r.expect("task").expect("answered");
+    }
+    let alice = s.authenticate("alice-key").expect("alice");
+    let view = alice.budget().await.expect("budget");
+    assert_eq!((view.answered, view.charged, view.spent), (20, 20, 20.0 * B));
+
+    // A refusal changes nothing: exhaust the remaining 20 answers, then one more.
+    for n in 20..40 {
+        alice.answer(outputs(n), None, format!("q{n}")).await.expect("fits");
+    }
+    assert!(matches!(alice.ensure_can_pay().await, Err(SessionError::Exhausted { .. })));
+    assert!(matches!(alice.answer(outputs(41), None, "q41".into()).await, Err(SessionError::Exhausted { .. })));
+
+    // A restart resumes; the journal replays the stored posterior exactly.
+    drop((alice, s, store));
+    let store = reopen().await;
+    let s = sessions(&store).await;
+    let alice = s.authenticate("alice-key").expect("alice");
+    assert_eq!(alice.budget().await.expect("budget").answered, 40);
+    assert_eq!(s.authenticate("bob-key").expect("bob").budget().await.expect("bob").answered, 0);
+    let record = store.load("alice").await.expect("load").expect("alice has a record");
+    let journal = store.journal("alice").await.expect("journal");
+    assert_eq!(journal.iter().map(|j| j.version).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
+    let mut replay = Posterior::uniform(M).expect("prior");
+    for j in &journal {
+        if !j.log_likelihood.is_empty() {
+            replay.update(ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
+        }
+    }
+    assert_eq!(replay.log_weights().to_vec(), record.log_weights);
+    assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), record.spent);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_store_conforms() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("state.redb");
+    let open = || Store::Embedded(Arc::new(EmbeddedStore::open(&path).expect("opens")));
+    conformance(open(), async || open()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_store_conforms() {
+    let pg = Postgres::start();
+    let open = async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, 8).await.expect("connects")));
+    conformance(open().await, open).await;
+}
