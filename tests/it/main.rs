@@ -4,6 +4,7 @@
 mod accuracy;
 mod budget;
 mod crash;
+mod replicas;
 mod service;
 mod store;
 mod subsets;

@@ -1,0 +1,64 @@
+//! Two `pacpriv serve` replicas on one PostgreSQL, one principal's queries
+//! spread over both: every answer is one step of one shared session, so the
+//! total charge equals the answers and the posterior equals the replay.
+
+use crate::util::{Postgres, Process, client, image, predict};
+use pacpriv::privacy::posterior::Posterior;
+use pacpriv::store::PgStore;
+
+const M: usize = 16;
+const QUERIES: usize = 60;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_share_one_session_without_double_or_lost_charges() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = dir.path().join("teachers.toml");
+    let cfg_arg = cfg.display().to_string();
+    let _teachers = Process::start(
+        &["teachers", "--models", &M.to_string(), "--listen", "127.0.0.1:0", "--write-config", &cfg_arg],
+        &[],
+        "teachers listening on",
+    );
+    let env = vec![
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+        ("PACPRIV__STORE__JOURNAL", "true".to_owned()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", "1".to_owned()),
+    ];
+    let replicas = [Process::serve(Some(&cfg), &env), Process::serve(Some(&cfg), &env)];
+    let clients = [client(&replicas[0].addr).await, client(&replicas[1].addr).await];
+
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..QUERIES {
+        let mut c = clients[n % 2].clone();
+        let pixels: Vec<f32> = (0..64).map(|j| ((n * 11 + j * 3) % 17) as f32).collect();
+        calls.spawn(async move { predict(&mut c, "demo-key", image(&format!("q{n}"), &pixels)).await });
+    }
+    let mut answered = 0;
+    while let Some(r) = calls.join_next().await {
+        r.expect("task").expect("answered by a replica");
+        answered += 1;
+    }
+    assert_eq!(answered, QUERIES);
+
+    let store = PgStore::connect(&pg.url, 2).await.expect("connects");
+    let record = store.load("demo").await.expect("load").expect("the session exists");
+    let journal = store.journal("demo").await.expect("journal");
+    assert_eq!(record.version as usize, QUERIES, "one version per answer, none applied twice");
+    assert_eq!(journal.len(), QUERIES);
+    assert_eq!(record.spent, QUERIES as f64 / 256.0, "total charge equals answers");
+    let mut replay = Posterior::uniform(M).expect("prior");
+    for j in &journal {
+        if !j.log_likelihood.is_empty() {
+            replay.update(ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
+        }
+    }
+    assert_eq!(replay.log_weights().to_vec(), record.log_weights, "posterior equals replaying the answers");
+    // Both replicas report the same account.
+    for c in &clients {
+        let b = crate::util::budget(&mut c.clone(), "demo-key").await;
+        assert_eq!(b.answered as usize, QUERIES);
+    }
+}
