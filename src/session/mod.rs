@@ -204,12 +204,13 @@ impl Session {
     /// it. Blocking.
     fn answer_local(
         &self,
-        state: &Mutex<Versioned>,
-        store: &EmbeddedStore,
         outputs: &TeacherOutputs,
         alpha: Option<f64>,
         query_id: &str,
     ) -> Result<(Answer, BudgetView), SessionError> {
+        let Backend::Local { state, store } = &self.backend else {
+            return Err(SessionError::Poisoned);
+        };
         let (answer, view, ticket) = {
             let mut guard = state.lock().map_err(|_| SessionError::Poisoned)?;
             let (answer, record, journal) = self.step(&mut guard, outputs, alpha, query_id)?;
@@ -288,12 +289,9 @@ impl Handle {
     ) -> Result<(Answer, BudgetView), SessionError> {
         let s = Arc::clone(&self.session);
         match &self.session.backend {
-            Backend::Local { .. } => tokio::task::spawn_blocking(move || match &s.backend {
-                Backend::Local { state, store } => s.answer_local(state, store, &outputs, alpha, &query_id),
-                Backend::Shared { .. } => Err(SessionError::Poisoned),
-            })
-            .await
-            .map_err(|_| SessionError::Poisoned)?,
+            Backend::Local { .. } => tokio::task::spawn_blocking(move || s.answer_local(&outputs, alpha, &query_id))
+                .await
+                .map_err(|_| SessionError::Poisoned)?,
             Backend::Shared { store, limit } => {
                 let limit = *limit;
                 store
