@@ -2,8 +2,7 @@
 //! spread over both: every answer is one step of one shared session, so the
 //! total charge equals the answers and the posterior equals the replay.
 
-use crate::util::{Postgres, Process, client, image, predict};
-use pacpriv::privacy::posterior::Posterior;
+use crate::util::{Postgres, Process, client, image, predict, replay};
 use pacpriv::store::PgStore;
 
 const M: usize = 16;
@@ -49,13 +48,7 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
     assert_eq!(record.version as usize, QUERIES, "one version per answer, none applied twice");
     assert_eq!(journal.len(), QUERIES);
     assert_eq!(record.spent, QUERIES as f64 / 256.0, "total charge equals answers");
-    let mut replay = Posterior::uniform(M).expect("prior");
-    for j in &journal {
-        if !j.log_likelihood.is_empty() {
-            replay.update(ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
-        }
-    }
-    assert_eq!(replay.log_weights().to_vec(), record.log_weights, "posterior equals replaying the answers");
+    assert_eq!(replay(M, &journal), record.log_weights, "posterior equals replaying the answers");
     // Both replicas report the same account.
     for c in &clients {
         let b = crate::util::budget(&mut c.clone(), "demo-key").await;

@@ -2,11 +2,10 @@
 //! embedded store and a real PostgreSQL, through the session layer the
 //! service uses.
 
-use crate::util::Postgres;
+use crate::util::{Postgres, replay};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
-use pacpriv::privacy::posterior::Posterior;
 use pacpriv::session::{PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
 use pacpriv::store::{EmbeddedStore, Meta, PgStore, Store};
 use sha2::{Digest, Sha256};
@@ -85,13 +84,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let record = store.load("alice").await.expect("load").expect("alice has a record");
     let journal = store.journal("alice").await.expect("journal");
     assert_eq!(journal.iter().map(|j| j.version).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
-    let mut replay = Posterior::uniform(M).expect("prior");
-    for j in &journal {
-        if !j.log_likelihood.is_empty() {
-            replay.update(ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
-        }
-    }
-    assert_eq!(replay.log_weights().to_vec(), record.log_weights);
+    assert_eq!(replay(M, &journal), record.log_weights);
     assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), record.spent);
 }
 

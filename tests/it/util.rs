@@ -174,7 +174,7 @@ impl Postgres {
         bins.sort();
         let bin = bins.pop().expect("PostgreSQL server binaries: apt-get install postgresql (.ci/run does)");
         let dir = tempfile::tempdir().expect("temp dir");
-        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
+        let root = is_root();
         if root {
             let uid: u32 =
                 String::from_utf8_lossy(&Command::new("id").args(["-u", "postgres"]).output().expect("id").stdout)
@@ -197,16 +197,20 @@ impl Postgres {
         pg
     }
 
-    fn run(&self, tool: &str, args: &[&str], root: bool) {
+    /// A PostgreSQL tool, as `postgres` when we are root.
+    fn tool(&self, tool: &str, root: bool) -> Command {
         let exe = self.bin.join(tool).display().to_string();
-        let mut cmd = if root {
+        if root {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--", &exe]);
             c
         } else {
             Command::new(&exe)
-        };
-        let out = cmd.args(args).current_dir(self.dir.path()).output().expect("PostgreSQL tool runs");
+        }
+    }
+
+    fn run(&self, tool: &str, args: &[&str], root: bool) {
+        let out = self.tool(tool, root).args(args).current_dir(self.dir.path()).output().expect("PostgreSQL tool runs");
         assert!(
             out.status.success(),
             "{tool} failed: {}{}",
@@ -218,16 +222,21 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let root = Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false);
         let data = self.dir.path().join("data").display().to_string();
-        let exe = self.bin.join("pg_ctl").display().to_string();
-        let mut cmd = if root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--", &exe]);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let _ = cmd.args(["-D", &data, "-m", "immediate", "stop"]).output();
+        let _ = self.tool("pg_ctl", is_root()).args(["-D", &data, "-m", "immediate", "stop"]).output();
     }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout == b"0\n").unwrap_or(false)
+}
+
+/// The posterior a session's journal implies: the prior over `m` subsets
+/// updated with every journaled log-likelihood vector, in order.
+pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> Vec<f64> {
+    let mut posterior = pacpriv::privacy::posterior::Posterior::uniform(m).expect("prior");
+    for j in journal.iter().filter(|j| !j.log_likelihood.is_empty()) {
+        posterior.update(ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
+    }
+    posterior.log_weights().to_vec()
 }
