@@ -12,11 +12,22 @@
 //!   MIA/ε reporting (Eq. 2), the confidence test (Prop. 5.1), the optimal
 //!   membership attack (Prop. 6.1) and the secret-space assignment (§4.2.1).
 //!   No I/O, no async, no global state.
+//! - [`server`]: the gRPC front — auth, input validation, one module per
+//!   RPC, the one error → status mapping, health and reflection, start-up.
+//! - [`session`]: principals, their sessions, the secret index's lifecycle;
+//!   applies one step of Algorithm 1 and returns once it is durable.
+//! - [`store`]: durable session records — embedded (redb, group commit) or
+//!   PostgreSQL (row-locked steps, for replicas).
+//! - [`teachers`]: fan-out to all m teachers over the Open Inference
+//!   Protocol; `teachers::demo` trains and serves the digits ensemble.
+//! - [`settings`]: configuration loading and validation.
+//! - [`tensor`]: wire tensors to numbers.
 //! - [`proto`]: wire protocols compiled from `proto/` at build time.
 //! - [`cli`]: one file per subcommand of the `pacpriv` binary.
 //!
-//! Dependencies run one way: `cli → privacy`; `privacy` imports nothing
-//! from the rest of the crate.
+//! A request goes `server → session → (teachers, privacy, store)`.
+//! Dependencies run one way: `cli → server → session → store → privacy`;
+//! `privacy` imports nothing from the rest of the crate.
 
 #![forbid(unsafe_code)]
 
