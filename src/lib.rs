@@ -25,7 +25,8 @@
 //! - [`proto`]: wire protocols compiled from `proto/` at build time.
 //! - [`cli`]: one file per subcommand of the `pacpriv` binary.
 //!
-//! A request goes `server → session → (teachers, privacy, store)`.
+//! A request goes `server` (auth, input) → `teachers` (fan-out) → `session`
+//! (`privacy` step, `store` commit) → `server` (response).
 //! Dependencies run one way: `cli → server → session → store → privacy`;
 //! `privacy` imports nothing from the rest of the crate.
 
