@@ -226,9 +226,14 @@ impl Session {
     async fn ledger(&self) -> Result<Ledger, SessionError> {
         match &self.backend {
             Backend::Local { state, .. } => Ok(state.lock().map_err(|_| SessionError::Poisoned)?.state.ledger.clone()),
+            // Only the ledger: restoring and checking m posterior weights on
+            // every budget read would be wasted work on the query path.
             Backend::Shared { store, limit } => {
-                let record = store.load(&self.key).await?;
-                Ok(self.params.resume(record.as_ref(), *limit)?.state.ledger)
+                let (b, policy) = (self.params.per_query, self.params.policy);
+                Ok(match store.load(&self.key).await? {
+                    Some(record) => record.ledger(b, *limit, policy)?,
+                    None => Ledger::new(b, *limit, policy)?,
+                })
             }
         }
     }
