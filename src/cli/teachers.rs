@@ -2,13 +2,12 @@
 //! Inference Protocol on its own, e.g. to run the privatizer against
 //! "remote" teachers, or to evaluate the models.
 
-use crate::teachers::demo::server::{DemoServer, GrpcInferenceServiceServer};
+use crate::teachers::demo::server::DemoServer;
 use crate::teachers::demo::{self, Ensemble};
 use anyhow::Context;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Arguments of `pacpriv teachers`.
 #[derive(Debug, clap::Args)]
@@ -56,9 +55,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         writeln!(out, "teachers listening on {addr}")?;
         out.flush()?;
-        tonic::transport::Server::builder()
-            .add_service(GrpcInferenceServiceServer::new(DemoServer::new(ensemble.teachers)))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        DemoServer::new(ensemble.teachers)
+            .serve(listener, async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await
@@ -69,8 +67,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 /// A `[teachers]` section listing the m models at `addr`.
 fn remote_config(addr: SocketAddr, m: usize) -> String {
     let mut s = String::from("[teachers]\nsource = \"remote\"\nremote = [\n");
-    for i in 0..m {
-        s.push_str(&format!("  {{ endpoint = \"http://{addr}\", model = \"{}\" }},\n", demo::model_name(i)));
+    for spec in demo::specs(addr, m) {
+        s.push_str(&format!("  {{ endpoint = {:?}, model = {:?} }},\n", spec.endpoint, spec.model));
     }
     s.push_str("]\n");
     s

@@ -18,7 +18,7 @@ use crate::session::secret::{self, SecretError};
 use crate::session::{SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
 use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
-use crate::teachers::demo::server::{DemoServer, GrpcInferenceServiceServer};
+use crate::teachers::demo::server::DemoServer;
 use crate::teachers::demo::{self, Ensemble as DemoEnsemble};
 use crate::teachers::{Ensemble, FanoutError, TeacherSpec};
 use input::InputSpec;
@@ -87,14 +87,8 @@ async fn start_demo(models: usize, seed: u64, listen: SocketAddr) -> Result<Vec<
     let listener = bind(listen).await?;
     let addr = listener.local_addr().map_err(|e| StartError::Bind { addr: listen, reason: e.to_string() })?;
     tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(GrpcInferenceServiceServer::new(DemoServer::new(ensemble.teachers)))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
-    Ok((0..models)
-        .map(|i| TeacherSpec { endpoint: format!("http://{addr}"), model: demo::model_name(i), version: String::new() })
-        .collect())
+    tokio::spawn(DemoServer::new(ensemble.teachers).serve(listener, std::future::pending()));
+    Ok(demo::specs(addr, models))
 }
 
 /// Names the teacher set s* indexes into: the demo's seed and m, or the

@@ -111,11 +111,6 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Number of features in one example.
-    pub fn features(&self) -> usize {
-        self.input_shape.iter().product()
-    }
-
     /// Defaults, then `file` (if any), then the process environment.
     ///
     /// # Errors

@@ -9,7 +9,7 @@ fn shipped_default_is_valid_and_serves_the_demo() -> Result<(), SettingsError> {
     let s = load(&[])?;
     assert!(matches!(s.teachers, TeacherSource::Demo { models: 128, .. }));
     assert_eq!(s.per_query.get(), 2f64.powi(-24));
-    assert_eq!(s.features(), 64);
+    assert_eq!(s.input_shape, [64]);
     assert_eq!(s.principals.len(), 1);
     assert_eq!(s.principals[0].name, "demo");
     Ok(())

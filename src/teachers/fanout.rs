@@ -132,16 +132,6 @@ impl Ensemble {
         Ok(Ensemble { teachers, policy: Arc::new(policy), mode })
     }
 
-    /// Number of teachers m.
-    pub fn len(&self) -> usize {
-        self.teachers.len()
-    }
-
-    /// True when no teacher is configured.
-    pub fn is_empty(&self) -> bool {
-        self.teachers.is_empty()
-    }
-
     /// How many teachers do not report their model ready (Open Inference
     /// Protocol `ModelReady`, one attempt each within the deadline).
     pub async fn not_ready(&self) -> usize {

@@ -32,22 +32,7 @@ async fn accuracy_follows_table_3() {
     let cfg = dir.path().join("teachers.toml");
     let secret = dir.path().join("secret");
     std::fs::write(&secret, format!("{SECRET}\n")).expect("write secret");
-    let cfg_arg = cfg.display().to_string();
-    let _teachers = Process::start(
-        &[
-            "teachers",
-            "--models",
-            &M.to_string(),
-            "--seed",
-            &SEED.to_string(),
-            "--listen",
-            "127.0.0.1:0",
-            "--write-config",
-            &cfg_arg,
-        ],
-        &[],
-        "teachers listening on",
-    );
+    let _teachers = Process::teachers(M, SEED, &cfg);
 
     let n = test.len();
     let pct = |k: usize| 100.0 * k as f64 / n as f64;

@@ -24,12 +24,7 @@ async fn no_received_answer_is_lost_across_kill_9() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cfg = dir.path().join("teachers.toml");
     let store_path = dir.path().join("state.redb");
-    let cfg_arg = cfg.display().to_string();
-    let _teachers = Process::start(
-        &["teachers", "--models", &M.to_string(), "--listen", "127.0.0.1:0", "--write-config", &cfg_arg],
-        &[],
-        "teachers listening on",
-    );
+    let _teachers = Process::teachers(M, 1, &cfg);
     let mut env = vec![
         ("PACPRIV__STORE__PATH", store_path.display().to_string()),
         ("PACPRIV__STORE__JOURNAL", "true".to_owned()),

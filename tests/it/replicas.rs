@@ -13,12 +13,7 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
     let pg = Postgres::start();
     let dir = tempfile::tempdir().expect("temp dir");
     let cfg = dir.path().join("teachers.toml");
-    let cfg_arg = cfg.display().to_string();
-    let _teachers = Process::start(
-        &["teachers", "--models", &M.to_string(), "--listen", "127.0.0.1:0", "--write-config", &cfg_arg],
-        &[],
-        "teachers listening on",
-    );
+    let _teachers = Process::teachers(M, 1, &cfg);
     let env = vec![
         ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
         ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),

@@ -80,9 +80,7 @@ async fn global_scope_shares_one_budget_and_refuses_with_details() {
 async fn dead_teachers_mean_unavailable_and_nothing_charged_until_they_return() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cfg = dir.path().join("teachers.toml");
-    let cfg_arg = cfg.display().to_string();
-    let args = ["teachers", "--models", "8", "--listen", "127.0.0.1:0", "--write-config", &cfg_arg];
-    let mut teachers = Process::start(&args, &[], "teachers listening on");
+    let mut teachers = Process::teachers(8, 1, &cfg);
     let env = vec![
         ("PACPRIV__TEACHERS__DEADLINE_MS", "300".to_owned()),
         ("PACPRIV__TEACHERS__RETRIES", "1".to_owned()),
@@ -106,7 +104,8 @@ async fn dead_teachers_mean_unavailable_and_nothing_charged_until_they_return() 
 
     // Same port again: the persistent channels reconnect on their own.
     let addr = teachers.addr.clone();
-    let _back = Process::start(&["teachers", "--models", "8", "--listen", &addr], &[], "teachers listening on");
+    let _back =
+        Process::start(&["teachers", "--models", "8", "--seed", "1", "--listen", &addr], &[], "teachers listening on");
     assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
     let again = predict(&mut c, "demo-key", image("again", &digit(3))).await.expect("teachers back");
     assert_eq!(again.budget.map(|b| b.answered), Some(2));

@@ -89,6 +89,16 @@ impl Process {
         p
     }
 
+    /// `pacpriv teachers`: m demo models trained with `seed`, on a free
+    /// loopback port, their `[teachers]` list written to `config` (for
+    /// `serve --config`).
+    pub fn teachers(models: usize, seed: u64, config: &std::path::Path) -> Process {
+        let (models, seed, config) = (models.to_string(), seed.to_string(), config.display().to_string());
+        let args =
+            ["teachers", "--models", &models, "--seed", &seed, "--listen", "127.0.0.1:0", "--write-config", &config];
+        Process::start(&args, &[], "teachers listening on")
+    }
+
     /// Everything it logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(self.stderr.path()).unwrap_or_default()

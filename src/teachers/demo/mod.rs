@@ -28,6 +28,17 @@ pub fn model_name(i: usize) -> String {
     format!("digits-{i:03}")
 }
 
+/// The fan-out's view of `m` demo teachers served at `addr`.
+pub fn specs(addr: std::net::SocketAddr, m: usize) -> Vec<crate::teachers::TeacherSpec> {
+    (0..m)
+        .map(|i| crate::teachers::TeacherSpec {
+            endpoint: format!("http://{addr}"),
+            model: model_name(i),
+            version: String::new(),
+        })
+        .collect()
+}
+
 /// One trained teacher.
 pub struct Teacher {
     model: MultiFittedLogisticRegression<f64, usize>,

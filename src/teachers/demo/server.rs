@@ -30,6 +30,22 @@ impl DemoServer {
         DemoServer { teachers: Arc::new(teachers), index: Arc::new(index) }
     }
 
+    /// Serves over the Open Inference Protocol on `listener` until
+    /// `shutdown` resolves.
+    ///
+    /// # Errors
+    /// The transport failed.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        tonic::transport::Server::builder()
+            .add_service(GrpcInferenceServiceServer::new(self))
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+            .await
+    }
+
     fn teacher(&self, name: &str, version: &str) -> Result<&Teacher, Status> {
         if !(version.is_empty() || version == "1") {
             return Err(Status::not_found(format!("model {name} has only version 1, not {version:?}")));
