@@ -64,9 +64,9 @@ pub enum StartError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Sessions (budget values).
+    /// Sessions (budget values, unreadable records).
     #[error("sessions: {0}")]
-    Sessions(String),
+    Sessions(#[from] crate::session::SessionError),
     /// Reflection descriptor.
     #[error("reflection: {0}")]
     Reflection(String),
@@ -137,9 +137,7 @@ pub async fn start(
     let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
     let params =
         SessionParams { per_query: settings.per_query, policy: settings.policy, m, secret, journal: settings.journal };
-    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store)
-        .await
-        .map_err(|e| StartError::Sessions(e.to_string()))?;
+    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
     let app = Arc::new(App { sessions, ensemble, input: InputSpec { shape: settings.input_shape.clone() } });
 
     let (health, health_service) = tonic_health::server::health_reporter();
