@@ -6,10 +6,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure().compile_protos(&["proto/inference.proto"], &["proto"])?;
-    // Only the client API is served on the client port, so only it goes in
-    // the descriptor set that reflection advertises.
+    // One package, so one call (prost writes one file per package). Each
+    // listener's reflection names only the services it serves.
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("pacpriv_descriptor.bin"))
-        .compile_protos(&["proto/pacpriv/v1/privatizer.proto"], &["proto"])?;
+        .compile_protos(&["proto/pacpriv/v1/privatizer.proto", "proto/pacpriv/v1/admin.proto"], &["proto"])?;
     Ok(())
 }

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod metrics;
 pub mod privacy;
 pub mod proto;
 pub mod server;

@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod budget;
+pub mod health;
 pub mod serve;
 pub mod subsets;
 pub mod teachers;
@@ -27,6 +28,9 @@ pub enum Command {
     /// the built-in default configuration it trains and serves the demo
     /// teachers in-process.
     Serve(serve::Args),
+    /// Ask a running server's gRPC health service; exit 0 only if SERVING
+    /// (for container health checks).
+    Health(health::Args),
     /// Train the demo teacher ensemble (optical digits) and serve it over
     /// the Open Inference Protocol.
     Teachers(teachers::Args),
@@ -46,6 +50,7 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args, out),
         Command::Teachers(args) => teachers::run(args, out),
+        Command::Health(args) => health::run(args, out),
         Command::Budget(args) => {
             init_tracing(false);
             budget::run(args, out)

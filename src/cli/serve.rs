@@ -15,6 +15,10 @@ pub struct Args {
     /// `PACPRIV__SECTION__KEY` environment variables override both.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// Only load and validate the configuration (file and environment),
+    /// print `config ok` and exit.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Runs the service; prints `pacpriv listening on ADDR` to `out` once it
@@ -24,6 +28,10 @@ pub struct Args {
 /// Invalid configuration (naming the key) or a failed start.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
+    if args.check {
+        writeln!(out, "config ok")?;
+        return Ok(());
+    }
     super::init_tracing(settings.log_json);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {

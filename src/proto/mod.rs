@@ -7,13 +7,15 @@ pub mod inference {
     tonic::include_proto!("inference");
 }
 
-/// The pacpriv client API (`proto/pacpriv/v1/privatizer.proto`).
+/// The pacpriv client API (`proto/pacpriv/v1/privatizer.proto`) and admin
+/// API (`proto/pacpriv/v1/admin.proto`).
 #[allow(missing_docs, clippy::all)]
 pub mod pacpriv {
     tonic::include_proto!("pacpriv.v1");
 }
 
-/// Encoded descriptor of the client API, for gRPC server reflection.
+/// Encoded descriptors of the client and admin APIs, for gRPC server
+/// reflection (each listener names only the services it serves).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("pacpriv_descriptor");
 
 #[cfg(test)]

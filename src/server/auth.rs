@@ -1,11 +1,14 @@
-//! Reads the API key from request metadata and finds its session.
+//! Who is calling: the API key from request metadata, or — with mTLS and
+//! `tls.principal_from_cert` — the verified client certificate's subject
+//! CN; then the principal and session it names ([`Sessions::authenticate`]).
 
 use super::status::ServiceError;
-use crate::session::{Handle, SessionError, Sessions};
+use crate::session::{Credential, Handle, SessionError, Sessions};
+use tonic::Request;
 use tonic::metadata::MetadataMap;
 
 /// The key from `x-api-key`, or from `authorization: Bearer <key>`.
-fn api_key(metadata: &MetadataMap) -> Option<&str> {
+pub fn api_key(metadata: &MetadataMap) -> Option<&str> {
     if let Some(v) = metadata.get("x-api-key") {
         return v.to_str().ok();
     }
@@ -13,11 +16,32 @@ fn api_key(metadata: &MetadataMap) -> Option<&str> {
     auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer ")).map(str::trim)
 }
 
-/// The caller's session.
+/// The subject CN of the client certificate the TLS handshake verified
+/// (the first of the chain is the client's own).
+fn certificate_cn<T>(request: &Request<T>) -> Option<String> {
+    let certs = request.peer_certs()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(certs.first()?.as_ref()).ok()?;
+    let cn = cert.subject().iter_common_name().next()?.as_str().ok()?.to_owned();
+    Some(cn)
+}
+
+/// The caller's session. An API key, when sent, is the credential (even
+/// with a client certificate); the certificate names the principal only
+/// when `from_cert` and no key was sent.
 ///
 /// # Errors
-/// Unauthenticated when the key is absent or names no principal.
-pub fn authenticate(sessions: &Sessions, metadata: &MetadataMap) -> Result<Handle, ServiceError> {
-    let key = api_key(metadata).ok_or(SessionError::Unauthenticated)?;
-    Ok(sessions.authenticate(key)?)
+/// Unauthenticated when no credential names an active principal.
+pub async fn authenticate<T>(
+    sessions: &Sessions,
+    request: &Request<T>,
+    from_cert: bool,
+) -> Result<Handle, ServiceError> {
+    if let Some(key) = api_key(request.metadata()) {
+        return Ok(sessions.authenticate(Credential::ApiKey(key)).await?);
+    }
+    let cn = if from_cert { certificate_cn(request) } else { None };
+    match cn {
+        Some(cn) => Ok(sessions.authenticate(Credential::Certificate(&cn)).await?),
+        None => Err(SessionError::Unauthenticated.into()),
+    }
 }

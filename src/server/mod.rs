@@ -39,6 +39,8 @@ pub struct App {
     pub ensemble: Ensemble,
     /// What an input example looks like.
     pub input: InputSpec,
+    /// A verified client certificate's CN may name the principal.
+    pub principal_from_cert: bool,
 }
 
 /// Why the service could not start.
@@ -138,7 +140,9 @@ pub async fn start(
     let params =
         SessionParams { per_query: settings.per_query, policy: settings.policy, m, secret, journal: settings.journal };
     let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
-    let app = Arc::new(App { sessions, ensemble, input: InputSpec { shape: settings.input_shape.clone() } });
+    let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
+    let input = InputSpec { shape: settings.input_shape.clone() };
+    let app = Arc::new(App { sessions, ensemble, input, principal_from_cert });
 
     let (health, health_service) = tonic_health::server::health_reporter();
     watch_teachers(Arc::clone(&app), health, settings.health_interval).await;
@@ -196,10 +200,16 @@ pub struct Service {
     app: Arc<App>,
 }
 
+impl Service {
+    async fn authenticate<T>(&self, request: &Request<T>) -> Result<crate::session::Handle, Status> {
+        Ok(auth::authenticate(&self.app.sessions, request, self.app.principal_from_cert).await?)
+    }
+}
+
 #[tonic::async_trait]
 impl Privatizer for Service {
     async fn predict(&self, request: Request<PredictRequest>) -> Result<Response<PredictResponse>, Status> {
-        let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
+        let handle = self.authenticate(&request).await?;
         let query = self.app.input.parse(request.into_inner())?;
         let span = tracing::info_span!("predict", principal = %handle.principal(), query_id = %query.query_id);
         let response = predict::apply(&self.app, &handle, query).instrument(span.clone()).await;
@@ -215,12 +225,12 @@ impl Privatizer for Service {
         &self,
         request: Request<Streaming<PredictRequest>>,
     ) -> Result<Response<Self::PredictStreamStream>, Status> {
-        let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
+        let handle = self.authenticate(&request).await?;
         Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, request.into_inner())))
     }
 
     async fn get_budget(&self, request: Request<GetBudgetRequest>) -> Result<Response<Budget>, Status> {
-        let handle = auth::authenticate(&self.app.sessions, request.metadata())?;
+        let handle = self.authenticate(&request).await?;
         Ok(Response::new(get_budget::apply(&handle).await?))
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::privacy::PrivacyError;
 use crate::session::SessionError;
+use crate::store::StoreError;
 use crate::teachers::FanoutError;
 use std::collections::HashMap;
 use tonic::{Code, Status};
@@ -55,6 +56,14 @@ impl From<ServiceError> for Status {
             // The one failure after which a charge stands without an answer:
             // the step ran, but could not be made durable, so it is withheld.
             ServiceError::Session(e @ SessionError::Store(_)) => Status::unavailable(e.to_string()),
+            ServiceError::Session(SessionError::Registry(
+                e @ (StoreError::PrincipalExists { .. } | StoreError::KeyInUse { .. }),
+            )) => Status::already_exists(e.to_string()),
+            ServiceError::Session(e @ SessionError::Registry(_)) => {
+                Status::unavailable(format!("{e}; nothing was answered or charged"))
+            }
+            ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => Status::not_found(e.to_string()),
+            ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => Status::invalid_argument(e.to_string()),
             ServiceError::Teachers(e) => {
                 Status::unavailable(format!("{e}; nothing was charged, the query can be retried"))
             }

@@ -5,8 +5,8 @@
 //! # Invariants
 //! - Principals are provisioned by the operator; a client can never open a
 //!   fresh session or reset a budget.
-//! - Keys are configured and compared as SHA-256 hashes; the plaintext key
-//!   is never stored.
+//! - Keys are configured, stored and compared as SHA-256 hashes; the
+//!   plaintext key is never stored (see [`registry`]).
 //! - A session's lock is held only around the math (microseconds), never
 //!   across the teacher fan-out, nor across the fsync: the step's record is
 //!   queued under the lock and the answer waits for it outside the lock
@@ -21,12 +21,14 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
-use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, Store, StoreError};
+use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreError};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub mod registry;
 pub mod secret;
+
+pub use registry::{Account, Credential, GLOBAL_SESSION, Sessions};
 
 /// Whose transcript a session bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,16 @@ pub enum SessionError {
     /// charge stands (it may be on disk, and later steps build on it).
     #[error("the answer could not be made durable and was withheld; its charge stands ({0})")]
     Store(#[from] StoreError),
+    /// The principal registry could not be read or written (nothing was
+    /// answered or charged).
+    #[error("principal registry: {0}")]
+    Registry(StoreError),
+    /// No principal of that name.
+    #[error("no principal named {0:?}")]
+    UnknownPrincipal(String),
+    /// A principal could not be provisioned as asked.
+    #[error("{0}")]
+    InvalidPrincipal(String),
 }
 
 impl From<PrivacyError> for SessionError {
@@ -315,11 +327,6 @@ impl Handle {
     }
 }
 
-/// Every provisioned principal and its session.
-pub struct Sessions {
-    by_key: HashMap<[u8; 32], Handle>,
-}
-
 /// What every session of a deployment shares.
 #[derive(Clone, Copy, Debug)]
 pub struct SessionParams {
@@ -333,62 +340,6 @@ pub struct SessionParams {
     pub secret: SecretIndex,
     /// Journal every step (for audit and replay).
     pub journal: bool,
-}
-
-/// The store key of the shared session under global scope (which uses no
-/// per-principal keys, so no principal name can collide with it).
-pub const GLOBAL_SESSION: &str = "*global*";
-
-impl Sessions {
-    /// One session per principal (each with its own budget), or one shared
-    /// session with `global_budget`. With the embedded store each resumes
-    /// from its latest durable record (or the uniform prior); with
-    /// PostgreSQL the state is read per query.
-    ///
-    /// # Errors
-    /// An invalid b or budget, or an unreadable/corrupt record.
-    pub async fn new(
-        principals: &[PrincipalConfig],
-        scope: Scope,
-        global_budget: Nats,
-        params: SessionParams,
-        store: &Store,
-    ) -> Result<Self, SessionError> {
-        let open = |key: &str, limit: Nats| -> Result<Arc<Session>, SessionError> {
-            let backend = match store {
-                Store::Embedded(e) => {
-                    let resumed = params.resume(e.load(key)?.as_ref(), limit)?;
-                    Backend::Local { state: Mutex::new(resumed), store: Arc::clone(e) }
-                }
-                Store::Postgres(p) => Backend::Shared { store: Arc::clone(p), limit },
-            };
-            Ok(Arc::new(Session { key: key.to_owned(), params, backend }))
-        };
-        let shared = match scope {
-            Scope::Global => Some(open(GLOBAL_SESSION, global_budget)?),
-            Scope::PerPrincipal => None,
-        };
-        let mut by_key = HashMap::with_capacity(principals.len());
-        for p in principals {
-            let session = match &shared {
-                Some(s) => Arc::clone(s),
-                None => open(&p.name, p.budget)?,
-            };
-            by_key.insert(p.key_sha256, Handle { principal: p.name.as_str().into(), scope, session });
-        }
-        Ok(Sessions { by_key })
-    }
-
-    /// The principal whose key this is.
-    ///
-    /// # Errors
-    /// [`SessionError::Unauthenticated`].
-    pub fn authenticate(&self, api_key: &str) -> Result<Handle, SessionError> {
-        // Looking up the hash, not the key: timing reveals at most how a
-        // SHA-256 digest compares, which says nothing about the key.
-        let digest: [u8; 32] = Sha256::digest(api_key.as_bytes()).into();
-        self.by_key.get(&digest).cloned().ok_or(SessionError::Unauthenticated)
-    }
 }
 
 /// SHA-256 of a key as 64 lowercase hex digits, the form `key_sha256`

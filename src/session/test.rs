@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::{Origin, Store};
 
 fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, PrivacyError> {
     let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
@@ -40,10 +41,10 @@ fn split() -> TeacherOutputs {
 #[tokio::test]
 async fn keys_authenticate_their_principal_and_nothing_else() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    assert_eq!(s.authenticate("ka")?.principal(), "alice");
-    assert_eq!(s.authenticate("kb")?.principal(), "bob");
-    assert!(matches!(s.authenticate("kc"), Err(SessionError::Unauthenticated)));
-    assert!(matches!(s.authenticate(""), Err(SessionError::Unauthenticated)));
+    assert_eq!(s.authenticate(Credential::ApiKey("ka")).await?.principal(), "alice");
+    assert_eq!(s.authenticate(Credential::ApiKey("kb")).await?.principal(), "bob");
+    assert!(matches!(s.authenticate(Credential::ApiKey("kc")).await, Err(SessionError::Unauthenticated)));
+    assert!(matches!(s.authenticate(Credential::ApiKey("")).await, Err(SessionError::Unauthenticated)));
     assert_eq!(key_digest_hex("demo-key"), "c48a01f49fd0f2cc404bc3cbbc80e91457a3d41bb429a695243de4c61794155c");
     Ok(())
 }
@@ -51,7 +52,8 @@ async fn keys_authenticate_their_principal_and_nothing_else() -> TestResult {
 #[tokio::test]
 async fn per_principal_budgets_are_separate_and_run_out() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let (alice, bob) = (s.authenticate("ka")?, s.authenticate("kb")?);
+    let (alice, bob) =
+        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
     // 0.3 / 0.125: two answers fit, the third does not.
     for n in 1..=2 {
         let (a, view) = alice.answer(split(), None, "q".into()).await?;
@@ -73,7 +75,8 @@ async fn per_principal_budgets_are_separate_and_run_out() -> TestResult {
 #[tokio::test]
 async fn global_scope_shares_one_session() -> TestResult {
     let (s, _dir) = sessions(Scope::Global, Policy::Paper).await?;
-    let (alice, bob) = (s.authenticate("ka")?, s.authenticate("kb")?);
+    let (alice, bob) =
+        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
     alice.answer(split(), None, "q".into()).await?;
     let view = bob.budget().await?;
     assert_eq!((view.spent, view.limit, view.answered), (0.125, 0.5, 1));
@@ -83,7 +86,7 @@ async fn global_scope_shares_one_session() -> TestResult {
 #[tokio::test]
 async fn contested_policy_never_refuses_up_front() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Contested).await?;
-    let alice = s.authenticate("ka")?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     alice.answer(split(), None, "q".into()).await?;
     alice.answer(split(), None, "q".into()).await?;
     // Exhausted for contested answers, but a unanimous one is free.
@@ -97,7 +100,7 @@ async fn contested_policy_never_refuses_up_front() -> TestResult {
 #[tokio::test]
 async fn a_rejected_step_changes_nothing() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate("ka")?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     let wrong_m = TeacherOutputs::Labels { labels: vec![0, 1], classes: 3 };
     assert!(matches!(alice.answer(wrong_m, None, "q".into()).await, Err(SessionError::Privacy(_))));
     assert_eq!(alice.budget().await?.answered, 0);
@@ -109,7 +112,7 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
     let dir = tempfile::tempdir()?;
     let (before, posterior) = {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
-        let alice = s.authenticate("ka")?;
+        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
         alice.answer(split(), None, "a1".into()).await?;
         alice.answer(TeacherOutputs::Labels { labels: vec![1; 4], classes: 3 }, None, "a2".into()).await?;
         alice.answer(split(), None, "a3".into()).await?;
@@ -117,10 +120,10 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
         (alice.budget().await?, posterior)
     };
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
-    let alice = s.authenticate("ka")?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?, before, "spending survives a restart");
     assert_eq!(posterior_of(&alice)?, posterior);
-    assert_eq!(s.authenticate("kb")?.budget().await?.answered, 0);
+    assert_eq!(s.authenticate(Credential::ApiKey("kb")).await?.budget().await?.answered, 0);
 
     // Replaying the journal from the prior gives the stored posterior bit for bit.
     let journal = match &alice.session.backend {
@@ -136,5 +139,79 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
     }
     assert_eq!(replay, posterior);
     assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), before.spent);
+    Ok(())
+}
+
+#[tokio::test]
+async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durable() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let key = {
+        let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+        let (account, key) = s.create("carol", Nats::new(0.25)?).await?;
+        assert!(key.starts_with("ppk_") && key.len() == 68, "{key}");
+        assert_eq!((account.principal.origin, account.budget.limit, account.budget.spent), (Origin::Admin, 0.25, 0.0));
+        let carol = s.authenticate(Credential::ApiKey(&key)).await?;
+        assert_eq!(carol.principal(), "carol");
+        carol.answer(split(), None, "c1".into()).await?;
+        assert_eq!(s.inspect("carol").await?.budget.spent, 0.125);
+
+        // Names are never reused, revoked or not; nor are bad names accepted.
+        assert!(matches!(s.create("carol", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
+        assert!(matches!(s.create("alice", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
+        for bad in ["", "*global*", "a b", &"x".repeat(65)] {
+            assert!(matches!(s.create(bad, Nats::new(1.0)?).await, Err(SessionError::InvalidPrincipal(_))), "{bad:?}");
+        }
+
+        let revoked = s.revoke("carol").await?;
+        assert!(!revoked.principal.active());
+        assert_eq!(revoked.budget.spent, 0.125, "revocation keeps the spending on record");
+        assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
+        assert!(matches!(carol_again(&s).await, Err(SessionError::Unauthenticated)));
+        assert!(matches!(s.revoke("nobody").await, Err(SessionError::UnknownPrincipal(_))));
+        assert!(matches!(s.create("carol", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
+        let names: Vec<String> = s.list().await?.into_iter().map(|a| a.principal.name).collect();
+        assert_eq!(names, ["alice", "bob", "carol"]);
+        key
+    };
+    // After a restart: still revoked, spending still there, alice still works.
+    let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+    assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
+    let carol = s.inspect("carol").await?;
+    assert_eq!((carol.principal.active(), carol.budget.spent), (false, 0.125));
+    assert_eq!(s.authenticate(Credential::ApiKey("ka")).await?.principal(), "alice");
+    Ok(())
+}
+
+async fn carol_again(s: &Sessions) -> Result<Handle, SessionError> {
+    s.authenticate(Credential::Certificate("carol")).await
+}
+
+#[tokio::test]
+async fn certificates_name_active_principals_and_config_keys_can_rotate() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    {
+        let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+        assert_eq!(s.authenticate(Credential::Certificate("bob")).await?.principal(), "bob");
+        assert!(matches!(s.authenticate(Credential::Certificate("mallory")).await, Err(SessionError::Unauthenticated)));
+        s.authenticate(Credential::ApiKey("ka")).await?.answer(split(), None, "a1".into()).await?;
+    }
+    // The operator rotates alice's key in the configuration: the old key
+    // stops working, the new one reaches the same session (spending kept).
+    let store = Store::Embedded(Arc::new(EmbeddedStore::open(&dir.path().join("state.redb"))?));
+    let params = SessionParams {
+        per_query: Nats::new(0.125)?,
+        policy: Policy::Paper,
+        m: 4,
+        secret: SecretIndex::new(2, 4)?,
+        journal: true,
+    };
+    let s =
+        Sessions::new(&[principal("alice", "ka2", 0.3)?], Scope::PerPrincipal, Nats::new(0.5)?, params, &store).await?;
+    assert!(matches!(s.authenticate(Credential::ApiKey("ka")).await, Err(SessionError::Unauthenticated)));
+    assert_eq!(s.authenticate(Credential::ApiKey("ka2")).await?.budget().await?.spent, 0.125);
+    // A configured key that another principal already holds is refused.
+    let clash =
+        Sessions::new(&[principal("eve", "kb", 0.3)?], Scope::PerPrincipal, Nats::new(0.5)?, params, &store).await;
+    assert!(matches!(clash, Err(SessionError::Registry(StoreError::KeyInUse { .. }))));
     Ok(())
 }

@@ -106,8 +106,52 @@ pub struct Settings {
     pub call: CallPolicy,
     /// How often teacher readiness is probed for the health service.
     pub health_interval: Duration,
-    /// Provisioned principals.
+    /// Principals provisioned in the configuration (the admin API adds
+    /// more at run time).
     pub principals: Vec<PrincipalConfig>,
+    /// A plaintext listener serving only `grpc.health.v1`, for probes that
+    /// cannot speak TLS (Kubernetes `grpc:` probes).
+    pub health_listen: Option<SocketAddr>,
+    /// TLS for the client and admin listeners; `None`: plaintext.
+    pub tls: Option<TlsSettings>,
+    /// The admin API; `None` when no admin token is configured.
+    pub admin: Option<AdminSettings>,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsSettings,
+}
+
+/// TLS files (PEM) for the client and admin listeners.
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    /// Certificate chain.
+    pub cert_file: PathBuf,
+    /// Private key.
+    pub key_file: PathBuf,
+    /// CA whose certificates clients must present (mTLS); `None`: no
+    /// client certificates asked for.
+    pub client_ca_file: Option<PathBuf>,
+    /// A verified client certificate's subject CN names the principal when
+    /// the request carries no API key.
+    pub principal_from_cert: bool,
+}
+
+/// The `pacpriv.v1.Admin` listener.
+#[derive(Clone, Debug)]
+pub struct AdminSettings {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// SHA-256 of the admin token.
+    pub key_sha256: [u8; 32],
+}
+
+/// The Prometheus `/metrics` endpoint.
+#[derive(Clone, Debug)]
+pub struct MetricsSettings {
+    /// HTTP listen address; `None`: no endpoint.
+    pub listen: Option<SocketAddr>,
+    /// Principals with their own budget series at most (bounds the
+    /// cardinality a scrape can reach).
+    pub max_principal_series: usize,
 }
 
 impl Settings {
@@ -168,6 +212,9 @@ struct Raw {
     model: RawModel,
     teachers: RawTeachers,
     demo: RawDemo,
+    tls: RawTls,
+    admin: RawAdmin,
+    metrics: RawMetrics,
     #[serde(default)]
     principals: BTreeMap<String, RawPrincipal>,
 }
@@ -176,6 +223,7 @@ struct Raw {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     listen: String,
+    health_listen: String,
     max_message_bytes: usize,
     log_format: String,
 }
@@ -231,6 +279,29 @@ struct RawDemo {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_file: String,
+    key_file: String,
+    client_ca_file: String,
+    principal_from_cert: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: String,
+    key_sha256: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: String,
+    max_principal_series: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawPrincipal {
     key_sha256: String,
     budget_mi: String,
@@ -242,6 +313,54 @@ fn nats(key: &str, s: &str) -> Result<Nats, SettingsError> {
 
 fn addr(key: &str, s: &str) -> Result<SocketAddr, SettingsError> {
     s.parse().map_err(|_| err(key, format!("{s:?} is not an IP:port address such as 127.0.0.1:50051")))
+}
+
+/// An address, or `None` for the empty string (listener disabled).
+fn optional_addr(key: &str, s: &str) -> Result<Option<SocketAddr>, SettingsError> {
+    if s.trim().is_empty() { Ok(None) } else { addr(key, s).map(Some) }
+}
+
+/// A file that must exist now (so a typo fails at start-up, not at the
+/// first handshake); `None` for the empty string.
+fn optional_file(key: &str, s: &str) -> Result<Option<PathBuf>, SettingsError> {
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(s);
+    if !path.is_file() {
+        return Err(err(key, format!("{s:?} is not a readable file")));
+    }
+    Ok(Some(path))
+}
+
+impl RawTls {
+    fn validate(self) -> Result<Option<TlsSettings>, SettingsError> {
+        let cert = optional_file("tls.cert_file", &self.cert_file)?;
+        let key = optional_file("tls.key_file", &self.key_file)?;
+        let client_ca = optional_file("tls.client_ca_file", &self.client_ca_file)?;
+        match (cert, key) {
+            (Some(cert_file), Some(key_file)) => {
+                if self.principal_from_cert && client_ca.is_none() {
+                    return Err(err(
+                        "tls.principal_from_cert",
+                        "needs tls.client_ca_file: only a certificate the server verified can name a principal",
+                    ));
+                }
+                Ok(Some(TlsSettings {
+                    cert_file,
+                    key_file,
+                    client_ca_file: client_ca,
+                    principal_from_cert: self.principal_from_cert,
+                }))
+            }
+            (None, None) if client_ca.is_none() && !self.principal_from_cert => Ok(None),
+            (None, None) => {
+                Err(err("tls.cert_file", "client certificates need server TLS: set cert_file and key_file"))
+            }
+            (Some(_), None) => Err(err("tls.key_file", "tls.cert_file is set: set the matching private key too")),
+            (None, Some(_)) => Err(err("tls.cert_file", "tls.key_file is set: set the matching certificate too")),
+        }
+    }
 }
 
 impl Raw {
@@ -330,7 +449,30 @@ impl Raw {
             input_datatype: t.input_datatype,
             output_name: (!t.output_name.is_empty()).then_some(t.output_name),
         };
+        let admin = match self.admin.key_sha256.trim() {
+            "" => None,
+            hex => Some(AdminSettings {
+                listen: addr("admin.listen", &self.admin.listen)?,
+                key_sha256: parse_sha256(hex).ok_or_else(|| {
+                    err("admin.key_sha256", "must be 64 hex digits: the SHA-256 of the admin token (or empty)")
+                })?,
+            }),
+        };
+        if self.principals.is_empty() && admin.is_none() {
+            return Err(err(
+                "principals",
+                "no principal is configured and the admin API is off (admin.key_sha256), so no client could \
+                 authenticate",
+            ));
+        }
         let principals = principals(self.principals)?;
+        if self.metrics.max_principal_series == 0 {
+            return Err(err("metrics.max_principal_series", "must be at least 1"));
+        }
+        let metrics = MetricsSettings {
+            listen: optional_addr("metrics.listen", &self.metrics.listen)?,
+            max_principal_series: self.metrics.max_principal_series,
+        };
         let store = match self.store.backend.as_str() {
             "embedded" if self.store.path.trim().is_empty() => {
                 return Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"));
@@ -369,14 +511,15 @@ impl Raw {
             call,
             health_interval,
             principals,
+            health_listen: optional_addr("server.health_listen", &self.server.health_listen)?,
+            tls: self.tls.validate()?,
+            admin,
+            metrics,
         })
     }
 }
 
 fn principals(raw: BTreeMap<String, RawPrincipal>) -> Result<Vec<PrincipalConfig>, SettingsError> {
-    if raw.is_empty() {
-        return Err(err("principals", "no principal is configured, so no client could authenticate"));
-    }
     let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
     for (name, p) in raw {
         let key = format!("principals.{name}.key_sha256");

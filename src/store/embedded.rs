@@ -7,8 +7,8 @@
 //! and a batch commits atomically; when a record's ticket resolves, every
 //! earlier record of that session is durable too.
 
-use super::{JournalEntry, Meta, SessionRecord, StoreError, Ticket};
-use redb::{Database, ReadableDatabase, TableDefinition};
+use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -16,6 +16,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
+const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 
 /// Most records folded into one commit.
 const MAX_BATCH: usize = 4096;
@@ -160,6 +161,100 @@ impl EmbeddedStore {
             .collect()
     }
 
+    /// Every principal, by name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = match txn.open_table(PRINCIPALS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(backend(e)),
+        };
+        table
+            .iter()
+            .map_err(backend)?
+            .map(|item| {
+                let (k, v) = item.map_err(backend)?;
+                decode_principal(k.value(), v.value())
+            })
+            .collect()
+    }
+
+    /// The principal called `name`.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let table = match txn.open_table(PRINCIPALS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(backend(e)),
+        };
+        let value = table.get(name).map_err(backend)?;
+        value.map(|v| decode_principal(name, v.value())).transpose()
+    }
+
+    /// See [`super::Store::provision`]. One write transaction (it waits
+    /// for a group commit in progress; provisioning is rare).
+    ///
+    /// # Errors
+    /// As [`super::Store::provision`].
+    pub fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
+        let txn = self.db.begin_write().map_err(backend)?;
+        let stored = {
+            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
+            let existing = table.get(record.name.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
+            let stored = match existing {
+                None => record.clone(),
+                Some(bytes) => {
+                    let old = decode_principal(&record.name, &bytes)?;
+                    if old.origin == Origin::Admin || record.origin == Origin::Admin {
+                        return Err(StoreError::PrincipalExists {
+                            name: record.name.clone(),
+                            origin: old.origin.as_str(),
+                        });
+                    }
+                    PrincipalRecord { key_sha256: record.key_sha256, budget: record.budget, ..old }
+                }
+            };
+            for item in table.iter().map_err(backend)? {
+                let (k, v) = item.map_err(backend)?;
+                let other = decode_principal(k.value(), v.value())?;
+                if other.name != stored.name && other.key_sha256 == stored.key_sha256 {
+                    return Err(StoreError::KeyInUse { name: stored.name });
+                }
+            }
+            table.insert(stored.name.as_str(), stored.encode().as_slice()).map_err(backend)?;
+            stored
+        };
+        txn.commit().map_err(backend)?;
+        Ok(stored)
+    }
+
+    /// See [`super::Store::revoke`].
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        let txn = self.db.begin_write().map_err(backend)?;
+        let stored = {
+            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
+            let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
+            let Some(bytes) = existing else { return Ok(None) };
+            let mut record = decode_principal(name, &bytes)?;
+            if record.revoked_unix.is_none() {
+                record.revoked_unix = Some(at_unix);
+                table.insert(name, record.encode().as_slice()).map_err(backend)?;
+            }
+            record
+        };
+        txn.commit().map_err(backend)?;
+        Ok(Some(stored))
+    }
+
     /// Queues `record` (and its journal entry) for the next group commit.
     /// Call under the session's lock, so a session's records queue in
     /// version order.
@@ -180,6 +275,11 @@ impl EmbeddedStore {
             .map_err(|_| StoreError::WriterGone)?;
         Ok(Ticket(wait))
     }
+}
+
+fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreError> {
+    PrincipalRecord::decode(name, bytes)
+        .ok_or_else(|| StoreError::Corrupt { session: format!("(principal {name})"), reason: "undecodable".into() })
 }
 
 /// The writer loop: block for one write, take whatever else is queued,

@@ -18,6 +18,7 @@
 
 pub mod embedded;
 pub mod postgres;
+pub mod principal;
 
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::SessionState;
@@ -26,6 +27,7 @@ use crate::privacy::{Nats, PrivacyError};
 
 pub use embedded::EmbeddedStore;
 pub use postgres::PgStore;
+pub use principal::{Origin, PrincipalRecord};
 
 /// What can go wrong persisting or loading state. None of these carries
 /// the secret index.
@@ -63,6 +65,20 @@ pub enum StoreError {
     SecretConflict {
         /// Store location.
         path: String,
+    },
+    /// A principal of that name already exists (names are never reused).
+    #[error("a principal named {name:?} already exists ({origin}); names are never reused")]
+    PrincipalExists {
+        /// The name.
+        name: String,
+        /// Who provisioned the existing one.
+        origin: &'static str,
+    },
+    /// Another principal already has this key.
+    #[error("principal {name:?}: another principal already has this key; every principal needs its own")]
+    KeyInUse {
+        /// The principal being provisioned.
+        name: String,
     },
     /// The writer has stopped (after a failed commit or at shutdown).
     #[error("store writer is not running; answers are withheld")]
@@ -268,6 +284,65 @@ impl Store {
         match self {
             Store::Embedded(e) => e.load(session),
             Store::Postgres(p) => p.load(session).await,
+        }
+    }
+
+    /// Every provisioned principal, revoked ones included, by name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.principals(),
+            Store::Postgres(p) => p.principals().await,
+        }
+    }
+
+    /// The principal whose key hashes to `key_sha256`, revoked or not.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => Ok(e.principals()?.into_iter().find(|p| &p.key_sha256 == key_sha256)),
+            Store::Postgres(p) => p.principal_by_key(key_sha256).await,
+        }
+    }
+
+    /// The principal called `name`, revoked or not.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.principal(name),
+            Store::Postgres(p) => p.principal(name).await,
+        }
+    }
+
+    /// Provisions `record` durably and returns what is stored. An
+    /// admin-origin record needs a free name; a config-origin one is
+    /// inserted, or replaces the key and budget of the config-origin record
+    /// of that name (keeping its creation and revocation).
+    ///
+    /// # Errors
+    /// [`StoreError::PrincipalExists`], [`StoreError::KeyInUse`], backend.
+    pub async fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
+        match self {
+            Store::Embedded(e) => e.provision(record),
+            Store::Postgres(p) => p.provision(record).await,
+        }
+    }
+
+    /// Marks `name` revoked (durably) unless it already is; returns the
+    /// stored record, `None` if there is no such principal.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.revoke(name, at_unix),
+            Store::Postgres(p) => p.revoke(name, at_unix).await,
         }
     }
 

@@ -8,7 +8,7 @@
 //! Plain SQL only (no extensions, no advisory locks), so PostgreSQL-wire
 //! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
 
-use super::{JournalEntry, Meta, SessionRecord, StoreError};
+use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
@@ -30,7 +30,17 @@ CREATE TABLE IF NOT EXISTS pacpriv_journal (
     entry     BYTEA NOT NULL,
     PRIMARY KEY (session, version)
 );
+CREATE TABLE IF NOT EXISTS pacpriv_principals (
+    name          TEXT PRIMARY KEY,
+    key_sha256    BYTEA NOT NULL UNIQUE,
+    budget        DOUBLE PRECISION NOT NULL,
+    origin        TEXT NOT NULL,
+    created_unix  BIGINT NOT NULL,
+    revoked_unix  BIGINT
+);
 ";
+
+const PRINCIPAL_COLUMNS: &str = "name, key_sha256, budget, origin, created_unix, revoked_unix";
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
@@ -140,6 +150,100 @@ impl PgStore {
             .collect()
     }
 
+    /// Every principal, by name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM pacpriv_principals ORDER BY name");
+        client.query(&sql, &[]).await.map_err(backend)?.iter().map(principal_of).collect()
+    }
+
+    /// The principal whose key hashes to `key_sha256` (one indexed lookup:
+    /// this runs per request, so that principals created or revoked on any
+    /// replica take effect on every replica at once).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM pacpriv_principals WHERE key_sha256 = $1");
+        let key: &[u8] = key_sha256;
+        client.query_opt(&sql, &[&key]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
+    }
+
+    /// The principal called `name`.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM pacpriv_principals WHERE name = $1");
+        client.query_opt(&sql, &[&name]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
+    }
+
+    /// See [`super::Store::provision`]: an insert that loses to an existing
+    /// name, then (config origin only) an update of the config-origin row.
+    ///
+    /// # Errors
+    /// As [`super::Store::provision`].
+    pub async fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
+        let client = self.client().await?;
+        let key: &[u8] = &record.key_sha256;
+        let origin = record.origin.as_str();
+        let unique = |e: tokio_postgres::Error| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                StoreError::KeyInUse { name: record.name.clone() }
+            } else {
+                backend(e)
+            }
+        };
+        let inserted = client
+            .execute(
+                "INSERT INTO pacpriv_principals (name, key_sha256, budget, origin, created_unix, revoked_unix) \
+                 VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (name) DO NOTHING",
+                &[&record.name, &key, &record.budget, &origin, &record.created_unix],
+            )
+            .await
+            .map_err(unique)?;
+        if inserted == 0 {
+            let updated = match record.origin {
+                Origin::Admin => 0,
+                Origin::Config => client
+                    .execute(
+                        "UPDATE pacpriv_principals SET key_sha256 = $2, budget = $3 \
+                         WHERE name = $1 AND origin = 'config'",
+                        &[&record.name, &key, &record.budget],
+                    )
+                    .await
+                    .map_err(unique)?,
+            };
+            if updated == 0 {
+                let existing = self.principal(&record.name).await?;
+                let origin = existing.map_or(Origin::Admin, |p| p.origin).as_str();
+                return Err(StoreError::PrincipalExists { name: record.name.clone(), origin });
+            }
+        }
+        self.principal(&record.name).await?.ok_or_else(|| backend("principal row missing after insert"))
+    }
+
+    /// See [`super::Store::revoke`].
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE pacpriv_principals SET revoked_unix = $2 WHERE name = $1 AND revoked_unix IS NULL",
+                &[&name, &at_unix],
+            )
+            .await
+            .map_err(backend)?;
+        self.principal(name).await
+    }
+
     /// One step on `session`, serialised across replicas: locks the row,
     /// hands the current record (`None`: fresh session) to `apply`, writes
     /// back the record `apply` returns (whose version must be one more) and
@@ -197,6 +301,21 @@ impl PgStore {
         tx.commit().await.map_err(backend)?;
         Ok(result)
     }
+}
+
+fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError> {
+    let name: String = row.get(0);
+    let corrupt = |reason: &str| StoreError::Corrupt { session: format!("(principal {name})"), reason: reason.into() };
+    let key: &[u8] = row.get(1);
+    let origin: &str = row.get(3);
+    Ok(PrincipalRecord {
+        key_sha256: key.try_into().map_err(|_| corrupt("key_sha256 is not 32 bytes"))?,
+        budget: row.get(2),
+        origin: Origin::parse(origin).ok_or_else(|| corrupt("unknown origin"))?,
+        created_unix: row.get(4),
+        revoked_unix: row.get(5),
+        name,
+    })
 }
 
 fn decode(session: &str, bytes: &[u8]) -> Result<SessionRecord, StoreError> {

@@ -6,7 +6,7 @@ use crate::util::{Postgres, replay};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
-use pacpriv::session::{PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
+use pacpriv::session::{Credential, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
 use pacpriv::store::{EmbeddedStore, Meta, PgStore, Store};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -57,13 +57,13 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let s = Arc::new(sessions(&store).await);
     let mut steps = tokio::task::JoinSet::new();
     for n in 0..20 {
-        let alice = s.authenticate("alice-key").expect("alice");
+        let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
         steps.spawn(async move { alice.answer(outputs(n), None, format!("q{n}")).await });
     }
     while let Some(r) = steps.join_next().await {
         r.expect("task").expect("answered");
     }
-    let alice = s.authenticate("alice-key").expect("alice");
+    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
     let view = alice.budget().await.expect("budget");
     assert_eq!((view.answered, view.charged, view.spent), (20, 20, 20.0 * B));
 
@@ -78,14 +78,35 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     drop((alice, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
-    let alice = s.authenticate("alice-key").expect("alice");
+    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
     assert_eq!(alice.budget().await.expect("budget").answered, 40);
-    assert_eq!(s.authenticate("bob-key").expect("bob").budget().await.expect("bob").answered, 0);
+    assert_eq!(
+        s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob").budget().await.expect("bob").answered,
+        0
+    );
     let record = store.load("alice").await.expect("load").expect("alice has a record");
     let journal = store.journal("alice").await.expect("journal");
     assert_eq!(journal.iter().map(|j| j.version).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
     assert_eq!(replay(M, &journal), record.log_weights);
     assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), record.spent);
+
+    // The principal registry: a created principal answers, a revoked one
+    // stops at once, and both facts (and the spending) survive a restart.
+    let (carol, key) = s.create("carol", Nats::new(4.0 * B).expect("budget")).await.expect("create");
+    assert_eq!((carol.budget.limit, carol.budget.spent), (4.0 * B, 0.0));
+    let handle = s.authenticate(Credential::ApiKey(&key)).await.expect("carol");
+    handle.answer(outputs(1), None, "c1".into()).await.expect("answered");
+    assert!(matches!(s.create("carol", Nats::new(1.0).expect("b")).await, Err(SessionError::Registry(_))));
+    s.revoke("carol").await.expect("revoke");
+    assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
+    drop((alice, handle, s, store));
+    let store = reopen().await;
+    let s = sessions(&store).await;
+    assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
+    let carol = s.inspect("carol").await.expect("inspect");
+    assert_eq!((carol.principal.active(), carol.budget.spent, carol.budget.answered), (false, B, 1));
+    let names: Vec<String> = s.list().await.expect("list").into_iter().map(|a| a.principal.name).collect();
+    assert_eq!(names, ["alice", "bob", "carol"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,382 @@
+//! Prometheus metrics: every series the service exports, defined in one
+//! place and registered into one registry, and the HTTP endpoint that
+//! serves them ([`http`]).
+//!
+//! Recording is split by who records: [`ServiceMetrics`] (the RPC layer),
+//! [`TeacherMetrics`] (the fan-out), [`StoreMetrics`] (commits). Each is
+//! cheap to clone (the metric types are shared handles) and works
+//! unregistered, so tests and tools can build components without a
+//! registry.
+//!
+//! # Invariants
+//! - No series, label or value depends on the secret index: every query
+//!   asks every teacher, so per-teacher latency and error series are the
+//!   same whatever s* is; budget gauges show what each principal is already
+//!   told in its responses.
+//! - Label values come from closed sets (outcomes, RPCs, error kinds), from
+//!   the m configured teacher names, or from principal names — at most
+//!   `metrics.max_principal_series` of them; the rest are only counted.
+//!   Never session ids, query ids or API keys.
+
+pub mod http;
+
+use crate::session::BudgetView;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// What became of a query (one per Predict, or per request of a stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Released (and charged as the policy says).
+    Answered,
+    /// Refused: the budget cannot pay.
+    RefusedBudget,
+    /// Malformed input or a bad argument.
+    Invalid,
+    /// No or unknown credential.
+    Unauthenticated,
+    /// A teacher did not answer.
+    TeacherUnavailable,
+    /// Anything else (store, internal).
+    Internal,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::RefusedBudget => "refused_budget",
+            Outcome::Invalid => "invalid",
+            Outcome::Unauthenticated => "unauthenticated",
+            Outcome::TeacherUnavailable => "teacher_unavailable",
+            Outcome::Internal => "internal",
+        }
+    }
+}
+
+/// The RPCs whose latency is recorded.
+#[derive(Clone, Copy, Debug)]
+pub enum Rpc {
+    /// `Predict`.
+    Predict,
+    /// One request of `PredictStream`.
+    PredictStream,
+    /// `GetBudget`.
+    GetBudget,
+}
+
+impl Rpc {
+    fn as_str(self) -> &'static str {
+        match self {
+            Rpc::Predict => "predict",
+            Rpc::PredictStream => "predict_stream",
+            Rpc::GetBudget => "get_budget",
+        }
+    }
+}
+
+/// How a teacher call failed.
+#[derive(Clone, Copy, Debug)]
+pub enum TeacherError {
+    /// No answer within the deadline.
+    Timeout,
+    /// An error status or a broken connection.
+    Unavailable,
+    /// An answer that is not a usable label or score vector.
+    Malformed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabel {
+    rpc: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PrincipalLabel {
+    principal: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeacherLabel {
+    teacher: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TeacherErrorLabels {
+    teacher: String,
+    kind: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latency buckets from 0.1 ms to ~26 s.
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 4.0, 10))
+}
+
+/// Batch-size buckets 1 … 4096.
+fn batch_sizes() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 13))
+}
+
+/// Recorded by the RPC layer.
+#[derive(Clone)]
+pub struct ServiceMetrics {
+    queries: Family<OutcomeLabel, Counter>,
+    unanimous: Counter,
+    mi_charged: Counter<f64, AtomicU64>,
+    duration: Histograms<RpcLabel>,
+    spent: Family<PrincipalLabel, FloatGauge>,
+    limit: Family<PrincipalLabel, FloatGauge>,
+    mia: Family<PrincipalLabel, FloatGauge>,
+    principals: Gauge,
+    dropped: Gauge,
+    series: Arc<Mutex<Series>>,
+}
+
+/// Which principals have budget series, and which were turned away.
+#[derive(Default)]
+struct Series {
+    max: usize,
+    with: HashSet<String>,
+    without: HashSet<String>,
+}
+
+impl ServiceMetrics {
+    fn new(max_principal_series: usize) -> Self {
+        ServiceMetrics {
+            queries: Family::default(),
+            unanimous: Counter::default(),
+            mi_charged: Counter::default(),
+            duration: Family::new_with_constructor(latency),
+            spent: Family::default(),
+            limit: Family::default(),
+            mia: Family::default(),
+            principals: Gauge::default(),
+            dropped: Gauge::default(),
+            series: Arc::new(Mutex::new(Series { max: max_principal_series, ..Series::default() })),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register("pacpriv_queries", "Queries by outcome", self.queries.clone());
+        r.register("pacpriv_answers_unanimous", "Answers on which all teachers agreed", self.unanimous.clone());
+        r.register("pacpriv_mi_charged_nats", "Mutual information charged, nats", self.mi_charged.clone());
+        r.register_with_unit(
+            "pacpriv_request_duration",
+            "Time from request to response, by RPC",
+            Unit::Seconds,
+            self.duration.clone(),
+        );
+        r.register("pacpriv_budget_spent_nats", "MI spent by a principal's session, nats", self.spent.clone());
+        r.register("pacpriv_budget_limit_nats", "MI limit of a principal's session, nats", self.limit.clone());
+        r.register("pacpriv_mia_bound", "Membership-inference success bound at the MI spent", self.mia.clone());
+        r.register("pacpriv_principals", "Active (not revoked) principals", self.principals.clone());
+        r.register(
+            "pacpriv_principal_series_dropped",
+            "Principals without budget series (beyond metrics.max_principal_series)",
+            self.dropped.clone(),
+        );
+    }
+
+    /// Counts one query's outcome.
+    pub fn query(&self, outcome: Outcome) {
+        self.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }).inc();
+    }
+
+    /// Counts one released answer.
+    pub fn answered(&self, unanimous: bool, charge: f64) {
+        self.query(Outcome::Answered);
+        if unanimous {
+            self.unanimous.inc();
+        }
+        self.mi_charged.inc_by(charge);
+    }
+
+    /// Records an RPC's latency.
+    pub fn duration(&self, rpc: Rpc, seconds: f64) {
+        self.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }).observe(seconds);
+    }
+
+    /// Sets a principal's budget gauges (or counts it as dropped when the
+    /// series limit is reached).
+    pub fn budget(&self, principal: &str, view: &BudgetView) {
+        let Ok(mut series) = self.series.lock() else { return };
+        if !series.with.contains(principal) {
+            if series.with.len() >= series.max {
+                if series.without.insert(principal.to_owned()) {
+                    self.dropped.set(i64::try_from(series.without.len()).unwrap_or(i64::MAX));
+                }
+                return;
+            }
+            series.with.insert(principal.to_owned());
+        }
+        drop(series);
+        let label = PrincipalLabel { principal: principal.to_owned() };
+        self.spent.get_or_create(&label).set(view.spent);
+        self.limit.get_or_create(&label).set(view.limit);
+        self.mia.get_or_create(&label).set(view.mia_bound);
+    }
+
+    /// Sets the number of active principals.
+    pub fn principals(&self, active: usize) {
+        self.principals.set(i64::try_from(active).unwrap_or(i64::MAX));
+    }
+}
+
+/// Recorded by the fan-out, per teacher.
+#[derive(Clone)]
+pub struct TeacherMetrics {
+    duration: Histograms<TeacherLabel>,
+    errors: Family<TeacherErrorLabels, Counter>,
+    ready: Gauge,
+    total: Gauge,
+}
+
+impl Default for TeacherMetrics {
+    fn default() -> Self {
+        TeacherMetrics {
+            duration: Family::new_with_constructor(latency),
+            errors: Family::default(),
+            ready: Gauge::default(),
+            total: Gauge::default(),
+        }
+    }
+}
+
+/// One teacher's series, resolved once so a call records without a map
+/// lookup.
+#[derive(Clone)]
+pub struct TeacherSeries {
+    name: String,
+    duration: Histogram,
+    errors: Family<TeacherErrorLabels, Counter>,
+}
+
+impl TeacherSeries {
+    /// Records one successful call's latency.
+    pub fn call(&self, seconds: f64) {
+        self.duration.observe(seconds);
+    }
+
+    /// Counts one failed attempt.
+    pub fn error(&self, kind: TeacherError) {
+        let kind = match kind {
+            TeacherError::Timeout => "timeout",
+            TeacherError::Unavailable => "unavailable",
+            TeacherError::Malformed => "malformed",
+        };
+        self.errors.get_or_create(&TeacherErrorLabels { teacher: self.name.clone(), kind }).inc();
+    }
+}
+
+impl TeacherMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "pacpriv_teacher_call_duration",
+            "Latency of successful teacher calls (ModelInfer), by teacher model",
+            Unit::Seconds,
+            self.duration.clone(),
+        );
+        r.register("pacpriv_teacher_errors", "Failed teacher call attempts, by teacher and kind", self.errors.clone());
+        r.register(
+            "pacpriv_teachers_ready",
+            "Teachers whose model reported ready at the last probe",
+            self.ready.clone(),
+        );
+        r.register("pacpriv_teachers", "Configured teachers (m)", self.total.clone());
+    }
+
+    /// The series of the teacher serving `model`.
+    pub fn teacher(&self, model: &str) -> TeacherSeries {
+        let duration = self.duration.get_or_create(&TeacherLabel { teacher: model.to_owned() }).clone();
+        TeacherSeries { name: model.to_owned(), duration, errors: self.errors.clone() }
+    }
+
+    /// Records a readiness probe: `ready` of `total` teachers.
+    pub fn readiness(&self, ready: usize, total: usize) {
+        self.ready.set(i64::try_from(ready).unwrap_or(i64::MAX));
+        self.total.set(i64::try_from(total).unwrap_or(i64::MAX));
+    }
+}
+
+/// Recorded by the stores, per commit.
+#[derive(Clone)]
+pub struct StoreMetrics {
+    duration: Histogram,
+    batch: Histogram,
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        StoreMetrics { duration: latency(), batch: batch_sizes() }
+    }
+}
+
+impl StoreMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register_with_unit(
+            "pacpriv_store_commit_duration",
+            "Time to make a commit durable (embedded: one group commit; PostgreSQL: one step's transaction)",
+            Unit::Seconds,
+            self.duration.clone(),
+        );
+        r.register("pacpriv_store_commit_batch_size", "Session records per commit", self.batch.clone());
+    }
+
+    /// Records one commit of `records` session records.
+    pub fn commit(&self, seconds: f64, records: usize) {
+        self.duration.observe(seconds);
+        self.batch.observe(records as f64);
+    }
+}
+
+/// Every metric of the service, registered.
+pub struct Metrics {
+    /// RPC layer.
+    pub service: ServiceMetrics,
+    /// Fan-out.
+    pub teachers: TeacherMetrics,
+    /// Stores.
+    pub store: StoreMetrics,
+    registry: Registry,
+}
+
+impl Metrics {
+    /// Creates and registers every series.
+    pub fn new(max_principal_series: usize) -> Self {
+        let (service, teachers, store) =
+            (ServiceMetrics::new(max_principal_series), TeacherMetrics::default(), StoreMetrics::default());
+        let mut registry = Registry::default();
+        service.register(&mut registry);
+        teachers.register(&mut registry);
+        store.register(&mut registry);
+        Metrics { service, teachers, store, registry }
+    }
+
+    /// The Prometheus text exposition of every series.
+    ///
+    /// # Errors
+    /// Formatting failed (never for these types, but the encoder says so).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,60 @@
+use super::*;
+use crate::privacy::ledger::Policy;
+
+fn view(spent: f64) -> BudgetView {
+    BudgetView {
+        spent,
+        limit: 1.0,
+        remaining: 1.0 - spent,
+        per_query: 0.25,
+        answered: 1,
+        charged: 1,
+        mia_bound: 0.6,
+        policy: Policy::Paper,
+    }
+}
+
+#[test]
+fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new(10);
+    m.service.answered(true, 0.25);
+    m.service.query(Outcome::RefusedBudget);
+    m.service.duration(Rpc::Predict, 0.01);
+    m.service.budget("alice", &view(0.25));
+    m.teachers.teacher("digits-000").call(0.002);
+    m.teachers.teacher("digits-000").error(TeacherError::Timeout);
+    m.store.commit(0.001, 3);
+    let text = m.encode()?;
+    for line in [
+        "pacpriv_queries_total{outcome=\"answered\"} 1",
+        "pacpriv_queries_total{outcome=\"refused_budget\"} 1",
+        "pacpriv_answers_unanimous_total 1",
+        "pacpriv_mi_charged_nats_total 0.25",
+        "pacpriv_budget_spent_nats{principal=\"alice\"} 0.25",
+        "pacpriv_budget_limit_nats{principal=\"alice\"} 1.0",
+        "pacpriv_teacher_errors_total{teacher=\"digits-000\",kind=\"timeout\"} 1",
+        "pacpriv_request_duration_seconds_count{rpc=\"predict\"} 1",
+        "pacpriv_teacher_call_duration_seconds_count{teacher=\"digits-000\"} 1",
+        "pacpriv_store_commit_duration_seconds_count 1",
+        "pacpriv_store_commit_batch_size_sum 3.0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    Ok(())
+}
+
+#[test]
+fn principal_series_are_bounded_and_the_rest_counted() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new(2);
+    for (i, name) in ["a", "b", "c", "d", "c"].into_iter().enumerate() {
+        m.service.budget(name, &view(0.01 * i as f64));
+    }
+    // "a" and "b" got series (and keep updating); "c" and "d" are counted once each.
+    m.service.budget("a", &view(0.5));
+    let text = m.encode()?;
+    let series = text.lines().filter(|l| l.starts_with("pacpriv_budget_spent_nats{")).count();
+    assert_eq!(series, 2, "{text}");
+    assert!(text.contains("pacpriv_budget_spent_nats{principal=\"a\"} 0.5"));
+    assert!(text.lines().any(|l| l == "pacpriv_principal_series_dropped 2"), "{text}");
+    Ok(())
+}

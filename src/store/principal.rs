@@ -1,0 +1,104 @@
+//! The principal registry's record: who may ask, with which key (hashed)
+//! and which budget, and whether they still may.
+//!
+//! # Invariants
+//! - Only the SHA-256 of a key is stored; the key itself exists once, in
+//!   the admin response that created it.
+//! - A name is never reused: its session (spending) is keyed by the name,
+//!   so a new principal under an old name would inherit — or, if the
+//!   record were dropped, reset — an account. Revocation keeps the record.
+//! - Keys are unique across principals.
+
+/// Who provisioned a principal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The configuration file or environment (re-applied at every start:
+    /// the configured key and budget win).
+    Config,
+    /// The admin API (only the admin API changes it).
+    Admin,
+}
+
+impl Origin {
+    /// Its spelling in the store and the admin API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Config => "config",
+            Origin::Admin => "admin",
+        }
+    }
+
+    pub(super) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "config" => Some(Origin::Config),
+            "admin" => Some(Origin::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// One provisioned principal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrincipalRecord {
+    /// Its name (also its session's key under per-principal scope).
+    pub name: String,
+    /// SHA-256 of its API key.
+    pub key_sha256: [u8; 32],
+    /// Its MI budget, nats.
+    pub budget: f64,
+    /// Who provisioned it.
+    pub origin: Origin,
+    /// When it was first provisioned (Unix seconds).
+    pub created_unix: i64,
+    /// When it was revoked (Unix seconds), if it was.
+    pub revoked_unix: Option<i64>,
+}
+
+impl PrincipalRecord {
+    /// Whether it may still authenticate.
+    pub fn active(&self) -> bool {
+        self.revoked_unix.is_none()
+    }
+
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(66);
+        out.extend_from_slice(&self.key_sha256);
+        out.extend_from_slice(&self.budget.to_le_bytes());
+        out.extend_from_slice(&self.created_unix.to_le_bytes());
+        out.extend_from_slice(&self.revoked_unix.unwrap_or(-1).to_le_bytes());
+        out.push(match self.origin {
+            Origin::Config => 0,
+            Origin::Admin => 1,
+        });
+        out
+    }
+
+    pub(super) fn decode(name: &str, bytes: &[u8]) -> Option<Self> {
+        let (key_sha256, rest) = bytes.split_first_chunk::<32>()?;
+        let (budget, rest) = rest.split_first_chunk::<8>()?;
+        let (created, rest) = rest.split_first_chunk::<8>()?;
+        let (revoked, rest) = rest.split_first_chunk::<8>()?;
+        let origin = match rest {
+            [0] => Origin::Config,
+            [1] => Origin::Admin,
+            _ => return None,
+        };
+        let revoked = i64::from_le_bytes(*revoked);
+        Some(PrincipalRecord {
+            name: name.to_owned(),
+            key_sha256: *key_sha256,
+            budget: f64::from_le_bytes(*budget),
+            origin,
+            created_unix: i64::from_le_bytes(*created),
+            revoked_unix: (revoked >= 0).then_some(revoked),
+        })
+    }
+}
+
+/// Seconds since the Unix epoch, for provisioning and revocation times.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
