@@ -21,8 +21,9 @@ pub struct Args {
     pub check: bool,
 }
 
-/// Runs the service; prints `pacpriv listening on ADDR` to `out` once it
-/// accepts connections.
+/// Runs the service; once it accepts connections prints `pacpriv listening
+/// on ADDR` to `out`, then `pacpriv admin|health|metrics listening on ADDR`
+/// for each enabled extra listener.
 ///
 /// # Errors
 /// Invalid configuration (naming the key) or a failed start.
@@ -37,6 +38,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     runtime.block_on(async {
         let started = server::start(settings, shutdown_signal()).await?;
         writeln!(out, "pacpriv listening on {}", started.addr)?;
+        for (what, addr) in [("admin", started.admin), ("health", started.health), ("metrics", started.metrics)] {
+            if let Some(addr) = addr {
+                writeln!(out, "pacpriv {what} listening on {addr}")?;
+            }
+        }
         out.flush()?;
         started.server.await.context("serving")?;
         tracing::info!("shut down");

@@ -10,5 +10,5 @@ use crate::session::Handle;
 /// # Errors
 /// A poisoned session or an unreachable store.
 pub async fn apply(handle: &Handle) -> Result<Budget, ServiceError> {
-    Ok(budget_message(handle, &handle.budget().await?))
+    Ok(budget_message(handle.principal(), handle.scope(), &handle.budget().await?))
 }

@@ -1,21 +1,33 @@
-//! The gRPC front: the `pacpriv.v1.Privatizer` service, health and
-//! reflection on one listener, and start-up (teachers, secret, sessions).
+//! The gRPC front and start-up. [`start`] builds the teachers, the store,
+//! the secret and the sessions, then binds up to four listeners:
 //!
-//! A request's path: [`auth`] (API key → session) → [`input`] (wire →
-//! validated [`input::Query`]) → the RPC's file ([`predict`],
+//! - client (`server.listen`): `pacpriv.v1.Privatizer`, health, reflection;
+//!   TLS/mTLS when configured ([`tls`]);
+//! - admin (`admin.listen`, only with an admin token): `pacpriv.v1.Admin`
+//!   ([`admin`]), same TLS;
+//! - health (`server.health_listen`, optional): plaintext `grpc.health.v1`
+//!   only, for probes that cannot speak TLS;
+//! - metrics (`metrics.listen`): Prometheus over HTTP ([`crate::metrics`]).
+//!
+//! A client request's path: [`auth`] (credential → session) → [`input`]
+//! (wire → validated [`input::Query`]) → the RPC's file ([`predict`],
 //! [`predict_stream`], [`get_budget`]) → [`status`] for any error.
 
+pub mod admin;
 pub mod auth;
 pub mod get_budget;
 pub mod input;
 pub mod predict;
 pub mod predict_stream;
 pub mod status;
+pub mod tls;
 
+use crate::metrics::{self, Metrics, Outcome, Rpc};
+use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
 use crate::session::secret::{self, SecretError};
-use crate::session::{SessionParams, Sessions};
+use crate::session::{Handle, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
 use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
 use crate::teachers::demo::server::DemoServer;
@@ -23,13 +35,15 @@ use crate::teachers::demo::{self, Ensemble as DemoEnsemble};
 use crate::teachers::{Ensemble, FanoutError, TeacherSpec};
 use input::InputSpec;
 use sha2::Digest;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
 use tonic_health::ServingStatus;
-use tracing::Instrument;
+use tonic_health::server::HealthReporter;
 
 /// Everything a request needs, shared by all of them.
 pub struct App {
@@ -41,6 +55,8 @@ pub struct App {
     pub input: InputSpec,
     /// A verified client certificate's CN may name the principal.
     pub principal_from_cert: bool,
+    /// Every exported metric.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why the service could not start.
@@ -72,6 +88,9 @@ pub enum StartError {
     /// Reflection descriptor.
     #[error("reflection: {0}")]
     Reflection(String),
+    /// TLS files unreadable or unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -107,63 +126,182 @@ fn teacher_fingerprint(source: &TeacherSource, specs: &[TeacherSpec]) -> String 
     }
 }
 
-/// A started service: its address, and the future that runs it.
+/// A running server future.
+type Serving = Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>>;
+
+/// A listener failed while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A gRPC listener.
+    #[error("gRPC listener: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// The metrics listener.
+    #[error("metrics listener: {0}")]
+    Metrics(#[from] std::io::Error),
+}
+
+/// A started service: where each listener is bound, and the future that
+/// runs them all.
 pub struct Started {
     /// The client API address (useful when configured with port 0).
     pub addr: SocketAddr,
-    /// Runs the gRPC server until `shutdown` resolves.
-    pub server: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>>,
+    /// The admin API address, if enabled.
+    pub admin: Option<SocketAddr>,
+    /// The plaintext health address, if enabled.
+    pub health: Option<SocketAddr>,
+    /// The `/metrics` address, if enabled.
+    pub metrics: Option<SocketAddr>,
+    /// Runs every listener until `shutdown` resolves; fails if any fails.
+    pub server: Serving,
 }
 
-/// Builds everything `settings` describes and binds the client listener.
+/// Builds everything `settings` describes and binds every listener.
 ///
 /// # Errors
 /// [`StartError`].
 pub async fn start(
     settings: Settings,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Started, StartError> {
+    let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
     let specs = match &settings.teachers {
         TeacherSource::Demo { models, seed, listen } => start_demo(*models, *seed, *listen).await?,
         TeacherSource::Remote(specs) => specs.clone(),
     };
     let m = specs.len();
     let fingerprint = teacher_fingerprint(&settings.teachers, &specs);
-    let ensemble = Ensemble::new(specs, settings.call.clone(), settings.mode)?;
+    let ensemble = Ensemble::new(specs, settings.call.clone(), settings.mode, &metrics.teachers)?;
     let store = match &settings.store {
-        StoreSettings::Embedded { path } => Store::Embedded(Arc::new(EmbeddedStore::open(path)?)),
+        StoreSettings::Embedded { path } => {
+            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
+        }
         StoreSettings::Postgres { url, max_connections } => {
-            Store::Postgres(Arc::new(PgStore::connect(url, *max_connections).await?))
+            Store::Postgres(Arc::new(PgStore::connect(url, *max_connections).await?.observed(metrics.store.clone())))
         }
     };
     let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
     let params =
         SessionParams { per_query: settings.per_query, policy: settings.policy, m, secret, journal: settings.journal };
     let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
+    let accounts = sessions.active_accounts().await?;
+    metrics.service.principals(accounts.len());
+    for a in &accounts {
+        let label = if sessions.scope() == crate::session::Scope::Global {
+            crate::session::GLOBAL_SESSION
+        } else {
+            &a.principal.name
+        };
+        metrics.service.budget(label, &a.budget);
+    }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
     let input = InputSpec { shape: settings.input_shape.clone() };
-    let app = Arc::new(App { sessions, ensemble, input, principal_from_cert });
+    let app = Arc::new(App { sessions, ensemble, input, principal_from_cert, metrics: Arc::clone(&metrics) });
 
     let (health, health_service) = tonic_health::server::health_reporter();
     watch_teachers(Arc::clone(&app), health, settings.health_interval).await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| StartError::Reflection(e.to_string()))?;
-    let privatizer = PrivatizerServer::new(Service { app })
+    let shutdown = Shutdown::new(shutdown);
+    let mut servers: Vec<Serving> = Vec::new();
+
+    let privatizer = PrivatizerServer::new(Service { app: Arc::clone(&app) })
         .max_decoding_message_size(settings.max_message_bytes)
         .max_encoding_message_size(settings.max_message_bytes);
-
     let listener = bind(settings.listen).await?;
-    let addr = listener.local_addr().map_err(|e| StartError::Bind { addr: settings.listen, reason: e.to_string() })?;
-    tracing::info!(%addr, teachers = m, scope = settings.scope.as_str(), per_query = settings.per_query.get(), "pacpriv serving");
-    let server = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection)
+    let addr = local_addr(&listener, settings.listen)?;
+    let client = tls::builder(settings.tls.as_ref())?
+        .add_service(health_service.clone())
+        .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
-    Ok(Started { addr, server: Box::pin(server) })
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.signal());
+    servers.push(Box::pin(async move { Ok(client.await?) }));
+
+    let mut admin_addr = None;
+    if let Some(admin) = &settings.admin {
+        let listener = bind(admin.listen).await?;
+        admin_addr = Some(local_addr(&listener, admin.listen)?);
+        let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
+        let server = tls::builder(settings.tls.as_ref())?
+            .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.signal());
+        servers.push(Box::pin(async move { Ok(server.await?) }));
+    } else {
+        tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
+    }
+
+    let mut health_addr = None;
+    if let Some(listen) = settings.health_listen {
+        let listener = bind(listen).await?;
+        health_addr = Some(local_addr(&listener, listen)?);
+        let server = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.signal());
+        servers.push(Box::pin(async move { Ok(server.await?) }));
+    }
+
+    let mut metrics_addr = None;
+    if let Some(listen) = settings.metrics.listen {
+        let listener = bind(listen).await?;
+        metrics_addr = Some(local_addr(&listener, listen)?);
+        let server = metrics::http::serve(listener, metrics, shutdown.signal());
+        servers.push(Box::pin(async move { Ok(server.await?) }));
+    }
+
+    tracing::info!(%addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,
+        scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
+    // All listeners run until the shutdown signal; the first to fail ends
+    // the service (dropping the set stops the others).
+    let server: Serving = Box::pin(async move {
+        let mut running: tokio::task::JoinSet<Result<(), ServeError>> = servers.into_iter().collect();
+        while let Some(done) = running.join_next().await {
+            done.map_err(|e| ServeError::Metrics(std::io::Error::other(e)))??;
+        }
+        Ok(())
+    });
+    Ok(Started { addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server })
+}
+
+fn local_addr(listener: &TcpListener, configured: SocketAddr) -> Result<SocketAddr, StartError> {
+    listener.local_addr().map_err(|e| StartError::Bind { addr: configured, reason: e.to_string() })
+}
+
+/// Reflection advertising `service` and health (each listener names only
+/// what it serves).
+fn reflection(
+    service: &str,
+) -> Result<
+    tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+    StartError,
+> {
+    let health = <tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> as tonic::server::NamedService>::NAME;
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name(service)
+        .with_service_name(health)
+        .with_service_name("grpc.reflection.v1.ServerReflection")
+        .build_v1()
+        .map_err(|e| StartError::Reflection(e.to_string()))
+}
+
+/// One shutdown signal fanned out to every listener.
+struct Shutdown(tokio::sync::watch::Receiver<bool>);
+
+impl Shutdown {
+    fn new(signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            signal.await;
+            let _ = tx.send(true);
+        });
+        Shutdown(rx)
+    }
+
+    fn signal(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    }
 }
 
 /// Keeps the health status of `pacpriv.v1.Privatizer` (and of the server,
@@ -171,13 +309,13 @@ pub async fn start(
 /// load balancer or Kubernetes readiness probe stops sending queries that
 /// could only fail with UNAVAILABLE. Probes once before returning, then
 /// every `every` on a task of its own.
-async fn watch_teachers(app: Arc<App>, health: tonic_health::server::HealthReporter, every: std::time::Duration) {
-    let mut missing = app.ensemble.not_ready().await;
+async fn watch_teachers(app: Arc<App>, health: HealthReporter, every: std::time::Duration) {
+    let mut missing = probe(&app).await;
     set_health(&health, missing).await;
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
-            let now = app.ensemble.not_ready().await;
+            let now = probe(&app).await;
             if (now == 0) != (missing == 0) {
                 set_health(&health, now).await;
             }
@@ -186,7 +324,15 @@ async fn watch_teachers(app: Arc<App>, health: tonic_health::server::HealthRepor
     });
 }
 
-async fn set_health(health: &tonic_health::server::HealthReporter, missing: usize) {
+/// Teachers not ready, also recorded as a gauge.
+async fn probe(app: &App) -> usize {
+    let missing = app.ensemble.not_ready().await;
+    let total = app.ensemble.len();
+    app.metrics.teachers.readiness(total.saturating_sub(missing), total);
+    missing
+}
+
+async fn set_health(health: &HealthReporter, missing: usize) {
     let status = if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing };
     for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
         health.set_service_status(name, status).await;
@@ -201,8 +347,12 @@ pub struct Service {
 }
 
 impl Service {
-    async fn authenticate<T>(&self, request: &Request<T>) -> Result<crate::session::Handle, Status> {
-        Ok(auth::authenticate(&self.app.sessions, request, self.app.principal_from_cert).await?)
+    /// The caller's session; a refusal is counted as a query outcome.
+    async fn authenticate<T>(&self, request: &Request<T>) -> Result<Handle, Status> {
+        auth::authenticate(&self.app.sessions, request, self.app.principal_from_cert).await.map_err(|e| {
+            self.app.metrics.service.query(Outcome::Unauthenticated);
+            Status::from(e)
+        })
     }
 }
 
@@ -210,13 +360,7 @@ impl Service {
 impl Privatizer for Service {
     async fn predict(&self, request: Request<PredictRequest>) -> Result<Response<PredictResponse>, Status> {
         let handle = self.authenticate(&request).await?;
-        let query = self.app.input.parse(request.into_inner())?;
-        let span = tracing::info_span!("predict", principal = %handle.principal(), query_id = %query.query_id);
-        let response = predict::apply(&self.app, &handle, query).instrument(span.clone()).await;
-        if let Err(e) = &response {
-            span.in_scope(|| tracing::info!(error = %e, "not answered"));
-        }
-        Ok(Response::new(response?))
+        Ok(Response::new(predict::handle(&self.app, &handle, request.into_inner(), Rpc::Predict).await?))
     }
 
     type PredictStreamStream = predict_stream::ResponseStream;
@@ -230,7 +374,10 @@ impl Privatizer for Service {
     }
 
     async fn get_budget(&self, request: Request<GetBudgetRequest>) -> Result<Response<Budget>, Status> {
-        let handle = self.authenticate(&request).await?;
-        Ok(Response::new(get_budget::apply(&handle).await?))
+        let started = std::time::Instant::now();
+        let handle = auth::authenticate(&self.app.sessions, &request, self.app.principal_from_cert).await?;
+        let budget = get_budget::apply(&handle).await;
+        self.app.metrics.service.duration(Rpc::GetBudget, started.elapsed().as_secs_f64());
+        Ok(Response::new(budget?))
     }
 }

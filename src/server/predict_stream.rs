@@ -4,7 +4,7 @@
 
 use super::App;
 use super::predict;
-use super::status::ServiceError;
+use crate::metrics::Rpc;
 use crate::proto::pacpriv::{PredictRequest, PredictResponse};
 use crate::session::Handle;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub fn start(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictReque
         async move {
             while let Some(next) = requests.next().await {
                 let result = match next {
-                    Ok(req) => answer_one(&app, &handle, req).await.map_err(Status::from),
+                    Ok(req) => predict::handle(&app, &handle, req, Rpc::PredictStream).await.map_err(Status::from),
                     Err(status) => Err(status),
                 };
                 let failed = result.is_err();
@@ -39,10 +39,4 @@ pub fn start(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictReque
         .instrument(span),
     );
     ReceiverStream::new(rx)
-}
-
-async fn answer_one(app: &Arc<App>, handle: &Handle, req: PredictRequest) -> Result<PredictResponse, ServiceError> {
-    let query = app.input.parse(req)?;
-    let span = tracing::info_span!("query", query_id = %query.query_id);
-    predict::apply(app, handle, query).instrument(span).await
 }

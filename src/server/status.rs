@@ -2,6 +2,7 @@
 //! status. Messages say what to do; none contains the secret index or
 //! noise (the types that could carry them have no `Display`).
 
+use crate::metrics::Outcome;
 use crate::privacy::PrivacyError;
 use crate::session::SessionError;
 use crate::store::StoreError;
@@ -69,6 +70,18 @@ impl From<ServiceError> for Status {
             }
             ServiceError::Internal(msg) => Status::internal(format!("{msg}; nothing was charged")),
         }
+    }
+}
+
+/// The metrics outcome of a failed query.
+pub fn outcome(e: &ServiceError) -> Outcome {
+    match e {
+        ServiceError::InvalidInput(_) => Outcome::Invalid,
+        ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
+        ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
+        ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,
+        ServiceError::Teachers(_) => Outcome::TeacherUnavailable,
+        _ => Outcome::Internal,
     }
 }
 

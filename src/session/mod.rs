@@ -270,6 +270,12 @@ impl Handle {
         self.scope
     }
 
+    /// The name of the session charged: the principal's, or
+    /// [`GLOBAL_SESSION`] under global scope (the budget gauges' label).
+    pub fn session_name(&self) -> &str {
+        &self.session.key
+    }
+
     /// The current account.
     ///
     /// # Errors

@@ -8,6 +8,7 @@
 //! earlier record of that session is durable too.
 
 use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket};
+use crate::metrics::StoreMetrics;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +59,15 @@ impl EmbeddedStore {
     /// # Errors
     /// The file cannot be created, locked or read.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, StoreMetrics::default())
+    }
+
+    /// As [`EmbeddedStore::open`], recording each group commit's latency
+    /// and size in `metrics`.
+    ///
+    /// # Errors
+    /// As [`EmbeddedStore::open`].
+    pub fn open_with(path: &Path, metrics: StoreMetrics) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
         }
@@ -67,7 +77,7 @@ impl EmbeddedStore {
         let writer_db = Arc::clone(&db);
         let writer = std::thread::Builder::new()
             .name("pacpriv-store-writer".into())
-            .spawn(move || writer(&writer_db, &rx))
+            .spawn(move || writer(&writer_db, &rx, &metrics))
             .map_err(backend)?;
         Ok(EmbeddedStore { db, path: path.to_owned(), queue: Some(queue), writer: Some(writer) })
     }
@@ -284,7 +294,7 @@ fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreEr
 
 /// The writer loop: block for one write, take whatever else is queued,
 /// commit all of it with one fsync, answer every ticket.
-fn writer(db: &Database, queue: &Receiver<Write>) {
+fn writer(db: &Database, queue: &Receiver<Write>, metrics: &StoreMetrics) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -293,7 +303,9 @@ fn writer(db: &Database, queue: &Receiver<Write>) {
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
         let result = commit(db, &batch).map_err(|e| e.to_string());
+        metrics.commit(started.elapsed().as_secs_f64(), batch.len());
         if let Err(e) = &result {
             tracing::error!(error = %e, records = batch.len(), "store commit failed; answers withheld");
         }

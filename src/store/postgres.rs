@@ -9,6 +9,7 @@
 //! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
 
 use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError};
+use crate::metrics::StoreMetrics;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
@@ -51,6 +52,7 @@ pub struct PgStore {
     pool: Pool,
     /// Host/database for messages (no password).
     location: String,
+    metrics: StoreMetrics,
 }
 
 impl PgStore {
@@ -69,7 +71,14 @@ impl PgStore {
         let pool = Pool::builder(manager).max_size(max_connections).build().map_err(backend)?;
         let client = pool.get().await.map_err(|e| backend(format!("connecting to {location}: {e}")))?;
         client.batch_execute(MIGRATIONS).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
-        Ok(PgStore { pool, location })
+        Ok(PgStore { pool, location, metrics: StoreMetrics::default() })
+    }
+
+    /// Records each step's transaction (latency, one record) in `metrics`.
+    #[must_use]
+    pub fn observed(mut self, metrics: StoreMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Where the data is, for messages.
@@ -258,6 +267,7 @@ impl PgStore {
         F: FnOnce(Option<SessionRecord>) -> Fut,
         Fut: std::future::Future<Output = Result<(SessionRecord, Option<JournalEntry>, T), E>>,
     {
+        let started = std::time::Instant::now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
         // Make sure the row exists so FOR UPDATE has something to lock; a
@@ -299,6 +309,7 @@ impl PgStore {
             .map_err(backend)?;
         }
         tx.commit().await.map_err(backend)?;
+        self.metrics.commit(started.elapsed().as_secs_f64(), 1);
         Ok(result)
     }
 }

@@ -1,6 +1,7 @@
 //! The fan-out client: one `ModelInfer` per teacher, all in flight at once,
 //! each with its own deadline and bounded retries.
 
+use crate::metrics::{TeacherError, TeacherMetrics, TeacherSeries};
 use crate::privacy::mechanism::{TeacherOutputs, argmax};
 use crate::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
@@ -94,6 +95,7 @@ pub enum FanoutError {
 struct Teacher {
     spec: TeacherSpec,
     client: GrpcInferenceServiceClient<Channel>,
+    metrics: TeacherSeries,
 }
 
 /// The m teachers, in subset order.
@@ -109,7 +111,12 @@ impl Ensemble {
     ///
     /// # Errors
     /// [`FanoutError::Endpoint`] for an unparsable endpoint.
-    pub fn new(specs: Vec<TeacherSpec>, policy: CallPolicy, mode: OutputMode) -> Result<Self, FanoutError> {
+    pub fn new(
+        specs: Vec<TeacherSpec>,
+        policy: CallPolicy,
+        mode: OutputMode,
+        metrics: &TeacherMetrics,
+    ) -> Result<Self, FanoutError> {
         let mut channels: HashMap<String, Channel> = HashMap::new();
         let mut teachers = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -127,9 +134,20 @@ impl Ensemble {
                     c
                 }
             };
-            teachers.push(Arc::new(Teacher { spec, client: GrpcInferenceServiceClient::new(channel) }));
+            let metrics = metrics.teacher(&spec.model);
+            teachers.push(Arc::new(Teacher { spec, client: GrpcInferenceServiceClient::new(channel), metrics }));
         }
         Ok(Ensemble { teachers, policy: Arc::new(policy), mode })
+    }
+
+    /// m.
+    pub fn len(&self) -> usize {
+        self.teachers.len()
+    }
+
+    /// Whether there are no teachers (never, once configured).
+    pub fn is_empty(&self) -> bool {
+        self.teachers.is_empty()
     }
 
     /// How many teachers do not report their model ready (Open Inference
@@ -205,10 +223,28 @@ impl Teacher {
             let mut req = tonic::Request::new(request.clone());
             req.set_timeout(policy.deadline);
             let mut client = self.client.clone();
+            let started = std::time::Instant::now();
             match tokio::time::timeout(policy.deadline, client.model_infer(req)).await {
-                Ok(Ok(response)) => return self.read(response.into_inner(), policy, mode),
-                Ok(Err(status)) => last = format!("{}: {}", status.code(), status.message()),
-                Err(_) => last = format!("no answer within {} ms", policy.deadline.as_millis()),
+                Ok(Ok(response)) => {
+                    let read = self.read(response.into_inner(), policy, mode);
+                    match &read {
+                        Ok(_) => self.metrics.call(started.elapsed().as_secs_f64()),
+                        Err(_) => self.metrics.error(TeacherError::Malformed),
+                    }
+                    return read;
+                }
+                Ok(Err(status)) => {
+                    self.metrics.error(if status.code() == tonic::Code::DeadlineExceeded {
+                        TeacherError::Timeout
+                    } else {
+                        TeacherError::Unavailable
+                    });
+                    last = format!("{}: {}", status.code(), status.message());
+                }
+                Err(_) => {
+                    self.metrics.error(TeacherError::Timeout);
+                    last = format!("no answer within {} ms", policy.deadline.as_millis());
+                }
             }
         }
         Err(FanoutError::Unreachable {

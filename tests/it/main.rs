@@ -4,6 +4,7 @@
 mod accuracy;
 mod budget;
 mod crash;
+mod ops;
 mod replicas;
 mod service;
 mod store;

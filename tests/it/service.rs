@@ -1,31 +1,13 @@
 //! `pacpriv serve` end to end over loopback gRPC: budgets, scopes, errors,
 //! teacher failures, streaming, vector mode.
 
-use crate::util::{Process, budget, client, image, key_hash, predict, with_key};
+use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, small_demo, with_key};
 use pacpriv::proto::pacpriv::PredictRequest;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
-
-/// b = 2^-8: a power of two, so sums of charges are exact.
-const B: f64 = 1.0 / 256.0;
-
-fn digit(seed: u32) -> Vec<f32> {
-    (0..64).map(|j| ((seed * 31 + j * 7) % 17) as f32).collect()
-}
-
-fn small_demo(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
-    let mut env = vec![
-        ("PACPRIV__DEMO__MODELS", "16".to_owned()),
-        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
-        ("PACPRIV__PRINCIPALS__ALICE__KEY_SHA256", key_hash("alice-key")),
-        ("PACPRIV__PRINCIPALS__ALICE__BUDGET_MI", "1".to_owned()),
-    ];
-    env.extend_from_slice(extra);
-    env
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_queries_of_one_session_are_each_charged_once() {

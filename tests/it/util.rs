@@ -28,6 +28,8 @@ pub struct Process {
     child: Child,
     /// The address it printed once ready.
     pub addr: String,
+    /// Everything it printed on standard output so far.
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     stderr: tempfile::NamedTempFile,
     /// A private store directory, unless the test chose the store path.
     _state: Option<tempfile::TempDir>,
@@ -51,14 +53,17 @@ impl Process {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         let prefix = format!("{ready} ");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&lines);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(addr) = line.strip_prefix(&prefix) {
                     let _ = tx.send(addr.trim().to_owned());
                 }
+                seen.lock().expect("stdout lines").push(line);
             }
         });
-        let mut p = Process { child, addr: String::new(), stderr, _state: None };
+        let mut p = Process { child, addr: String::new(), stdout: lines, stderr, _state: None };
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(addr) => p.addr = addr,
             Err(_) => panic!("pacpriv {args:?} did not become ready:\n{}", p.logs()),
@@ -72,6 +77,12 @@ impl Process {
     pub fn serve(config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
         let mut env = env.to_vec();
         env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
+        // Extra listeners on free ports too, so tests can run side by side.
+        for key in ["PACPRIV__METRICS__LISTEN", "PACPRIV__ADMIN__LISTEN"] {
+            if !env.iter().any(|(k, _)| *k == key) {
+                env.push((key, "127.0.0.1:0".into()));
+            }
+        }
         let state = if env.iter().any(|(k, _)| *k == "PACPRIV__STORE__PATH") {
             None
         } else {
@@ -97,6 +108,20 @@ impl Process {
         let args =
             ["teachers", "--models", &models, "--seed", &seed, "--listen", "127.0.0.1:0", "--write-config", &config];
         Process::start(&args, &[], "teachers listening on")
+    }
+
+    /// The address of the extra listener `what` ("admin", "health",
+    /// "metrics"), from its `pacpriv WHAT listening on ADDR` line.
+    pub fn listener(&self, what: &str) -> String {
+        let prefix = format!("pacpriv {what} listening on ");
+        for _ in 0..100 {
+            let lines = self.stdout.lock().expect("stdout lines").clone();
+            if let Some(addr) = lines.iter().find_map(|l| l.strip_prefix(&prefix)) {
+                return addr.trim().to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no {what} listener announced:\n{}", self.logs())
     }
 
     /// Everything it logged so far.
@@ -249,4 +274,43 @@ pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> Vec<f64> {
         posterior.update(ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
     }
     posterior.log_weights().to_vec()
+}
+
+/// b of [`small_demo`]: 2^-8, a power of two, so sums of charges are exact.
+pub const B: f64 = 1.0 / 256.0;
+
+/// A deterministic 64-pixel input.
+pub fn digit(seed: u32) -> Vec<f32> {
+    (0..64).map(|j| ((seed * 31 + j * 7) % 17) as f32).collect()
+}
+
+/// Environment for a quick demo deployment: 16 teachers, b = [`B`], and a
+/// principal "alice" (key `alice-key`, budget 1 nat) beside the demo one.
+pub fn small_demo(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("PACPRIV__DEMO__MODELS", "16".to_owned()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__PRINCIPALS__ALICE__KEY_SHA256", key_hash("alice-key")),
+        ("PACPRIV__PRINCIPALS__ALICE__BUDGET_MI", "1".to_owned()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+/// `GET /metrics` from a metrics listener (plain HTTP/1.1), the body.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics listener reachable");
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request sent");
+    let mut response = String::new();
+    s.read_to_string(&mut response).expect("response read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "scrape failed: {head}");
+    body.to_owned()
+}
+
+/// The value of the sample `series` (name with labels, exactly as
+/// exposed) in a scrape, if present.
+pub fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }

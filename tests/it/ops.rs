@@ -1,0 +1,250 @@
+//! Operating a live `pacpriv serve`: Prometheus metrics that follow the
+//! answers, the admin API's create → use → inspect → revoke cycle, TLS and
+//! mTLS (a client certificate naming the principal), and the plaintext
+//! health listener `pacpriv health` probes.
+
+use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, sample, scrape, small_demo, with_key};
+use pacpriv::proto::pacpriv::admin_client::AdminClient;
+use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv::proto::pacpriv::{
+    CreatePrincipalRequest, GetBudgetRequest, InspectPrincipalRequest, ListPrincipalsRequest, RevokePrincipalRequest,
+};
+use tonic::Code;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+const ADMIN_TOKEN: &str = "admin-token-for-tests";
+
+fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
+    req
+}
+
+async fn admin_client(addr: &str) -> AdminClient<Channel> {
+    AdminClient::connect(format!("http://{addr}")).await.expect("connects to the admin listener")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn budget_gauges_and_query_counters_move_with_answers() {
+    let server = Process::serve(None, &small_demo(&[]));
+    let metrics = server.listener("metrics");
+    let before = scrape(&metrics);
+    assert_eq!(sample(&before, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(0.0));
+    assert_eq!(sample(&before, r#"pacpriv_budget_limit_nats{principal="alice"}"#), Some(1.0));
+    assert_eq!(sample(&before, "pacpriv_principals"), Some(2.0));
+    assert_eq!(sample(&before, "pacpriv_teachers"), Some(16.0));
+    assert_eq!(sample(&before, "pacpriv_teachers_ready"), Some(16.0));
+
+    let mut c = client(&server.addr).await;
+    for i in 0..3 {
+        predict(&mut c, "alice-key", image(&format!("m{i}"), &digit(i))).await.expect("answered");
+    }
+    let mut bad = image("bad", &digit(9));
+    bad.input.as_mut().expect("input").fp32_contents[3] = f32::NAN;
+    assert_eq!(predict(&mut c, "alice-key", bad).await.expect_err("NaN").code(), Code::InvalidArgument);
+    assert_eq!(predict(&mut c, "nobody", image("u", &digit(1))).await.expect_err("key").code(), Code::Unauthenticated);
+
+    let after = scrape(&metrics);
+    let b = budget(&mut c, "alice-key").await;
+    assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(3.0 * B));
+    assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(b.spent));
+    assert_eq!(sample(&after, r#"pacpriv_mia_bound{principal="alice"}"#), Some(b.mia_bound));
+    assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="answered"}"#), Some(3.0));
+    assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="invalid"}"#), Some(1.0));
+    assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="unauthenticated"}"#), Some(1.0));
+    assert_eq!(sample(&after, "pacpriv_mi_charged_nats_total"), Some(3.0 * B));
+    // Latency covers authenticated requests (3 answers + the invalid one).
+    assert_eq!(sample(&after, r#"pacpriv_request_duration_seconds_count{rpc="predict"}"#), Some(4.0));
+    // Every teacher was asked for every answer: 16 teachers × 3 answers.
+    let calls: f64 = after
+        .lines()
+        .filter(|l| l.starts_with("pacpriv_teacher_call_duration_seconds_count{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(calls, 48.0);
+    assert!(sample(&after, "pacpriv_store_commit_duration_seconds_count").is_some_and(|n| n >= 1.0));
+    // Nothing in the exposition is keyed by anything but the documented labels.
+    for line in after.lines().filter(|l| !l.starts_with('#')) {
+        let labels = line.split_once('{').map(|(_, rest)| rest.split('}').next().unwrap_or_default());
+        for pair in labels.into_iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
+            let key = pair.split('=').next().unwrap_or_default();
+            assert!(["outcome", "rpc", "principal", "teacher", "kind", "le"].contains(&key), "label {key} in {line}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = ("PACPRIV__STORE__PATH", dir.path().join("state.redb").display().to_string());
+    let env = small_demo(&[("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)), store.clone()]);
+    let server = Process::serve(None, &env);
+    let admin_addr = server.listener("admin");
+    let mut admin = admin_client(&admin_addr).await;
+
+    // Only the admin token opens the admin API; the client port has no admin API.
+    let create = || CreatePrincipalRequest { name: "dave".into(), budget_mi: "2^-6".into() };
+    for token in ["wrong", "alice-key"] {
+        let e = admin.create_principal(bearer(create(), token)).await.expect_err("refused");
+        assert_eq!(e.code(), Code::Unauthenticated, "{token}");
+    }
+    let e = admin.create_principal(create()).await.expect_err("no token");
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let mut on_client_port = admin_client(&server.addr).await;
+    let e = on_client_port.create_principal(bearer(create(), ADMIN_TOKEN)).await.expect_err("not served there");
+    assert_eq!(e.code(), Code::Unimplemented);
+
+    // Create: the key comes back once; it works at once.
+    let created = admin.create_principal(bearer(create(), ADMIN_TOKEN)).await.expect("created").into_inner();
+    let key = created.api_key.clone();
+    let p = created.principal.expect("principal");
+    assert_eq!((p.name.as_str(), p.origin.as_str(), p.budget_mi, p.revoked), ("dave", "admin", 1.0 / 64.0, false));
+    assert!(key.starts_with("ppk_"));
+    assert!(
+        !format!("{:?}", admin.list_principals(bearer(ListPrincipalsRequest {}, ADMIN_TOKEN)).await).contains(&key)
+    );
+
+    let mut c = client(&server.addr).await;
+    let r = predict(&mut c, &key, image("d1", &digit(4))).await.expect("dave answered");
+    assert_eq!(r.budget.expect("budget").principal, "dave");
+
+    // Inspect: spent, remaining, MIA bound, ε-equivalent.
+    let inspect = |name: &str| bearer(InspectPrincipalRequest { name: name.into() }, ADMIN_TOKEN);
+    let dave = admin.inspect_principal(inspect("dave")).await.expect("inspect").into_inner();
+    let account = dave.account.clone().expect("account");
+    assert_eq!((account.spent, account.remaining, account.answered), (B, 1.0 / 64.0 - B, 1));
+    assert!(account.mia_bound > 0.5 && dave.epsilon_equivalent > 0.0);
+    let names: Vec<String> = admin
+        .list_principals(bearer(ListPrincipalsRequest {}, ADMIN_TOKEN))
+        .await
+        .expect("list")
+        .into_inner()
+        .principals
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["alice", "dave", "demo"]);
+    let metrics = scrape(&server.listener("metrics"));
+    assert_eq!(sample(&metrics, r#"pacpriv_budget_spent_nats{principal="dave"}"#), Some(B));
+    assert_eq!(sample(&metrics, "pacpriv_principals"), Some(3.0));
+
+    // Names are never reused; unknown names are NOT_FOUND; bad input says so.
+    let e = admin.create_principal(bearer(create(), ADMIN_TOKEN)).await.expect_err("taken");
+    assert_eq!(e.code(), Code::AlreadyExists);
+    let e = admin.inspect_principal(inspect("nobody")).await.expect_err("unknown");
+    assert_eq!(e.code(), Code::NotFound);
+    let bad_budget = CreatePrincipalRequest { name: "erin".into(), budget_mi: "lots".into() };
+    let e = admin.create_principal(bearer(bad_budget, ADMIN_TOKEN)).await.expect_err("bad budget");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("budget_mi"), "{}", e.message());
+
+    // Revoke: the key stops working at once; the spending stays on record.
+    let revoked = admin
+        .revoke_principal(bearer(RevokePrincipalRequest { name: "dave".into() }, ADMIN_TOKEN))
+        .await
+        .expect("revoked")
+        .into_inner();
+    assert!(revoked.revoked && revoked.revoked_unix.is_some());
+    assert_eq!(revoked.account.expect("account").spent, B);
+    let e = predict(&mut c, &key, image("d2", &digit(5))).await.expect_err("revoked key");
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let e = c.get_budget(with_key(GetBudgetRequest {}, &key)).await.expect_err("revoked key");
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert_eq!(sample(&scrape(&server.listener("metrics")), "pacpriv_principals"), Some(2.0));
+
+    // A restart on the same store: still revoked, still charged.
+    drop((c, admin, on_client_port, server));
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    let e = predict(&mut c, &key, image("d3", &digit(6))).await.expect_err("still revoked");
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let mut admin = admin_client(&server.listener("admin")).await;
+    let dave = admin.inspect_principal(inspect("dave")).await.expect("inspect").into_inner();
+    assert!(dave.revoked);
+    assert_eq!(dave.account.expect("account").spent, B);
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate whose
+/// subject CN is `cn`, as PEM files in `dir`.
+fn certificates(dir: &std::path::Path, cn: &str) -> (Certificate, Identity) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "pacpriv test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("CA cert");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+
+    let server_key = KeyPair::generate().expect("server key");
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("server params")
+        .signed_by(&server_key, &issuer)
+        .expect("server cert");
+    let client_key = KeyPair::generate().expect("client key");
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+    client_params.distinguished_name.push(DnType::CommonName, cn);
+    let client = client_params.signed_by(&client_key, &issuer).expect("client cert");
+
+    for (name, pem) in [("ca.pem", ca.pem()), ("server.pem", server.pem()), ("server.key", server_key.serialize_pem())]
+    {
+        std::fs::write(dir.join(name), pem).expect("write PEM");
+    }
+    (Certificate::from_pem(ca.pem()), Identity::from_pem(client.pem(), client_key.serialize_pem()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mtls_certificate_names_the_principal_and_health_stays_plaintext() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ca, alice_identity) = certificates(dir.path(), "alice");
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__TLS__CERT_FILE", path("server.pem")),
+            ("PACPRIV__TLS__KEY_FILE", path("server.key")),
+            ("PACPRIV__TLS__CLIENT_CA_FILE", path("ca.pem")),
+            ("PACPRIV__TLS__PRINCIPAL_FROM_CERT", "true".into()),
+            ("PACPRIV__SERVER__HEALTH_LISTEN", "127.0.0.1:0".into()),
+        ]),
+    );
+    let tls_channel = |identity: Option<Identity>| {
+        let mut tls = ClientTlsConfig::new().ca_certificate(ca.clone()).domain_name("localhost");
+        if let Some(id) = identity {
+            tls = tls.identity(id);
+        }
+        Endpoint::from_shared(format!("https://{}", server.addr)).expect("uri").tls_config(tls).expect("tls config")
+    };
+
+    // With alice's certificate and no API key: answered as alice.
+    let mut c = PrivatizerClient::new(tls_channel(Some(alice_identity)).connect().await.expect("mTLS handshake"));
+    let r = c.predict(image("t1", &digit(2))).await.expect("answered by certificate").into_inner();
+    assert_eq!(r.budget.expect("budget").principal, "alice");
+    // An API key still wins over the certificate.
+    assert_eq!(budget(&mut c, "demo-key").await.principal, "demo");
+
+    // No client certificate, or no TLS at all: no answer.
+    let no_cert = tls_channel(None).connect().await;
+    if let Ok(channel) = no_cert {
+        let mut c = PrivatizerClient::new(channel);
+        assert!(c.predict(with_key(image("t2", &digit(2)), "alice-key")).await.is_err(), "handshake must fail");
+    }
+    let plain = Endpoint::from_shared(format!("http://{}", server.addr)).expect("uri").connect().await;
+    if let Ok(channel) = plain {
+        let mut c = PrivatizerClient::new(channel);
+        assert!(c.predict(with_key(image("t3", &digit(2)), "alice-key")).await.is_err(), "plaintext must fail");
+    }
+
+    // The health listener speaks plaintext, for probes; `pacpriv health` uses it.
+    let health = server.listener("health");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+        .args(["health", "--addr", &health])
+        .output()
+        .expect("pacpriv health runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "SERVING");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+        .args(["health", "--addr", "127.0.0.1:1", "--timeout-ms", "500"])
+        .output()
+        .expect("pacpriv health runs");
+    assert!(!out.status.success(), "nothing listens on port 1");
+}
