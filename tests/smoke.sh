@@ -59,6 +59,7 @@ tiny_hash="$(printf %s tiny-key | sha256sum | cut -d' ' -f1)"
 say "starting $BIN serve"
 OPENBLAS_NUM_THREADS=1 \
 PACPRIV__SERVER__LISTEN=127.0.0.1:0 \
+PACPRIV__METRICS__LISTEN=127.0.0.1:0 \
 PACPRIV__STORE__PATH="$TMP/state.redb" \
 PACPRIV__PRIVACY__PER_QUERY_MI=2^-16 \
 PACPRIV__PRINCIPALS__TINY__KEY_SHA256="$tiny_hash" \
@@ -87,7 +88,15 @@ if [[ -z "$ADDR" ]]; then
     die "server not listening after ${STARTUP_TIMEOUT}s"
 fi
 [[ "$ADDR" =~ ^127\.0\.0\.1:[0-9]+$ ]] || die "unexpected listen address: '$ADDR'"
-[[ "$(wc -l <"$TMP/stdout")" -eq 1 ]] || die "stdout should be the single 'listening' line, got: $(cat "$TMP/stdout")"
+METRICS=""
+for _ in $(seq 50); do
+    METRICS="$(sed -n 's/^pacpriv metrics listening on //p' "$TMP/stdout")"
+    [[ -n "$METRICS" ]] && break
+    sleep 0.1
+done
+[[ -n "$METRICS" ]] || die "no 'pacpriv metrics listening on' line, got: $(cat "$TMP/stdout")"
+# The admin API is off by default (no admin.key_sha256), so exactly these two.
+[[ "$(wc -l <"$TMP/stdout")" -eq 2 ]] || die "stdout should be the two 'listening' lines, got: $(cat "$TMP/stdout")"
 say "server listening on $ADDR after $((SECONDS - started))s"
 
 # 5. The client checks.
@@ -104,7 +113,32 @@ checks="$(sed -E 's/.*checks=([0-9]+).*/\1/' <<<"$summary")"
 answers="$(sed -E 's/.*answers=([0-9]+).*/\1/' <<<"$summary")"
 spent="$(sed -E 's/.*demo_spent=([^ ]+).*/\1/' <<<"$summary")"
 
-# 6. SIGTERM must stop the server promptly and cleanly.
+# 6. The Prometheus scrape after that traffic: answers counted, the demo
+#    principal's budget gauge equal to what the client was told.
+python3 - "$METRICS" "$spent" "$answers" >"$TMP/metrics.txt" <<'PY' || die "metrics scrape failed"
+import sys, urllib.request
+addr, spent, answers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
+def value(series):
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    sys.exit(f"{series} missing from the scrape")
+got = value('pacpriv_budget_spent_nats{principal="demo"}')
+if abs(got - spent) > 1e-6 * max(spent, 1e-300):  # the SUMMARY prints 7 digits
+    sys.exit(f"demo spent gauge {got} != {spent} told to the client")
+if value('pacpriv_queries_total{outcome="answered"}') < answers:
+    sys.exit("answered counter below the answers received")
+print(text, end="")
+PY
+checks=$((checks + 1))
+
+# 7. The deployment artifacts (Dockerfile, Kubernetes, Prometheus, Grafana)
+#    against this binary and this scrape.
+tests/deploy_check.sh "$BIN" "$TMP/metrics.txt" || die "deployment artifacts check failed"
+checks=$((checks + 1))
+
+# 8. SIGTERM must stop the server promptly and cleanly.
 kill -TERM "$SERVER_PID"
 for _ in $(seq $((STOP_TIMEOUT * 10))); do
     kill -0 "$SERVER_PID" 2>/dev/null || break

@@ -6,6 +6,7 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod admin;
 pub mod budget;
 pub mod health;
 pub mod serve;
@@ -28,6 +29,9 @@ pub enum Command {
     /// the built-in default configuration it trains and serves the demo
     /// teachers in-process.
     Serve(serve::Args),
+    /// Create, list, inspect or revoke principals on a running server
+    /// (pacpriv.v1.Admin; token from PACPRIV_ADMIN_TOKEN).
+    Admin(admin::Args),
     /// Ask a running server's gRPC health service; exit 0 only if SERVING
     /// (for container health checks).
     Health(health::Args),
@@ -51,6 +55,7 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args, out),
         Command::Teachers(args) => teachers::run(args, out),
         Command::Health(args) => health::run(args, out),
+        Command::Admin(args) => admin::run(args, out),
         Command::Budget(args) => {
             init_tracing(false);
             budget::run(args, out)

@@ -93,6 +93,16 @@ pub enum TeacherError {
     Malformed,
 }
 
+impl TeacherError {
+    fn as_str(self) -> &'static str {
+        match self {
+            TeacherError::Timeout => "timeout",
+            TeacherError::Unavailable => "unavailable",
+            TeacherError::Malformed => "malformed",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
@@ -157,7 +167,7 @@ struct Series {
 
 impl ServiceMetrics {
     fn new(max_principal_series: usize) -> Self {
-        ServiceMetrics {
+        let m = ServiceMetrics {
             queries: Family::default(),
             unanimous: Counter::default(),
             mi_charged: Counter::default(),
@@ -168,7 +178,23 @@ impl ServiceMetrics {
             principals: Gauge::default(),
             dropped: Gauge::default(),
             series: Arc::new(Mutex::new(Series { max: max_principal_series, ..Series::default() })),
+        };
+        // Every series of a closed label set exists from the start (at 0),
+        // so rates and alerts work before the first event of each kind.
+        for outcome in [
+            Outcome::Answered,
+            Outcome::RefusedBudget,
+            Outcome::Invalid,
+            Outcome::Unauthenticated,
+            Outcome::TeacherUnavailable,
+            Outcome::Internal,
+        ] {
+            drop(m.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }));
         }
+        for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget] {
+            drop(m.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }));
+        }
+        m
     }
 
     fn register(&self, r: &mut Registry) {
@@ -300,9 +326,13 @@ impl TeacherMetrics {
         r.register("pacpriv_teachers", "Configured teachers (m)", self.total.clone());
     }
 
-    /// The series of the teacher serving `model`.
+    /// The series of the teacher serving `model` (its error counters
+    /// start at 0).
     pub fn teacher(&self, model: &str) -> TeacherSeries {
         let duration = self.duration.get_or_create(&TeacherLabel { teacher: model.to_owned() }).clone();
+        for kind in [TeacherError::Timeout, TeacherError::Unavailable, TeacherError::Malformed] {
+            drop(self.errors.get_or_create(&TeacherErrorLabels { teacher: model.to_owned(), kind: kind.as_str() }));
+        }
         TeacherSeries { name: model.to_owned(), duration, errors: self.errors.clone() }
     }
 

@@ -58,3 +58,19 @@ fn principal_series_are_bounded_and_the_rest_counted() -> Result<(), std::fmt::E
     assert!(text.lines().any(|l| l == "pacpriv_principal_series_dropped 2"), "{text}");
     Ok(())
 }
+
+#[test]
+fn closed_label_sets_are_exported_at_zero_before_any_event() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new(10);
+    let _teacher = m.teachers.teacher("digits-007");
+    let text = m.encode()?;
+    for line in [
+        "pacpriv_queries_total{outcome=\"internal\"} 0",
+        "pacpriv_queries_total{outcome=\"teacher_unavailable\"} 0",
+        "pacpriv_request_duration_seconds_count{rpc=\"get_budget\"} 0",
+        "pacpriv_teacher_errors_total{teacher=\"digits-007\",kind=\"malformed\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    Ok(())
+}

@@ -304,12 +304,19 @@ impl Shutdown {
     }
 }
 
+/// The health service name that is SERVING for as long as the process
+/// serves at all, for liveness probes: teachers being down is a reason to
+/// stop routing queries here (readiness), not to restart this process.
+pub const LIVENESS_SERVICE: &str = "liveness";
+
 /// Keeps the health status of `pacpriv.v1.Privatizer` (and of the server,
 /// "") SERVING exactly while every teacher reports its model ready, so a
 /// load balancer or Kubernetes readiness probe stops sending queries that
-/// could only fail with UNAVAILABLE. Probes once before returning, then
-/// every `every` on a task of its own.
+/// could only fail with UNAVAILABLE; [`LIVENESS_SERVICE`] is SERVING
+/// throughout. Probes once before returning, then every `every` on a task
+/// of its own.
 async fn watch_teachers(app: Arc<App>, health: HealthReporter, every: std::time::Duration) {
+    health.set_service_status(LIVENESS_SERVICE, ServingStatus::Serving).await;
     let mut missing = probe(&app).await;
     set_health(&health, missing).await;
     tokio::spawn(async move {

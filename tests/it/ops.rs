@@ -162,6 +162,29 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
     let dave = admin.inspect_principal(inspect("dave")).await.expect("inspect").into_inner();
     assert!(dave.revoked);
     assert_eq!(dave.account.expect("account").spent, B);
+
+    // The same through `pacpriv admin` (token from the environment).
+    let admin_addr = server.listener("admin");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+            .args(["admin", "--addr", &admin_addr])
+            .args(args)
+            .env("PACPRIV_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .expect("pacpriv admin runs");
+        assert!(out.status.success(), "pacpriv admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    assert!(cli(&["inspect", "dave"]).starts_with("dave\torigin=admin\trevoked=true\tspent=3.90625e-3"));
+    let created = cli(&["create", "frank", "--budget-mi", "2^-6"]);
+    let frank_key = created.lines().find_map(|l| l.strip_prefix("api_key=")).expect("key printed");
+    assert_eq!(predict(&mut c, frank_key, image("f1", &digit(7))).await.expect("frank answered").mi_charged, B);
+    assert_eq!(cli(&["list"]).lines().count(), 4);
+    assert!(cli(&["revoke", "frank"]).contains("revoked=true"));
+    assert_eq!(
+        predict(&mut c, frank_key, image("f2", &digit(7))).await.expect_err("revoked").code(),
+        Code::Unauthenticated
+    );
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate whose
