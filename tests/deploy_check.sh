@@ -50,8 +50,8 @@ PIP_CACHE_DIR="$TMP/pip-cache" PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 # promtool (PromQL syntax, rule unit tests): $PROMTOOL, or on PATH, or
 # extracted from Debian's prometheus package into the temporary directory
-# (DEPLOY_CHECK_NO_APT=1 skips that; without promtool those checks are
-# skipped with a note).
+# (needs a prior `apt-get update`, as .ci/run does). If none can be found the
+# check fails, unless DEPLOY_CHECK_NO_APT=1 says to skip the PromQL checks.
 PROMTOOL="${PROMTOOL:-$(command -v promtool || true)}"
 if [[ -z "$PROMTOOL" && -z "${DEPLOY_CHECK_NO_APT:-}" ]] \
     && command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then
@@ -64,6 +64,9 @@ if [[ -z "$PROMTOOL" && -z "${DEPLOY_CHECK_NO_APT:-}" ]] \
             PROMTOOL="$TMP/prometheus/usr/bin/promtool"
         fi
     fi
+fi
+if [[ -z "$PROMTOOL" && -z "${DEPLOY_CHECK_NO_APT:-}" ]]; then
+    die "promtool not available (apt-get update, or set PROMTOOL=..., or DEPLOY_CHECK_NO_APT=1 to skip the PromQL checks)"
 fi
 export PROMTOOL
 
