@@ -27,7 +27,7 @@ use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
 use crate::session::secret::{self, SecretError};
-use crate::session::{Handle, SessionParams, Sessions};
+use crate::session::{GLOBAL_SESSION, Handle, Scope, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
 use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
 use crate::teachers::demo::server::DemoServer;
@@ -138,6 +138,9 @@ pub enum ServeError {
     /// The metrics listener.
     #[error("metrics listener: {0}")]
     Metrics(#[from] std::io::Error),
+    /// A listener's task panicked or was cancelled.
+    #[error("listener task: {0}")]
+    Task(String),
 }
 
 /// A started service: where each listener is bound, and the future that
@@ -186,12 +189,11 @@ pub async fn start(
     let accounts = sessions.active_accounts().await?;
     metrics.service.principals(accounts.len());
     for a in &accounts {
-        let label = if sessions.scope() == crate::session::Scope::Global {
-            crate::session::GLOBAL_SESSION
-        } else {
-            &a.principal.name
+        let session = match sessions.scope() {
+            Scope::PerPrincipal => a.principal.name.as_str(),
+            Scope::Global => GLOBAL_SESSION,
         };
-        metrics.service.budget(label, &a.budget);
+        metrics.service.budget(session, &a.budget);
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
     let input = InputSpec { shape: settings.input_shape.clone() };
@@ -220,6 +222,7 @@ pub async fn start(
         admin_addr = Some(local_addr(&listener, admin.listen)?);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
         let server = tls::builder(settings.tls.as_ref())?
+            .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
             .add_service(service)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.signal());
@@ -253,7 +256,7 @@ pub async fn start(
     let server: Serving = Box::pin(async move {
         let mut running: tokio::task::JoinSet<Result<(), ServeError>> = servers.into_iter().collect();
         while let Some(done) = running.join_next().await {
-            done.map_err(|e| ServeError::Metrics(std::io::Error::other(e)))??;
+            done.map_err(|e| ServeError::Task(e.to_string()))??;
         }
         Ok(())
     });
