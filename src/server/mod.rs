@@ -93,8 +93,13 @@ pub enum StartError {
     Tls(String),
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr).await.map_err(|e| StartError::Bind { addr, reason: e.to_string() })
+/// A listener on `addr` and the address it got (the port, when `addr`'s
+/// is 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let error = |e: std::io::Error| StartError::Bind { addr, reason: e.to_string() };
+    let listener = TcpListener::bind(addr).await.map_err(error)?;
+    let bound = listener.local_addr().map_err(error)?;
+    Ok((listener, bound))
 }
 
 /// Starts the demo teachers on their own loopback listener (a task of this
@@ -105,8 +110,7 @@ async fn start_demo(models: usize, seed: u64, listen: SocketAddr) -> Result<Vec<
         .await
         .map_err(|e| StartError::Demo(e.to_string()))?
         .map_err(StartError::Demo)?;
-    let listener = bind(listen).await?;
-    let addr = listener.local_addr().map_err(|e| StartError::Bind { addr: listen, reason: e.to_string() })?;
+    let (listener, addr) = bind(listen).await?;
     tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
     tokio::spawn(DemoServer::new(ensemble.teachers).serve(listener, std::future::pending()));
     Ok(demo::specs(addr, models))
@@ -120,8 +124,7 @@ fn teacher_fingerprint(source: &TeacherSource, specs: &[TeacherSpec]) -> String 
         TeacherSource::Remote(_) => {
             let names: Vec<String> = specs.iter().map(|s| format!("{}@{}", s.model, s.version)).collect();
             let digest = sha2::Sha256::digest(names.join("\n").as_bytes());
-            let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-            format!("remote m={} models-sha256={short}", specs.len())
+            format!("remote m={} models-sha256={}", specs.len(), crate::session::hex(&digest[..8]))
         }
     }
 }
@@ -207,8 +210,7 @@ pub async fn start(
     let privatizer = PrivatizerServer::new(Service { app: Arc::clone(&app) })
         .max_decoding_message_size(settings.max_message_bytes)
         .max_encoding_message_size(settings.max_message_bytes);
-    let listener = bind(settings.listen).await?;
-    let addr = local_addr(&listener, settings.listen)?;
+    let (listener, addr) = bind(settings.listen).await?;
     let client = tls::builder(settings.tls.as_ref())?
         .add_service(health_service.clone())
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
@@ -218,8 +220,8 @@ pub async fn start(
 
     let mut admin_addr = None;
     if let Some(admin) = &settings.admin {
-        let listener = bind(admin.listen).await?;
-        admin_addr = Some(local_addr(&listener, admin.listen)?);
+        let (listener, bound) = bind(admin.listen).await?;
+        admin_addr = Some(bound);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
         let server = tls::builder(settings.tls.as_ref())?
             .add_service(health_service.clone())
@@ -233,8 +235,8 @@ pub async fn start(
 
     let mut health_addr = None;
     if let Some(listen) = settings.health_listen {
-        let listener = bind(listen).await?;
-        health_addr = Some(local_addr(&listener, listen)?);
+        let (listener, bound) = bind(listen).await?;
+        health_addr = Some(bound);
         let server = tonic::transport::Server::builder()
             .add_service(health_service)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.signal());
@@ -243,8 +245,8 @@ pub async fn start(
 
     let mut metrics_addr = None;
     if let Some(listen) = settings.metrics.listen {
-        let listener = bind(listen).await?;
-        metrics_addr = Some(local_addr(&listener, listen)?);
+        let (listener, bound) = bind(listen).await?;
+        metrics_addr = Some(bound);
         let server = metrics::http::serve(listener, metrics, shutdown.signal());
         servers.push(Box::pin(async move { Ok(server.await?) }));
     }
@@ -261,10 +263,6 @@ pub async fn start(
         Ok(())
     });
     Ok(Started { addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server })
-}
-
-fn local_addr(listener: &TcpListener, configured: SocketAddr) -> Result<SocketAddr, StartError> {
-    listener.local_addr().map_err(|e| StartError::Bind { addr: configured, reason: e.to_string() })
 }
 
 /// Reflection advertising `service` and health (each listener names only

@@ -351,7 +351,12 @@ pub struct SessionParams {
 /// SHA-256 of a key as 64 lowercase hex digits, the form `key_sha256`
 /// takes in the configuration.
 pub fn key_digest_hex(api_key: &str) -> String {
-    Sha256::digest(api_key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(api_key.as_bytes()))
+}
+
+/// Lowercase hex, two digits per byte.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -222,10 +222,16 @@ impl Sessions {
     /// # Errors
     /// Store failures.
     pub async fn list(&self) -> Result<Vec<Account>, SessionError> {
+        self.accounts(|_| true).await
+    }
+
+    /// The accounts of the principals `keep` selects, by name in byte
+    /// order (whatever a database's collation would say).
+    async fn accounts(&self, keep: impl Fn(&PrincipalRecord) -> bool) -> Result<Vec<Account>, SessionError> {
         let mut records = self.store.principals().await.map_err(SessionError::Registry)?;
         records.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut out = Vec::with_capacity(records.len());
-        for record in records {
+        let mut out = Vec::new();
+        for record in records.into_iter().filter(|r| keep(r)) {
             out.push(self.account(record).await?);
         }
         Ok(out)
@@ -280,7 +286,20 @@ impl Sessions {
     /// # Errors
     /// Store failures.
     pub async fn active_accounts(&self) -> Result<Vec<Account>, SessionError> {
-        Ok(self.list().await?.into_iter().filter(|a| a.principal.active()).collect())
+        self.accounts(PrincipalRecord::active).await
+    }
+
+    /// How many principals may authenticate (no account is read).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn active_count(&self) -> Result<usize, SessionError> {
+        match &self.local {
+            Some(local) => Ok(Self::read_local(local)?.by_key.len()),
+            None => {
+                Ok(self.store.principals().await.map_err(SessionError::Registry)?.iter().filter(|p| p.active()).count())
+            }
+        }
     }
 
     /// The session scope.
@@ -309,5 +328,5 @@ fn check_name(name: &str) -> Result<(), SessionError> {
 fn new_api_key() -> Result<String, SessionError> {
     let mut bytes = [0u8; 32];
     SysRng.try_fill_bytes(&mut bytes).map_err(|e| SessionError::InvalidPrincipal(format!("OS random source: {e}")))?;
-    Ok(format!("ppk_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
+    Ok(format!("ppk_{}", super::hex(&bytes)))
 }

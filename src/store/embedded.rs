@@ -87,17 +87,26 @@ impl EmbeddedStore {
         &self.path
     }
 
+    /// `def` in a fresh read transaction, or `None` if nothing was ever
+    /// written to it (redb creates a table on its first write).
+    fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        match txn.open_table(def) {
+            Ok(t) => Ok(Some(t)),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(e) => Err(backend(e)),
+        }
+    }
+
     /// The deployment record, if one was written.
     ///
     /// # Errors
     /// Backend or corrupt data.
     pub fn meta(&self) -> Result<Option<Meta>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        let table = match txn.open_table(META) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(backend(e)),
-        };
+        let Some(table) = self.read_table(META)? else { return Ok(None) };
         let secret = table.get("secret").map_err(backend)?.map(|v| v.value().to_vec());
         let teachers = table.get("teachers").map_err(backend)?.map(|v| v.value().to_vec());
         match (secret, teachers) {
@@ -137,12 +146,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        let table = match txn.open_table(SESSIONS) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(backend(e)),
-        };
+        let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
         let Some(bytes) = table.get(session).map_err(backend)? else { return Ok(None) };
         SessionRecord::decode(bytes.value())
             .map(Some)
@@ -154,12 +158,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        let table = match txn.open_table(JOURNAL) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(backend(e)),
-        };
+        let Some(table) = self.read_table(JOURNAL)? else { return Ok(Vec::new()) };
         let corrupt = || StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() };
         table
             .range((session, 0)..=(session, u64::MAX))
@@ -176,12 +175,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        let table = match txn.open_table(PRINCIPALS) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(backend(e)),
-        };
+        let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(Vec::new()) };
         table
             .iter()
             .map_err(backend)?
@@ -197,12 +191,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        let table = match txn.open_table(PRINCIPALS) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(backend(e)),
-        };
+        let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(None) };
         let value = table.get(name).map_err(backend)?;
         value.map(|v| decode_principal(name, v.value())).transpose()
     }

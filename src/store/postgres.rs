@@ -41,7 +41,13 @@ CREATE TABLE IF NOT EXISTS pacpriv_principals (
 );
 ";
 
-const PRINCIPAL_COLUMNS: &str = "name, key_sha256, budget, origin, created_unix, revoked_unix";
+/// A principal query: the columns [`principal_of`] reads, then `$tail`.
+/// (A literal, not a `format!`, because the key lookup runs per request.)
+macro_rules! select_principals {
+    ($tail:literal) => {
+        concat!("SELECT name, key_sha256, budget, origin, created_unix, revoked_unix FROM pacpriv_principals", $tail)
+    };
+}
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
@@ -165,8 +171,8 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
         let client = self.client().await?;
-        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM pacpriv_principals ORDER BY name");
-        client.query(&sql, &[]).await.map_err(backend)?.iter().map(principal_of).collect()
+        let rows = client.query(select_principals!(" ORDER BY name"), &[]).await.map_err(backend)?;
+        rows.iter().map(principal_of).collect()
     }
 
     /// The principal whose key hashes to `key_sha256` (one indexed lookup:
@@ -176,10 +182,8 @@ impl PgStore {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
-        let client = self.client().await?;
-        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM pacpriv_principals WHERE key_sha256 = $1");
         let key: &[u8] = key_sha256;
-        client.query_opt(&sql, &[&key]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
+        self.one_principal(select_principals!(" WHERE key_sha256 = $1"), &key).await
     }
 
     /// The principal called `name`.
@@ -187,9 +191,16 @@ impl PgStore {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        self.one_principal(select_principals!(" WHERE name = $1"), &name).await
+    }
+
+    async fn one_principal(
+        &self,
+        sql: &str,
+        param: &(dyn tokio_postgres::types::ToSql + Sync),
+    ) -> Result<Option<PrincipalRecord>, StoreError> {
         let client = self.client().await?;
-        let sql = format!("SELECT {PRINCIPAL_COLUMNS} FROM pacpriv_principals WHERE name = $1");
-        client.query_opt(&sql, &[&name]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
+        client.query_opt(sql, &[param]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
     }
 
     /// See [`super::Store::provision`]: an insert that loses to an existing

@@ -75,7 +75,7 @@ fn principal_message(sessions: &Sessions, a: &Account) -> Principal {
 
 /// Keeps the principal gauges in step after a change.
 async fn refresh_gauges(sessions: &Sessions, metrics: &ServiceMetrics) -> Result<(), ServiceError> {
-    metrics.principals(sessions.active_accounts().await?.len());
+    metrics.principals(sessions.active_count().await?);
     Ok(())
 }
 
