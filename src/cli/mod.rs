@@ -7,11 +7,14 @@
 use clap::{Parser, Subcommand};
 
 pub mod admin;
+pub mod audit;
 pub mod budget;
 pub mod health;
+pub mod label;
 pub mod serve;
 pub mod subsets;
 pub mod teachers;
+pub mod utility;
 
 /// PAC-private predictions over gRPC, and the tools around them.
 #[derive(Debug, Parser)]
@@ -44,6 +47,16 @@ pub enum Command {
     /// Write the secret-space assignment: each of N points in exactly M/2 of
     /// M subsets, chosen uniformly (paper §4.2.1).
     Subsets(subsets::Args),
+    /// Label an unlabeled dataset (CSV or JSON lines) through a running
+    /// server, keeping only answers that pass the confidence test (paper
+    /// §5, Prop. 5.1); resumable without re-spending budget.
+    Label(label::Args),
+    /// Play the optimal membership-inference adversary (paper Prop. 6.1)
+    /// against a running server and compare its accuracy with the bound.
+    Audit(audit::Args),
+    /// Held-out accuracy at several per-query budgets under both charging
+    /// policies, and how many answers a budget buys (paper Table 3).
+    Utility(utility::Args),
 }
 
 /// Runs one parsed command, writing its report to `out`.
@@ -63,6 +76,18 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         Command::Subsets(args) => {
             init_tracing(false);
             subsets::run(args, out)
+        }
+        Command::Label(args) => {
+            init_tracing(false);
+            label::run(args, out)
+        }
+        Command::Audit(args) => {
+            init_tracing(false);
+            audit::run(args, out)
+        }
+        Command::Utility(args) => {
+            init_tracing(false);
+            utility::run(args, out)
         }
     }
 }
