@@ -12,6 +12,8 @@ use crate::tensor;
 pub struct InputSpec {
     /// Shape of one example, e.g. [64].
     pub shape: Vec<usize>,
+    /// Whether `return_noisy` may be asked for (privacy.release_noisy_vector).
+    pub release_noisy: bool,
 }
 
 /// A validated prediction request.
@@ -23,6 +25,8 @@ pub struct Query {
     pub features: Vec<f64>,
     /// Confidence level requested, in (0, 1).
     pub alpha: Option<f64>,
+    /// Return the (published) noisy release; only if the server allows it.
+    pub return_noisy: bool,
 }
 
 impl InputSpec {
@@ -38,6 +42,13 @@ impl InputSpec {
     /// [`ServiceError::InvalidInput`] saying what to change.
     pub fn parse(&self, req: PredictRequest) -> Result<Query, ServiceError> {
         let bad = ServiceError::InvalidInput;
+        if req.return_noisy && !self.release_noisy {
+            return Err(ServiceError::NotReleased(
+                "return_noisy: this server releases labels only (the operator setting \
+                 privacy.release_noisy_vector is false); send the request without return_noisy"
+                    .into(),
+            ));
+        }
         let query_id = if req.query_id.is_empty() { generated_id() } else { req.query_id };
         if query_id.len() > 128 {
             return Err(bad("query_id is longer than 128 bytes".into()));
@@ -66,7 +77,7 @@ impl InputSpec {
             }
             None => None,
         };
-        Ok(Query { query_id, features, alpha })
+        Ok(Query { query_id, features, alpha, return_noisy: req.return_noisy })
     }
 }
 

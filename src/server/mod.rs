@@ -199,7 +199,7 @@ pub async fn start(
         metrics.service.budget(session, &a.budget);
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
-    let input = InputSpec { shape: settings.input_shape.clone() };
+    let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: settings.release_noisy_vector };
     let app = Arc::new(App { sessions, ensemble, input, principal_from_cert, metrics: Arc::clone(&metrics) });
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -18,6 +18,10 @@ pub enum ServiceError {
     /// Malformed input, rejected before any teacher was asked.
     #[error("{0}")]
     InvalidInput(String),
+    /// A valid request for something this server is configured not to
+    /// release; rejected before any teacher was asked.
+    #[error("{0}")]
+    NotReleased(String),
     /// Authentication or the session refused.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -33,6 +37,7 @@ impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
         match e {
             ServiceError::InvalidInput(msg) => Status::invalid_argument(msg),
+            ServiceError::NotReleased(msg) => Status::failed_precondition(msg),
             ServiceError::Session(SessionError::Unauthenticated) => Status::unauthenticated(
                 "missing or unknown API key: send the key your operator provisioned as `x-api-key: <key>` \
                  (or `authorization: Bearer <key>`) request metadata",
@@ -76,7 +81,7 @@ impl From<ServiceError> for Status {
 /// The metrics outcome of a failed query.
 pub fn outcome(e: &ServiceError) -> Outcome {
     match e {
-        ServiceError::InvalidInput(_) => Outcome::Invalid,
+        ServiceError::InvalidInput(_) | ServiceError::NotReleased(_) => Outcome::Invalid,
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,

@@ -92,6 +92,8 @@ pub struct Settings {
     pub global_budget: Nats,
     /// Operator-provided secret index file, if any.
     pub secret_index_file: Option<PathBuf>,
+    /// Clients may ask for the (rounded) noisy release, not just its argmax.
+    pub release_noisy_vector: bool,
     /// Where sessions are kept.
     pub store: StoreSettings,
     /// Journal every step.
@@ -236,6 +238,7 @@ struct RawPrivacy {
     scope: String,
     global_budget_mi: String,
     secret_index_file: String,
+    release_noisy_vector: bool,
 }
 
 #[derive(Deserialize)]
@@ -503,6 +506,7 @@ impl Raw {
             scope,
             global_budget: nats("privacy.global_budget_mi", &self.privacy.global_budget_mi)?,
             secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
+            release_noisy_vector: self.privacy.release_noisy_vector,
             store,
             journal: self.store.journal,
             mode,

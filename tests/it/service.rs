@@ -138,7 +138,7 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
             fp64_contents: fp64,
             ..Default::default()
         }),
-        confidence_alpha: None,
+        ..Default::default()
     };
     let mut nan = vec![1.0f32; 64];
     nan[9] = f32::NAN;
@@ -157,6 +157,11 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(expected), "{:?} does not say {expected:?}", e.message());
     }
+    // The noisy vector is opt-in for the operator: refused up front.
+    let noisy = PredictRequest { return_noisy: true, ..image("n", &digit(0)) };
+    let e = predict(&mut c, "demo-key", noisy).await.expect_err("not released");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("privacy.release_noisy_vector"), "{:?}", e.message());
     // Oversized: gRPC refuses it before our code sees it.
     let huge = tensor("FP32", vec![64], vec![0.0; 40_000], vec![]);
     let e = predict(&mut c, "demo-key", huge).await.expect_err("too large");
@@ -203,6 +208,35 @@ async fn stream_answers_in_order_and_stops_at_the_first_failure() {
     assert_eq!(ids, want);
     assert_eq!(end, Some(Code::InvalidArgument));
     assert_eq!(budget(&mut c, "alice-key").await.answered, 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn opted_in_noisy_vectors_are_the_release_on_a_grid() {
+    let server = Process::serve(None, &small_demo(&[("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into())]));
+    let mut c = client(&server.addr).await;
+    let (mut contested, mut unanimous) = (0, 0);
+    for i in 0..40 {
+        let req = PredictRequest { return_noisy: true, ..image(&format!("n{i}"), &digit(i)) };
+        let r = predict(&mut c, "alice-key", req).await.expect("answered");
+        assert_eq!(r.noisy.len(), 10, "one value per class");
+        let top = r.noisy.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i);
+        assert_eq!(top, Some(r.label as usize), "the label is the argmax of the published r");
+        assert!(r.noisy.iter().all(|v| (v * 2f64.powi(32)).fract() == 0.0), "on the 2^-32 grid: {:?}", r.noisy);
+        // Label mode: noise lives in the active classes' sum-zero subspace.
+        assert!((r.noisy.iter().sum::<f64>() - 1.0).abs() < 1e-6, "sums to 1: {:?}", r.noisy);
+        if r.unanimous {
+            unanimous += 1;
+            let onehot: Vec<f64> = (0..10).map(|c| if c == r.label as usize { 1.0 } else { 0.0 }).collect();
+            assert_eq!(r.noisy, onehot, "a unanimous answer is exact");
+        } else {
+            contested += 1;
+        }
+    }
+    assert!(contested > 0 && unanimous > 0, "both kinds seen: {contested} contested, {unanimous} unanimous");
+    let plain = predict(&mut c, "alice-key", image("plain", &digit(1))).await.expect("answered");
+    assert!(plain.noisy.is_empty(), "only on request");
+    // Released vectors cost what the label costs: b per answer, nothing more.
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 41.0 * B);
 }
 
 #[tokio::test(flavor = "multi_thread")]

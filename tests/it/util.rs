@@ -164,7 +164,7 @@ pub fn image(query_id: &str, pixels: &[f32]) -> PredictRequest {
             fp32_contents: pixels.to_vec(),
             ..Default::default()
         }),
-        confidence_alpha: None,
+        ..Default::default()
     }
 }
 

@@ -251,6 +251,34 @@ fn release_label<R: CryptoRng + ?Sized>(
     Ok((cal.classes()[pos], noisy, cal.teacher_log_likelihoods(center, &draw), confident))
 }
 
+/// Grid the published noisy vector is rounded to: 2⁻³².
+pub const PUBLISHED_GRID: f64 = 1.0 / 4_294_967_296.0;
+
+/// Largest magnitude of a published coordinate: 2²⁰. Below it every
+/// multiple of [`PUBLISHED_GRID`] is an exact `f64` (2²⁰ / 2⁻³² = 2⁵²).
+pub const PUBLISHED_CLAMP: f64 = 1_048_576.0;
+
+/// The form in which a release r may leave the process (opt-in): every
+/// coordinate clamped to ±2²⁰ and rounded to the nearest multiple of 2⁻³².
+///
+/// The low-order bits of a floating-point Gaussian sample depend on how it
+/// was computed, and so on the centre it was added to (a known side channel
+/// for Laplace and Gaussian samplers, Mironov 2012); on a fixed grid coarser
+/// than the spacing of doubles at these magnitudes they carry nothing.
+/// Clamping and rounding are functions of r alone: post-processing, no
+/// privacy cost (`docs/accounting.md`).
+pub fn published(noisy: &Array1<f64>) -> Vec<f64> {
+    noisy
+        .iter()
+        .map(|&v| {
+            // A release is finite; NaN cannot occur, but must not escape as
+            // anything informative if it ever did.
+            let v = if v.is_nan() { 0.0 } else { v.clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP) };
+            (v / PUBLISHED_GRID).round() * PUBLISHED_GRID
+        })
+        .collect()
+}
+
 /// Index of the largest value; the first one on ties (a measure-zero event
 /// for continuous noise).
 pub fn argmax(values: impl Iterator<Item = f64>) -> usize {

@@ -3,6 +3,7 @@ use crate::privacy::ledger::Policy;
 use chacha20::ChaCha20Rng;
 use ndarray::{Array2, array};
 use ndarray_linalg::Solve;
+use proptest::prelude::*;
 use rand::{RngExt, SeedableRng};
 
 fn n(x: f64) -> Nats {
@@ -168,4 +169,33 @@ fn a_session_composes_linearly_and_stays_useful() -> Result<(), PrivacyError> {
     assert_eq!(st.ledger.spent(), n(200.0 * 2f64.powi(-8)));
     assert!(right > 100, "{right}/200 answers matched the secret teacher");
     Ok(())
+}
+
+#[test]
+fn published_vector_is_on_the_grid_and_clamped() {
+    let r = array![1.0 + 1e-12, -0.3, 5e6, -7e9, 0.0];
+    let p = published(&r);
+    // 1 + 1e-12 is 1 + ~0.004 grid steps: rounds to 1.
+    assert_eq!(p[0], 1.0);
+    assert_eq!(p[2], PUBLISHED_CLAMP);
+    assert_eq!(p[3], -PUBLISHED_CLAMP);
+    assert_eq!(p[4], 0.0);
+    for v in &p {
+        assert_eq!((v / PUBLISHED_GRID).fract(), 0.0, "{v} is a multiple of 2^-32");
+    }
+    assert!((p[1] + 0.3).abs() <= PUBLISHED_GRID / 2.0);
+}
+
+proptest! {
+    /// Rounding moves no coordinate by more than half a grid step (inside the
+    /// clamp), and two releases that differ only below the grid publish the
+    /// same vector: the low-order bits never leave.
+    #[test]
+    fn published_vector_forgets_bits_below_the_grid(x in -1000.0f64..1000.0, tiny in -1e-13f64..1e-13) {
+        let a = published(&array![x]);
+        prop_assert!((a[0] - x).abs() <= PUBLISHED_GRID / 2.0);
+        let snapped = a[0];
+        let b = published(&array![snapped + tiny]);
+        prop_assert_eq!(b[0], snapped);
+    }
 }
