@@ -82,7 +82,13 @@ fn draw(m: usize) -> Result<usize, SecretError> {
     Ok(rng.random_range(0..m))
 }
 
-fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
+/// The index held in an operator's secret index file (one decimal integer
+/// below `m`). Also read by `pacpriv audit`, which scores its adversary
+/// against the truth; the error never echoes the file's content.
+///
+/// # Errors
+/// [`SecretError::Read`] or [`SecretError::Invalid`].
+pub fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
     let shown = path.display().to_string();
     let text =
         std::fs::read_to_string(path).map_err(|e| SecretError::Read { path: shown.clone(), reason: e.to_string() })?;

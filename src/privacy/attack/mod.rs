@@ -2,8 +2,53 @@
 //! Appendix B.4). It is what the audit adversary plays: given the posterior
 //! P_T over subsets after a transcript, predict that point u is a member iff
 //! Pr(u ∈ S | transcript) = Σ_i 1{u ∈ S_i} P_T(S_i) > ½.
+//!
+//! The posterior it needs is the curator's own (Lemma 3.2: P_t is the exact
+//! posterior given the transcript), which an adversary who knows the
+//! teachers can recompute from the releases it sees ([`observe_label_release`]).
 
+use super::label;
 use super::posterior::Posterior;
+use super::{Nats, PrivacyError};
+
+/// Relative floor of one step's log-likelihoods: a subset 10⁶ nats behind
+/// the most likely one has weight e^(−10⁶) = 0 in `f64` either way, and the
+/// floor keeps every log-weight finite (which [`Posterior::update`] needs)
+/// when a rounded release makes some subset astronomically unlikely.
+const LOG_LIKELIHOOD_FLOOR: f64 = 1e6;
+
+/// One step of Eq. 4 as the adversary plays it (label mode): given its
+/// posterior, every teacher's label for the query (it knows the teachers),
+/// the per-query budget b and the observed release r, calibrate Σ_t exactly
+/// as Algorithm 1 does and update the posterior with r's likelihood under
+/// each subset. A unanimous query leaves the posterior unchanged, as it does
+/// the curator's.
+///
+/// `rounding` is how far each coordinate of the observed r may be from the
+/// release: 0 for the exact r, half of [`super::mechanism::PUBLISHED_GRID`]
+/// for what the service publishes. With the exact r this reproduces the
+/// curator's posterior; with the published r it learns slightly less
+/// (directions whose noise is below the grid carry nothing after rounding).
+///
+/// # Errors
+/// Calibration errors and a malformed r; the posterior is then unchanged.
+pub fn observe_label_release(
+    posterior: &mut Posterior,
+    labels: &[usize],
+    classes: usize,
+    b: Nats,
+    r: &[f64],
+    rounding: f64,
+) -> Result<(), PrivacyError> {
+    let cal = label::calibrate(posterior, labels, classes, b)?;
+    if cal.unanimous() {
+        return Ok(());
+    }
+    let mut log_lik = cal.observed_teacher_log_likelihoods(r, rounding)?;
+    let best = log_lik.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    log_lik.mapv_inplace(|x| x.max(best - LOG_LIKELIHOOD_FLOOR));
+    posterior.update(log_lik.view())
+}
 
 /// Pr(u ∈ S | transcript) for a point contained in the given subsets.
 pub fn membership_probability(posterior: &Posterior, subsets_containing: &[usize]) -> f64 {

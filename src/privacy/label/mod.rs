@@ -35,6 +35,10 @@ pub const WEIGHT_ROUNDING: f64 = 1e-12;
 /// Largest tolerated |1ᵀu_j| for a label-mode noise direction.
 pub const ONES_TOLERANCE: f64 = 1e-10;
 
+/// Smallest variance, relative to the largest, an observer resolves when it
+/// recomputes the noise basis ([`LabelCalibration::observed_teacher_log_likelihoods`]).
+pub const OBSERVER_RELATIVE_FLOOR: f64 = 1e-12;
+
 /// Noise for one label-mode query under one posterior.
 #[derive(Clone, Debug)]
 pub struct LabelCalibration {
@@ -148,6 +152,61 @@ impl LabelCalibration {
                 self.noise.log_likelihood(delta.view(), empty.view(), draw)
             })
             .collect()
+    }
+
+    /// Eq. 4's log-likelihood for each teacher computed from an *observed*
+    /// release `r` (length d), as an observer who knows the teachers'
+    /// labels and the posterior computes it: −½ Σ_j (u_jᵀ(r − e_c))² / (v_j + k·ρ²)
+    /// for teacher i's class c, where every coordinate of r may be off by up
+    /// to ρ (`rounding`, at least 8 ulps of max(1, ‖r‖∞)). The k·ρ² term models that
+    /// error as extra noise along u_j (|u_jᵀe| ≤ ‖e‖ ≤ √k·ρ): without it, a
+    /// direction whose noise is far below the rounding would turn 2⁻³³ of
+    /// rounding into an astronomically confident, wrong likelihood.
+    /// Coordinates of inactive classes are ignored (the mechanism puts no
+    /// noise there). The curator uses the noise coefficients instead
+    /// ([`teacher_log_likelihoods`](Self::teacher_log_likelihoods)), the same
+    /// function of the exact r without cancellation.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Shape`] if r has the wrong length,
+    /// [`PrivacyError::NonFinite`] if it holds NaN or ±∞.
+    pub fn observed_teacher_log_likelihoods(&self, r: &[f64], rounding: f64) -> Result<Array1<f64>, PrivacyError> {
+        if r.len() != self.noise.dim() {
+            return Err(PrivacyError::Shape(format!("release has {} values, expected {}", r.len(), self.noise.dim())));
+        }
+        if r.iter().any(|v| !v.is_finite()) {
+            return Err(PrivacyError::NonFinite("observed release"));
+        }
+        let basis = self.noise.basis();
+        // A double is itself only known to within a few ulps once u_jᵀr is
+        // summed: the same floor applies to an "exact" r.
+        let scale = r.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+        let rounding = rounding.max(8.0 * f64::EPSILON * scale);
+        let extra = self.classes.len() as f64 * rounding * rounding;
+        // The observer computes its own eigenbasis, and LAPACK pins an
+        // eigenvector only to about ε/gap: near-degenerate directions can tilt
+        // by ~10⁻⁷, leaking ~10⁻⁷·σ_max of the strong direction into a weak
+        // one. Below 10⁻¹² of the largest variance a direction is therefore
+        // treated as having that variance — still enough to rule out every
+        // class that differs there by more than ~10⁻⁶·σ_max.
+        let v_max = self.noise.variances().iter().copied().fold(0.0, f64::max);
+        let variances = self.noise.variances().mapv(|v| v.max(OBSERVER_RELATIVE_FLOOR * v_max));
+        let per_class: Vec<f64> = (0..self.classes.len())
+            .map(|c| {
+                let mut qf = 0.0;
+                for j in 0..self.noise.rank() {
+                    let t: f64 = self
+                        .classes
+                        .iter()
+                        .enumerate()
+                        .map(|(a, &class)| basis[[a, j]] * (r[class] - if a == c { 1.0 } else { 0.0 }))
+                        .sum();
+                    qf += t * t / (variances[j] + extra);
+                }
+                -0.5 * qf
+            })
+            .collect();
+        Ok(self.teacher_class.iter().map(|&a| per_class[a]).collect())
     }
 
     /// Eq. 4's log-likelihood for each teacher: the value of its label's class.
