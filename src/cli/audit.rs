@@ -1,13 +1,406 @@
-//! `pacpriv audit` (work in progress, issue 6).
+//! `pacpriv audit`: the optimal membership-inference adversary of paper
+//! §6.3 (Prop. 6.1) played against a running server, scored against the
+//! bound the server reports (Eq. 2 at the MI spent).
+//!
+//! The adversary knows everything but s*: the universe, the subsets and
+//! every teacher's function (it rebuilds the demo ensemble from the same
+//! configuration), and it sees each release r (the server must allow
+//! `return_noisy`). It queries universe points in random order, replays
+//! Eq. 4 on what it sees ([`attack::observe_label_release`]), and at
+//! checkpoints guesses every point's membership by Prop. 6.1. Scoring needs
+//! the truth, so the auditor — the operator — passes the secret index file
+//! the server was started with; the adversary never reads it.
+//!
+//! The bound holds in expectation over s* and the noise; one run's accuracy
+//! over n points scatters around it with standard deviation about ½/√n (each
+//! point is in the secret subset independently with probability ½, §4.2.1).
+//! A checkpoint is flagged only when accuracy exceeds bound + 4·½/√n.
+
+use crate::privacy::attack;
+use crate::privacy::mechanism::PUBLISHED_GRID;
+use crate::privacy::posterior::Posterior;
+use crate::privacy::{Nats, mechanism};
+use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
+use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, Tensor};
+use crate::settings::{Settings, TeacherSource};
+use crate::teachers::OutputMode;
+use crate::teachers::demo::Ensemble;
+use crate::teachers::demo::digits::FEATURES;
+use anyhow::{Context, bail};
+use chacha20::ChaCha20Rng;
+use plotters::prelude::*;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use tonic::metadata::MetadataValue;
 
 /// Arguments of `pacpriv audit`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The server's client address.
+    #[arg(long, default_value = "http://127.0.0.1:50051", value_name = "URL")]
+    pub addr: String,
+    /// API key of a principal with a fresh session (default: the
+    /// PACPRIV_API_KEY environment variable).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// The configuration the server runs with (layered over the built-in
+    /// default, environment overrides apply): the adversary rebuilds the same
+    /// teachers and subsets from it.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The server's privacy.secret_index_file: used only to score the
+    /// adversary's guesses, never by the adversary.
+    #[arg(long, value_name = "PATH")]
+    pub secret_index_file: PathBuf,
+    /// Queries T to send (universe points in random order; repeated passes
+    /// when T exceeds the universe).
+    #[arg(long, default_value_t = 2000, value_name = "T")]
+    pub queries: usize,
+    /// Number of checkpoints (evenly spaced, plus T = 0).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub checkpoints: usize,
+    /// Where to write the table (CSV).
+    #[arg(long, default_value = "audit.csv", value_name = "PATH")]
+    pub csv: PathBuf,
+    /// Where to write the plot of both curves (SVG).
+    #[arg(long, default_value = "audit.svg", value_name = "PATH")]
+    pub plot: PathBuf,
+    /// Seed of the query order (default: random).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+}
 
-/// Runs `pacpriv audit`.
+/// One checkpoint of the audit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    /// Answers received so far.
+    pub queries: usize,
+    /// MI spent by the session, nats.
+    pub spent: f64,
+    /// The server's MIA bound at `spent`, in [½, 1].
+    pub bound: f64,
+    /// The adversary's accuracy over the whole universe, in [0, 1].
+    pub accuracy: f64,
+}
+
+/// Runs `pacpriv audit`: prints a Markdown table, writes the CSV and the
+/// SVG, and fails if any checkpoint exceeds bound + margin.
 ///
 /// # Errors
-/// Always, until implemented.
-pub fn run(_args: Args, _out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    anyhow::bail!("pacpriv audit is not implemented yet")
+/// Configuration, connection, a server that does not release r, a session
+/// that is not fresh, I/O — and a bound exceeded beyond sampling error.
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    let settings = Settings::load(args.config.as_deref())?;
+    let TeacherSource::Demo { models, seed, .. } = settings.teachers else {
+        bail!(
+            "pacpriv audit rebuilds the teachers to play the adversary, and can do so only for the demo ensemble \
+             (teachers.source = \"demo\")"
+        );
+    };
+    let OutputMode::Label { classes } = settings.mode else {
+        bail!("pacpriv audit plays the label-mode adversary; the configuration has model.mode = \"vector\"");
+    };
+    let key = match args.api_key.clone() {
+        Some(k) => k,
+        None => std::env::var("PACPRIV_API_KEY").context("pass --api-key or set PACPRIV_API_KEY")?,
+    };
+    let secret = crate::session::secret::read(&args.secret_index_file, models)?;
+
+    eprintln!("training the {models} demo teachers (the adversary knows them) ...");
+    let ensemble = Ensemble::train(models, seed).map_err(anyhow::Error::msg)?;
+    let universe: Vec<Vec<f32>> = ensemble.split.train.iter().map(|e| e.pixels.to_vec()).collect();
+    let labels = teacher_labels(&ensemble);
+    let n = universe.len();
+
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let rows = runtime.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())
+            .with_context(|| format!("--addr {}", args.addr))?
+            .connect()
+            .await
+            .with_context(|| format!("connecting to {}", args.addr))?;
+        let mut client = PrivatizerClient::new(channel);
+        let key = MetadataValue::try_from(key.as_str()).context("the API key is not valid metadata")?;
+        let start = get_budget(&mut client, &key).await?;
+        check_fresh(&start)?;
+        let b = Nats::new(start.per_query).context("the server reported an invalid per-query MI")?;
+
+        let order = query_order(n, args.queries, args.seed);
+        let marks = checkpoints(args.queries, args.checkpoints);
+        let requests: Vec<PredictRequest> = order
+            .iter()
+            .enumerate()
+            .map(|(t, &u)| PredictRequest {
+                query_id: format!("audit-{t}"),
+                input: Some(Tensor {
+                    datatype: "FP32".into(),
+                    shape: vec![FEATURES as i64],
+                    fp32_contents: universe[u].clone(),
+                    ..Default::default()
+                }),
+                return_noisy: true,
+                ..Default::default()
+            })
+            .collect();
+        let mut request = tonic::Request::new(tokio_stream::iter(requests));
+        request.metadata_mut().insert("x-api-key", key.clone());
+        let mut responses = client.predict_stream(request).await.context("PredictStream")?.into_inner();
+
+        let mut posterior = Posterior::uniform(models)?;
+        let mut rows = vec![Checkpoint {
+            queries: 0,
+            spent: start.spent,
+            bound: start.mia_bound,
+            accuracy: attack::accuracy(&posterior, &ensemble.assignment, secret),
+        }];
+        let mut next_mark = marks.iter().peekable();
+        for (t, &u) in order.iter().enumerate() {
+            let response = match responses.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => bail!("the server ended the stream after {t} answers"),
+                Err(status) if t > 0 && status.code() == tonic::Code::ResourceExhausted => {
+                    eprintln!("budget spent after {t} answers: stopping ({})", status.message());
+                    break;
+                }
+                Err(status) => return Err(stream_error(status)),
+            };
+            if response.noisy.len() != classes {
+                bail!("the server returned {} noisy values for {classes} classes", response.noisy.len());
+            }
+            let budget = response.budget.unwrap_or_default();
+            attack::observe_label_release(
+                &mut posterior,
+                &labels[u],
+                classes,
+                b,
+                &response.noisy,
+                PUBLISHED_GRID / 2.0,
+            )?;
+            if next_mark.peek() == Some(&&(t + 1)) {
+                next_mark.next();
+                rows.push(Checkpoint {
+                    queries: t + 1,
+                    spent: budget.spent,
+                    bound: budget.mia_bound,
+                    accuracy: attack::accuracy(&posterior, &ensemble.assignment, secret),
+                });
+                eprintln!("T = {}: accuracy {:.2} %", t + 1, 100.0 * rows.last().map_or(0.0, |r| r.accuracy));
+            }
+        }
+        let end = get_budget(&mut client, &key).await?;
+        let answered = rows.last().map_or(0, |r| r.queries) as u64;
+        if end.answered < answered || (end.answered > answered && end.answered - answered > 2) {
+            eprintln!(
+                "warning: the session answered {} queries, the audit {answered}: another client used this \
+                 principal, so the adversary's posterior is not the session's",
+                end.answered
+            );
+        }
+        anyhow::Ok(rows)
+    })?;
+
+    let margin = margin(n);
+    report(out, &rows, n, margin)?;
+    write_csv(&args.csv, &rows, margin)?;
+    plot(&args.plot, &rows, margin)?;
+    writeln!(out, "\nwrote {} and {}", args.csv.display(), args.plot.display())?;
+    if let Some(bad) = rows.iter().find(|r| r.accuracy > r.bound + margin) {
+        bail!(
+            "empirical accuracy {:.2} % at T = {} exceeds the bound {:.2} % by more than the sampling margin {:.2} %: \
+             the mechanism or its accounting is broken — do not serve with this configuration",
+            100.0 * bad.accuracy,
+            bad.queries,
+            100.0 * bad.bound,
+            100.0 * margin
+        );
+    }
+    Ok(())
+}
+
+/// Every teacher's label for every universe point (`[point][teacher]`),
+/// computed as the served demo teachers compute their `label` output.
+fn teacher_labels(ensemble: &Ensemble) -> Vec<Vec<usize>> {
+    let pixels: Vec<f64> = ensemble.split.train.iter().flat_map(|e| e.pixels.iter().map(|&p| f64::from(p))).collect();
+    let n = ensemble.split.train.len();
+    let mut labels = vec![Vec::with_capacity(ensemble.teachers.len()); n];
+    for teacher in &ensemble.teachers {
+        for (row, probs) in labels.iter_mut().zip(teacher.predict_proba(&pixels)) {
+            row.push(mechanism::argmax(probs.iter().copied()));
+        }
+    }
+    labels
+}
+
+async fn get_budget(
+    client: &mut PrivatizerClient<tonic::transport::Channel>,
+    key: &MetadataValue<tonic::metadata::Ascii>,
+) -> anyhow::Result<Budget> {
+    let mut request = tonic::Request::new(GetBudgetRequest {});
+    request.metadata_mut().insert("x-api-key", key.clone());
+    Ok(client.get_budget(request).await.map_err(stream_error)?.into_inner())
+}
+
+/// The adversary starts from the prior, so the session must too.
+fn check_fresh(b: &Budget) -> anyhow::Result<()> {
+    if b.scope != "per_principal" {
+        bail!(
+            "the server shares one session between all principals (privacy.scope = \"{}\"): the adversary cannot \
+             see the other principals' answers, so its posterior would not be the session's",
+            b.scope
+        );
+    }
+    if b.answered > 0 {
+        bail!(
+            "principal {:?} has already been answered {} queries: the adversary must see the whole transcript from \
+             the prior — audit with a fresh principal (pacpriv admin create NAME --budget-mi X)",
+            b.principal,
+            b.answered
+        );
+    }
+    Ok(())
+}
+
+fn stream_error(status: tonic::Status) -> anyhow::Error {
+    match status.code() {
+        tonic::Code::FailedPrecondition => anyhow::anyhow!(
+            "{}\nthe adversary needs the releases themselves: start the server with \
+             PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR=true (privacy.release_noisy_vector)",
+            status.message()
+        ),
+        code => anyhow::anyhow!("the server refused ({code:?}): {}", status.message()),
+    }
+}
+
+/// T universe indices: shuffled passes over 0..n.
+pub fn query_order(n: usize, queries: usize, seed: Option<u64>) -> Vec<usize> {
+    let mut rng = match seed {
+        Some(s) => ChaCha20Rng::seed_from_u64(s),
+        None => rand::make_rng(),
+    };
+    let mut order = Vec::with_capacity(queries);
+    while order.len() < queries && n > 0 {
+        let mut pass: Vec<usize> = (0..n).collect();
+        pass.shuffle(&mut rng);
+        order.extend(pass.into_iter().take(queries - order.len()));
+    }
+    order
+}
+
+/// `count` checkpoints evenly spaced over 1..=queries (always including
+/// `queries`), ascending and distinct.
+pub fn checkpoints(queries: usize, count: usize) -> Vec<usize> {
+    let count = count.clamp(1, queries.max(1));
+    let mut marks: Vec<usize> = (1..=count).map(|k| (queries * k).div_ceil(count)).filter(|&t| t > 0).collect();
+    marks.dedup();
+    marks
+}
+
+/// Four standard deviations of one run's accuracy over `n` points around
+/// its expectation: 4 · ½/√n.
+pub fn margin(n: usize) -> f64 {
+    2.0 / (n.max(1) as f64).sqrt()
+}
+
+fn report(out: &mut dyn Write, rows: &[Checkpoint], n: usize, margin: f64) -> std::io::Result<()> {
+    writeln!(out, "Optimal MIA (Prop. 6.1) over all {n} universe points; margin 4·½/√n = {:.2} %\n", 100.0 * margin)?;
+    writeln!(out, "| answers T | MI spent (nats) | MIA bound | empirical accuracy | within bound |")?;
+    writeln!(out, "|---:|---:|---:|---:|:---:|")?;
+    for r in rows {
+        let verdict = if r.accuracy <= r.bound {
+            "yes"
+        } else if r.accuracy <= r.bound + margin {
+            "within margin"
+        } else {
+            "NO"
+        };
+        writeln!(
+            out,
+            "| {} | {:.4e} | {:.2} % | {:.2} % | {verdict} |",
+            r.queries,
+            r.spent,
+            100.0 * r.bound,
+            100.0 * r.accuracy
+        )?;
+    }
+    Ok(())
+}
+
+fn write_csv(path: &Path, rows: &[Checkpoint], margin: f64) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    w.write_record(["queries", "mi_spent_nats", "mia_bound", "empirical_accuracy", "margin"])?;
+    for r in rows {
+        w.write_record([
+            r.queries.to_string(),
+            r.spent.to_string(),
+            r.bound.to_string(),
+            r.accuracy.to_string(),
+            margin.to_string(),
+        ])?;
+    }
+    w.flush().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn plot(path: &Path, rows: &[Checkpoint], margin: f64) -> anyhow::Result<()> {
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, (720, 440)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let t_max = rows.iter().map(|r| r.queries).max().unwrap_or(1).max(1) as f64;
+        let lowest = rows.iter().map(|r| r.accuracy).fold(0.5, f64::min);
+        let y_min = (100.0 * lowest - 100.0 * margin).floor().min(48.0);
+        let mut chart = ChartBuilder::on(&root)
+            .caption("Membership inference: empirical accuracy vs PAC bound", ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(52)
+            .build_cartesian_2d(0.0..t_max, y_min..100.5)?;
+        chart.configure_mesh().x_desc("answers T").y_desc("accuracy (%)").draw()?;
+        let line = |f: fn(&Checkpoint) -> f64| rows.iter().map(move |r| (r.queries as f64, 100.0 * f(r)));
+        chart
+            .draw_series(LineSeries::new(line(|r| r.bound), RED.stroke_width(2)))?
+            .label("bound (Eq. 2 at MI spent)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        chart
+            .draw_series(LineSeries::new(line(|r| r.accuracy), BLUE.stroke_width(2)))?
+            .label("optimal adversary (Prop. 6.1)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+        chart.draw_series(LineSeries::new([(0.0, 50.0), (t_max, 50.0)], BLACK.mix(0.3)))?;
+        chart.configure_series_labels().background_style(WHITE.mix(0.9)).border_style(BLACK).draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn checkpoints_are_even_distinct_and_end_at_t() {
+        assert_eq!(checkpoints(100, 4), vec![25, 50, 75, 100]);
+        assert_eq!(checkpoints(10, 3), vec![4, 7, 10]);
+        assert_eq!(checkpoints(3, 10), vec![1, 2, 3]);
+        assert_eq!(checkpoints(5, 0), vec![5]);
+    }
+
+    #[test]
+    fn query_order_makes_whole_shuffled_passes() {
+        let order = query_order(10, 25, Some(1));
+        assert_eq!(order.len(), 25);
+        for pass in order.chunks(10).take(2) {
+            let mut sorted = pass.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..10).collect::<Vec<_>>(), "every point once per pass");
+        }
+        assert_ne!(order[..10], (0..10).collect::<Vec<_>>()[..], "shuffled");
+        assert_eq!(query_order(10, 25, Some(1)), order, "a seed reproduces the order");
+    }
+
+    #[test]
+    fn margin_is_four_standard_deviations_of_a_fair_coin_share() {
+        assert!((margin(1600) - 0.05).abs() < 1e-15);
+    }
 }

@@ -2,6 +2,7 @@
 //! `util`. These run the real `pacpriv` binary.
 
 mod accuracy;
+mod audit;
 mod budget;
 mod crash;
 mod ops;

@@ -9,7 +9,20 @@
 
 use super::label;
 use super::posterior::Posterior;
+use super::secret_space::Assignment;
 use super::{Nats, PrivacyError};
+
+/// The share of all points of the universe whose membership in subset
+/// `truth` the rule above gets right: the empirical membership-inference
+/// accuracy of paper §6.3 (the experimenter knows the truth; the adversary
+/// does not use it).
+pub fn accuracy(posterior: &Posterior, assignment: &Assignment, truth: usize) -> f64 {
+    let n = assignment.n();
+    let correct = (0..n)
+        .filter(|&u| predict_member(posterior, assignment.subsets_of_point(u)) == assignment.contains(truth, u))
+        .count();
+    correct as f64 / n.max(1) as f64
+}
 
 /// Relative floor of one step's log-likelihoods: a subset 10⁶ nats behind
 /// the most likely one has weight e^(−10⁶) = 0 in `f64` either way, and the

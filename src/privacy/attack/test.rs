@@ -88,3 +88,19 @@ fn a_release_of_the_wrong_length_or_with_nan_changes_nothing() -> Result<(), Pri
     assert_eq!(p, before);
     Ok(())
 }
+
+#[test]
+fn accuracy_is_the_share_of_non_members_under_the_prior_and_one_on_the_truth() -> Result<(), PrivacyError> {
+    let a = Assignment::from_seed(200, 8, 3)?;
+    let truth = 6;
+    let members = a.members_of_subset(truth).len() as f64;
+    // Uniform prior: every point is an exact tie, guessed "non-member".
+    let prior = accuracy(&Posterior::uniform(8)?, &a, truth);
+    assert!((prior - (1.0 - members / 200.0)).abs() < 1e-12, "{prior}");
+    // All mass on the true subset: every guess is right; on another, not.
+    let mut log_w = vec![-800.0; 8];
+    log_w[truth] = 0.0;
+    assert_eq!(accuracy(&Posterior::from_log_weights(log_w.clone())?, &a, truth), 1.0);
+    assert!(accuracy(&Posterior::from_log_weights(log_w)?, &a, 0) < 0.8);
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! `pacpriv audit` against a live server: the optimal membership-inference
+//! adversary (paper §6.3) stays within the bound the server reports, and
+//! wins outright once the budget allows it — which shows it really tracks
+//! the posterior.
+
+use crate::util::{Process, client, digit, image, pacpriv, predict};
+use pacpriv::privacy::Nats;
+use pacpriv::privacy::report::mia_bound;
+
+/// A deployment the adversary can rebuild: 16 demo teachers, secret 5, the
+/// noisy release opted in, a big budget; `b` is the per-query MI.
+struct Setup {
+    dir: tempfile::TempDir,
+    server: Process,
+}
+
+impl Setup {
+    fn new(b: &str, release: bool) -> Setup {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("config.toml"), "[demo]\nmodels = 16\n").expect("config");
+        std::fs::write(dir.path().join("secret"), "5\n").expect("secret");
+        let env = vec![
+            ("PACPRIV__PRIVACY__PER_QUERY_MI", b.to_owned()),
+            ("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", release.to_string()),
+            ("PACPRIV__PRIVACY__SECRET_INDEX_FILE", dir.path().join("secret").display().to_string()),
+            ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", "1000".to_owned()),
+        ];
+        let server = Process::serve(Some(&dir.path().join("config.toml")), &env);
+        Setup { dir, server }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    fn audit(&self, queries: usize) -> std::process::Output {
+        let addr = format!("http://{}", self.server.addr);
+        let (config, secret, csv, svg) =
+            (self.path("config.toml"), self.path("secret"), self.path("audit.csv"), self.path("audit.svg"));
+        let queries = queries.to_string();
+        pacpriv(&[
+            "audit",
+            "--addr",
+            &addr,
+            "--api-key",
+            "demo-key",
+            "--config",
+            &config,
+            "--secret-index-file",
+            &secret,
+            "--queries",
+            &queries,
+            "--checkpoints",
+            "4",
+            "--csv",
+            &csv,
+            "--plot",
+            &svg,
+            "--seed",
+            "1",
+        ])
+    }
+
+    /// (T, spent, bound, accuracy, margin) per CSV row.
+    fn table(&self) -> Vec<(usize, f64, f64, f64, f64)> {
+        let text = std::fs::read_to_string(self.path("audit.csv")).expect("audit.csv written");
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("queries,mi_spent_nats,mia_bound,empirical_accuracy,margin"));
+        lines
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                let num = |i: usize| f[i].parse::<f64>().expect("a number");
+                (f[0].parse().expect("T"), num(1), num(2), num(3), num(4))
+            })
+            .collect()
+    }
+}
+
+fn assert_within_bound(rows: &[(usize, f64, f64, f64, f64)], b: f64) {
+    for &(t, spent, bound, accuracy, margin) in rows {
+        assert_eq!(spent, t as f64 * b, "T = {t}: the paper policy charges b per answer");
+        let expected = mia_bound(Nats::new(spent).expect("valid"));
+        assert!((bound - expected).abs() < 1e-12, "T = {t}: reported bound {bound}, Eq. 2 gives {expected}");
+        assert!(accuracy <= bound + margin, "T = {t}: accuracy {accuracy} above bound {bound} + margin {margin}");
+    }
+}
+
+#[test]
+fn the_optimal_adversary_stays_within_the_bound_and_wins_when_the_budget_allows() {
+    // A tight budget: after 160 answers at 2^-12 the bound is ~ 64 %.
+    let tight = Setup::new("2^-12", true);
+    let out = tight.audit(160);
+    assert!(out.status.success(), "audit failed: {}", String::from_utf8_lossy(&out.stderr));
+    let rows = tight.table();
+    assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 40, 80, 120, 160]);
+    assert_within_bound(&rows, 2f64.powi(-12));
+    assert!(rows.last().map(|r| r.2).unwrap_or(1.0) < 0.7, "the bound is not vacuous here");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("| answers T | MI spent (nats) | MIA bound | empirical accuracy |"), "{stdout}");
+    let svg = std::fs::read_to_string(tight.path("audit.svg")).expect("audit.svg written");
+    assert!(svg.starts_with("<svg") && svg.contains("optimal adversary"), "an SVG plot of both curves");
+
+    // A huge budget: 16 subsets are 4 bits; at 2^-2 per answer the adversary
+    // pins the secret subset and then knows every point's membership.
+    let loose = Setup::new("2^-2", true);
+    let out = loose.audit(120);
+    assert!(out.status.success(), "audit failed: {}", String::from_utf8_lossy(&out.stderr));
+    let rows = loose.table();
+    assert_within_bound(&rows, 0.25);
+    let last = rows.last().map(|r| r.3).unwrap_or(0.0);
+    assert!(last >= 0.95, "the adversary should have won by T = 120, got accuracy {last}: {rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_needs_the_release_and_a_fresh_session_and_charges_nothing_otherwise() {
+    let off = Setup::new("2^-12", false);
+    let out = off.audit(10);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR=true"), "{err}");
+    let mut c = client(&off.server.addr).await;
+    assert_eq!(crate::util::budget(&mut c, "demo-key").await.answered, 0, "nothing answered or charged");
+
+    let used = Setup::new("2^-12", true);
+    let mut c = client(&used.server.addr).await;
+    predict(&mut c, "demo-key", image("before", &digit(3))).await.expect("answered");
+    let out = used.audit(10);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already been answered 1 queries") && err.contains("fresh principal"), "{err}");
+    assert_eq!(crate::util::budget(&mut c, "demo-key").await.answered, 1, "the audit sent nothing");
+}
