@@ -7,6 +7,7 @@
 //! Paper: `../shared/papers/pac-private-responses.txt` (Zhu, Sridhar, Devadas,
 //! "PAC-Private Responses with Adversarial Composition"). The argument for each
 //! module is written out in `docs/privacy-core.md`.
+//! How they compose into the session-level guarantee: `docs/accounting.md`.
 //!
 //! | module | paper | owns |
 //! |---|---|---|

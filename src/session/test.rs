@@ -215,3 +215,51 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
     assert!(matches!(clash, Err(SessionError::Registry(StoreError::KeyInUse { .. }))));
     Ok(())
 }
+
+/// docs/accounting.md §4: under per-principal scope each session's
+/// posterior — the belief its noise is calibrated to — moves only with its
+/// own principal's answers; under global scope everyone's answers move the
+/// one shared posterior.
+#[tokio::test]
+async fn per_principal_sessions_calibrate_to_their_own_transcript_only() -> TestResult {
+    let uniform = Posterior::uniform(4)?;
+    let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
+    let (alice, bob) =
+        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+    alice.answer(split(), None, "a1".into()).await?;
+    alice.answer(split(), None, "a2".into()).await?;
+    assert_ne!(posterior_of(&alice)?, uniform, "alice's answers moved her posterior");
+    assert_eq!(posterior_of(&bob)?, uniform, "bob's noise ignores what alice was told");
+
+    let (g, _gdir) = sessions(Scope::Global, Policy::Paper).await?;
+    let (alice, bob) =
+        (g.authenticate(Credential::ApiKey("ka")).await?, g.authenticate(Credential::ApiKey("kb")).await?);
+    alice.answer(split(), None, "a1".into()).await?;
+    assert_ne!(posterior_of(&bob)?, uniform);
+    assert_eq!(posterior_of(&bob)?, posterior_of(&alice)?, "one transcript, one posterior");
+    Ok(())
+}
+
+/// docs/accounting.md §5: the store *is* the accounting. Delete it and the
+/// same teachers face fresh budgets and a uniform posterior — nothing in
+/// the process remembers the answers already given.
+#[tokio::test]
+async fn deleting_the_store_forgets_every_budget_and_posterior() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    {
+        let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        alice.answer(split(), None, "a1".into()).await?;
+        assert_eq!(alice.budget().await?.spent, 0.125);
+    }
+    let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    assert_eq!(alice.budget().await?.spent, 0.125, "a restart remembers");
+    drop((alice, s));
+    std::fs::remove_file(dir.path().join("state.redb"))?;
+    let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    assert_eq!(alice.budget().await?.spent, 0.0, "a deleted store forgets");
+    assert_eq!(posterior_of(&alice)?, Posterior::uniform(4)?);
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! The MI ledger of one session: what has been spent, what the limit is, and
 //! whether the next answer may be released (paper Theorem 3.3; the
 //! `contested` policy's argument is in `docs/privacy-core.md` §6).
+//! The whole accounting argument, end to end: `docs/accounting.md`.
 //!
 //! Theorem 3.3: with noise calibrated to the current posterior, the MI
 //! between the secret and the whole transcript is at most Σ_t b_t. The

@@ -66,3 +66,78 @@ proptest! {
         prop_assert!(l.charged() <= l.answered());
     }
 }
+
+// ---- docs/accounting.md §1.4 and §3: the ledger's arithmetic ----
+
+use crate::privacy::conservative::add_up;
+
+proptest! {
+    /// After any sequence of charges (mixed magnitudes, so that sums need
+    /// rounding), spent is exactly the rounded-up running sum of the
+    /// accepted charges; a charge is refused iff that sum would exceed the
+    /// limit, and then nothing changes; spent never exceeds the limit and is
+    /// never below the exact real sum (checked in exact integer arithmetic:
+    /// charges are k·2^e with e ≥ −60, scaled by 2^110).
+    #[test]
+    fn spent_is_the_rounded_up_sum_of_accepted_charges(
+        charges in prop::collection::vec((1u64..256, -60i32..0), 0..300),
+        limit in 0.0f64..64.0,
+        contested in any::<bool>(),
+    ) {
+        let policy = if contested { Policy::Contested } else { Policy::Paper };
+        let mut l = Ledger::new(n(2f64.powi(-20)), n(limit), policy).expect("valid");
+        let (mut expected, mut exact) = (Nats::ZERO, 0i128);
+        let scaled = |x: f64| -> i128 { (x * 2f64.powi(110)) as i128 };
+        for (k, e) in charges {
+            let c = n(k as f64 * 2f64.powi(e));
+            let before = l.clone();
+            let after = add_up(expected, c).expect("finite");
+            prop_assert_eq!(l.check(c).is_ok(), after <= l.limit());
+            match l.record(c) {
+                Ok(()) => {
+                    prop_assert!(after <= l.limit());
+                    expected = after;
+                    exact += scaled(c.get());
+                    prop_assert_eq!(l.answered(), before.answered() + 1);
+                }
+                Err(err) => {
+                    prop_assert!(after > l.limit());
+                    prop_assert_eq!(err, PrivacyError::BudgetExhausted { spent: before.spent(), budget: before.limit(), charge: c });
+                    prop_assert_eq!(&l, &before);
+                }
+            }
+            prop_assert_eq!(l.spent(), expected);
+            prop_assert!(l.spent().get() <= limit);
+            // spent ≥ the exact sum; truncating spent·2^110 only drops what
+            // lies beyond the exact sum (a multiple of 2^−60).
+            prop_assert!(scaled(l.spent().get()) >= exact);
+        }
+    }
+
+    /// Under `contested`, spent is explained by the charged answers alone:
+    /// it is the rounded-up sum of exactly `charged` copies of b (unanimous
+    /// answers add nothing), so charged·b ≤ spent ≤ charged·b·(1 + charged·2⁻⁵²),
+    /// and for b a power of two spent = charged·b exactly.
+    #[test]
+    fn contested_spending_is_the_charged_answers_times_b(
+        b in prop_oneof![1e-9f64..0.1, (1i32..=40).prop_map(|e| 2f64.powi(-e))],
+        qs in prop::collection::vec(any::<bool>(), 0..400),
+        limit_in_b in 0.0f64..300.0,
+    ) {
+        let mut l = Ledger::new(n(b), n(limit_in_b * b), Policy::Contested).expect("valid");
+        for unanimous in qs {
+            let _ = l.record(l.charge_for(unanimous));
+        }
+        let mut sum = Nats::ZERO;
+        for _ in 0..l.charged() {
+            sum = add_up(sum, n(b)).expect("finite");
+        }
+        prop_assert_eq!(l.spent(), sum);
+        let product = l.charged() as f64 * b;
+        prop_assert!(l.spent().get() >= product * (1.0 - f64::EPSILON));
+        prop_assert!(l.spent().get() <= product * (1.0 + (l.charged() as f64 + 1.0) * f64::EPSILON));
+        if b.log2().fract() == 0.0 {
+            prop_assert_eq!(l.spent().get(), product);
+        }
+    }
+}
