@@ -10,3 +10,4 @@ mod service;
 mod store;
 mod subsets;
 mod util;
+mod utility;
