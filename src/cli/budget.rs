@@ -42,7 +42,7 @@ pub struct PerQuery {
 }
 
 /// Parses `--per-query-mi`, saying why a number was rejected.
-fn parse_per_query(s: &str) -> Result<PerQuery, PrivacyError> {
+pub(crate) fn parse_per_query(s: &str) -> Result<PerQuery, PrivacyError> {
     let nats = s.parse::<Nats>().map_err(|parse_error| match s.trim().parse::<f64>() {
         Ok(value) => PrivacyError::InvalidNats { what: "the per-query MI", value },
         Err(_) => parse_error,

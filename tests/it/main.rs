@@ -11,3 +11,4 @@ mod service;
 mod store;
 mod subsets;
 mod util;
+mod utility;
