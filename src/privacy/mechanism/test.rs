@@ -202,7 +202,6 @@ proptest! {
 // ---- docs/accounting.md: properties of one step and of a whole session ----
 
 use crate::privacy::conservative::add_up;
-use proptest::prelude::*;
 
 /// Log-weights from well mixed to nearly degenerate, including weights that
 /// underflow when exponentiated (they stay in the support).
