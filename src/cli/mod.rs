@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 pub mod admin;
 pub mod audit;
 pub mod budget;
+pub mod connect;
 pub mod health;
 pub mod label;
 pub mod serve;
