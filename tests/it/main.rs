@@ -4,6 +4,7 @@
 mod accuracy;
 mod budget;
 mod crash;
+mod label;
 mod ops;
 mod replicas;
 mod service;
