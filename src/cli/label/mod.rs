@@ -74,7 +74,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0.01, value_parser = parse_alpha, value_name = "ALPHA")]
     pub alpha: f64,
 
-    /// The server's client API.
+    /// The server's client API: an http:// or https:// URI, or HOST:PORT
+    /// (https with --ca).
     #[arg(long, default_value = "http://127.0.0.1:50051", value_name = "URI")]
     pub addr: String,
 
@@ -213,7 +214,7 @@ fn ending(outcome: Outcome, p: &Paths, t: &Totals) -> anyhow::Result<()> {
         "{} of {} rows answered ({} this run), all in {}; kept labels in {}",
         t.answered, t.rows, outcome.answered, p.journal, p.out
     );
-    let again = "rerun this same command to continue: answered rows are not sent again";
+    let again = "rerun this same command (rows already answered are not sent again)";
     let resumable = |message: String| Err(super::Resumable(message).into());
     match outcome.end {
         End::Complete => Ok(()),
@@ -223,8 +224,9 @@ fn ending(outcome: Outcome, p: &Paths, t: &Totals) -> anyhow::Result<()> {
              {again}"
         )),
         End::Stopped(status) if status.code() == Code::ResourceExhausted => resumable(format!(
-            "the budget ran out ({}); {progress}. Once principal {} has more budget (a configured principal: raise \
-             its budget_mi and restart the server), {again}",
+            "the budget ran out ({}); {progress}. To continue, {again} once principal {} has more budget (one \
+             from the server's configuration: raise its budget_mi and restart the server), or with another \
+             principal's key",
             status.message(),
             outcome.budget.principal
         )),
