@@ -11,9 +11,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            // EX_USAGE: failures are bad arguments or configuration, unwritable
-            // paths or unbindable addresses: things the operator can fix.
-            ExitCode::from(64)
+            ExitCode::from(pacpriv::cli::exit_status(&e))
         }
     }
 }

@@ -3,14 +3,13 @@
 //! read from `PACPRIV_ADMIN_TOKEN` (not a flag, so it stays out of shell
 //! history and `ps`).
 
+use super::connect::{TlsArgs, channel};
 use crate::proto::pacpriv::admin_client::AdminClient;
 use crate::proto::pacpriv::{
     CreatePrincipalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal, RevokePrincipalRequest,
 };
 use anyhow::Context;
 use std::io::Write;
-use std::path::PathBuf;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// Arguments of `pacpriv admin`.
 #[derive(Debug, clap::Args)]
@@ -18,18 +17,9 @@ pub struct Args {
     /// The admin listener (`admin.listen`).
     #[arg(long, default_value = "127.0.0.1:50052", value_name = "HOST:PORT")]
     pub addr: String,
-    /// Speak TLS, trusting this CA (PEM) for the server's certificate.
-    #[arg(long, value_name = "PEM")]
-    pub ca: Option<PathBuf>,
-    /// Client certificate and key (PEM) when the server requires mTLS.
-    #[arg(long, value_name = "PEM", requires = "key", requires = "ca")]
-    pub cert: Option<PathBuf>,
-    /// Private key of `--cert`.
-    #[arg(long, value_name = "PEM", requires = "cert")]
-    pub key: Option<PathBuf>,
-    /// Server name to verify in its certificate (default: the host of --addr).
-    #[arg(long)]
-    pub domain: Option<String>,
+    /// TLS (`--ca`) and mTLS (`--cert`, `--key`) to the admin listener.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// What to do.
     #[command(subcommand)]
     pub action: Action,
@@ -77,23 +67,6 @@ fn line(p: &Principal) -> String {
     )
 }
 
-async fn connect(args: &Args) -> anyhow::Result<Channel> {
-    let scheme = if args.ca.is_some() { "https" } else { "http" };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", args.addr))?;
-    if let Some(ca) = &args.ca {
-        let mut tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(std::fs::read(ca).with_context(|| format!("{}", ca.display()))?));
-        if let Some(domain) = &args.domain {
-            tls = tls.domain_name(domain.clone());
-        }
-        if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
-            tls = tls.identity(Identity::from_pem(std::fs::read(cert)?, std::fs::read(key)?));
-        }
-        endpoint = endpoint.tls_config(tls)?;
-    }
-    endpoint.connect().await.with_context(|| format!("connecting to the admin listener at {}", args.addr))
-}
-
 /// Runs one admin action against `--addr`.
 ///
 /// # Errors
@@ -106,10 +79,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     runtime.block_on(async {
         let value: tonic::metadata::MetadataValue<_> =
             format!("Bearer {token}").parse().context("the admin token must be printable ASCII")?;
-        let mut admin = AdminClient::with_interceptor(connect(&args).await?, move |mut req: tonic::Request<()>| {
-            req.metadata_mut().insert("authorization", value.clone());
-            Ok(req)
-        });
+        let mut admin = AdminClient::with_interceptor(
+            channel(&args.addr, &args.tls, "the admin listener").await?,
+            move |mut req: tonic::Request<()>| {
+                req.metadata_mut().insert("authorization", value.clone());
+                Ok(req)
+            },
+        );
         match args.action {
             Action::Create { name, budget_mi } => {
                 let created = admin.create_principal(CreatePrincipalRequest { name, budget_mi }).await?.into_inner();

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 pub mod admin;
 pub mod audit;
 pub mod budget;
+pub mod connect;
 pub mod health;
 pub mod label;
 pub mod serve;
@@ -92,11 +93,31 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     }
 }
 
+/// An error after which running the same command again continues the
+/// work (a labelling job stopped by an exhausted budget, an unavailable
+/// server or an interrupt): `main` exits with 75 (`EX_TEMPFAIL`) for it
+/// instead of 64.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Resumable(pub String);
+
+/// The exit status for an error returned by [`run`]: 75 for [`Resumable`],
+/// 64 (`EX_USAGE`) for everything else — bad arguments or configuration,
+/// unwritable paths, unbindable addresses: things the operator can fix.
+pub fn exit_status(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<Resumable>().is_some() { 75 } else { 64 }
+}
+
 /// Logs to standard error (standard output is for results), filtered by
-/// `RUST_LOG` (default `info`), as JSON lines when `json`.
+/// `RUST_LOG` (default `info`), as JSON lines when `json`; colours only
+/// when standard error is a terminal.
 pub fn init_tracing(json: bool) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     // A second initialisation (tests calling run twice) is harmless.
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }

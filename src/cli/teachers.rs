@@ -31,6 +31,12 @@ pub struct Args {
     /// Print each teacher's accuracy on the held-out split and exit.
     #[arg(long)]
     pub evaluate: bool,
+
+    /// Write the held-out split's images (no digits) to this CSV, one per
+    /// row, and exit without training: data never trained on, for trying
+    /// `pacpriv label`.
+    #[arg(long, value_name = "CSV", conflicts_with_all = ["evaluate", "write_config"])]
+    pub export_test: Option<PathBuf>,
 }
 
 /// Trains, then serves until interrupted (or evaluates and exits).
@@ -39,6 +45,11 @@ pub struct Args {
 /// Invalid m, a failed fit, an unbindable address, an unwritable file.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     super::init_tracing(false);
+    if let Some(path) = &args.export_test {
+        let n = export_test(args.seed, path).with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out, "wrote {n} held-out images (seed {}) to {}", args.seed, path.display())?;
+        return Ok(());
+    }
     let ensemble =
         Ensemble::train(args.models, args.seed).map_err(anyhow::Error::msg).context("training the demo teachers")?;
     if args.evaluate {
@@ -72,6 +83,21 @@ fn remote_config(addr: SocketAddr, m: usize) -> String {
     }
     s.push_str("]\n");
     s
+}
+
+/// Writes the held-out images of `seed`'s split as CSV (`p0`…`p63`, then
+/// one image per row); returns how many.
+fn export_test(seed: u64, path: &std::path::Path) -> anyhow::Result<usize> {
+    let split = demo::digits::split(seed).map_err(anyhow::Error::msg)?;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let header: Vec<String> = (0..demo::digits::FEATURES).map(|j| format!("p{j}")).collect();
+    writeln!(w, "{}", header.join(","))?;
+    for e in &split.test {
+        let row: Vec<String> = e.pixels.iter().map(|p| p.to_string()).collect();
+        writeln!(w, "{}", row.join(","))?;
+    }
+    w.flush()?;
+    Ok(split.test.len())
 }
 
 fn evaluate(ensemble: &Ensemble, out: &mut dyn Write) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@ mod accuracy;
 mod audit;
 mod budget;
 mod crash;
+mod label;
 mod ops;
 mod replicas;
 mod service;

@@ -188,8 +188,9 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate whose
-/// subject CN is `cn`, as PEM files in `dir`.
-fn certificates(dir: &std::path::Path, cn: &str) -> (Certificate, Identity) {
+/// subject CN is `cn`, as PEM files in `dir` (`ca.pem`, `server.pem`,
+/// `server.key`, `client.pem`, `client.key`).
+pub fn certificates(dir: &std::path::Path, cn: &str) -> (Certificate, Identity) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().expect("CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -208,8 +209,14 @@ fn certificates(dir: &std::path::Path, cn: &str) -> (Certificate, Identity) {
     client_params.distinguished_name.push(DnType::CommonName, cn);
     let client = client_params.signed_by(&client_key, &issuer).expect("client cert");
 
-    for (name, pem) in [("ca.pem", ca.pem()), ("server.pem", server.pem()), ("server.key", server_key.serialize_pem())]
-    {
+    let files = [
+        ("ca.pem", ca.pem()),
+        ("server.pem", server.pem()),
+        ("server.key", server_key.serialize_pem()),
+        ("client.pem", client.pem()),
+        ("client.key", client_key.serialize_pem()),
+    ];
+    for (name, pem) in files {
         std::fs::write(dir.join(name), pem).expect("write PEM");
     }
     (Certificate::from_pem(ca.pem()), Identity::from_pem(client.pem(), client_key.serialize_pem()))
