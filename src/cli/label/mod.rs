@@ -509,7 +509,12 @@ impl Reader {
                 tensor.fp64_contents = row.values;
             }
         }
-        PredictRequest { query_id: row.index.to_string(), input: Some(tensor), confidence_alpha: Some(self.alpha) }
+        PredictRequest {
+            query_id: row.index.to_string(),
+            input: Some(tensor),
+            confidence_alpha: Some(self.alpha),
+            ..Default::default()
+        }
     }
 }
 

@@ -24,6 +24,25 @@ pub fn accuracy(posterior: &Posterior, assignment: &Assignment, truth: usize) ->
     correct as f64 / n.max(1) as f64
 }
 
+/// The probability, under the posterior, that the rule above is right,
+/// averaged over all points of the universe: Σ_u max(p_u, 1 − p_u) / n with
+/// p_u = Pr(u ∈ S | transcript). It needs no knowledge of the truth. Since
+/// the posterior is the exact one (Lemma 3.2), its expectation over
+/// transcripts equals the expected [`accuracy`] — the quantity Eq. 2 bounds
+/// — but one run's value scatters far less: the guesses of all points hinge
+/// on the same posterior, so near the prior the raw accuracy of one run
+/// swings with tilts the posterior itself considers insignificant.
+pub fn expected_accuracy(posterior: &Posterior, assignment: &Assignment) -> f64 {
+    let n = assignment.n();
+    let total: f64 = (0..n)
+        .map(|u| {
+            let p = membership_probability(posterior, assignment.subsets_of_point(u));
+            p.max(1.0 - p)
+        })
+        .sum();
+    total / n.max(1) as f64
+}
+
 /// Relative floor of one step's log-likelihoods: a subset 10⁶ nats behind
 /// the most likely one has weight e^(−10⁶) = 0 in `f64` either way, and the
 /// floor keeps every log-weight finite (which [`Posterior::update`] needs)

@@ -104,3 +104,24 @@ fn accuracy_is_the_share_of_non_members_under_the_prior_and_one_on_the_truth() -
     assert!(accuracy(&Posterior::from_log_weights(log_w)?, &a, 0) < 0.8);
     Ok(())
 }
+
+#[test]
+fn expected_accuracy_is_a_half_under_the_prior_and_one_when_certain() -> Result<(), PrivacyError> {
+    let a = Assignment::from_seed(200, 8, 3)?;
+    assert!((expected_accuracy(&Posterior::uniform(8)?, &a) - 0.5).abs() < 1e-12);
+    let mut log_w = vec![-800.0; 8];
+    log_w[2] = 0.0;
+    assert!((expected_accuracy(&Posterior::from_log_weights(log_w)?, &a) - 1.0).abs() < 1e-12);
+    // In between: each point's term is max(p, 1 − p) of its own membership.
+    let p = Posterior::from_log_weights(vec![0.0, -1.0, -2.0, -3.0, 0.0, 0.0, -1.0, -0.5])?;
+    let by_hand: f64 = (0..200)
+        .map(|u| {
+            let q = membership_probability(&p, a.subsets_of_point(u));
+            q.max(1.0 - q)
+        })
+        .sum::<f64>()
+        / 200.0;
+    assert!((expected_accuracy(&p, &a) - by_hand).abs() < 1e-15);
+    assert!(expected_accuracy(&p, &a) > 0.5);
+    Ok(())
+}
