@@ -65,31 +65,21 @@ pub enum Command {
 /// # Errors
 /// Whatever the subcommand reports (bad arguments, I/O).
 pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    // The servers and the admin/health clients set up logging from their
+    // configuration; the tools log to standard error at `RUST_LOG`.
+    if !matches!(cli.command, Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_)) {
+        init_tracing(false);
+    }
     match cli.command {
         Command::Serve(args) => serve::run(args, out),
         Command::Teachers(args) => teachers::run(args, out),
         Command::Health(args) => health::run(args, out),
         Command::Admin(args) => admin::run(args, out),
-        Command::Budget(args) => {
-            init_tracing(false);
-            budget::run(args, out)
-        }
-        Command::Subsets(args) => {
-            init_tracing(false);
-            subsets::run(args, out)
-        }
-        Command::Label(args) => {
-            init_tracing(false);
-            label::run(args, out)
-        }
-        Command::Audit(args) => {
-            init_tracing(false);
-            audit::run(args, out)
-        }
-        Command::Utility(args) => {
-            init_tracing(false);
-            utility::run(args, out)
-        }
+        Command::Budget(args) => budget::run(args, out),
+        Command::Subsets(args) => subsets::run(args, out),
+        Command::Label(args) => label::run(args, out),
+        Command::Audit(args) => audit::run(args, out),
+        Command::Utility(args) => utility::run(args, out),
     }
 }
 

@@ -52,7 +52,7 @@ impl From<ServiceError> for Status {
                     Code::ResourceExhausted,
                     format!(
                         "MI budget exhausted: spent {spent} of {limit} nats and an answer costs {charge}; \
-                         this principal's budget is final (ask the operator for a new principal)"
+                         no API call raises a budget (an operator can raise a configured principal's budget_mi at a restart, or provision a new principal)"
                     ),
                     ErrorDetails::with_error_info("BUDGET_EXHAUSTED", "pacpriv", metadata),
                 )

@@ -15,26 +15,10 @@ fn b(x: f64) -> Nats {
 /// Σ⁺ from an eigendecomposition of the dense Σ. Only trustworthy when no
 /// variance is astronomically small (moderate posteriors).
 fn dense_mi(cal: &LabelCalibration) -> f64 {
-    let n = cal.noise();
-    let k = cal.classes().len();
-    if n.rank() == 0 {
+    if cal.noise().rank() == 0 {
         return 0.0;
     }
-    let p = Array1::from(cal.class_probabilities().to_vec());
-    let c = Array2::from_diag(&p) - p.view().insert_axis(Axis(1)).dot(&p.view().insert_axis(Axis(0)));
-    let dense = n.dense();
-    let idx = cal.classes();
-    let block = Array2::from_shape_fn((k, k), |(i, j)| dense[[idx[i], idx[j]]]);
-    let (eig, vecs) = block.eigh(UPLO::Lower).expect("symmetric");
-    let top = eig.iter().cloned().fold(0.0, f64::max);
-    let mut mi = 0.0;
-    for (j, &l) in eig.iter().enumerate() {
-        if l > top * 1e-13 {
-            let v = vecs.column(j);
-            mi += v.dot(&c.dot(&v)) / l;
-        }
-    }
-    0.5 * mi
+    dense_mi_under(cal, cal.class_probabilities())
 }
 
 fn posterior_from(log_w: Vec<f64>) -> Posterior {
