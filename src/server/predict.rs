@@ -7,7 +7,6 @@ use super::App;
 use super::input::Query;
 use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
-use crate::privacy::mechanism;
 use crate::proto::pacpriv::{Budget, PredictRequest, PredictResponse};
 use crate::session::{BudgetView, Handle, Scope};
 use std::sync::Arc;
@@ -64,7 +63,7 @@ pub async fn apply(app: &Arc<App>, handle: &Handle, query: Query) -> Result<Pred
         mi_charged: answer.charge.get(),
         budget: Some(budget_message(handle.principal(), handle.scope(), &view)),
         confident: answer.confident,
-        noisy: if query.return_noisy { mechanism::published(&answer.noisy) } else { Vec::new() },
+        noisy: if query.return_noisy { answer.published } else { Vec::new() },
     })
 }
 

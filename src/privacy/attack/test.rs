@@ -31,7 +31,7 @@ fn follows_the_posterior_mass() -> Result<(), PrivacyError> {
 /// observer who sees `see(r)` with rounding `rounding`; returns the largest
 /// total-variation distance between their posteriors and the curator's
 /// final weight on the secret subset.
-fn track(steps: usize, see: fn(&ndarray::Array1<f64>) -> Vec<f64>, rounding: f64) -> Result<(f64, f64), PrivacyError> {
+fn track(steps: usize, see: fn(&mechanism::Answer) -> Vec<f64>, rounding: f64) -> Result<(f64, f64), PrivacyError> {
     let (m, classes, secret) = (16, 5, 5);
     let b = Nats::new(2f64.powi(-6))?;
     let mut rng = ChaCha20Rng::seed_from_u64(7);
@@ -45,7 +45,7 @@ fn track(steps: usize, see: fn(&ndarray::Array1<f64>) -> Vec<f64>, rounding: f64
             (0..m).map(|_| if rng.random_range(0..10) < 8 { base } else { rng.random_range(0..classes) }).collect();
         let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes };
         let answer = mechanism::answer(&mut curator, &outputs, SecretIndex::new(secret, m)?, None, &mut rng)?;
-        observe_label_release(&mut adversary, &labels, classes, b, &see(&answer.noisy), rounding)?;
+        observe_label_release(&mut adversary, &labels, classes, b, &see(&answer), rounding)?;
         let (cw, aw) = (curator.posterior.weights(), adversary.weights());
         worst = worst.max(0.5 * cw.iter().zip(aw.iter()).map(|(a, b)| (a - b).abs()).sum::<f64>());
     }
@@ -58,7 +58,7 @@ fn track(steps: usize, see: fn(&ndarray::Array1<f64>) -> Vec<f64>, rounding: f64
 /// several-class queries.
 #[test]
 fn an_observer_of_the_exact_releases_has_the_curators_posterior() -> Result<(), PrivacyError> {
-    let (gap, on_secret) = track(300, |r| r.to_vec(), 0.0)?;
+    let (gap, on_secret) = track(300, |a| a.noisy.to_vec(), 0.0)?;
     assert!(gap < 1e-6, "posteriors differ by {gap} in total variation");
     // The test has teeth: 300 steps at b = 2^-6 concentrated the posterior.
     assert!(on_secret > 0.5, "the secret subset should lead by now: {on_secret}");
@@ -69,7 +69,7 @@ fn an_observer_of_the_exact_releases_has_the_curators_posterior() -> Result<(), 
 /// the observer stays close to the curator (it can only know less).
 #[test]
 fn an_observer_of_the_published_releases_stays_close() -> Result<(), PrivacyError> {
-    let (gap, _) = track(300, mechanism::published, mechanism::PUBLISHED_GRID / 2.0)?;
+    let (gap, _) = track(300, |a| a.published.clone(), mechanism::PUBLISHED_GRID / 2.0)?;
     assert!(gap < 1e-3, "posteriors differ by {gap} in total variation");
     Ok(())
 }

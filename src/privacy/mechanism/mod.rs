@@ -116,8 +116,8 @@ pub struct SessionState {
     pub ledger: Ledger,
 }
 
-/// What one answered query produced. `noisy` never leaves the process
-/// unless the operator opts in (and then rounded).
+/// What one answered query produced. `noisy` never leaves the process;
+/// `published` does when the operator opts in.
 #[derive(Clone, Debug)]
 pub struct Answer {
     /// argmax of the release.
@@ -132,6 +132,10 @@ pub struct Answer {
     pub confident: Option<bool>,
     /// The full noisy release r (length d).
     pub noisy: Array1<f64>,
+    /// The form in which r may leave the process (opt-in): on the 2⁻³²
+    /// grid, with no bit that depends on the centre beyond the centre's
+    /// own grid value (see [`to_grid`]).
+    pub published: Vec<f64>,
     /// The log-likelihood vector Eq. 4 applied to the posterior (one entry
     /// per subset); `None` for an exact unanimous answer, which leaves the
     /// posterior unchanged. Lets a store journal and replay the transcript.
@@ -170,6 +174,7 @@ pub fn answer<R: CryptoRng + ?Sized>(
         // posterior is unchanged. Only the ledger moves.
         state.ledger.record(charge)?;
         let (label, noisy) = exact_release(outputs);
+        let published = to_grid(&noisy);
         return Ok(Answer {
             label,
             unanimous,
@@ -177,22 +182,24 @@ pub fn answer<R: CryptoRng + ?Sized>(
             mi_bound: 0.0,
             confident: alpha.map(|_| true),
             noisy,
+            published,
             log_likelihood: None,
         });
     }
 
-    let (label, noisy, log_lik, noise_mi, confident) = match outputs {
+    let (label, noisy, published, log_lik, noise_mi, confident) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
-            let (label, noisy, log_lik, confident) = release_label(&cal, s, *classes, alpha, rng)?;
-            (label, noisy, log_lik, cal.noise().mi_bound(), confident)
+            let (label, noisy, published, log_lik, confident) = release_label(&cal, s, alpha, rng)?;
+            (label, noisy, published, log_lik, cal.noise().mi_bound(), confident)
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
             let draw = cal.noise().sample(rng);
             let noisy = cal.release(s, &draw);
+            let published = to_grid(&noisy);
             let log_lik = cal.teacher_log_likelihoods(s, &draw);
-            (argmax(noisy.iter().copied()), noisy, log_lik, cal.noise().mi_bound(), None)
+            (argmax(noisy.iter().copied()), noisy, published, log_lik, cal.noise().mi_bound(), None)
         }
     };
 
@@ -202,7 +209,16 @@ pub fn answer<R: CryptoRng + ?Sized>(
     posterior.update(log_lik.view())?;
     state.ledger.record(charge)?;
     state.posterior = posterior;
-    Ok(Answer { label, unanimous, charge, mi_bound: noise_mi, confident, noisy, log_likelihood: Some(log_lik) })
+    Ok(Answer {
+        label,
+        unanimous,
+        charge,
+        mi_bound: noise_mi,
+        confident,
+        noisy,
+        published,
+        log_likelihood: Some(log_lik),
+    })
 }
 
 /// The common output of unanimous teachers and its argmax.
@@ -224,12 +240,11 @@ fn exact_release(outputs: &TeacherOutputs) -> (usize, Array1<f64>) {
     }
 }
 
-type LabelRelease = (usize, Array1<f64>, Array1<f64>, Option<bool>);
+type LabelRelease = (usize, Array1<f64>, Vec<f64>, Array1<f64>, Option<bool>);
 
 fn release_label<R: CryptoRng + ?Sized>(
     cal: &LabelCalibration,
     secret: usize,
-    classes: usize,
     alpha: Option<f64>,
     rng: &mut R,
 ) -> Result<LabelRelease, PrivacyError> {
@@ -240,15 +255,23 @@ fn release_label<R: CryptoRng + ?Sized>(
     // The active block sums to 1 (noise ⊥ 1), so its maximum is ≥ 1/k > 0 =
     // every inactive coordinate: the argmax is always an active class.
     let pos = argmax(block.iter().copied());
-    let mut noisy = Array1::zeros(classes);
+    let mut noisy = Array1::zeros(cal.noise().dim());
     for (&c, v) in cal.classes().iter().zip(&block) {
         noisy[c] = *v;
+    }
+    // e_y* + Q(z), never Q(fl(e_y* + z)): the rounding of 1 + z_y* depends on
+    // which coordinate holds the 1, and near a grid midpoint it would survive
+    // Q. e_y* is on the grid, so this is Q of the exact release, and the
+    // sum is exact (|Q(z)| ≤ 2²⁰).
+    let mut published = to_grid(&cal.noise().noise_vector(&draw));
+    if let Some(slot) = published.get_mut(cal.classes()[center]) {
+        *slot += 1.0;
     }
     let confident = match alpha {
         Some(a) => Some(confidence::is_confident(cal.noise(), center, pos, &draw, a)?),
         None => None,
     };
-    Ok((cal.classes()[pos], noisy, cal.teacher_log_likelihoods(center, &draw), confident))
+    Ok((cal.classes()[pos], noisy, published, cal.teacher_log_likelihoods(center, &draw), confident))
 }
 
 /// Grid the published noisy vector is rounded to: 2⁻³².
@@ -258,16 +281,19 @@ pub const PUBLISHED_GRID: f64 = 1.0 / 4_294_967_296.0;
 /// multiple of [`PUBLISHED_GRID`] is an exact `f64` (2²⁰ / 2⁻³² = 2⁵²).
 pub const PUBLISHED_CLAMP: f64 = 1_048_576.0;
 
-/// The form in which a release r may leave the process (opt-in): every
-/// coordinate clamped to ±2²⁰ and rounded to the nearest multiple of 2⁻³².
+/// Q: every coordinate clamped to ±2²⁰ and rounded to the nearest multiple
+/// of 2⁻³² — the grid on which a release may leave the process (opt-in,
+/// [`Answer::published`]).
 ///
-/// The low-order bits of a floating-point Gaussian sample depend on how it
-/// was computed, and so on the centre it was added to (a known side channel
-/// for Laplace and Gaussian samplers, Mironov 2012); on a fixed grid coarser
-/// than the spacing of doubles at these magnitudes they carry nothing.
-/// Clamping and rounding are functions of r alone: post-processing, no
-/// privacy cost (`docs/accounting.md`).
-pub fn published(noisy: &Array1<f64>) -> Vec<f64> {
+/// The low-order bits of a floating-point release depend on how it was
+/// computed, and so on the centre the noise was added to (a known side
+/// channel for Laplace and Gaussian samplers, Mironov 2012). Label mode
+/// therefore publishes e_y* + Q(z), where nothing below the grid ever met
+/// the centre; vector mode publishes Q(r), which leaves a residue only when
+/// r lies within its own rounding error of a grid midpoint
+/// (`docs/accounting.md` §2, §6). Q is a function of its input alone:
+/// post-processing, no privacy cost.
+pub fn to_grid(noisy: &Array1<f64>) -> Vec<f64> {
     noisy
         .iter()
         .map(|&v| {

@@ -174,7 +174,7 @@ fn a_session_composes_linearly_and_stays_useful() -> Result<(), PrivacyError> {
 #[test]
 fn published_vector_is_on_the_grid_and_clamped() {
     let r = array![1.0 + 1e-12, -0.3, 5e6, -7e9, 0.0];
-    let p = published(&r);
+    let p = to_grid(&r);
     // 1 + 1e-12 is 1 + ~0.004 grid steps: rounds to 1.
     assert_eq!(p[0], 1.0);
     assert_eq!(p[2], PUBLISHED_CLAMP);
@@ -192,10 +192,10 @@ proptest! {
     /// same vector: the low-order bits never leave.
     #[test]
     fn published_vector_forgets_bits_below_the_grid(x in -1000.0f64..1000.0, tiny in -1e-13f64..1e-13) {
-        let a = published(&array![x]);
+        let a = to_grid(&array![x]);
         prop_assert!((a[0] - x).abs() <= PUBLISHED_GRID / 2.0);
         let snapped = a[0];
-        let b = published(&array![snapped + tiny]);
+        let b = to_grid(&array![snapped + tiny]);
         prop_assert_eq!(b[0], snapped);
     }
 }
@@ -505,5 +505,28 @@ fn adaptive_collusion_across_sessions_can_exceed_the_sum_of_budgets() -> Result<
     assert!(fixed <= 2.0 * b, "non-adaptive pooling stays within the sum: {fixed}");
     assert!(adaptive > 2.0 * b + 3e-4, "adaptive collusion exceeds the sum of budgets: {adaptive}");
     assert!(adaptive < 2.0 * b + 7e-4, "and by the computed amount (≈ 4.7e−4): {adaptive}");
+    Ok(())
+}
+
+/// What leaves the process in label mode is e_y* + Q(z): with the same
+/// noise draw, the published vectors for two different secret teachers
+/// differ by exactly e_a − e_b — no bit below the grid depends on the centre.
+#[test]
+fn the_published_label_release_is_the_centre_plus_gridded_noise() -> Result<(), PrivacyError> {
+    let labels: Vec<usize> = (0..8).map(|i| [0, 0, 1, 2, 0, 1, 0, 0][i]).collect();
+    let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: 4 };
+    for seed in 0..50 {
+        let mut released = Vec::new();
+        for secret in [0, 2] {
+            let mut st = state(8, 2f64.powi(-20), 1.0, Policy::Paper);
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            let a = answer(&mut st, &outputs, SecretIndex::new(secret, 8)?, None, &mut rng)?;
+            assert!(a.published.iter().all(|v| (v / PUBLISHED_GRID).fract() == 0.0), "on the grid");
+            let mut noise = a.published.clone();
+            noise[labels[secret]] -= 1.0;
+            released.push(noise);
+        }
+        assert_eq!(released[0], released[1], "seed {seed}: the gridded noise does not depend on the centre");
+    }
     Ok(())
 }
