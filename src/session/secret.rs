@@ -60,7 +60,18 @@ pub async fn establish(
             };
             // With replicas starting together the first writer wins and
             // everyone adopts its index; a candidate that lost was never used.
-            store.init_meta(&Meta { secret: candidate, teachers: teachers.to_owned() }).await?
+            let meta = store.init_meta(&Meta { secret: candidate, teachers: teachers.to_owned() }).await?;
+            // Loud on purpose: a server that answered before but now finds an
+            // empty store (another working directory, a lost volume) would
+            // hand every principal a fresh budget over the same teachers.
+            tracing::warn!(
+                store = %shown,
+                secret = if provided.is_some() { "from privacy.secret_index_file" } else { "drawn from the OS CSPRNG" },
+                "new store: no sessions yet, every principal starts with its full budget; if this deployment has \
+                 answered queries before, stop it — its store is elsewhere (store.path is relative to the working \
+                 directory)"
+            );
+            meta
         }
     };
     if meta.teachers != teachers {

@@ -248,7 +248,10 @@ impl Store {
     /// Where the data is, for messages.
     pub fn location(&self) -> String {
         match self {
-            Store::Embedded(e) => e.path().display().to_string(),
+            // Absolute, so a log line says which file a relative store.path meant.
+            Store::Embedded(e) => {
+                std::path::absolute(e.path()).unwrap_or_else(|_| e.path().to_owned()).display().to_string()
+            }
             Store::Postgres(p) => p.location().to_owned(),
         }
     }

@@ -81,6 +81,9 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
     let server = Process::serve(None, &env);
     let admin_addr = server.listener("admin");
     let mut admin = admin_client(&admin_addr).await;
+    // A first start says loudly that it created a store, and where.
+    let logs = server.logs();
+    assert!(logs.contains("new store") && logs.contains(&store.1), "{logs}");
 
     // Only the admin token opens the admin API; the client port has no admin API.
     let create = || CreatePrincipalRequest { name: "dave".into(), budget_mi: "2^-6".into() };
@@ -155,6 +158,7 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
     // A restart on the same store: still revoked, still charged.
     drop((c, admin, on_client_port, server));
     let server = Process::serve(None, &env);
+    assert!(!server.logs().contains("new store"), "a restart finds its store");
     let mut c = client(&server.addr).await;
     let e = predict(&mut c, &key, image("d3", &digit(6))).await.expect_err("still revoked");
     assert_eq!(e.code(), Code::Unauthenticated);
