@@ -43,8 +43,14 @@ pub struct PerQuery {
 
 /// Parses `--per-query-mi`, saying why a number was rejected.
 pub(crate) fn parse_per_query(s: &str) -> Result<PerQuery, PrivacyError> {
+    parse_nats(s, "the per-query MI")
+}
+
+/// Parses an MI argument as typed; a number that is not a valid quantity
+/// is reported as `what`.
+pub(crate) fn parse_nats(s: &str, what: &'static str) -> Result<PerQuery, PrivacyError> {
     let nats = s.parse::<Nats>().map_err(|parse_error| match s.trim().parse::<f64>() {
-        Ok(value) => PrivacyError::InvalidNats { what: "the per-query MI", value },
+        Ok(value) => PrivacyError::InvalidNats { what, value },
         Err(_) => parse_error,
     })?;
     Ok(PerQuery { given: s.trim().to_owned(), nats })

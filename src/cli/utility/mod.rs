@@ -13,7 +13,7 @@
 
 pub mod sim;
 
-use super::budget::{PerQuery, parse_per_query};
+use super::budget::{PerQuery, parse_nats, parse_per_query};
 use crate::privacy::ledger::Policy;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::session::Scope;
@@ -70,11 +70,7 @@ pub struct Args {
 
 /// Parses `--budget-mi` like `--per-query-mi`, naming the right quantity.
 fn parse_budget(s: &str) -> Result<PerQuery, PrivacyError> {
-    let nats = s.parse::<Nats>().map_err(|parse_error| match s.trim().parse::<f64>() {
-        Ok(value) => PrivacyError::InvalidNats { what: "the total MI budget", value },
-        Err(_) => parse_error,
-    })?;
-    Ok(PerQuery { given: s.trim().to_owned(), nats })
+    parse_nats(s, "the total MI budget")
 }
 
 /// Trains the demo ensemble, runs the trials and prints both tables.
