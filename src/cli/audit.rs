@@ -22,10 +22,10 @@
 //! theorem.
 
 use super::connect::{self, TlsArgs};
+use crate::privacy::Nats;
 use crate::privacy::attack;
 use crate::privacy::mechanism::PUBLISHED_GRID;
 use crate::privacy::posterior::Posterior;
-use crate::privacy::{Nats, mechanism};
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, Tensor};
 use crate::settings::{Settings, TeacherSource};
@@ -123,7 +123,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     eprintln!("training the {models} demo teachers (the adversary knows them) ...");
     let ensemble = Ensemble::train(models, seed).map_err(anyhow::Error::msg)?;
     let universe: Vec<Vec<f32>> = ensemble.split.train.iter().map(|e| e.pixels.to_vec()).collect();
-    let labels = teacher_labels(&ensemble);
+    let labels = ensemble.labels(&ensemble.split.train);
     let n = universe.len();
 
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -227,20 +227,6 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Every teacher's label for every universe point (`[point][teacher]`),
-/// computed as the served demo teachers compute their `label` output.
-fn teacher_labels(ensemble: &Ensemble) -> Vec<Vec<usize>> {
-    let pixels: Vec<f64> = ensemble.split.train.iter().flat_map(|e| e.pixels.iter().map(|&p| f64::from(p))).collect();
-    let n = ensemble.split.train.len();
-    let mut labels = vec![Vec::with_capacity(ensemble.teachers.len()); n];
-    for teacher in &ensemble.teachers {
-        for (row, probs) in labels.iter_mut().zip(teacher.predict_proba(&pixels)) {
-            row.push(mechanism::argmax(probs.iter().copied()));
-        }
-    }
-    labels
 }
 
 async fn get_budget(

@@ -165,13 +165,7 @@ fn power_of_two(x: Nats) -> String {
 /// privatises in label mode.
 fn votes(ensemble: &Ensemble, classes: usize) -> anyhow::Result<Votes> {
     let test = &ensemble.split.test;
-    let labels = test
-        .iter()
-        .map(|e| {
-            let pixels = pixels(e);
-            ensemble.teachers.iter().map(|t| t.predict(&pixels)).collect()
-        })
-        .collect();
+    let labels = ensemble.labels(test);
     let truth = test.iter().map(|e| e.digit).collect();
     Votes::new(labels, truth, classes).context("the demo teachers' labels")
 }

@@ -127,6 +127,19 @@ impl Ensemble {
         Ok(Ensemble { teachers, split, assignment })
     }
 
+    /// Every teacher's label for each of `examples` (`[example][teacher]`),
+    /// computed as a served teacher computes its `label` output for a
+    /// one-example request (the fan-out's label mode reads exactly that).
+    pub fn labels(&self, examples: &[Example]) -> Vec<Vec<usize>> {
+        examples
+            .iter()
+            .map(|e| {
+                let pixels: Vec<f64> = e.pixels.iter().map(|&p| f64::from(p)).collect();
+                self.teachers.iter().map(|t| t.predict(&pixels)).collect()
+            })
+            .collect()
+    }
+
     /// Trains one model on the whole training split: the paper's
     /// "non-private" baseline.
     ///
