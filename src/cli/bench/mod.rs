@@ -1,0 +1,55 @@
+//! `pacpriv bench`: measurements of the running system, each a subcommand
+//! with its own `Args` and `run`, reporting Markdown for BENCHMARKS.md.
+//!
+//! - `service` ([`service`]): closed-loop load on the privatizer and, in
+//!   the same run against the same teachers, on a plain fan-out proxy
+//!   ([`proxy`]) — the throughput and latency ratios of issue 7.
+//!
+//! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
+//! service logs every answer at `info`, which would measure the terminal.
+
+use clap::Subcommand;
+use std::io::Write;
+
+mod load;
+mod proxy;
+pub mod service;
+
+/// Arguments of `pacpriv bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to measure.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Closed-loop load (N principals, unary Predict) on the privatizer and
+    /// on a plain fan-out proxy over the same teachers, in one run:
+    /// throughput, latency percentiles and their ratios.
+    Service(service::Args),
+}
+
+/// Runs one benchmark, writing its report to `out`.
+///
+/// # Errors
+/// Whatever the benchmark reports (bad arguments, a failed start, a
+/// correctness violation).
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    init_quiet_tracing();
+    match args.command {
+        Command::Service(args) => service::run(args, out),
+    }
+}
+
+/// Logs to standard error at `RUST_LOG`, by default warnings only — and not
+/// the warning every fresh store's first start gives about its new secret
+/// (each privatizer target starts on an empty store on purpose).
+fn init_quiet_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,pacpriv::session::secret=error".into());
+    // A second initialisation (tests calling run twice) is harmless.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

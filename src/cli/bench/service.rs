@@ -1,0 +1,612 @@
+//! `pacpriv bench service`: the privatizer's throughput and latency beside
+//! a plain fan-out proxy's, measured in one run against the same teachers.
+//!
+//! One process: the demo ensemble is trained once and served over loopback
+//! gRPC on a runtime of its own (as a separate teacher server would be);
+//! then each [`Target`] in turn gets a fresh runtime, is started on a free
+//! port, and is loaded by N closed-loop clients ([`super::load`]) for a
+//! fixed time or number of answers. The targets are the real service
+//! ([`crate::server::start`], fresh embedded store, N provisioned
+//! principals) and the baseline ([`super::proxy`]); both build their
+//! fan-out from the same [`Settings`], so configuration overrides (a
+//! target's `PACPRIV__…` list, then the process environment's) apply to
+//! both alike.
+//!
+//! Every answer is also checked (labels, majority votes, unanimity,
+//! charges, per-principal answer counts against `GetBudget`), and any
+//! violation fails the command after the report: a throughput earned by
+//! wrong answers is no throughput. `--smoke` makes the run small enough
+//! for CI; nothing here ever asserts on timing.
+
+use super::load::{self, Run};
+use super::proxy;
+use crate::privacy::Nats;
+use crate::privacy::ledger::Policy;
+use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
+use crate::proto::pacpriv::{Budget, GetBudgetRequest};
+use crate::server;
+use crate::session::{PrincipalConfig, Scope};
+use crate::settings::{Settings, StoreSettings, TeacherSource};
+use crate::teachers::OutputMode;
+use crate::teachers::demo::server::DemoServer;
+use crate::teachers::demo::{self, Ensemble};
+use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Arguments of `pacpriv bench service`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Number of teachers m (even) [default: 128; 8 with --smoke].
+    #[arg(long, value_name = "M")]
+    pub models: Option<usize>,
+    /// Seed of the demo split and subsets.
+    #[arg(long, value_name = "S", default_value_t = 20261123)]
+    pub seed: u64,
+    /// Concurrent closed-loop clients, each its own principal
+    /// [default: 32; 4 with --smoke].
+    #[arg(long, value_name = "N")]
+    pub principals: Option<usize>,
+    /// Measured time per target [default: 10; 2 with --smoke].
+    #[arg(long, value_name = "SECONDS")]
+    pub seconds: Option<f64>,
+    /// At most this many measured requests per target [default: no limit;
+    /// 200 with --smoke].
+    #[arg(long, value_name = "N")]
+    pub queries: Option<u64>,
+    /// Unmeasured warm-up per target [default: 1; 0.2 with --smoke].
+    #[arg(long, value_name = "SECONDS")]
+    pub warmup: Option<f64>,
+    /// Run only these targets (comma-separated names from the report).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Small and fast, for CI: m = 8, 4 principals, at most 200 answers per
+    /// target; the correctness checks are the point.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Where each privatizer target's store is created (and removed after):
+    /// fsync cost is part of what is measured, so this should be the disk
+    /// a deployment would use, not a tmpfs.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub state_dir: PathBuf,
+    /// Load an already-running privatizer at ADDR (HOST:PORT or http://
+    /// URI, plaintext) instead of the in-process targets; all clients use
+    /// --api-key.
+    #[arg(long, value_name = "ADDR", requires = "api_key")]
+    pub target: Option<String>,
+    /// The API key for --target.
+    #[arg(long, value_name = "KEY", requires = "target")]
+    pub api_key: Option<String>,
+}
+
+/// The knobs of one run, with the smoke or full defaults filled in.
+#[derive(Clone, Debug)]
+struct Knobs {
+    models: usize,
+    seed: u64,
+    principals: usize,
+    warmup: Duration,
+    measure: Duration,
+    queries: Option<u64>,
+}
+
+impl Knobs {
+    fn from_args(args: &Args) -> anyhow::Result<Self> {
+        let pick = |given: Option<f64>, smoke: f64, full: f64| given.unwrap_or(if args.smoke { smoke } else { full });
+        let seconds = |what: &str, s: f64| {
+            Duration::try_from_secs_f64(s).with_context(|| format!("--{what} must be a non-negative number of seconds"))
+        };
+        let knobs = Knobs {
+            models: args.models.unwrap_or(if args.smoke { 8 } else { 128 }),
+            seed: args.seed,
+            principals: args.principals.unwrap_or(if args.smoke { 4 } else { 32 }),
+            warmup: seconds("warmup", pick(args.warmup, 0.2, 1.0))?,
+            measure: seconds("seconds", pick(args.seconds, 2.0, 10.0))?,
+            queries: args.queries.or(args.smoke.then_some(200)),
+        };
+        if knobs.principals == 0 {
+            bail!("--principals must be at least 1");
+        }
+        if knobs.models < 2 || !knobs.models.is_multiple_of(2) {
+            bail!("--models must be even and at least 2");
+        }
+        Ok(knobs)
+    }
+}
+
+/// Which server a target starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// The plain fan-out proxy ([`proxy`]).
+    Proxy,
+    /// The real service ([`server::start`]).
+    Privatizer,
+}
+
+/// One row of the report: a server and the configuration overrides it
+/// (and, for the proxy, its fan-out) is built with.
+struct Target {
+    name: &'static str,
+    kind: Kind,
+    /// `PACPRIV__…` overrides on top of the built-in defaults.
+    env: &'static [(&'static str, &'static str)],
+}
+
+/// The targets, in the order they run.
+const TARGETS: &[Target] = &[
+    Target { name: "proxy", kind: Kind::Proxy, env: &[] },
+    Target { name: "privatizer", kind: Kind::Privatizer, env: &[] },
+];
+
+/// A throughput ratio the issue asks for, between two targets of the run.
+struct Ratio {
+    numerator: &'static str,
+    denominator: &'static str,
+    /// The goal, as a minimum ratio.
+    goal: Option<f64>,
+}
+
+/// The ratios reported (those whose targets both ran).
+const RATIOS: &[Ratio] = &[Ratio { numerator: "privatizer", denominator: "proxy", goal: Some(0.9) }];
+
+/// A target's run and what its checks need to know.
+struct Measured {
+    run: Run,
+    /// Each client's principal's `GetBudget` after the run (privatizer
+    /// targets; empty for the proxy).
+    budgets: Vec<Budget>,
+    classes: usize,
+    policy: Policy,
+    per_query: f64,
+    scope: Scope,
+}
+
+/// Runs the benchmark and prints its report; fails after the report if any
+/// answer was wrong or any request failed.
+///
+/// # Errors
+/// Bad arguments, a target that did not start, or a correctness violation.
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    let knobs = Knobs::from_args(&args)?;
+    if let (Some(addr), Some(key)) = (&args.target, &args.api_key) {
+        return external(addr, key, &knobs, out);
+    }
+    let targets: Vec<&Target> =
+        TARGETS.iter().filter(|t| args.only.is_empty() || args.only.iter().any(|o| o == t.name)).collect();
+    if targets.is_empty() {
+        let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
+        bail!("--only {:?} names no target; targets are {}", args.only, names.join(", "));
+    }
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating --state-dir {}", args.state_dir.display()))?;
+
+    eprintln!("training {} demo teachers ...", knobs.models);
+    let ensemble = Ensemble::train(knobs.models, knobs.seed).map_err(anyhow::Error::msg)?;
+    let images: Arc<[Vec<f32>]> = ensemble.split.test.iter().map(|e| e.pixels.to_vec()).collect();
+    // What every teacher answers for each image, for the checks.
+    let teacher_labels = ensemble.labels(&ensemble.split.test);
+
+    // The teachers get a runtime of their own, as a separate server would
+    // have; each target's runtime is dropped after it (with every task the
+    // service started), so nothing of one target runs during the next.
+    let teachers_runtime = tokio::runtime::Runtime::new().context("starting the teachers' runtime")?;
+    let listener = teachers_runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .context("binding the teachers' listener")?;
+    let teachers = listener.local_addr()?;
+    let (stop_teachers, stopped) = tokio::sync::oneshot::channel::<()>();
+    teachers_runtime.spawn(DemoServer::new(ensemble.teachers).serve(listener, async {
+        let _ = stopped.await;
+    }));
+
+    let mut results = Vec::new();
+    for target in targets {
+        eprintln!(
+            "{}: {:.1} s warm-up, then {:.1} s ...",
+            target.name,
+            knobs.warmup.as_secs_f64(),
+            knobs.measure.as_secs_f64()
+        );
+        let measured = run_target(target, teachers, &knobs, &images, &args.state_dir)
+            .with_context(|| format!("target {}", target.name))?;
+        results.push((target, measured));
+    }
+    let _ = stop_teachers.send(());
+    teachers_runtime.shutdown_timeout(Duration::from_secs(5));
+
+    report(&results, &knobs, images.len(), &args.state_dir, out)?;
+    let mut violations = Vec::new();
+    for (target, measured) in &results {
+        violations
+            .extend(check(target, measured, &teacher_labels).into_iter().map(|v| format!("{}: {v}", target.name)));
+    }
+    let answers: usize = results.iter().flat_map(|(_, m)| &m.run.clients).map(|c| c.answers.len()).sum();
+    if !violations.is_empty() {
+        let shown = violations.iter().take(20).map(|v| format!("\n  - {v}")).collect::<String>();
+        let more = violations.len().saturating_sub(20);
+        let more = if more > 0 { format!("\n  … and {more} more") } else { String::new() };
+        bail!("{} correctness violation(s) in {answers} answers:{shown}{more}", violations.len());
+    }
+    writeln!(
+        out,
+        "\nChecks passed on all {answers} answers (warm-up included): no failed request, labels in range, the \
+         proxy's labels are the teachers' majority votes, the privatizer's `unanimous` flags and charges match \
+         the teachers' labels and its policy, and every principal's `GetBudget` counts exactly the answers it \
+         received."
+    )?;
+    Ok(())
+}
+
+/// The settings a target runs with: built-in defaults, the target's
+/// overrides, the process environment's `PACPRIV__…`; then the bench's
+/// own teachers, free loopback port, no extra listeners, a fresh store at
+/// `store`, and `principals` principals `bench-I` with key `bench-key-I`.
+fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) -> anyhow::Result<Settings> {
+    let env = target
+        .env
+        .iter()
+        .map(|&(k, v)| (k.to_owned(), v.to_owned()))
+        .chain(std::env::vars().filter(|(k, _)| k.starts_with("PACPRIV__")));
+    let mut s = Settings::load_with_env(None, env)?;
+    s.teachers = TeacherSource::Remote(demo::specs(teachers, knobs.models));
+    s.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    s.health_listen = None;
+    s.metrics.listen = None;
+    s.admin = None;
+    s.tls = None;
+    s.store = StoreSettings::Embedded { path: store.join("state.redb") };
+    // Room for 2^30 answers of b: no run comes near it, so no request is
+    // refused for budget.
+    let budget = Nats::new(s.per_query.get() * f64::from(1u32 << 30))?;
+    s.global_budget = budget;
+    s.principals = (0..knobs.principals)
+        .map(|i| PrincipalConfig {
+            name: format!("bench-{i}"),
+            key_sha256: Sha256::digest(api_key(i).as_bytes()).into(),
+            budget,
+        })
+        .collect();
+    Ok(s)
+}
+
+/// Client i's API key.
+fn api_key(i: usize) -> String {
+    format!("bench-key-{i}")
+}
+
+/// Starts `target` on a runtime of its own, loads it, reads the budgets
+/// back, and stops it.
+fn run_target(
+    target: &Target,
+    teachers: SocketAddr,
+    knobs: &Knobs,
+    images: &Arc<[Vec<f32>]>,
+    state_dir: &Path,
+) -> anyhow::Result<Measured> {
+    let state = StateDir::create(state_dir, target.name)?;
+    let settings = settings(target, teachers, knobs, &state.0)?;
+    let classes = match settings.mode {
+        OutputMode::Label { classes } => classes,
+        OutputMode::Vector { dim } => dim,
+    };
+    let (policy, per_query, scope) = (settings.policy, settings.per_query.get(), settings.scope);
+    let runtime = tokio::runtime::Runtime::new().context("starting the target's runtime")?;
+    let measured = runtime.block_on(async {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let (addr, serving): (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) = match target.kind {
+            Kind::Proxy => {
+                let (addr, serve) = proxy::start(&settings, shutdown).await?;
+                (addr, tokio::spawn(async move { Ok(serve.await?) }))
+            }
+            Kind::Privatizer => {
+                let started = server::start(settings, shutdown).await?;
+                (started.addr, tokio::spawn(async move { Ok(started.server.await?) }))
+            }
+        };
+        let uri = format!("http://{addr}");
+        let keys = (0..knobs.principals).map(|i| (target.kind == Kind::Privatizer).then(|| api_key(i))).collect();
+        let plan = load::Plan {
+            uri: uri.clone(),
+            keys,
+            images: Arc::clone(images),
+            warmup: knobs.warmup,
+            measure: knobs.measure,
+            max_requests: knobs.queries,
+        };
+        let run = load::run(plan).await?;
+        let budgets = match target.kind {
+            Kind::Proxy => Vec::new(),
+            Kind::Privatizer => budgets(&uri, knobs.principals).await?,
+        };
+        let _ = stop.send(());
+        // Connections are closed by now; a server that does not stop in
+        // time is dropped with the runtime.
+        if let Ok(joined) = tokio::time::timeout(Duration::from_secs(10), serving).await {
+            joined.context("the server task panicked")?.context("serving")?;
+        }
+        anyhow::Ok(Measured { run, budgets, classes, policy, per_query, scope })
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    measured
+}
+
+/// `GetBudget` of every bench principal.
+async fn budgets(uri: &str, principals: usize) -> anyhow::Result<Vec<Budget>> {
+    let mut client = PrivatizerClient::connect(uri.to_owned()).await.context("connecting for GetBudget")?;
+    let mut out = Vec::with_capacity(principals);
+    for i in 0..principals {
+        let mut request = tonic::Request::new(GetBudgetRequest {});
+        request.metadata_mut().insert("x-api-key", api_key(i).parse()?);
+        out.push(client.get_budget(request).await.with_context(|| format!("GetBudget of bench-{i}"))?.into_inner());
+    }
+    Ok(out)
+}
+
+/// Everything wrong with a target's answers (empty: all correct).
+/// `teacher_labels[image][i]` is teacher i's label for image `image`.
+fn check(target: &Target, m: &Measured, teacher_labels: &[Vec<usize>]) -> Vec<String> {
+    let mut v = Vec::new();
+    let failed: u64 = m.run.clients.iter().map(|c| c.warmup_errors + c.errors.values().sum::<u64>()).sum();
+    if failed > 0 {
+        v.push(format!("{failed} request(s) failed (measured: {})", codes(&m.run)));
+    }
+    if m.run.clients.iter().all(|c| c.answers.is_empty()) {
+        v.push("no request was answered".into());
+    }
+    for (client, a) in m.run.clients.iter().enumerate().flat_map(|(i, c)| c.answers.iter().map(move |a| (i, a))) {
+        let Some(labels) = teacher_labels.get(a.image) else {
+            v.push(format!("client {client}: answer for unknown image {}", a.image));
+            continue;
+        };
+        let unanimous = labels.iter().all(|&l| Some(&l) == labels.first());
+        let at = || format!("client {client}, image {}", a.image);
+        if a.label as usize >= m.classes {
+            v.push(format!("{}: label {} is not below {} classes", at(), a.label, m.classes));
+        }
+        if a.unanimous != unanimous {
+            v.push(format!("{}: unanimous = {} but the teachers' labels say {unanimous}", at(), a.unanimous));
+        }
+        match target.kind {
+            Kind::Proxy => {
+                let want = proxy::majority(labels, m.classes);
+                if a.label as usize != want {
+                    v.push(format!("{}: label {} but the teachers' majority vote is {want}", at(), a.label));
+                }
+            }
+            Kind::Privatizer => {
+                if unanimous && Some(&(a.label as usize)) != labels.first() {
+                    v.push(format!(
+                        "{}: unanimous teachers say {:?} but the answer is {}",
+                        at(),
+                        labels.first(),
+                        a.label
+                    ));
+                }
+                let charge = match m.policy {
+                    Policy::Contested if unanimous => 0.0,
+                    Policy::Paper | Policy::Contested => m.per_query,
+                };
+                if a.mi_charged != charge {
+                    v.push(format!(
+                        "{}: charged {:e} nats, expected {charge:e} ({} policy)",
+                        at(),
+                        a.mi_charged,
+                        m.policy
+                    ));
+                }
+            }
+        }
+    }
+    if target.kind == Kind::Privatizer {
+        let total: u64 = m.run.clients.iter().map(|c| c.answers.len() as u64).sum();
+        for (i, (client, budget)) in m.run.clients.iter().zip(&m.budgets).enumerate() {
+            // Under global scope every principal reads the one shared session.
+            let want = match m.scope {
+                Scope::PerPrincipal => client.answers.len() as u64,
+                Scope::Global => total,
+            };
+            if budget.answered != want {
+                v.push(format!("bench-{i}: GetBudget counts {} answers, the bench received {want}", budget.answered));
+            }
+        }
+        if m.budgets.len() != m.run.clients.len() {
+            v.push(format!("{} budgets read for {} principals", m.budgets.len(), m.run.clients.len()));
+        }
+    }
+    v
+}
+
+/// `Unavailable × 3, DeadlineExceeded × 1`, or `none`.
+fn codes(run: &Run) -> String {
+    let errors = run.errors();
+    if errors.is_empty() {
+        return "none".into();
+    }
+    errors.iter().map(|(code, n)| format!("{code} × {n}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The Markdown report: what ran, one row per target, the ratios.
+fn report(
+    results: &[(&Target, Measured)],
+    knobs: &Knobs,
+    images: usize,
+    state_dir: &Path,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let cap = knobs.queries.map(|q| format!(" or {q} answers, whichever comes first")).unwrap_or_default();
+    writeln!(
+        out,
+        "m = {} demo teachers (seed {}) on loopback gRPC; {} principals, each one closed-loop client (unary \
+         Predict, own connection and API key); per target {:.1} s warm-up, then {:.1} s{cap}; {images} held-out \
+         images cycled.",
+        knobs.models,
+        knobs.seed,
+        knobs.principals,
+        knobs.warmup.as_secs_f64(),
+        knobs.measure.as_secs_f64(),
+    )?;
+    writeln!(
+        out,
+        "Machine: {}. Teachers, service and load clients all share these CPUs. Privatizer store: embedded, fresh \
+         per target, under {} ({}).",
+        machine(),
+        state_dir.display(),
+        filesystem(state_dir)
+    )?;
+    let env: Vec<String> =
+        std::env::vars().filter(|(k, _)| k.starts_with("PACPRIV__")).map(|(k, v)| format!("`{k}={v}`")).collect();
+    if !env.is_empty() {
+        writeln!(out, "Environment overrides (all targets): {}.", env.join(", "))?;
+    }
+    writeln!(out)?;
+    writeln!(out, "| target | settings | answered | errors | answers/s | p50 ms | p90 ms | p99 ms |")?;
+    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
+    for (target, m) in results {
+        let settings = if target.env.is_empty() {
+            "defaults".to_owned()
+        } else {
+            target.env.iter().map(|(k, v)| format!("`{}={v}`", config_key(k))).collect::<Vec<_>>().join(" ")
+        };
+        let latency = match m.run.percentiles(&[0.5, 0.9, 0.99]) {
+            Some(p) => p.iter().map(|d| format!("{:.2}", d.as_secs_f64() * 1e3)).collect::<Vec<_>>().join(" | "),
+            None => "– | – | –".into(),
+        };
+        let errors: u64 = m.run.errors().values().sum();
+        writeln!(
+            out,
+            "| {} | {settings} | {} | {errors} | {:.1} | {latency} |",
+            target.name,
+            m.run.answered(),
+            m.run.throughput()
+        )?;
+    }
+    for (target, m) in results {
+        if !m.run.errors().is_empty() {
+            writeln!(out, "\nErrors of {}: {}.", target.name, codes(&m.run))?;
+        }
+    }
+    let throughput = |name: &str| results.iter().find(|(t, _)| t.name == name).map(|(_, m)| m.run.throughput());
+    let ratios: Vec<String> = RATIOS
+        .iter()
+        .filter_map(|r| {
+            let (num, den) = (throughput(r.numerator)?, throughput(r.denominator)?);
+            let ratio = if den > 0.0 { num / den } else { f64::NAN };
+            let goal = match r.goal {
+                Some(g) if ratio >= g => format!("≥ {g}× (met)"),
+                Some(g) => format!("≥ {g}× (missed: {:.0} % of the goal)", 100.0 * ratio / g),
+                None => "–".into(),
+            };
+            Some(format!("| {} / {} | {ratio:.2}× | {goal} |", r.numerator, r.denominator))
+        })
+        .collect();
+    if !ratios.is_empty() {
+        writeln!(out, "\n| throughput ratio (same run) | value | goal |")?;
+        writeln!(out, "|---|---:|---|")?;
+        for r in ratios {
+            writeln!(out, "{r}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `PACPRIV__TEACHERS__BATCH_WINDOW_MS` → `teachers.batch_window_ms`.
+fn config_key(env: &str) -> String {
+    env.trim_start_matches("PACPRIV__").to_lowercase().replace("__", ".")
+}
+
+/// The CPU model and how many CPUs this process may use.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, m)| m.trim().to_owned()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model}, {cpus} CPU(s)")
+}
+
+/// The file system type `dir` lives on (the longest matching mount point
+/// in /proc/self/mounts), e.g. `ext4`; `unknown file system` elsewhere.
+fn filesystem(dir: &Path) -> String {
+    let Ok(dir) = std::fs::canonicalize(dir) else { return "unknown file system".into() };
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, point, kind) = (f.next()?, f.next()?, f.next()?);
+            dir.starts_with(point).then(|| (point.len(), kind.to_owned()))
+        })
+        .max()
+        .map_or_else(|| "unknown file system".into(), |(_, kind)| kind)
+}
+
+/// A privatizer target's store directory, removed when dropped.
+struct StateDir(PathBuf);
+
+impl StateDir {
+    fn create(parent: &Path, target: &str) -> anyhow::Result<Self> {
+        let dir = parent.join(format!(".pacpriv-bench-{}-{target}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(StateDir(dir))
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `--target`: N clients on one key against a running privatizer; reports
+/// one row and fails only if nothing was answered.
+fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let split = demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
+    let images: Arc<[Vec<f32>]> = split.test.iter().map(|e| e.pixels.to_vec()).collect();
+    let uri = super::super::connect::uri(addr, false)?;
+    let plan = load::Plan {
+        uri,
+        keys: vec![Some(key.to_owned()); knobs.principals],
+        images: Arc::clone(&images),
+        warmup: knobs.warmup,
+        measure: knobs.measure,
+        max_requests: knobs.queries,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let run = runtime.block_on(load::run(plan))?;
+    let cap = knobs.queries.map(|q| format!(" or {q} answers, whichever comes first")).unwrap_or_default();
+    writeln!(
+        out,
+        "External privatizer at {addr}; {} closed-loop clients on one API key (one session); {:.1} s warm-up, then \
+         {:.1} s{cap}; {} held-out images (seed {}) cycled. Machine (load side): {}.\n",
+        knobs.principals,
+        knobs.warmup.as_secs_f64(),
+        knobs.measure.as_secs_f64(),
+        images.len(),
+        knobs.seed,
+        machine()
+    )?;
+    writeln!(out, "| target | answered | errors | answers/s | p50 ms | p90 ms | p99 ms |")?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|")?;
+    let latency = match run.percentiles(&[0.5, 0.9, 0.99]) {
+        Some(p) => p.iter().map(|d| format!("{:.2}", d.as_secs_f64() * 1e3)).collect::<Vec<_>>().join(" | "),
+        None => "– | – | –".into(),
+    };
+    let errors: u64 = run.errors().values().sum();
+    writeln!(out, "| {addr} | {} | {errors} | {:.1} | {latency} |", run.answered(), run.throughput())?;
+    if errors > 0 {
+        writeln!(out, "\nErrors: {}.", codes(&run))?;
+    }
+    if run.answered() == 0 {
+        bail!("the privatizer at {addr} answered no measured request ({})", codes(&run));
+    }
+    Ok(())
+}
