@@ -75,13 +75,19 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     })
 }
 
-/// A `[teachers]` section listing the m models at `addr`.
+/// A `[teachers]` section listing the m models at `addr`, and their
+/// stacked model (used with `teachers.layout = "stacked"`).
 fn remote_config(addr: SocketAddr, m: usize) -> String {
     let mut s = String::from("[teachers]\nsource = \"remote\"\nremote = [\n");
     for spec in demo::specs(addr, m) {
         s.push_str(&format!("  {{ endpoint = {:?}, model = {:?} }},\n", spec.endpoint, spec.model));
     }
     s.push_str("]\n");
+    let stacked = demo::stacked_spec(addr);
+    s.push_str(&format!(
+        "stacked = {{ endpoint = {:?}, model = {:?}, version = \"\", models = {m} }}\n",
+        stacked.endpoint, stacked.model
+    ));
     s
 }
 

@@ -267,6 +267,7 @@ impl ServiceMetrics {
 #[derive(Clone)]
 pub struct TeacherMetrics {
     duration: Histograms<TeacherLabel>,
+    batch: Histogram,
     errors: Family<TeacherErrorLabels, Counter>,
     ready: Gauge,
     total: Gauge,
@@ -276,6 +277,7 @@ impl Default for TeacherMetrics {
     fn default() -> Self {
         TeacherMetrics {
             duration: Family::new_with_constructor(latency),
+            batch: batch_sizes(),
             errors: Family::default(),
             ready: Gauge::default(),
             total: Gauge::default(),
@@ -317,6 +319,11 @@ impl TeacherMetrics {
             Unit::Seconds,
             self.duration.clone(),
         );
+        r.register(
+            "pacpriv_teacher_batch_size",
+            "Queries asked together in one fan-out (dynamic batching; 1 when off)",
+            self.batch.clone(),
+        );
         r.register("pacpriv_teacher_errors", "Failed teacher call attempts, by teacher and kind", self.errors.clone());
         r.register(
             "pacpriv_teachers_ready",
@@ -334,6 +341,11 @@ impl TeacherMetrics {
             drop(self.errors.get_or_create(&TeacherErrorLabels { teacher: model.to_owned(), kind: kind.as_str() }));
         }
         TeacherSeries { name: model.to_owned(), duration, errors: self.errors.clone() }
+    }
+
+    /// Records one fan-out of `queries` queries.
+    pub fn batch(&self, queries: usize) {
+        self.batch.observe(queries as f64);
     }
 
     /// Records a readiness probe: `ready` of `total` teachers.

@@ -32,7 +32,7 @@ use crate::settings::{Settings, StoreSettings, TeacherSource};
 use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
 use crate::teachers::demo::server::DemoServer;
 use crate::teachers::demo::{self, Ensemble as DemoEnsemble};
-use crate::teachers::{Ensemble, FanoutError, TeacherSpec};
+use crate::teachers::{Ensemble, FanoutError, Teachers};
 use input::InputSpec;
 use sha2::Digest;
 use std::future::Future;
@@ -103,8 +103,8 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
 }
 
 /// Starts the demo teachers on their own loopback listener (a task of this
-/// runtime) and returns their specs.
-async fn start_demo(models: usize, seed: u64, listen: SocketAddr) -> Result<Vec<TeacherSpec>, StartError> {
+/// runtime) and returns how to ask them: m models, or their stacked one.
+async fn start_demo(models: usize, seed: u64, listen: SocketAddr, stacked: bool) -> Result<Teachers, StartError> {
     let started = std::time::Instant::now();
     let ensemble = tokio::task::spawn_blocking(move || DemoEnsemble::train(models, seed))
         .await
@@ -113,18 +113,26 @@ async fn start_demo(models: usize, seed: u64, listen: SocketAddr) -> Result<Vec<
     let (listener, addr) = bind(listen).await?;
     tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
     tokio::spawn(DemoServer::new(ensemble.teachers).serve(listener, std::future::pending()));
-    Ok(demo::specs(addr, models))
+    Ok(if stacked {
+        Teachers::Stacked { spec: demo::stacked_spec(addr), models }
+    } else {
+        Teachers::PerTeacher(demo::specs(addr, models))
+    })
 }
 
-/// Names the teacher set s* indexes into: the demo's seed and m, or the
-/// remote models in order (endpoints may move; the models may not).
-fn teacher_fingerprint(source: &TeacherSource, specs: &[TeacherSpec]) -> String {
+/// Names the teacher set s* indexes into: the demo's seed and m (however
+/// they are served), or the remote models in order (endpoints may move;
+/// the models may not).
+fn teacher_fingerprint(source: &TeacherSource) -> String {
     match source {
         TeacherSource::Demo { models, seed, .. } => format!("demo digits seed={seed} m={models}"),
-        TeacherSource::Remote(_) => {
+        TeacherSource::Remote(Teachers::PerTeacher(specs)) => {
             let names: Vec<String> = specs.iter().map(|s| format!("{}@{}", s.model, s.version)).collect();
             let digest = sha2::Sha256::digest(names.join("\n").as_bytes());
             format!("remote m={} models-sha256={}", specs.len(), crate::session::hex(&digest[..8]))
+        }
+        TeacherSource::Remote(Teachers::Stacked { spec, models }) => {
+            format!("remote stacked m={models} model={}@{}", spec.model, spec.version)
         }
     }
 }
@@ -170,13 +178,13 @@ pub async fn start(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Started, StartError> {
     let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
-    let specs = match &settings.teachers {
-        TeacherSource::Demo { models, seed, listen } => start_demo(*models, *seed, *listen).await?,
-        TeacherSource::Remote(specs) => specs.clone(),
+    let teachers = match &settings.teachers {
+        TeacherSource::Demo { models, seed, listen, stacked } => start_demo(*models, *seed, *listen, *stacked).await?,
+        TeacherSource::Remote(teachers) => teachers.clone(),
     };
-    let m = specs.len();
-    let fingerprint = teacher_fingerprint(&settings.teachers, &specs);
-    let ensemble = Ensemble::new(specs, settings.call.clone(), settings.mode, &metrics.teachers)?;
+    let fingerprint = teacher_fingerprint(&settings.teachers);
+    let ensemble = Ensemble::new(teachers, settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
+    let m = ensemble.len();
     let store = match &settings.store {
         StoreSettings::Embedded { path } => {
             Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))

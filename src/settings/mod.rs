@@ -11,7 +11,7 @@ use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
 use crate::privacy::noise::MIN_PER_QUERY;
 use crate::session::{PrincipalConfig, Scope};
-use crate::teachers::{CallPolicy, OutputMode, TeacherSpec};
+use crate::teachers::{Batching, CallPolicy, OutputMode, TeacherSpec, Teachers};
 use config::{Config, Environment, File, FileFormat};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -25,6 +25,11 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// Largest number of input features accepted (input_shape product).
 pub const MAX_FEATURES: usize = 1 << 20;
+
+/// Largest `teachers.max_batch`: a batch of this many 64-feature examples
+/// is 256 KiB of FP32 per teacher request, well inside gRPC's default
+/// 4 MiB message limit of most inference servers.
+pub const MAX_BATCH: usize = 1024;
 
 /// A configuration problem, naming the key.
 #[derive(Debug, thiserror::Error)]
@@ -51,9 +56,12 @@ pub enum TeacherSource {
         seed: u64,
         /// Listen address of the in-process teacher server.
         listen: SocketAddr,
+        /// Ask the demo server's stacked model (all m in one call) instead
+        /// of its m per-teacher models.
+        stacked: bool,
     },
-    /// Already-running Open Inference Protocol models, in subset order.
-    Remote(Vec<TeacherSpec>),
+    /// Already-running Open Inference Protocol models.
+    Remote(Teachers),
 }
 
 /// Which store keeps the sessions.
@@ -106,6 +114,8 @@ pub struct Settings {
     pub teachers: TeacherSource,
     /// Per-teacher call policy.
     pub call: CallPolicy,
+    /// Dynamic batching of the fan-out.
+    pub batching: Batching,
     /// How often teacher readiness is probed for the health service.
     pub health_interval: Duration,
     /// Principals provisioned in the configuration (the admin API adds
@@ -269,7 +279,20 @@ struct RawTeachers {
     input_datatype: String,
     output_name: String,
     health_interval_ms: u64,
+    batch_window_ms: u64,
+    max_batch: usize,
+    layout: String,
     remote: Vec<TeacherSpec>,
+    stacked: RawStacked,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStacked {
+    endpoint: String,
+    model: String,
+    version: String,
+    models: usize,
 }
 
 #[derive(Deserialize)]
@@ -425,6 +448,23 @@ impl Raw {
                 format!("{:?}: expected \"FP32\" or \"FP64\"", t.input_datatype),
             ));
         }
+        if t.max_batch == 0 || t.max_batch > MAX_BATCH {
+            return Err(err("teachers.max_batch", format!("must be 1 to {MAX_BATCH}")));
+        }
+        if t.batch_window_ms > 1000 {
+            return Err(err(
+                "teachers.batch_window_ms",
+                "at most 1000: a window adds its length to every query's latency",
+            ));
+        }
+        let batching = Batching { window: Duration::from_millis(t.batch_window_ms), max_batch: t.max_batch };
+        let stacked = match t.layout.as_str() {
+            "per_teacher" => false,
+            "stacked" => true,
+            other => {
+                return Err(err("teachers.layout", format!("{other:?}: expected \"per_teacher\" or \"stacked\"")));
+            }
+        };
         let teachers = match t.source.as_str() {
             "demo" => {
                 if self.demo.models < 2 || !self.demo.models.is_multiple_of(2) {
@@ -434,13 +474,28 @@ impl Raw {
                     models: self.demo.models,
                     seed: self.demo.seed,
                     listen: addr("demo.listen", &self.demo.listen)?,
+                    stacked,
                 }
+            }
+            "remote" if stacked => {
+                let st = t.stacked;
+                if st.endpoint.is_empty() || st.model.is_empty() {
+                    return Err(err("teachers.stacked", "layout = \"stacked\" needs its endpoint and model"));
+                }
+                if st.models < 2 || !st.models.is_multiple_of(2) {
+                    return Err(err(
+                        "teachers.stacked.models",
+                        "must be m, the number of teachers: even and at least 2",
+                    ));
+                }
+                let spec = TeacherSpec { endpoint: st.endpoint, model: st.model, version: st.version };
+                TeacherSource::Remote(Teachers::Stacked { spec, models: st.models })
             }
             "remote" => {
                 if t.remote.len() < 2 {
                     return Err(err("teachers.remote", "source = \"remote\" needs at least 2 teachers"));
                 }
-                TeacherSource::Remote(t.remote)
+                TeacherSource::Remote(Teachers::PerTeacher(t.remote))
             }
             other => return Err(err("teachers.source", format!("{other:?}: expected \"demo\" or \"remote\""))),
         };
@@ -513,6 +568,7 @@ impl Raw {
             input_shape: self.model.input_shape,
             teachers,
             call,
+            batching,
             health_interval,
             principals,
             health_listen: optional_addr("server.health_listen", &self.server.health_listen)?,

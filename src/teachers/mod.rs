@@ -1,16 +1,27 @@
-//! Teacher fan-out: every query goes to all m teachers in parallel over the
-//! Open Inference Protocol (`ModelInfer`), and comes back as the m outputs
-//! in subset order ([`TeacherOutputs`]) or as an error.
+//! Teacher fan-out: every query goes to all m teachers over the Open
+//! Inference Protocol (`ModelInfer`) — one model per teacher, or one
+//! stacked model answering for all m — usually batched with concurrent
+//! queries ([`Batching`]), and comes back as the m outputs in subset order
+//! ([`crate::privacy::mechanism::TeacherOutputs`]) or as an error.
+//!
+//! - [`fanout`]: the ensemble — asks every model, splits replies per query;
+//! - [`batcher`]: dynamic batching in front of it;
+//! - [`call`]: one model, one batched call with deadline and retries;
+//! - [`demo`]: the demo teachers and their server.
 //!
 //! # Invariants
 //! - All m teachers are asked, every time: traffic and latency never depend
 //!   on which teacher is the secret one (this module never learns it).
 //! - No partial answers: if any teacher has not answered after its retries,
-//!   the whole query fails and nothing downstream is charged.
+//!   every query of that batch fails and nothing downstream is charged.
 //! - Channels are persistent HTTP/2 connections, one per distinct endpoint,
 //!   shared by that endpoint's models; they reconnect on their own.
 
+pub mod batcher;
+pub mod call;
 pub mod demo;
-mod fanout;
+pub mod fanout;
 
-pub use fanout::{CallPolicy, Ensemble, FanoutError, OutputMode, TeacherSpec};
+pub use batcher::Batching;
+pub use call::CallPolicy;
+pub use fanout::{Ensemble, FanoutError, OutputMode, TeacherSpec, Teachers};

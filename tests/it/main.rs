@@ -1,5 +1,12 @@
 //! Integration tests: one binary, one module per area, shared helpers in
-//! `util`. These run the real `pacpriv` binary.
+//! `util`. These run the real `pacpriv` binary, with the shipped fan-out
+//! (dynamic batching, one model per teacher); `tests/unbatched.rs` and
+//! `tests/stacked.rs` run the server-facing modules again with the other
+//! fan-out variants.
+
+/// Environment added to every `pacpriv serve` the tests start: none, the
+/// shipped defaults.
+pub const FANOUT: &[(&str, &str)] = &[];
 
 mod accuracy;
 mod audit;

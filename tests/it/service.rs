@@ -119,7 +119,8 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
     let cfg = dir.path().join("nowhere.toml");
     let remote: Vec<String> =
         (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:9\", model = \"m{i}\" }}")).collect();
-    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", ")))
+    let stacked = "stacked = { endpoint = \"http://127.0.0.1:9\", model = \"all\", version = \"\", models = 4 }";
+    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n{stacked}\n", remote.join(", ")))
         .expect("write");
     let env = vec![
         ("PACPRIV__TEACHERS__DEADLINE_MS", "200".to_owned()),

@@ -77,6 +77,13 @@ impl Process {
     pub fn serve(config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
         let mut env = env.to_vec();
         env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
+        // The test binary's fan-out variant (batched, unbatched, stacked),
+        // unless the test chose otherwise.
+        for (key, value) in crate::FANOUT {
+            if !env.iter().any(|(k, _)| k == key) {
+                env.push((key, (*value).to_owned()));
+            }
+        }
         // Extra listeners on free ports too, so tests can run side by side.
         for key in ["PACPRIV__METRICS__LISTEN", "PACPRIV__ADMIN__LISTEN"] {
             if !env.iter().any(|(k, _)| *k == key) {

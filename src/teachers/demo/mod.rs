@@ -39,6 +39,18 @@ pub fn specs(addr: std::net::SocketAddr, m: usize) -> Vec<crate::teachers::Teach
         .collect()
 }
 
+/// The demo server's stacked model: every teacher's output per example.
+pub const STACKED_MODEL: &str = "digits-ensemble";
+
+/// The fan-out's view of the stacked model served at `addr`.
+pub fn stacked_spec(addr: std::net::SocketAddr) -> crate::teachers::TeacherSpec {
+    crate::teachers::TeacherSpec {
+        endpoint: format!("http://{addr}"),
+        model: STACKED_MODEL.into(),
+        version: String::new(),
+    }
+}
+
 /// One trained teacher.
 pub struct Teacher {
     model: MultiFittedLogisticRegression<f64, usize>,

@@ -1,10 +1,13 @@
 //! The demo ensemble as an Open Inference Protocol server: every teacher is
 //! a model `digits-NNN` with input `input-0` (FP32 or FP64, shape [n, 64])
 //! and outputs `label` (INT64 [n]) and `probabilities` (FP32 [n, 10]), the
-//! way MLServer serves a scikit-learn classifier.
+//! way MLServer serves a scikit-learn classifier. The model
+//! `digits-ensemble` ([`STACKED_MODEL`]) answers for all m teachers at once:
+//! `label` INT64 [n, m] and `probabilities` FP32 [n, m, 10], teachers in
+//! subset order — the layout of an ensemble hosted as one model.
 
 use super::digits::{CLASSES, FEATURES};
-use super::{Teacher, model_name};
+use super::{STACKED_MODEL, Teacher, model_name};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::model_metadata_response::TensorMetadata;
@@ -46,16 +49,26 @@ impl DemoServer {
             .await
     }
 
-    fn teacher(&self, name: &str, version: &str) -> Result<&Teacher, Status> {
+    /// The teachers a model name stands for: one, or all (stacked).
+    fn teachers(&self, name: &str, version: &str) -> Result<Vec<&Teacher>, Status> {
         if !(version.is_empty() || version == "1") {
             return Err(Status::not_found(format!("model {name} has only version 1, not {version:?}")));
         }
-        self.index.get(name).and_then(|&i| self.teachers.get(i)).ok_or_else(|| {
+        if name == STACKED_MODEL {
+            return Ok(self.teachers.iter().collect());
+        }
+        self.index.get(name).and_then(|&i| self.teachers.get(i)).map(|t| vec![t]).ok_or_else(|| {
             Status::not_found(format!(
-                "no model named {name:?}; models are digits-000 … {}",
+                "no model named {name:?}; models are digits-000 … {} and {STACKED_MODEL}",
                 model_name(self.teachers.len().saturating_sub(1))
             ))
         })
+    }
+
+    /// Whether `name` is the stacked model: its outputs carry a teacher
+    /// dimension.
+    fn stacked(name: &str) -> bool {
+        name == STACKED_MODEL
     }
 }
 
@@ -71,7 +84,7 @@ impl GrpcInferenceService for DemoServer {
 
     async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let r = req.get_ref();
-        Ok(Response::new(ModelReadyResponse { ready: self.teacher(&r.name, &r.version).is_ok() }))
+        Ok(Response::new(ModelReadyResponse { ready: self.teachers(&r.name, &r.version).is_ok() }))
     }
 
     async fn server_metadata(
@@ -90,7 +103,9 @@ impl GrpcInferenceService for DemoServer {
         req: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let r = req.get_ref();
-        self.teacher(&r.name, &r.version)?;
+        let m = self.teachers(&r.name, &r.version)?.len() as i64;
+        // A per-teacher model's outputs have no teacher dimension.
+        let teachers: Vec<i64> = if Self::stacked(&r.name) { vec![m] } else { vec![] };
         let meta = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata {
             name: name.into(),
             datatype: datatype.into(),
@@ -101,13 +116,16 @@ impl GrpcInferenceService for DemoServer {
             versions: vec!["1".into()],
             platform: "linfa-logistic".into(),
             inputs: vec![meta("input-0", "FP32", vec![-1, FEATURES as i64])],
-            outputs: vec![meta("label", "INT64", vec![-1]), meta("probabilities", "FP32", vec![-1, CLASSES as i64])],
+            outputs: vec![
+                meta("label", "INT64", [&[-1][..], &teachers].concat()),
+                meta("probabilities", "FP32", [&[-1][..], &teachers, &[CLASSES as i64]].concat()),
+            ],
         }))
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let r = req.into_inner();
-        let teacher = self.teacher(&r.model_name, &r.model_version)?;
+        let teachers = self.teachers(&r.model_name, &r.model_version)?;
         let [input] = r.inputs.as_slice() else {
             return Err(Status::invalid_argument(format!("expected exactly one input tensor, got {}", r.inputs.len())));
         };
@@ -121,23 +139,27 @@ impl GrpcInferenceService for DemoServer {
         let raw = r.raw_input_contents.first().map(Vec::as_slice);
         let pixels = tensor::decode_floats(&input.datatype, &[rows, FEATURES as i64], input.contents.as_ref(), raw)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let probs = teacher.predict_proba(&pixels);
-        let labels: Vec<i64> =
-            probs.iter().map(|p| crate::privacy::mechanism::argmax(p.iter().copied()) as i64).collect();
+        // probs[t][i]: teacher t's probabilities for example i.
+        let probs: Vec<Vec<[f64; CLASSES]>> = teachers.iter().map(|t| t.predict_proba(&pixels)).collect();
+        let m = teachers.len();
+        // Row-major [n, m]: example i's teachers side by side.
+        let cells = || (0..rows as usize).flat_map(|i| probs.iter().map(move |p| &p[i]));
+        let labels: Vec<i64> = cells().map(|p| crate::privacy::mechanism::argmax(p.iter().copied()) as i64).collect();
+        let teacher_dim: Vec<i64> = if Self::stacked(&r.model_name) { vec![m as i64] } else { vec![] };
         let all = [
             InferOutputTensor {
                 name: "label".into(),
                 datatype: "INT64".into(),
-                shape: vec![rows],
+                shape: [&[rows][..], &teacher_dim].concat(),
                 contents: Some(InferTensorContents { int64_contents: labels, ..Default::default() }),
                 ..Default::default()
             },
             InferOutputTensor {
                 name: "probabilities".into(),
                 datatype: "FP32".into(),
-                shape: vec![rows, CLASSES as i64],
+                shape: [&[rows][..], &teacher_dim, &[CLASSES as i64]].concat(),
                 contents: Some(InferTensorContents {
-                    fp32_contents: probs.iter().flatten().map(|&v| v as f32).collect(),
+                    fp32_contents: cells().flatten().map(|&v| v as f32).collect(),
                     ..Default::default()
                 }),
                 ..Default::default()
