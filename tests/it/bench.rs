@@ -2,7 +2,9 @@
 //! command itself checks every answer (it exits non-zero on any failed
 //! request, wrong majority vote, wrong charge or budget count); this test
 //! checks that it succeeds and that its report has the shape BENCHMARKS.md
-//! quotes. Never anything about timing.
+//! quotes — proxy and privatizer, batched, unbatched and stacked, so the
+//! batching paths are exercised under concurrent load too. Never anything
+//! about timing.
 
 use crate::util::pacpriv_ok;
 
@@ -14,13 +16,15 @@ fn row<'a>(report: &'a str, first: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn smoke_run_answers_everything_correctly_and_reports_both_targets() {
+fn smoke_run_answers_everything_correctly_and_reports_every_target() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().display().to_string();
     let report = pacpriv_ok(&["bench", "service", "--smoke", "--state-dir", &state]);
     let header = row(&report, "target");
-    assert_eq!(header, ["target", "settings", "answered", "errors", "answers/s", "p50 ms", "p90 ms", "p99 ms"]);
-    for target in ["proxy", "privatizer"] {
+    assert_eq!(header, ["target", "fan-out", "answered", "errors", "answers/s", "p50 ms", "p90 ms", "p99 ms"]);
+    let targets =
+        ["proxy", "privatizer", "proxy-unbatched", "privatizer-unbatched", "proxy-stacked", "privatizer-stacked"];
+    for target in targets {
         let cells = row(&report, target);
         assert_eq!(cells.len(), header.len(), "{target}: {cells:?}");
         let answered: u64 = cells[2].parse().expect("an answer count");
@@ -31,8 +35,10 @@ fn smoke_run_answers_everything_correctly_and_reports_both_targets() {
             assert!(v.is_finite() && v >= 0.0, "{target}: {cell}");
         }
     }
-    let ratio = row(&report, "privatizer / proxy");
-    assert!(ratio[1].ends_with('×'), "a ratio: {ratio:?}");
+    for what in ["privatizer vs proxy, default batching", "privatizer batched vs unbatched"] {
+        let ratio = row(&report, what);
+        assert!(ratio[2].ends_with('×'), "a ratio: {ratio:?}");
+    }
     assert!(report.contains("Checks passed on all"), "{report}");
     // The stores were removed with their targets.
     assert_eq!(std::fs::read_dir(dir.path()).expect("state dir").count(), 0, "store directories left behind");

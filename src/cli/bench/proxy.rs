@@ -91,13 +91,14 @@ pub async fn start(
     settings: &Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(SocketAddr, impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static)> {
-    let TeacherSource::Remote(specs) = &settings.teachers else {
+    let TeacherSource::Remote(teachers) = &settings.teachers else {
         bail!("the proxy asks teachers that already run; the bench passes its own as remote teachers");
     };
     // The privatizer registers the same per-teacher series; these are
     // never scraped.
     let metrics = Metrics::new(settings.metrics.max_principal_series);
-    let ensemble = Ensemble::new(specs.clone(), settings.call.clone(), settings.mode, &metrics.teachers)?;
+    let ensemble =
+        Ensemble::new(teachers.clone(), settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
     let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: false };
     let service = PrivatizerServer::new(Proxy { ensemble, input })
         .max_decoding_message_size(settings.max_message_bytes)

@@ -27,9 +27,9 @@ use crate::proto::pacpriv::{Budget, GetBudgetRequest};
 use crate::server;
 use crate::session::{PrincipalConfig, Scope};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
-use crate::teachers::OutputMode;
 use crate::teachers::demo::server::DemoServer;
 use crate::teachers::demo::{self, Ensemble};
+use crate::teachers::{OutputMode, Teachers};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -136,22 +136,65 @@ struct Target {
     env: &'static [(&'static str, &'static str)],
 }
 
-/// The targets, in the order they run.
+const UNBATCHED: &[(&str, &str)] = &[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0")];
+const STACKED: &[(&str, &str)] = &[("PACPRIV__TEACHERS__LAYOUT", "stacked")];
+
+/// The targets, in the order they run: each server at the default dynamic
+/// batching, unbatched, and batched against the stacked model.
 const TARGETS: &[Target] = &[
     Target { name: "proxy", kind: Kind::Proxy, env: &[] },
     Target { name: "privatizer", kind: Kind::Privatizer, env: &[] },
+    Target { name: "proxy-unbatched", kind: Kind::Proxy, env: UNBATCHED },
+    Target { name: "privatizer-unbatched", kind: Kind::Privatizer, env: UNBATCHED },
+    Target { name: "proxy-stacked", kind: Kind::Proxy, env: STACKED },
+    Target { name: "privatizer-stacked", kind: Kind::Privatizer, env: STACKED },
 ];
 
-/// A throughput ratio the issue asks for, between two targets of the run.
+/// A throughput ratio between two targets of the same run.
 struct Ratio {
+    /// What it compares.
+    what: &'static str,
     numerator: &'static str,
     denominator: &'static str,
-    /// The goal, as a minimum ratio.
+    /// The issue's goal, as a minimum ratio.
     goal: Option<f64>,
 }
 
-/// The ratios reported (those whose targets both ran).
-const RATIOS: &[Ratio] = &[Ratio { numerator: "privatizer", denominator: "proxy", goal: Some(0.9) }];
+/// The ratios reported (those whose targets both ran): the issue's two
+/// goals first, then the same comparisons in the other configurations.
+const RATIOS: &[Ratio] = &[
+    Ratio {
+        what: "privatizer vs proxy, default batching",
+        numerator: "privatizer",
+        denominator: "proxy",
+        goal: Some(0.9),
+    },
+    Ratio {
+        what: "privatizer batched vs unbatched",
+        numerator: "privatizer",
+        denominator: "privatizer-unbatched",
+        goal: Some(10.0),
+    },
+    Ratio {
+        what: "privatizer vs proxy, unbatched",
+        numerator: "privatizer-unbatched",
+        denominator: "proxy-unbatched",
+        goal: None,
+    },
+    Ratio {
+        what: "privatizer vs proxy, stacked",
+        numerator: "privatizer-stacked",
+        denominator: "proxy-stacked",
+        goal: None,
+    },
+    Ratio { what: "proxy batched vs unbatched", numerator: "proxy", denominator: "proxy-unbatched", goal: None },
+    Ratio {
+        what: "privatizer stacked vs per-teacher",
+        numerator: "privatizer-stacked",
+        denominator: "privatizer",
+        goal: None,
+    },
+];
 
 /// A target's run and what its checks need to know.
 struct Measured {
@@ -163,6 +206,8 @@ struct Measured {
     policy: Policy,
     per_query: f64,
     scope: Scope,
+    /// The fan-out it ran with, for the report.
+    fanout: String,
 }
 
 /// Runs the benchmark and prints its report; fails after the report if any
@@ -252,7 +297,17 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
         .map(|&(k, v)| (k.to_owned(), v.to_owned()))
         .chain(std::env::vars().filter(|(k, _)| k.starts_with("PACPRIV__")));
     let mut s = Settings::load_with_env(None, env)?;
-    s.teachers = TeacherSource::Remote(demo::specs(teachers, knobs.models));
+    // The layout (`teachers.layout`) chooses between the demo server's m
+    // models and its stacked one.
+    let stacked = match &s.teachers {
+        TeacherSource::Demo { stacked, .. } => *stacked,
+        TeacherSource::Remote(t) => matches!(t, Teachers::Stacked { .. }),
+    };
+    s.teachers = TeacherSource::Remote(if stacked {
+        Teachers::Stacked { spec: demo::stacked_spec(teachers), models: knobs.models }
+    } else {
+        Teachers::PerTeacher(demo::specs(teachers, knobs.models))
+    });
     s.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     s.health_listen = None;
     s.metrics.listen = None;
@@ -294,6 +349,7 @@ fn run_target(
         OutputMode::Vector { dim } => dim,
     };
     let (policy, per_query, scope) = (settings.policy, settings.per_query.get(), settings.scope);
+    let fanout = fanout(&settings);
     let runtime = tokio::runtime::Runtime::new().context("starting the target's runtime")?;
     let measured = runtime.block_on(async {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -331,10 +387,24 @@ fn run_target(
         if let Ok(joined) = tokio::time::timeout(Duration::from_secs(10), serving).await {
             joined.context("the server task panicked")?.context("serving")?;
         }
-        anyhow::Ok(Measured { run, budgets, classes, policy, per_query, scope })
+        anyhow::Ok(Measured { run, budgets, classes, policy, per_query, scope, fanout })
     });
     runtime.shutdown_timeout(Duration::from_secs(5));
     measured
+}
+
+/// `batched ≤ 2 ms × 64, per-teacher`: the effective fan-out settings.
+fn fanout(s: &Settings) -> String {
+    let batching = if s.batching.enabled() {
+        format!("batched ≤ {} ms × {}", s.batching.window.as_millis(), s.batching.max_batch)
+    } else {
+        "unbatched".into()
+    };
+    let layout = match &s.teachers {
+        TeacherSource::Remote(Teachers::Stacked { .. }) | TeacherSource::Demo { stacked: true, .. } => "stacked",
+        TeacherSource::Remote(Teachers::PerTeacher(_)) | TeacherSource::Demo { stacked: false, .. } => "per-teacher",
+    };
+    format!("{batching}, {layout}")
 }
 
 /// `GetBudget` of every bench principal.
@@ -465,15 +535,21 @@ fn report(
     if !env.is_empty() {
         writeln!(out, "Environment overrides (all targets): {}.", env.join(", "))?;
     }
+    let overrides: Vec<String> = results
+        .iter()
+        .filter(|(t, _)| !t.env.is_empty())
+        .map(|(t, _)| {
+            let env: Vec<String> = t.env.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
+            format!("{}: {}", t.name, env.join(" "))
+        })
+        .collect();
+    if !overrides.is_empty() {
+        writeln!(out, "Configuration: built-in defaults, except {}.", overrides.join("; "))?;
+    }
     writeln!(out)?;
-    writeln!(out, "| target | settings | answered | errors | answers/s | p50 ms | p90 ms | p99 ms |")?;
+    writeln!(out, "| target | fan-out | answered | errors | answers/s | p50 ms | p90 ms | p99 ms |")?;
     writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
     for (target, m) in results {
-        let settings = if target.env.is_empty() {
-            "defaults".to_owned()
-        } else {
-            target.env.iter().map(|(k, v)| format!("`{}={v}`", config_key(k))).collect::<Vec<_>>().join(" ")
-        };
         let latency = match m.run.percentiles(&[0.5, 0.9, 0.99]) {
             Some(p) => p.iter().map(|d| format!("{:.2}", d.as_secs_f64() * 1e3)).collect::<Vec<_>>().join(" | "),
             None => "– | – | –".into(),
@@ -481,8 +557,9 @@ fn report(
         let errors: u64 = m.run.errors().values().sum();
         writeln!(
             out,
-            "| {} | {settings} | {} | {errors} | {:.1} | {latency} |",
+            "| {} | {} | {} | {errors} | {:.1} | {latency} |",
             target.name,
+            m.fanout,
             m.run.answered(),
             m.run.throughput()
         )?;
@@ -503,22 +580,17 @@ fn report(
                 Some(g) => format!("≥ {g}× (missed: {:.0} % of the goal)", 100.0 * ratio / g),
                 None => "–".into(),
             };
-            Some(format!("| {} / {} | {ratio:.2}× | {goal} |", r.numerator, r.denominator))
+            Some(format!("| {} | {} / {} | {ratio:.2}× | {goal} |", r.what, r.numerator, r.denominator))
         })
         .collect();
     if !ratios.is_empty() {
-        writeln!(out, "\n| throughput ratio (same run) | value | goal |")?;
-        writeln!(out, "|---|---:|---|")?;
+        writeln!(out, "\n| throughput ratio (same run) | targets | value | goal |")?;
+        writeln!(out, "|---|---|---:|---|")?;
         for r in ratios {
             writeln!(out, "{r}")?;
         }
     }
     Ok(())
-}
-
-/// `PACPRIV__TEACHERS__BATCH_WINDOW_MS` → `teachers.batch_window_ms`.
-fn config_key(env: &str) -> String {
-    env.trim_start_matches("PACPRIV__").to_lowercase().replace("__", ".")
 }
 
 /// The CPU model and how many CPUs this process may use.
