@@ -4,8 +4,10 @@
 //! (connections, teacher channels, caches) comes first and is not
 //! measured; then the clients run until a deadline or until the measured
 //! requests reach a cap, and every response is kept for the caller's
-//! correctness checks.
+//! correctness checks. The process's CPU time over the measured window is
+//! sampled too ([`super::cpu`]).
 
+use super::cpu;
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
 use crate::proto::pacpriv::{PredictRequest, Tensor};
 use anyhow::Context;
@@ -69,6 +71,9 @@ pub struct Run {
     /// From the start of the measured phase to the last measured answer
     /// (or error).
     pub elapsed: Duration,
+    /// CPU seconds of the whole process over the measured phase, by
+    /// component ([`cpu::GROUPS`]); `None` where it cannot be read.
+    pub cpu: Option<BTreeMap<&'static str, f64>>,
 }
 
 impl Run {
@@ -160,14 +165,17 @@ pub async fn run(plan: Plan) -> anyhow::Result<Run> {
         let offset = i * images.len() / n;
         tasks.spawn(async move { (i, closed_loop(i, client, key, images, offset, &schedule).await) });
     }
+    tokio::time::sleep_until(schedule.measure_from.into()).await;
+    let before = cpu::Snapshot::take();
     let mut runs: Vec<Option<ClientRun>> = (0..n).map(|_| None).collect();
     while let Some(joined) = tasks.join_next().await {
         let (i, run) = joined.context("a load client panicked")?;
         runs[i] = Some(run);
     }
+    let cpu = before.zip(cpu::Snapshot::take()).map(|(before, after)| after.since(&before));
     let clients: Vec<ClientRun> = runs.into_iter().flatten().collect();
     let last = clients.iter().filter_map(|c| c.last_done).max().unwrap_or(schedule.measure_from);
-    Ok(Run { clients, elapsed: last.saturating_duration_since(schedule.measure_from) })
+    Ok(Run { clients, elapsed: last.saturating_duration_since(schedule.measure_from), cpu })
 }
 
 /// One client: a request, its answer, the next request.

@@ -11,6 +11,7 @@
 use clap::Subcommand;
 use std::io::Write;
 
+mod cpu;
 mod load;
 mod proxy;
 pub mod service;

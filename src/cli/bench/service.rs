@@ -18,6 +18,7 @@
 //! wrong answers is no throughput. `--smoke` makes the run small enough
 //! for CI; nothing here ever asserts on timing.
 
+use super::cpu;
 use super::load::{self, Run};
 use super::proxy;
 use crate::privacy::Nats;
@@ -236,9 +237,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let teacher_labels = ensemble.labels(&ensemble.split.test);
 
     // The teachers get a runtime of their own, as a separate server would
-    // have; each target's runtime is dropped after it (with every task the
-    // service started), so nothing of one target runs during the next.
-    let teachers_runtime = tokio::runtime::Runtime::new().context("starting the teachers' runtime")?;
+    // have.
+    let teachers_runtime = runtime("bench-teachers")?;
     let listener = teachers_runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .context("binding the teachers' listener")?;
@@ -350,13 +350,18 @@ fn run_target(
     };
     let (policy, per_query, scope) = (settings.policy, settings.per_query.get(), settings.scope);
     let fanout = fanout(&settings);
-    let runtime = tokio::runtime::Runtime::new().context("starting the target's runtime")?;
-    let measured = runtime.block_on(async {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        let (addr, serving): (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) = match target.kind {
+    // The service and the load clients each get a runtime of their own (as
+    // separate processes would), named so the CPU table can tell them apart.
+    let service = runtime("bench-service")?;
+    let clients = runtime("bench-clients")?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    // Started inside the service runtime: every task the server or its
+    // fan-out spawns lands there.
+    let (addr, serving) = service.block_on(async {
+        let started: (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) = match target.kind {
             Kind::Proxy => {
                 let (addr, serve) = proxy::start(&settings, shutdown).await?;
                 (addr, tokio::spawn(async move { Ok(serve.await?) }))
@@ -366,31 +371,47 @@ fn run_target(
                 (started.addr, tokio::spawn(async move { Ok(started.server.await?) }))
             }
         };
-        let uri = format!("http://{addr}");
-        let keys = (0..knobs.principals).map(|i| (target.kind == Kind::Privatizer).then(|| api_key(i))).collect();
-        let plan = load::Plan {
-            uri: uri.clone(),
-            keys,
-            images: Arc::clone(images),
-            warmup: knobs.warmup,
-            measure: knobs.measure,
-            max_requests: knobs.queries,
-        };
+        anyhow::Ok(started)
+    })?;
+    let uri = format!("http://{addr}");
+    let keys = (0..knobs.principals).map(|i| (target.kind == Kind::Privatizer).then(|| api_key(i))).collect();
+    let plan = load::Plan {
+        uri: uri.clone(),
+        keys,
+        images: Arc::clone(images),
+        warmup: knobs.warmup,
+        measure: knobs.measure,
+        max_requests: knobs.queries,
+    };
+    let measured = clients.block_on(async {
         let run = load::run(plan).await?;
         let budgets = match target.kind {
             Kind::Proxy => Vec::new(),
             Kind::Privatizer => budgets(&uri, knobs.principals).await?,
         };
-        let _ = stop.send(());
-        // Connections are closed by now; a server that does not stop in
-        // time is dropped with the runtime.
-        if let Ok(joined) = tokio::time::timeout(Duration::from_secs(10), serving).await {
-            joined.context("the server task panicked")?.context("serving")?;
-        }
         anyhow::Ok(Measured { run, budgets, classes, policy, per_query, scope, fanout })
     });
-    runtime.shutdown_timeout(Duration::from_secs(5));
+    let _ = stop.send(());
+    // The clients' connections are closed by now; a server that does not
+    // stop in time is dropped with its runtime, and with it every task it
+    // started (teacher health probes included), so nothing of this target
+    // runs during the next.
+    if let Ok(joined) = service.block_on(async { tokio::time::timeout(Duration::from_secs(10), serving).await }) {
+        joined.context("the server task panicked")?.context("serving")?;
+    }
+    clients.shutdown_timeout(Duration::from_secs(5));
+    service.shutdown_timeout(Duration::from_secs(5));
     measured
+}
+
+/// A multi-threaded runtime whose threads are called `name` (worker and
+/// blocking threads alike, so the CPU table counts both).
+fn runtime(name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .with_context(|| format!("starting the {name} runtime"))
 }
 
 /// `batched ≤ 2 ms × 64, per-teacher`: the effective fan-out settings.
@@ -589,6 +610,45 @@ fn report(
         for r in ratios {
             writeln!(out, "{r}")?;
         }
+    }
+    cpu_table(results, out)
+}
+
+/// Where each target's CPU went in its measured window: CPU milliseconds
+/// per answer by component, with its share, and how busy the machine was.
+fn cpu_table(results: &[(&Target, Measured)], out: &mut dyn Write) -> anyhow::Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let groups: Vec<&str> = cpu::GROUPS.iter().map(|(_, g)| *g).chain([cpu::OTHER]).collect();
+    let mut rows = Vec::new();
+    for (target, m) in results {
+        let (Some(usage), answered) = (&m.run.cpu, m.run.answered()) else { continue };
+        let total: f64 = usage.values().sum();
+        if answered == 0 || total <= 0.0 {
+            continue;
+        }
+        let cells: Vec<String> = groups
+            .iter()
+            .map(|g| {
+                let secs = usage.get(g).copied().unwrap_or(0.0);
+                format!("{:.2} ({:.0} %)", 1e3 * secs / answered as f64, 100.0 * secs / total)
+            })
+            .collect();
+        let busy = 100.0 * total / (m.run.elapsed.as_secs_f64() * cpus).max(f64::MIN_POSITIVE);
+        rows.push(format!(
+            "| {} | {} | {:.2} | {busy:.0} % |",
+            target.name,
+            cells.join(" | "),
+            1e3 * total / answered as f64
+        ));
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\nCPU time per answer in the measured window, ms (share of the process's CPU time):\n")?;
+    writeln!(out, "| target | {} | total | CPUs busy |", groups.join(" | "))?;
+    writeln!(out, "|---|{}---:|---:|", "---:|".repeat(groups.len()))?;
+    for r in rows {
+        writeln!(out, "{r}")?;
     }
     Ok(())
 }
