@@ -39,6 +39,18 @@ fn smoke_run_answers_everything_correctly_and_reports_every_target() {
         let ratio = row(&report, what);
         assert!(ratio[2].ends_with('×'), "a ratio: {ratio:?}");
     }
+    // The where-the-time-went table: a row per target, batch sizes read
+    // from the targets' own metrics.
+    let cpu = row(&report, "target | teachers");
+    assert_eq!(cpu.last(), Some(&"commits/s"), "{cpu:?}");
+    let privatizer = report
+        .lines()
+        .filter(|l| l.starts_with("| privatizer |"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("a second privatizer row (where the time went):\n{report}"));
+    let cells: Vec<&str> = privatizer.trim_matches('|').split('|').map(str::trim).collect();
+    let per_fanout: f64 = cells[cells.len() - 3].parse().expect("queries per fan-out");
+    assert!(per_fanout >= 1.0, "{privatizer}");
     assert!(report.contains("Checks passed on all"), "{report}");
     // The stores were removed with their targets.
     assert_eq!(std::fs::read_dir(dir.path()).expect("state dir").count(), 0, "store directories left behind");

@@ -4,10 +4,10 @@
 //! (connections, teacher channels, caches) comes first and is not
 //! measured; then the clients run until a deadline or until the measured
 //! requests reach a cap, and every response is kept for the caller's
-//! correctness checks. The process's CPU time over the measured window is
-//! sampled too ([`super::cpu`]).
+//! correctness checks. What the process and the target did over the
+//! measured window is observed too ([`super::observe`]).
 
-use super::cpu;
+use super::observe::{MetricsSource, Snapshot, Window};
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
 use crate::proto::pacpriv::{PredictRequest, Tensor};
 use anyhow::Context;
@@ -33,6 +33,9 @@ pub struct Plan {
     pub measure: Duration,
     /// At most this many measured requests in all.
     pub max_requests: Option<u64>,
+    /// Where the target's metrics are read at the start and end of the
+    /// measured phase.
+    pub metrics: MetricsSource,
 }
 
 /// One answer a client received (warm-up included).
@@ -71,9 +74,8 @@ pub struct Run {
     /// From the start of the measured phase to the last measured answer
     /// (or error).
     pub elapsed: Duration,
-    /// CPU seconds of the whole process over the measured phase, by
-    /// component ([`cpu::GROUPS`]); `None` where it cannot be read.
-    pub cpu: Option<BTreeMap<&'static str, f64>>,
+    /// CPU use and the target's batch sizes over the measured phase.
+    pub observed: Window,
 }
 
 impl Run {
@@ -166,16 +168,16 @@ pub async fn run(plan: Plan) -> anyhow::Result<Run> {
         tasks.spawn(async move { (i, closed_loop(i, client, key, images, offset, &schedule).await) });
     }
     tokio::time::sleep_until(schedule.measure_from.into()).await;
-    let before = cpu::Snapshot::take();
+    let before = Snapshot::take(&plan.metrics).await;
     let mut runs: Vec<Option<ClientRun>> = (0..n).map(|_| None).collect();
     while let Some(joined) = tasks.join_next().await {
         let (i, run) = joined.context("a load client panicked")?;
         runs[i] = Some(run);
     }
-    let cpu = before.zip(cpu::Snapshot::take()).map(|(before, after)| after.since(&before));
+    let observed = Window::between(&before, &Snapshot::take(&plan.metrics).await);
     let clients: Vec<ClientRun> = runs.into_iter().flatten().collect();
     let last = clients.iter().filter_map(|c| c.last_done).max().unwrap_or(schedule.measure_from);
-    Ok(Run { clients, elapsed: last.saturating_duration_since(schedule.measure_from), cpu })
+    Ok(Run { clients, elapsed: last.saturating_duration_since(schedule.measure_from), observed })
 }
 
 /// One client: a request, its answer, the next request.

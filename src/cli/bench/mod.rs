@@ -11,8 +11,8 @@
 use clap::Subcommand;
 use std::io::Write;
 
-mod cpu;
 mod load;
+mod observe;
 mod proxy;
 pub mod service;
 

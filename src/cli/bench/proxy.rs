@@ -81,22 +81,21 @@ impl Privatizer for Proxy {
 }
 
 /// Binds the proxy to a free loopback port for the teachers `settings`
-/// names (which must be remote: the bench's own demo server); returns its
-/// address and the future that serves until `shutdown` resolves.
+/// names (which must be remote: the bench's own demo server), recording
+/// its fan-out in `metrics` as the privatizer does; returns its address
+/// and the future that serves until `shutdown` resolves.
 ///
 /// # Errors
 /// Demo teachers in the settings, an unusable teacher endpoint, or no
 /// free port.
 pub async fn start(
     settings: &Settings,
+    metrics: &Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(SocketAddr, impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static)> {
     let TeacherSource::Remote(teachers) = &settings.teachers else {
         bail!("the proxy asks teachers that already run; the bench passes its own as remote teachers");
     };
-    // The privatizer registers the same per-teacher series; these are
-    // never scraped.
-    let metrics = Metrics::new(settings.metrics.max_principal_series);
     let ensemble =
         Ensemble::new(teachers.clone(), settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
     let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: false };

@@ -18,9 +18,10 @@
 //! wrong answers is no throughput. `--smoke` makes the run small enough
 //! for CI; nothing here ever asserts on timing.
 
-use super::cpu;
 use super::load::{self, Run};
+use super::observe::{self, MetricsSource};
 use super::proxy;
+use crate::metrics::Metrics;
 use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
@@ -310,7 +311,9 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
     });
     s.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     s.health_listen = None;
-    s.metrics.listen = None;
+    // Metrics on a free port: the report reads the batch-size histograms
+    // (the service records them whether or not they are served).
+    s.metrics.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     s.admin = None;
     s.tls = None;
     s.store = StoreSettings::Embedded { path: store.join("state.redb") };
@@ -360,15 +363,17 @@ fn run_target(
     };
     // Started inside the service runtime: every task the server or its
     // fan-out spawns lands there.
-    let (addr, serving) = service.block_on(async {
-        let started: (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>) = match target.kind {
+    let (addr, serving, metrics) = service.block_on(async {
+        let started: (SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>, MetricsSource) = match target.kind {
             Kind::Proxy => {
-                let (addr, serve) = proxy::start(&settings, shutdown).await?;
-                (addr, tokio::spawn(async move { Ok(serve.await?) }))
+                let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
+                let (addr, serve) = proxy::start(&settings, &metrics, shutdown).await?;
+                (addr, tokio::spawn(async move { Ok(serve.await?) }), MetricsSource::Local(metrics))
             }
             Kind::Privatizer => {
                 let started = server::start(settings, shutdown).await?;
-                (started.addr, tokio::spawn(async move { Ok(started.server.await?) }))
+                let metrics = started.metrics.map_or(MetricsSource::None, MetricsSource::Http);
+                (started.addr, tokio::spawn(async move { Ok(started.server.await?) }), metrics)
             }
         };
         anyhow::Ok(started)
@@ -382,6 +387,7 @@ fn run_target(
         warmup: knobs.warmup,
         measure: knobs.measure,
         max_requests: knobs.queries,
+        metrics,
     };
     let measured = clients.block_on(async {
         let run = load::run(plan).await?;
@@ -614,39 +620,55 @@ fn report(
     cpu_table(results, out)
 }
 
-/// Where each target's CPU went in its measured window: CPU milliseconds
-/// per answer by component, with its share, and how busy the machine was.
+/// Where each target's CPU went in its measured window — CPU milliseconds
+/// per answer by component, with its share, and how busy the machine was —
+/// and the batch sizes that explain it.
 fn cpu_table(results: &[(&Target, Measured)], out: &mut dyn Write) -> anyhow::Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let groups: Vec<&str> = cpu::GROUPS.iter().map(|(_, g)| *g).chain([cpu::OTHER]).collect();
+    let groups: Vec<&str> = observe::GROUPS.iter().map(|(_, g)| *g).chain([observe::OTHER]).collect();
+    let or_dash = |v: Option<f64>, digits: usize| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"));
     let mut rows = Vec::new();
     for (target, m) in results {
-        let (Some(usage), answered) = (&m.run.cpu, m.run.answered()) else { continue };
-        let total: f64 = usage.values().sum();
-        if answered == 0 || total <= 0.0 {
-            continue;
-        }
+        let answered = m.run.answered();
+        let seen = &m.run.observed;
+        let total: f64 = seen.cpu.iter().flat_map(|u| u.values()).sum();
         let cells: Vec<String> = groups
             .iter()
-            .map(|g| {
-                let secs = usage.get(g).copied().unwrap_or(0.0);
-                format!("{:.2} ({:.0} %)", 1e3 * secs / answered as f64, 100.0 * secs / total)
+            .map(|g| match seen.cpu.as_ref().and_then(|u| u.get(g)) {
+                Some(secs) if answered > 0 && total > 0.0 => {
+                    format!("{:.2} ({:.0} %)", 1e3 * secs / answered as f64, 100.0 * secs / total)
+                }
+                Some(_) | None => "–".into(),
             })
             .collect();
-        let busy = 100.0 * total / (m.run.elapsed.as_secs_f64() * cpus).max(f64::MIN_POSITIVE);
+        let (per_answer, busy) = if answered > 0 && total > 0.0 {
+            let busy = 100.0 * total / (m.run.elapsed.as_secs_f64() * cpus).max(f64::MIN_POSITIVE);
+            (format!("{:.2}", 1e3 * total / answered as f64), format!("{busy:.0} %"))
+        } else {
+            ("–".into(), "–".into())
+        };
+        let commits_per_s = seen.commits.map(|c| c / m.run.elapsed.as_secs_f64().max(f64::MIN_POSITIVE));
         rows.push(format!(
-            "| {} | {} | {:.2} | {busy:.0} % |",
+            "| {} | {} | {per_answer} | {busy} | {} | {} | {} |",
             target.name,
             cells.join(" | "),
-            1e3 * total / answered as f64
+            or_dash(seen.fanout_batch, 1),
+            or_dash(seen.commit_batch, 1),
+            or_dash(commits_per_s, 0),
         ));
     }
-    if rows.is_empty() {
-        return Ok(());
-    }
-    writeln!(out, "\nCPU time per answer in the measured window, ms (share of the process's CPU time):\n")?;
-    writeln!(out, "| target | {} | total | CPUs busy |", groups.join(" | "))?;
-    writeln!(out, "|---|{}---:|---:|", "---:|".repeat(groups.len()))?;
+    writeln!(
+        out,
+        "\nWhere the time went in each measured window: CPU ms per answer by component (share of the process's CPU \
+         time), how busy the CPUs were, mean queries per fan-out (per teacher call), and for the privatizer mean \
+         session records per store commit and commits (fsyncs) per second:\n"
+    )?;
+    writeln!(
+        out,
+        "| target | {} | CPU ms/answer | CPUs busy | queries/fan-out | records/commit | commits/s |",
+        groups.join(" | ")
+    )?;
+    writeln!(out, "|---|{}---:|---:|---:|---:|---:|", "---:|".repeat(groups.len()))?;
     for r in rows {
         writeln!(out, "{r}")?;
     }
@@ -711,6 +733,7 @@ fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow
         warmup: knobs.warmup,
         measure: knobs.measure,
         max_requests: knobs.queries,
+        metrics: MetricsSource::None,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let run = runtime.block_on(load::run(plan))?;
