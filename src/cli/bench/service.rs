@@ -287,16 +287,16 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The settings a target runs with: built-in defaults, the target's
-/// overrides, the process environment's `PACPRIV__…`; then the bench's
+/// The settings a target runs with: built-in defaults, the process
+/// environment's `PACPRIV__…`, then the target's own overrides (which
+/// define the target, so they win); then the bench's
 /// own teachers, free loopback port, no extra listeners, a fresh store at
 /// `store`, and `principals` principals `bench-I` with key `bench-key-I`.
 fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) -> anyhow::Result<Settings> {
-    let env = target
-        .env
-        .iter()
-        .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-        .chain(std::env::vars().filter(|(k, _)| k.starts_with("PACPRIV__")));
+    // Later entries replace earlier ones.
+    let env = std::env::vars()
+        .filter(|(k, _)| k.starts_with("PACPRIV__"))
+        .chain(target.env.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())));
     let mut s = Settings::load_with_env(None, env)?;
     // The layout (`teachers.layout`) chooses between the demo server's m
     // models and its stacked one.
@@ -560,7 +560,7 @@ fn report(
     let env: Vec<String> =
         std::env::vars().filter(|(k, _)| k.starts_with("PACPRIV__")).map(|(k, v)| format!("`{k}={v}`")).collect();
     if !env.is_empty() {
-        writeln!(out, "Environment overrides (all targets): {}.", env.join(", "))?;
+        writeln!(out, "Environment overrides (all targets, under each target's own): {}.", env.join(", "))?;
     }
     let overrides: Vec<String> = results
         .iter()
