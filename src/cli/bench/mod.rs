@@ -1,9 +1,10 @@
 //! `pacpriv bench`: measurements of the running system, each a subcommand
 //! with its own `Args` and `run`, reporting Markdown for BENCHMARKS.md.
 //!
-//! - `service` ([`service`]): closed-loop load on the privatizer and, in
-//!   the same run against the same teachers, on a plain fan-out proxy
-//!   ([`proxy`]) — the throughput and latency ratios of issue 7.
+//! - `service` ([`service`]): closed-loop load (`load`) on the privatizer
+//!   and, in the same run against the same teachers, on a plain fan-out
+//!   proxy (`proxy`) — the throughput and latency ratios of issue 7,
+//!   with where the time went (`observe`), as Markdown (`report`).
 //!
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
@@ -14,6 +15,7 @@ use std::io::Write;
 mod load;
 mod observe;
 mod proxy;
+mod report;
 pub mod service;
 
 /// Arguments of `pacpriv bench`.

@@ -3,14 +3,14 @@
 //!
 //! One process: the demo ensemble is trained once and served over loopback
 //! gRPC on a runtime of its own (as a separate teacher server would be);
-//! then each [`Target`] in turn gets a fresh runtime, is started on a free
-//! port, and is loaded by N closed-loop clients ([`super::load`]) for a
-//! fixed time or number of answers. The targets are the real service
-//! ([`crate::server::start`], fresh embedded store, N provisioned
-//! principals) and the baseline ([`super::proxy`]); both build their
-//! fan-out from the same [`Settings`], so configuration overrides (a
-//! target's `PACPRIV__…` list, then the process environment's) apply to
-//! both alike.
+//! then each target in turn is started on a fresh runtime and a free
+//! port, and is loaded by N closed-loop clients (`load`, on a
+//! runtime of their own) for a fixed time or number of answers. The
+//! targets are the real service ([`crate::server::start`], fresh embedded
+//! store, N provisioned principals) and the baseline (`proxy`);
+//! both build their fan-out from the same [`Settings`], so configuration
+//! overrides (the process environment's `PACPRIV__…`, then the target's
+//! own) apply to both alike. `report` writes the Markdown.
 //!
 //! Every answer is also checked (labels, majority votes, unanimity,
 //! charges, per-principal answer counts against `GetBudget`), and any
@@ -19,8 +19,9 @@
 //! for CI; nothing here ever asserts on timing.
 
 use super::load::{self, Run};
-use super::observe::{self, MetricsSource};
+use super::observe::MetricsSource;
 use super::proxy;
+use super::report::{self, codes, machine};
 use crate::metrics::Metrics;
 use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
@@ -87,13 +88,13 @@ pub struct Args {
 
 /// The knobs of one run, with the smoke or full defaults filled in.
 #[derive(Clone, Debug)]
-struct Knobs {
-    models: usize,
-    seed: u64,
-    principals: usize,
-    warmup: Duration,
-    measure: Duration,
-    queries: Option<u64>,
+pub(super) struct Knobs {
+    pub(super) models: usize,
+    pub(super) seed: u64,
+    pub(super) principals: usize,
+    pub(super) warmup: Duration,
+    pub(super) measure: Duration,
+    pub(super) queries: Option<u64>,
 }
 
 impl Knobs {
@@ -122,7 +123,7 @@ impl Knobs {
 
 /// Which server a target starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     /// The plain fan-out proxy ([`proxy`]).
     Proxy,
     /// The real service ([`server::start`]).
@@ -131,11 +132,11 @@ enum Kind {
 
 /// One row of the report: a server and the configuration overrides it
 /// (and, for the proxy, its fan-out) is built with.
-struct Target {
-    name: &'static str,
-    kind: Kind,
+pub(super) struct Target {
+    pub(super) name: &'static str,
+    pub(super) kind: Kind,
     /// `PACPRIV__…` overrides on top of the built-in defaults.
-    env: &'static [(&'static str, &'static str)],
+    pub(super) env: &'static [(&'static str, &'static str)],
 }
 
 const UNBATCHED: &[(&str, &str)] = &[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0")];
@@ -153,18 +154,18 @@ const TARGETS: &[Target] = &[
 ];
 
 /// A throughput ratio between two targets of the same run.
-struct Ratio {
+pub(super) struct Ratio {
     /// What it compares.
-    what: &'static str,
-    numerator: &'static str,
-    denominator: &'static str,
+    pub(super) what: &'static str,
+    pub(super) numerator: &'static str,
+    pub(super) denominator: &'static str,
     /// The issue's goal, as a minimum ratio.
-    goal: Option<f64>,
+    pub(super) goal: Option<f64>,
 }
 
 /// The ratios reported (those whose targets both ran): the issue's two
 /// goals first, then the same comparisons in the other configurations.
-const RATIOS: &[Ratio] = &[
+pub(super) const RATIOS: &[Ratio] = &[
     Ratio {
         what: "privatizer vs proxy, default batching",
         numerator: "privatizer",
@@ -199,17 +200,17 @@ const RATIOS: &[Ratio] = &[
 ];
 
 /// A target's run and what its checks need to know.
-struct Measured {
-    run: Run,
+pub(super) struct Measured {
+    pub(super) run: Run,
     /// Each client's principal's `GetBudget` after the run (privatizer
     /// targets; empty for the proxy).
-    budgets: Vec<Budget>,
-    classes: usize,
-    policy: Policy,
-    per_query: f64,
-    scope: Scope,
+    pub(super) budgets: Vec<Budget>,
+    pub(super) classes: usize,
+    pub(super) policy: Policy,
+    pub(super) per_query: f64,
+    pub(super) scope: Scope,
     /// The fan-out it ran with, for the report.
-    fanout: String,
+    pub(super) fanout: String,
 }
 
 /// Runs the benchmark and prints its report; fails after the report if any
@@ -264,7 +265,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let _ = stop_teachers.send(());
     teachers_runtime.shutdown_timeout(Duration::from_secs(5));
 
-    report(&results, &knobs, images.len(), &args.state_dir, out)?;
+    report::service(&results, &knobs, images.len(), &args.state_dir, out)?;
     let mut violations = Vec::new();
     for (target, measured) in &results {
         violations
@@ -518,189 +519,6 @@ fn check(target: &Target, m: &Measured, teacher_labels: &[Vec<usize>]) -> Vec<St
         }
     }
     v
-}
-
-/// `Unavailable × 3, DeadlineExceeded × 1`, or `none`.
-fn codes(run: &Run) -> String {
-    let errors = run.errors();
-    if errors.is_empty() {
-        return "none".into();
-    }
-    errors.iter().map(|(code, n)| format!("{code} × {n}")).collect::<Vec<_>>().join(", ")
-}
-
-/// The Markdown report: what ran, one row per target, the ratios.
-fn report(
-    results: &[(&Target, Measured)],
-    knobs: &Knobs,
-    images: usize,
-    state_dir: &Path,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let cap = knobs.queries.map(|q| format!(" or {q} answers, whichever comes first")).unwrap_or_default();
-    writeln!(
-        out,
-        "m = {} demo teachers (seed {}) on loopback gRPC; {} principals, each one closed-loop client (unary \
-         Predict, own connection and API key); per target {:.1} s warm-up, then {:.1} s{cap}; {images} held-out \
-         images cycled.",
-        knobs.models,
-        knobs.seed,
-        knobs.principals,
-        knobs.warmup.as_secs_f64(),
-        knobs.measure.as_secs_f64(),
-    )?;
-    writeln!(
-        out,
-        "Machine: {}. Teachers, service and load clients all share these CPUs. Privatizer store: embedded, fresh \
-         per target, under {} ({}).",
-        machine(),
-        state_dir.display(),
-        filesystem(state_dir)
-    )?;
-    let env: Vec<String> =
-        std::env::vars().filter(|(k, _)| k.starts_with("PACPRIV__")).map(|(k, v)| format!("`{k}={v}`")).collect();
-    if !env.is_empty() {
-        writeln!(out, "Environment overrides (all targets, under each target's own): {}.", env.join(", "))?;
-    }
-    let overrides: Vec<String> = results
-        .iter()
-        .filter(|(t, _)| !t.env.is_empty())
-        .map(|(t, _)| {
-            let env: Vec<String> = t.env.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
-            format!("{}: {}", t.name, env.join(" "))
-        })
-        .collect();
-    if !overrides.is_empty() {
-        writeln!(out, "Configuration: built-in defaults, except {}.", overrides.join("; "))?;
-    }
-    writeln!(out)?;
-    writeln!(out, "| target | fan-out | answered | errors | answers/s | p50 ms | p90 ms | p99 ms |")?;
-    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
-    for (target, m) in results {
-        let latency = match m.run.percentiles(&[0.5, 0.9, 0.99]) {
-            Some(p) => p.iter().map(|d| format!("{:.2}", d.as_secs_f64() * 1e3)).collect::<Vec<_>>().join(" | "),
-            None => "– | – | –".into(),
-        };
-        let errors: u64 = m.run.errors().values().sum();
-        writeln!(
-            out,
-            "| {} | {} | {} | {errors} | {:.1} | {latency} |",
-            target.name,
-            m.fanout,
-            m.run.answered(),
-            m.run.throughput()
-        )?;
-    }
-    for (target, m) in results {
-        if !m.run.errors().is_empty() {
-            writeln!(out, "\nErrors of {}: {}.", target.name, codes(&m.run))?;
-        }
-    }
-    let throughput = |name: &str| results.iter().find(|(t, _)| t.name == name).map(|(_, m)| m.run.throughput());
-    let ratios: Vec<String> = RATIOS
-        .iter()
-        .filter_map(|r| {
-            let (num, den) = (throughput(r.numerator)?, throughput(r.denominator)?);
-            let ratio = if den > 0.0 { num / den } else { f64::NAN };
-            let goal = match r.goal {
-                Some(g) if ratio >= g => format!("≥ {g}× (met)"),
-                Some(g) => format!("≥ {g}× (missed: {:.0} % of the goal)", 100.0 * ratio / g),
-                None => "–".into(),
-            };
-            Some(format!("| {} | {} / {} | {ratio:.2}× | {goal} |", r.what, r.numerator, r.denominator))
-        })
-        .collect();
-    if !ratios.is_empty() {
-        writeln!(out, "\n| throughput ratio (same run) | targets | value | goal |")?;
-        writeln!(out, "|---|---|---:|---|")?;
-        for r in ratios {
-            writeln!(out, "{r}")?;
-        }
-    }
-    cpu_table(results, out)
-}
-
-/// Where each target's CPU went in its measured window — CPU milliseconds
-/// per answer by component, with its share, and how busy the machine was —
-/// and the batch sizes that explain it.
-fn cpu_table(results: &[(&Target, Measured)], out: &mut dyn Write) -> anyhow::Result<()> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let groups: Vec<&str> = observe::GROUPS.iter().map(|(_, g)| *g).chain([observe::OTHER]).collect();
-    let or_dash = |v: Option<f64>, digits: usize| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"));
-    let mut rows = Vec::new();
-    for (target, m) in results {
-        let answered = m.run.answered();
-        let seen = &m.run.observed;
-        let total: f64 = seen.cpu.iter().flat_map(|u| u.values()).sum();
-        let cells: Vec<String> = groups
-            .iter()
-            .map(|g| match seen.cpu.as_ref().and_then(|u| u.get(g)) {
-                Some(secs) if answered > 0 && total > 0.0 => {
-                    format!("{:.2} ({:.0} %)", 1e3 * secs / answered as f64, 100.0 * secs / total)
-                }
-                Some(_) | None => "–".into(),
-            })
-            .collect();
-        let (per_answer, busy) = if answered > 0 && total > 0.0 {
-            let busy = 100.0 * total / (m.run.elapsed.as_secs_f64() * cpus).max(f64::MIN_POSITIVE);
-            (format!("{:.2}", 1e3 * total / answered as f64), format!("{busy:.0} %"))
-        } else {
-            ("–".into(), "–".into())
-        };
-        let commits_per_s = seen.commits.map(|c| c / m.run.elapsed.as_secs_f64().max(f64::MIN_POSITIVE));
-        rows.push(format!(
-            "| {} | {} | {per_answer} | {busy} | {} | {} | {} |",
-            target.name,
-            cells.join(" | "),
-            or_dash(seen.fanout_batch, 1),
-            or_dash(seen.commit_batch, 1),
-            or_dash(commits_per_s, 0),
-        ));
-    }
-    writeln!(
-        out,
-        "\nWhere the time went in each measured window: CPU ms per answer by component (share of the process's CPU \
-         time), how busy the CPUs were, mean queries per fan-out (per teacher call), and for the privatizer mean \
-         session records per store commit and commits (fsyncs) per second:\n"
-    )?;
-    writeln!(
-        out,
-        "| target | {} | CPU ms/answer | CPUs busy | queries/fan-out | records/commit | commits/s |",
-        groups.join(" | ")
-    )?;
-    writeln!(out, "|---|{}---:|---:|---:|---:|---:|", "---:|".repeat(groups.len()))?;
-    for r in rows {
-        writeln!(out, "{r}")?;
-    }
-    Ok(())
-}
-
-/// The CPU model and how many CPUs this process may use.
-fn machine() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, m)| m.trim().to_owned()))
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{model}, {cpus} CPU(s)")
-}
-
-/// The file system type `dir` lives on (the longest matching mount point
-/// in /proc/self/mounts), e.g. `ext4`; `unknown file system` elsewhere.
-fn filesystem(dir: &Path) -> String {
-    let Ok(dir) = std::fs::canonicalize(dir) else { return "unknown file system".into() };
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, point, kind) = (f.next()?, f.next()?, f.next()?);
-            dir.starts_with(point).then(|| (point.len(), kind.to_owned()))
-        })
-        .max()
-        .map_or_else(|| "unknown file system".into(), |(_, kind)| kind)
 }
 
 /// A privatizer target's store directory, removed when dropped.
