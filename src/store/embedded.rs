@@ -30,7 +30,7 @@ struct Write {
     session: String,
     record: SessionRecord,
     journal: Option<JournalEntry>,
-    done: Sender<Result<(), String>>,
+    done: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
 /// A redb file and its writer thread.
@@ -266,7 +266,7 @@ impl EmbeddedStore {
         record: SessionRecord,
         journal: Option<JournalEntry>,
     ) -> Result<Ticket, StoreError> {
-        let (done, wait) = mpsc::channel();
+        let (done, wait) = tokio::sync::oneshot::channel();
         self.queue
             .as_ref()
             .ok_or(StoreError::WriterGone)?
