@@ -73,8 +73,9 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Provisions the configured principals (inserting new ones, updating
-    /// the key and budget of earlier configured ones), then opens one
+    /// Provisions the configured principals in one transaction (inserting
+    /// new ones, updating the key and budget of earlier configured ones;
+    /// on a conflict none is stored), then opens one
     /// session per stored principal, or one shared session with
     /// `global_budget`. With the embedded store each resumes from its
     /// latest durable record (or the uniform prior); with PostgreSQL the
@@ -90,18 +91,23 @@ impl Sessions {
         params: SessionParams,
         store: &Store,
     ) -> Result<Self, SessionError> {
-        for p in configured {
-            let record = PrincipalRecord {
+        let now = now_unix();
+        let records: Vec<PrincipalRecord> = configured
+            .iter()
+            .map(|p| PrincipalRecord {
                 name: p.name.clone(),
                 key_sha256: p.key_sha256,
                 budget: p.budget.get(),
                 origin: Origin::Config,
-                created_unix: now_unix(),
+                created_unix: now,
                 revoked_unix: None,
-            };
-            let stored = store.provision(&record).await.map_err(SessionError::Registry)?;
+            })
+            .collect();
+        // One transaction for all of them: a configuration with many
+        // principals starts in one fsync, and a conflict stores none.
+        for stored in store.provision_all(&records).await.map_err(SessionError::Registry)? {
             if !stored.active() {
-                tracing::warn!(principal = %p.name, "configured principal was revoked through the admin API; it stays revoked");
+                tracing::warn!(principal = %stored.name, "configured principal was revoked through the admin API; it stays revoked");
             }
         }
         let mut sessions = Sessions { scope, params, store: store.clone(), shared: None, local: None };
