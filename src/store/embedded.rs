@@ -23,6 +23,10 @@ const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principal
 /// Most records folded into one commit.
 const MAX_BATCH: usize = 4096;
 
+/// redb's page cache, at most: read cache and write buffer together
+/// (redb's own default).
+pub const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -69,10 +73,22 @@ impl EmbeddedStore {
     /// # Errors
     /// As [`EmbeddedStore::open`].
     pub fn open_with(path: &Path, metrics: StoreMetrics) -> Result<Self, StoreError> {
+        Self::open_with_cache(path, metrics, DEFAULT_CACHE_BYTES)
+    }
+
+    /// As [`EmbeddedStore::open_with`], with at most `cache_bytes` of redb
+    /// page cache (read cache and write buffer together).
+    ///
+    /// # Errors
+    /// As [`EmbeddedStore::open`].
+    pub fn open_with_cache(path: &Path, metrics: StoreMetrics, cache_bytes: usize) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
         }
-        let db = Database::create(path).map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
         let db = Arc::new(db);
         let (queue, rx) = mpsc::channel();
         let writer_db = Arc::clone(&db);

@@ -3,6 +3,7 @@
 
 mod accuracy;
 mod audit;
+mod bench_store;
 mod budget;
 mod crash;
 mod label;
