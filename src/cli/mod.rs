@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 pub mod admin;
 pub mod audit;
+pub mod bench;
 pub mod budget;
 pub mod connect;
 pub mod health;
@@ -58,6 +59,8 @@ pub enum Command {
     /// Held-out accuracy at several per-query budgets under both charging
     /// policies, and how many answers a budget buys (paper Table 3).
     Utility(utility::Args),
+    /// Measurements for BENCHMARKS.md, with same-run baselines.
+    Bench(bench::Args),
 }
 
 /// Runs one parsed command, writing its report to `out`.
@@ -80,6 +83,7 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         Command::Label(args) => label::run(args, out),
         Command::Audit(args) => audit::run(args, out),
         Command::Utility(args) => utility::run(args, out),
+        Command::Bench(args) => bench::run(args, out),
     }
 }
 

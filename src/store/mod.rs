@@ -337,6 +337,20 @@ impl Store {
         }
     }
 
+    /// Provisions every record of `records` in order, as [`Store::provision`]
+    /// would one after the other, but in one transaction (one fsync): the
+    /// start-up path for the configured principals. All or nothing: on an
+    /// error none of them is stored. Returns what is stored, in order.
+    ///
+    /// # Errors
+    /// As [`Store::provision`], naming the first principal that failed.
+    pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.provision_all(records),
+            Store::Postgres(p) => p.provision_all(records).await,
+        }
+    }
+
     /// Marks `name` revoked (durably) unless it already is; returns the
     /// stored record, `None` if there is no such principal.
     ///
