@@ -14,6 +14,7 @@ use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
 use crate::privacy::mechanism::TeacherOutputs;
 use crate::session::{Credential, Scope, SessionParams, Sessions};
+use crate::store::embedded::DEFAULT_CACHE_BYTES;
 use crate::store::principal::now_unix;
 use crate::store::{EmbeddedStore, Origin, PrincipalRecord, Store};
 use anyhow::{Context, bail, ensure};
@@ -91,7 +92,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         out,
         "store: {} ({fs}), redb cache {}",
         scratch.path().display(),
-        args.cache_mib.map_or_else(|| "default".to_owned(), |m| format!("{m} MiB"))
+        args.cache_mib.map_or_else(|| format!("{} MiB (default)", DEFAULT_CACHE_BYTES >> 20), |m| format!("{m} MiB"))
     )?;
     writeln!(
         out,

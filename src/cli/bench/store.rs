@@ -18,6 +18,7 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::session::{Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret};
+use crate::store::embedded::DEFAULT_CACHE_BYTES;
 use crate::store::{EmbeddedStore, Meta, SessionRecord, Store};
 use anyhow::{Context, bail, ensure};
 use rand::RngExt;
@@ -113,7 +114,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         "store: {} ({fs}), journal {}, redb cache {}",
         scratch.path().display(),
         if args.journal { "on" } else { "off" },
-        args.cache_mib.map_or_else(|| "default".to_owned(), |m| format!("{m} MiB")),
+        args.cache_mib.map_or_else(|| format!("{} MiB (default)", DEFAULT_CACHE_BYTES >> 20), |m| format!("{m} MiB")),
     )?;
     writeln!(
         out,
