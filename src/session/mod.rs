@@ -328,6 +328,12 @@ impl Handle {
     ) -> Result<Step, SessionError> {
         let s = Arc::clone(&self.session);
         match &self.session.backend {
+            // A few microseconds of math run here: a hop to a blocking
+            // thread would cost more than the step (BENCHMARKS.md).
+            Backend::Local { .. } if quick(&outputs) => {
+                let (answer, view, ticket) = s.step_local(&outputs, alpha, &query_id)?;
+                Ok(Step { answer, view, ticket: Some(ticket) })
+            }
             Backend::Local { .. } => {
                 let (answer, view, ticket) =
                     tokio::task::spawn_blocking(move || s.step_local(&outputs, alpha, &query_id))
@@ -352,6 +358,29 @@ impl Handle {
                 Ok(Step { answer, view, ticket: None })
             }
         }
+    }
+}
+
+/// Whether a step on `outputs` is cheap enough for an async worker: label
+/// mode with few active classes (an eigendecomposition of at most 7 × 7,
+/// microseconds). Vector mode (a thin SVD of m × d) and many active classes
+/// go to a blocking thread.
+fn quick(outputs: &TeacherOutputs) -> bool {
+    const MAX_ACTIVE: usize = 8;
+    match outputs {
+        TeacherOutputs::Labels { labels, .. } => {
+            let mut active: Vec<usize> = Vec::with_capacity(MAX_ACTIVE + 1);
+            for &l in labels {
+                if !active.contains(&l) {
+                    active.push(l);
+                    if active.len() > MAX_ACTIVE {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+        TeacherOutputs::Vectors(_) => false,
     }
 }
 
