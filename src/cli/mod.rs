@@ -59,7 +59,9 @@ pub enum Command {
     /// Held-out accuracy at several per-query budgets under both charging
     /// policies, and how many answers a budget buys (paper Table 3).
     Utility(utility::Args),
-    /// Measurements for BENCHMARKS.md, with same-run baselines.
+    /// Benchmarks with same-run baselines, for BENCHMARKS.md: load on the
+    /// service beside a plain fan-out proxy, durable charges per second,
+    /// memory per idle session.
     Bench(bench::Args),
 }
 
@@ -69,8 +71,12 @@ pub enum Command {
 /// Whatever the subcommand reports (bad arguments, I/O).
 pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     // The servers and the admin/health clients set up logging from their
-    // configuration; the tools log to standard error at `RUST_LOG`.
-    if !matches!(cli.command, Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_)) {
+    // configuration, the benchmarks quieter than `info`; the tools log to
+    // standard error at `RUST_LOG`.
+    if !matches!(
+        cli.command,
+        Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_) | Command::Bench(_)
+    ) {
         init_tracing(false);
     }
     match cli.command {

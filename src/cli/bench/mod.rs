@@ -1,11 +1,25 @@
-//! `pacpriv bench`: measurements for `BENCHMARKS.md`, each with its
-//! baselines taken in the same run so results are read as ratios. One
-//! subcommand per file.
-
-pub mod sessions;
-pub mod store;
+//! `pacpriv bench`: measurements of the running system, each a subcommand
+//! with its own `Args` and `run`, reporting Markdown for BENCHMARKS.md.
+//!
+//! - `service` ([`service`]): closed-loop load on the privatizer and, in
+//!   the same run against the same teachers, on a plain fan-out proxy
+//!   ([`proxy`]) — the throughput and latency ratios of issue 7;
+//! - `store` ([`store`]): durable charges per second through the session
+//!   path and the embedded store's group commit;
+//! - `sessions` ([`sessions`]): resident memory per idle session.
+//!
+//! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
+//! service logs every answer at `info`, which would measure the terminal.
 
 use clap::Subcommand;
+use std::io::Write;
+
+mod load;
+mod observe;
+mod proxy;
+pub mod service;
+pub mod sessions;
+pub mod store;
 
 /// Arguments of `pacpriv bench`.
 #[derive(Debug, clap::Args)]
@@ -18,6 +32,10 @@ pub struct Args {
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Closed-loop load (N principals, unary Predict) on the privatizer and
+    /// on a plain fan-out proxy over the same teachers, in one run:
+    /// throughput, latency percentiles and their ratios.
+    Service(service::Args),
     /// Durable charges per second through the session path with the
     /// embedded store's group commit, against a math-only loop and a
     /// sequential one-fsync-per-charge session in the same run.
@@ -30,10 +48,23 @@ pub enum Command {
 /// Runs one benchmark, writing its report to `out`.
 ///
 /// # Errors
-/// Bad arguments, or whatever the benchmark hit (store, I/O).
-pub fn run(args: Args, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+/// Whatever the benchmark reports (bad arguments, a failed start, a
+/// correctness violation).
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    init_quiet_tracing();
     match args.command {
+        Command::Service(args) => service::run(args, out),
         Command::Store(args) => store::run(args, out),
         Command::Sessions(args) => sessions::run(args, out),
     }
+}
+
+/// Logs to standard error at `RUST_LOG`, by default warnings only — and not
+/// the warning every fresh store's first start gives about its new secret
+/// (each privatizer target starts on an empty store on purpose).
+fn init_quiet_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,pacpriv::session::secret=error".into());
+    // A second initialisation (tests calling run twice) is harmless.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
