@@ -61,6 +61,20 @@ pub struct PrincipalConfig {
     pub budget: Nats,
 }
 
+impl PrincipalConfig {
+    /// Its store record, provisioned by the configuration at `now_unix`.
+    pub fn record(&self, now_unix: i64) -> crate::store::PrincipalRecord {
+        crate::store::PrincipalRecord {
+            name: self.name.clone(),
+            key_sha256: self.key_sha256,
+            budget: self.budget.get(),
+            origin: crate::store::Origin::Config,
+            created_unix: now_unix,
+            revoked_unix: None,
+        }
+    }
+}
+
 /// Why a session refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {

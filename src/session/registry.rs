@@ -92,17 +92,7 @@ impl Sessions {
         store: &Store,
     ) -> Result<Self, SessionError> {
         let now = now_unix();
-        let records: Vec<PrincipalRecord> = configured
-            .iter()
-            .map(|p| PrincipalRecord {
-                name: p.name.clone(),
-                key_sha256: p.key_sha256,
-                budget: p.budget.get(),
-                origin: Origin::Config,
-                created_unix: now,
-                revoked_unix: None,
-            })
-            .collect();
+        let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
         // One transaction for all of them: a configuration with many
         // principals starts in one fsync, and a conflict stores none.
         for stored in store.provision_all(&records).await.map_err(SessionError::Registry)? {

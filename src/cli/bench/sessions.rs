@@ -16,7 +16,7 @@ use crate::privacy::mechanism::TeacherOutputs;
 use crate::session::{Credential, Scope, SessionParams, Sessions};
 use crate::store::embedded::DEFAULT_CACHE_BYTES;
 use crate::store::principal::now_unix;
-use crate::store::{EmbeddedStore, Origin, PrincipalRecord, Store};
+use crate::store::{EmbeddedStore, PrincipalRecord, Store};
 use anyhow::{Context, bail, ensure};
 use std::io::Write;
 use std::path::Path;
@@ -151,17 +151,7 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
         let store = Store::Embedded(open(args, path)?);
         let params = params(args, &store).await?;
         let now = now_unix();
-        let records: Vec<PrincipalRecord> = principals(args.count)?
-            .into_iter()
-            .map(|p| PrincipalRecord {
-                name: p.name,
-                key_sha256: p.key_sha256,
-                budget: p.budget.get(),
-                origin: Origin::Config,
-                created_unix: now,
-                revoked_unix: None,
-            })
-            .collect();
+        let records: Vec<PrincipalRecord> = principals(args.count)?.iter().map(|p| p.record(now)).collect();
         let started = Instant::now();
         let stored = store.provision_all(&records).await?;
         ensure!(stored.len() == args.count, "{} principals stored", stored.len());
