@@ -59,8 +59,9 @@ pub enum Command {
     /// Held-out accuracy at several per-query budgets under both charging
     /// policies, and how many answers a budget buys (paper Table 3).
     Utility(utility::Args),
-    /// Benchmarks: closed-loop load on the privatizer beside a plain
-    /// fan-out proxy over the same teachers (Markdown report).
+    /// Benchmarks with same-run baselines, for BENCHMARKS.md: load on the
+    /// service beside a plain fan-out proxy, durable charges per second,
+    /// memory per idle session.
     Bench(bench::Args),
 }
 

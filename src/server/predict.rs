@@ -1,64 +1,143 @@
-//! `Predict`: one private prediction. The pipeline every answer takes:
-//! refuse early if even the cheapest answer no longer fits → ask all m
-//! teachers (no lock held) → one step of Algorithm 1, made durable
-//! ([`Handle::answer`]) → response.
+//! `Predict`: one private prediction. The pipeline every answer takes, in
+//! three phases that [`predict_stream`](super::predict_stream) also runs
+//! (overlapping across a stream's queries):
+//!
+//! 1. [`ask`]: validate, refuse early if even the cheapest answer no longer
+//!    fits, ask all m teachers (no lock held);
+//! 2. [`step`]: one step of Algorithm 1 on the session, charged, its record
+//!    queued for the store ([`Handle::begin`]);
+//! 3. [`respond`]: wait until that record is durable, then the response.
 
 use super::App;
 use super::input::Query;
 use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
+use crate::privacy::mechanism::TeacherOutputs;
 use crate::proto::pacpriv::{Budget, PredictRequest, PredictResponse};
-use crate::session::{BudgetView, Handle, Scope};
+use crate::session::{BudgetView, Handle, Scope, Step};
 use std::sync::Arc;
-use tracing::Instrument;
+use std::time::Instant;
+use tracing::{Instrument, Span};
 
-/// Validates and answers one request of `rpc` for an authenticated caller,
-/// recording its outcome and latency.
+/// A request on its way: its span (principal, query id) and when it
+/// arrived, carried through every phase.
+pub struct Traced<T> {
+    /// What the phase produced.
+    value: T,
+    span: Span,
+    started: Instant,
+}
+
+/// A request that failed in some phase, with its trace.
+pub type Failed = Traced<ServiceError>;
+
+impl Failed {
+    /// Logs the failure and records its outcome and latency; the error.
+    pub fn record(self, app: &App, rpc: Rpc) -> ServiceError {
+        self.span.in_scope(|| tracing::info!(error = %self.value, "not answered"));
+        app.metrics.service.query(status::outcome(&self.value));
+        app.metrics.service.duration(rpc, self.started.elapsed().as_secs_f64());
+        self.value
+    }
+}
+
+impl<T> Traced<T> {
+    fn fail(&self, e: impl Into<ServiceError>) -> Failed {
+        Traced { value: e.into(), span: self.span.clone(), started: self.started }
+    }
+
+    fn then<U>(&self, value: U) -> Traced<U> {
+        Traced { value, span: self.span.clone(), started: self.started }
+    }
+}
+
+/// A validated query the teachers have answered.
+pub struct Asked {
+    query: Query,
+    outputs: TeacherOutputs,
+}
+
+/// A charged step whose record is on its way to the store.
+pub struct Taken {
+    query: Query,
+    step: Step,
+}
+
+/// Answers one request of `rpc` for an authenticated caller, recording its
+/// outcome and latency.
 ///
 /// # Errors
-/// As [`apply`], plus invalid input.
+/// Invalid input, exhausted budget, unavailable teachers, a core refusal —
+/// nothing charged — or a failed commit (charged, withheld).
 pub async fn handle(
     app: &Arc<App>,
     handle: &Handle,
     request: PredictRequest,
     rpc: Rpc,
 ) -> Result<PredictResponse, ServiceError> {
-    let started = std::time::Instant::now();
+    let result = async {
+        let asked = ask(app, handle, request).await?;
+        let taken = step(handle, asked).await?;
+        respond(app, handle, taken, rpc).await
+    };
+    result.await.map_err(|f| f.record(app, rpc))
+}
+
+/// Phase 1: validates `request` and asks every teacher about it, unless
+/// the session cannot pay even for the cheapest answer.
+///
+/// # Errors
+/// Invalid input, exhausted budget, unavailable teachers (nothing charged).
+pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Result<Traced<Asked>, Failed> {
+    let started = Instant::now();
     let query = app.input.parse(request);
     let query_id = query.as_ref().map(|q| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
-    let result = async {
-        let result = match query {
-            Ok(q) => apply(app, handle, q).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = &result {
-            tracing::info!(error = %e, "not answered");
-            app.metrics.service.query(status::outcome(e));
-        }
-        result
+    let traced = Traced { value: (), span: span.clone(), started };
+    let query = query.map_err(|e| traced.fail(e))?;
+    let outputs = async {
+        handle.ensure_can_pay().await?;
+        Ok::<_, ServiceError>(app.ensemble.query(&query.features).await?)
     }
     .instrument(span)
-    .await;
-    app.metrics.service.duration(rpc, started.elapsed().as_secs_f64());
-    result
+    .await
+    .map_err(|e| traced.fail(e))?;
+    Ok(traced.then(Asked { query, outputs }))
 }
 
-/// Answers one validated query for `handle`'s session.
+/// Phase 2: one step of Algorithm 1 on `handle`'s session, charged and
+/// queued for the store. A session's steps happen in the order of these
+/// calls.
 ///
 /// # Errors
-/// Exhausted budget, unavailable teachers, or a core refusal — in each case
-/// nothing was charged.
-pub async fn apply(app: &Arc<App>, handle: &Handle, query: Query) -> Result<PredictResponse, ServiceError> {
-    handle.ensure_can_pay().await?;
-    let outputs = app.ensemble.query(&query.features).await?;
-    let (answer, view) = handle.answer(outputs, query.alpha, query.query_id.clone()).await?;
-    tracing::info!(charged = answer.charge.get(), unanimous = answer.unanimous, spent = view.spent, "answered");
+/// Exhausted budget or a core refusal (nothing charged).
+pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+    let Traced { value: Asked { query, outputs }, span, started } = asked;
+    let traced = Traced { value: (), span, started };
+    let begun = handle.begin(outputs, query.alpha, query.query_id.clone()).instrument(traced.span.clone()).await;
+    let step = begun.map_err(|e| traced.fail(e))?;
+    Ok(traced.then(Taken { query, step }))
+}
+
+/// Phase 3: the response, once the step is durable.
+///
+/// # Errors
+/// The commit failed: the answer is withheld, its charge stands.
+pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
+    let Traced { value: Taken { query, step }, span, started } = taken;
+    let traced = Traced { value: (), span: span.clone(), started };
+    let (answer, view) = step.durable().await.map_err(|e| traced.fail(e))?;
+    span.in_scope(|| {
+        tracing::info!(charged = answer.charge.get(), unanimous = answer.unanimous, spent = view.spent, "answered");
+    });
     app.metrics.service.answered(answer.unanimous, answer.charge.get());
     app.metrics.service.budget(handle.session_name(), &view);
+    app.metrics.service.duration(rpc, started.elapsed().as_secs_f64());
+    let label =
+        u32::try_from(answer.label).map_err(|_| traced.fail(ServiceError::Internal("label out of range".into())))?;
     Ok(PredictResponse {
         query_id: query.query_id,
-        label: u32::try_from(answer.label).map_err(|_| ServiceError::Internal("label out of range".into()))?,
+        label,
         unanimous: answer.unanimous,
         mi_charged: answer.charge.get(),
         budget: Some(budget_message(handle.principal(), handle.scope(), &view)),

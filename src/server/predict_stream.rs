@@ -1,14 +1,26 @@
-//! `PredictStream`: a labelling job's queries answered one after another,
-//! in request order. The stream stops at the first failure, reported as its
-//! status; every response sent before it was answered and charged.
+//! `PredictStream`: a labelling job's queries answered in request order,
+//! pipelined. Each query runs the three phases of [`predict`] — teachers,
+//! step, durability — and the phases of consecutive queries overlap:
+//!
+//! - a reader task starts every request's fan-out as soon as it arrives
+//!   (at most [`DEPTH`] ahead), so the queries of one stream share batches;
+//! - this stream's task takes the steps strictly in request order — the
+//!   session's math sees the queries in the order the client sent them;
+//! - a sender task waits for each step's durability, in order, and sends.
+//!
+//! The stream stops at the first failure, reported as its status; every
+//! response sent before it was answered and charged. A client that stops
+//! reading stops the steps within [`DEPTH`] + 1 answers: those are charged
+//! but never delivered (an error toward more charge, never less).
 
 use super::App;
-use super::predict;
+use super::predict::{self, Asked, Failed, Taken, Traced};
 use crate::metrics::Rpc;
 use crate::proto::pacpriv::{PredictRequest, PredictResponse};
 use crate::session::Handle;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
@@ -17,26 +29,94 @@ use tracing::Instrument;
 /// Response stream handed to tonic.
 pub type ResponseStream = ReceiverStream<Result<PredictResponse, Status>>;
 
-/// Answers `requests` in order on a task of its own.
-pub fn start(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequest>) -> ResponseStream {
-    // Capacity 1: the job cannot run ahead of a client that stopped reading,
-    // so no answer is charged long before it can be delivered.
+/// Queries of one stream in flight per phase: enough to fill a batch
+/// window and a group commit, small enough that a vanished client leaves
+/// few charged answers undelivered.
+pub const DEPTH: usize = 16;
+
+/// A request's fan-out, running on a task of its own; `Err(status)` for a
+/// transport error reading the request.
+type Asking = Result<JoinHandle<Result<Traced<Asked>, Failed>>, Status>;
+
+/// Answers `requests` in order.
+pub fn start(app: Arc<App>, handle: Handle, requests: Streaming<PredictRequest>) -> ResponseStream {
+    // Capacity 1: the sender cannot run ahead of a client that stopped
+    // reading.
     let (tx, rx) = mpsc::channel(1);
     let span = tracing::info_span!("predict_stream", principal = %handle.principal());
     tokio::spawn(
         async move {
-            while let Some(next) = requests.next().await {
-                let result = match next {
-                    Ok(req) => predict::handle(&app, &handle, req, Rpc::PredictStream).await.map_err(Status::from),
-                    Err(status) => Err(status),
-                };
-                let failed = result.is_err();
-                if tx.send(result).await.is_err() || failed {
-                    break;
-                }
-            }
+            let (asking_tx, asking) = mpsc::channel(DEPTH);
+            let reader = tokio::spawn(read(Arc::clone(&app), handle.clone(), requests, asking_tx).in_current_span());
+            let (taken_tx, taken) = mpsc::channel(DEPTH);
+            let sender = tokio::spawn(send(Arc::clone(&app), handle.clone(), taken, tx).in_current_span());
+            take_steps(&app, &handle, asking, taken_tx).await;
+            // Fan-outs of requests after a failure are not needed; nothing
+            // was charged for them.
+            reader.abort();
+            let _ = sender.await;
         }
         .instrument(span),
     );
     ReceiverStream::new(rx)
 }
+
+/// Starts each request's teacher fan-out as it arrives, in order.
+async fn read(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequest>, asking: mpsc::Sender<Asking>) {
+    while let Some(next) = requests.next().await {
+        let started = next.map(|req| {
+            let (app, handle) = (Arc::clone(&app), handle.clone());
+            tokio::spawn(async move { predict::ask(&app, &handle, req).await }.in_current_span())
+        });
+        let failed = started.is_err();
+        if asking.send(started).await.is_err() || failed {
+            break;
+        }
+    }
+}
+
+/// Takes the session's steps in request order; the first failure is
+/// passed on and ends the stream.
+async fn take_steps(
+    app: &App,
+    handle: &Handle,
+    mut asking: mpsc::Receiver<Asking>,
+    taken: mpsc::Sender<Result<Traced<Taken>, Status>>,
+) {
+    while let Some(next) = asking.recv().await {
+        let stepped = match next {
+            Ok(fanout) => match fanout.await {
+                Ok(Ok(asked)) => predict::step(handle, asked).await.map_err(|f| Status::from(f.record(app, RPC))),
+                Ok(Err(failed)) => Err(Status::from(failed.record(app, RPC))),
+                // The fan-out task panicked: nothing was charged.
+                Err(e) => Err(Status::internal(format!("query task failed: {e}; nothing was charged"))),
+            },
+            Err(status) => Err(status),
+        };
+        let failed = stepped.is_err();
+        if taken.send(stepped).await.is_err() || failed {
+            break;
+        }
+    }
+}
+
+/// Sends each step's response once it is durable, in order.
+async fn send(
+    app: Arc<App>,
+    handle: Handle,
+    mut taken: mpsc::Receiver<Result<Traced<Taken>, Status>>,
+    tx: mpsc::Sender<Result<PredictResponse, Status>>,
+) {
+    while let Some(next) = taken.recv().await {
+        let response = match next {
+            Ok(step) => predict::respond(&app, &handle, step, RPC).await.map_err(|f| Status::from(f.record(&app, RPC))),
+            Err(status) => Err(status),
+        };
+        let failed = response.is_err();
+        if tx.send(response).await.is_err() || failed {
+            break;
+        }
+    }
+}
+
+const RPC: Rpc = Rpc::PredictStream;

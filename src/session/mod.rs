@@ -11,7 +11,8 @@
 //!   across the teacher fan-out, nor across the fsync: the step's record is
 //!   queued under the lock and the answer waits for it outside the lock
 //!   (early lock release; see [`crate::store`]).
-//! - An answer is returned only after its record is durable.
+//! - An answer is reachable only through [`Step::durable`], after its
+//!   record is durable.
 //! - The secret index lives only inside [`Session`] and is handed to the
 //!   mechanism; it is never returned, logged or put in an error.
 //! - Noise comes from [`rand::rng`]: a per-thread ChaCha12 CSPRNG seeded
@@ -21,7 +22,7 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
-use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreError};
+use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreError, Ticket};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
@@ -58,6 +59,20 @@ pub struct PrincipalConfig {
     pub key_sha256: [u8; 32],
     /// Its MI budget (its session's limit under per-principal scope).
     pub budget: Nats,
+}
+
+impl PrincipalConfig {
+    /// Its store record, provisioned by the configuration at `now_unix`.
+    pub fn record(&self, now_unix: i64) -> crate::store::PrincipalRecord {
+        crate::store::PrincipalRecord {
+            name: self.name.clone(),
+            key_sha256: self.key_sha256,
+            budget: self.budget.get(),
+            origin: crate::store::Origin::Config,
+            created_unix: now_unix,
+            revoked_unix: None,
+        }
+    }
 }
 
 /// Why a session refused or failed.
@@ -211,26 +226,22 @@ impl Session {
         Ok((answer, SessionRecord::of(&v.state, v.version), journal))
     }
 
-    /// The local path: step under the lock, queue the record under the lock
-    /// (so a session's records queue in order), wait for durability outside
-    /// it. Blocking.
-    fn answer_local(
+    /// The local path: step under the lock and queue the record under the
+    /// lock (so a session's records queue in order); the caller waits for
+    /// the ticket outside it. Blocking (LAPACK in vector mode).
+    fn step_local(
         &self,
         outputs: &TeacherOutputs,
         alpha: Option<f64>,
         query_id: &str,
-    ) -> Result<(Answer, BudgetView), SessionError> {
+    ) -> Result<(Answer, BudgetView, Ticket), SessionError> {
         let Backend::Local { state, store } = &self.backend else {
             return Err(SessionError::Poisoned);
         };
-        let (answer, view, ticket) = {
-            let mut guard = state.lock().map_err(|_| SessionError::Poisoned)?;
-            let (answer, record, journal) = self.step(&mut guard, outputs, alpha, query_id)?;
-            let ticket = store.enqueue(&self.key, record, journal)?;
-            (answer, BudgetView::of(&guard.state.ledger), ticket)
-        };
-        ticket.wait()?;
-        Ok((answer, view))
+        let mut guard = state.lock().map_err(|_| SessionError::Poisoned)?;
+        let (answer, record, journal) = self.step(&mut guard, outputs, alpha, query_id)?;
+        let ticket = store.enqueue(&self.key, record, journal)?;
+        Ok((answer, BudgetView::of(&guard.state.ledger), ticket))
     }
 
     /// A copy of the current ledger (read from the database for a shared
@@ -298,38 +309,114 @@ impl Handle {
 
     /// One step of Algorithm 1 on this session — budget check,
     /// calibration, noise, posterior and ledger update, atomically — and
-    /// returns only once the step is durable. The math runs on a blocking
-    /// thread (LAPACK in vector mode, fsync for the local store).
+    /// returns only once the step is durable: [`Handle::begin`], then
+    /// [`Step::durable`].
     ///
     /// # Errors
-    /// [`SessionError::Exhausted`] or the core's refusal: nothing changed.
-    /// [`SessionError::Store`]: the step may have happened but is withheld.
+    /// As [`Handle::begin`] and [`Step::durable`].
     pub async fn answer(
         &self,
         outputs: TeacherOutputs,
         alpha: Option<f64>,
         query_id: String,
     ) -> Result<(Answer, BudgetView), SessionError> {
+        self.begin(outputs, alpha, query_id).await?.durable().await
+    }
+
+    /// Takes one step of Algorithm 1 on this session and hands its record
+    /// to the store, without waiting for it to be durable: a caller with
+    /// several queries of one session (a stream) takes the next step while
+    /// this one's commit is under way, and the steps keep the order in
+    /// which `begin` was called. The math runs on a blocking thread (LAPACK
+    /// in vector mode). The answer is only reachable through
+    /// [`Step::durable`].
+    ///
+    /// # Errors
+    /// [`SessionError::Exhausted`] or the core's refusal: nothing changed.
+    /// [`SessionError::Store`]: the step may have happened but is withheld.
+    pub async fn begin(
+        &self,
+        outputs: TeacherOutputs,
+        alpha: Option<f64>,
+        query_id: String,
+    ) -> Result<Step, SessionError> {
         let s = Arc::clone(&self.session);
         match &self.session.backend {
-            Backend::Local { .. } => tokio::task::spawn_blocking(move || s.answer_local(&outputs, alpha, &query_id))
-                .await
-                .map_err(|_| SessionError::Poisoned)?,
+            // A few microseconds of math run here: a hop to a blocking
+            // thread would cost more than the step (BENCHMARKS.md).
+            Backend::Local { .. } if quick(&outputs) => {
+                let (answer, view, ticket) = s.step_local(&outputs, alpha, &query_id)?;
+                Ok(Step { answer, view, ticket: Some(ticket) })
+            }
+            Backend::Local { .. } => {
+                let (answer, view, ticket) =
+                    tokio::task::spawn_blocking(move || s.step_local(&outputs, alpha, &query_id))
+                        .await
+                        .map_err(|_| SessionError::Poisoned)??;
+                Ok(Step { answer, view, ticket: Some(ticket) })
+            }
+            // One row-locked transaction per step: durable when it returns.
             Backend::Shared { store, limit } => {
                 let limit = *limit;
-                store
+                let (answer, view) = store
                     .step(&self.session.key, move |record| async move {
                         tokio::task::spawn_blocking(move || {
                             let mut v = s.params.resume(record.as_ref(), limit)?;
                             let (answer, record, journal) = s.step(&mut v, &outputs, alpha, &query_id)?;
-                            Ok((record, journal, (answer, BudgetView::of(&v.state.ledger))))
+                            Ok::<_, SessionError>((record, journal, (answer, BudgetView::of(&v.state.ledger))))
                         })
                         .await
                         .map_err(|_| SessionError::Poisoned)?
                     })
-                    .await
+                    .await?;
+                Ok(Step { answer, view, ticket: None })
             }
         }
+    }
+}
+
+/// Whether a step on `outputs` is cheap enough for an async worker: label
+/// mode with few active classes (an eigendecomposition of at most 7 × 7,
+/// microseconds). Vector mode (a thin SVD of m × d) and many active classes
+/// go to a blocking thread.
+fn quick(outputs: &TeacherOutputs) -> bool {
+    const MAX_ACTIVE: usize = 8;
+    match outputs {
+        TeacherOutputs::Labels { labels, .. } => {
+            let mut active: Vec<usize> = Vec::with_capacity(MAX_ACTIVE + 1);
+            for &l in labels {
+                if !active.contains(&l) {
+                    active.push(l);
+                    if active.len() > MAX_ACTIVE {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+        TeacherOutputs::Vectors(_) => false,
+    }
+}
+
+/// A step taken and charged whose record may not be durable yet.
+pub struct Step {
+    answer: Answer,
+    view: BudgetView,
+    /// `None`: already durable.
+    ticket: Option<Ticket>,
+}
+
+impl Step {
+    /// The answer and the account after it, once the step's record (and so
+    /// every earlier one of the session) is durable.
+    ///
+    /// # Errors
+    /// [`SessionError::Store`]: the answer is withheld; its charge stands.
+    pub async fn durable(self) -> Result<(Answer, BudgetView), SessionError> {
+        if let Some(ticket) = self.ticket {
+            ticket.durable().await?;
+        }
+        Ok((self.answer, self.view))
     }
 }
 

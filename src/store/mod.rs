@@ -10,7 +10,7 @@
 //! # Invariants
 //! - A record is handed to the store *before* its answer is released, and
 //!   the answer waits until that record — and so every earlier record of
-//!   the same session — is durable ([`Ticket::wait`]).
+//!   the same session — is durable ([`Ticket::durable`]).
 //! - Versions of a session only grow by one per answered query.
 //! - The secret index is written once and never changes under an existing
 //!   posterior; a start with another teacher set or another index refuses.
@@ -337,6 +337,20 @@ impl Store {
         }
     }
 
+    /// Provisions every record of `records` in order, as [`Store::provision`]
+    /// would one after the other, but in one transaction (one fsync): the
+    /// start-up path for the configured principals. All or nothing: on an
+    /// error none of them is stored. Returns what is stored, in order.
+    ///
+    /// # Errors
+    /// As [`Store::provision`], naming the first principal that failed.
+    pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.provision_all(records),
+            Store::Postgres(p) => p.provision_all(records).await,
+        }
+    }
+
     /// Marks `name` revoked (durably) unless it already is; returns the
     /// stored record, `None` if there is no such principal.
     ///
@@ -362,17 +376,29 @@ impl Store {
 }
 
 /// Waits for one record to become durable.
-pub struct Ticket(std::sync::mpsc::Receiver<Result<(), String>>);
+pub struct Ticket(tokio::sync::oneshot::Receiver<Result<(), String>>);
 
 impl Ticket {
-    /// Blocks until the record and every earlier record are durable.
+    /// Resolves once the record and every earlier record are durable.
     ///
     /// # Errors
     /// The commit failed or the writer stopped: the answer must not be
     /// released (its charge may or may not be on disk; it stays charged in
     /// memory either way).
+    pub async fn durable(self) -> Result<(), StoreError> {
+        Self::outcome(self.0.await)
+    }
+
+    /// As [`Ticket::durable`], blocking the thread (not for async code).
+    ///
+    /// # Errors
+    /// As [`Ticket::durable`].
     pub fn wait(self) -> Result<(), StoreError> {
-        match self.0.recv() {
+        Self::outcome(self.0.blocking_recv())
+    }
+
+    fn outcome(received: Result<Result<(), String>, tokio::sync::oneshot::error::RecvError>) -> Result<(), StoreError> {
+        match received {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(StoreError::Backend(e)),
             Err(_) => Err(StoreError::WriterGone),

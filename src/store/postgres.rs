@@ -203,49 +203,32 @@ impl PgStore {
         client.query_opt(sql, &[param]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
     }
 
-    /// See [`super::Store::provision`]: an insert that loses to an existing
-    /// name, then (config origin only) an update of the config-origin row.
+    /// See [`super::Store::provision`], in a transaction of its own.
     ///
     /// # Errors
     /// As [`super::Store::provision`].
     pub async fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
-        let client = self.client().await?;
-        let key: &[u8] = &record.key_sha256;
-        let origin = record.origin.as_str();
-        let unique = |e: tokio_postgres::Error| {
-            if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                StoreError::KeyInUse { name: record.name.clone() }
-            } else {
-                backend(e)
-            }
-        };
-        let inserted = client
-            .execute(
-                "INSERT INTO pacpriv_principals (name, key_sha256, budget, origin, created_unix, revoked_unix) \
-                 VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (name) DO NOTHING",
-                &[&record.name, &key, &record.budget, &origin, &record.created_unix],
-            )
-            .await
-            .map_err(unique)?;
-        if inserted == 0 {
-            let updated = match record.origin {
-                Origin::Admin => 0,
-                Origin::Config => client
-                    .execute(
-                        "UPDATE pacpriv_principals SET key_sha256 = $2, budget = $3 \
-                         WHERE name = $1 AND origin = 'config'",
-                        &[&record.name, &key, &record.budget],
-                    )
-                    .await
-                    .map_err(unique)?,
-            };
-            if updated == 0 {
-                let existing = self.principal(&record.name).await?;
-                let origin = existing.map_or(Origin::Admin, |p| p.origin).as_str();
-                return Err(StoreError::PrincipalExists { name: record.name.clone(), origin });
-            }
+        let mut stored = self.provision_all(std::slice::from_ref(record)).await?;
+        stored.pop().ok_or_else(|| backend("provisioning one principal stored none"))
+    }
+
+    /// See [`super::Store::provision_all`]: one transaction, one
+    /// [`provision_in`] per record. Rows are locked in the order given;
+    /// replicas starting together give their configured principals in the
+    /// same (name) order, so they cannot deadlock one another.
+    ///
+    /// # Errors
+    /// As [`super::Store::provision_all`].
+    pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(backend)?;
+        let mut stored = Vec::with_capacity(records.len());
+        for record in records {
+            // An error drops `tx`, which rolls back: all or nothing.
+            stored.push(provision_in(&tx, record).await?);
         }
-        self.principal(&record.name).await?.ok_or_else(|| backend("principal row missing after insert"))
+        tx.commit().await.map_err(backend)?;
+        Ok(stored)
     }
 
     /// See [`super::Store::revoke`].
@@ -323,6 +306,55 @@ impl PgStore {
         self.metrics.commit(started.elapsed().as_secs_f64(), 1);
         Ok(result)
     }
+}
+
+/// Provisions one record inside `tx` (the semantics of
+/// [`super::Store::provision`]): an insert that loses to an existing name,
+/// then (config origin only) an update of the config-origin row. A unique
+/// violation (another principal's key) aborts the transaction, which the
+/// caller then drops.
+async fn provision_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    record: &PrincipalRecord,
+) -> Result<PrincipalRecord, StoreError> {
+    let key: &[u8] = &record.key_sha256;
+    let origin = record.origin.as_str();
+    let unique = |e: tokio_postgres::Error| {
+        if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+            StoreError::KeyInUse { name: record.name.clone() }
+        } else {
+            backend(e)
+        }
+    };
+    let inserted = tx
+        .execute(
+            "INSERT INTO pacpriv_principals (name, key_sha256, budget, origin, created_unix, revoked_unix) \
+             VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (name) DO NOTHING",
+            &[&record.name, &key, &record.budget, &origin, &record.created_unix],
+        )
+        .await
+        .map_err(unique)?;
+    let current = async || -> Result<Option<PrincipalRecord>, StoreError> {
+        let row = tx.query_opt(select_principals!(" WHERE name = $1"), &[&record.name]).await.map_err(backend)?;
+        row.as_ref().map(principal_of).transpose()
+    };
+    if inserted == 0 {
+        let updated = match record.origin {
+            Origin::Admin => 0,
+            Origin::Config => tx
+                .execute(
+                    "UPDATE pacpriv_principals SET key_sha256 = $2, budget = $3 WHERE name = $1 AND origin = 'config'",
+                    &[&record.name, &key, &record.budget],
+                )
+                .await
+                .map_err(unique)?,
+        };
+        if updated == 0 {
+            let origin = current().await?.map_or(Origin::Admin, |p| p.origin).as_str();
+            return Err(StoreError::PrincipalExists { name: record.name.clone(), origin });
+        }
+    }
+    current().await?.ok_or_else(|| backend("principal row missing after insert"))
 }
 
 fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError> {

@@ -57,3 +57,112 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
     assert!(format!("{:?}", store.meta()?).contains("<redacted>"));
     Ok(())
 }
+
+fn principal(name: &str, key: u8, budget: f64, origin: Origin) -> PrincipalRecord {
+    PrincipalRecord {
+        name: name.into(),
+        key_sha256: [key; 32],
+        budget,
+        origin,
+        created_unix: 1_000 + i64::from(key),
+        revoked_unix: None,
+    }
+}
+
+/// Two empty stores in one temp dir.
+fn two_stores() -> Result<(tempfile::TempDir, EmbeddedStore, EmbeddedStore), StoreError> {
+    let dir = tempfile::tempdir().map_err(|e| StoreError::Backend(e.to_string()))?;
+    let (a, b) = (EmbeddedStore::open(&dir.path().join("a.redb"))?, EmbeddedStore::open(&dir.path().join("b.redb"))?);
+    Ok((dir, a, b))
+}
+
+/// What went wrong, comparably (StoreError is not `PartialEq`).
+fn outcome(r: Result<Vec<PrincipalRecord>, StoreError>) -> Result<Vec<PrincipalRecord>, String> {
+    r.map_err(|e| format!("{e:?}"))
+}
+
+#[test]
+fn bulk_provisioning_stores_what_one_by_one_provisioning_stores() -> Result<(), StoreError> {
+    let (_dir, bulk, single) = two_stores()?;
+    let earlier = [
+        principal("alice", 1, 1.0, Origin::Config),
+        principal("bob", 2, 1.0, Origin::Config),
+        principal("carol", 3, 1.0, Origin::Admin),
+    ];
+    for store in [&bulk, &single] {
+        for p in &earlier {
+            store.provision(p)?;
+        }
+        store.revoke("bob", 5_000)?;
+    }
+    // A restart with another configuration: alice moves to a new key and
+    // budget, bob takes alice's old key (freed earlier in the same batch),
+    // dave is new, and a configured name listed twice ends with its last
+    // key (as one-by-one provisioning would).
+    let batch = [
+        principal("alice", 9, 2.0, Origin::Config),
+        principal("bob", 1, 3.0, Origin::Config),
+        principal("dave", 4, 1.0, Origin::Config),
+        principal("erin", 5, 1.0, Origin::Config),
+        principal("erin", 6, 1.5, Origin::Config),
+    ];
+    let stored = bulk.provision_all(&batch)?;
+    let one_by_one = batch.iter().map(|p| single.provision(p)).collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(stored, one_by_one);
+    assert_eq!(bulk.principals()?, single.principals()?);
+    // Creation and revocation survive an update; key and budget change.
+    let bob = bulk.principal("bob")?;
+    assert_eq!(
+        bob.map(|b| (b.key_sha256, b.budget, b.created_unix, b.revoked_unix)),
+        Some(([1; 32], 3.0, 1_002, Some(5_000)))
+    );
+    // erin's first key (5) was freed by her second; alice's new key 9 is taken.
+    bulk.provision(&principal("frank", 5, 1.0, Origin::Admin))?;
+    assert!(matches!(
+        bulk.provision(&principal("gina", 9, 1.0, Origin::Admin)),
+        Err(StoreError::KeyInUse { name }) if name == "gina"
+    ));
+    Ok(())
+}
+
+#[test]
+fn bulk_provisioning_fails_as_one_by_one_would_and_stores_nothing() -> Result<(), StoreError> {
+    let cases: [(&str, Vec<PrincipalRecord>); 4] = [
+        (
+            "a key twice in one batch",
+            vec![principal("x", 7, 1.0, Origin::Config), principal("y", 7, 1.0, Origin::Config)],
+        ),
+        (
+            "the key of an admin-created principal",
+            vec![principal("x", 8, 1.0, Origin::Config), principal("y", 3, 1.0, Origin::Config)],
+        ),
+        (
+            "the name of an admin-created principal",
+            vec![principal("x", 8, 1.0, Origin::Config), principal("carol", 9, 1.0, Origin::Config)],
+        ),
+        (
+            "an admin record under a configured name",
+            vec![principal("x", 8, 1.0, Origin::Config), principal("alice", 9, 1.0, Origin::Admin)],
+        ),
+    ];
+    let expected = [
+        StoreError::KeyInUse { name: "y".into() },
+        StoreError::KeyInUse { name: "y".into() },
+        StoreError::PrincipalExists { name: "carol".into(), origin: "admin" },
+        StoreError::PrincipalExists { name: "alice".into(), origin: "config" },
+    ];
+    for ((what, batch), expected) in cases.into_iter().zip(expected) {
+        let (_dir, bulk, single) = two_stores()?;
+        for store in [&bulk, &single] {
+            store.provision(&principal("alice", 1, 1.0, Origin::Config))?;
+            store.provision(&principal("carol", 3, 1.0, Origin::Admin))?;
+        }
+        let before = bulk.principals()?;
+        let bulk_error = outcome(bulk.provision_all(&batch));
+        let single_error = outcome(batch.iter().map(|p| single.provision(p)).collect());
+        assert_eq!(bulk_error, Err(format!("{expected:?}")), "{what}");
+        assert_eq!(bulk_error, single_error, "{what}");
+        assert_eq!(bulk.principals()?, before, "{what}: all or nothing");
+    }
+    Ok(())
+}

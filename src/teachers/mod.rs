@@ -25,3 +25,6 @@ pub mod fanout;
 pub use batcher::Batching;
 pub use call::CallPolicy;
 pub use fanout::{Ensemble, FanoutError, OutputMode, TeacherSpec, Teachers};
+
+#[cfg(test)]
+mod test;

@@ -11,6 +11,7 @@ pub const FANOUT: &[(&str, &str)] = &[];
 mod accuracy;
 mod audit;
 mod bench;
+mod bench_store;
 mod budget;
 mod crash;
 mod label;

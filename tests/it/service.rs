@@ -187,10 +187,18 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stream_answers_in_order_and_stops_at_the_first_failure() {
-    let server = Process::serve(None, &small_demo(&[]));
+    // Long enough that the pipeline has many queries in flight at once.
+    const GOOD: usize = 40;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("state.redb");
+    let env = small_demo(&[
+        ("PACPRIV__STORE__PATH", store.display().to_string()),
+        ("PACPRIV__STORE__JOURNAL", "true".into()),
+    ]);
+    let mut server = Process::serve(None, &env);
     let mut c = client(&server.addr).await;
-    let mut reqs: Vec<PredictRequest> = (0..6).map(|i| image(&format!("s{i}"), &digit(i))).collect();
-    reqs.insert(4, PredictRequest { input: None, ..image("broken", &digit(0)) });
+    let mut reqs: Vec<PredictRequest> = (0..GOOD + 5).map(|i| image(&format!("s{i}"), &digit(i as u32))).collect();
+    reqs.insert(GOOD, PredictRequest { input: None, ..image("broken", &digit(0)) });
     let stream = tokio_stream::iter(reqs);
     let mut responses = c.predict_stream(with_key(stream, "alice-key")).await.expect("stream opens").into_inner();
     let mut ids = Vec::new();
@@ -205,10 +213,16 @@ async fn stream_answers_in_order_and_stops_at_the_first_failure() {
             }
         }
     }
-    let want: Vec<(String, u64)> = (0..4).map(|i| (format!("s{i}"), i as u64 + 1)).collect();
+    let want: Vec<(String, u64)> = (0..GOOD).map(|i| (format!("s{i}"), i as u64 + 1)).collect();
     assert_eq!(ids, want);
     assert_eq!(end, Some(Code::InvalidArgument));
-    assert_eq!(budget(&mut c, "alice-key").await.answered, 4);
+    assert_eq!(budget(&mut c, "alice-key").await.answered, GOOD as u64);
+    // The session's steps were taken in request order, not in the order
+    // the (batched, concurrent) fan-outs came back.
+    server.kill();
+    let journal = pacpriv::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
+    let stepped: Vec<String> = journal.into_iter().map(|j| j.query_id).collect();
+    assert_eq!(stepped, (0..GOOD).map(|i| format!("s{i}")).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread")]

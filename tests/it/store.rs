@@ -7,7 +7,7 @@ use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv::session::{Credential, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
-use pacpriv::store::{EmbeddedStore, Meta, PgStore, Store};
+use pacpriv::store::{EmbeddedStore, Meta, Origin, PgStore, PrincipalRecord, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -107,6 +107,30 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert_eq!((carol.principal.active(), carol.budget.spent, carol.budget.answered), (false, B, 1));
     let names: Vec<String> = s.list().await.expect("list").into_iter().map(|a| a.principal.name).collect();
     assert_eq!(names, ["alice", "bob", "carol"]);
+
+    // Bulk provisioning is all or nothing: a key given to two principals of
+    // one batch is refused, naming the second, and neither is stored.
+    let record = |name: &str, key: &str| PrincipalRecord {
+        name: name.into(),
+        key_sha256: Sha256::digest(key.as_bytes()).into(),
+        budget: 1.0,
+        origin: Origin::Config,
+        created_unix: 1,
+        revoked_unix: None,
+    };
+    let batch = [record("dave", "dave-key"), record("erin", "shared-key"), record("frank", "shared-key")];
+    assert!(matches!(store.provision_all(&batch).await, Err(StoreError::KeyInUse { name }) if name == "frank"));
+    for name in ["dave", "erin", "frank"] {
+        assert_eq!(store.principal(name).await.expect("read"), None, "{name} was not stored");
+    }
+    let stored = store.provision_all(&batch[..2]).await.expect("a consistent batch");
+    assert_eq!(stored.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["dave", "erin"]);
+    // Re-applied (a restart), config records keep their creation time.
+    let again = store
+        .provision_all(&[PrincipalRecord { created_unix: 99, ..record("dave", "dave-key-2") }])
+        .await
+        .expect("update");
+    assert_eq!((again[0].created_unix, again[0].key_sha256), (1, Sha256::digest(b"dave-key-2").into()));
 }
 
 #[tokio::test(flavor = "multi_thread")]

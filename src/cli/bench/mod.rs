@@ -4,7 +4,10 @@
 //! - `service` ([`service`]): closed-loop load (`load`) on the privatizer
 //!   and, in the same run against the same teachers, on a plain fan-out
 //!   proxy (`proxy`) — the throughput and latency ratios of issue 7,
-//!   with where the time went (`observe`), as Markdown (`report`).
+//!   with where the time went (`observe`), as Markdown (`report`);
+//! - `store` ([`store`]): durable charges per second through the session
+//!   path and the embedded store's group commit;
+//! - `sessions` ([`sessions`]): resident memory per idle session.
 //!
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
@@ -17,6 +20,8 @@ mod observe;
 mod proxy;
 mod report;
 pub mod service;
+pub mod sessions;
+pub mod store;
 
 /// Arguments of `pacpriv bench`.
 #[derive(Debug, clap::Args)]
@@ -33,6 +38,13 @@ pub enum Command {
     /// on a plain fan-out proxy over the same teachers, in one run:
     /// throughput, latency percentiles and their ratios.
     Service(service::Args),
+    /// Durable charges per second through the session path with the
+    /// embedded store's group commit, against a math-only loop and a
+    /// sequential one-fsync-per-charge session in the same run.
+    Store(store::Args),
+    /// Resident memory per idle session: provisions N principals, then
+    /// measures the process's RSS before and after opening their sessions.
+    Sessions(sessions::Args),
 }
 
 /// Runs one benchmark, writing its report to `out`.
@@ -44,6 +56,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     init_quiet_tracing();
     match args.command {
         Command::Service(args) => service::run(args, out),
+        Command::Store(args) => store::run(args, out),
+        Command::Sessions(args) => sessions::run(args, out),
     }
 }
 

@@ -1,0 +1,437 @@
+//! `pacpriv bench store`: durable charges per second through the real
+//! session path — [`Sessions`] over an embedded store in a temporary
+//! directory, C concurrent tasks in a closed loop on S sessions, each
+//! returned answer one charge made durable by a group commit.
+//!
+//! Two baselines run in the same process, so the result reads as ratios:
+//! the same loop with the privacy math only (no store: the ceiling the
+//! durable path can reach on these cores), and one session asked
+//! sequentially (one fsync per charge: what group commit buys).
+//!
+//! Also owns what the bench subcommands share: the scratch directory (on a
+//! real disk: fsync on tmpfs is free, which would flatter every number)
+//! and the bench principals.
+
+use crate::metrics::Metrics;
+use crate::privacy::Nats;
+use crate::privacy::ledger::{Ledger, Policy};
+use crate::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use crate::privacy::posterior::Posterior;
+use crate::session::{Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret};
+use crate::store::embedded::DEFAULT_CACHE_BYTES;
+use crate::store::{EmbeddedStore, Meta, SessionRecord, Store};
+use anyhow::{Context, bail, ensure};
+use rand::RngExt;
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+/// b of every bench session: the default configuration's 2⁻²⁴ nats.
+pub(super) const PER_QUERY: f64 = 1.0 / 16_777_216.0;
+
+/// Each bench principal's budget: 2²⁴ answers, more than any run asks.
+pub(super) const BUDGET: f64 = 1.0;
+
+/// Arguments of `pacpriv bench store`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Principals S, each with its own session.
+    #[arg(long, default_value_t = 256, value_name = "S")]
+    pub principals: usize,
+    /// Concurrent tasks C in the closed loop; task t's n-th answer goes to
+    /// principal (t + n·C) mod S.
+    #[arg(long, default_value_t = 256, value_name = "C")]
+    pub concurrency: usize,
+    /// How long each of the three runs lasts.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub seconds: f64,
+    /// Also stop each run after this many answers.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Number of teachers m.
+    #[arg(long, default_value_t = 128, value_name = "M")]
+    pub teachers: usize,
+    /// Number of classes d.
+    #[arg(long, default_value_t = 10, value_name = "D")]
+    pub classes: usize,
+    /// Teachers that disagree with the others: every answer is contested,
+    /// so every answer is charged and changes the posterior.
+    #[arg(long, default_value_t = 8, value_name = "K")]
+    pub dissent: usize,
+    /// Journal every step too (as `store.journal = true`).
+    #[arg(long)]
+    pub journal: bool,
+    /// redb page cache, MiB (default: the store's).
+    #[arg(long, value_name = "MIB")]
+    pub cache_mib: Option<usize>,
+    /// Where to create the temporary store directory (default: the current
+    /// directory); it must not be RAM-backed.
+    #[arg(long, value_name = "PATH")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Runs the three loops and prints one table row each, the ratios, and
+/// the consistency check (every session's ledger adds up to the charges
+/// counted).
+///
+/// # Errors
+/// Bad arguments, a RAM-backed directory, a store or session failure, or
+/// ledgers that disagree with the count.
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    ensure!(args.principals >= 1 && args.concurrency >= 1, "--principals and --concurrency must be at least 1");
+    ensure!(args.teachers >= 2 && args.teachers.is_multiple_of(2), "--teachers must be even and at least 2");
+    ensure!(args.classes >= 2, "--classes must be at least 2");
+    ensure!(
+        (1..args.teachers).contains(&args.dissent),
+        "--dissent must be between 1 and {} (a contested answer)",
+        args.teachers - 1
+    );
+    let limit = Duration::try_from_secs_f64(args.seconds).context("--seconds")?;
+    ensure!(!limit.is_zero(), "--seconds must be positive");
+    let (scratch, fs) = scratch(args.dir.as_deref())?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let runs = runtime.block_on(async {
+        let (sessions, tasks) = (args.principals, args.concurrency);
+        let group = durable(&args, "group_commit", &scratch.path().join("group.redb"), sessions, tasks, limit)
+            .await
+            .context("group commit run")?;
+        let sequential = durable(&args, "sequential", &scratch.path().join("sequential.redb"), 1, 1, limit)
+            .await
+            .context("sequential run")?;
+        let math = math_only(&args, limit).await.context("math-only run")?;
+        anyhow::Ok([group, sequential, math])
+    })?;
+    let [group, sequential, math] = &runs;
+
+    writeln!(out, "pacpriv bench store")?;
+    writeln!(out, "machine: {}", machine())?;
+    writeln!(
+        out,
+        "store: {} ({fs}), journal {}, redb cache {}",
+        scratch.path().display(),
+        if args.journal { "on" } else { "off" },
+        args.cache_mib.map_or_else(|| format!("{} MiB (default)", DEFAULT_CACHE_BYTES >> 20), |m| format!("{m} MiB")),
+    )?;
+    writeln!(
+        out,
+        "outputs: m={} d={} {} vs {} (every answer contested and charged), b=2^-24 nats, policy paper",
+        args.teachers,
+        args.classes,
+        args.teachers - args.dissent,
+        args.dissent
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<14} {:>8} {:>6} {:>9} {:>8} {:>10} {:>8} {:>14} {:>10}",
+        "run", "sessions", "tasks", "charges", "seconds", "charges/s", "commits", "records/commit", "commit_ms"
+    )?;
+    for r in &runs {
+        let (commits, records, ms) = match r.commits {
+            Some(c) => (format!("{:.0}", c.count), format!("{:.1}", c.records), format!("{:.2}", c.seconds * 1e3)),
+            None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+        };
+        writeln!(
+            out,
+            "{:<14} {:>8} {:>6} {:>9} {:>8.2} {:>10.0} {commits:>8} {records:>14} {ms:>10}",
+            r.name,
+            r.sessions,
+            r.tasks,
+            r.charges,
+            r.seconds,
+            r.rate(),
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "ratio group_commit/sequential {:.1}", group.rate() / sequential.rate())?;
+    writeln!(out, "ratio group_commit/math_only {:.3}", group.rate() / math.rate())?;
+    for r in [group, sequential] {
+        let answered = r.answered.unwrap_or_default();
+        if answered != r.charges {
+            bail!("{}: the sessions' ledgers answered {answered}, but {} answers returned", r.name, r.charges);
+        }
+        writeln!(out, "ledgers {} answered {answered} = charges {}", r.name, r.charges)?;
+    }
+    Ok(())
+}
+
+/// One closed-loop run.
+struct Run {
+    name: &'static str,
+    sessions: usize,
+    tasks: usize,
+    /// Answers returned (each one charge, durable for the store runs).
+    charges: u64,
+    seconds: f64,
+    /// The store's group commits (store runs).
+    commits: Option<Commits>,
+    /// Sum of the sessions' `answered` afterwards (store runs).
+    answered: Option<u64>,
+}
+
+/// What the store's metrics say about a run's commits.
+#[derive(Clone, Copy)]
+struct Commits {
+    count: f64,
+    /// Mean session records per commit.
+    records: f64,
+    /// Mean time from the start of a commit to its fsync's return.
+    seconds: f64,
+}
+
+impl Run {
+    fn rate(&self) -> f64 {
+        self.charges as f64 / self.seconds
+    }
+}
+
+/// When a closed loop stops: at the deadline, or once `count` answers were
+/// started. Every task checks before each answer, so a run overshoots
+/// the deadline by at most one answer per task (and the elapsed time
+/// includes it).
+struct Stop {
+    deadline: Instant,
+    started: AtomicU64,
+    count: u64,
+}
+
+impl Stop {
+    fn new(limit: Duration, count: Option<u64>) -> Self {
+        Stop { deadline: Instant::now() + limit, started: AtomicU64::new(0), count: count.unwrap_or(u64::MAX) }
+    }
+
+    fn go(&self) -> bool {
+        Instant::now() < self.deadline && self.started.fetch_add(1, Ordering::Relaxed) < self.count
+    }
+}
+
+/// `S` sessions over a fresh embedded store at `path`, asked by `tasks`
+/// concurrent closed loops through [`Handle::answer`].
+async fn durable(
+    args: &Args,
+    name: &'static str,
+    path: &Path,
+    sessions: usize,
+    tasks: usize,
+    limit: Duration,
+) -> anyhow::Result<Run> {
+    let metrics = Metrics::new(0);
+    let embedded = match args.cache_mib {
+        Some(mib) => EmbeddedStore::open_with_cache(path, metrics.store.clone(), mib << 20)?,
+        None => EmbeddedStore::open_with(path, metrics.store.clone())?,
+    };
+    let store = Store::Embedded(Arc::new(embedded));
+    let secret = seal_secret(&store, args.teachers, "pacpriv bench store").await?;
+    let params = SessionParams {
+        per_query: Nats::new(PER_QUERY)?,
+        policy: Policy::Paper,
+        m: args.teachers,
+        secret,
+        journal: args.journal,
+    };
+    let registry =
+        Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
+    let mut handles = Vec::with_capacity(sessions);
+    for i in 0..sessions {
+        handles.push(registry.authenticate(Credential::ApiKey(&key(i))).await?);
+    }
+    let outputs = contested(args);
+    let stop = Arc::new(Stop::new(limit, args.count));
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    let handles: Arc<[Handle]> = handles.into();
+    for task in 0..tasks {
+        let (handles, outputs, stop) = (Arc::clone(&handles), outputs.clone(), Arc::clone(&stop));
+        set.spawn(async move {
+            let mut n = 0u64;
+            while stop.go() {
+                let handle = &handles[session_of(task, n, tasks, handles.len())];
+                handle.answer(outputs.clone(), None, String::new()).await?;
+                n += 1;
+            }
+            Ok::<u64, SessionError>(n)
+        });
+    }
+    let mut charges = 0;
+    while let Some(done) = set.join_next().await {
+        charges += done.context("a bench task panicked")??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mut answered = 0;
+    for h in handles.iter() {
+        answered += h.budget().await?.answered;
+    }
+    Ok(Run { name, sessions, tasks, charges, seconds, commits: Some(commits(&metrics)?), answered: Some(answered) })
+}
+
+/// The same closed loop on in-memory session states: the step of
+/// Algorithm 1 and the record snapshot the store would be handed, no
+/// store. Tasks yield after each answer so all of them take turns, as
+/// the durable loop's do while they wait.
+async fn math_only(args: &Args, limit: Duration) -> anyhow::Result<Run> {
+    let m = args.teachers;
+    let secret = SecretIndex::new(rand::rng().random_range(0..m), m)?;
+    let mut states = Vec::with_capacity(args.principals);
+    for _ in 0..args.principals {
+        let state = SessionState {
+            posterior: Posterior::uniform(m)?,
+            ledger: Ledger::new(Nats::new(PER_QUERY)?, Nats::new(BUDGET)?, Policy::Paper)?,
+        };
+        states.push(Mutex::new((state, 0u64)));
+    }
+    let outputs = contested(args);
+    let stop = Arc::new(Stop::new(limit, args.count));
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    let states: Arc<[_]> = states.into();
+    let tasks = args.concurrency;
+    for task in 0..tasks {
+        let (states, outputs, stop) = (Arc::clone(&states), outputs.clone(), Arc::clone(&stop));
+        set.spawn(async move {
+            let mut n = 0u64;
+            while stop.go() {
+                {
+                    let state: &Mutex<_> = &states[session_of(task, n, tasks, states.len())];
+                    let mut guard = state.lock().map_err(|_| anyhow::anyhow!("a bench session lock was poisoned"))?;
+                    let (state, version) = &mut *guard;
+                    let answer = mechanism::answer(state, &outputs, secret, None, &mut rand::rng())?;
+                    *version += 1;
+                    std::hint::black_box((answer, SessionRecord::of(state, *version)));
+                }
+                n += 1;
+                tokio::task::yield_now().await;
+            }
+            anyhow::Ok(n)
+        });
+    }
+    let mut charges = 0;
+    while let Some(done) = set.join_next().await {
+        charges += done.context("a bench task panicked")??;
+    }
+    Ok(Run {
+        name: "math_only",
+        sessions: args.principals,
+        tasks: args.concurrency,
+        charges,
+        seconds: started.elapsed().as_secs_f64(),
+        commits: None,
+        answered: None,
+    })
+}
+
+/// The session a task asks for its `n`-th answer: task t starts on
+/// session t mod S and steps by C, so C tasks over S sessions keep every
+/// session busy (C ≥ S) or visit all of them in turn (C < S).
+fn session_of(task: usize, n: u64, tasks: usize, sessions: usize) -> usize {
+    let n = usize::try_from(n % sessions as u64).unwrap_or(0);
+    (task % sessions + n * (tasks % sessions)) % sessions
+}
+
+/// Label-mode outputs where the last `dissent` teachers say 1 and the
+/// others 0.
+fn contested(args: &Args) -> TeacherOutputs {
+    let split = args.teachers - args.dissent;
+    TeacherOutputs::Labels {
+        labels: (0..args.teachers).map(|i| usize::from(i >= split)).collect(),
+        classes: args.classes,
+    }
+}
+
+/// Mean records per commit and mean commit time (seconds) from the store's
+/// histograms.
+fn commits(metrics: &Metrics) -> anyhow::Result<Commits> {
+    let text = metrics.encode()?;
+    let sample = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let count = sample("pacpriv_store_commit_batch_size_count");
+    let mean = |sum: f64| if count > 0.0 { sum / count } else { 0.0 };
+    Ok(Commits {
+        count,
+        records: mean(sample("pacpriv_store_commit_batch_size_sum")),
+        seconds: mean(sample("pacpriv_store_commit_duration_seconds_sum")),
+    })
+}
+
+/// Seals a random s* in a fresh bench store and reads it back through the
+/// service's own path ([`secret::establish`]). Sealing it here first
+/// keeps `establish`'s first-start warning, meant for operators, out of
+/// the bench output. The index is never shown.
+pub(super) async fn seal_secret(store: &Store, m: usize, teachers: &str) -> anyhow::Result<SecretIndex> {
+    let drawn = rand::rng().random_range(0..m);
+    store.init_meta(&Meta { secret: drawn, teachers: teachers.to_owned() }).await?;
+    Ok(secret::establish(store, None, m, teachers).await?)
+}
+
+/// The API key of bench principal `i` (a bench store is thrown away; the
+/// keys protect nothing).
+pub(super) fn key(i: usize) -> String {
+    format!("bench-key-{i}")
+}
+
+/// Bench principals 0..n: `bench-000000`, … with [`key`] and [`BUDGET`].
+pub(super) fn principals(n: usize) -> anyhow::Result<Vec<PrincipalConfig>> {
+    let budget = Nats::new(BUDGET)?;
+    Ok((0..n)
+        .map(|i| PrincipalConfig {
+            name: format!("bench-{i:06}"),
+            key_sha256: Sha256::digest(key(i).as_bytes()).into(),
+            budget,
+        })
+        .collect())
+}
+
+/// A fresh temporary directory under `parent` (default: the current
+/// directory), removed when dropped, with the type of the filesystem it is
+/// on. Refuses tmpfs and ramfs: fsync there costs nothing, so a durable
+/// rate measured there says nothing about a disk.
+///
+/// # Errors
+/// The directory cannot be created, or is RAM-backed.
+pub(super) fn scratch(parent: Option<&Path>) -> anyhow::Result<(tempfile::TempDir, String)> {
+    let parent = match parent {
+        Some(p) => p.to_owned(),
+        None => std::env::current_dir().context("the current directory")?,
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("pacpriv-bench-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
+    let fs = filesystem(dir.path()).unwrap_or_else(|| "unknown filesystem".to_owned());
+    if matches!(fs.as_str(), "tmpfs" | "ramfs") {
+        bail!("{} is on {fs}, where fsync is free; pass --dir on a disk-backed filesystem", parent.display());
+    }
+    Ok((dir, fs))
+}
+
+/// The type of the filesystem `path` is on (the longest mount point in
+/// /proc/mounts that contains it), if that can be told.
+fn filesystem(path: &Path) -> Option<String> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
+            // Spaces and the like are octal-escaped there (\040).
+            let point = point.replace("\\040", " ").replace("\\011", "\t");
+            path.starts_with(&point).then(|| (point.len(), kind.to_owned()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, kind)| kind)
+}
+
+/// The CPU model and how many cores this process may use.
+pub(super) fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| c.lines().find_map(|l| Some(l.strip_prefix("model name")?.split_once(':')?.1.trim().to_owned())))
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model}, {cores} cores available")
+}

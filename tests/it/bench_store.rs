@@ -1,0 +1,84 @@
+//! `pacpriv bench store` and `pacpriv bench sessions` with tiny
+//! parameters: they run, and their reports parse and add up. Never a
+//! timing assertion.
+
+use crate::util::pacpriv_ok;
+
+/// A directory on the build's disk (not a possibly RAM-backed /tmp, which
+/// the store bench refuses).
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir")
+}
+
+/// The whitespace-separated fields of the line starting with `first`.
+fn row<'a>(report: &'a str, first: &str) -> Vec<&'a str> {
+    let fields = report.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|f| f.first() == Some(&first));
+    fields.unwrap_or_else(|| panic!("no {first:?} line in\n{report}"))
+}
+
+fn number(field: &str) -> f64 {
+    field.parse().unwrap_or_else(|_| panic!("{field:?} is not a number"))
+}
+
+#[test]
+fn bench_store_reports_durable_charges_that_the_ledgers_confirm() {
+    let dir = scratch();
+    let args = ["--seconds", "1", "--count", "400", "--principals", "4", "--concurrency", "8"];
+    let more = ["--teachers", "16", "--classes", "3", "--dissent", "2", "--dir"];
+    let dir_arg = dir.path().display().to_string();
+    let report = pacpriv_ok(&[&["bench", "store"][..], &args, &more, &[dir_arg.as_str()]].concat());
+
+    // run sessions tasks charges seconds charges/s commits records/commit commit_ms
+    for (name, sessions, tasks) in [("group_commit", 4.0, 8.0), ("sequential", 1.0, 1.0), ("math_only", 4.0, 8.0)] {
+        let r = row(&report, name);
+        assert_eq!(r.len(), 9, "{report}");
+        let (charges, seconds, rate) = (number(r[3]), number(r[4]), number(r[5]));
+        // (Rounded as printed, so only their signs are compared.)
+        assert_eq!((number(r[1]), number(r[2])), (sessions, tasks), "{report}");
+        assert!(charges > 0.0 && charges <= 400.0, "{name}: --count bounds the answers\n{report}");
+        assert!(seconds >= 0.0 && rate > 0.0, "{report}");
+        if name != "math_only" {
+            let (commits, per_commit) = (number(r[6]), number(r[7]));
+            assert!(commits >= 1.0 && per_commit >= 1.0, "{report}");
+            assert!((commits * per_commit - charges).abs() < 0.5 + 0.05 * commits, "{report}");
+            // "ledgers NAME answered N = charges N": the sessions' own count.
+            let line = report.lines().find(|l| l.starts_with(&format!("ledgers {name} "))).expect("ledger line");
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(fields.len(), 7, "{report}");
+            assert_eq!((number(fields[3]), number(fields[6])), (charges, charges), "{report}");
+        }
+    }
+    assert_eq!(number(row(&report, "outputs:")[1].trim_start_matches("m=")), 16.0, "{report}");
+    assert!(std::fs::read_dir(dir.path()).expect("dir").next().is_none(), "the bench removes its store");
+}
+
+#[test]
+fn bench_sessions_opens_every_provisioned_session_and_itemises_them() {
+    let dir = scratch();
+    let dir_arg = dir.path().display().to_string();
+    let report = pacpriv_ok(&[
+        "bench",
+        "sessions",
+        "--count",
+        "2000",
+        "--teachers",
+        "16",
+        "--resumed",
+        "--cache-mib",
+        "1",
+        "--dir",
+        &dir_arg,
+    ]);
+    assert!(report.contains("provisioned 2000 principals in one transaction"), "{report}");
+    assert!(report.contains("answered once on each"), "{report}");
+    assert_eq!(number(row(&report, "sessions_open")[1]), 2000.0, "{report}");
+    let rss = |what: &str| number(row(&report, what)[1]);
+    assert!(rss("before") > 0.0 && rss("after") > 0.0, "{report}");
+    number(row(&report, "bytes_per_session")[1]);
+    let part = |name: &str| number(row(&report, name)[1]);
+    // 16 f64 in a malloc chunk: 128 bytes + the header, rounded to 16.
+    assert_eq!(part("log_weights"), 144.0, "{report}");
+    let parts = part("log_weights") + part("session_objects") + part("maps") + part("names");
+    assert!((parts - part("total")).abs() <= 2.0, "{report}");
+    assert!(std::fs::read_dir(dir.path()).expect("dir").next().is_none(), "the bench removes its store");
+}
