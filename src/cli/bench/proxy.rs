@@ -18,7 +18,6 @@ use anyhow::{Context, bail};
 use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The majority label of `labels` (one per teacher) over `classes`
@@ -106,7 +105,9 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let server = crate::server::tls::builder(settings.tls.as_ref())?
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+        // Accepted exactly as the service accepts (TCP_NODELAY): the
+        // baseline must not wait for delayed ACKs the privatizer does not.
+        .serve_with_incoming_shutdown(crate::server::incoming(listener), shutdown);
     Ok((addr, server))
 }
 
