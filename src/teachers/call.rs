@@ -52,18 +52,17 @@ impl Model {
         matches!(tokio::time::timeout(deadline, client.model_ready(req)).await, Ok(Ok(r)) if r.get_ref().ready)
     }
 
-    /// The model's outputs for the `rows` examples of `features` (row-major,
-    /// `rows × f`), `per_row` teachers each: `rows × per_row` labels in
-    /// label mode, `rows × per_row × d` scores in vector mode, row-major.
+    /// The model's outputs for `input` (a batch built by [`input`]):
+    /// `cells` labels in label mode, `cells × d` scores in vector mode,
+    /// where a cell is one (example, teacher) pair, row-major.
     pub(super) async fn ask(
         &self,
-        features: &[f64],
-        rows: usize,
-        per_row: usize,
+        input: &InferInputTensor,
+        cells: usize,
         policy: &CallPolicy,
         mode: OutputMode,
     ) -> Result<Vec<f64>, FanoutError> {
-        let request = self.request(features, rows, policy);
+        let request = self.request(input, policy);
         let mut last = String::new();
         let attempts = policy.retries.saturating_add(1);
         for attempt in 0..attempts {
@@ -78,12 +77,13 @@ impl Model {
             let started = Instant::now();
             match tokio::time::timeout(policy.deadline, client.model_infer(req)).await {
                 Ok(Ok(response)) => {
-                    let read = read_output(response.into_inner(), policy.output_name.as_deref(), mode, rows * per_row)
-                        .map_err(|reason| FanoutError::BadOutput {
+                    let read = read_output(response.into_inner(), policy.output_name.as_deref(), mode, cells).map_err(
+                        |reason| FanoutError::BadOutput {
                             model: self.spec.model.clone(),
                             endpoint: self.spec.endpoint.clone(),
                             reason,
-                        });
+                        },
+                    );
                     match &read {
                         Ok(_) => self.metrics.call(started.elapsed().as_secs_f64()),
                         Err(_) => self.metrics.error(TeacherError::Malformed),
@@ -112,23 +112,11 @@ impl Model {
         })
     }
 
-    fn request(&self, features: &[f64], rows: usize, policy: &CallPolicy) -> ModelInferRequest {
-        let contents = if policy.input_datatype == "FP64" {
-            InferTensorContents { fp64_contents: features.to_vec(), ..Default::default() }
-        } else {
-            InferTensorContents { fp32_contents: features.iter().map(|&v| v as f32).collect(), ..Default::default() }
-        };
-        let per_row = features.len() / rows.max(1);
+    fn request(&self, input: &InferInputTensor, policy: &CallPolicy) -> ModelInferRequest {
         ModelInferRequest {
             model_name: self.spec.model.clone(),
             model_version: self.spec.version.clone(),
-            inputs: vec![InferInputTensor {
-                name: policy.input_name.clone(),
-                datatype: policy.input_datatype.clone(),
-                shape: vec![rows as i64, per_row as i64],
-                contents: Some(contents),
-                ..Default::default()
-            }],
+            inputs: vec![input.clone()],
             outputs: policy
                 .output_name
                 .iter()
@@ -136,6 +124,25 @@ impl Model {
                 .collect(),
             ..Default::default()
         }
+    }
+}
+
+/// The input tensor of a batch: the `rows` examples of `features`
+/// (row-major, `rows × f`) as shape `[rows, f]` in the configured datatype.
+/// Built once per batch and shared by every model's request.
+pub(super) fn input(features: &[f64], rows: usize, policy: &CallPolicy) -> InferInputTensor {
+    let contents = if policy.input_datatype == "FP64" {
+        InferTensorContents { fp64_contents: features.to_vec(), ..Default::default() }
+    } else {
+        InferTensorContents { fp32_contents: features.iter().map(|&v| v as f32).collect(), ..Default::default() }
+    };
+    let per_row = features.len() / rows.max(1);
+    InferInputTensor {
+        name: policy.input_name.clone(),
+        datatype: policy.input_datatype.clone(),
+        shape: vec![rows as i64, per_row as i64],
+        contents: Some(contents),
+        ..Default::default()
     }
 }
 

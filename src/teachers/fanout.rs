@@ -4,7 +4,7 @@
 //! one [`TeacherOutputs`] per example, in subset order.
 
 use super::batcher::{Batcher, Batching};
-use super::call::{CallPolicy, Model};
+use super::call::{self, CallPolicy, Model};
 use crate::metrics::TeacherMetrics;
 use crate::privacy::mechanism::TeacherOutputs;
 use ndarray::Array2;
@@ -218,14 +218,15 @@ impl Core {
     /// input length), one [`TeacherOutputs`] per row, in order.
     pub(super) async fn ask(&self, rows: &[Arc<[f64]>]) -> Result<Vec<TeacherOutputs>, FanoutError> {
         self.metrics.batch(rows.len());
-        let features: Arc<[f64]> = rows.iter().flat_map(|r| r.iter().copied()).collect();
         let n = rows.len();
-        let per_row = if self.stacked { self.m } else { 1 };
+        let features: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        let input = Arc::new(call::input(&features, n, &self.policy));
+        let cells = if self.stacked { n * self.m } else { n };
         let mut calls = JoinSet::new();
         for (i, model) in self.models.iter().enumerate() {
-            let (model, policy, features) = (Arc::clone(model), Arc::clone(&self.policy), Arc::clone(&features));
+            let (model, policy, input) = (Arc::clone(model), Arc::clone(&self.policy), Arc::clone(&input));
             let mode = self.mode;
-            calls.spawn(async move { (i, model.ask(&features, n, per_row, &policy, mode).await) });
+            calls.spawn(async move { (i, model.ask(&input, cells, &policy, mode).await) });
         }
         let mut replies: Vec<Vec<f64>> = vec![Vec::new(); self.models.len()];
         while let Some(joined) = calls.join_next().await {
