@@ -49,6 +49,11 @@ impl<T> Traced<T> {
     fn then<U>(&self, value: U) -> Traced<U> {
         Traced { value, span: self.span.clone(), started: self.started }
     }
+
+    /// The phase's value, and the trace that goes on to the next phase.
+    fn take(self) -> (T, Traced<()>) {
+        (self.value, Traced { value: (), span: self.span, started: self.started })
+    }
 }
 
 /// A validated query the teachers have answered.
@@ -112,8 +117,7 @@ pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Re
 /// # Errors
 /// Exhausted budget or a core refusal (nothing charged).
 pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let Traced { value: Asked { query, outputs }, span, started } = asked;
-    let traced = Traced { value: (), span, started };
+    let (Asked { query, outputs }, traced) = asked.take();
     let begun = handle.begin(outputs, query.alpha, query.query_id.clone()).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
     Ok(traced.then(Taken { query, step }))
@@ -124,15 +128,14 @@ pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>
 /// # Errors
 /// The commit failed: the answer is withheld, its charge stands.
 pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
-    let Traced { value: Taken { query, step }, span, started } = taken;
-    let traced = Traced { value: (), span: span.clone(), started };
+    let (Taken { query, step }, traced) = taken.take();
     let (answer, view) = step.durable().await.map_err(|e| traced.fail(e))?;
-    span.in_scope(|| {
+    traced.span.in_scope(|| {
         tracing::info!(charged = answer.charge.get(), unanimous = answer.unanimous, spent = view.spent, "answered");
     });
     app.metrics.service.answered(answer.unanimous, answer.charge.get());
     app.metrics.service.budget(handle.session_name(), &view);
-    app.metrics.service.duration(rpc, started.elapsed().as_secs_f64());
+    app.metrics.service.duration(rpc, traced.started.elapsed().as_secs_f64());
     let label =
         u32::try_from(answer.label).map_err(|_| traced.fail(ServiceError::Internal("label out of range".into())))?;
     Ok(PredictResponse {
