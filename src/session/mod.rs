@@ -327,8 +327,9 @@ impl Handle {
     /// to the store, without waiting for it to be durable: a caller with
     /// several queries of one session (a stream) takes the next step while
     /// this one's commit is under way, and the steps keep the order in
-    /// which `begin` was called. The math runs on a blocking thread (LAPACK
-    /// in vector mode). The answer is only reachable through
+    /// which `begin` was called. Label-mode steps with few active classes
+    /// run on the calling task (microseconds, see [`quick`]); the rest run on
+    /// a blocking thread (LAPACK). The answer is only reachable through
     /// [`Step::durable`].
     ///
     /// # Errors
@@ -342,17 +343,16 @@ impl Handle {
     ) -> Result<Step, SessionError> {
         let s = Arc::clone(&self.session);
         match &self.session.backend {
-            // A few microseconds of math run here: a hop to a blocking
-            // thread would cost more than the step (BENCHMARKS.md).
-            Backend::Local { .. } if quick(&outputs) => {
-                let (answer, view, ticket) = s.step_local(&outputs, alpha, &query_id)?;
-                Ok(Step { answer, view, ticket: Some(ticket) })
-            }
             Backend::Local { .. } => {
-                let (answer, view, ticket) =
+                // A few microseconds of math run here: a hop to a blocking
+                // thread would cost more than the step (BENCHMARKS.md).
+                let (answer, view, ticket) = if quick(&outputs) {
+                    s.step_local(&outputs, alpha, &query_id)?
+                } else {
                     tokio::task::spawn_blocking(move || s.step_local(&outputs, alpha, &query_id))
                         .await
-                        .map_err(|_| SessionError::Poisoned)??;
+                        .map_err(|_| SessionError::Poisoned)??
+                };
                 Ok(Step { answer, view, ticket: Some(ticket) })
             }
             // One row-locked transaction per step: durable when it returns.
