@@ -389,10 +389,11 @@ impl Ticket {
         Self::outcome(self.0.await)
     }
 
-    /// As [`Ticket::durable`], blocking the thread (not for async code).
+    /// As [`Ticket::durable`], blocking the thread (the store's own tests).
     ///
     /// # Errors
     /// As [`Ticket::durable`].
+    #[cfg(test)]
     pub fn wait(self) -> Result<(), StoreError> {
         Self::outcome(self.0.blocking_recv())
     }
