@@ -337,6 +337,14 @@ fn nats(key: &str, s: &str) -> Result<Nats, SettingsError> {
     s.parse::<Nats>().map_err(|e| err(key, e.to_string()))
 }
 
+/// m teachers, one per half of the data split into pairs: even, at least 2.
+fn teacher_count(key: &str, m: usize) -> Result<(), SettingsError> {
+    if m < 2 || !m.is_multiple_of(2) {
+        return Err(err(key, "must be m, the number of teachers: even and at least 2"));
+    }
+    Ok(())
+}
+
 fn addr(key: &str, s: &str) -> Result<SocketAddr, SettingsError> {
     s.parse().map_err(|_| err(key, format!("{s:?} is not an IP:port address such as 127.0.0.1:50051")))
 }
@@ -467,9 +475,7 @@ impl Raw {
         };
         let teachers = match t.source.as_str() {
             "demo" => {
-                if self.demo.models < 2 || !self.demo.models.is_multiple_of(2) {
-                    return Err(err("demo.models", "must be even and at least 2"));
-                }
+                teacher_count("demo.models", self.demo.models)?;
                 TeacherSource::Demo {
                     models: self.demo.models,
                     seed: self.demo.seed,
@@ -482,12 +488,7 @@ impl Raw {
                 if st.endpoint.is_empty() || st.model.is_empty() {
                     return Err(err("teachers.stacked", "layout = \"stacked\" needs its endpoint and model"));
                 }
-                if st.models < 2 || !st.models.is_multiple_of(2) {
-                    return Err(err(
-                        "teachers.stacked.models",
-                        "must be m, the number of teachers: even and at least 2",
-                    ));
-                }
+                teacher_count("teachers.stacked.models", st.models)?;
                 let spec = TeacherSpec { endpoint: st.endpoint, model: st.model, version: st.version };
                 TeacherSource::Remote(Teachers::Stacked { spec, models: st.models })
             }

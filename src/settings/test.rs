@@ -41,6 +41,10 @@ fn errors_name_the_key() {
         ("PACPRIV__DEMO__MODELS", "7", "demo.models"),
         ("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256", "demo-key", "principals.demo.key_sha256"),
         ("PACPRIV__TEACHERS__SOURCE", "remote", "teachers.remote"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stack", "teachers.layout"),
+        ("PACPRIV__TEACHERS__MAX_BATCH", "0", "teachers.max_batch"),
+        ("PACPRIV__TEACHERS__MAX_BATCH", "1025", "teachers.max_batch"),
+        ("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "1001", "teachers.batch_window_ms"),
     ];
     for (var, value, key) in cases {
         match load(&[(var, value)]) {
@@ -54,4 +58,30 @@ fn errors_name_the_key() {
 fn a_typo_is_an_error_not_a_silent_default() {
     let e = load(&[("PACPRIV__PRIVACY__PER_QUERY", "2^-8")]).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("per_query"), "{e}");
+}
+
+#[test]
+fn a_remote_stacked_ensemble_needs_an_endpoint_a_model_and_an_even_m() -> Result<(), SettingsError> {
+    let stacked = [
+        ("PACPRIV__TEACHERS__SOURCE", "remote"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stacked"),
+        ("PACPRIV__TEACHERS__STACKED__ENDPOINT", "http://127.0.0.1:8001"),
+        ("PACPRIV__TEACHERS__STACKED__MODEL", "ensemble"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| load(&[&stacked[..], extra].concat());
+    let s = with(&[("PACPRIV__TEACHERS__STACKED__MODELS", "16")])?;
+    assert!(matches!(s.teachers, TeacherSource::Remote(Teachers::Stacked { models: 16, .. })));
+    let e = with(&[("PACPRIV__TEACHERS__STACKED__MODELS", "15")]).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("teachers.stacked.models"), "{e}");
+    let e = load(&stacked[..2]).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("teachers.stacked"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn a_zero_window_turns_batching_off() -> Result<(), SettingsError> {
+    let s = load(&[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0"), ("PACPRIV__TEACHERS__MAX_BATCH", "8")])?;
+    assert_eq!(s.batching.window, Duration::ZERO);
+    assert_eq!(s.batching.max_batch, 8);
+    Ok(())
 }
