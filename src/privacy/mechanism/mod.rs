@@ -259,14 +259,7 @@ fn release_label<R: CryptoRng + ?Sized>(
     for (&c, v) in cal.classes().iter().zip(&block) {
         noisy[c] = *v;
     }
-    // e_y* + Q(z), never Q(fl(e_y* + z)): the rounding of 1 + z_y* depends on
-    // which coordinate holds the 1, and near a grid midpoint it would survive
-    // Q. e_y* is on the grid, so this is Q of the exact release, and the
-    // sum is exact (|Q(z)| ≤ 2²⁰).
-    let mut published = to_grid(&cal.noise().noise_vector(&draw));
-    if let Some(slot) = published.get_mut(cal.classes()[center]) {
-        *slot += 1.0;
-    }
+    let published = publish_label(&cal.noise().noise_vector(&draw), cal.classes()[center]);
     let confident = match alpha {
         Some(a) => Some(confidence::is_confident(cal.noise(), center, pos, &draw, a)?),
         None => None,
@@ -288,21 +281,35 @@ pub const PUBLISHED_CLAMP: f64 = 1_048_576.0;
 /// The low-order bits of a floating-point release depend on how it was
 /// computed, and so on the centre the noise was added to (a known side
 /// channel for Laplace and Gaussian samplers, Mironov 2012). Label mode
-/// therefore publishes e_y* + Q(z), where nothing below the grid ever met
-/// the centre; vector mode publishes Q(r), which leaves a residue only when
+/// therefore computes Q(e_y* + z) without fl(1 + z) (`publish_label`); vector mode publishes Q(r), which leaves a residue only when
 /// r lies within its own rounding error of a grid midpoint
 /// (`docs/accounting.md` §2, §6). Q is a function of its input alone:
 /// post-processing, no privacy cost.
 pub fn to_grid(noisy: &Array1<f64>) -> Vec<f64> {
-    noisy
-        .iter()
-        .map(|&v| {
-            // A release is finite; NaN cannot occur, but must not escape as
-            // anything informative if it ever did.
-            let v = if v.is_nan() { 0.0 } else { v.clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP) };
-            (v / PUBLISHED_GRID).round() * PUBLISHED_GRID
-        })
-        .collect()
+    noisy.iter().map(|&v| grid(v, PUBLISHED_CLAMP)).collect()
+}
+
+/// Q(e_y + z) for the label release centred on class `y` with noise `z`,
+/// computed as clamp(e_y + Q'(z)) and never as Q(fl(e_y + z)): the rounding
+/// of 1 + z_y depends on which coordinate holds the 1, and near a grid
+/// midpoint it would survive Q. Q' rounds like Q but clamps one further out,
+/// so adding e_y (on the grid) is exact (|sum| < 2²¹), and the final clamp
+/// erases the 1 wherever the release is clamped (±2²⁰ + 1 would name y).
+fn publish_label(z: &Array1<f64>, y: usize) -> Vec<f64> {
+    let mut published: Vec<f64> = z.iter().map(|&v| grid(v, PUBLISHED_CLAMP + 1.0)).collect();
+    if let Some(slot) = published.get_mut(y) {
+        *slot += 1.0;
+    }
+    published.iter().map(|v| v.clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP)).collect()
+}
+
+/// `v` clamped to ±`clamp` and rounded to the nearest multiple of
+/// [`PUBLISHED_GRID`]; exact for `clamp` < 2²¹.
+fn grid(v: f64, clamp: f64) -> f64 {
+    // A release is finite; NaN cannot occur, but must not escape as
+    // anything informative if it ever did.
+    let v = if v.is_nan() { 0.0 } else { v.clamp(-clamp, clamp) };
+    (v / PUBLISHED_GRID).round() * PUBLISHED_GRID
 }
 
 /// Index of the largest value; the first one on ties (a measure-zero event

@@ -187,6 +187,22 @@ fn published_vector_is_on_the_grid_and_clamped() {
 }
 
 proptest! {
+    /// On values where e_y + z is exact (multiples of 2⁻³¹ below 2²²), the
+    /// published label release is exactly clamp(e_y + z): the 1 survives
+    /// inside the clamp and vanishes at it.
+    #[test]
+    fn published_label_release_is_the_clamped_exact_release(
+        ks in proptest::collection::vec(-(1i64 << 52)..(1i64 << 52), 4),
+        y in 0usize..4,
+    ) {
+        let z = Array1::from_iter(ks.iter().map(|&k| k as f64 * 2f64.powi(-31)));
+        let p = publish_label(&z, y);
+        for (j, (&zj, &pj)) in z.iter().zip(&p).enumerate() {
+            let exact = zj + if j == y { 1.0 } else { 0.0 };
+            prop_assert_eq!(pj, exact.clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP), "coordinate {}", j);
+        }
+    }
+
     /// Rounding moves no coordinate by more than half a grid step (inside the
     /// clamp), and two releases that differ only below the grid publish the
     /// same vector: the low-order bits never leave.
@@ -527,6 +543,27 @@ fn the_published_label_release_is_the_centre_plus_gridded_noise() -> Result<(), 
             released.push(noise);
         }
         assert_eq!(released[0], released[1], "seed {seed}: the gridded noise does not depend on the centre");
+    }
+    Ok(())
+}
+
+/// At the smallest budget the noise is ~10¹⁵ and every active coordinate
+/// is clamped: the published vector must not carry the centre's 1 on top
+/// of the clamp (±2²⁰ + 1 would name y*). Both secrets publish the same.
+#[test]
+fn a_clamped_label_release_does_not_name_the_centre() -> Result<(), PrivacyError> {
+    let labels: Vec<usize> = (0..8).map(|i| [0, 0, 1, 2, 0, 1, 0, 0][i]).collect();
+    let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: 4 };
+    for seed in 0..50 {
+        let mut released = Vec::new();
+        for secret in [0, 2] {
+            let mut st = state(8, crate::privacy::noise::MIN_PER_QUERY, 1.0, Policy::Paper);
+            let mut rng = ChaCha20Rng::seed_from_u64(seed);
+            let a = answer(&mut st, &outputs, SecretIndex::new(secret, 8)?, None, &mut rng)?;
+            assert!(a.published.iter().all(|v| v.abs() <= PUBLISHED_CLAMP), "seed {seed}: {:?}", a.published);
+            released.push(a.published);
+        }
+        assert_eq!(released[0], released[1], "seed {seed}: clamped coordinates are the same for every centre");
     }
     Ok(())
 }
