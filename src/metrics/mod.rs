@@ -70,6 +70,8 @@ pub enum Rpc {
     PredictStream,
     /// `GetBudget`.
     GetBudget,
+    /// Open Inference Protocol `ModelInfer` on the private model.
+    ModelInfer,
 }
 
 impl Rpc {
@@ -78,6 +80,7 @@ impl Rpc {
             Rpc::Predict => "predict",
             Rpc::PredictStream => "predict_stream",
             Rpc::GetBudget => "get_budget",
+            Rpc::ModelInfer => "model_infer",
         }
     }
 }
@@ -191,7 +194,7 @@ impl ServiceMetrics {
         ] {
             drop(m.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }));
         }
-        for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget] {
+        for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer] {
             drop(m.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }));
         }
         m

@@ -2,10 +2,12 @@
 //! `tls.principal_from_cert` — the verified client certificate's subject
 //! CN; then the principal and session it names ([`Sessions::authenticate`]).
 
+use super::App;
 use super::status::ServiceError;
+use crate::metrics::Outcome;
 use crate::session::{Credential, Handle, SessionError, Sessions};
-use tonic::Request;
 use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
 
 /// The key from `x-api-key`, or from `authorization: Bearer <key>`.
 pub fn api_key(metadata: &MetadataMap) -> Option<&str> {
@@ -44,4 +46,16 @@ pub async fn authenticate<T>(
         Some(cn) => Ok(sessions.authenticate(Credential::Certificate(&cn)).await?),
         None => Err(SessionError::Unauthenticated.into()),
     }
+}
+
+/// The session of a caller who is about to ask a query; a refusal is
+/// counted as that query's outcome.
+///
+/// # Errors
+/// Unauthenticated, as a status.
+pub async fn querier<T>(app: &App, request: &Request<T>) -> Result<Handle, Status> {
+    authenticate(&app.sessions, request, app.principal_from_cert).await.map_err(|e| {
+        app.metrics.service.query(Outcome::Unauthenticated);
+        Status::from(e)
+    })
 }

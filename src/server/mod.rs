@@ -1,7 +1,8 @@
 //! The gRPC front and start-up. [`start`] builds the teachers, the store,
 //! the secret and the sessions, then binds up to four listeners:
 //!
-//! - client (`server.listen`): `pacpriv.v1.Privatizer`, health, reflection;
+//! - client (`server.listen`): `pacpriv.v1.Privatizer`, health, reflection,
+//!   and the private model on the Open Inference Protocol ([`inference`]);
 //!   TLS/mTLS when configured ([`tls`]);
 //! - admin (`admin.listen`, only with an admin token): `pacpriv.v1.Admin`
 //!   ([`admin`]), same TLS;
@@ -11,23 +12,26 @@
 //!
 //! A client request's path: [`auth`] (credential → session) → [`input`]
 //! (wire → validated [`input::Query`]) → the RPC's file ([`predict`],
-//! [`predict_stream`], [`get_budget`]) → [`status`] for any error.
+//! [`predict_stream`], [`get_budget`], or [`inference`]'s `ModelInfer`,
+//! which re-encodes [`predict`]) → [`status`] for any error.
 
 pub mod admin;
 pub mod auth;
 pub mod get_budget;
+pub mod inference;
 pub mod input;
 pub mod predict;
 pub mod predict_stream;
 pub mod status;
 pub mod tls;
 
-use crate::metrics::{self, Metrics, Outcome, Rpc};
+use crate::metrics::{self, Metrics, Rpc};
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
 use crate::session::secret::{self, SecretError};
-use crate::session::{GLOBAL_SESSION, Handle, Scope, SessionParams, Sessions};
+use crate::session::{GLOBAL_SESSION, Scope, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
 use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
 use crate::teachers::demo::server::DemoServer;
@@ -56,6 +60,8 @@ pub struct App {
     pub principal_from_cert: bool,
     /// Every exported metric.
     pub metrics: Arc<Metrics>,
+    /// Whether the last probe found every teacher ready.
+    pub ready: std::sync::atomic::AtomicBool,
 }
 
 /// Why the service could not start.
@@ -215,7 +221,14 @@ pub async fn start(
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
     let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: settings.release_noisy_vector };
-    let app = Arc::new(App { sessions, ensemble, input, principal_from_cert, metrics: Arc::clone(&metrics) });
+    let app = Arc::new(App {
+        sessions,
+        ensemble,
+        input,
+        principal_from_cert,
+        metrics: Arc::clone(&metrics),
+        ready: false.into(),
+    });
 
     let (health, health_service) = tonic_health::server::health_reporter();
     watch_teachers(Arc::clone(&app), health, settings.health_interval).await;
@@ -225,11 +238,17 @@ pub async fn start(
     let privatizer = PrivatizerServer::new(Service { app: Arc::clone(&app) })
         .max_decoding_message_size(settings.max_message_bytes)
         .max_encoding_message_size(settings.max_message_bytes);
+    let inference = settings.inference_model.clone().map(|model| {
+        GrpcInferenceServiceServer::new(inference::InferenceService::new(Arc::clone(&app), model))
+            .max_decoding_message_size(settings.max_message_bytes)
+            .max_encoding_message_size(settings.max_message_bytes)
+    });
     let (listener, addr) = bind(settings.listen).await?;
     let client = tls::builder(settings.tls.as_ref())?
         .add_service(health_service.clone())
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
+        .add_optional_service(inference)
         .serve_with_incoming_shutdown(incoming(listener), shutdown.signal());
     servers.push(Box::pin(async move { Ok(client.await?) }));
 
@@ -334,13 +353,13 @@ pub const LIVENESS_SERVICE: &str = "liveness";
 async fn watch_teachers(app: Arc<App>, health: HealthReporter, every: std::time::Duration) {
     health.set_service_status(LIVENESS_SERVICE, ServingStatus::Serving).await;
     let mut missing = probe(&app).await;
-    set_health(&health, missing).await;
+    set_health(&app, &health, missing).await;
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
             let now = probe(&app).await;
             if (now == 0) != (missing == 0) {
-                set_health(&health, now).await;
+                set_health(&app, &health, now).await;
             }
             missing = now;
         }
@@ -355,7 +374,8 @@ async fn probe(app: &App) -> usize {
     missing
 }
 
-async fn set_health(health: &HealthReporter, missing: usize) {
+async fn set_health(app: &App, health: &HealthReporter, missing: usize) {
+    app.ready.store(missing == 0, std::sync::atomic::Ordering::Relaxed);
     let status = if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing };
     for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
         health.set_service_status(name, status).await;
@@ -369,20 +389,10 @@ pub struct Service {
     app: Arc<App>,
 }
 
-impl Service {
-    /// The caller's session; a refusal is counted as a query outcome.
-    async fn authenticate<T>(&self, request: &Request<T>) -> Result<Handle, Status> {
-        auth::authenticate(&self.app.sessions, request, self.app.principal_from_cert).await.map_err(|e| {
-            self.app.metrics.service.query(Outcome::Unauthenticated);
-            Status::from(e)
-        })
-    }
-}
-
 #[tonic::async_trait]
 impl Privatizer for Service {
     async fn predict(&self, request: Request<PredictRequest>) -> Result<Response<PredictResponse>, Status> {
-        let handle = self.authenticate(&request).await?;
+        let handle = auth::querier(&self.app, &request).await?;
         Ok(Response::new(predict::handle(&self.app, &handle, request.into_inner(), Rpc::Predict).await?))
     }
 
@@ -392,7 +402,7 @@ impl Privatizer for Service {
         &self,
         request: Request<Streaming<PredictRequest>>,
     ) -> Result<Response<Self::PredictStreamStream>, Status> {
-        let handle = self.authenticate(&request).await?;
+        let handle = auth::querier(&self.app, &request).await?;
         Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, request.into_inner())))
     }
 

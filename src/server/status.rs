@@ -22,6 +22,10 @@ pub enum ServiceError {
     /// release; rejected before any teacher was asked.
     #[error("{0}")]
     NotReleased(String),
+    /// An Open Inference Protocol request named a model this server does
+    /// not serve; rejected before any teacher was asked.
+    #[error("{0}")]
+    UnknownModel(String),
     /// Authentication or the session refused.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -38,6 +42,7 @@ impl From<ServiceError> for Status {
         match e {
             ServiceError::InvalidInput(msg) => Status::invalid_argument(msg),
             ServiceError::NotReleased(msg) => Status::failed_precondition(msg),
+            ServiceError::UnknownModel(msg) => Status::not_found(msg),
             ServiceError::Session(SessionError::Unauthenticated) => Status::unauthenticated(
                 "missing or unknown API key: send the key your operator provisioned as `x-api-key: <key>` \
                  (or `authorization: Bearer <key>`) request metadata",
@@ -81,7 +86,9 @@ impl From<ServiceError> for Status {
 /// The metrics outcome of a failed query.
 pub fn outcome(e: &ServiceError) -> Outcome {
     match e {
-        ServiceError::InvalidInput(_) | ServiceError::NotReleased(_) => Outcome::Invalid,
+        ServiceError::InvalidInput(_) | ServiceError::NotReleased(_) | ServiceError::UnknownModel(_) => {
+            Outcome::Invalid
+        }
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,

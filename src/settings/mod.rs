@@ -88,6 +88,9 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Largest accepted request, bytes.
     pub max_message_bytes: usize,
+    /// The private predictor's model name on the Open Inference Protocol;
+    /// `None`: that protocol is not served.
+    pub inference_model: Option<String>,
     /// JSON logs (production) instead of text.
     pub log_json: bool,
     /// b.
@@ -238,6 +241,7 @@ struct RawServer {
     health_listen: String,
     max_message_bytes: usize,
     log_format: String,
+    inference_model: String,
 }
 
 #[derive(Deserialize)]
@@ -437,6 +441,10 @@ impl Raw {
             "json" => true,
             other => return Err(err("server.log_format", format!("{other:?}: expected \"text\" or \"json\""))),
         };
+        let inference_model = self.server.inference_model.trim().to_owned();
+        if inference_model.len() > 128 || inference_model.contains(['/', ' ']) {
+            return Err(err("server.inference_model", "at most 128 bytes, no '/' or spaces (it is a model name)"));
+        }
         if self.server.max_message_bytes < 1024 {
             return Err(err("server.max_message_bytes", "must be at least 1024"));
         }
@@ -556,6 +564,7 @@ impl Raw {
         Ok(Settings {
             listen: addr("server.listen", &self.server.listen)?,
             max_message_bytes: self.server.max_message_bytes,
+            inference_model: (!inference_model.is_empty()).then_some(inference_model),
             log_json,
             per_query,
             policy,

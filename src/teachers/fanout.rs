@@ -178,6 +178,11 @@ impl Ensemble {
         self.core.m
     }
 
+    /// How each teacher's output is read.
+    pub fn mode(&self) -> OutputMode {
+        self.core.mode
+    }
+
     /// Whether there are no teachers (never, once configured).
     pub fn is_empty(&self) -> bool {
         self.core.m == 0

@@ -1,0 +1,45 @@
+//! `ServerMetadata` and `ModelMetadata`: what a generic Open Inference
+//! Protocol client needs to build a request for the private model.
+
+use super::MODEL_VERSION;
+use super::model_infer::{LABEL, NOISY};
+use crate::proto::inference::model_metadata_response::TensorMetadata;
+use crate::proto::inference::{ModelMetadataResponse, ServerMetadataResponse};
+use crate::server::App;
+use crate::teachers::OutputMode;
+
+/// Name and version of this server; no protocol extensions.
+pub fn server() -> ServerMetadataResponse {
+    ServerMetadataResponse {
+        name: "pacpriv".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        extensions: Vec::new(),
+    }
+}
+
+/// The private model `name`: one example of the configured shape in (FP32
+/// advertised; FP64 accepted too), a label out, and the noisy release when
+/// the operator allows it.
+pub fn model(app: &App, name: &str) -> ModelMetadataResponse {
+    let tensor = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata {
+        name: name.to_owned(),
+        datatype: datatype.to_owned(),
+        shape,
+    };
+    let example = std::iter::once(1).chain(app.input.shape.iter().map(|&d| d as i64)).collect();
+    let d = match app.ensemble.mode() {
+        OutputMode::Label { classes } => classes,
+        OutputMode::Vector { dim } => dim,
+    };
+    let mut outputs = vec![tensor(LABEL, "INT64", vec![1])];
+    if app.input.release_noisy {
+        outputs.push(tensor(NOISY, "FP64", vec![1, d as i64]));
+    }
+    ModelMetadataResponse {
+        name: name.to_owned(),
+        versions: vec![MODEL_VERSION.to_owned()],
+        platform: "pacpriv".to_owned(),
+        inputs: vec![tensor("input", "FP32", example)],
+        outputs,
+    }
+}

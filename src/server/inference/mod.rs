@@ -1,0 +1,110 @@
+//! The private predictor as a model of the Open Inference Protocol
+//! (`inference.GRPCInferenceService`, the gRPC API of Triton, KServe and
+//! MLServer), served on the client listener beside `pacpriv.v1.Privatizer`
+//! so that unchanged tritonclient / KServe programs can call it.
+//!
+//! One model, named by `server.inference_model` (default `private`),
+//! version `1`. `ModelInfer` is `Predict` under another encoding: the same
+//! credential (`x-api-key` or `authorization: Bearer` metadata), the same
+//! validation, charge and durability ([`super::predict::handle`]), the
+//! same errors ([`super::status`]). Liveness, readiness and metadata need
+//! no credential and reveal nothing about any session.
+//!
+//! A request's path: [`model_infer::Infer::parse`] (wire → a
+//! [`PredictRequest`] and what to send back) → [`super::predict::handle`]
+//! → [`model_infer::Infer::respond`].
+
+pub mod metadata;
+pub mod model_infer;
+pub mod readiness;
+
+use super::status::ServiceError;
+use super::{App, auth};
+use crate::metrics::{Outcome, Rpc};
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
+use crate::proto::inference::{
+    ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
+    ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
+    ServerReadyRequest, ServerReadyResponse,
+};
+use crate::proto::pacpriv::PredictRequest;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The only version of the private model.
+pub const MODEL_VERSION: &str = "1";
+
+/// The `inference.GRPCInferenceService` implementation.
+pub struct InferenceService {
+    app: Arc<App>,
+    /// `server.inference_model`.
+    model: String,
+}
+
+impl InferenceService {
+    /// Serves `app`'s private predictor as the model `model`.
+    pub fn new(app: Arc<App>, model: String) -> Self {
+        InferenceService { app, model }
+    }
+
+    /// Whether `name`/`version` is the private model (an empty version
+    /// means the latest, as in Triton).
+    fn names(&self, name: &str, version: &str) -> Result<(), ServiceError> {
+        if name == self.model && (version.is_empty() || version == MODEL_VERSION) {
+            return Ok(());
+        }
+        Err(ServiceError::UnknownModel(format!(
+            "model {name:?} version {version:?} is not served here: this pacpriv serves one model, {:?} \
+             (version \"{MODEL_VERSION}\" or empty)",
+            self.model
+        )))
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+        Ok(Response::new(ServerReadyResponse { ready: readiness::ready(&self.app) }))
+    }
+
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        let r = request.get_ref();
+        let ready = self.names(&r.name, &r.version).is_ok() && readiness::ready(&self.app);
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        Ok(Response::new(metadata::server()))
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        let r = request.get_ref();
+        self.names(&r.name, &r.version)?;
+        Ok(Response::new(metadata::model(&self.app, &self.model)))
+    }
+
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let handle = auth::querier(&self.app, &request).await?;
+        let request = request.into_inner();
+        self.names(&request.model_name, &request.model_version).map_err(|e| {
+            self.app.metrics.service.query(Outcome::Invalid);
+            Status::from(e)
+        })?;
+        let (predict, infer): (PredictRequest, _) = model_infer::Infer::parse(request).map_err(|e| {
+            self.app.metrics.service.query(Outcome::Invalid);
+            Status::from(e)
+        })?;
+        let answer = super::predict::handle(&self.app, &handle, predict, Rpc::ModelInfer).await?;
+        Ok(Response::new(infer.respond(&self.model, answer)))
+    }
+}
