@@ -14,6 +14,7 @@ mod bench;
 mod bench_store;
 mod budget;
 mod crash;
+mod interop;
 mod label;
 mod ops;
 mod replicas;

@@ -321,3 +321,73 @@ pub fn scrape(addr: &str) -> String {
 pub fn sample(scrape: &str, series: &str) -> Option<f64> {
     scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// The Python of the interoperability venv (MLServer, tritonclient), made
+/// by `tests/interop_venv.sh` on first use (once per test binary).
+pub fn interop_python() -> std::path::PathBuf {
+    static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop_venv.sh");
+            let out = Command::new("bash").arg(script).output().expect("bash runs");
+            assert!(
+                out.status.success(),
+                "tests/interop_venv.sh failed (it pip-installs examples/mlserver/requirements.txt from PyPI): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).expect("utf-8").trim().into()
+        })
+        .clone()
+}
+
+/// A loopback port nobody was listening on a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// A third-party child process in its own process group, killed (group and
+/// all) when dropped; its output goes to a file for failure messages.
+pub struct Peer {
+    child: Child,
+    log: tempfile::NamedTempFile,
+}
+
+impl Peer {
+    /// Starts `program args`.
+    pub fn start(program: &std::path::Path, args: &[&str]) -> Peer {
+        use std::os::unix::process::CommandExt;
+        let log = tempfile::NamedTempFile::new().expect("temp file");
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.reopen().expect("log file"))
+            .stderr(log.reopen().expect("log file"))
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} starts: {e}", program.display()));
+        Peer { child, log }
+    }
+
+    /// What it printed so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills its process group and reaps it.
+    pub fn kill(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,205 @@
+//! pacpriv between real third-party inference software (issue 8), from
+//! `tests/interop_venv.sh`'s venv (PyPI: Seldon MLServer + scikit-learn
+//! runtime, NVIDIA tritonclient):
+//!
+//! - behind: m teachers trained by `examples/mlserver/teachers.py` on the
+//!   subsets `pacpriv subsets` wrote, served by one MLServer process; pacpriv
+//!   fans out to them over the Open Inference Protocol;
+//! - in front: an unchanged tritonclient program (`tests/triton_client.py`)
+//!   calls pacpriv's private model over the same protocol.
+
+use crate::util::{B, Peer, Process, budget, client, digit, free_port, image, interop_python, pacpriv_ok, predict};
+use crate::util::{sample, scrape, small_demo};
+use pacpriv::proto::inference::ModelReadyRequest;
+use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv::proto::pacpriv::PredictResponse;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+const TEACHERS: usize = 8;
+
+/// Waits (at most 180 s) until MLServer at `port` reports every teacher
+/// model ready.
+async fn wait_ready(mlserver: &mut Peer, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        assert!(!mlserver.exited(), "MLServer exited:\n{}", mlserver.logs());
+        assert!(Instant::now() < deadline, "MLServer not ready after 180 s:\n{}", mlserver.logs());
+        if let Ok(mut c) = GrpcInferenceServiceClient::connect(format!("http://127.0.0.1:{port}")).await {
+            let mut ready = 0;
+            for i in 0..TEACHERS {
+                let request = ModelReadyRequest { name: format!("teacher-{i}"), version: "1".into() };
+                ready += usize::from(c.model_ready(request).await.is_ok_and(|r| r.into_inner().ready));
+            }
+            if ready == TEACHERS {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mlserver_teachers_answer_private_predictions() {
+    let python = interop_python();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let m = TEACHERS.to_string();
+    pacpriv_ok(&["subsets", "--n", "1500", "--m", &m, "--seed", "7", "--out", &path("subsets.json")]);
+    let port = free_port();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mlserver/teachers.py");
+    let (grpc, http, metrics) = (port.to_string(), free_port().to_string(), free_port().to_string());
+    let mut mlserver = Peer::start(
+        &python,
+        &[
+            script,
+            "--subsets",
+            &path("subsets.json"),
+            "--repository",
+            &path("repository"),
+            "--grpc-port",
+            &grpc,
+            "--http-port",
+            &http,
+            "--metrics-port",
+            &metrics,
+            "--config",
+            &path("teachers.toml"),
+            "--holdout",
+            &path("holdout.json"),
+        ],
+    );
+    wait_ready(&mut mlserver, port).await;
+
+    let config = std::path::PathBuf::from(path("teachers.toml"));
+    // A wide batching window, so that concurrent queries reach MLServer as
+    // one [n, 64] input per model.
+    let server = Process::serve(Some(&config), &small_demo(&[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "100".into())]));
+    let holdout: Value =
+        serde_json::from_str(&std::fs::read_to_string(path("holdout.json")).expect("holdout written")).expect("JSON");
+    let features = holdout["features"].as_array().expect("features");
+    let teacher_labels = holdout["teacher_labels"].as_array().expect("teacher labels");
+    let row = |k: usize| -> (Vec<f32>, Vec<u64>) {
+        let pixels = features[k].as_array().expect("row").iter().map(|v| v.as_f64().expect("number") as f32);
+        let votes = teacher_labels[k].as_array().expect("votes").iter().filter_map(Value::as_u64);
+        (pixels.collect(), votes.collect())
+    };
+    // What MLServer's models said, read back through our client, is exactly
+    // what scikit-learn predicted in the script.
+    let check = |k: usize, votes: &[u64], a: &PredictResponse| {
+        assert!(votes.contains(&u64::from(a.label)), "row {k}: label {} is no teacher's vote {votes:?}", a.label);
+        let all_agree = votes.iter().all(|&v| v == votes[0]);
+        assert_eq!(a.unanimous, all_agree, "row {k}: votes {votes:?}");
+        if all_agree {
+            assert_eq!(u64::from(a.label), votes[0], "row {k}: unanimous teachers give their answer");
+        }
+        usize::from(all_agree)
+    };
+    let mut c = client(&server.addr).await;
+    let sequential = 12;
+    let mut unanimous = 0;
+    for k in 0..sequential {
+        let (pixels, votes) = row(k);
+        let a = predict(&mut c, "alice-key", image(&format!("h{k}"), &pixels)).await.expect("answered");
+        unanimous += check(k, &votes, &a);
+    }
+    // Concurrent queries: each row gets its own teachers' votes back out of
+    // the batched replies.
+    let concurrent = 16;
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in sequential..sequential + concurrent {
+        let (pixels, votes) = row(k);
+        let mut c = c.clone();
+        tasks.spawn(async move { (k, votes, predict(&mut c, "alice-key", image(&format!("h{k}"), &pixels)).await) });
+    }
+    for (k, votes, answer) in tasks.join_all().await {
+        unanimous += check(k, &votes, &answer.expect("answered"));
+    }
+    let queries = sequential + concurrent;
+    assert!(unanimous > 0, "the held-out rows include unanimous ones");
+    let account = budget(&mut c, "alice-key").await;
+    assert_eq!(account.answered, queries as u64);
+    assert_eq!(account.spent, queries as f64 * B, "the paper policy charges b per answer");
+    // Every MLServer model was called once per sequential query and fewer
+    // times than there were concurrent ones: batches of [n, 64].
+    let scraped = scrape(&server.listener("metrics"));
+    for i in 0..TEACHERS {
+        let prefix = format!(r#"pacpriv_teacher_call_duration_seconds_count{{teacher="teacher-{i}"}}"#);
+        let calls = scraped.lines().find(|l| l.starts_with(&prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok());
+        assert!(calls.is_some_and(|n: f64| n > sequential as f64 && n < queries as f64), "teacher-{i}:\n{scraped}");
+    }
+    assert_eq!(sample(&scraped, "pacpriv_teacher_batch_size_sum"), Some(queries as f64));
+
+    // MLServer gone: the query is refused as retryable and costs nothing.
+    mlserver.kill();
+    let refused = predict(&mut c, "alice-key", image("down", &digit(1))).await.expect_err("teachers are down");
+    assert_eq!(refused.code(), Code::Unavailable, "{}", refused.message());
+    assert_eq!(budget(&mut c, "alice-key").await.spent, account.spent, "nothing charged");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_tritonclient_program_gets_private_labels() {
+    let python = interop_python();
+    let server = Process::serve(None, &small_demo(&[("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into())]));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let images_path = dir.path().join("images.json");
+    let images: Vec<Vec<f32>> = (0..5).map(digit).collect();
+    std::fs::write(&images_path, serde_json::to_string(&images).expect("JSON")).expect("images written");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/triton_client.py");
+    let out = std::process::Command::new(&python)
+        .args([script, &server.addr, "alice-key", "private", &images_path.display().to_string()])
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "tritonclient program failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+
+    assert_eq!(report["live"], true);
+    assert_eq!(report["ready"], true);
+    assert_eq!(report["model_ready"], true);
+    assert_eq!(report["other_model_ready"], false);
+    let meta = &report["metadata"];
+    assert_eq!(meta["inputs"][0]["datatype"], "FP32");
+    assert_eq!(meta["inputs"][0]["shape"], serde_json::json!(["1", "64"]));
+    assert_eq!(meta["outputs"][0]["name"], "label");
+    assert_eq!(meta["outputs"][1]["name"], "noisy");
+
+    let answers = report["answers"].as_array().expect("answers");
+    assert_eq!(answers.len(), images.len());
+    let mut charged = 0.0;
+    for (k, a) in answers.iter().enumerate() {
+        assert_eq!(a["id"], format!("img-{k}"), "the request id is echoed");
+        let label = a["label"][0].as_u64().expect("an INT64 label");
+        assert!(label < 10);
+        let noisy: Vec<f64> = a["noisy"][0].as_array().expect("noisy").iter().filter_map(Value::as_f64).collect();
+        assert_eq!(a["noisy_shape"], serde_json::json!([1, 10]));
+        assert_eq!(noisy.len(), 10);
+        let argmax = (0..10).max_by(|&i, &j| noisy[i].total_cmp(&noisy[j])).expect("ten classes");
+        assert_eq!(argmax as u64, label, "the label is the argmax of the published release");
+        let p = &a["parameters"];
+        assert_eq!(p["principal"], "alice");
+        assert!(p["confident"].is_boolean() && p["unanimous"].is_boolean(), "{p}");
+        charged += p["mi_charged"].as_f64().expect("mi_charged");
+        assert_eq!(p["budget_spent"].as_f64(), Some(charged), "the account after each answer");
+        assert_eq!(p["budget_answered"].as_i64(), Some(k as i64 + 1));
+        assert_eq!(p["budget_limit"].as_f64(), Some(1.0));
+    }
+    assert_eq!(report["label_only_outputs"], serde_json::json!(["label"]));
+
+    let errors = &report["errors"];
+    let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();
+    assert_eq!(status("unknown_key"), "StatusCode.UNAUTHENTICATED");
+    assert_eq!(status("no_key"), "StatusCode.UNAUTHENTICATED");
+    assert_eq!(status("wrong_shape"), "StatusCode.INVALID_ARGUMENT");
+    assert_eq!(status("batch_of_two"), "StatusCode.INVALID_ARGUMENT");
+    assert_eq!(status("nan"), "StatusCode.INVALID_ARGUMENT");
+    assert_eq!(status("unknown_model"), "StatusCode.NOT_FOUND");
+    let msg = errors["unknown_model"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("\"private\""), "the error names the served model: {msg}");
+
+    // Only the answered infers were charged: the five, and the label-only one.
+    let mut c = client(&server.addr).await;
+    let account = budget(&mut c, "alice-key").await;
+    assert_eq!(account.answered, images.len() as u64 + 1);
+    assert_eq!(account.spent, (images.len() + 1) as f64 * B);
+}
