@@ -42,6 +42,7 @@ fn errors_name_the_key() {
         ("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256", "demo-key", "principals.demo.key_sha256"),
         ("PACPRIV__TEACHERS__SOURCE", "remote", "teachers.remote"),
         ("PACPRIV__TEACHERS__LAYOUT", "stack", "teachers.layout"),
+        ("PACPRIV__SERVER__INFERENCE_MODEL", "models/private", "server.inference_model"),
         ("PACPRIV__TEACHERS__MAX_BATCH", "0", "teachers.max_batch"),
         ("PACPRIV__TEACHERS__MAX_BATCH", "1025", "teachers.max_batch"),
         ("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "1001", "teachers.batch_window_ms"),
@@ -83,5 +84,13 @@ fn a_zero_window_turns_batching_off() -> Result<(), SettingsError> {
     let s = load(&[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0"), ("PACPRIV__TEACHERS__MAX_BATCH", "8")])?;
     assert_eq!(s.batching.window, Duration::ZERO);
     assert_eq!(s.batching.max_batch, 8);
+    Ok(())
+}
+
+#[test]
+fn the_inference_model_is_named_or_turned_off() -> Result<(), SettingsError> {
+    assert_eq!(load(&[])?.inference_model.as_deref(), Some("private"));
+    assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "digits")])?.inference_model.as_deref(), Some("digits"));
+    assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "")])?.inference_model, None);
     Ok(())
 }

@@ -108,3 +108,6 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(infer.respond(&self.model, answer)))
     }
 }
+
+#[cfg(test)]
+mod test;

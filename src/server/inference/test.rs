@@ -1,0 +1,125 @@
+use super::model_infer::{CONFIDENCE_ALPHA, Infer, LABEL, NOISY};
+use crate::proto::inference::infer_parameter::ParameterChoice;
+use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest};
+use crate::proto::pacpriv::{Budget, PredictResponse};
+use crate::server::status::ServiceError;
+
+fn request(raw: bool, outputs: &[&str]) -> ModelInferRequest {
+    let pixels: Vec<f32> = (0..64).map(|i| (i % 17) as f32).collect();
+    let (contents, raw_input_contents) = if raw {
+        (None, vec![pixels.iter().flat_map(|v| v.to_le_bytes()).collect()])
+    } else {
+        (Some(InferTensorContents { fp32_contents: pixels, ..Default::default() }), vec![])
+    };
+    ModelInferRequest {
+        model_name: "private".into(),
+        id: "q1".into(),
+        inputs: vec![InferInputTensor {
+            name: "whatever".into(),
+            datatype: "FP32".into(),
+            shape: vec![1, 64],
+            contents,
+            ..Default::default()
+        }],
+        outputs: outputs
+            .iter()
+            .map(|&name| InferRequestedOutputTensor { name: name.into(), ..Default::default() })
+            .collect(),
+        raw_input_contents,
+        ..Default::default()
+    }
+}
+
+fn answer() -> PredictResponse {
+    PredictResponse {
+        query_id: "q1".into(),
+        label: 7,
+        unanimous: false,
+        mi_charged: 0.25,
+        budget: Some(Budget { principal: "alice".into(), spent: 0.5, answered: 2, ..Default::default() }),
+        confident: Some(true),
+        noisy: (0..10).map(|i| if i == 7 { 1.5 } else { -0.125 }).collect(),
+    }
+}
+
+fn invalid(r: ModelInferRequest) -> String {
+    match Infer::parse(r) {
+        Err(ServiceError::InvalidInput(msg)) => msg,
+        other => panic!("expected InvalidInput, got {:?}", other.map(|(p, _)| p)),
+    }
+}
+
+#[test]
+fn a_raw_request_becomes_the_same_predict_request_as_a_typed_one() {
+    let (raw, _) = Infer::parse(request(true, &[])).expect("valid");
+    let (typed, _) = Infer::parse(request(false, &[])).expect("valid");
+    let decode = |p: &crate::proto::pacpriv::PredictRequest| {
+        let t = p.input.clone().expect("input");
+        let contents = InferTensorContents { fp32_contents: t.fp32_contents, ..Default::default() };
+        let raw = (!t.raw_contents.is_empty()).then_some(t.raw_contents);
+        crate::tensor::decode_floats(&t.datatype, &t.shape, Some(&contents), raw.as_deref()).expect("decodes")
+    };
+    assert_eq!(decode(&raw), decode(&typed));
+    assert_eq!(raw.query_id, "q1");
+    assert!(!raw.return_noisy && raw.confidence_alpha.is_none());
+}
+
+#[test]
+fn outputs_come_back_in_the_requested_order_and_the_requests_encoding() {
+    let (_, infer) = Infer::parse(request(true, &[NOISY, LABEL])).expect("valid");
+    let r = infer.respond("private", answer());
+    let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, [NOISY, LABEL]);
+    assert!(r.outputs.iter().all(|o| o.contents.is_none()), "raw request, raw reply");
+    assert_eq!(r.raw_output_contents[1], 7i64.to_le_bytes());
+    assert_eq!(r.raw_output_contents[0].len(), 10 * 8);
+    assert_eq!(r.outputs[0].shape, [1, 10]);
+    assert_eq!((r.id.as_str(), r.model_name.as_str(), r.model_version.as_str()), ("q1", "private", "1"));
+
+    let (_, infer) = Infer::parse(request(false, &[])).expect("valid");
+    let r = infer.respond("private", answer());
+    assert!(r.raw_output_contents.is_empty(), "typed request, typed reply");
+    assert_eq!(r.outputs.len(), 1, "label only by default");
+    assert_eq!(r.outputs[0].contents.as_ref().map(|c| c.int64_contents.clone()), Some(vec![7]));
+    let param = |name: &str| r.parameters.get(name).and_then(|p| p.parameter_choice.clone());
+    assert_eq!(param("mi_charged"), Some(ParameterChoice::DoubleParam(0.25)));
+    assert_eq!(param("confident"), Some(ParameterChoice::BoolParam(true)));
+    assert_eq!(param("budget_spent"), Some(ParameterChoice::DoubleParam(0.5)));
+    assert_eq!(param("budget_answered"), Some(ParameterChoice::Int64Param(2)));
+    assert_eq!(param("principal"), Some(ParameterChoice::StringParam("alice".into())));
+}
+
+#[test]
+fn the_noisy_output_and_confidence_alpha_map_to_the_client_api() {
+    let mut r = request(true, &[LABEL, NOISY]);
+    let alpha = |c| InferParameter { parameter_choice: Some(c) };
+    r.parameters.insert(CONFIDENCE_ALPHA.into(), alpha(ParameterChoice::DoubleParam(0.05)));
+    let (p, _) = Infer::parse(r.clone()).expect("valid");
+    assert!(p.return_noisy);
+    assert_eq!(p.confidence_alpha, Some(0.05));
+    r.parameters.insert(CONFIDENCE_ALPHA.into(), alpha(ParameterChoice::StringParam("0.1".into())));
+    assert_eq!(Infer::parse(r.clone()).expect("valid").0.confidence_alpha, Some(0.1));
+    r.parameters.insert(CONFIDENCE_ALPHA.into(), alpha(ParameterChoice::StringParam("often".into())));
+    assert!(invalid(r.clone()).contains(CONFIDENCE_ALPHA));
+    r.parameters.insert(CONFIDENCE_ALPHA.into(), alpha(ParameterChoice::BoolParam(true)));
+    assert!(invalid(r).contains(CONFIDENCE_ALPHA));
+}
+
+#[test]
+fn malformed_requests_say_what_to_change() {
+    let mut two = request(false, &[]);
+    two.inputs.push(two.inputs[0].clone());
+    assert!(invalid(two).contains("exactly one input tensor"));
+    let mut none = request(false, &[]);
+    none.inputs.clear();
+    assert!(invalid(none).contains("got 0"));
+    let mut both = request(true, &[]);
+    both.inputs[0].contents = Some(InferTensorContents { fp32_contents: vec![0.0; 64], ..Default::default() });
+    assert!(invalid(both).contains("both contents and raw_input_contents"));
+    let mut extra_raw = request(true, &[]);
+    extra_raw.raw_input_contents.push(vec![0; 4]);
+    assert!(invalid(extra_raw).contains("raw_input_contents"));
+    assert!(invalid(request(false, &["probabilities"])).contains("\"label\""));
+    assert!(invalid(request(false, &[LABEL, LABEL])).contains("twice"));
+}
