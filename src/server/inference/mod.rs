@@ -10,25 +10,25 @@
 //! same errors ([`super::status`]). Liveness, readiness and metadata need
 //! no credential and reveal nothing about any session.
 //!
-//! A request's path: [`model_infer::Infer::parse`] (wire → a
-//! [`PredictRequest`] and what to send back) → [`super::predict::handle`]
-//! → [`model_infer::Infer::respond`].
+//! A request's path: [`Infer::parse`] (wire → a
+//! `PredictRequest` and what to send back) → [`super::predict::handle`]
+//! → [`Infer::respond`].
 
 pub mod metadata;
 pub mod model_infer;
-pub mod readiness;
 
-use super::status::ServiceError;
+use super::status::{self, ServiceError};
 use super::{App, auth};
-use crate::metrics::{Outcome, Rpc};
+use crate::metrics::Rpc;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::{
     ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
     ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
     ServerReadyRequest, ServerReadyResponse,
 };
-use crate::proto::pacpriv::PredictRequest;
+use model_infer::Infer;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tonic::{Request, Response, Status};
 
 /// The only version of the private model.
@@ -45,6 +45,12 @@ impl InferenceService {
     /// Serves `app`'s private predictor as the model `model`.
     pub fn new(app: Arc<App>, model: String) -> Self {
         InferenceService { app, model }
+    }
+
+    /// Whether the last teacher probe (the one behind gRPC health) found
+    /// every teacher ready.
+    fn ready(&self) -> bool {
+        self.app.ready.load(Ordering::Relaxed)
     }
 
     /// Whether `name`/`version` is the private model (an empty version
@@ -68,12 +74,12 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
-        Ok(Response::new(ServerReadyResponse { ready: readiness::ready(&self.app) }))
+        Ok(Response::new(ServerReadyResponse { ready: self.ready() }))
     }
 
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let r = request.get_ref();
-        let ready = self.names(&r.name, &r.version).is_ok() && readiness::ready(&self.app);
+        let ready = self.names(&r.name, &r.version).is_ok() && self.ready();
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
@@ -96,12 +102,9 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let handle = auth::querier(&self.app, &request).await?;
         let request = request.into_inner();
-        self.names(&request.model_name, &request.model_version).map_err(|e| {
-            self.app.metrics.service.query(Outcome::Invalid);
-            Status::from(e)
-        })?;
-        let (predict, infer): (PredictRequest, _) = model_infer::Infer::parse(request).map_err(|e| {
-            self.app.metrics.service.query(Outcome::Invalid);
+        let parsed = self.names(&request.model_name, &request.model_version).and_then(|()| Infer::parse(request));
+        let (predict, infer) = parsed.map_err(|e| {
+            self.app.metrics.service.query(status::outcome(&e));
             Status::from(e)
         })?;
         let answer = super::predict::handle(&self.app, &handle, predict, Rpc::ModelInfer).await?;
