@@ -131,6 +131,22 @@ async fn mlserver_teachers_answer_private_predictions() {
     }
     assert_eq!(sample(&scraped, "pacpriv_teacher_batch_size_sum"), Some(queries as f64));
 
+    // Vector mode on the same models: their `predict_proba` scores ([n, 10]
+    // FP64 from MLServer) are privatised instead of their labels.
+    let scores = Process::serve(
+        Some(&config),
+        &small_demo(&[
+            ("PACPRIV__MODEL__MODE", "vector".into()),
+            ("PACPRIV__TEACHERS__OUTPUT_NAME", "predict_proba".into()),
+        ]),
+    );
+    let mut v = client(&scores.addr).await;
+    for k in 0..3 {
+        let a = predict(&mut v, "alice-key", image(&format!("v{k}"), &row(k).0)).await.expect("answered");
+        assert!(a.label < 10 && !a.unanimous, "row {k}: {a:?}");
+    }
+    assert_eq!(budget(&mut v, "alice-key").await.answered, 3);
+
     // MLServer gone: the query is refused as retryable and costs nothing.
     mlserver.kill();
     let refused = predict(&mut c, "alice-key", image("down", &digit(1))).await.expect_err("teachers are down");
