@@ -38,11 +38,6 @@ pub fn threshold(alpha: f64) -> Result<f64, PrivacyError> {
 /// Prop. 5.1 (with the union-bound threshold above) for a label-mode release: `center` and `released` are positions
 /// in `noise.coords()` of the secret teacher's label and of the argmax.
 ///
-/// Evaluated in the noise basis, where r's coordinates are
-/// U[center] + √v∘g: the same function of r, without recomputing the
-/// coefficients from r (which would cancel catastrophically when variances
-/// span many orders of magnitude).
-///
 /// # Errors
 /// [`PrivacyError::Domain`] for α outside (0, 1).
 pub fn is_confident(
@@ -52,31 +47,84 @@ pub fn is_confident(
     draw: &NoiseDraw,
     alpha: f64,
 ) -> Result<bool, PrivacyError> {
-    threshold(alpha)?;
-    if noise.rank() == 0 {
-        return Ok(true);
+    Evidence::of(noise, center, released, draw).confident(alpha)
+}
+
+/// What the test needs of one release, for every α: the smallest T_j over
+/// the other active classes, and k. A function of (r, Σ) — kept with a
+/// cached answer, it gives the flag at whatever α a repeat asks for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evidence {
+    min_t: f64,
+    k: usize,
+}
+
+impl Evidence {
+    /// An exact answer (unanimous teachers, or no noise at all): confident
+    /// at every α.
+    pub const EXACT: Evidence = Evidence { min_t: f64::INFINITY, k: 1 };
+
+    /// The statistics of a release, evaluated in the noise basis, where r's
+    /// coordinates are U[center] + √v∘g: the same function of r, without
+    /// recomputing the coefficients from r (which would cancel
+    /// catastrophically when variances span many orders of magnitude).
+    pub fn of(noise: &Noise, center: usize, released: usize, draw: &NoiseDraw) -> Evidence {
+        if noise.rank() == 0 {
+            return Evidence::EXACT;
+        }
+        let basis = noise.basis();
+        let variances = noise.variances();
+        let mut min_t = f64::INFINITY;
+        for j in (0..basis.nrows()).filter(|&j| j != released) {
+            let (mut num, mut den) = (0.0, 0.0);
+            for l in 0..basis.ncols() {
+                let inv_sd = 1.0 / variances[l].sqrt();
+                let delta = (basis[[released, l]] - basis[[j, l]]) * inv_sd;
+                let obs = (basis[[center, l]] - basis[[j, l]]) * inv_sd + draw.std_coef[l];
+                num += delta * obs;
+                den += delta * delta;
+            }
+            // A degenerate direction can never certify the label.
+            let t = if den > 0.0 { num / den.sqrt() } else { f64::NEG_INFINITY };
+            // NaN (never expected) also fails the test.
+            min_t = if t.is_nan() { f64::NEG_INFINITY } else { min_t.min(t) };
+        }
+        Evidence { min_t, k: basis.nrows() }
     }
-    let basis = noise.basis();
-    // Bonferroni over the k − 1 labels the argmax could wrongly take.
-    let z = threshold(alpha / (basis.nrows() - 1) as f64)?;
-    let variances = noise.variances();
-    for j in 0..basis.nrows() {
-        if j == released {
-            continue;
+
+    /// Rebuilds stored evidence.
+    ///
+    /// # Errors
+    /// [`PrivacyError::Domain`] for k = 0 or a NaN statistic (a corrupt record).
+    pub fn restore(min_t: f64, k: usize) -> Result<Evidence, PrivacyError> {
+        if k == 0 || min_t.is_nan() {
+            return Err(PrivacyError::Domain(format!("confidence evidence: k = {k}, min T = {min_t}")));
         }
-        let (mut num, mut den) = (0.0, 0.0);
-        for l in 0..basis.ncols() {
-            let inv_sd = 1.0 / variances[l].sqrt();
-            let delta = (basis[[released, l]] - basis[[j, l]]) * inv_sd;
-            let obs = (basis[[center, l]] - basis[[j, l]]) * inv_sd + draw.std_coef[l];
-            num += delta * obs;
-            den += delta * delta;
-        }
-        if den <= 0.0 || num / den.sqrt() < z {
-            return Ok(false);
-        }
+        Ok(Evidence { min_t, k })
     }
-    Ok(true)
+
+    /// The smallest T_j (+∞ when exact).
+    pub fn min_t(&self) -> f64 {
+        self.min_t
+    }
+
+    /// Number of active classes k.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Whether the released label is kept at level α: every T_j ≥
+    /// Φ⁻¹(1 − α/(k − 1)).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Domain`] for α outside (0, 1).
+    pub fn confident(&self, alpha: f64) -> Result<bool, PrivacyError> {
+        threshold(alpha)?;
+        if self.k <= 1 || self.min_t == f64::INFINITY {
+            return Ok(true);
+        }
+        Ok(self.min_t >= threshold(alpha / (self.k - 1) as f64)?)
+    }
 }
 
 #[cfg(test)]

@@ -134,6 +134,14 @@ proptest! {
             if (t - z).abs() > 1e-6 * (1.0 + z.abs()) {
                 prop_assert_eq!(flag, t >= z, "centre {}: min T = {}, threshold {}", centre, t, z);
             }
+            // The evidence a cached answer keeps is the same statistic, and
+            // gives the flag at any α (monotone: a laxer α keeps more).
+            let e = Evidence::of(noise, centre, released, &draw);
+            prop_assert!((e.min_t() - t).abs() <= 1e-6 * (1.0 + t.abs()), "min T {} vs dense {}", e.min_t(), t);
+            prop_assert_eq!(e.k(), k);
+            prop_assert_eq!(e.confident(alpha)?, flag);
+            prop_assert!(!flag || e.confident((2.0 * alpha).min(0.5))?);
+            prop_assert_eq!(Evidence::restore(e.min_t(), e.k())?, e);
             // Another centre with a draw shifted so that it releases the same r.
             let other = (centre + 1) % k;
             let shift = (&noise.basis().row(centre) - &noise.basis().row(other)) / &v.mapv(f64::sqrt);

@@ -130,6 +130,9 @@ pub struct Answer {
     pub mi_bound: f64,
     /// Prop. 5.1 at the requested α, if one was requested.
     pub confident: Option<bool>,
+    /// What the confidence test needs of this release at any α (label
+    /// mode; `None` in vector mode).
+    pub evidence: Option<confidence::Evidence>,
     /// The full noisy release r (length d).
     pub noisy: Array1<f64>,
     /// The form in which r may leave the process (opt-in): on the 2⁻³²
@@ -181,17 +184,18 @@ pub fn answer<R: CryptoRng + ?Sized>(
             charge,
             mi_bound: 0.0,
             confident: alpha.map(|_| true),
+            evidence: matches!(outputs, TeacherOutputs::Labels { .. }).then_some(confidence::Evidence::EXACT),
             noisy,
             published,
             log_likelihood: None,
         });
     }
 
-    let (label, noisy, published, log_lik, noise_mi, confident) = match outputs {
+    let (label, noisy, published, log_lik, noise_mi, evidence) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
-            let (label, noisy, published, log_lik, confident) = release_label(&cal, s, alpha, rng)?;
-            (label, noisy, published, log_lik, cal.noise().mi_bound(), confident)
+            let (label, noisy, published, log_lik, evidence) = release_label(&cal, s, rng)?;
+            (label, noisy, published, log_lik, cal.noise().mi_bound(), Some(evidence))
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
@@ -201,6 +205,12 @@ pub fn answer<R: CryptoRng + ?Sized>(
             let log_lik = cal.teacher_log_likelihoods(s, &draw);
             (argmax(noisy.iter().copied()), noisy, published, log_lik, cal.noise().mi_bound(), None)
         }
+    };
+
+    // Before any state changes: the flag's only failure is a bad α.
+    let confident = match (alpha, evidence) {
+        (Some(a), Some(e)) => Some(e.confident(a)?),
+        _ => None,
     };
 
     // Commit: the fallible posterior update runs on a copy; `record` either
@@ -215,6 +225,7 @@ pub fn answer<R: CryptoRng + ?Sized>(
         charge,
         mi_bound: noise_mi,
         confident,
+        evidence,
         noisy,
         published,
         log_likelihood: Some(log_lik),
@@ -240,12 +251,11 @@ fn exact_release(outputs: &TeacherOutputs) -> (usize, Array1<f64>) {
     }
 }
 
-type LabelRelease = (usize, Array1<f64>, Vec<f64>, Array1<f64>, Option<bool>);
+type LabelRelease = (usize, Array1<f64>, Vec<f64>, Array1<f64>, confidence::Evidence);
 
 fn release_label<R: CryptoRng + ?Sized>(
     cal: &LabelCalibration,
     secret: usize,
-    alpha: Option<f64>,
     rng: &mut R,
 ) -> Result<LabelRelease, PrivacyError> {
     let center =
@@ -260,11 +270,8 @@ fn release_label<R: CryptoRng + ?Sized>(
         noisy[c] = *v;
     }
     let published = publish_label(&cal.noise().noise_vector(&draw), cal.classes()[center]);
-    let confident = match alpha {
-        Some(a) => Some(confidence::is_confident(cal.noise(), center, pos, &draw, a)?),
-        None => None,
-    };
-    Ok((cal.classes()[pos], noisy, published, cal.teacher_log_likelihoods(center, &draw), confident))
+    let evidence = confidence::Evidence::of(cal.noise(), center, pos, &draw);
+    Ok((cal.classes()[pos], noisy, published, cal.teacher_log_likelihoods(center, &draw), evidence))
 }
 
 /// Grid the published noisy vector is rounded to: 2⁻³².
