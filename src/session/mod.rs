@@ -26,6 +26,7 @@ use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreErr
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
+pub mod cache;
 pub mod registry;
 pub mod secret;
 

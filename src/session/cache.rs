@@ -1,0 +1,224 @@
+//! A session's answer cache: an identical query is answered with the
+//! session's stored release instead of fresh noise.
+//!
+//! Returning a stored answer is post-processing of a release already
+//! charged (`docs/accounting.md` §2, §8): it costs nothing, leaves the
+//! posterior alone and reveals nothing new. Asking the same question again
+//! and again therefore cannot average the noise away.
+//!
+//! # Owns
+//! [`QueryDigest`] (the canonical key of a query) and [`AnswerCache`] (the
+//! bounded FIFO of released answers and what is remembered of evicted ones),
+//! including its byte encoding inside a session record.
+//!
+//! # Invariants
+//! - The key is the validated example itself, not its encoding: FP32 or
+//!   FP64, typed or raw, `[64]` or `[1, 64]`, Predict or `ModelInfer` — the
+//!   same values are the same query (−0.0 counts as 0.0).
+//! - An entry holds only what was released, plus Prop. 5.1's evidence (a
+//!   function of the release and Σ, so the flag can be given at any α); the
+//!   published noisy vector is kept only when it was returned.
+//! - At most `capacity` entries. The oldest is evicted first; under
+//!   [`OnEvicted::Refuse`] its digest's first 8 bytes are remembered for the
+//!   life of the session (8 bytes per evicted query), so a repeat of it is
+//!   refused, never answered with fresh noise.
+
+use crate::privacy::confidence::Evidence;
+use sha2::{Digest as _, Sha256};
+use std::collections::VecDeque;
+
+/// SHA-256 of a query's canonical form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QueryDigest([u8; 32]);
+
+impl QueryDigest {
+    /// The key of the validated example `features` (row-major).
+    pub fn of(features: &[f64]) -> QueryDigest {
+        let mut h = Sha256::new();
+        h.update(b"pacpriv-query/v1\0");
+        h.update((features.len() as u64).to_le_bytes());
+        for &x in features {
+            // +0.0 for −0.0: the same input to every model.
+            let x = if x == 0.0 { 0.0 } else { x };
+            h.update(x.to_le_bytes());
+        }
+        QueryDigest(h.finalize().into())
+    }
+
+    fn prefix(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[..8]);
+        u64::from_le_bytes(b)
+    }
+}
+
+/// What a repeat of an evicted query gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnEvicted {
+    /// Refused (the default): a query is answered with noise at most once.
+    Refuse,
+    /// Answered afresh and charged like any new query.
+    Charge,
+}
+
+/// Cache configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Entries kept per session; 0 turns the cache off.
+    pub capacity: usize,
+    /// What a repeat of an evicted query gets.
+    pub on_evicted: OnEvicted,
+}
+
+impl CacheSettings {
+    /// No caching: every query is answered afresh.
+    pub const OFF: CacheSettings = CacheSettings { capacity: 0, on_evicted: OnEvicted::Charge };
+}
+
+/// One released answer, as a repeat gets it back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cached {
+    /// The released label.
+    pub label: usize,
+    /// Whether the teachers were unanimous.
+    pub unanimous: bool,
+    /// Prop. 5.1's evidence (label mode).
+    pub evidence: Option<Evidence>,
+    /// The published noisy vector, if it was returned.
+    pub published: Option<Vec<f64>>,
+}
+
+/// What the cache knows of a query.
+#[derive(Debug, PartialEq)]
+pub enum Lookup<'a> {
+    /// Answered before and still cached.
+    Hit(&'a Cached),
+    /// Answered before, evicted since, and remembered (only under
+    /// [`OnEvicted::Refuse`]).
+    Evicted,
+    /// Not answered before, as far as this session remembers.
+    Miss,
+}
+
+/// A session's cached answers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnswerCache {
+    /// Oldest first.
+    entries: VecDeque<(QueryDigest, Cached)>,
+    /// Prefixes of evicted digests, sorted (only under `Refuse`).
+    evicted: Vec<u64>,
+}
+
+impl AnswerCache {
+    /// What the cache knows of `digest`.
+    pub fn lookup(&self, digest: &QueryDigest) -> Lookup<'_> {
+        if let Some((_, c)) = self.entries.iter().find(|(d, _)| d == digest) {
+            return Lookup::Hit(c);
+        }
+        if self.evicted.binary_search(&digest.prefix()).is_ok() {
+            return Lookup::Evicted;
+        }
+        Lookup::Miss
+    }
+
+    /// Keeps `answer` for `digest` (a query just answered afresh), evicting
+    /// the oldest entry beyond `settings.capacity`.
+    pub fn insert(&mut self, digest: QueryDigest, answer: Cached, settings: CacheSettings) {
+        if settings.capacity == 0 {
+            return;
+        }
+        self.entries.retain(|(d, _)| *d != digest);
+        self.entries.push_back((digest, answer));
+        while self.entries.len() > settings.capacity {
+            let Some((old, _)) = self.entries.pop_front() else { break };
+            if settings.on_evicted == OnEvicted::Refuse {
+                let p = old.prefix();
+                if let Err(at) = self.evicted.binary_search(&p) {
+                    self.evicted.insert(at, p);
+                }
+            }
+        }
+    }
+
+    /// Number of cached answers.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is cached or remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.evicted.is_empty()
+    }
+
+    /// Appends the byte form: entry count, entries (digest, label, flags,
+    /// evidence, published), evicted count, prefixes; little-endian.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for (d, c) in &self.entries {
+            out.extend_from_slice(&d.0);
+            out.extend_from_slice(&(c.label as u32).to_le_bytes());
+            let flags =
+                u8::from(c.unanimous) | u8::from(c.evidence.is_some()) << 1 | u8::from(c.published.is_some()) << 2;
+            out.push(flags);
+            if let Some(e) = c.evidence {
+                out.extend_from_slice(&e.min_t().to_le_bytes());
+                out.extend_from_slice(&(e.k() as u32).to_le_bytes());
+            }
+            if let Some(p) = &c.published {
+                out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+                p.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+            }
+        }
+        out.extend_from_slice(&(self.evicted.len() as u32).to_le_bytes());
+        self.evicted.iter().for_each(|p| out.extend_from_slice(&p.to_le_bytes()));
+    }
+
+    /// Reads what [`AnswerCache::encode`] wrote from the front of `bytes`;
+    /// the cache and the rest. `None` for malformed bytes.
+    pub fn decode(bytes: &[u8]) -> Option<(AnswerCache, &[u8])> {
+        let mut r = Bytes(bytes);
+        let n = r.u32()?;
+        let mut entries = VecDeque::with_capacity(n.min(4096) as usize);
+        for _ in 0..n {
+            let digest = QueryDigest(r.take(32)?.try_into().ok()?);
+            let label = r.u32()? as usize;
+            let flags = r.take(1)?[0];
+            let evidence = if flags & 2 != 0 {
+                let min_t = f64::from_le_bytes(r.take(8)?.try_into().ok()?);
+                Some(Evidence::restore(min_t, r.u32()? as usize).ok()?)
+            } else {
+                None
+            };
+            let published = if flags & 4 != 0 {
+                let len = r.u32()? as usize;
+                let raw = r.take(len.checked_mul(8)?)?;
+                Some(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default())).collect())
+            } else {
+                None
+            };
+            entries.push_back((digest, Cached { label, unanimous: flags & 1 != 0, evidence, published }));
+        }
+        let m = r.u32()? as usize;
+        let raw = r.take(m.checked_mul(8)?)?;
+        let evicted: Vec<u64> =
+            raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+        evicted.is_sorted().then_some((AnswerCache { entries, evicted }, r.0))
+    }
+}
+
+struct Bytes<'a>(&'a [u8]);
+
+impl<'a> Bytes<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod test;
