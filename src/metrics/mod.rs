@@ -150,6 +150,8 @@ fn batch_sizes() -> Histogram {
 pub struct ServiceMetrics {
     queries: Family<OutcomeLabel, Counter>,
     unanimous: Counter,
+    cache_hits: Counter,
+    cache_misses: Counter,
     mi_charged: Counter<f64, AtomicU64>,
     duration: Histograms<RpcLabel>,
     spent: Family<PrincipalLabel, FloatGauge>,
@@ -173,6 +175,8 @@ impl ServiceMetrics {
         let m = ServiceMetrics {
             queries: Family::default(),
             unanimous: Counter::default(),
+            cache_hits: Counter::default(),
+            cache_misses: Counter::default(),
             mi_charged: Counter::default(),
             duration: Family::new_with_constructor(latency),
             spent: Family::default(),
@@ -203,6 +207,12 @@ impl ServiceMetrics {
     fn register(&self, r: &mut Registry) {
         r.register("pacpriv_queries", "Queries by outcome", self.queries.clone());
         r.register("pacpriv_answers_unanimous", "Answers on which all teachers agreed", self.unanimous.clone());
+        r.register(
+            "pacpriv_answer_cache_hits",
+            "Answers returned again from the session's cache (no charge, no new noise)",
+            self.cache_hits.clone(),
+        );
+        r.register("pacpriv_answer_cache_misses", "Answers computed afresh", self.cache_misses.clone());
         r.register("pacpriv_mi_charged_nats", "Mutual information charged, nats", self.mi_charged.clone());
         r.register_with_unit(
             "pacpriv_request_duration",
@@ -227,8 +237,13 @@ impl ServiceMetrics {
     }
 
     /// Counts one released answer.
-    pub fn answered(&self, unanimous: bool, charge: f64) {
+    pub fn answered(&self, unanimous: bool, charge: f64, cached: bool) {
         self.query(Outcome::Answered);
+        if cached {
+            self.cache_hits.inc();
+            return;
+        }
+        self.cache_misses.inc();
         if unanimous {
             self.unanimous.inc();
         }

@@ -17,7 +17,7 @@ fn view(spent: f64) -> BudgetView {
 #[test]
 fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
     let m = Metrics::new(10);
-    m.service.answered(true, 0.25);
+    m.service.answered(true, 0.25, false);
     m.service.query(Outcome::RefusedBudget);
     m.service.duration(Rpc::Predict, 0.01);
     m.service.budget("alice", &view(0.25));

@@ -5,6 +5,7 @@ use super::status::ServiceError;
 use crate::privacy::confidence;
 use crate::proto::inference::InferTensorContents;
 use crate::proto::pacpriv::PredictRequest;
+use crate::session::cache::QueryDigest;
 use crate::tensor;
 
 /// What one example must look like.
@@ -27,6 +28,8 @@ pub struct Query {
     pub alpha: Option<f64>,
     /// Return the (published) noisy release; only if the server allows it.
     pub return_noisy: bool,
+    /// The session cache's key: the example's values.
+    pub digest: QueryDigest,
 }
 
 impl InputSpec {
@@ -77,7 +80,8 @@ impl InputSpec {
             }
             None => None,
         };
-        Ok(Query { query_id, features, alpha, return_noisy: req.return_noisy })
+        let digest = QueryDigest::of(&features);
+        Ok(Query { query_id, features, alpha, return_noisy: req.return_noisy, digest })
     }
 }
 

@@ -207,8 +207,14 @@ pub async fn start(
         }
     };
     let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
-    let params =
-        SessionParams { per_query: settings.per_query, policy: settings.policy, m, secret, journal: settings.journal };
+    let params = SessionParams {
+        per_query: settings.per_query,
+        policy: settings.policy,
+        m,
+        secret,
+        journal: settings.journal,
+        cache: settings.cache,
+    };
     let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
     let accounts = sessions.active_accounts().await?;
     metrics.service.principals(accounts.len());

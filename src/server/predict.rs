@@ -14,7 +14,7 @@ use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
 use crate::privacy::mechanism::TeacherOutputs;
 use crate::proto::pacpriv::{Budget, PredictRequest, PredictResponse};
-use crate::session::{BudgetView, Handle, Scope, Step};
+use crate::session::{Asking, BudgetView, Handle, Scope, Step};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{Instrument, Span};
@@ -56,10 +56,11 @@ impl<T> Traced<T> {
     }
 }
 
-/// A validated query the teachers have answered.
+/// A validated query the teachers have answered — or, when the session
+/// answered it before, did not need to.
 pub struct Asked {
     query: Query,
-    outputs: TeacherOutputs,
+    outputs: Option<TeacherOutputs>,
 }
 
 /// A charged step whose record is on its way to the store.
@@ -101,8 +102,13 @@ pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Re
     let traced = Traced { value: (), span: span.clone(), started };
     let query = query.map_err(|e| traced.fail(e))?;
     let outputs = async {
+        // A repeat costs nothing and needs no teacher (its refusal, if its
+        // answer was evicted, neither).
+        if handle.knows(&query.digest).await? {
+            return Ok(None);
+        }
         handle.ensure_can_pay().await?;
-        Ok::<_, ServiceError>(app.ensemble.query(&query.features).await?)
+        Ok::<_, ServiceError>(Some(app.ensemble.query(&query.features).await?))
     }
     .instrument(span)
     .await
@@ -118,7 +124,13 @@ pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Re
 /// Exhausted budget or a core refusal (nothing charged).
 pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
     let (Asked { query, outputs }, traced) = asked.take();
-    let begun = handle.begin(outputs, query.alpha, query.query_id.clone()).instrument(traced.span.clone()).await;
+    let asking = Asking {
+        alpha: query.alpha,
+        query_id: query.query_id.clone(),
+        key: Some(query.digest),
+        return_noisy: query.return_noisy,
+    };
+    let begun = handle.begin(outputs, asking).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
     Ok(traced.then(Taken { query, step }))
 }
@@ -131,9 +143,15 @@ pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc)
     let (Taken { query, step }, traced) = taken.take();
     let (answer, view) = step.durable().await.map_err(|e| traced.fail(e))?;
     traced.span.in_scope(|| {
-        tracing::info!(charged = answer.charge.get(), unanimous = answer.unanimous, spent = view.spent, "answered");
+        tracing::info!(
+            charged = answer.charge.get(),
+            unanimous = answer.unanimous,
+            cached = answer.cached,
+            spent = view.spent,
+            "answered"
+        );
     });
-    app.metrics.service.answered(answer.unanimous, answer.charge.get());
+    app.metrics.service.answered(answer.unanimous, answer.charge.get(), answer.cached);
     app.metrics.service.budget(handle.session_name(), &view);
     app.metrics.service.duration(rpc, traced.started.elapsed().as_secs_f64());
     let label =
@@ -146,6 +164,7 @@ pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc)
         budget: Some(budget_message(handle.principal(), handle.scope(), &view)),
         confident: answer.confident,
         noisy: if query.return_noisy { answer.published } else { Vec::new() },
+        cached: answer.cached,
     })
 }
 

@@ -73,6 +73,10 @@ impl From<ServiceError> for Status {
             ServiceError::Session(e @ SessionError::Registry(_)) => {
                 Status::unavailable(format!("{e}; nothing was answered or charged"))
             }
+            ServiceError::Session(e @ (SessionError::EvictedRepeat | SessionError::NoisyNotKept)) => {
+                Status::failed_precondition(e.to_string())
+            }
+            ServiceError::Session(e @ SessionError::CacheMoved) => Status::unavailable(e.to_string()),
             ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => Status::not_found(e.to_string()),
             ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => Status::invalid_argument(e.to_string()),
             ServiceError::Teachers(e) => {
@@ -91,6 +95,7 @@ pub fn outcome(e: &ServiceError) -> Outcome {
         }
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
+        ServiceError::Session(SessionError::EvictedRepeat | SessionError::NoisyNotKept) => Outcome::Invalid,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,
         ServiceError::Teachers(_) => Outcome::TeacherUnavailable,
         _ => Outcome::Internal,

@@ -23,6 +23,7 @@ use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, Teacher
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreError, Ticket};
+use cache::{AnswerCache, CacheSettings, Cached, Lookup, QueryDigest};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
@@ -107,6 +108,28 @@ pub enum SessionError {
     /// answered or charged).
     #[error("principal registry: {0}")]
     Registry(StoreError),
+    /// A repeat of a query whose cached answer was evicted, under
+    /// `on_evicted = refuse`: answering it would release fresh noise for a
+    /// query already answered. Nothing changed.
+    #[error(
+        "this session answered this exact query before and its cached answer has since been evicted \
+         (privacy.answer_cache_entries); answering it again would release fresh noise, so it is refused — nothing \
+         was charged"
+    )]
+    EvictedRepeat,
+    /// A repeat asking for the noisy vector of a query first answered
+    /// without it: the vector was not kept, and a fresh one would be a new
+    /// release. Nothing changed.
+    #[error(
+        "this session answered this exact query before without return_noisy, and its noisy vector was not kept; \
+         repeat it without return_noisy to get the same answer (nothing was charged)"
+    )]
+    NoisyNotKept,
+    /// The query's cached answer disappeared between the check before the
+    /// fan-out and the step (evicted meanwhile, or another replica's step).
+    /// Nothing changed; a retry is answered correctly.
+    #[error("the session's answer cache changed while this query was in flight; nothing was charged, retry it")]
+    CacheMoved,
     /// No principal of that name.
     #[error("no principal named {0:?}")]
     UnknownPrincipal(String),
@@ -162,10 +185,14 @@ impl BudgetView {
     }
 }
 
+/// What a fresh step hands to the store.
+type Write = (SessionRecord, Option<JournalEntry>);
+
 /// A session's state and how many steps produced it.
 struct Versioned {
     state: SessionState,
     version: u64,
+    cache: AnswerCache,
 }
 
 /// Where a session's state lives.
@@ -190,59 +217,94 @@ impl SessionParams {
     /// The state a record describes, or the uniform prior with an empty
     /// ledger; checked against m.
     fn resume(&self, record: Option<&SessionRecord>, limit: Nats) -> Result<Versioned, SessionError> {
-        let (state, version) = match record {
-            Some(r) => (r.restore(self.per_query, limit, self.policy)?, r.version),
+        let (state, version, cache) = match record {
+            Some(r) => (r.restore(self.per_query, limit, self.policy)?, r.version, r.cache.clone()),
             None => (
                 SessionState {
                     posterior: Posterior::uniform(self.m)?,
                     ledger: Ledger::new(self.per_query, limit, self.policy)?,
                 },
                 0,
+                AnswerCache::default(),
             ),
         };
         if state.posterior.len() != self.m {
             return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: self.m }.into());
         }
-        Ok(Versioned { state, version })
+        Ok(Versioned { state, version, cache })
     }
 }
 
 impl Session {
-    /// Applies one step to `v` and describes it for the store.
+    /// Answers `asking` on `v`: from the cache when this exact query was
+    /// answered before (nothing changes, `None` record), or by one step of
+    /// Algorithm 1 on `outputs`, described for the store.
     fn step(
         &self,
         v: &mut Versioned,
-        outputs: &TeacherOutputs,
-        alpha: Option<f64>,
-        query_id: &str,
-    ) -> Result<(Answer, SessionRecord, Option<JournalEntry>), SessionError> {
-        let answer = mechanism::answer(&mut v.state, outputs, self.params.secret, alpha, &mut rand::rng())?;
+        outputs: Option<&TeacherOutputs>,
+        asking: &Asking,
+    ) -> Result<(Reply, Option<Write>), SessionError> {
+        if let Some(key) = &asking.key {
+            match v.cache.lookup(key) {
+                Lookup::Hit(c) => return Ok((Reply::cached(c, asking)?, None)),
+                Lookup::Evicted => return Err(SessionError::EvictedRepeat),
+                Lookup::Miss => {}
+            }
+        }
+        // The check before the fan-out saw an answer that is gone now.
+        let outputs = outputs.ok_or(SessionError::CacheMoved)?;
+        let answer = mechanism::answer(&mut v.state, outputs, self.params.secret, asking.alpha, &mut rand::rng())?;
+        if let Some(key) = asking.key {
+            let kept = Cached {
+                label: answer.label,
+                unanimous: answer.unanimous,
+                evidence: answer.evidence,
+                published: asking.return_noisy.then(|| answer.published.clone()),
+            };
+            v.cache.insert(key, kept, self.params.cache);
+        }
         v.version += 1;
         let journal = self.params.journal.then(|| JournalEntry {
             version: v.version,
-            query_id: query_id.to_owned(),
+            query_id: asking.query_id.clone(),
             charge: answer.charge.get(),
             log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
         });
-        Ok((answer, SessionRecord::of(&v.state, v.version), journal))
+        Ok((Reply::fresh(answer), Some((SessionRecord::of(&v.state, &v.cache, v.version), journal))))
     }
 
     /// The local path: step under the lock and queue the record under the
     /// lock (so a session's records queue in order); the caller waits for
-    /// the ticket outside it. Blocking (LAPACK in vector mode).
+    /// the ticket outside it. A cached answer queues the unchanged record,
+    /// so that it too is released only once the step that produced it is
+    /// durable. Blocking (LAPACK in vector mode).
     fn step_local(
         &self,
-        outputs: &TeacherOutputs,
-        alpha: Option<f64>,
-        query_id: &str,
-    ) -> Result<(Answer, BudgetView, Ticket), SessionError> {
+        outputs: Option<&TeacherOutputs>,
+        asking: &Asking,
+    ) -> Result<(Reply, BudgetView, Ticket), SessionError> {
         let Backend::Local { state, store } = &self.backend else {
             return Err(SessionError::Poisoned);
         };
         let mut guard = state.lock().map_err(|_| SessionError::Poisoned)?;
-        let (answer, record, journal) = self.step(&mut guard, outputs, alpha, query_id)?;
+        let (reply, write) = self.step(&mut guard, outputs, asking)?;
+        let (record, journal) = match write {
+            Some(w) => w,
+            None => (SessionRecord::of(&guard.state, &guard.cache, guard.version), None),
+        };
         let ticket = store.enqueue(&self.key, record, journal)?;
-        Ok((answer, BudgetView::of(&guard.state.ledger), ticket))
+        Ok((reply, BudgetView::of(&guard.state.ledger), ticket))
+    }
+
+    /// Whether this session has answered `key` before (cached, or refused
+    /// as an evicted repeat): such a query needs no teacher.
+    async fn knows(&self, key: &QueryDigest) -> Result<bool, SessionError> {
+        let known = |cache: &AnswerCache| !matches!(cache.lookup(key), Lookup::Miss);
+        match &self.backend {
+            Backend::Local { state, .. } => Ok(known(&state.lock().map_err(|_| SessionError::Poisoned)?.cache)),
+            Backend::Shared { store, .. } => Ok(store.load(&self.key).await?.is_some_and(|r| known(&r.cache))),
+        }
     }
 
     /// A copy of the current ledger (read from the database for a shared
@@ -308,10 +370,20 @@ impl Handle {
         Ok(())
     }
 
+    /// Whether this session answered `key` before (see [`Asking::key`]):
+    /// then its answer (or refusal) needs no teacher and no budget check.
+    /// Depends on the session's own transcript only.
+    ///
+    /// # Errors
+    /// [`SessionError::Poisoned`] or a store error.
+    pub async fn knows(&self, key: &QueryDigest) -> Result<bool, SessionError> {
+        self.session.knows(key).await
+    }
+
     /// One step of Algorithm 1 on this session — budget check,
     /// calibration, noise, posterior and ledger update, atomically — and
     /// returns only once the step is durable: [`Handle::begin`], then
-    /// [`Step::durable`].
+    /// [`Step::durable`]. Not cached.
     ///
     /// # Errors
     /// As [`Handle::begin`] and [`Step::durable`].
@@ -320,59 +392,145 @@ impl Handle {
         outputs: TeacherOutputs,
         alpha: Option<f64>,
         query_id: String,
-    ) -> Result<(Answer, BudgetView), SessionError> {
-        self.begin(outputs, alpha, query_id).await?.durable().await
+    ) -> Result<(Reply, BudgetView), SessionError> {
+        self.begin(Some(outputs), Asking::uncached(alpha, query_id)).await?.durable().await
     }
 
-    /// Takes one step of Algorithm 1 on this session and hands its record
-    /// to the store, without waiting for it to be durable: a caller with
-    /// several queries of one session (a stream) takes the next step while
-    /// this one's commit is under way, and the steps keep the order in
-    /// which `begin` was called. Label-mode steps with few active classes
-    /// run on the calling task (microseconds, see [`quick`]); the rest run on
-    /// a blocking thread (LAPACK). The answer is only reachable through
+    /// Answers `asking`: with the session's cached answer when this exact
+    /// query was answered before (no charge, no change), otherwise by one
+    /// step of Algorithm 1 on `outputs` (`None` only when [`Handle::knows`]
+    /// said the query was answered before). Hands the step's record to the
+    /// store without waiting for it to be durable: a caller with several
+    /// queries of one session (a stream) takes the next step while this
+    /// one's commit is under way, and the steps keep the order in which
+    /// `begin` was called. Label-mode steps with few active classes run on
+    /// the calling task (microseconds, see [`quick`]); the rest run on a
+    /// blocking thread (LAPACK). The reply is only reachable through
     /// [`Step::durable`].
     ///
     /// # Errors
-    /// [`SessionError::Exhausted`] or the core's refusal: nothing changed.
-    /// [`SessionError::Store`]: the step may have happened but is withheld.
-    pub async fn begin(
-        &self,
-        outputs: TeacherOutputs,
-        alpha: Option<f64>,
-        query_id: String,
-    ) -> Result<Step, SessionError> {
+    /// [`SessionError::Exhausted`], a cache refusal or the core's refusal:
+    /// nothing changed. [`SessionError::Store`]: the step may have happened
+    /// but is withheld.
+    pub async fn begin(&self, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<Step, SessionError> {
         let s = Arc::clone(&self.session);
         match &self.session.backend {
             Backend::Local { .. } => {
                 // A few microseconds of math run here: a hop to a blocking
                 // thread would cost more than the step (BENCHMARKS.md).
-                let (answer, view, ticket) = if quick(&outputs) {
-                    s.step_local(&outputs, alpha, &query_id)?
+                let (reply, view, ticket) = if outputs.as_ref().is_none_or(quick) {
+                    s.step_local(outputs.as_ref(), &asking)?
                 } else {
-                    tokio::task::spawn_blocking(move || s.step_local(&outputs, alpha, &query_id))
+                    tokio::task::spawn_blocking(move || s.step_local(outputs.as_ref(), &asking))
                         .await
                         .map_err(|_| SessionError::Poisoned)??
                 };
-                Ok(Step { answer, view, ticket: Some(ticket) })
+                Ok(Step { reply, view, ticket: Some(ticket) })
             }
             // One row-locked transaction per step: durable when it returns.
+            // A cached answer was read from committed state by `knows`; one
+            // found only inside the transaction (another replica's step
+            // raced this query) is refused rather than written again.
             Backend::Shared { store, limit } => {
                 let limit = *limit;
-                let (answer, view) = store
+                if let Some(key) = &asking.key
+                    && let Some(record) = store.load(&self.session.key).await?
+                {
+                    match record.cache.lookup(key) {
+                        Lookup::Hit(c) => {
+                            let p = &self.session.params;
+                            let view = BudgetView::of(&record.ledger(p.per_query, limit, p.policy)?);
+                            return Ok(Step { reply: Reply::cached(c, &asking)?, view, ticket: None });
+                        }
+                        Lookup::Evicted => return Err(SessionError::EvictedRepeat),
+                        Lookup::Miss => {}
+                    }
+                }
+                let (reply, view) = store
                     .step(&self.session.key, move |record| async move {
                         tokio::task::spawn_blocking(move || {
                             let mut v = s.params.resume(record.as_ref(), limit)?;
-                            let (answer, record, journal) = s.step(&mut v, &outputs, alpha, &query_id)?;
-                            Ok::<_, SessionError>((record, journal, (answer, BudgetView::of(&v.state.ledger))))
+                            let (reply, write) = s.step(&mut v, outputs.as_ref(), &asking)?;
+                            let (record, journal) = write.ok_or(SessionError::CacheMoved)?;
+                            Ok::<_, SessionError>((record, journal, (reply, BudgetView::of(&v.state.ledger))))
                         })
                         .await
                         .map_err(|_| SessionError::Poisoned)?
                     })
                     .await?;
-                Ok(Step { answer, view, ticket: None })
+                Ok(Step { reply, view, ticket: None })
             }
         }
+    }
+}
+
+/// One query as its session sees it.
+#[derive(Clone, Debug)]
+pub struct Asking {
+    /// Confidence level asked for.
+    pub alpha: Option<f64>,
+    /// The client's id (journal).
+    pub query_id: String,
+    /// The query's cache key; `None`: never cached (internal callers).
+    pub key: Option<QueryDigest>,
+    /// Whether the noisy vector will be returned (it is kept with the
+    /// cached answer only then).
+    pub return_noisy: bool,
+}
+
+impl Asking {
+    /// A query that is neither looked up nor kept in the cache.
+    pub fn uncached(alpha: Option<f64>, query_id: String) -> Asking {
+        Asking { alpha, query_id, key: None, return_noisy: false }
+    }
+}
+
+/// What a query released: a fresh answer, or the cached one again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// The released label.
+    pub label: usize,
+    /// Whether the teachers were unanimous.
+    pub unanimous: bool,
+    /// MI charged for this reply (zero when cached).
+    pub charge: Nats,
+    /// Prop. 5.1 at the requested α, if one was requested (label mode).
+    pub confident: Option<bool>,
+    /// The published noisy vector (sent only on request).
+    pub published: Vec<f64>,
+    /// Whether this is an earlier answer returned again.
+    pub cached: bool,
+}
+
+impl Reply {
+    fn fresh(a: Answer) -> Reply {
+        Reply {
+            label: a.label,
+            unanimous: a.unanimous,
+            charge: a.charge,
+            confident: a.confident,
+            published: a.published,
+            cached: false,
+        }
+    }
+
+    /// `c` again, with the flag at the α this repeat asks for.
+    fn cached(c: &Cached, asking: &Asking) -> Result<Reply, SessionError> {
+        if asking.return_noisy && c.published.is_none() {
+            return Err(SessionError::NoisyNotKept);
+        }
+        let confident = match (asking.alpha, c.evidence) {
+            (Some(a), Some(e)) => Some(e.confident(a)?),
+            _ => None,
+        };
+        Ok(Reply {
+            label: c.label,
+            unanimous: c.unanimous,
+            charge: Nats::ZERO,
+            confident,
+            published: c.published.clone().unwrap_or_default(),
+            cached: true,
+        })
     }
 }
 
@@ -401,7 +559,7 @@ fn quick(outputs: &TeacherOutputs) -> bool {
 
 /// A step taken and charged whose record may not be durable yet.
 pub struct Step {
-    answer: Answer,
+    reply: Reply,
     view: BudgetView,
     /// `None`: already durable.
     ticket: Option<Ticket>,
@@ -413,11 +571,11 @@ impl Step {
     ///
     /// # Errors
     /// [`SessionError::Store`]: the answer is withheld; its charge stands.
-    pub async fn durable(self) -> Result<(Answer, BudgetView), SessionError> {
+    pub async fn durable(self) -> Result<(Reply, BudgetView), SessionError> {
         if let Some(ticket) = self.ticket {
             ticket.durable().await?;
         }
-        Ok((self.answer, self.view))
+        Ok((self.reply, self.view))
     }
 }
 
@@ -434,6 +592,8 @@ pub struct SessionParams {
     pub secret: SecretIndex,
     /// Journal every step (for audit and replay).
     pub journal: bool,
+    /// The answer cache.
+    pub cache: CacheSettings,
 }
 
 /// SHA-256 of a key as 64 lowercase hex digits, the form `key_sha256`

@@ -1,5 +1,6 @@
 use super::*;
 use crate::store::{Origin, Store};
+use cache::{CacheSettings, OnEvicted, QueryDigest};
 
 fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, PrivacyError> {
     let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
@@ -7,6 +8,9 @@ fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, Priv
 }
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Two cached answers per session; evicted repeats refused.
+const CACHE: CacheSettings = CacheSettings { capacity: 2, on_evicted: OnEvicted::Refuse };
 
 /// Sessions over the embedded store in `dir`.
 async fn sessions_in(
@@ -16,8 +20,14 @@ async fn sessions_in(
 ) -> Result<Sessions, Box<dyn std::error::Error>> {
     let ps = [principal("alice", "ka", 0.3)?, principal("bob", "kb", 0.3)?];
     let store = Store::Embedded(Arc::new(EmbeddedStore::open(&dir.join("state.redb"))?));
-    let params =
-        SessionParams { per_query: Nats::new(0.125)?, policy, m: 4, secret: SecretIndex::new(2, 4)?, journal: true };
+    let params = SessionParams {
+        per_query: Nats::new(0.125)?,
+        policy,
+        m: 4,
+        secret: SecretIndex::new(2, 4)?,
+        journal: true,
+        cache: CACHE,
+    };
     Ok(Sessions::new(&ps, scope, Nats::new(0.5)?, params, &store).await?)
 }
 
@@ -204,6 +214,7 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
         m: 4,
         secret: SecretIndex::new(2, 4)?,
         journal: true,
+        cache: CACHE,
     };
     let s =
         Sessions::new(&[principal("alice", "ka2", 0.3)?], Scope::PerPrincipal, Nats::new(0.5)?, params, &store).await?;
@@ -261,5 +272,85 @@ async fn deleting_the_store_forgets_every_budget_and_posterior() -> TestResult {
     let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?.spent, 0.0, "a deleted store forgets");
     assert_eq!(posterior_of(&alice)?, Posterior::uniform(4)?);
+    Ok(())
+}
+
+/// A keyed query for the cache, with the noisy vector asked for or not.
+fn keyed(example: f64, return_noisy: bool, alpha: Option<f64>) -> Asking {
+    Asking { alpha, query_id: format!("q{example}"), key: Some(QueryDigest::of(&[example])), return_noisy }
+}
+
+async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<(Reply, BudgetView), SessionError> {
+    h.begin(outputs, asking).await?.durable().await
+}
+
+#[tokio::test]
+async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (first, posterior) = {
+        let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        let (first, view) = ask(&alice, Some(split()), keyed(1.0, true, Some(0.05))).await?;
+        assert!(!first.cached && first.charge.get() == 0.125 && view.answered == 1);
+        let posterior = posterior_of(&alice)?;
+        for _ in 0..5 {
+            // Before the fan-out the session already knows the query ...
+            assert!(alice.knows(&QueryDigest::of(&[1.0])).await?);
+            // ... and answers it without teachers, charge or posterior change.
+            let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
+            assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first.clone() });
+            assert_eq!((view.answered, view.spent), (1, 0.125));
+            assert_eq!(posterior_of(&alice)?, posterior);
+        }
+        // A repeat that also brings teacher outputs is still the cached answer.
+        assert!(ask(&alice, Some(split()), keyed(1.0, false, None)).await?.0.cached);
+        (first, posterior)
+    };
+    let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
+    assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first }, "the cache survives a restart");
+    assert_eq!((view.answered, posterior_of(&alice)?), (1, posterior));
+    Ok(())
+}
+
+#[tokio::test]
+async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() -> TestResult {
+    // Contested: the unanimous answers below are free, so b = 0.125 of 0.3 fits.
+    let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Contested).await?;
+    let unanimous = || TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
+    // Its noisy vector was not returned, so not kept: refused, not redrawn.
+    let refused = ask(&alice, None, keyed(1.0, true, None)).await;
+    assert!(matches!(refused, Err(SessionError::NoisyNotKept)), "{refused:?}");
+    // Two more queries evict the first (capacity 2): its repeat is refused.
+    ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
+    ask(&alice, Some(unanimous()), keyed(3.0, false, None)).await?;
+    let before = (alice.budget().await?, posterior_of(&alice)?);
+    assert!(alice.knows(&QueryDigest::of(&[1.0])).await?, "no teacher is asked for a refused repeat");
+    let refused = ask(&alice, Some(split()), keyed(1.0, false, None)).await;
+    assert!(matches!(refused, Err(SessionError::EvictedRepeat)), "{refused:?}");
+    assert_eq!((alice.budget().await?, posterior_of(&alice)?), before);
+    // Uncached callers are never looked up.
+    assert!(!alice.answer(unanimous(), None, "plain".into()).await?.0.cached);
+    // A query the session believed cached but whose answer is gone: nothing
+    // to answer with, nothing charged.
+    let before = alice.budget().await?;
+    assert!(matches!(ask(&alice, None, keyed(9.0, false, None)).await, Err(SessionError::CacheMoved)));
+    assert_eq!(alice.budget().await?, before);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_cached_confidence_flag_answers_any_alpha() -> TestResult {
+    let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let (first, _) = ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
+    assert_eq!(first.confident, None);
+    let lax = ask(&alice, None, keyed(1.0, false, Some(0.5))).await?.0.confident;
+    let strict = ask(&alice, None, keyed(1.0, false, Some(1e-9))).await?.0.confident;
+    assert!(lax.is_some() && strict.is_some());
+    assert!(lax >= strict, "a laxer α keeps at least as much: {lax:?} vs {strict:?}");
     Ok(())
 }

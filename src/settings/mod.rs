@@ -10,6 +10,7 @@
 use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
 use crate::privacy::noise::MIN_PER_QUERY;
+use crate::session::cache::{CacheSettings, OnEvicted};
 use crate::session::{PrincipalConfig, Scope};
 use crate::teachers::{Batching, CallPolicy, OutputMode, TeacherSpec, Teachers};
 use config::{Config, Environment, File, FileFormat};
@@ -105,6 +106,8 @@ pub struct Settings {
     pub secret_index_file: Option<PathBuf>,
     /// Clients may ask for the (rounded) noisy release, not just its argmax.
     pub release_noisy_vector: bool,
+    /// The per-session answer cache.
+    pub cache: CacheSettings,
     /// Where sessions are kept.
     pub store: StoreSettings,
     /// Journal every step.
@@ -253,6 +256,8 @@ struct RawPrivacy {
     global_budget_mi: String,
     secret_index_file: String,
     release_noisy_vector: bool,
+    answer_cache_entries: usize,
+    answer_cache_evicted: String,
 }
 
 #[derive(Deserialize)]
@@ -340,6 +345,9 @@ struct RawPrincipal {
 fn nats(key: &str, s: &str) -> Result<Nats, SettingsError> {
     s.parse::<Nats>().map_err(|e| err(key, e.to_string()))
 }
+
+/// Largest `privacy.answer_cache_entries`.
+const MAX_CACHE_ENTRIES: usize = 4096;
 
 /// m teachers, one per half of the data split into pairs: even, at least 2.
 fn teacher_count(key: &str, m: usize) -> Result<(), SettingsError> {
@@ -560,6 +568,23 @@ impl Raw {
             },
             other => return Err(err("store.backend", format!("{other:?}: expected \"embedded\" or \"postgres\""))),
         };
+        let on_evicted = match self.privacy.answer_cache_evicted.as_str() {
+            "refuse" => OnEvicted::Refuse,
+            "charge" => OnEvicted::Charge,
+            other => {
+                return Err(err(
+                    "privacy.answer_cache_evicted",
+                    format!("{other:?}: expected \"refuse\" or \"charge\""),
+                ));
+            }
+        };
+        if self.privacy.answer_cache_entries > MAX_CACHE_ENTRIES {
+            return Err(err(
+                "privacy.answer_cache_entries",
+                format!("at most {MAX_CACHE_ENTRIES}: the cache is part of every step's durable record"),
+            ));
+        }
+        let cache = CacheSettings { capacity: self.privacy.answer_cache_entries, on_evicted };
         let secret = self.privacy.secret_index_file;
         Ok(Settings {
             listen: addr("server.listen", &self.server.listen)?,
@@ -572,6 +597,7 @@ impl Raw {
             global_budget: nats("privacy.global_budget_mi", &self.privacy.global_budget_mi)?,
             secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
             release_noisy_vector: self.privacy.release_noisy_vector,
+            cache,
             store,
             journal: self.store.journal,
             mode,

@@ -24,6 +24,7 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::SessionState;
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError};
+use crate::session::cache::AnswerCache;
 
 pub use embedded::EmbeddedStore;
 pub use postgres::PgStore;
@@ -115,11 +116,14 @@ pub struct SessionRecord {
     pub answered: u64,
     /// Answers charged.
     pub charged: u64,
+    /// The session's cached answers (empty in records written before the
+    /// cache existed).
+    pub cache: AnswerCache,
 }
 
 impl SessionRecord {
-    /// Snapshot of `state` at `version`.
-    pub fn of(state: &SessionState, version: u64) -> Self {
+    /// Snapshot of `state` and `cache` at `version`.
+    pub fn of(state: &SessionState, cache: &AnswerCache, version: u64) -> Self {
         SessionRecord {
             version,
             log_weights: state.posterior.log_weights().to_vec(),
@@ -127,6 +131,7 @@ impl SessionRecord {
             limit: state.ledger.limit().get(),
             answered: state.ledger.answered(),
             charged: state.ledger.charged(),
+            cache: cache.clone(),
         }
     }
 
@@ -158,19 +163,28 @@ impl SessionRecord {
         out.extend_from_slice(&self.answered.to_le_bytes());
         out.extend_from_slice(&self.charged.to_le_bytes());
         put_floats(&mut out, &self.log_weights);
+        if !self.cache.is_empty() {
+            self.cache.encode(&mut out);
+        }
         out
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {
         let mut r = Reader(bytes);
-        let record = SessionRecord {
+        let mut record = SessionRecord {
             version: r.u64()?,
             spent: f64::from_bits(r.u64()?),
             limit: f64::from_bits(r.u64()?),
             answered: r.u64()?,
             charged: r.u64()?,
             log_weights: r.floats()?,
+            cache: AnswerCache::default(),
         };
+        if !r.0.is_empty() {
+            let (cache, rest) = AnswerCache::decode(r.0)?;
+            record.cache = cache;
+            r.0 = rest;
+        }
         r.0.is_empty().then_some(record)
     }
 }

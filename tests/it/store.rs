@@ -6,7 +6,8 @@ use crate::util::{Postgres, replay};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
-use pacpriv::session::{Credential, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
+use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
+use pacpriv::session::{Asking, Credential, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
 use pacpriv::store::{EmbeddedStore, Meta, Origin, PgStore, PrincipalRecord, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ async fn sessions(store: &Store) -> Sessions {
         m: M,
         secret: SecretIndex::new(3, M).expect("secret"),
         journal: true,
+        cache: CacheSettings { capacity: 4, on_evicted: OnEvicted::Refuse },
     };
     Sessions::new(&principals(), Scope::PerPrincipal, Nats::new(1.0).expect("global"), params, store)
         .await
@@ -90,6 +92,29 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert_eq!(replay(M, &journal), record.log_weights);
     assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), record.spent);
 
+    // The answer cache is durable session state: a repeat is answered from
+    // it (no charge, no new version) before and after a restart.
+    let keyed = || Asking {
+        alpha: Some(0.1),
+        query_id: "cached".into(),
+        key: Some(QueryDigest::of(&[1.0, 2.0])),
+        return_noisy: true,
+    };
+    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
+    let (first, _) = bob.begin(Some(outputs(3)), keyed()).await.expect("step").durable().await.expect("fresh");
+    assert!(!first.cached);
+    let (again, view) = bob.begin(None, keyed()).await.expect("step").durable().await.expect("cached");
+    assert!(again.cached && again.charge.get() == 0.0 && again.label == first.label);
+    assert_eq!((again.published.clone(), view.answered), (first.published.clone(), 1));
+    drop((alice, bob, s, store));
+    let store = reopen().await;
+    let s = sessions(&store).await;
+    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
+    assert!(bob.knows(&QueryDigest::of(&[1.0, 2.0])).await.expect("knows"));
+    let (after, view) = bob.begin(None, keyed()).await.expect("step").durable().await.expect("cached");
+    assert_eq!((after, view.answered), (again, 1));
+    assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");
+
     // The principal registry: a created principal answers, a revoked one
     // stops at once, and both facts (and the spending) survive a restart.
     let (carol, key) = s.create("carol", Nats::new(4.0 * B).expect("budget")).await.expect("create");
@@ -99,7 +124,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert!(matches!(s.create("carol", Nats::new(1.0).expect("b")).await, Err(SessionError::Registry(_))));
     s.revoke("carol").await.expect("revoke");
     assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
-    drop((alice, handle, s, store));
+    drop((bob, handle, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
     assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));

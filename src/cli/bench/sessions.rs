@@ -216,6 +216,7 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
         m: args.teachers,
         secret,
         journal: false,
+        cache: crate::session::cache::CacheSettings::OFF,
     })
 }
 

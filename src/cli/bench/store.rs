@@ -232,6 +232,7 @@ async fn durable(
         m: args.teachers,
         secret,
         journal: args.journal,
+        cache: crate::session::cache::CacheSettings::OFF,
     };
     let registry =
         Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
@@ -300,7 +301,7 @@ async fn math_only(args: &Args, limit: Duration) -> anyhow::Result<Run> {
                     let (state, version) = &mut *guard;
                     let answer = mechanism::answer(state, &outputs, secret, None, &mut rand::rng())?;
                     *version += 1;
-                    std::hint::black_box((answer, SessionRecord::of(state, *version)));
+                    std::hint::black_box((answer, SessionRecord::of(state, &Default::default(), *version)));
                 }
                 n += 1;
                 tokio::task::yield_now().await;

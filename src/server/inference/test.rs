@@ -40,6 +40,7 @@ fn answer() -> PredictResponse {
         budget: Some(Budget { principal: "alice".into(), spent: 0.5, answered: 2, ..Default::default() }),
         confident: Some(true),
         noisy: (0..10).map(|i| if i == 7 { 1.5 } else { -0.125 }).collect(),
+        cached: false,
     }
 }
 
