@@ -66,9 +66,11 @@ for k, pixels in enumerate(images):
         "noisy_shape": list(next(o.shape for o in response.outputs if o.name == "noisy")),
         "parameters": {name: value(p) for name, p in response.parameters.items()},
     })
+# The first image again, label only: the session's cached answer.
 label_only = infer(images[0], noisy=False)
 report["label_only_outputs"] = [o.name for o in label_only.get_response().outputs]
 report["label_only"] = label_only.as_numpy("label").tolist()
+report["label_only_parameters"] = {n: value(p) for n, p in label_only.get_response().parameters.items()}
 report["errors"] = {
     "unknown_key": error(lambda: infer(images[0], headers={"x-api-key": "not-a-key"})),
     "no_key": error(lambda: infer(images[0], headers={})),

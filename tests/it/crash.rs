@@ -6,7 +6,7 @@
 //! CI runs a short version (5 rounds). The long campaign is opt-in:
 //! `PACPRIV_CRASH_ROUNDS=100 cargo test --release --test it crash -- --nocapture`.
 
-use crate::util::{Process, client, image, key_hash, predict, replay};
+use crate::util::{Process, client, distinct, image, key_hash, predict, replay};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::{Ledger, Policy};
 use pacpriv::store::EmbeddedStore;
@@ -47,7 +47,9 @@ async fn no_received_answer_is_lost_across_kill_9() {
                 let mut got = Vec::new();
                 for n in 0u32.. {
                     let id = format!("r{round}-{p}-{k}-{n}");
-                    let pixels: Vec<f32> = (0..64).map(|j| ((n * 13 + j * 5 + k as u32) % 17) as f32).collect();
+                    let pixels = (0..64).map(|j| ((n * 13 + j * 5 + k as u32) % 17) as f32).collect();
+                    // Unique across rounds too: the store (and its answer cache) persists.
+                    let pixels = distinct(pixels, (round as u32) << 24 | (k as u32) << 20 | n);
                     match predict(&mut c, p, image(&id, &pixels)).await {
                         Ok(r) => got.push(((p.to_owned(), id), r.mi_charged)),
                         Err(_) => break,

@@ -200,7 +200,13 @@ async fn an_unchanged_tritonclient_program_gets_private_labels() {
         assert_eq!(p["budget_answered"].as_i64(), Some(k as i64 + 1));
         assert_eq!(p["budget_limit"].as_f64(), Some(1.0));
     }
+    // The first image again (label only) is the session's cached answer:
+    // the same label, charged nothing.
     assert_eq!(report["label_only_outputs"], serde_json::json!(["label"]));
+    assert_eq!(report["label_only"], answers[0]["label"]);
+    let again = &report["label_only_parameters"];
+    assert_eq!((again["cached"].as_bool(), again["mi_charged"].as_f64()), (Some(true), Some(0.0)));
+    assert!(answers.iter().all(|a| a["parameters"]["cached"] == false));
 
     let errors = &report["errors"];
     let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();
@@ -213,9 +219,9 @@ async fn an_unchanged_tritonclient_program_gets_private_labels() {
     let msg = errors["unknown_model"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("\"private\""), "the error names the served model: {msg}");
 
-    // Only the answered infers were charged: the five, and the label-only one.
+    // Only the five fresh answers were charged: not the repeat, not the errors.
     let mut c = client(&server.addr).await;
     let account = budget(&mut c, "alice-key").await;
-    assert_eq!(account.answered, images.len() as u64 + 1);
-    assert_eq!(account.spent, (images.len() + 1) as f64 * B);
+    assert_eq!(account.answered, images.len() as u64);
+    assert_eq!(account.spent, images.len() as f64 * B);
 }

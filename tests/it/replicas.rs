@@ -2,7 +2,7 @@
 //! spread over both: every answer is one step of one shared session, so the
 //! total charge equals the answers and the posterior equals the replay.
 
-use crate::util::{Postgres, Process, client, image, predict, replay};
+use crate::util::{Postgres, Process, client, distinct, image, predict, replay};
 use pacpriv::store::PgStore;
 
 const M: usize = 16;
@@ -27,7 +27,7 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
     let mut calls = tokio::task::JoinSet::new();
     for n in 0..QUERIES {
         let mut c = clients[n % 2].clone();
-        let pixels: Vec<f32> = (0..64).map(|j| ((n * 11 + j * 3) % 17) as f32).collect();
+        let pixels = distinct((0..64).map(|j| ((n * 11 + j * 3) % 17) as f32).collect(), n as u32);
         calls.spawn(async move { predict(&mut c, "demo-key", image(&format!("q{n}"), &pixels)).await });
     }
     let mut answered = 0;

@@ -248,7 +248,7 @@ async fn opted_in_noisy_vectors_are_the_release_on_a_grid() {
         }
     }
     assert!(contested > 0 && unanimous > 0, "both kinds seen: {contested} contested, {unanimous} unanimous");
-    let plain = predict(&mut c, "alice-key", image("plain", &digit(1))).await.expect("answered");
+    let plain = predict(&mut c, "alice-key", image("plain", &digit(41))).await.expect("answered");
     assert!(plain.noisy.is_empty(), "only on request");
     // Released vectors cost what the label costs: b per answer, nothing more.
     assert_eq!(budget(&mut c, "alice-key").await.spent, 41.0 * B);

@@ -286,9 +286,19 @@ pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> Vec<f64> {
 /// b of [`small_demo`]: 2^-8, a power of two, so sums of charges are exact.
 pub const B: f64 = 1.0 / 256.0;
 
-/// A deterministic 64-pixel input.
+/// A deterministic 64-pixel input, different for every seed (the answer
+/// cache would otherwise answer a repeated one for free).
 pub fn digit(seed: u32) -> Vec<f32> {
-    (0..64).map(|j| ((seed * 31 + j * 7) % 17) as f32).collect()
+    distinct((0..64).map(|j| ((seed * 31 + j * 7) % 17) as f32).collect(), seed)
+}
+
+/// `pixels` made unique to `n` by fractions added to the first two (16
+/// bits of `n` each) — exact in f32, so no two values of `n` give the same
+/// query.
+pub fn distinct(mut pixels: Vec<f32>, n: u32) -> Vec<f32> {
+    pixels[0] += (n & 0xffff) as f32 / 65536.0;
+    pixels[1] += (n >> 16) as f32 / 65536.0;
+    pixels
 }
 
 /// Environment for a quick demo deployment: 16 teachers, b = [`B`], and a

@@ -12,8 +12,9 @@
 //! - the answer comes back in the form the request used: raw contents for
 //!   a raw request (tritonclient's default), typed contents otherwise.
 //!
-//! Response parameters: `mi_charged`, `unanimous`, `confident` (when
-//! asked), and the account after this query — `budget_spent`,
+//! Response parameters: `mi_charged`, `unanimous`, `cached` (this exact
+//! example was answered before: the same answer again, free),
+//! `confident` (when asked), and the account after this query — `budget_spent`,
 //! `budget_limit`, `budget_remaining`, `budget_per_query`, `mia_bound`
 //! (doubles), `budget_answered`, `budget_charged` (int64), `principal`,
 //! `budget_scope`, `budget_policy` (strings).
@@ -170,6 +171,7 @@ fn parameters(answer: &PredictResponse) -> HashMap<String, InferParameter> {
     let mut p = HashMap::from([
         ("mi_charged".to_owned(), double(answer.mi_charged)),
         ("unanimous".to_owned(), param(ParameterChoice::BoolParam(answer.unanimous))),
+        ("cached".to_owned(), param(ParameterChoice::BoolParam(answer.cached))),
     ]);
     if let Some(c) = answer.confident {
         p.insert("confident".to_owned(), param(ParameterChoice::BoolParam(c)));
