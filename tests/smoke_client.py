@@ -124,11 +124,18 @@ def main():
         prev = b
     check("predict labels not all identical", len(set(labels)) > 1, f"labels={labels}")
 
-    r = stub.Predict(request("smoke-alpha", image("one"), confidence_alpha=0.05), metadata=DEMO, timeout=TIMEOUT)
+    r = stub.Predict(request("smoke-alpha", image("one", ink=12.0), confidence_alpha=0.05), metadata=DEMO,
+                     timeout=TIMEOUT)
     check("predict with confidence_alpha has `confident`",
-          r.HasField("confident") and r.budget.answered == prev.answered + 1,
+          r.HasField("confident") and r.budget.answered == prev.answered + 1 and not r.cached,
           f"label={r.label} confident={r.confident}")
-    last = r.budget
+    # The same example again: the session's cached answer, free.
+    again = stub.Predict(request("smoke-repeat", inputs[0][1]), metadata=DEMO, timeout=TIMEOUT)
+    check("a repeated query is cached: same label, nothing charged",
+          again.cached and again.label == labels[0] and again.mi_charged == 0
+          and again.budget.answered == r.budget.answered and again.budget.spent == r.budget.spent,
+          f"cached={again.cached} label={again.label} vs {labels[0]} charged={again.mi_charged}")
+    last = again.budget
 
     # --- GetBudget --------------------------------------------------------
     b1 = stub.GetBudget(pb.GetBudgetRequest(), metadata=DEMO, timeout=TIMEOUT)
@@ -140,7 +147,7 @@ def main():
     # --- PredictStream ----------------------------------------------------
     names = list(PATTERNS)
     stream_ids = [f"stream-{i}" for i in range(5)]
-    reqs = [request(q, image(names[i % len(names)])) for i, q in enumerate(stream_ids)]
+    reqs = [request(q, image(names[i % len(names)], ink=11.0)) for i, q in enumerate(stream_ids)]
     responses = list(stub.PredictStream(iter(reqs), metadata=DEMO, timeout=TIMEOUT))
     got_ids = [r.query_id for r in responses]
     check("PredictStream answers 5 in order", got_ids == stream_ids, f"{got_ids}")
@@ -156,10 +163,10 @@ def main():
           and tiny_start.limit == 3 * tiny_start.per_query and tiny_start.answered == 0,
           f"limit={tiny_start.limit} per_query={tiny_start.per_query}")
     for i in range(3):
-        r = stub.Predict(request(f"tiny-{i}", image("seven")), metadata=TINY, timeout=TIMEOUT)
+        r = stub.Predict(request(f"tiny-{i}", image("seven", ink=10.0 + i)), metadata=TINY, timeout=TIMEOUT)
         check(f"tiny predict {i + 1}/3 answered", r.budget.answered == i + 1,
               f"spent={r.budget.spent!r} remaining={r.budget.remaining!r}")
-    err = rpc_error(lambda: stub.Predict(request("tiny-3", image("seven")), metadata=TINY, timeout=TIMEOUT))
+    err = rpc_error(lambda: stub.Predict(request("tiny-3", image("seven", ink=13.0)), metadata=TINY, timeout=TIMEOUT))
     check("tiny predict 4 RESOURCE_EXHAUSTED", code_of(err) == grpc.StatusCode.RESOURCE_EXHAUSTED,
           f"{code_of(err)}: {err.details() if err else ''}")
     msg = err.details()
@@ -184,6 +191,9 @@ def main():
           f"answered={tiny_end.answered} spent={tiny_end.spent!r} remaining={tiny_end.remaining!r}")
     err = rpc_error(lambda: stub.GetBudget(pb.GetBudgetRequest(), metadata=TINY, timeout=TIMEOUT))
     check("GetBudget still works when exhausted", err is None)
+    r = stub.Predict(request("tiny-repeat", image("seven", ink=10.0)), metadata=TINY, timeout=TIMEOUT)
+    check("an exhausted session still gets its cached answers", r.cached and r.budget.answered == 3,
+          f"cached={r.cached} answered={r.budget.answered}")
     check("tiny does not touch demo", stub.GetBudget(pb.GetBudgetRequest(), metadata=DEMO, timeout=TIMEOUT) == demo_budget)
 
     # --- bad tensors: INVALID_ARGUMENT, nothing charged -----------------------
@@ -238,7 +248,7 @@ def main():
           f"{code_of(err)}: {err.details() if err else ''}")
 
     # The server is still healthy and answering after all of the above.
-    r = stub.Predict(request("final", image("eight")), metadata=DEMO, timeout=TIMEOUT)
+    r = stub.Predict(request("final", image("eight", ink=7.0)), metadata=DEMO, timeout=TIMEOUT)
     check("still answering afterwards", r.budget.answered == demo_budget.answered + 1)
 
     answers = r.budget.answered + tiny_end.answered
