@@ -2,7 +2,7 @@
 //! session's stored release instead of fresh noise.
 //!
 //! Returning a stored answer is post-processing of a release already
-//! charged (`docs/accounting.md` §2, §8): it costs nothing, leaves the
+//! charged (`docs/accounting.md` §2, "Repeated queries"): it costs nothing, leaves the
 //! posterior alone and reveals nothing new. Asking the same question again
 //! and again therefore cannot average the noise away.
 //!

@@ -312,3 +312,81 @@ async fn reflection_lists_the_served_apis_and_json_logs_carry_principal_and_quer
     assert_eq!(answered["span"]["principal"], "alice");
     assert_eq!(answered["span"]["query_id"], "logged-query");
 }
+
+/// Issue 10: the same query N times is one release — the identical answer,
+/// one charge, one journaled step — whatever its encoding, in a pipelined
+/// stream, and after a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeated_query_costs_nothing_and_moves_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("state.redb");
+    let env = small_demo(&[
+        ("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into()),
+        ("PACPRIV__STORE__PATH", store.display().to_string()),
+        ("PACPRIV__STORE__JOURNAL", "true".into()),
+    ]);
+    let mut server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    let ask = |id: &str, pixels: &[f32]| PredictRequest {
+        return_noisy: true,
+        confidence_alpha: Some(0.05),
+        ..image(id, pixels)
+    };
+    // A contested query: the one whose noise an attacker would average.
+    let (mut first, mut pixels) = (None, Vec::new());
+    for i in 0..40 {
+        let r = predict(&mut c, "alice-key", ask(&format!("try{i}"), &digit(i))).await.expect("answered");
+        if !r.unanimous {
+            (first, pixels) = (Some(r), digit(i));
+            break;
+        }
+    }
+    let first = first.expect("a contested query among 40");
+    let spent = budget(&mut c, "alice-key").await;
+    let same = |r: &pacpriv::proto::pacpriv::PredictResponse| {
+        assert!(r.cached && r.mi_charged == 0.0, "{r:?}");
+        assert_eq!((r.label, r.unanimous, r.confident, &r.noisy), (first.label, false, first.confident, &first.noisy));
+    };
+    for n in 0..10 {
+        same(&predict(&mut c, "alice-key", ask(&format!("again{n}"), &pixels)).await.expect("answered"));
+    }
+    // Another encoding of the same values: FP64 raw bytes, shape [1, 64].
+    let raw: Vec<u8> = pixels.iter().flat_map(|&v| f64::from(v).to_le_bytes()).collect();
+    let fp64 = PredictRequest {
+        input: Some(pacpriv::proto::pacpriv::Tensor {
+            datatype: "FP64".into(),
+            shape: vec![1, 64],
+            raw_contents: raw,
+            ..Default::default()
+        }),
+        ..ask("fp64", &pixels)
+    };
+    same(&predict(&mut c, "alice-key", fp64).await.expect("answered"));
+    let after = budget(&mut c, "alice-key").await;
+    assert_eq!((after.answered, after.spent), (spent.answered, spent.spent), "11 repeats, nothing charged");
+    // A stream asking a new query twice back to back: the second is the
+    // first's answer, though both were in flight together.
+    let fresh = digit(100);
+    let reqs = vec![ask("s1", &fresh), ask("s2", &fresh)];
+    let mut responses =
+        c.predict_stream(with_key(tokio_stream::iter(reqs), "alice-key")).await.expect("stream opens").into_inner();
+    let s1 = responses.message().await.expect("s1").expect("s1");
+    let s2 = responses.message().await.expect("s2").expect("s2");
+    assert!(!s1.cached && s2.cached && s2.mi_charged == 0.0 && (s1.label, &s1.noisy) == (s2.label, &s2.noisy));
+    let metrics = crate::util::scrape(&server.listener("metrics"));
+    assert_eq!(crate::util::sample(&metrics, "pacpriv_answer_cache_hits_total"), Some(12.0), "{metrics}");
+
+    // After a restart the cache is still there.
+    server.kill();
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    same(&predict(&mut c, "alice-key", ask("after-restart", &pixels)).await.expect("answered"));
+    assert_eq!(budget(&mut c, "alice-key").await.answered, spent.answered + 1, "only the stream's s1 was new");
+    drop((c, server));
+
+    // One journaled step per fresh answer; no repeat ever reached the posterior.
+    let journal = pacpriv::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
+    let ids: Vec<&str> = journal.iter().map(|j| j.query_id.as_str()).collect();
+    assert_eq!(journal.len() as u64, spent.answered + 1, "{ids:?}");
+    assert!(ids.iter().all(|id| id.starts_with("try") || *id == "s1"), "{ids:?}");
+}
