@@ -79,6 +79,13 @@ pub struct Args {
     /// Seed of the query order (default: random).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+
+    /// Send every query this many times in a row — the averaging attack.
+    /// A repeat the server answers from its cache (`cached`) is the same
+    /// release and teaches the adversary nothing; one answered afresh (a
+    /// server without the cache) is observed like any release.
+    #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
 }
 
 /// One checkpoint of the audit.
@@ -137,11 +144,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
         let order = query_order(n, args.queries, args.seed);
         let marks = checkpoints(args.queries, args.checkpoints);
+        let repeat = args.repeat as usize;
         let requests: Vec<PredictRequest> = order
             .iter()
             .enumerate()
-            .map(|(t, &u)| PredictRequest {
-                query_id: format!("audit-{t}"),
+            .flat_map(|(t, &u)| (0..repeat).map(move |k| (t, u, k)))
+            .map(|(t, u, k)| PredictRequest {
+                query_id: if k == 0 { format!("audit-{t}") } else { format!("audit-{t}-again-{k}") },
                 input: Some(Tensor {
                     datatype: "FP32".into(),
                     shape: vec![FEATURES as i64],
@@ -164,28 +173,51 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let (expected, accuracy) = score(&posterior);
         let mut rows = vec![Checkpoint { queries: 0, spent: start.spent, bound: start.mia_bound, expected, accuracy }];
         let mut next_mark = marks.iter().peekable();
-        for (t, &u) in order.iter().enumerate() {
-            let response = match responses.message().await {
-                Ok(Some(r)) => r,
-                Ok(None) => bail!("the server ended the stream after {t} answers"),
-                Err(status) if t > 0 && status.code() == tonic::Code::ResourceExhausted => {
-                    eprintln!("budget spent after {t} answers: stopping ({})", status.message());
-                    break;
+        let mut cached = 0u64;
+        'queries: for (t, &u) in order.iter().enumerate() {
+            let mut first: Option<Vec<f64>> = None;
+            let mut budget = Budget::default();
+            for _ in 0..repeat {
+                let response = match responses.message().await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => bail!("the server ended the stream after {t} answers"),
+                    Err(status) if t > 0 && status.code() == tonic::Code::ResourceExhausted => {
+                        eprintln!("budget spent after {t} answers: stopping ({})", status.message());
+                        break 'queries;
+                    }
+                    Err(status) if t > 0 && status.code() == tonic::Code::FailedPrecondition => {
+                        eprintln!(
+                            "the server refuses repeats of queries evicted from its answer cache after {t} answers: \
+                             stopping ({}); to audit more queries than the universe holds, serve with \
+                             PACPRIV__PRIVACY__ANSWER_CACHE_EVICTED=charge",
+                            status.message()
+                        );
+                        break 'queries;
+                    }
+                    Err(status) => return Err(stream_error(status)),
+                };
+                if response.noisy.len() != classes {
+                    bail!("the server returned {} noisy values for {classes} classes", response.noisy.len());
                 }
-                Err(status) => return Err(stream_error(status)),
-            };
-            if response.noisy.len() != classes {
-                bail!("the server returned {} noisy values for {classes} classes", response.noisy.len());
+                budget = response.budget.unwrap_or_default();
+                if response.cached {
+                    // The same release again: nothing to learn (checked).
+                    if first.as_ref().is_some_and(|f| *f != response.noisy) {
+                        bail!("query {t}: a cached answer differs from the release it repeats");
+                    }
+                    cached += 1;
+                    continue;
+                }
+                attack::observe_label_release(
+                    &mut posterior,
+                    &labels[u],
+                    classes,
+                    b,
+                    &response.noisy,
+                    PUBLISHED_GRID / 2.0,
+                )?;
+                first = Some(response.noisy);
             }
-            let budget = response.budget.unwrap_or_default();
-            attack::observe_label_release(
-                &mut posterior,
-                &labels[u],
-                classes,
-                b,
-                &response.noisy,
-                PUBLISHED_GRID / 2.0,
-            )?;
             if next_mark.peek() == Some(&&(t + 1)) {
                 next_mark.next();
                 let (expected, accuracy) = score(&posterior);
@@ -198,6 +230,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 });
                 eprintln!("T = {}: expected accuracy {:.2} %", t + 1, 100.0 * expected);
             }
+        }
+        if repeat > 1 {
+            eprintln!("{cached} repeats answered from the server's cache (free, nothing new to observe)");
         }
         let end = get_budget(&mut client, &key).await?;
         let answered = rows.last().map_or(0, |r| r.queries) as u64;

@@ -34,11 +34,15 @@ impl Setup {
     }
 
     fn audit(&self, queries: usize) -> std::process::Output {
+        self.audit_with(queries, &[])
+    }
+
+    fn audit_with(&self, queries: usize, extra: &[&str]) -> std::process::Output {
         let addr = self.server.addr.clone();
         let (config, secret, csv, svg) =
             (self.path("config.toml"), self.path("secret"), self.path("audit.csv"), self.path("audit.svg"));
         let queries = queries.to_string();
-        pacpriv(&[
+        let mut args = vec![
             "audit",
             "--addr",
             &addr,
@@ -58,7 +62,9 @@ impl Setup {
             &svg,
             "--seed",
             "1",
-        ])
+        ];
+        args.extend_from_slice(extra);
+        pacpriv(&args)
     }
 
     /// One [`Row`] per CSV line.
@@ -155,4 +161,24 @@ async fn audit_needs_the_release_and_a_fresh_session_and_charges_nothing_otherwi
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already been answered 1 queries") && err.contains("fresh principal"), "{err}");
     assert_eq!(crate::util::budget(&mut c, "demo-key").await.answered, 1, "the audit sent nothing");
+}
+
+/// Issue 10: the averaging attack. Every query asked four times in a row:
+/// the server answers the repeats from the session's cache, so the
+/// adversary's transcript — and what it can learn — is that of asking each
+/// once, at the same cost.
+#[test]
+fn repeating_every_query_costs_nothing_and_teaches_the_adversary_nothing() {
+    let b = 2f64.powi(-12);
+    let setup = Setup::new("2^-12", true);
+    let out = setup.audit_with(120, &["--repeat", "4"]);
+    assert!(out.status.success(), "audit failed: {}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("360 repeats answered from the server's cache"), "{err}");
+    let rows = setup.table();
+    assert_eq!(rows.iter().map(|r| r.t).collect::<Vec<_>>(), vec![0, 30, 60, 90, 120]);
+    // Spent (and so the bound) is T·b for T distinct queries: the 360
+    // repeats were free, and the adversary stays under the bound of asking
+    // each query once.
+    assert_within_bound(&rows, b);
 }
