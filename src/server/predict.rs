@@ -100,7 +100,8 @@ pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Re
     let query_id = query.as_ref().map(|q| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
-    let query = query.map_err(|e| traced.fail(e))?;
+    let mut query = query.map_err(|e| traced.fail(e))?;
+    query.digest = handle.cache_key(query.digest);
     let outputs = async {
         // A repeat costs nothing and needs no teacher (its refusal, if its
         // answer was evicted, neither).

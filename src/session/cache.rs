@@ -14,7 +14,9 @@
 //! # Invariants
 //! - The key is the validated example itself, not its encoding: FP32 or
 //!   FP64, typed or raw, `[64]` or `[1, 64]`, Predict or `ModelInfer` — the
-//!   same values are the same query (−0.0 counts as 0.0).
+//!   same values are the same query (−0.0 counts as 0.0). In a session
+//!   shared by several principals (global scope) it also names the
+//!   principal, so nobody learns from a `cached` flag what another asked.
 //! - An entry holds only what was released, plus Prop. 5.1's evidence (a
 //!   function of the release and Σ, so the flag can be given at any α); the
 //!   published noisy vector is kept only when it was returned.
@@ -42,6 +44,17 @@ impl QueryDigest {
             let x = if x == 0.0 { 0.0 } else { x };
             h.update(x.to_le_bytes());
         }
+        QueryDigest(h.finalize().into())
+    }
+
+    /// This key as asked by `principal`: under global scope one session
+    /// serves every principal, and a repeat must not tell one principal
+    /// what another asked.
+    pub fn of_principal(&self, principal: &str) -> QueryDigest {
+        let mut h = Sha256::new();
+        h.update(b"pacpriv-query-of/v1\0");
+        h.update(self.0);
+        h.update(principal.as_bytes());
         QueryDigest(h.finalize().into())
     }
 

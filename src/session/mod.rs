@@ -370,6 +370,16 @@ impl Handle {
         Ok(())
     }
 
+    /// The cache key of an example with digest `digest` asked by this
+    /// caller: the digest itself, or under global scope the digest of this
+    /// principal's asking (see [`QueryDigest::of_principal`]).
+    pub fn cache_key(&self, digest: QueryDigest) -> QueryDigest {
+        match self.scope {
+            Scope::PerPrincipal => digest,
+            Scope::Global => digest.of_principal(&self.principal),
+        }
+    }
+
     /// Whether this session answered `key` before (see [`Asking::key`]):
     /// then its answer (or refusal) needs no teacher and no budget check.
     /// Depends on the session's own transcript only.

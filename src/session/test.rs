@@ -354,3 +354,18 @@ async fn the_cached_confidence_flag_answers_any_alpha() -> TestResult {
     assert!(lax >= strict, "a laxer α keeps at least as much: {lax:?} vs {strict:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn under_global_scope_a_principal_never_gets_another_principals_cached_answer() -> TestResult {
+    let (s, _dir) = sessions(Scope::Global, Policy::Paper).await?;
+    let (alice, bob) =
+        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+    let digest = QueryDigest::of(&[1.0]);
+    let asking = |h: &Handle| Asking { key: Some(h.cache_key(digest)), ..keyed(1.0, false, None) };
+    ask(&alice, Some(split()), asking(&alice)).await?;
+    assert!(alice.knows(&alice.cache_key(digest)).await?);
+    assert!(!bob.knows(&bob.cache_key(digest)).await?, "bob cannot tell that alice asked it");
+    let (reply, _) = ask(&bob, Some(split()), asking(&bob)).await?;
+    assert!(!reply.cached, "bob's asking is a fresh, charged release");
+    Ok(())
+}
