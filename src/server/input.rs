@@ -11,7 +11,7 @@ use crate::tensor;
 /// What one example must look like.
 #[derive(Clone, Debug)]
 pub struct InputSpec {
-    /// Shape of one example, e.g. [64].
+    /// Shape of one example, e.g. `[64]`.
     pub shape: Vec<usize>,
     /// Whether `return_noisy` may be asked for (privacy.release_noisy_vector).
     pub release_noisy: bool,

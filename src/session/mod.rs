@@ -12,7 +12,11 @@
 //!   queued under the lock and the answer waits for it outside the lock
 //!   (early lock release; see [`crate::store`]).
 //! - An answer is reachable only through [`Step::durable`], after its
-//!   record is durable.
+//!   record is durable — a cached answer too, after the step that produced
+//!   it ([`cache`]).
+//! - A query the session answered before is answered from its [`cache`]:
+//!   no charge, no noise, no change; which queries hit depends on the
+//!   session's own transcript, never on the secret.
 //! - The secret index lives only inside [`Session`] and is handed to the
 //!   mechanism; it is never returned, logged or put in an error.
 //! - Noise comes from [`rand::rng`]: a per-thread ChaCha12 CSPRNG seeded
@@ -414,7 +418,7 @@ impl Handle {
     /// queries of one session (a stream) takes the next step while this
     /// one's commit is under way, and the steps keep the order in which
     /// `begin` was called. Label-mode steps with few active classes run on
-    /// the calling task (microseconds, see [`quick`]); the rest run on a
+    /// the calling task (microseconds, see `quick`); the rest run on a
     /// blocking thread (LAPACK). The reply is only reachable through
     /// [`Step::durable`].
     ///

@@ -213,7 +213,7 @@ impl PgStore {
     }
 
     /// See [`super::Store::provision_all`]: one transaction, one
-    /// [`provision_in`] per record. Rows are locked in the order given;
+    /// `provision_in` per record. Rows are locked in the order given;
     /// replicas starting together give their configured principals in the
     /// same (name) order, so they cannot deadlock one another.
     ///

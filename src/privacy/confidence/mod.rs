@@ -65,7 +65,7 @@ impl Evidence {
     pub const EXACT: Evidence = Evidence { min_t: f64::INFINITY, k: 1 };
 
     /// The statistics of a release, evaluated in the noise basis, where r's
-    /// coordinates are U[center] + √v∘g: the same function of r, without
+    /// coordinates are U\[center\] + √v∘g: the same function of r, without
     /// recomputing the coefficients from r (which would cancel
     /// catastrophically when variances span many orders of magnitude).
     pub fn of(noise: &Noise, center: usize, released: usize, draw: &NoiseDraw) -> Evidence {

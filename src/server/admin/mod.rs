@@ -3,7 +3,7 @@
 //! Bearer <token>`); a client API key is not one, and the client listener
 //! does not serve this service at all.
 //!
-//! A request's path: [`check_token`] → the RPC's file ([`create`],
+//! A request's path: `AdminService::check_token` → the RPC's file ([`create`],
 //! [`list`], [`inspect`], [`revoke`]) → [`super::status`] for any error.
 //! There is no reset and no raise: see `proto/pacpriv/v1/admin.proto`.
 

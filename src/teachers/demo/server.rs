@@ -1,6 +1,6 @@
 //! The demo ensemble as an Open Inference Protocol server: every teacher is
 //! a model `digits-NNN` with input `input-0` (FP32 or FP64, shape [n, 64])
-//! and outputs `label` (INT64 [n]) and `probabilities` (FP32 [n, 10]), the
+//! and outputs `label` (INT64 `[n]`) and `probabilities` (FP32 `[n, 10]`), the
 //! way MLServer serves a scikit-learn classifier. The model
 //! `digits-ensemble` ([`STACKED_MODEL`]) answers for all m teachers at once:
 //! `label` INT64 [n, m] and `probabilities` FP32 [n, m, 10], teachers in
