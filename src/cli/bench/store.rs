@@ -17,7 +17,10 @@ use crate::privacy::Nats;
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
-use crate::session::{Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret};
+use crate::session::cache::{CacheSettings, OnEvicted, QueryDigest};
+use crate::session::{
+    Asking, Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
+};
 use crate::store::embedded::DEFAULT_CACHE_BYTES;
 use crate::store::{EmbeddedStore, Meta, SessionRecord, Store};
 use anyhow::{Context, bail, ensure};
@@ -65,6 +68,12 @@ pub struct Args {
     /// Journal every step too (as `store.journal = true`).
     #[arg(long)]
     pub journal: bool,
+    /// Keep every answer in its session's answer cache of this many
+    /// entries (as `privacy.answer_cache_entries`, evicted repeats
+    /// charged): each query is new, so once a session has answered this
+    /// many, every step rewrites a record carrying a full cache.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub cached: usize,
     /// redb page cache, MiB (default: the store's).
     #[arg(long, value_name = "MIB")]
     pub cache_mib: Option<usize>,
@@ -85,6 +94,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     ensure!(args.principals >= 1 && args.concurrency >= 1, "--principals and --concurrency must be at least 1");
     ensure!(args.teachers >= 2 && args.teachers.is_multiple_of(2), "--teachers must be even and at least 2");
     ensure!(args.classes >= 2, "--classes must be at least 2");
+    ensure!(args.cached <= 4096, "--cached must be at most 4096 (privacy.answer_cache_entries' limit)");
     ensure!(
         (1..args.teachers).contains(&args.dissent),
         "--dissent must be between 1 and {} (a contested answer)",
@@ -111,9 +121,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out, "machine: {}", machine())?;
     writeln!(
         out,
-        "store: {} ({fs}), journal {}, redb cache {}",
+        "store: {} ({fs}), journal {}, answer cache {} entries, redb cache {}",
         scratch.path().display(),
         if args.journal { "on" } else { "off" },
+        args.cached,
         args.cache_mib.map_or_else(|| format!("{} MiB (default)", DEFAULT_CACHE_BYTES >> 20), |m| format!("{m} MiB")),
     )?;
     writeln!(
@@ -232,7 +243,7 @@ async fn durable(
         m: args.teachers,
         secret,
         journal: args.journal,
-        cache: crate::session::cache::CacheSettings::OFF,
+        cache: CacheSettings { capacity: args.cached, on_evicted: OnEvicted::Charge },
     };
     let registry =
         Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
@@ -245,13 +256,16 @@ async fn durable(
     let started = Instant::now();
     let mut set = JoinSet::new();
     let handles: Arc<[Handle]> = handles.into();
+    let cached = args.cached;
     for task in 0..tasks {
         let (handles, outputs, stop) = (Arc::clone(&handles), outputs.clone(), Arc::clone(&stop));
         set.spawn(async move {
             let mut n = 0u64;
             while stop.go() {
                 let handle = &handles[session_of(task, n, tasks, handles.len())];
-                handle.answer(outputs.clone(), None, String::new()).await?;
+                let key = (cached > 0).then(|| QueryDigest::of(&[task as f64, n as f64]));
+                let asking = Asking { key, ..Asking::uncached(None, String::new()) };
+                handle.begin(Some(outputs.clone()), asking).await?.durable().await?;
                 n += 1;
             }
             Ok::<u64, SessionError>(n)
