@@ -442,9 +442,11 @@ impl Handle {
                 Ok(Step { reply, view, ticket: Some(ticket) })
             }
             // One row-locked transaction per step: durable when it returns.
-            // A cached answer was read from committed state by `knows`; one
-            // found only inside the transaction (another replica's step
-            // raced this query) is refused rather than written again.
+            // A repeat is answered from committed state, read first (also
+            // when the teachers were asked: a duplicate earlier in the same
+            // stream has committed by now); one found only inside the
+            // transaction (another replica raced this query) is refused as
+            // retryable rather than written again.
             Backend::Shared { store, limit } => {
                 let limit = *limit;
                 if let Some(key) = &asking.key
