@@ -58,6 +58,15 @@ pub enum OutputMode {
 }
 
 impl OutputMode {
+    /// d: the number of classes, or the length of a score vector (the
+    /// length of a release).
+    pub fn dim(self) -> usize {
+        match self {
+            OutputMode::Label { classes } => classes,
+            OutputMode::Vector { dim } => dim,
+        }
+    }
+
     /// Numbers per (example, teacher) once read: 1 label or d scores.
     fn width(self) -> usize {
         match self {

@@ -30,9 +30,9 @@ use crate::proto::pacpriv::{Budget, GetBudgetRequest};
 use crate::server;
 use crate::session::{PrincipalConfig, Scope};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
+use crate::teachers::Teachers;
 use crate::teachers::demo::server::DemoServer;
 use crate::teachers::demo::{self, Ensemble};
-use crate::teachers::{OutputMode, Teachers};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -351,10 +351,7 @@ fn run_target(
 ) -> anyhow::Result<Measured> {
     let state = StateDir::create(state_dir, target.name)?;
     let settings = settings(target, teachers, knobs, &state.0)?;
-    let classes = match settings.mode {
-        OutputMode::Label { classes } => classes,
-        OutputMode::Vector { dim } => dim,
-    };
+    let classes = settings.mode.dim();
     let (policy, per_query, scope) = (settings.policy, settings.per_query.get(), settings.scope);
     let fanout = fanout(&settings);
     // The service and the load clients each get a runtime of their own (as

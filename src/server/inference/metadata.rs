@@ -6,7 +6,6 @@ use super::model_infer::{LABEL, NOISY};
 use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{ModelMetadataResponse, ServerMetadataResponse};
 use crate::server::App;
-use crate::teachers::OutputMode;
 
 /// Name and version of this server; no protocol extensions.
 pub fn server() -> ServerMetadataResponse {
@@ -27,10 +26,7 @@ pub fn model(app: &App, name: &str) -> ModelMetadataResponse {
         shape,
     };
     let example = std::iter::once(1).chain(app.input.shape.iter().map(|&d| d as i64)).collect();
-    let d = match app.ensemble.mode() {
-        OutputMode::Label { classes } => classes,
-        OutputMode::Vector { dim } => dim,
-    };
+    let d = app.ensemble.mode().dim();
     let mut outputs = vec![tensor(LABEL, "INT64", vec![1])];
     if app.input.release_noisy {
         outputs.push(tensor(NOISY, "FP64", vec![1, d as i64]));
