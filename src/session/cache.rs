@@ -26,6 +26,7 @@
 //!   refused, never answered with fresh noise.
 
 use crate::privacy::confidence::Evidence;
+use crate::store::{Reader, put_floats};
 use sha2::{Digest as _, Sha256};
 use std::collections::VecDeque;
 
@@ -164,7 +165,8 @@ impl AnswerCache {
     }
 
     /// Appends the byte form: entry count, entries (digest, label, flags,
-    /// evidence, published), evicted count, prefixes; little-endian.
+    /// evidence, published), evicted count, prefixes; little-endian, in the
+    /// store's record encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for (d, c) in &self.entries {
@@ -178,8 +180,7 @@ impl AnswerCache {
                 out.extend_from_slice(&(e.k() as u32).to_le_bytes());
             }
             if let Some(p) = &c.published {
-                out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-                p.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+                put_floats(out, p);
             }
         }
         out.extend_from_slice(&(self.evicted.len() as u32).to_le_bytes());
@@ -189,47 +190,25 @@ impl AnswerCache {
     /// Reads what [`AnswerCache::encode`] wrote from the front of `bytes`;
     /// the cache and the rest. `None` for malformed bytes.
     pub fn decode(bytes: &[u8]) -> Option<(AnswerCache, &[u8])> {
-        let mut r = Bytes(bytes);
+        let mut r = Reader(bytes);
         let n = r.u32()?;
         let mut entries = VecDeque::with_capacity(n.min(4096) as usize);
         for _ in 0..n {
-            let digest = QueryDigest(r.take(32)?.try_into().ok()?);
+            let digest = QueryDigest(r.take::<32>()?);
             let label = r.u32()? as usize;
-            let flags = r.take(1)?[0];
+            let [flags] = r.take::<1>()?;
             let evidence = if flags & 2 != 0 {
-                let min_t = f64::from_le_bytes(r.take(8)?.try_into().ok()?);
+                let min_t = f64::from_bits(r.u64()?);
                 Some(Evidence::restore(min_t, r.u32()? as usize).ok()?)
             } else {
                 None
             };
-            let published = if flags & 4 != 0 {
-                let len = r.u32()? as usize;
-                let raw = r.take(len.checked_mul(8)?)?;
-                Some(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default())).collect())
-            } else {
-                None
-            };
+            let published = if flags & 4 != 0 { Some(r.floats()?) } else { None };
             entries.push_back((digest, Cached { label, unanimous: flags & 1 != 0, evidence, published }));
         }
-        let m = r.u32()? as usize;
-        let raw = r.take(m.checked_mul(8)?)?;
-        let evicted: Vec<u64> =
-            raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+        let m = r.u32()?;
+        let evicted: Vec<u64> = (0..m).map(|_| r.u64()).collect::<Option<_>>()?;
         evicted.is_sorted().then_some((AnswerCache { entries, evicted }, r.0))
-    }
-}
-
-struct Bytes<'a>(&'a [u8]);
-
-impl<'a> Bytes<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 }
 

@@ -223,27 +223,35 @@ impl JournalEntry {
     }
 }
 
-fn put_floats(out: &mut Vec<u8>, xs: &[f64]) {
+/// Appends `xs` as a u32 count and little-endian f64s (what
+/// [`Reader::floats`] reads).
+pub(crate) fn put_floats(out: &mut Vec<u8>, xs: &[f64]) {
     out.extend_from_slice(&(xs.len() as u32).to_le_bytes());
     for x in xs {
         out.extend_from_slice(&x.to_le_bytes());
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Reads the stores' little-endian record encodings from the front of a
+/// byte slice (the rest stays in `.0`); `None` when the bytes run out.
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+    pub(crate) fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
         let (head, rest) = self.0.split_first_chunk::<N>()?;
         self.0 = rest;
         Some(*head)
     }
 
-    fn u64(&mut self) -> Option<u64> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        self.take::<4>().map(u32::from_le_bytes)
+    }
+
+    pub(crate) fn u64(&mut self) -> Option<u64> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 
-    fn floats(&mut self) -> Option<Vec<f64>> {
+    pub(crate) fn floats(&mut self) -> Option<Vec<f64>> {
         let n = u32::from_le_bytes(self.take::<4>()?) as usize;
         (0..n).map(|_| self.u64().map(f64::from_bits)).collect()
     }
