@@ -524,22 +524,29 @@ fn adaptive_collusion_across_sessions_can_exceed_the_sum_of_budgets() -> Result<
     Ok(())
 }
 
+/// The published label-mode vector when teacher `secret` serves a session
+/// at budget `b`, with `seed`'s noise (the same draw for every secret),
+/// and the secret teacher's label: 8 teachers voting over 3 of 4 classes.
+fn published_by(b: f64, seed: u64, secret: usize) -> Result<(Vec<f64>, usize), PrivacyError> {
+    let labels = vec![0, 0, 1, 2, 0, 1, 0, 0];
+    let y = labels[secret];
+    let outputs = TeacherOutputs::Labels { labels, classes: 4 };
+    let mut st = state(8, b, 1.0, Policy::Paper);
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    Ok((answer(&mut st, &outputs, SecretIndex::new(secret, 8)?, None, &mut rng)?.published, y))
+}
+
 /// What leaves the process in label mode is e_y* + Q(z): with the same
 /// noise draw, the published vectors for two different secret teachers
 /// differ by exactly e_a − e_b — no bit below the grid depends on the centre.
 #[test]
 fn the_published_label_release_is_the_centre_plus_gridded_noise() -> Result<(), PrivacyError> {
-    let labels: Vec<usize> = (0..8).map(|i| [0, 0, 1, 2, 0, 1, 0, 0][i]).collect();
-    let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: 4 };
     for seed in 0..50 {
         let mut released = Vec::new();
         for secret in [0, 2] {
-            let mut st = state(8, 2f64.powi(-20), 1.0, Policy::Paper);
-            let mut rng = ChaCha20Rng::seed_from_u64(seed);
-            let a = answer(&mut st, &outputs, SecretIndex::new(secret, 8)?, None, &mut rng)?;
-            assert!(a.published.iter().all(|v| (v / PUBLISHED_GRID).fract() == 0.0), "on the grid");
-            let mut noise = a.published.clone();
-            noise[labels[secret]] -= 1.0;
+            let (mut noise, y) = published_by(2f64.powi(-20), seed, secret)?;
+            assert!(noise.iter().all(|v| (v / PUBLISHED_GRID).fract() == 0.0), "on the grid");
+            noise[y] -= 1.0;
             released.push(noise);
         }
         assert_eq!(released[0], released[1], "seed {seed}: the gridded noise does not depend on the centre");
@@ -552,16 +559,12 @@ fn the_published_label_release_is_the_centre_plus_gridded_noise() -> Result<(), 
 /// of the clamp (±2²⁰ + 1 would name y*). Both secrets publish the same.
 #[test]
 fn a_clamped_label_release_does_not_name_the_centre() -> Result<(), PrivacyError> {
-    let labels: Vec<usize> = (0..8).map(|i| [0, 0, 1, 2, 0, 1, 0, 0][i]).collect();
-    let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: 4 };
     for seed in 0..50 {
         let mut released = Vec::new();
         for secret in [0, 2] {
-            let mut st = state(8, crate::privacy::noise::MIN_PER_QUERY, 1.0, Policy::Paper);
-            let mut rng = ChaCha20Rng::seed_from_u64(seed);
-            let a = answer(&mut st, &outputs, SecretIndex::new(secret, 8)?, None, &mut rng)?;
-            assert!(a.published.iter().all(|v| v.abs() <= PUBLISHED_CLAMP), "seed {seed}: {:?}", a.published);
-            released.push(a.published);
+            let (published, _) = published_by(crate::privacy::noise::MIN_PER_QUERY, seed, secret)?;
+            assert!(published.iter().all(|v| v.abs() <= PUBLISHED_CLAMP), "seed {seed}: {published:?}");
+            released.push(published);
         }
         assert_eq!(released[0], released[1], "seed {seed}: clamped coordinates are the same for every centre");
     }
