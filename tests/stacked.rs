@@ -17,6 +17,6 @@ mod ops;
 mod replicas;
 #[path = "it/service.rs"]
 mod service;
-#[path = "it/util.rs"]
+#[path = "it/util/mod.rs"]
 #[allow(dead_code)]
 mod util;

@@ -79,9 +79,7 @@ impl From<ServiceError> for Status {
             ServiceError::Session(e @ SessionError::CacheMoved) => Status::unavailable(e.to_string()),
             ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => Status::not_found(e.to_string()),
             ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => Status::invalid_argument(e.to_string()),
-            ServiceError::Teachers(e) => {
-                Status::unavailable(format!("{e}; nothing was charged, the query can be retried"))
-            }
+            ServiceError::Teachers(e) => teacher_status(e),
             ServiceError::Internal(msg) => Status::internal(format!("{msg}; nothing was charged")),
         }
     }
@@ -97,8 +95,33 @@ pub fn outcome(e: &ServiceError) -> Outcome {
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
         ServiceError::Session(SessionError::EvictedRepeat | SessionError::NoisyNotKept) => Outcome::Invalid,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,
+        ServiceError::Teachers(FanoutError::BadOutput { .. }) => Outcome::Internal,
         ServiceError::Teachers(_) => Outcome::TeacherUnavailable,
         _ => Outcome::Internal,
+    }
+}
+
+/// A fan-out failure as the client sees it: what went wrong, but not
+/// which teacher (the log and the per-teacher metrics name it for the
+/// operator). Which teacher failed never depends on the secret index, but
+/// keeping teacher identities out of every response makes that easy to
+/// check (tests/it/hygiene.rs).
+fn teacher_status(e: FanoutError) -> Status {
+    match e {
+        FanoutError::Unreachable { attempts, reason, .. } => Status::unavailable(format!(
+            "a teacher did not answer after {attempts} attempt(s) ({reason}); nothing was charged, the query can be \
+             retried"
+        )),
+        // Not transient: a teacher that answers with the wrong shape,
+        // datatype or classes does not match this server's [model]
+        // configuration, and retrying will not help.
+        FanoutError::BadOutput { reason, .. } => Status::internal(format!(
+            "a teacher returned an unusable output ({reason}); nothing was charged; the operator should check \
+             that the teachers match the [model] configuration"
+        )),
+        e @ (FanoutError::Stopped | FanoutError::Endpoint { .. }) => {
+            Status::unavailable(format!("{e}; nothing was charged, the query can be retried"))
+        }
     }
 }
 

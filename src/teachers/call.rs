@@ -167,6 +167,12 @@ pub(super) fn read_output(
     // Raw outputs, when used, come one per output tensor in order.
     let raw = response.raw_output_contents.get(pos).map(Vec::as_slice);
     let values = tensor::decode_numbers(&output.datatype, output.contents.as_ref(), raw).map_err(|e| e.to_string())?;
+    // The declared shape must hold exactly the values sent: a reply whose
+    // shape and contents disagree is not trusted to be what it seems.
+    let declared = output.shape.iter().try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)));
+    if declared != Some(values.len()) {
+        return Err(format!("output shape {:?} does not hold the {} values sent", output.shape, values.len()));
+    }
     match mode {
         // classes ≥ 2 (settings), so `cells` labels and `cells × classes`
         // scores are never the same count.
@@ -196,17 +202,19 @@ mod test {
     use super::*;
     use crate::proto::inference::model_infer_response::InferOutputTensor;
 
-    fn raw_response(outputs: &[(&str, &str, Vec<u8>)]) -> ModelInferResponse {
+    /// A reply with raw outputs (name, datatype, shape, bytes).
+    fn raw_response(outputs: &[(&str, &str, &[i64], Vec<u8>)]) -> ModelInferResponse {
         ModelInferResponse {
             outputs: outputs
                 .iter()
-                .map(|(name, datatype, _)| InferOutputTensor {
+                .map(|(name, datatype, shape, _)| InferOutputTensor {
                     name: (*name).into(),
                     datatype: (*datatype).into(),
+                    shape: shape.to_vec(),
                     ..Default::default()
                 })
                 .collect(),
-            raw_output_contents: outputs.iter().map(|(_, _, raw)| raw.clone()).collect(),
+            raw_output_contents: outputs.iter().map(|(_, _, _, raw)| raw.clone()).collect(),
             ..Default::default()
         }
     }
@@ -219,7 +227,9 @@ mod test {
     fn raw_outputs_are_read_by_name_as_label_or_scores() -> Result<(), String> {
         let scores = f32_bytes(&[0.1, 0.7, 0.2]);
         let label: Vec<u8> = 2i64.to_le_bytes().to_vec();
-        let r = || raw_response(&[("label", "INT64", label.clone()), ("probabilities", "FP32", scores.clone())]);
+        let r = || {
+            raw_response(&[("label", "INT64", &[1], label.clone()), ("probabilities", "FP32", &[1, 3], scores.clone())])
+        };
         let three = OutputMode::Label { classes: 3 };
         assert_eq!(read_output(r(), None, three, 1)?, vec![2.0]);
         assert_eq!(read_output(r(), Some("probabilities"), three, 1)?, vec![1.0], "argmax of the scores");
@@ -233,7 +243,12 @@ mod test {
         // Two examples, three classes: argmax per row, not over the batch.
         let scores = f32_bytes(&[0.1, 0.7, 0.2, 0.6, 0.3, 0.1]);
         let labels: Vec<u8> = [2i64, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let r = || raw_response(&[("label", "INT64", labels.clone()), ("probabilities", "FP32", scores.clone())]);
+        let r = || {
+            raw_response(&[
+                ("label", "INT64", &[2], labels.clone()),
+                ("probabilities", "FP32", &[2, 3], scores.clone()),
+            ])
+        };
         let three = OutputMode::Label { classes: 3 };
         assert_eq!(read_output(r(), None, three, 2)?, vec![2.0, 0.0]);
         assert_eq!(read_output(r(), Some("probabilities"), three, 2)?, vec![1.0, 0.0]);
@@ -246,12 +261,28 @@ mod test {
 
     #[test]
     fn unusable_outputs_are_errors() {
-        let label = |v: i64| raw_response(&[("label", "INT64", v.to_le_bytes().to_vec())]);
+        let label = |v: i64| raw_response(&[("label", "INT64", &[1], v.to_le_bytes().to_vec())]);
         assert!(read_output(label(3), None, OutputMode::Label { classes: 3 }, 1).is_err());
         assert!(read_output(label(-1), None, OutputMode::Label { classes: 3 }, 1).is_err());
         assert!(read_output(label(1), Some("scores"), OutputMode::Label { classes: 3 }, 1).is_err());
         assert!(read_output(label(1), None, OutputMode::Vector { dim: 3 }, 1).is_err());
-        let nan = raw_response(&[("s", "FP64", [f64::NAN, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect())]);
+        let nan =
+            raw_response(&[("s", "FP64", &[1, 2], [f64::NAN, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect())]);
         assert!(read_output(nan, None, OutputMode::Vector { dim: 2 }, 1).is_err());
+        // NaN among scores read as a label (argmax) is refused too.
+        let nan = raw_response(&[("s", "FP32", &[1, 3], f32_bytes(&[0.2, f32::NAN, 0.1]))]);
+        assert!(read_output(nan, None, OutputMode::Label { classes: 3 }, 1).is_err());
+    }
+
+    #[test]
+    fn a_shape_that_disagrees_with_the_values_is_refused() {
+        let labels =
+            |shape: &[i64]| raw_response(&[("label", "INT64", shape, [1i64, 2].map(i64::to_le_bytes).concat())]);
+        let three = OutputMode::Label { classes: 3 };
+        assert_eq!(read_output(labels(&[2]), None, three, 2), Ok(vec![1.0, 2.0]));
+        for shape in [&[][..], &[1], &[2, 3], &[-2], &[-1, -2], &[i64::MAX, i64::MAX]] {
+            let e = read_output(labels(shape), None, three, 2).expect_err("shape and values disagree");
+            assert!(e.contains("does not hold the 2 values"), "{shape:?}: {e}");
+        }
     }
 }

@@ -14,6 +14,7 @@ mod bench;
 mod bench_store;
 mod budget;
 mod crash;
+mod faults;
 mod interop;
 mod label;
 mod ops;

@@ -1,12 +1,10 @@
 //! `pacpriv serve` end to end over loopback gRPC: budgets, scopes, errors,
 //! teacher failures, streaming, vector mode.
 
-use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, small_demo, with_key};
+use crate::util::{B, Process, budget, client, digit, health_becomes, image, key_hash, predict, small_demo, with_key};
 use pacpriv::proto::pacpriv::PredictRequest;
 use tonic::Code;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -86,29 +84,10 @@ async fn dead_teachers_mean_unavailable_and_nothing_charged_until_they_return() 
 
     // Same port again: the persistent channels reconnect on their own.
     let addr = teachers.addr.clone();
-    let _back =
-        Process::start(&["teachers", "--models", "8", "--seed", "1", "--listen", &addr], &[], "teachers listening on");
+    let _back = Process::teachers_at(8, 1, &addr);
     assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
     let again = predict(&mut c, "demo-key", image("again", &digit(3))).await.expect("teachers back");
     assert_eq!(again.budget.map(|b| b.answered), Some(2));
-}
-
-/// Polls the health of pacpriv.v1.Privatizer for up to 20 s until it is `want`.
-async fn health_becomes(addr: &str, want: ServingStatus) -> bool {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connects");
-    let mut health = HealthClient::new(channel);
-    for _ in 0..200 {
-        let req = HealthCheckRequest { service: "pacpriv.v1.Privatizer".into() };
-        if health.check(req).await.is_ok_and(|r| r.into_inner().status == want as i32) {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread")]

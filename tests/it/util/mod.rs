@@ -1,4 +1,7 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests; [`faulty`] is the
+//! fault-injecting teacher proxy.
+
+pub mod faulty;
 
 use std::process::{Command, Output};
 
@@ -117,6 +120,18 @@ impl Process {
         Process::start(&args, &[], "teachers listening on")
     }
 
+    /// `pacpriv teachers`: m demo models trained with `seed`, listening on
+    /// `listen` (`127.0.0.1:0` for a free port; an address it had before
+    /// to bring killed teachers back).
+    pub fn teachers_at(models: usize, seed: u64, listen: &str) -> Process {
+        let (models, seed) = (models.to_string(), seed.to_string());
+        Process::start(
+            &["teachers", "--models", &models, "--seed", &seed, "--listen", listen],
+            &[],
+            "teachers listening on",
+        )
+    }
+
     /// The address of the extra listener `what` ("admin", "health",
     /// "metrics"), from its `pacpriv WHAT listening on ADDR` line.
     pub fn listener(&self, what: &str) -> String {
@@ -136,6 +151,13 @@ impl Process {
         std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
     }
 
+    /// Sends it `signal` ("STOP", "CONT", ...) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args([&format!("-{signal}"), &pid]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
     /// Kills it now (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -147,6 +169,24 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Polls the health of pacpriv.v1.Privatizer for up to 20 s until it is `want`.
+pub async fn health_becomes(addr: &str, want: tonic_health::pb::health_check_response::ServingStatus) -> bool {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    for _ in 0..200 {
+        let req = tonic_health::pb::HealthCheckRequest { service: "pacpriv.v1.Privatizer".into() };
+        if health.check(req).await.is_ok_and(|r| r.into_inner().status == want as i32) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// A connected client API stub.

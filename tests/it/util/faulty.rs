@@ -1,0 +1,212 @@
+//! A fault-injecting teacher proxy: a real Open Inference Protocol server
+//! on a loopback port that forwards every call to real teachers (a
+//! `pacpriv teachers` process) and, on the way back, can
+//!
+//! - **slow** a model down (a delay before forwarding, set at run time), and
+//! - **corrupt** a reply: a query whose third feature is a
+//!   [`Corruption::marker`] gets that corruption in every reply that
+//!   carries it, on every attempt — so the fault is certain, not a race
+//!   with retries, and a test knows exactly which queries must fail.
+//!
+//! It also counts the `ModelInfer` calls each model received.
+
+use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use pacpriv::proto::inference::model_infer_response::InferOutputTensor;
+use pacpriv::proto::inference::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+/// The feature a corruption marker goes in (features 0 and 1 belong to
+/// [`super::distinct`]).
+pub const MARKER_FEATURE: usize = 2;
+
+/// What a corrupted reply gets wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Corruption {
+    /// The labels' declared shape disagrees with their count.
+    Shape,
+    /// A datatype that is not a number (BYTES).
+    Datatype,
+    /// Scores instead of labels, NaN for the marked example.
+    NanScores,
+    /// A label outside the d classes for the marked example.
+    ClassCount,
+}
+
+impl Corruption {
+    /// Every kind.
+    pub const ALL: [Corruption; 4] =
+        [Corruption::Shape, Corruption::Datatype, Corruption::NanScores, Corruption::ClassCount];
+
+    /// The value of feature [`MARKER_FEATURE`] that asks for this
+    /// corruption (far outside the digits' 0–16, never sent otherwise).
+    pub fn marker(self) -> f32 {
+        1000.0 + Self::ALL.iter().position(|c| *c == self).unwrap_or(0) as f32
+    }
+
+    fn of(row: &[f32]) -> Option<Corruption> {
+        let v = *row.get(MARKER_FEATURE)?;
+        Self::ALL.into_iter().find(|c| c.marker() == v)
+    }
+
+    /// Rewrites `reply` (a demo teacher's: `label` INT64 `[n]`, then
+    /// `probabilities` FP32 `[n, d]`) for a batch whose example `row` is
+    /// marked.
+    fn apply(self, reply: &mut ModelInferResponse, row: usize) {
+        let Some(probabilities) = reply.outputs.get(1).cloned() else { return };
+        let Some(label) = reply.outputs.first_mut() else { return };
+        let n = label.shape.first().copied().unwrap_or(0);
+        match self {
+            Corruption::Shape => label.shape = vec![n, 2],
+            Corruption::Datatype => {
+                let labels = label.contents.take().map(|c| c.int64_contents).unwrap_or_default();
+                label.datatype = "BYTES".into();
+                label.contents = Some(InferTensorContents {
+                    bytes_contents: labels.iter().map(|l| l.to_string().into_bytes()).collect(),
+                    ..Default::default()
+                });
+            }
+            Corruption::NanScores => {
+                let mut scores: InferOutputTensor = probabilities;
+                let d = scores.shape.get(1).copied().unwrap_or(0) as usize;
+                if let Some(c) = scores.contents.as_mut() {
+                    for v in c.fp32_contents.iter_mut().skip(row * d).take(d) {
+                        *v = f32::NAN;
+                    }
+                }
+                *label = scores;
+            }
+            Corruption::ClassCount => {
+                let d = probabilities.shape.get(1).copied().unwrap_or(0);
+                if let Some(l) = label.contents.as_mut().and_then(|c| c.int64_contents.get_mut(row)) {
+                    *l = d;
+                }
+            }
+        }
+        reply.outputs.truncate(1);
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Model name → delay added before forwarding.
+    slow: Mutex<HashMap<String, Duration>>,
+    /// Model name → `ModelInfer` calls received.
+    calls: Mutex<HashMap<String, u64>>,
+    /// Replies corrupted, by kind.
+    corrupted: Mutex<HashMap<Corruption, u64>>,
+}
+
+/// The running proxy; stops when dropped.
+pub struct FaultyTeachers {
+    /// `http://127.0.0.1:PORT`, for a teacher spec's endpoint.
+    pub endpoint: String,
+    state: Arc<State>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FaultyTeachers {
+    /// Serves on a free loopback port, forwarding to the teachers at
+    /// `upstream` (`HOST:PORT`).
+    pub async fn start(upstream: &str) -> FaultyTeachers {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{upstream}")).expect("upstream uri").connect_lazy();
+        let state = Arc::new(State::default());
+        let proxy = Proxy { upstream: GrpcInferenceServiceClient::new(channel), state: Arc::clone(&state) };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds loopback");
+        let endpoint = format!("http://{}", listener.local_addr().expect("bound"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(GrpcInferenceServiceServer::new(proxy))
+                .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), async {
+                    let _ = stopped.await;
+                }),
+        );
+        FaultyTeachers { endpoint, state, _stop: stop }
+    }
+
+    /// Delays every later call to `model` by `delay` (zero: none).
+    pub fn slow(&self, model: &str, delay: Duration) {
+        let mut slow = self.state.slow.lock().expect("slow");
+        if delay.is_zero() {
+            slow.remove(model);
+        } else {
+            slow.insert(model.to_owned(), delay);
+        }
+    }
+
+    /// `ModelInfer` calls received, by model.
+    pub fn calls(&self) -> HashMap<String, u64> {
+        self.state.calls.lock().expect("calls").clone()
+    }
+
+    /// Replies corrupted so far, by kind.
+    pub fn corrupted(&self) -> HashMap<Corruption, u64> {
+        self.state.corrupted.lock().expect("corrupted").clone()
+    }
+}
+
+struct Proxy {
+    upstream: GrpcInferenceServiceClient<Channel>,
+    state: Arc<State>,
+}
+
+impl Proxy {
+    fn client(&self) -> GrpcInferenceServiceClient<Channel> {
+        self.upstream.clone()
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Proxy {
+    async fn server_live(&self, r: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+        self.client().server_live(r.into_inner()).await
+    }
+
+    async fn server_ready(&self, r: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+        self.client().server_ready(r.into_inner()).await
+    }
+
+    async fn model_ready(&self, r: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        self.client().model_ready(r.into_inner()).await
+    }
+
+    async fn server_metadata(
+        &self,
+        r: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        self.client().server_metadata(r.into_inner()).await
+    }
+
+    async fn model_metadata(
+        &self,
+        r: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        self.client().model_metadata(r.into_inner()).await
+    }
+
+    async fn model_infer(&self, r: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let r = r.into_inner();
+        *self.state.calls.lock().expect("calls").entry(r.model_name.clone()).or_default() += 1;
+        let delay = self.state.slow.lock().expect("slow").get(&r.model_name).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        let marked = r.inputs.first().and_then(|input| {
+            let features = input.shape.get(1).copied().unwrap_or(0) as usize;
+            let values = &input.contents.as_ref()?.fp32_contents;
+            values.chunks(features.max(1)).enumerate().find_map(|(row, v)| Some((row, Corruption::of(v)?)))
+        });
+        let mut reply = self.client().model_infer(r).await?;
+        if let Some((row, corruption)) = marked {
+            corruption.apply(reply.get_mut(), row);
+            *self.state.corrupted.lock().expect("corrupted").entry(corruption).or_default() += 1;
+        }
+        Ok(reply)
+    }
+}
