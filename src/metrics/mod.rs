@@ -38,6 +38,8 @@ pub enum Outcome {
     Answered,
     /// Refused: the budget cannot pay.
     RefusedBudget,
+    /// Refused: the principal's rate limit.
+    RefusedRate,
     /// Malformed input or a bad argument.
     Invalid,
     /// No or unknown credential.
@@ -53,6 +55,7 @@ impl Outcome {
         match self {
             Outcome::Answered => "answered",
             Outcome::RefusedBudget => "refused_budget",
+            Outcome::RefusedRate => "refused_rate",
             Outcome::Invalid => "invalid",
             Outcome::Unauthenticated => "unauthenticated",
             Outcome::TeacherUnavailable => "teacher_unavailable",
@@ -191,6 +194,7 @@ impl ServiceMetrics {
         for outcome in [
             Outcome::Answered,
             Outcome::RefusedBudget,
+            Outcome::RefusedRate,
             Outcome::Invalid,
             Outcome::Unauthenticated,
             Outcome::TeacherUnavailable,

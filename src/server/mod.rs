@@ -10,7 +10,8 @@
 //!   only, for probes that cannot speak TLS;
 //! - metrics (`metrics.listen`): Prometheus over HTTP ([`crate::metrics`]).
 //!
-//! A client request's path: [`auth`] (credential → session) → [`input`]
+//! A client request's path: [`auth`] (credential → session) → [`rate`]
+//! (the principal's rate limit, for queries) → [`input`]
 //! (wire → validated [`input::Query`]) → the RPC's file ([`predict`],
 //! [`predict_stream`], [`get_budget`], or [`inference`]'s `ModelInfer`,
 //! which re-encodes [`predict`]) → [`status`] for any error.
@@ -22,6 +23,7 @@ pub mod inference;
 pub mod input;
 pub mod predict;
 pub mod predict_stream;
+pub mod rate;
 pub mod status;
 pub mod tls;
 
@@ -62,6 +64,8 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Whether the last probe found every teacher ready.
     pub ready: std::sync::atomic::AtomicBool,
+    /// Per-principal query rate limit.
+    pub rate: rate::RateLimit,
 }
 
 /// Why the service could not start.
@@ -234,6 +238,7 @@ pub async fn start(
         principal_from_cert,
         metrics: Arc::clone(&metrics),
         ready: false.into(),
+        rate: rate::RateLimit::new(settings.rate_limit),
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -250,7 +255,7 @@ pub async fn start(
             .max_encoding_message_size(settings.max_message_bytes)
     });
     let (listener, addr) = bind(settings.listen).await?;
-    let client = tls::builder(settings.tls.as_ref())?
+    let client = tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
         .add_service(health_service.clone())
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
@@ -263,7 +268,7 @@ pub async fn start(
         let (listener, bound) = bind(admin.listen).await?;
         admin_addr = Some(bound);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
-        let server = tls::builder(settings.tls.as_ref())?
+        let server = tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
             .add_service(service)

@@ -89,17 +89,20 @@ pub async fn handle(
     result.await.map_err(|f| f.record(app, rpc))
 }
 
-/// Phase 1: validates `request` and asks every teacher about it, unless
-/// the session cannot pay even for the cheapest answer.
+/// Phase 1: takes a token of the principal's rate limit, validates
+/// `request` and asks every teacher about it, unless the session cannot pay
+/// even for the cheapest answer.
 ///
 /// # Errors
-/// Invalid input, exhausted budget, unavailable teachers (nothing charged).
+/// Rate limited, invalid input, exhausted budget, unavailable teachers
+/// (nothing charged).
 pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Result<Traced<Asked>, Failed> {
     let started = Instant::now();
     let query = app.input.parse(request);
     let query_id = query.as_ref().map(|q| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
+    app.rate.admit(handle.principal()).map_err(|e| traced.fail(e))?;
     let mut query = query.map_err(|e| traced.fail(e))?;
     query.digest = handle.cache_key(query.digest);
     let outputs = async {

@@ -11,6 +11,13 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+/// `google.rpc.ErrorInfo` reason of a RESOURCE_EXHAUSTED refusal: the MI
+/// budget cannot pay for the answer.
+pub const BUDGET_EXHAUSTED: &str = "BUDGET_EXHAUSTED";
+/// `google.rpc.ErrorInfo` reason of a RESOURCE_EXHAUSTED refusal: the
+/// principal's query rate is over its limit (retry later).
+pub const RATE_LIMITED: &str = "RATE_LIMITED";
+
 /// A failed request. Whatever the variant, nothing was released and
 /// nothing was charged.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +39,17 @@ pub enum ServiceError {
     /// A teacher did not answer.
     #[error(transparent)]
     Teachers(#[from] FanoutError),
+    /// The principal's query rate is over `server.rate_limit_per_second`;
+    /// refused before anything else.
+    #[error("rate limited: retry in {} ms", retry_after.as_millis())]
+    RateLimited {
+        /// Until the principal's next token.
+        retry_after: std::time::Duration,
+        /// The configured rate.
+        per_second: u32,
+        /// The configured burst.
+        burst: u32,
+    },
     /// A bug or an unexpected runtime failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -59,7 +77,25 @@ impl From<ServiceError> for Status {
                         "MI budget exhausted: spent {spent} of {limit} nats and an answer costs {charge}; \
                          no API call raises a budget (an operator can raise a configured principal's budget_mi at a restart, or provision a new principal)"
                     ),
-                    ErrorDetails::with_error_info("BUDGET_EXHAUSTED", "pacpriv", metadata),
+                    ErrorDetails::with_error_info(BUDGET_EXHAUSTED, "pacpriv", metadata),
+                )
+            }
+            ServiceError::RateLimited { retry_after, per_second, burst } => {
+                let ms = retry_after.as_millis().max(1);
+                let metadata = HashMap::from([
+                    ("retry_after_ms".to_owned(), ms.to_string()),
+                    ("per_second".to_owned(), per_second.to_string()),
+                    ("burst".to_owned(), burst.to_string()),
+                ]);
+                let mut details = ErrorDetails::with_error_info(RATE_LIMITED, "pacpriv", metadata);
+                details.set_retry_info(Some(retry_after));
+                Status::with_error_details(
+                    Code::ResourceExhausted,
+                    format!(
+                        "rate limited: this principal may send {per_second} queries a second (bursts of {burst}); \
+                         retry in {ms} ms. Nothing was charged: this is not the MI budget"
+                    ),
+                    details,
                 )
             }
             ServiceError::Session(SessionError::Privacy(p)) => privacy_status(p),
@@ -93,6 +129,7 @@ pub fn outcome(e: &ServiceError) -> Outcome {
         }
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
+        ServiceError::RateLimited { .. } => Outcome::RefusedRate,
         ServiceError::Session(SessionError::EvictedRepeat | SessionError::NoisyNotKept) => Outcome::Invalid,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,
         ServiceError::Teachers(FanoutError::BadOutput { .. }) => Outcome::Internal,

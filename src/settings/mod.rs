@@ -82,6 +82,16 @@ pub enum StoreSettings {
     },
 }
 
+/// A token bucket per principal: `per_second` queries a second on
+/// average, up to `burst` at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateQuota {
+    /// Sustained rate.
+    pub per_second: std::num::NonZeroU32,
+    /// Bucket size.
+    pub burst: std::num::NonZeroU32,
+}
+
 /// Validated settings of `pacpriv serve`.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -89,6 +99,10 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Largest accepted request, bytes.
     pub max_message_bytes: usize,
+    /// Most concurrent HTTP/2 streams (calls) per client connection.
+    pub max_concurrent_streams: u32,
+    /// Per-principal query rate limit; `None`: unlimited.
+    pub rate_limit: Option<RateQuota>,
     /// The private predictor's model name on the Open Inference Protocol;
     /// `None`: that protocol is not served.
     pub inference_model: Option<String>,
@@ -243,6 +257,9 @@ struct RawServer {
     listen: String,
     health_listen: String,
     max_message_bytes: usize,
+    max_concurrent_streams: u32,
+    rate_limit_per_second: u32,
+    rate_limit_burst: u32,
     log_format: String,
     inference_model: String,
 }
@@ -456,6 +473,22 @@ impl Raw {
         if self.server.max_message_bytes < 1024 {
             return Err(err("server.max_message_bytes", "must be at least 1024"));
         }
+        if self.server.max_concurrent_streams == 0 {
+            return Err(err("server.max_concurrent_streams", "must be at least 1"));
+        }
+        let rate_limit =
+            match (std::num::NonZeroU32::new(self.server.rate_limit_per_second), self.server.rate_limit_burst) {
+                (None, 0) => None,
+                (None, _) => {
+                    return Err(err(
+                        "server.rate_limit_burst",
+                        "is set but server.rate_limit_per_second is 0 (off); set a rate too",
+                    ));
+                }
+                (Some(per_second), burst) => {
+                    Some(RateQuota { per_second, burst: std::num::NonZeroU32::new(burst).unwrap_or(per_second) })
+                }
+            };
         let t = self.teachers;
         if t.deadline_ms == 0 {
             return Err(err("teachers.deadline_ms", "must be positive"));
@@ -589,6 +622,8 @@ impl Raw {
         Ok(Settings {
             listen: addr("server.listen", &self.server.listen)?,
             max_message_bytes: self.server.max_message_bytes,
+            max_concurrent_streams: self.server.max_concurrent_streams,
+            rate_limit,
             inference_model: (!inference_model.is_empty()).then_some(inference_model),
             log_json,
             per_query,

@@ -46,6 +46,8 @@ fn errors_name_the_key() {
         ("PACPRIV__TEACHERS__MAX_BATCH", "0", "teachers.max_batch"),
         ("PACPRIV__TEACHERS__MAX_BATCH", "1025", "teachers.max_batch"),
         ("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "1001", "teachers.batch_window_ms"),
+        ("PACPRIV__SERVER__MAX_CONCURRENT_STREAMS", "0", "server.max_concurrent_streams"),
+        ("PACPRIV__SERVER__RATE_LIMIT_BURST", "10", "server.rate_limit_burst"),
     ];
     for (var, value, key) in cases {
         match load(&[(var, value)]) {
@@ -92,5 +94,19 @@ fn the_inference_model_is_named_or_turned_off() -> Result<(), SettingsError> {
     assert_eq!(load(&[])?.inference_model.as_deref(), Some("private"));
     assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "digits")])?.inference_model.as_deref(), Some("digits"));
     assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "")])?.inference_model, None);
+    Ok(())
+}
+
+#[test]
+fn rate_limit_is_off_by_default_and_its_burst_defaults_to_the_rate() -> Result<(), SettingsError> {
+    assert_eq!(load(&[])?.rate_limit, None);
+    let q = load(&[("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "50")])?
+        .rate_limit
+        .map(|q| (q.per_second.get(), q.burst.get()));
+    assert_eq!(q, Some((50, 50)));
+    let q = load(&[("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "50"), ("PACPRIV__SERVER__RATE_LIMIT_BURST", "200")])?
+        .rate_limit
+        .map(|q| (q.per_second.get(), q.burst.get()));
+    assert_eq!(q, Some((50, 200)));
     Ok(())
 }

@@ -23,7 +23,7 @@
 //! CI runs 20 s of faults; longer: `PACPRIV_FAULT_SECONDS=300 cargo test
 //! --release --test it faults -- --nocapture`.
 
-use crate::util::faulty::{Corruption, FaultyTeachers, MARKER_FEATURE};
+use crate::util::faulty::{Corruption, FaultyTeachers, MARKER_FEATURE, write_config};
 use crate::util::{Process, budget, client, distinct, health_becomes, image, predict, replay};
 use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pacpriv::proto::inference::model_infer_request::InferInputTensor;
@@ -82,13 +82,7 @@ async fn teacher_faults_never_release_a_partial_answer_or_charge_a_failed_query(
 
     let dir = tempfile::tempdir().expect("temp dir");
     let (cfg, store_path) = (dir.path().join("teachers.toml"), dir.path().join("state.redb"));
-    let mut toml = String::from("[teachers]\nsource = \"remote\"\nremote = [\n");
-    for i in 0..M {
-        let endpoint = if i < 8 { format!("http://{}", direct[i % 2].addr) } else { proxy.endpoint.clone() };
-        toml.push_str(&format!("  {{ endpoint = {endpoint:?}, model = {:?} }},\n", model(i)));
-    }
-    toml.push_str("]\n");
-    std::fs::write(&cfg, toml).expect("config written");
+    write_config(&cfg, M, |i| if i < 8 { format!("http://{}", direct[i % 2].addr) } else { proxy.endpoint.clone() });
     let env = vec![
         ("PACPRIV__STORE__PATH", store_path.display().to_string()),
         ("PACPRIV__STORE__JOURNAL", "true".to_owned()),

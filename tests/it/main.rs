@@ -17,6 +17,7 @@ mod crash;
 mod faults;
 mod interop;
 mod label;
+mod limits;
 mod ops;
 mod replicas;
 mod service;

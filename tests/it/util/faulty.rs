@@ -151,6 +151,17 @@ impl FaultyTeachers {
     }
 }
 
+/// Writes a `serve --config` file whose m teachers are the demo models
+/// `digits-000` … at `endpoint(i)`.
+pub fn write_config(path: &std::path::Path, m: usize, endpoint: impl Fn(usize) -> String) {
+    let mut toml = String::from("[teachers]\nsource = \"remote\"\nremote = [\n");
+    for i in 0..m {
+        toml.push_str(&format!("  {{ endpoint = {:?}, model = \"digits-{i:03}\" }},\n", endpoint(i)));
+    }
+    toml.push_str("]\n");
+    std::fs::write(path, toml).expect("config written");
+}
+
 struct Proxy {
     upstream: GrpcInferenceServiceClient<Channel>,
     state: Arc<State>,

@@ -1,0 +1,49 @@
+//! Per-principal rate limit (`server.rate_limit_per_second`,
+//! `server.rate_limit_burst`): one token bucket per principal (GCRA,
+//! from `governor`), taken by every query — `Predict`, each message of a
+//! `PredictStream`, `ModelInfer` — before its input is validated or any
+//! teacher is asked.
+//!
+//! # Invariants
+//! - A limited query is refused before anything else happens: nothing is
+//!   charged, the session is not touched (a cached repeat is limited too:
+//!   the limit protects the server, not the budget).
+//! - Its status is RESOURCE_EXHAUSTED with error reason `RATE_LIMITED` and
+//!   a retry delay, so a client can tell it from `BUDGET_EXHAUSTED`.
+//! - Buckets are keyed by principal, whatever the session scope: principals
+//!   sharing one global budget still each have their own rate.
+
+use super::status::ServiceError;
+use crate::settings::RateQuota;
+use governor::clock::Clock;
+use governor::{DefaultKeyedRateLimiter, Quota};
+use std::time::Duration;
+
+/// The configured limit, or none.
+pub struct RateLimit {
+    limiter: Option<DefaultKeyedRateLimiter<String>>,
+    quota: Option<RateQuota>,
+}
+
+impl RateLimit {
+    /// A bucket per principal of `quota`; `None`: every query admitted.
+    pub fn new(quota: Option<RateQuota>) -> Self {
+        let limiter =
+            quota.map(|q| DefaultKeyedRateLimiter::keyed(Quota::per_second(q.per_second).allow_burst(q.burst)));
+        RateLimit { limiter, quota }
+    }
+
+    /// Takes a token from `principal`'s bucket.
+    ///
+    /// # Errors
+    /// [`ServiceError::RateLimited`] when the bucket is empty, with the
+    /// time until the next token.
+    pub fn admit(&self, principal: &str) -> Result<(), ServiceError> {
+        let (Some(limiter), Some(quota)) = (&self.limiter, self.quota) else { return Ok(()) };
+        limiter.check_key(&principal.to_owned()).map_err(|not_until| ServiceError::RateLimited {
+            retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
+            per_second: quota.per_second.get(),
+            burst: quota.burst.get(),
+        })
+    }
+}

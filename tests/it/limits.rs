@@ -1,0 +1,130 @@
+//! Resource limits: the per-principal rate limit (and how its refusal
+//! differs from an exhausted budget), concurrent streams per connection,
+//! and client deadlines. The message size limit is in `service.rs`.
+
+use crate::util::faulty::{FaultyTeachers, write_config};
+use crate::util::{
+    B, Process, budget, client, digit, health_becomes, image, key_hash, predict, sample, scrape, small_demo, with_key,
+};
+use pacpriv::proto::pacpriv::PredictRequest;
+use std::time::Duration;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_types::StatusExt;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_rate_a_query_is_refused_as_rate_limited_not_as_out_of_budget() {
+    // 1 query a second, bursts of 3, per principal; demo's budget pays for
+    // 5 answers and tiny's for none.
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "1".into()),
+            ("PACPRIV__SERVER__RATE_LIMIT_BURST", "3".into()),
+            ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", format!("{}", 5.0 * B)),
+            ("PACPRIV__PRINCIPALS__TINY__KEY_SHA256", key_hash("tiny-key")),
+            ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", format!("{}", B / 2.0)),
+        ]),
+    );
+    let c = client(&server.addr).await;
+
+    // Ten at once: the burst is answered, the rest refused (unless the ten
+    // took seconds to arrive, each second adds at most one token).
+    let started = std::time::Instant::now();
+    let mut sent = tokio::task::JoinSet::new();
+    for n in 0..10 {
+        let mut c = c.clone();
+        sent.spawn(async move { predict(&mut c, "demo-key", image(&format!("q{n}"), &digit(n))).await });
+    }
+    let results = sent.join_all().await;
+    let seconds = started.elapsed().as_secs();
+    let answered = results.iter().filter(|r| r.is_ok()).count();
+    assert!(answered >= 3 && answered as u64 <= 3 + seconds + 1, "{answered} answered in {seconds} s");
+    for e in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        let details = e.get_error_details();
+        let info = details.error_info().expect("ErrorInfo detail");
+        assert_eq!(info.reason, "RATE_LIMITED");
+        assert_eq!(info.metadata.get("per_second").map(String::as_str), Some("1"));
+        let retry = details.retry_info().and_then(|r| r.retry_delay).expect("RetryInfo detail");
+        assert!(retry > Duration::ZERO && retry <= Duration::from_secs(1), "{retry:?}");
+        assert!(e.message().contains("Nothing was charged: this is not the MI budget"), "{}", e.message());
+    }
+    let mut c1 = c.clone();
+    let b = budget(&mut c1, "demo-key").await;
+    assert_eq!((b.answered, b.spent), (answered as u64, answered as f64 * B), "refusals cost nothing");
+
+    // Another principal has a bucket of its own; its budget refusal is
+    // BUDGET_EXHAUSTED — a client can tell the two apart.
+    let e = predict(&mut c1, "tiny-key", image("t", &digit(50))).await.expect_err("tiny cannot pay");
+    assert_eq!(e.code(), Code::ResourceExhausted);
+    assert_eq!(e.get_error_details().error_info().map(|i| i.reason.clone()).as_deref(), Some("BUDGET_EXHAUSTED"));
+    predict(&mut c1, "alice-key", image("a", &digit(51))).await.expect("alice's bucket is full");
+
+    let metrics = scrape(&server.listener("metrics"));
+    let refused = sample(&metrics, r#"pacpriv_queries_total{outcome="refused_rate"}"#);
+    assert_eq!(refused, Some((10 - answered) as f64), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_gets_at_most_max_concurrent_streams_calls_at_once() {
+    let server = Process::serve(None, &small_demo(&[("PACPRIV__SERVER__MAX_CONCURRENT_STREAMS", "2".into())]));
+    let mut c = client(&server.addr).await;
+    // Two streams held open on this connection (each has answered once).
+    let mut open = Vec::new();
+    for n in 0..2u32 {
+        let (tx, rx) = tokio::sync::mpsc::channel::<PredictRequest>(4);
+        tx.send(image(&format!("s{n}"), &digit(100 + n))).await.expect("queued");
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let mut responses = c.predict_stream(with_key(stream, "alice-key")).await.expect("stream opens").into_inner();
+        responses.message().await.expect("answered").expect("one response");
+        open.push((tx, responses));
+    }
+    // A third call on the same connection waits for a free stream...
+    let mut third = c.clone();
+    let waiting = tokio::spawn(async move { predict(&mut third, "alice-key", image("third", &digit(102))).await });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!waiting.is_finished(), "a third call ran beside two open streams");
+    // ...and runs once one of them ends.
+    let (tx, mut responses) = open.remove(0);
+    drop(tx);
+    assert!(responses.message().await.expect("ends cleanly").is_none());
+    let third = waiting.await.expect("task").expect("answered once a stream was free");
+    assert_eq!(third.budget.map(|b| b.answered), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_past_its_deadline_is_abandoned_and_costs_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = dir.path().join("teachers.toml");
+    let teachers = Process::teachers_at(16, 1, "127.0.0.1:0");
+    let proxy = FaultyTeachers::start(&teachers.addr).await;
+    write_config(&cfg, 16, |_| proxy.endpoint.clone());
+    let env =
+        [("PACPRIV__TEACHERS__DEADLINE_MS", "5000".to_owned()), ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned())];
+    let server = Process::serve(Some(&cfg), &env);
+    assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
+    let mut c = client(&server.addr).await;
+
+    // Every teacher takes 1.5 s; the client allows 200 ms.
+    for i in 0..16 {
+        proxy.slow(&format!("digits-{i:03}"), Duration::from_millis(1500));
+    }
+    let mut req = with_key(image("late", &digit(7)), "demo-key");
+    req.set_timeout(Duration::from_millis(200));
+    let e = c.predict(req).await.expect_err("past its deadline");
+    assert!(matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled), "{e:?}");
+    // Long after the teachers have answered, the abandoned query is still
+    // neither answered nor charged.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let b = budget(&mut c, "demo-key").await;
+    assert_eq!((b.answered, b.spent), (0, 0.0));
+
+    for i in 0..16 {
+        proxy.slow(&format!("digits-{i:03}"), Duration::ZERO);
+    }
+    let mut req = with_key(image("in time", &digit(8)), "demo-key");
+    req.set_timeout(Duration::from_secs(10));
+    let r = c.predict(req).await.expect("answered within its deadline").into_inner();
+    assert_eq!(r.budget.map(|b| (b.answered, b.spent)), Some((1, B)));
+}
