@@ -139,6 +139,19 @@ pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>
     Ok(traced.then(Taken { query, step }))
 }
 
+/// Phase 2 for a query of a stream, which authenticated once when it
+/// opened: the principal must still be active, so a revocation stops an
+/// open stream before its next charge.
+///
+/// # Errors
+/// Revoked (UNAUTHENTICATED), as [`step`].
+pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+    if let Err(e) = app.sessions.ensure_active(handle.principal()).await {
+        return Err(asked.fail(e));
+    }
+    step(handle, asked).await
+}
+
 /// Phase 3: the response, once the step is durable.
 ///
 /// # Errors

@@ -8,6 +8,8 @@
 //!   session's math sees the queries in the order the client sent them;
 //! - a sender task waits for each step's durability, in order, and sends.
 //!
+//! The principal is authenticated when the stream opens and checked again
+//! before each step, so revoking it stops the stream at its next query.
 //! The stream stops at the first failure, reported as its status; every
 //! response sent before it was answered and charged. A client that stops
 //! reading stops the steps within [`DEPTH`] + 1 answers: those are charged
@@ -86,7 +88,9 @@ async fn take_steps(
     while let Some(next) = asking.recv().await {
         let stepped = match next {
             Ok(fanout) => match fanout.await {
-                Ok(Ok(asked)) => predict::step(handle, asked).await.map_err(|f| Status::from(f.record(app, RPC))),
+                Ok(Ok(asked)) => {
+                    predict::step_in_stream(app, handle, asked).await.map_err(|f| Status::from(f.record(app, RPC)))
+                }
                 Ok(Err(failed)) => Err(Status::from(failed.record(app, RPC))),
                 // The fan-out task panicked: nothing was charged.
                 Err(e) => Err(Status::internal(format!("query task failed: {e}; nothing was charged"))),

@@ -186,6 +186,21 @@ impl Sessions {
         }
     }
 
+    /// Whether `name` (authenticated earlier, e.g. when its stream
+    /// opened) is still active: revocation stops an open stream at its
+    /// next query.
+    ///
+    /// # Errors
+    /// [`SessionError::Unauthenticated`] once revoked, or
+    /// [`SessionError::Registry`] when PostgreSQL cannot be asked.
+    pub async fn ensure_active(&self, name: &str) -> Result<(), SessionError> {
+        let active = match &self.local {
+            Some(local) => Self::read_local(local)?.principals.get(name).is_some_and(|(r, _)| r.active()),
+            None => self.store.principal(name).await.map_err(SessionError::Registry)?.is_some_and(|r| r.active()),
+        };
+        if active { Ok(()) } else { Err(SessionError::Unauthenticated) }
+    }
+
     /// Provisions a new principal with `budget` and a fresh random API key,
     /// durably; returns the record and the key (shown once, stored only as
     /// its hash).

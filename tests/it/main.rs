@@ -16,6 +16,7 @@ mod budget;
 mod crash;
 mod faults;
 mod interop;
+mod isolation;
 mod label;
 mod limits;
 mod ops;

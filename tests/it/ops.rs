@@ -3,26 +3,16 @@
 //! mTLS (a client certificate naming the principal), and the plaintext
 //! health listener `pacpriv health` probes.
 
-use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, sample, scrape, small_demo, with_key};
-use pacpriv::proto::pacpriv::admin_client::AdminClient;
+use crate::util::{
+    ADMIN_TOKEN, B, Process, admin_client, bearer, budget, client, digit, image, key_hash, predict, sample, scrape,
+    small_demo, with_key,
+};
 use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
 use pacpriv::proto::pacpriv::{
     CreatePrincipalRequest, GetBudgetRequest, InspectPrincipalRequest, ListPrincipalsRequest, RevokePrincipalRequest,
 };
 use tonic::Code;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-
-const ADMIN_TOKEN: &str = "admin-token-for-tests";
-
-fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
-    req
-}
-
-async fn admin_client(addr: &str) -> AdminClient<Channel> {
-    AdminClient::connect(format!("http://{addr}")).await.expect("connects to the admin listener")
-}
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn budget_gauges_and_query_counters_move_with_answers() {

@@ -26,6 +26,7 @@ use crate::proto::pacpriv::{
 use crate::session::{Account, Sessions};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
 
 /// The admin service.
@@ -48,8 +49,7 @@ impl AdminService {
             Some(token) => Sha256::digest(token.as_bytes()).into(),
             None => return Err(unauthenticated()),
         };
-        let diff = presented.iter().zip(&self.token_sha256).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if diff == 0 { Ok(()) } else { Err(unauthenticated()) }
+        if bool::from(presented.ct_eq(&self.token_sha256)) { Ok(()) } else { Err(unauthenticated()) }
     }
 }
 

@@ -189,6 +189,23 @@ pub async fn health_becomes(addr: &str, want: tonic_health::pb::health_check_res
     false
 }
 
+/// The admin token the tests configure (as its hash, with [`key_hash`]).
+pub const ADMIN_TOKEN: &str = "admin-token-for-tests";
+
+/// `message` with `authorization: Bearer <token>`.
+pub fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
+    req
+}
+
+/// A connected admin API stub.
+pub async fn admin_client(addr: &str) -> pacpriv::proto::pacpriv::admin_client::AdminClient<Channel> {
+    pacpriv::proto::pacpriv::admin_client::AdminClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connects to the admin listener")
+}
+
 /// A connected client API stub.
 pub async fn client(addr: &str) -> PrivatizerClient<Channel> {
     PrivatizerClient::connect(format!("http://{addr}")).await.expect("connects to pacpriv")
