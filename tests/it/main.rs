@@ -15,6 +15,7 @@ mod bench_store;
 mod budget;
 mod crash;
 mod faults;
+mod hygiene;
 mod interop;
 mod isolation;
 mod label;

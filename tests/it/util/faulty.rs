@@ -5,7 +5,7 @@
 //! - **slow** a model down (a delay before forwarding, set at run time), and
 //! - **corrupt** a reply: a query whose third feature is a
 //!   [`Corruption::marker`] gets that corruption in every reply that
-//!   carries it, on every attempt — so the fault is certain, not a race
+//!   carries it (or only the replies of one model), on every attempt — so the fault is certain, not a race
 //!   with retries, and a test knows exactly which queries must fail.
 //!
 //! It also counts the `ModelInfer` calls each model received.
@@ -99,6 +99,9 @@ struct State {
     calls: Mutex<HashMap<String, u64>>,
     /// Replies corrupted, by kind.
     corrupted: Mutex<HashMap<Corruption, u64>>,
+    /// The one model whose marked replies are corrupted; `None`: every
+    /// model's.
+    corrupting: Mutex<Option<String>>,
 }
 
 /// The running proxy; stops when dropped.
@@ -138,6 +141,11 @@ impl FaultyTeachers {
         } else {
             slow.insert(model.to_owned(), delay);
         }
+    }
+
+    /// From now on, only `model`'s replies are corrupted.
+    pub fn corrupt_only(&self, model: &str) {
+        *self.state.corrupting.lock().expect("corrupting") = Some(model.to_owned());
     }
 
     /// `ModelInfer` calls received, by model.
@@ -213,6 +221,8 @@ impl GrpcInferenceService for Proxy {
             let values = &input.contents.as_ref()?.fp32_contents;
             values.chunks(features.max(1)).enumerate().find_map(|(row, v)| Some((row, Corruption::of(v)?)))
         });
+        let corrupting = self.state.corrupting.lock().expect("corrupting").clone();
+        let marked = marked.filter(|_| corrupting.is_none_or(|m| m == r.model_name));
         let mut reply = self.client().model_infer(r).await?;
         if let Some((row, corruption)) = marked {
             corruption.apply(reply.get_mut(), row);
