@@ -3,7 +3,8 @@
 //! run with debug logging, under two different secret indices. Everything
 //! an outsider or operator can see (responses, error messages and
 //! details, `/metrics`, the logs) is scanned: the secret index appears in
-//! none of them in any labelled form, the serving teacher's model name
+//! none of them in any labelled form, no log field (whatever its name)
+//! takes the secret's value in one run only, the serving teacher's model name
 //! appears nowhere but in the per-teacher metric series every teacher has
 //! (with the same counts as every other teacher), and the fan-out sends
 //! every teacher the same number of requests whatever the secret.
@@ -14,7 +15,7 @@ use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServi
 use pacpriv::proto::inference::model_infer_request::InferInputTensor;
 use pacpriv::proto::inference::{InferTensorContents, ModelInferRequest};
 use pacpriv::proto::pacpriv::PredictRequest;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 const M: usize = 16;
@@ -45,16 +46,38 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_response_metric_or_log_line_reveals_the_secret_index() {
     let teachers = Process::teachers_at(M, 1, "127.0.0.1:0");
-    let mut fanouts = Vec::new();
-    for secret in [11usize, 4] {
+    let secrets = [11usize, 4];
+    let mut runs = Vec::new();
+    for secret in secrets {
         let seen = session(&teachers.addr, secret).await;
         scan(&seen, secret);
-        fanouts.push(seen.fanout.clone());
         // Each fan-out asked every teacher exactly once.
         assert!(seen.asked > 0);
         assert!(seen.fanout.values().all(|n| *n == seen.asked), "{:?}", seen.fanout);
+        runs.push(seen);
     }
-    assert_eq!(fanouts[0], fanouts[1], "the same session asks the teachers the same way whatever the secret");
+    assert_eq!(runs[0].fanout, runs[1].fanout, "the same session asks the teachers the same way whatever the secret");
+
+    // Whatever a log field is called: one whose value is the secret in one
+    // run and not in the other follows the secret.
+    let fields: Vec<HashSet<(String, String)>> = runs.iter().map(|r| log_fields(&r.logs)).collect();
+    for (run, secret) in secrets.iter().enumerate() {
+        let own_only = fields[run].difference(&fields[1 - run]);
+        let leaks: Vec<_> = own_only.filter(|(_, value)| *value == secret.to_string()).collect();
+        assert!(leaks.is_empty(), "log fields that follow the secret {secret}: {leaks:?}");
+    }
+}
+
+/// Every `name=value` field in text-format log lines (spans and events).
+fn log_fields(logs: &str) -> HashSet<(String, String)> {
+    logs.split_whitespace()
+        .filter_map(|token| {
+            let (name, value) = token.split_once('=')?;
+            let name = name.trim_start_matches(|c: char| !c.is_alphanumeric());
+            let value = value.trim_matches(|c: char| matches!(c, '"' | ',' | '}' | ':' | '{'));
+            Some((name.to_owned(), value.to_owned()))
+        })
+        .collect()
 }
 
 /// Runs the whole session against a fresh service whose secret index is
