@@ -22,6 +22,8 @@
 //!   Protocol; `teachers::demo` trains and serves the digits ensemble.
 //! - [`settings`]: configuration loading and validation.
 //! - [`tensor`]: wire tensors to numbers.
+//! - [`fuzz`]: fuzzing entry points for every parser of peer-chosen bytes
+//!   (driven by `fuzz/` and by proptest in CI).
 //! - [`proto`]: wire protocols compiled from `proto/` at build time.
 //! - [`cli`]: one file per subcommand of the `pacpriv` binary.
 //!
@@ -33,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod fuzz;
 pub mod metrics;
 pub mod privacy;
 pub mod proto;

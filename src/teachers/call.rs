@@ -150,7 +150,7 @@ pub(super) fn input(features: &[f64], rows: usize, policy: &CallPolicy) -> Infer
 /// or raw bytes, as `cells` labels (label mode: given as labels or as d
 /// scores each, of which the argmax is taken) or `cells × d` scores (vector
 /// mode), where a cell is one (example, teacher) pair.
-pub(super) fn read_output(
+pub(crate) fn read_output(
     response: ModelInferResponse,
     name: Option<&str>,
     mode: OutputMode,

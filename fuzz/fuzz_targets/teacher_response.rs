@@ -1,0 +1,4 @@
+//! libFuzzer target: arbitrary bytes through `pacpriv::fuzz::teacher_response`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv::fuzz::teacher_response(data));
