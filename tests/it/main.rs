@@ -23,6 +23,7 @@ mod limits;
 mod ops;
 mod replicas;
 mod service;
+mod soak;
 mod store;
 mod subsets;
 mod util;

@@ -151,6 +151,11 @@ impl Process {
         std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends it `signal` ("STOP", "CONT", ...) with kill(1).
     pub fn signal(&self, signal: &str) {
         let pid = self.child.id().to_string();
