@@ -10,6 +10,7 @@
 
 use super::App;
 use super::input::Query;
+use super::rate::Admitted;
 use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
 use crate::privacy::mechanism::TeacherOutputs;
@@ -82,27 +83,32 @@ pub async fn handle(
     rpc: Rpc,
 ) -> Result<PredictResponse, ServiceError> {
     let result = async {
-        let asked = ask(app, handle, request).await?;
+        let asked = ask(app, handle, request, app.rate.admit(handle.principal())).await?;
         let taken = step(handle, asked).await?;
         respond(app, handle, taken, rpc).await
     };
     result.await.map_err(|f| f.record(app, rpc))
 }
 
-/// Phase 1: takes a token of the principal's rate limit, validates
-/// `request` and asks every teacher about it, unless the session cannot pay
-/// even for the cheapest answer.
+/// Phase 1: given the principal's rate limit's verdict (a token, or the
+/// refusal), validates `request` and asks every teacher about it, unless
+/// the session cannot pay even for the cheapest answer.
 ///
 /// # Errors
 /// Rate limited, invalid input, exhausted budget, unavailable teachers
 /// (nothing charged).
-pub async fn ask(app: &Arc<App>, handle: &Handle, request: PredictRequest) -> Result<Traced<Asked>, Failed> {
+pub async fn ask(
+    app: &Arc<App>,
+    handle: &Handle,
+    request: PredictRequest,
+    admitted: Result<Admitted, ServiceError>,
+) -> Result<Traced<Asked>, Failed> {
     let started = Instant::now();
     let query = app.input.parse(request);
     let query_id = query.as_ref().map(|q| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
-    app.rate.admit(handle.principal()).map_err(|e| traced.fail(e))?;
+    admitted.map_err(|e| traced.fail(e))?;
     let mut query = query.map_err(|e| traced.fail(e))?;
     query.digest = handle.cache_key(query.digest);
     let outputs = async {

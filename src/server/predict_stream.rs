@@ -3,7 +3,9 @@
 //! step, durability — and the phases of consecutive queries overlap:
 //!
 //! - a reader task starts every request's fan-out as soon as it arrives
-//!   (at most [`DEPTH`] ahead), so the queries of one stream share batches;
+//!   (at most [`DEPTH`] ahead), so the queries of one stream share batches
+//!   — or, over the principal's rate limit, as soon as the limit allows
+//!   ([`rate`](super::rate): a stream is paced, never refused for rate);
 //! - this stream's task takes the steps strictly in request order — the
 //!   session's math sees the queries in the order the client sent them;
 //! - a sender task waits for each step's durability, in order, and sends.
@@ -63,13 +65,18 @@ pub fn start(app: Arc<App>, handle: Handle, requests: Streaming<PredictRequest>)
     ReceiverStream::new(rx)
 }
 
-/// Starts each request's teacher fan-out as it arrives, in order.
+/// Starts each request's teacher fan-out as it arrives, in order, once
+/// the principal's rate limit allows it (a stream is paced, not refused).
 async fn read(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequest>, asking: mpsc::Sender<Asking>) {
     while let Some(next) = requests.next().await {
-        let started = next.map(|req| {
-            let (app, handle) = (Arc::clone(&app), handle.clone());
-            tokio::spawn(async move { predict::ask(&app, &handle, req).await }.in_current_span())
-        });
+        let started = match next {
+            Ok(req) => {
+                let admitted = app.rate.pace(handle.principal()).await;
+                let (app, handle) = (Arc::clone(&app), handle.clone());
+                Ok(tokio::spawn(async move { predict::ask(&app, &handle, req, Ok(admitted)).await }.in_current_span()))
+            }
+            Err(status) => Err(status),
+        };
         let failed = started.is_err();
         if asking.send(started).await.is_err() || failed {
             break;

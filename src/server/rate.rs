@@ -1,15 +1,23 @@
 //! Per-principal rate limit (`server.rate_limit_per_second`,
 //! `server.rate_limit_burst`): one token bucket per principal (GCRA,
-//! from `governor`), taken by every query — `Predict`, each message of a
-//! `PredictStream`, `ModelInfer` — before its input is validated or any
-//! teacher is asked.
+//! from `governor`). Every query takes a token before its input is
+//! validated or any teacher is asked; [`predict::ask`](super::predict::ask)
+//! cannot run without an [`Admitted`].
+//!
+//! - A unary query (`Predict`, `ModelInfer`) over the rate is refused
+//!   ([`RateLimit::admit`]): RESOURCE_EXHAUSTED with error reason
+//!   `RATE_LIMITED` and a retry delay, so a client can tell it from
+//!   `BUDGET_EXHAUSTED`.
+//! - A `PredictStream` is paced instead ([`RateLimit::pace`]): its next
+//!   message waits for the principal's next token, and HTTP/2 flow control
+//!   slows the client down. A labelling job is one long stream; refusing a
+//!   message would end the whole job over a limit that only asks it to go
+//!   slower.
 //!
 //! # Invariants
-//! - A limited query is refused before anything else happens: nothing is
-//!   charged, the session is not touched (a cached repeat is limited too:
-//!   the limit protects the server, not the budget).
-//! - Its status is RESOURCE_EXHAUSTED with error reason `RATE_LIMITED` and
-//!   a retry delay, so a client can tell it from `BUDGET_EXHAUSTED`.
+//! - A limited query is refused or delayed before anything else happens:
+//!   nothing is charged, the session is not touched (a cached repeat is
+//!   limited too: the limit protects the server, not the budget).
 //! - Buckets are keyed by principal, whatever the session scope: principals
 //!   sharing one global budget still each have their own rate.
 
@@ -18,6 +26,10 @@ use crate::settings::RateQuota;
 use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::time::Duration;
+
+/// A token of the principal's bucket, taken (or no limit is configured).
+#[derive(Debug)]
+pub struct Admitted(());
 
 /// The configured limit, or none.
 pub struct RateLimit {
@@ -38,12 +50,21 @@ impl RateLimit {
     /// # Errors
     /// [`ServiceError::RateLimited`] when the bucket is empty, with the
     /// time until the next token.
-    pub fn admit(&self, principal: &str) -> Result<(), ServiceError> {
-        let (Some(limiter), Some(quota)) = (&self.limiter, self.quota) else { return Ok(()) };
-        limiter.check_key(&principal.to_owned()).map_err(|not_until| ServiceError::RateLimited {
+    pub fn admit(&self, principal: &str) -> Result<Admitted, ServiceError> {
+        let (Some(limiter), Some(quota)) = (&self.limiter, self.quota) else { return Ok(Admitted(())) };
+        limiter.check_key(&principal.to_owned()).map(|()| Admitted(())).map_err(|not_until| ServiceError::RateLimited {
             retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
             per_second: quota.per_second.get(),
             burst: quota.burst.get(),
         })
+    }
+
+    /// Takes a token from `principal`'s bucket, waiting for one if it is
+    /// empty (at most 1 / `per_second` per token once the burst is spent).
+    pub async fn pace(&self, principal: &str) -> Admitted {
+        if let Some(limiter) = &self.limiter {
+            limiter.until_key_ready(&principal.to_owned()).await;
+        }
+        Admitted(())
     }
 }

@@ -1,7 +1,7 @@
 //! `pacpriv label` end to end: the real binary against a real server over
 //! loopback, on held-out demo digits.
 
-use crate::util::{B, Process, budget, client, pacpriv, small_demo};
+use crate::util::{B, Process, budget, client, pacpriv, sample, scrape, small_demo};
 use pacpriv::teachers::demo::digits::{self, Example};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -219,6 +219,35 @@ async fn a_job_stopped_by_the_budget_resumes_without_paying_twice() {
     assert_eq!(number_after(field(&report, "session"), "spent"), 60.0 * B, "{report}");
     assert_eq!(budget(&mut c, "demo-key").await.answered, 60);
     assert_eq!(kept(&out), confident(&all));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_limited_job_is_paced_to_the_end_not_stopped() {
+    // 20 rows a second, bursts of 2: the 30-row stream outruns the bucket
+    // at once, and must be slowed down, not refused.
+    let server = Process::serve(
+        None,
+        &demo_with_budget(
+            "1",
+            &[
+                ("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "20".into()),
+                ("PACPRIV__SERVER__RATE_LIMIT_BURST", "2".into()),
+            ],
+        ),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (input, out) = (dir.path().join("digits.csv"), dir.path().join("labels.csv"));
+    write_csv(&input, &held_out(30));
+
+    let started = std::time::Instant::now();
+    let report = succeeded(&label(&server, &input, &out, &[]));
+    assert_eq!(field(&report, "answered"), "30 this run, 30 of 30 rows in total");
+    // 28 rows beyond the burst at 20 a second: the rate held.
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1400), "{:?}", started.elapsed());
+    let b = budget(&mut client(&server.addr).await, "demo-key").await;
+    assert_eq!((b.answered, b.spent), (30, 30.0 * B));
+    let metrics = scrape(&server.listener("metrics"));
+    assert_eq!(sample(&metrics, r#"pacpriv_queries_total{outcome="refused_rate"}"#), Some(0.0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
