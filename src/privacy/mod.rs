@@ -20,6 +20,7 @@
 //! | [`ledger`] | Thm 3.3 | MI spent, budget, refusal |
 //! | [`mechanism`] | Algorithm 1 | teacher outputs in, one answered query out, applied atomically |
 //! | [`report`] | Eq. 2, §2.2 | MIA bound, ε-equivalent, planning |
+//! | [`grid`] | — | the 2⁻³² grid a release leaves on, computed without the centre's rounding |
 //! | [`confidence`] | Prop. 5.1 | the confidence filter |
 //! | [`attack`] | Prop. 6.1 | the optimal membership-inference rule |
 //! | [`secret_space`] | §4.2.1 | which points each subset holds |
@@ -35,6 +36,7 @@
 pub mod attack;
 pub mod confidence;
 pub mod conservative;
+pub mod grid;
 pub mod label;
 pub mod ledger;
 pub mod mechanism;

@@ -15,6 +15,7 @@ use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
 use crate::privacy::mechanism::TeacherOutputs;
 use crate::proto::pacpriv::{Budget, PredictRequest, PredictResponse};
+use crate::session::cache::CacheKey;
 use crate::session::{Asking, BudgetView, Handle, Scope, Step};
 use std::sync::Arc;
 use std::time::Instant;
@@ -61,6 +62,8 @@ impl<T> Traced<T> {
 /// answered it before, did not need to.
 pub struct Asked {
     query: Query,
+    /// Its key in the session's answer cache (this principal's partition).
+    key: CacheKey,
     outputs: Option<TeacherOutputs>,
 }
 
@@ -109,12 +112,12 @@ pub async fn ask(
     let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
     admitted.map_err(|e| traced.fail(e))?;
-    let mut query = query.map_err(|e| traced.fail(e))?;
-    query.digest = handle.cache_key(query.digest);
+    let query = query.map_err(|e| traced.fail(e))?;
+    let key = handle.cache_key(query.digest);
     let outputs = async {
         // A repeat costs nothing and needs no teacher (its refusal, if its
         // answer was evicted, neither).
-        if handle.knows(&query.digest).await? {
+        if handle.knows(&key).await? {
             return Ok(None);
         }
         handle.ensure_can_pay().await?;
@@ -123,7 +126,7 @@ pub async fn ask(
     .instrument(span)
     .await
     .map_err(|e| traced.fail(e))?;
-    Ok(traced.then(Asked { query, outputs }))
+    Ok(traced.then(Asked { query, key, outputs }))
 }
 
 /// Phase 2: one step of Algorithm 1 on `handle`'s session, charged and
@@ -133,11 +136,11 @@ pub async fn ask(
 /// # Errors
 /// Exhausted budget or a core refusal (nothing charged).
 pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let (Asked { query, outputs }, traced) = asked.take();
+    let (Asked { query, key, outputs }, traced) = asked.take();
     let asking = Asking {
         alpha: query.alpha,
         query_id: query.query_id.clone(),
-        key: Some(query.digest),
+        key: Some(key),
         return_noisy: query.return_noisy,
     };
     let begun = handle.begin(outputs, asking).instrument(traced.span.clone()).await;

@@ -27,7 +27,7 @@ use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, Teacher
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreError, Ticket};
-use cache::{AnswerCache, CacheSettings, Cached, Lookup, QueryDigest};
+use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, Owner, QueryDigest};
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex};
 
@@ -303,7 +303,7 @@ impl Session {
 
     /// Whether this session has answered `key` before (cached, or refused
     /// as an evicted repeat): such a query needs no teacher.
-    async fn knows(&self, key: &QueryDigest) -> Result<bool, SessionError> {
+    async fn knows(&self, key: &CacheKey) -> Result<bool, SessionError> {
         let known = |cache: &AnswerCache| !matches!(cache.lookup(key), Lookup::Miss);
         match &self.backend {
             Backend::Local { state, .. } => Ok(known(&state.lock().map_err(|_| SessionError::Poisoned)?.cache)),
@@ -376,11 +376,14 @@ impl Handle {
 
     /// The cache key of an example with digest `digest` asked by this
     /// caller: the digest itself, or under global scope the digest of this
-    /// principal's asking (see [`QueryDigest::of_principal`]).
-    pub fn cache_key(&self, digest: QueryDigest) -> QueryDigest {
+    /// principal's asking (see [`QueryDigest::of_principal`]) in this
+    /// principal's own partition of the shared cache.
+    pub fn cache_key(&self, digest: QueryDigest) -> CacheKey {
         match self.scope {
-            Scope::PerPrincipal => digest,
-            Scope::Global => digest.of_principal(&self.principal),
+            Scope::PerPrincipal => CacheKey::from(digest),
+            Scope::Global => {
+                CacheKey { digest: digest.of_principal(&self.principal), owner: Owner::of(&self.principal) }
+            }
         }
     }
 
@@ -390,7 +393,7 @@ impl Handle {
     ///
     /// # Errors
     /// [`SessionError::Poisoned`] or a store error.
-    pub async fn knows(&self, key: &QueryDigest) -> Result<bool, SessionError> {
+    pub async fn knows(&self, key: &CacheKey) -> Result<bool, SessionError> {
         self.session.knows(key).await
     }
 
@@ -488,7 +491,7 @@ pub struct Asking {
     /// The client's id (journal).
     pub query_id: String,
     /// The query's cache key; `None`: never cached (internal callers).
-    pub key: Option<QueryDigest>,
+    pub key: Option<CacheKey>,
     /// Whether the noisy vector will be returned (it is kept with the
     /// cached answer only then).
     pub return_noisy: bool,

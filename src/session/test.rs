@@ -277,7 +277,7 @@ async fn deleting_the_store_forgets_every_budget_and_posterior() -> TestResult {
 
 /// A keyed query for the cache, with the noisy vector asked for or not.
 fn keyed(example: f64, return_noisy: bool, alpha: Option<f64>) -> Asking {
-    Asking { alpha, query_id: format!("q{example}"), key: Some(QueryDigest::of(&[example])), return_noisy }
+    Asking { alpha, query_id: format!("q{example}"), key: Some(QueryDigest::of(&[example]).into()), return_noisy }
 }
 
 async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<(Reply, BudgetView), SessionError> {
@@ -295,7 +295,7 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
         let posterior = posterior_of(&alice)?;
         for _ in 0..5 {
             // Before the fan-out the session already knows the query ...
-            assert!(alice.knows(&QueryDigest::of(&[1.0])).await?);
+            assert!(alice.knows(&QueryDigest::of(&[1.0]).into()).await?);
             // ... and answers it without teachers, charge or posterior change.
             let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
             assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first.clone() });
@@ -328,7 +328,7 @@ async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() ->
     ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
     ask(&alice, Some(unanimous()), keyed(3.0, false, None)).await?;
     let before = (alice.budget().await?, posterior_of(&alice)?);
-    assert!(alice.knows(&QueryDigest::of(&[1.0])).await?, "no teacher is asked for a refused repeat");
+    assert!(alice.knows(&QueryDigest::of(&[1.0]).into()).await?, "no teacher is asked for a refused repeat");
     let refused = ask(&alice, Some(split()), keyed(1.0, false, None)).await;
     assert!(matches!(refused, Err(SessionError::EvictedRepeat)), "{refused:?}");
     assert_eq!((alice.budget().await?, posterior_of(&alice)?), before);
@@ -352,6 +352,39 @@ async fn the_cached_confidence_flag_answers_any_alpha() -> TestResult {
     let strict = ask(&alice, None, keyed(1.0, false, Some(1e-9))).await?.0.confident;
     assert!(lax.is_some() && strict.is_some());
     assert!(lax >= strict, "a laxer α keeps at least as much: {lax:?} vs {strict:?}");
+    Ok(())
+}
+
+/// Issue 21 §4: under global scope the answer cache is partitioned by
+/// principal, so bob's responses and statuses — cached flags, refusals of
+/// evicted repeats — are the same whether or not alice has been querying
+/// (on main her queries evicted his entries from the one shared FIFO). Only
+/// the shared budget figures may differ, and they are not compared.
+#[tokio::test]
+async fn under_global_scope_another_principals_queries_never_change_your_answers() -> TestResult {
+    let unanimous = || TeacherOutputs::Labels { labels: vec![1; 4], classes: 3 };
+    let mut seen = Vec::new();
+    for alice_queries in [0, 5] {
+        let (s, _dir) = sessions(Scope::Global, Policy::Contested).await?;
+        let (alice, bob) =
+            (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+        let asking = |h: &Handle, x: f64| Asking { key: Some(h.cache_key(QueryDigest::of(&[x]))), ..keyed(x, false, Some(0.05)) };
+        let mut replies = Vec::new();
+        for x in [1.0, 2.0, 1.0, 3.0, 4.0, 2.0] {
+            if x == 3.0 {
+                for i in 0..alice_queries {
+                    ask(&alice, Some(unanimous()), asking(&alice, 100.0 + f64::from(i))).await?;
+                }
+            }
+            // As the server does: no teacher for a query the cache knows.
+            let outputs = (!bob.knows(&bob.cache_key(QueryDigest::of(&[x]))).await?).then(unanimous);
+            let reply = ask(&bob, outputs, asking(&bob, x)).await;
+            replies.push(reply.map(|(r, _)| (r.label, r.unanimous, r.cached, r.confident, r.charge)).map_err(|e| e.to_string()));
+        }
+        seen.push(replies);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert!(seen[0][5].is_err(), "bob's own third and fourth queries evicted his first two: {:?}", seen[0]);
     Ok(())
 }
 

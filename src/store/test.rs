@@ -21,7 +21,7 @@ fn records_and_journal_entries_round_trip_bit_exactly() {
     let settings = CacheSettings { capacity: 1, on_evicted: OnEvicted::Refuse };
     for (i, published) in [None, Some(vec![1.0, -0.25])].into_iter().enumerate() {
         let answer = Cached { label: i, unanimous: i == 0, evidence: None, published };
-        cached.cache.insert(QueryDigest::of(&[i as f64]), answer, settings);
+        cached.cache.insert(QueryDigest::of(&[i as f64]).into(), answer, settings);
     }
     assert_eq!(SessionRecord::decode(&cached.encode()), Some(cached.clone()), "with a cache");
     assert_eq!(r.encode().len() + 8, record(7).encode().len() + 8, "an empty cache adds no bytes");

@@ -97,7 +97,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let keyed = || Asking {
         alpha: Some(0.1),
         query_id: "cached".into(),
-        key: Some(QueryDigest::of(&[1.0, 2.0])),
+        key: Some(QueryDigest::of(&[1.0, 2.0]).into()),
         return_noisy: true,
     };
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
@@ -110,7 +110,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let store = reopen().await;
     let s = sessions(&store).await;
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
-    assert!(bob.knows(&QueryDigest::of(&[1.0, 2.0])).await.expect("knows"));
+    assert!(bob.knows(&QueryDigest::of(&[1.0, 2.0]).into()).await.expect("knows"));
     let (after, view) = bob.begin(None, keyed()).await.expect("step").durable().await.expect("cached");
     assert_eq!((after, view.answered), (again, 1));
     assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");

@@ -11,7 +11,9 @@
 
 use super::confidence;
 use super::label::{self, LabelCalibration};
+use super::grid;
 use super::ledger::Ledger;
+use super::noise::NoiseDraw;
 use super::posterior::Posterior;
 use super::vector;
 use super::{Nats, PrivacyError};
@@ -97,6 +99,16 @@ impl TeacherOutputs {
         }
     }
 
+    /// The same outputs with every vector value on the release grid
+    /// ([`grid::centre`]: clamped to ±2¹⁹, rounded to 2⁻³²); labels as they
+    /// are. Everything after validation uses this form.
+    pub fn on_grid(&self) -> std::borrow::Cow<'_, TeacherOutputs> {
+        match self {
+            TeacherOutputs::Labels { .. } => std::borrow::Cow::Borrowed(self),
+            TeacherOutputs::Vectors(v) => std::borrow::Cow::Owned(TeacherOutputs::Vectors(v.mapv(grid::centre))),
+        }
+    }
+
     /// True when every teacher gave the same output: then every subset with
     /// positive posterior weight yields the same release, and it is exact.
     pub fn unanimous(&self) -> bool {
@@ -120,7 +132,7 @@ pub struct SessionState {
 /// `published` does when the operator opts in.
 #[derive(Clone, Debug)]
 pub struct Answer {
-    /// argmax of the release.
+    /// argmax of the published release (lowest class on ties).
     pub label: usize,
     /// Whether all teachers agreed (the release is then exact).
     pub unanimous: bool,
@@ -135,9 +147,10 @@ pub struct Answer {
     pub evidence: Option<confidence::Evidence>,
     /// The full noisy release r (length d).
     pub noisy: Array1<f64>,
-    /// The form in which r may leave the process (opt-in): on the 2⁻³²
-    /// grid, with no bit that depends on the centre beyond the centre's
-    /// own grid value (see [`to_grid`]).
+    /// Q(r), the form in which r may leave the process (opt-in), and the
+    /// only form anything that leaves is computed from: on the 2⁻³² grid,
+    /// with no bit that depends on the centre beyond the centre's own grid
+    /// value (see [`grid`]).
     pub published: Vec<f64>,
     /// The log-likelihood vector Eq. 4 applied to the posterior (one entry
     /// per subset); `None` for an exact unanimous answer, which leaves the
@@ -162,6 +175,10 @@ pub fn answer<R: CryptoRng + ?Sized>(
         return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: outputs.len() });
     }
     outputs.validate()?;
+    // Vector outputs are put on the grid first, so that the release centre
+    // is a grid value and `grid::publish` never forms fl(centre + z).
+    let gridded = outputs.on_grid();
+    let outputs: &TeacherOutputs = &gridded;
     if let Some(a) = alpha {
         confidence::threshold(a)?;
     }
@@ -176,10 +193,10 @@ pub fn answer<R: CryptoRng + ?Sized>(
         // exact, and Eq. 4's likelihood is the same for every subset, so the
         // posterior is unchanged. Only the ledger moves.
         state.ledger.record(charge)?;
-        let (label, noisy) = exact_release(outputs);
-        let published = to_grid(&noisy);
+        let noisy = exact_release(outputs);
+        let published = grid::to_grid(noisy.view());
         return Ok(Answer {
-            label,
+            label: argmax(published.iter().copied()),
             unanimous,
             charge,
             mi_bound: 0.0,
@@ -194,16 +211,19 @@ pub fn answer<R: CryptoRng + ?Sized>(
     let (label, noisy, published, log_lik, noise_mi, evidence) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
-            let (label, noisy, published, log_lik, evidence) = release_label(&cal, s, rng)?;
+            let center = cal
+                .position_of_teacher(s)
+                .ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
+            let (label, noisy, published, log_lik, evidence) = release_label(&cal, center, &cal.noise().sample(rng));
             (label, noisy, published, log_lik, cal.noise().mi_bound(), Some(evidence))
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
             let draw = cal.noise().sample(rng);
             let noisy = cal.release(s, &draw);
-            let published = to_grid(&noisy);
+            let published = grid::publish(v.row(s), &cal.noise().noise_vector(&draw));
             let log_lik = cal.teacher_log_likelihoods(s, &draw);
-            (argmax(noisy.iter().copied()), noisy, published, log_lik, cal.noise().mi_bound(), None)
+            (argmax(published.iter().copied()), noisy, published, log_lik, cal.noise().mi_bound(), None)
         }
     };
 
@@ -232,95 +252,54 @@ pub fn answer<R: CryptoRng + ?Sized>(
     })
 }
 
-/// The common output of unanimous teachers and its argmax.
-fn exact_release(outputs: &TeacherOutputs) -> (usize, Array1<f64>) {
+/// The common output of unanimous teachers (teacher 0's copy, whatever
+/// the secret).
+fn exact_release(outputs: &TeacherOutputs) -> Array1<f64> {
     match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             // validate() guaranteed a non-empty list of labels < classes.
-            let y = labels.first().copied().unwrap_or_default();
-            let mut e = Array1::zeros(*classes);
-            if let Some(slot) = e.get_mut(y) {
-                *slot = 1.0;
-            }
-            (y, e)
+            one_hot(labels.first().copied().unwrap_or_default(), *classes)
         }
-        TeacherOutputs::Vectors(v) => {
-            let row = v.row(0).to_owned();
-            (argmax(row.iter().copied()), row)
-        }
+        TeacherOutputs::Vectors(v) => v.row(0).to_owned(),
     }
+}
+
+fn one_hot(y: usize, d: usize) -> Array1<f64> {
+    let mut e = Array1::zeros(d);
+    if let Some(slot) = e.get_mut(y) {
+        *slot = 1.0;
+    }
+    e
 }
 
 type LabelRelease = (usize, Array1<f64>, Vec<f64>, Array1<f64>, confidence::Evidence);
 
-fn release_label<R: CryptoRng + ?Sized>(
-    cal: &LabelCalibration,
-    secret: usize,
-    rng: &mut R,
-) -> Result<LabelRelease, PrivacyError> {
-    let center =
-        cal.position_of_teacher(secret).ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
-    let draw = cal.noise().sample(rng);
-    let block = cal.release_block(center, &draw);
-    // The active block sums to 1 (noise ⊥ 1), so its maximum is ≥ 1/k > 0 =
-    // every inactive coordinate: the argmax is always an active class.
-    let pos = argmax(block.iter().copied());
+/// The label-mode release of `draw` around the active class at position
+/// `center` (the secret teacher's). Everything that leaves — the published
+/// vector, the label, the confidence evidence — is computed from
+/// `grid::publish(e_y*, z)`, i.e. from Q of the exact release; the
+/// unrounded r (whose low bits depend on which coordinate held the 1) is
+/// kept only for Eq. 4 and the tests.
+fn release_label(cal: &LabelCalibration, center: usize, draw: &NoiseDraw) -> LabelRelease {
+    let y = one_hot(cal.classes()[center], cal.noise().dim());
+    let published = grid::publish(y.view(), &cal.noise().noise_vector(draw));
     let mut noisy = Array1::zeros(cal.noise().dim());
-    for (&c, v) in cal.classes().iter().zip(&block) {
+    for (&c, v) in cal.classes().iter().zip(&cal.release_block(center, draw)) {
         noisy[c] = *v;
     }
-    let published = publish_label(&cal.noise().noise_vector(&draw), cal.classes()[center]);
-    let evidence = confidence::Evidence::of(cal.noise(), center, pos, &draw);
-    Ok((cal.classes()[pos], noisy, published, cal.teacher_log_likelihoods(center, &draw), evidence))
+    // The active block of r sums to 1 (noise ⊥ 1) and gridding moves each
+    // value by at most 2⁻³³, so its maximum is > 0 = every inactive
+    // coordinate: the argmax is an active class.
+    let label = argmax(published.iter().copied());
+    let released = cal.classes().binary_search(&label).unwrap_or_default();
+    let evidence = confidence::Evidence::of(cal.noise(), &published, released);
+    (label, noisy, published, cal.teacher_log_likelihoods(center, draw), evidence)
 }
 
-/// Grid the published noisy vector is rounded to: 2⁻³².
-pub const PUBLISHED_GRID: f64 = 1.0 / 4_294_967_296.0;
+pub use super::grid::{PUBLISHED_CLAMP, PUBLISHED_GRID};
 
-/// Largest magnitude of a published coordinate: 2²⁰. Below it every
-/// multiple of [`PUBLISHED_GRID`] is an exact `f64` (2²⁰ / 2⁻³² = 2⁵²).
-pub const PUBLISHED_CLAMP: f64 = 1_048_576.0;
-
-/// Q: every coordinate clamped to ±2²⁰ and rounded to the nearest multiple
-/// of 2⁻³² — the grid on which a release may leave the process (opt-in,
-/// [`Answer::published`]).
-///
-/// The low-order bits of a floating-point release depend on how it was
-/// computed, and so on the centre the noise was added to (a known side
-/// channel for Laplace and Gaussian samplers, Mironov 2012). Label mode
-/// therefore computes Q(e_y* + z) without fl(1 + z) (`publish_label`); vector mode publishes Q(r), which leaves a residue only when
-/// r lies within its own rounding error of a grid midpoint
-/// (`docs/accounting.md` §2, §6). Q is a function of its input alone:
-/// post-processing, no privacy cost.
-pub fn to_grid(noisy: &Array1<f64>) -> Vec<f64> {
-    noisy.iter().map(|&v| grid(v, PUBLISHED_CLAMP)).collect()
-}
-
-/// Q(e_y + z) for the label release centred on class `y` with noise `z`,
-/// computed as clamp(e_y + Q'(z)) and never as Q(fl(e_y + z)): the rounding
-/// of 1 + z_y depends on which coordinate holds the 1, and near a grid
-/// midpoint it would survive Q. Q' rounds like Q but clamps one further out,
-/// so adding e_y (on the grid) is exact (|sum| < 2²¹), and the final clamp
-/// erases the 1 wherever the release is clamped (±2²⁰ + 1 would name y).
-fn publish_label(z: &Array1<f64>, y: usize) -> Vec<f64> {
-    let mut published: Vec<f64> = z.iter().map(|&v| grid(v, PUBLISHED_CLAMP + 1.0)).collect();
-    if let Some(slot) = published.get_mut(y) {
-        *slot += 1.0;
-    }
-    published.iter().map(|v| v.clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP)).collect()
-}
-
-/// `v` clamped to ±`clamp` and rounded to the nearest multiple of
-/// [`PUBLISHED_GRID`]; exact for `clamp` < 2²¹.
-fn grid(v: f64, clamp: f64) -> f64 {
-    // A release is finite; NaN cannot occur, but must not escape as
-    // anything informative if it ever did.
-    let v = if v.is_nan() { 0.0 } else { v.clamp(-clamp, clamp) };
-    (v / PUBLISHED_GRID).round() * PUBLISHED_GRID
-}
-
-/// Index of the largest value; the first one on ties (a measure-zero event
-/// for continuous noise).
+/// Index of the largest value; the first one on ties, so that a label
+/// taken from the published (gridded) vector is a function of it alone.
 pub fn argmax(values: impl Iterator<Item = f64>) -> usize {
     let mut best = (0, f64::NEG_INFINITY);
     for (i, v) in values.enumerate() {

@@ -6,10 +6,16 @@
 //! transcript; this module keeps that posterior.
 //!
 //! # Invariants
-//! - Stored as natural-log weights normalised so that log Σ exp = 0.
+//! - Stored as natural-log weights normalised so that log Σ exp = 0: every
+//!   log-weight is finite or −∞, never NaN or +∞, and at least one is finite.
 //! - Every weight is strictly positive in exact arithmetic (a Gaussian
-//!   likelihood never vanishes), so every log-weight is finite; a weight
-//!   that underflows when exponentiated is still a member of the support.
+//!   likelihood never vanishes); a weight that underflows when exponentiated
+//!   is still a member of the support. Only a log-weight that *overflows*
+//!   (below −1.8·10³⁰⁸, a weight under e^(−10³⁰⁸)) saturates to −∞, i.e. weight
+//!   0: its contribution to any covariance is far below the variance floor,
+//!   and saturating instead of failing keeps the update infallible after
+//!   the draw, so no error can depend on which subset is secret
+//!   (`docs/accounting.md` §1.5).
 //! - Updates add log-likelihoods and renormalise with log-sum-exp; nothing is
 //!   exponentiated before normalising.
 
@@ -37,8 +43,8 @@ impl Posterior {
     /// A posterior from unnormalised log-weights (e.g. read back from a store).
     ///
     /// # Errors
-    /// [`PrivacyError::NonFinite`] if any log-weight is NaN or ±∞ (a weight of
-    /// exactly zero cannot arise from Eq. 4), [`PrivacyError::Domain`] if empty.
+    /// [`PrivacyError::NonFinite`] if any log-weight is NaN or +∞ or all are
+    /// −∞, [`PrivacyError::Domain`] if empty.
     pub fn from_log_weights(log_w: Vec<f64>) -> Result<Self, PrivacyError> {
         check_log_weights(&log_w)?;
         let mut p = Posterior { log_w: Array1::from(log_w) };
@@ -89,27 +95,33 @@ impl Posterior {
         log_sum_exp(xs.iter().copied())
     }
 
-    /// Applies Eq. 4: log w_i += log_lik_i, then renormalises.
+    /// Applies Eq. 4: log w_i += log_lik_i, then renormalises. A sum that
+    /// overflows to −∞ saturates there (weight 0, see the module invariants).
     ///
     /// The caller passes the log-likelihood of the release under each subset
-    /// (−½ (r − M(s_i))ᵀ Σ⁺ (r − M(s_i)) up to a common constant).
+    /// (−½ (r − M(s_i))ᵀ Σ⁺ (r − M(s_i)) up to a common constant, ≤ 0 for
+    /// the mechanism's own likelihoods).
     ///
     /// # Errors
-    /// [`PrivacyError::NonFinite`] if a log-likelihood is NaN or +∞ or the
-    /// result would lose a subset; the posterior is then unchanged.
+    /// [`PrivacyError::TeacherCount`] for a wrong length, and
+    /// [`PrivacyError::NonFinite`] if a log-likelihood is NaN or +∞ or every
+    /// weight would vanish; the posterior is then unchanged. The mechanism
+    /// never triggers either: its likelihoods are finite or −∞, and the
+    /// secret subset's is −½‖g‖², finite, so some weight always survives.
     pub fn update(&mut self, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
         if log_lik.len() != self.len() {
             return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
         }
+        if log_lik.iter().any(|x| x.is_nan() || *x == f64::INFINITY) {
+            return Err(PrivacyError::NonFinite("posterior update"));
+        }
+        // −∞ + anything finite or −∞ is −∞: saturation needs no special case.
         let mut next = &self.log_w + &log_lik;
-        if next.iter().any(|x| !x.is_finite()) {
-            return Err(PrivacyError::NonFinite("posterior update"));
-        }
         let lse = log_sum_exp(next.iter().copied());
-        next.mapv_inplace(|x| x - lse);
-        if next.iter().any(|x| !x.is_finite()) {
+        if !lse.is_finite() {
             return Err(PrivacyError::NonFinite("posterior update"));
         }
+        next.mapv_inplace(|x| x - lse);
         self.log_w = next;
         Ok(())
     }
@@ -124,7 +136,7 @@ fn check_log_weights(log_w: &[f64]) -> Result<(), PrivacyError> {
     if log_w.is_empty() {
         return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
     }
-    if log_w.iter().any(|x| !x.is_finite()) {
+    if log_w.iter().any(|x| x.is_nan() || *x == f64::INFINITY) || !log_w.iter().any(|x| x.is_finite()) {
         return Err(PrivacyError::NonFinite("posterior log-weights"));
     }
     Ok(())
