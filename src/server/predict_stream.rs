@@ -100,7 +100,7 @@ async fn take_steps(
                 }
                 Ok(Err(failed)) => Err(Status::from(failed.record(app, RPC))),
                 // The fan-out task panicked: nothing was charged.
-                Err(e) => Err(Status::internal(format!("query task failed: {e}; nothing was charged"))),
+                Err(e) => Err(Status::from(super::status::ServiceError::Internal(format!("query task failed: {e}")))),
             },
             Err(status) => Err(status),
         };

@@ -11,15 +11,58 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-/// `google.rpc.ErrorInfo` reason of a RESOURCE_EXHAUSTED refusal: the MI
-/// budget cannot pay for the answer.
-pub const BUDGET_EXHAUSTED: &str = "BUDGET_EXHAUSTED";
-/// `google.rpc.ErrorInfo` reason of a RESOURCE_EXHAUSTED refusal: the
-/// principal's query rate is over its limit (retry later).
-pub const RATE_LIMITED: &str = "RATE_LIMITED";
+/// The stable `google.rpc.ErrorInfo` reasons every error status carries
+/// (domain [`DOMAIN`]), with metadata `charged` = `"true"` / `"false"`.
+/// Listed in `proto/pacpriv/v1/privatizer.proto` and the README; a client
+/// may switch on them. `charged = "true"` only ever means "this query may
+/// have been charged": retry the same query (same principal, input and
+/// options) to receive its answer without a second charge.
+pub mod reason {
+    /// The MI budget cannot pay for the answer (RESOURCE_EXHAUSTED).
+    pub const BUDGET_EXHAUSTED: &str = "BUDGET_EXHAUSTED";
+    /// The principal's query rate is over its limit (RESOURCE_EXHAUSTED).
+    pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    /// Malformed input or argument (INVALID_ARGUMENT).
+    pub const INVALID_INPUT: &str = "INVALID_INPUT";
+    /// Missing or unknown credential (UNAUTHENTICATED).
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    /// Something this server is configured not to release (FAILED_PRECONDITION).
+    pub const NOT_RELEASED: &str = "NOT_RELEASED";
+    /// A model, or principal, this server does not have (NOT_FOUND).
+    pub const NOT_FOUND: &str = "NOT_FOUND";
+    /// A teacher did not answer in time (UNAVAILABLE).
+    pub const TEACHERS_UNAVAILABLE: &str = "TEACHERS_UNAVAILABLE";
+    /// A teacher answered with an output that does not fit the configuration (INTERNAL).
+    pub const TEACHER_OUTPUT_INVALID: &str = "TEACHER_OUTPUT_INVALID";
+    /// The session store could not be read or written (UNAVAILABLE); with
+    /// `charged = "true"` the step ran and its answer is withheld until
+    /// its record is durable.
+    pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
+    /// The session's answer cache changed while the query was in flight (UNAVAILABLE, retry).
+    pub const CACHE_MOVED: &str = "CACHE_MOVED";
+    /// A repeat of a query whose cached answer was evicted (FAILED_PRECONDITION).
+    pub const EVICTED_REPEAT: &str = "EVICTED_REPEAT";
+    /// A repeat asking for a noisy vector that was not kept (FAILED_PRECONDITION).
+    pub const NOISY_NOT_KEPT: &str = "NOISY_NOT_KEPT";
+    /// A principal of that name or key exists (ALREADY_EXISTS).
+    pub const ALREADY_EXISTS: &str = "ALREADY_EXISTS";
+    /// Calibration could not be certified, or another internal failure (INTERNAL).
+    pub const INTERNAL: &str = "INTERNAL";
+}
 
-/// A failed request. Whatever the variant, nothing was released and
-/// nothing was charged.
+/// `google.rpc.ErrorInfo` domain of every pacpriv error.
+pub const DOMAIN: &str = "pacpriv";
+
+/// A status with its `ErrorInfo`: `reason`, `charged`, and `extra` metadata.
+pub fn with_reason(code: Code, message: String, reason: &str, charged: bool, extra: &[(&str, String)]) -> Status {
+    let mut metadata: HashMap<String, String> = extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+    metadata.insert("charged".to_owned(), charged.to_string());
+    Status::with_error_details(code, message, ErrorDetails::with_error_info(reason, DOMAIN, metadata))
+}
+
+/// A failed request. Whatever the variant, nothing was released; nothing
+/// was charged either, except for [`SessionError::Withheld`] (the status
+/// says `charged = "true"`).
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     /// Malformed input, rejected before any teacher was asked.
@@ -57,37 +100,40 @@ pub enum ServiceError {
 
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
+        use reason::*;
+        let plain = |code, reason, e: &dyn std::fmt::Display| with_reason(code, e.to_string(), reason, false, &[]);
         match e {
-            ServiceError::InvalidInput(msg) => Status::invalid_argument(msg),
-            ServiceError::NotReleased(msg) => Status::failed_precondition(msg),
-            ServiceError::UnknownModel(msg) => Status::not_found(msg),
-            ServiceError::Session(SessionError::Unauthenticated) => Status::unauthenticated(
+            ServiceError::InvalidInput(msg) => with_reason(Code::InvalidArgument, msg, INVALID_INPUT, false, &[]),
+            ServiceError::NotReleased(msg) => with_reason(Code::FailedPrecondition, msg, NOT_RELEASED, false, &[]),
+            ServiceError::UnknownModel(msg) => with_reason(Code::NotFound, msg, NOT_FOUND, false, &[]),
+            ServiceError::Session(SessionError::Unauthenticated) => with_reason(
+                Code::Unauthenticated,
                 "missing or unknown API key: send the key your operator provisioned as `x-api-key: <key>` \
-                 (or `authorization: Bearer <key>`) request metadata",
+                 (or `authorization: Bearer <key>`) request metadata"
+                    .into(),
+                UNAUTHENTICATED,
+                false,
+                &[],
             ),
-            ServiceError::Session(SessionError::Exhausted { spent, limit, charge }) => {
-                let metadata = HashMap::from([
-                    ("spent".to_owned(), spent.to_string()),
-                    ("limit".to_owned(), limit.to_string()),
-                    ("charge".to_owned(), charge.to_string()),
-                ]);
-                Status::with_error_details(
-                    Code::ResourceExhausted,
-                    format!(
-                        "MI budget exhausted: spent {spent} of {limit} nats and an answer costs {charge}; \
-                         no API call raises a budget (an operator can raise a configured principal's budget_mi at a restart, or provision a new principal)"
-                    ),
-                    ErrorDetails::with_error_info(BUDGET_EXHAUSTED, "pacpriv", metadata),
-                )
-            }
+            ServiceError::Session(SessionError::Exhausted { spent, limit, charge }) => with_reason(
+                Code::ResourceExhausted,
+                format!(
+                    "MI budget exhausted: spent {spent} of {limit} nats and an answer costs {charge}; \
+                     no API call raises a budget (an operator can raise a configured principal's budget_mi at a restart, or provision a new principal)"
+                ),
+                BUDGET_EXHAUSTED,
+                false,
+                &[("spent", spent.to_string()), ("limit", limit.to_string()), ("charge", charge.to_string())],
+            ),
             ServiceError::RateLimited { retry_after, per_second, burst } => {
                 let ms = retry_after.as_millis().max(1);
                 let metadata = HashMap::from([
                     ("retry_after_ms".to_owned(), ms.to_string()),
                     ("per_second".to_owned(), per_second.to_string()),
                     ("burst".to_owned(), burst.to_string()),
+                    ("charged".to_owned(), false.to_string()),
                 ]);
-                let mut details = ErrorDetails::with_error_info(RATE_LIMITED, "pacpriv", metadata);
+                let mut details = ErrorDetails::with_error_info(RATE_LIMITED, DOMAIN, metadata);
                 details.set_retry_info(Some(retry_after));
                 Status::with_error_details(
                     Code::ResourceExhausted,
@@ -99,24 +145,36 @@ impl From<ServiceError> for Status {
                 )
             }
             ServiceError::Session(SessionError::Privacy(p)) => privacy_status(p),
-            ServiceError::Session(e @ SessionError::Poisoned) => Status::internal(e.to_string()),
-            // The one failure after which a charge stands without an answer:
-            // the step ran, but could not be made durable, so it is withheld.
-            ServiceError::Session(e @ SessionError::Store(_)) => Status::unavailable(e.to_string()),
+            ServiceError::Session(e @ SessionError::Poisoned) => plain(Code::Internal, INTERNAL, &e),
+            // The one failure after which a charge may stand without an
+            // answer: the step ran, but could not be confirmed durable, so
+            // it is withheld. Its record keeps the answer: a retry of the
+            // same query receives it once durable, charged nothing more.
+            ServiceError::Session(e @ SessionError::Withheld(_)) => {
+                with_reason(Code::Unavailable, e.to_string(), STORE_UNAVAILABLE, true, &[])
+            }
+            ServiceError::Session(e @ SessionError::Store(_)) => plain(Code::Unavailable, STORE_UNAVAILABLE, &e),
             ServiceError::Session(SessionError::Registry(
                 e @ (StoreError::PrincipalExists { .. } | StoreError::KeyInUse { .. }),
-            )) => Status::already_exists(e.to_string()),
-            ServiceError::Session(e @ SessionError::Registry(_)) => {
-                Status::unavailable(format!("{e}; nothing was answered or charged"))
+            )) => plain(Code::AlreadyExists, ALREADY_EXISTS, &e),
+            ServiceError::Session(e @ SessionError::Registry(_)) => with_reason(
+                Code::Unavailable,
+                format!("{e}; nothing was answered or charged"),
+                STORE_UNAVAILABLE,
+                false,
+                &[],
+            ),
+            ServiceError::Session(e @ SessionError::EvictedRepeat) => plain(Code::FailedPrecondition, EVICTED_REPEAT, &e),
+            ServiceError::Session(e @ SessionError::NoisyNotKept) => plain(Code::FailedPrecondition, NOISY_NOT_KEPT, &e),
+            ServiceError::Session(e @ SessionError::CacheMoved) => plain(Code::Unavailable, CACHE_MOVED, &e),
+            ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => plain(Code::NotFound, NOT_FOUND, &e),
+            ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => {
+                plain(Code::InvalidArgument, INVALID_INPUT, &e)
             }
-            ServiceError::Session(e @ (SessionError::EvictedRepeat | SessionError::NoisyNotKept)) => {
-                Status::failed_precondition(e.to_string())
-            }
-            ServiceError::Session(e @ SessionError::CacheMoved) => Status::unavailable(e.to_string()),
-            ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => Status::not_found(e.to_string()),
-            ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => Status::invalid_argument(e.to_string()),
             ServiceError::Teachers(e) => teacher_status(e),
-            ServiceError::Internal(msg) => Status::internal(format!("{msg}; nothing was charged")),
+            ServiceError::Internal(msg) => {
+                with_reason(Code::Internal, format!("{msg}; nothing was charged"), INTERNAL, false, &[])
+            }
         }
     }
 }
@@ -144,32 +202,63 @@ pub fn outcome(e: &ServiceError) -> Outcome {
 /// keeping teacher identities out of every response makes that easy to
 /// check (tests/it/hygiene.rs).
 fn teacher_status(e: FanoutError) -> Status {
+    use reason::{TEACHER_OUTPUT_INVALID, TEACHERS_UNAVAILABLE};
     match e {
-        FanoutError::Unreachable { attempts, reason, .. } => Status::unavailable(format!(
-            "a teacher did not answer after {attempts} attempt(s) ({reason}); nothing was charged, the query can be \
-             retried"
-        )),
+        FanoutError::Unreachable { attempts, reason, .. } => with_reason(
+            Code::Unavailable,
+            format!(
+                "a teacher did not answer after {attempts} attempt(s) ({reason}); nothing was charged, the query can \
+                 be retried"
+            ),
+            TEACHERS_UNAVAILABLE,
+            false,
+            &[],
+        ),
         // Not transient: a teacher that answers with the wrong shape,
         // datatype or classes does not match this server's [model]
         // configuration, and retrying will not help.
-        FanoutError::BadOutput { reason, .. } => Status::internal(format!(
-            "a teacher returned an unusable output ({reason}); nothing was charged; the operator should check \
-             that the teachers match the [model] configuration"
-        )),
-        e @ (FanoutError::Stopped | FanoutError::Endpoint { .. }) => {
-            Status::unavailable(format!("{e}; nothing was charged, the query can be retried"))
-        }
+        FanoutError::BadOutput { reason, .. } => with_reason(
+            Code::Internal,
+            format!(
+                "a teacher returned an unusable output ({reason}); nothing was charged; the operator should check \
+                 that the teachers match the [model] configuration"
+            ),
+            TEACHER_OUTPUT_INVALID,
+            false,
+            &[],
+        ),
+        e @ (FanoutError::Stopped | FanoutError::Endpoint { .. }) => with_reason(
+            Code::Unavailable,
+            format!("{e}; nothing was charged, the query can be retried"),
+            TEACHERS_UNAVAILABLE,
+            false,
+            &[],
+        ),
     }
 }
 
 /// The core refused after the teachers answered: their outputs did not fit
 /// the configuration, or calibration could not be certified.
 fn privacy_status(e: PrivacyError) -> Status {
+    use reason::{INTERNAL, INVALID_INPUT, TEACHER_OUTPUT_INVALID};
     match e {
-        PrivacyError::Shape(_) | PrivacyError::NonFinite(_) | PrivacyError::TeacherCount { .. } => {
-            Status::internal(format!("teacher outputs do not match the configuration ({e}); nothing was charged"))
-        }
-        PrivacyError::Domain(_) => Status::invalid_argument(e.to_string()),
-        other => Status::internal(format!("{other}; nothing was released or charged")),
+        PrivacyError::Shape(_) | PrivacyError::NonFinite(_) | PrivacyError::TeacherCount { .. } => with_reason(
+            Code::Internal,
+            format!("teacher outputs do not match the configuration ({e}); nothing was charged"),
+            TEACHER_OUTPUT_INVALID,
+            false,
+            &[],
+        ),
+        PrivacyError::Domain(_) => with_reason(Code::InvalidArgument, e.to_string(), INVALID_INPUT, false, &[]),
+        other => with_reason(
+            Code::Internal,
+            format!("{other}; nothing was released or charged"),
+            INTERNAL,
+            false,
+            &[],
+        ),
     }
 }
+
+#[cfg(test)]
+mod test;

@@ -104,10 +104,20 @@ pub enum SessionError {
     /// to answer rather than risk a half-applied step.
     #[error("session state unavailable after an internal failure; refusing to answer")]
     Poisoned,
-    /// The step could not be made durable, so its answer is withheld. Its
-    /// charge stands (it may be on disk, and later steps build on it).
-    #[error("the answer could not be made durable and was withheld; its charge stands ({0})")]
-    Store(#[from] StoreError),
+    /// The step ran but could not be confirmed durable, so its answer is
+    /// withheld. Its charge may stand (it may be on disk, and later steps
+    /// build on it); its answer is kept with the session's cached answers,
+    /// so a retry of the same query receives it, once durable, without a
+    /// second charge.
+    #[error(
+        "the answer could not be confirmed durable and was withheld; it may have been charged — retry the same \
+         query (same input and options) to receive this answer without a second charge ({0})"
+    )]
+    Withheld(StoreError),
+    /// The session store could not be read, or the step's transaction
+    /// failed before it committed: nothing was answered or charged.
+    #[error("the session store is unavailable ({0}); nothing was answered or charged, the query can be retried")]
+    Store(StoreError),
     /// The principal registry could not be read or written (nothing was
     /// answered or charged).
     #[error("principal registry: {0}")]
@@ -140,6 +150,14 @@ pub enum SessionError {
     /// A principal could not be provisioned as asked.
     #[error("{0}")]
     InvalidPrincipal(String),
+}
+
+impl From<StoreError> for SessionError {
+    /// [`SessionError::Withheld`] for a write that may have landed, else
+    /// [`SessionError::Store`]: the classification errs toward "charged".
+    fn from(e: StoreError) -> Self {
+        if e.may_have_charged() { SessionError::Withheld(e) } else { SessionError::Store(e) }
+    }
 }
 
 impl From<PrivacyError> for SessionError {
@@ -427,7 +445,7 @@ impl Handle {
     ///
     /// # Errors
     /// [`SessionError::Exhausted`], a cache refusal or the core's refusal:
-    /// nothing changed. [`SessionError::Store`]: the step may have happened
+    /// nothing changed. [`SessionError::Withheld`]: the step may have happened
     /// but is withheld.
     pub async fn begin(&self, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<Step, SessionError> {
         let s = Arc::clone(&self.session);
@@ -589,7 +607,7 @@ impl Step {
     /// every earlier one of the session) is durable.
     ///
     /// # Errors
-    /// [`SessionError::Store`]: the answer is withheld; its charge stands.
+    /// [`SessionError::Withheld`]: the answer is withheld; it may have been charged.
     pub async fn durable(self) -> Result<(Reply, BudgetView), SessionError> {
         if let Some(ticket) = self.ticket {
             ticket.durable().await?;

@@ -617,6 +617,13 @@ impl Raw {
                 format!("at most {MAX_CACHE_ENTRIES}: the cache is part of every step's durable record"),
             ));
         }
+        if self.privacy.answer_cache_entries == 0 {
+            return Err(err(
+                "privacy.answer_cache_entries",
+                "at least 1: the cache keeps each answer with the session, which is what lets a client retry a \
+                 query whose answer was withheld without being charged twice",
+            ));
+        }
         let cache = CacheSettings { capacity: self.privacy.answer_cache_entries, on_evicted };
         let secret = self.privacy.secret_index_file;
         Ok(Settings {

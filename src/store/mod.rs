@@ -84,6 +84,20 @@ pub enum StoreError {
     /// The writer has stopped (after a failed commit or at shutdown).
     #[error("store writer is not running; answers are withheld")]
     WriterGone,
+    /// A step's record was handed to the store but its commit could not be
+    /// confirmed (the commit failed, or the connection broke during it): it
+    /// may or may not be durable.
+    #[error("the commit of this step could not be confirmed ({0})")]
+    Unconfirmed(String),
+}
+
+impl StoreError {
+    /// Whether a step whose write failed this way may have been charged:
+    /// its record reached the store (or the in-memory session) and may be,
+    /// or become after a restart, durable.
+    pub fn may_have_charged(&self) -> bool {
+        matches!(self, StoreError::WriterGone | StoreError::Unconfirmed(_))
+    }
 }
 
 /// The deployment-wide record.
@@ -423,7 +437,7 @@ impl Ticket {
     fn outcome(received: Result<Result<(), String>, tokio::sync::oneshot::error::RecvError>) -> Result<(), StoreError> {
         match received {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Backend(e)),
+            Ok(Err(e)) => Err(StoreError::Unconfirmed(e)),
             Err(_) => Err(StoreError::WriterGone),
         }
     }

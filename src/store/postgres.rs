@@ -302,7 +302,9 @@ impl PgStore {
             .await
             .map_err(backend)?;
         }
-        tx.commit().await.map_err(backend)?;
+        // Everything above failed with the transaction rolled back (nothing
+        // charged); a failed COMMIT is ambiguous — it may have committed.
+        tx.commit().await.map_err(|e| StoreError::Unconfirmed(e.to_string()))?;
         self.metrics.commit(started.elapsed().as_secs_f64(), 1);
         Ok(result)
     }

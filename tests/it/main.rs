@@ -22,6 +22,7 @@ mod label;
 mod limits;
 mod ops;
 mod replicas;
+mod retry;
 mod service;
 mod soak;
 mod store;

@@ -54,7 +54,13 @@ impl AdminService {
 }
 
 fn unauthenticated() -> Status {
-    Status::unauthenticated("the admin API needs the admin token as `authorization: Bearer <token>`")
+    super::status::with_reason(
+        tonic::Code::Unauthenticated,
+        "the admin API needs the admin token as `authorization: Bearer <token>`".into(),
+        super::status::reason::UNAUTHENTICATED,
+        false,
+        &[],
+    )
 }
 
 /// The wire form of an account.
