@@ -220,7 +220,7 @@ impl AnswerCache {
     }
 
     /// Appends the byte form, little-endian in the store's record encoding:
-    /// [`FORMAT_MARK`], [`FORMAT`], entry count, entries (digest, owner,
+    /// `FORMAT_MARK`, `FORMAT`, entry count, entries (digest, owner,
     /// label, flags, evidence, published), evicted count, (owner, prefix)s.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&FORMAT_MARK.to_le_bytes());

@@ -17,6 +17,27 @@
 //! solving for ε gives the DP parameter "with the same guarantee". Natural
 //! logarithms (nats) reproduce every entry of Table 1.
 //!
+//! # What is proven, exactly
+//!
+//! Theorem 2.3 (Eq. 2), for a view V with I(S; V) ≤ B and one target point u
+//! whose prior membership probability is ½: every decision rule Â(V), with
+//! or without its own randomness, has Pr[Â(V) = 1{u ∈ S}] ≤ [`mia_bound`]`(B)`,
+//! the probability taken over the secret S, the mechanism's noise and the
+//! adversary's randomness. It holds for each point of the universe, hence
+//! for the expected fraction of points an attack gets right. It is *not*
+//! - a bound for one realised transcript: on an unlucky transcript the
+//!   posterior on u can be far more confident (only the average is bounded);
+//! - a bound for points whose prior is not ½ (pacpriv's subsets make every
+//!   prior exactly ½, §4.2.1);
+//! - differential privacy: [`epsilon_equivalent`] is the ε whose DP bound on
+//!   the same success rate equals this one (§2.2), not a claim that the
+//!   mechanism is (ε, δ)-DP for neighbouring datasets.
+//!
+//! The B it takes is a bound on I(S; V). For a session that is its limit
+//! (I(S; V) ≤ 𝔼(spent) ≤ limit, `docs/accounting.md` §1.6); `mia_bound(spent)`
+//! of the realised `spent` is valid for an attacker that stops at a fixed
+//! charge, not one that stops adaptively (§1.7).
+//!
 //! # Owns
 //!
 //! Pure functions on `f64` success rates (fractions in [½, 1], not percent)
