@@ -24,7 +24,7 @@
 use super::connect::{self, TlsArgs};
 use crate::privacy::Nats;
 use crate::privacy::attack;
-use crate::privacy::mechanism::PUBLISHED_GRID;
+use crate::privacy::grid::PUBLISHED_GRID;
 use crate::privacy::posterior::Posterior;
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, Tensor};

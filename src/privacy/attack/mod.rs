@@ -57,7 +57,7 @@ const LOG_LIKELIHOOD_FLOOR: f64 = 1e6;
 /// the curator's.
 ///
 /// `rounding` is how far each coordinate of the observed r may be from the
-/// release: 0 for the exact r, half of [`super::mechanism::PUBLISHED_GRID`]
+/// release: 0 for the exact r, half of [`super::grid::PUBLISHED_GRID`]
 /// for what the service publishes ([`super::mechanism::Answer::published`]). With the exact r this reproduces the
 /// curator's posterior; with the published r it learns slightly less
 /// (directions whose noise is below the grid carry nothing after rounding).

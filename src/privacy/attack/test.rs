@@ -69,7 +69,7 @@ fn an_observer_of_the_exact_releases_has_the_curators_posterior() -> Result<(), 
 /// the observer stays close to the curator (it can only know less).
 #[test]
 fn an_observer_of_the_published_releases_stays_close() -> Result<(), PrivacyError> {
-    let (gap, _) = track(300, |a| a.published.clone(), mechanism::PUBLISHED_GRID / 2.0)?;
+    let (gap, _) = track(300, |a| a.published.clone(), crate::privacy::grid::PUBLISHED_GRID / 2.0)?;
     assert!(gap < 1e-3, "posteriors differ by {gap} in total variation");
     Ok(())
 }

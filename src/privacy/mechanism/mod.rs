@@ -296,8 +296,6 @@ fn release_label(cal: &LabelCalibration, center: usize, draw: &NoiseDraw) -> Lab
     (label, noisy, published, cal.teacher_log_likelihoods(center, draw), evidence)
 }
 
-pub use super::grid::{PUBLISHED_CLAMP, PUBLISHED_GRID};
-
 /// Index of the largest value; the first one on ties, so that a label
 /// taken from the published (gridded) vector is a function of it alone.
 pub fn argmax(values: impl Iterator<Item = f64>) -> usize {

@@ -502,7 +502,7 @@ fn the_published_label_release_is_the_centre_plus_gridded_noise() -> Result<(), 
         let mut released = Vec::new();
         for secret in [0, 2] {
             let (mut noise, y) = published_by(2f64.powi(-20), seed, secret)?;
-            assert!(noise.iter().all(|v| (v / PUBLISHED_GRID).fract() == 0.0), "on the grid");
+            assert!(noise.iter().all(|v| (v / crate::privacy::grid::PUBLISHED_GRID).fract() == 0.0), "on the grid");
             noise[y] -= 1.0;
             released.push(noise);
         }
@@ -520,7 +520,7 @@ fn a_clamped_label_release_does_not_name_the_centre() -> Result<(), PrivacyError
         let mut released = Vec::new();
         for secret in [0, 2] {
             let (published, _) = published_by(crate::privacy::noise::MIN_PER_QUERY, seed, secret)?;
-            assert!(published.iter().all(|v| v.abs() <= PUBLISHED_CLAMP), "seed {seed}: {published:?}");
+            assert!(published.iter().all(|v| v.abs() <= crate::privacy::grid::PUBLISHED_CLAMP), "seed {seed}: {published:?}");
             released.push(published);
         }
         assert_eq!(released[0], released[1], "seed {seed}: clamped coordinates are the same for every centre");
