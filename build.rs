@@ -11,5 +11,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("pacpriv_descriptor.bin"))
         .compile_protos(&["proto/pacpriv/v1/privatizer.proto", "proto/pacpriv/v1/admin.proto"], &["proto"])?;
+    // The store's record schema: messages only, no service, no reflection.
+    tonic_prost_build::configure()
+        .build_client(false)
+        .build_server(false)
+        .compile_protos(&["proto/pacpriv/store/v1/records.proto"], &["proto"])?;
     Ok(())
 }

@@ -10,8 +10,8 @@
 //! [`QueryDigest`] (the canonical key of a query), [`CacheKey`] (that key
 //! and the principal whose partition it counts against) and
 //! [`AnswerCache`] (per principal, the bounded FIFO of released answers
-//! and what is remembered of evicted ones), including its byte encoding
-//! inside a session record.
+//! and what is remembered of evicted ones), including its schema form
+//! inside a session record ([`crate::store::record`]).
 //!
 //! # Invariants
 //! - The key is the validated example itself, not its encoding: FP32 or
@@ -33,7 +33,7 @@
 //!   state principals share (`docs/accounting.md` §2, §4).
 
 use crate::privacy::confidence::Evidence;
-use crate::store::{Reader, put_floats};
+use crate::store::record::{AnswerCacheRecord, CachedAnswerRecord, EvictedRecord, EvidenceRecord, PublishedRecord};
 use sha2::{Digest as _, Sha256};
 use std::collections::VecDeque;
 
@@ -64,6 +64,11 @@ impl QueryDigest {
         h.update(self.0);
         h.update(principal.as_bytes());
         QueryDigest(h.finalize().into())
+    }
+
+    /// The digest's bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
     }
 
     fn prefix(&self) -> u64 {
@@ -170,12 +175,6 @@ pub struct AnswerCache {
     evicted: Vec<(Owner, u64)>,
 }
 
-/// First u32 of the current encoding: a count no cache of the first format
-/// ever had, so the two are told apart by it.
-const FORMAT_MARK: u32 = u32::MAX;
-/// The encoding written now (1 was the unmarked first format).
-const FORMAT: u8 = 2;
-
 impl AnswerCache {
     /// What the cache knows of `key`.
     pub fn lookup(&self, key: &CacheKey) -> Lookup<'_> {
@@ -219,73 +218,47 @@ impl AnswerCache {
         self.entries.is_empty() && self.evicted.is_empty()
     }
 
-    /// Appends the byte form, little-endian in the store's record encoding:
-    /// `FORMAT_MARK`, `FORMAT`, entry count, entries (digest, owner,
-    /// label, flags, evidence, published), evicted count, (owner, prefix)s.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&FORMAT_MARK.to_le_bytes());
-        out.push(FORMAT);
-        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        for (k, c) in &self.entries {
-            out.extend_from_slice(&k.digest.0);
-            out.extend_from_slice(&k.owner.0.to_le_bytes());
-            out.extend_from_slice(&(c.label as u32).to_le_bytes());
-            let flags =
-                u8::from(c.unanimous) | u8::from(c.evidence.is_some()) << 1 | u8::from(c.published.is_some()) << 2;
-            out.push(flags);
-            if let Some(e) = c.evidence {
-                out.extend_from_slice(&e.min_t().to_le_bytes());
-                out.extend_from_slice(&(e.k() as u32).to_le_bytes());
-            }
-            if let Some(p) = &c.published {
-                put_floats(out, p);
-            }
+    /// The schema form a session record keeps (`None`: nothing cached or
+    /// remembered, so a record without a cache stays small).
+    pub fn to_record(&self) -> Option<AnswerCacheRecord> {
+        if self.is_empty() {
+            return None;
         }
-        out.extend_from_slice(&(self.evicted.len() as u32).to_le_bytes());
-        for (owner, prefix) in &self.evicted {
-            out.extend_from_slice(&owner.0.to_le_bytes());
-            out.extend_from_slice(&prefix.to_le_bytes());
-        }
+        let entries = self
+            .entries
+            .iter()
+            .map(|(k, c)| CachedAnswerRecord {
+                digest: k.digest.0.to_vec(),
+                owner: k.owner.0,
+                label: c.label as u32,
+                unanimous: c.unanimous,
+                evidence: c.evidence.map(|e| EvidenceRecord { min_t: e.min_t(), k: e.k() as u32 }),
+                published: c.published.as_ref().map(|p| PublishedRecord { values: p.clone() }),
+            })
+            .collect();
+        let evicted = self.evicted.iter().map(|&(owner, prefix)| EvictedRecord { owner: owner.0, prefix }).collect();
+        Some(AnswerCacheRecord { entries, evicted })
     }
 
-    /// Reads what [`AnswerCache::encode`] wrote — or the first, unmarked
-    /// format, whose entries all belong to [`Owner::SOLE`] — from the front
-    /// of `bytes`; the cache and the rest. `None` for malformed bytes.
-    ///
-    /// The first format's evidence was computed from the *unrounded*
-    /// release; its statistic is rounded down to a multiple of 2⁻¹⁰ here,
-    /// so repeats of those answers no longer give away its low-order bits
-    /// (only ever less confident than before).
-    pub fn decode(bytes: &[u8]) -> Option<(AnswerCache, &[u8])> {
-        let mut r = Reader(bytes);
-        let first = r.u32()?;
-        let (legacy, n) = if first == FORMAT_MARK {
-            let [format] = r.take::<1>()?;
-            (false, if format == FORMAT { r.u32()? } else { return None })
-        } else {
-            (true, first)
-        };
-        let mut entries = VecDeque::with_capacity(n.min(4096) as usize);
-        for _ in 0..n {
-            let digest = QueryDigest(r.take::<32>()?);
-            let owner = if legacy { Owner::SOLE } else { Owner(r.u64()?) };
-            let label = r.u32()? as usize;
-            let [flags] = r.take::<1>()?;
-            let evidence = if flags & 2 != 0 {
-                let min_t = f64::from_bits(r.u64()?);
-                let min_t = if legacy { (min_t * 1024.0).floor() / 1024.0 } else { min_t };
-                Some(Evidence::restore(min_t, r.u32()? as usize).ok()?)
-            } else {
-                None
-            };
-            let published = if flags & 4 != 0 { Some(r.floats()?) } else { None };
-            entries.push_back((CacheKey { digest, owner }, Cached { label, unanimous: flags & 1 != 0, evidence, published }));
-        }
-        let m = r.u32()?;
-        let evicted: Vec<(Owner, u64)> = (0..m)
-            .map(|_| if legacy { Some((Owner::SOLE, r.u64()?)) } else { Some((Owner(r.u64()?), r.u64()?)) })
-            .collect::<Option<_>>()?;
-        evicted.is_sorted().then_some((AnswerCache { entries, evicted }, r.0))
+    /// Back from [`AnswerCache::to_record`]'s form; `None` for values
+    /// outside their domain (a digest not 32 bytes, invalid evidence,
+    /// unsorted evictions).
+    pub fn from_record(record: &AnswerCacheRecord) -> Option<AnswerCache> {
+        let entries = record
+            .entries
+            .iter()
+            .map(|e| {
+                let key = CacheKey { digest: QueryDigest(e.digest.as_slice().try_into().ok()?), owner: Owner(e.owner) };
+                let evidence = match e.evidence {
+                    Some(ev) => Some(Evidence::restore(ev.min_t, ev.k as usize).ok()?),
+                    None => None,
+                };
+                let published = e.published.as_ref().map(|p| p.values.clone());
+                Some((key, Cached { label: e.label as usize, unanimous: e.unanimous, evidence, published }))
+            })
+            .collect::<Option<VecDeque<_>>>()?;
+        let evicted: Vec<(Owner, u64)> = record.evicted.iter().map(|e| (Owner(e.owner), e.prefix)).collect();
+        evicted.is_sorted().then_some(AnswerCache { entries, evicted })
     }
 }
 

@@ -240,7 +240,7 @@ impl SessionParams {
     /// ledger; checked against m.
     fn resume(&self, record: Option<&SessionRecord>, limit: Nats) -> Result<Versioned, SessionError> {
         let (state, version, cache) = match record {
-            Some(r) => (r.restore(self.per_query, limit, self.policy)?, r.version, r.cache.clone()),
+            Some(r) => (r.restore(self.per_query, limit, self.policy)?, r.version, cache_of(r)?),
             None => (
                 SessionState {
                     posterior: Posterior::uniform(self.m)?,
@@ -254,6 +254,16 @@ impl SessionParams {
             return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: self.m }.into());
         }
         Ok(Versioned { state, version, cache })
+    }
+}
+
+/// The answer cache `record` keeps.
+fn cache_of(record: &SessionRecord) -> Result<AnswerCache, SessionError> {
+    match &record.cache {
+        None => Ok(AnswerCache::default()),
+        Some(c) => AnswerCache::from_record(c).ok_or_else(|| {
+            SessionError::Store(StoreError::Corrupt { session: String::new(), reason: "undecodable answer cache".into() })
+        }),
     }
 }
 
@@ -293,7 +303,7 @@ impl Session {
             charge: answer.charge.get(),
             log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
         });
-        Ok((Reply::fresh(answer), Some((SessionRecord::of(&v.state, &v.cache, v.version), journal))))
+        Ok((Reply::fresh(answer), Some((SessionRecord::of(&v.state, v.cache.to_record(), v.version), journal))))
     }
 
     /// The local path: step under the lock and queue the record under the
@@ -313,7 +323,7 @@ impl Session {
         let (reply, write) = self.step(&mut guard, outputs, asking)?;
         let (record, journal) = match write {
             Some(w) => w,
-            None => (SessionRecord::of(&guard.state, &guard.cache, guard.version), None),
+            None => (SessionRecord::of(&guard.state, guard.cache.to_record(), guard.version), None),
         };
         let ticket = store.enqueue(&self.key, record, journal)?;
         Ok((reply, BudgetView::of(&guard.state.ledger), ticket))
@@ -325,7 +335,10 @@ impl Session {
         let known = |cache: &AnswerCache| !matches!(cache.lookup(key), Lookup::Miss);
         match &self.backend {
             Backend::Local { state, .. } => Ok(known(&state.lock().map_err(|_| SessionError::Poisoned)?.cache)),
-            Backend::Shared { store, .. } => Ok(store.load(&self.key).await?.is_some_and(|r| known(&r.cache))),
+            Backend::Shared { store, .. } => match store.load(&self.key).await? {
+                Some(r) => Ok(known(&cache_of(&r)?)),
+                None => Ok(false),
+            },
         }
     }
 
@@ -473,7 +486,7 @@ impl Handle {
                 if let Some(key) = &asking.key
                     && let Some(record) = store.load(&self.session.key).await?
                 {
-                    match record.cache.lookup(key) {
+                    match cache_of(&record)?.lookup(key) {
                         Lookup::Hit(c) => {
                             let p = &self.session.params;
                             let view = BudgetView::of(&record.ledger(p.per_query, limit, p.policy)?);

@@ -7,6 +7,7 @@
 //! and a batch commits atomically; when a record's ticket resolves, every
 //! earlier record of that session is durable too.
 
+use super::record::encode_principal;
 use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket};
 use crate::metrics::StoreMetrics;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -259,7 +260,7 @@ impl EmbeddedStore {
             let mut record = decode_principal(name, &bytes)?;
             if record.revoked_unix.is_none() {
                 record.revoked_unix = Some(at_unix);
-                table.insert(name, record.encode().as_slice()).map_err(backend)?;
+                table.insert(name, encode_principal(&record).as_slice()).map_err(backend)?;
             }
             record
         };
@@ -328,7 +329,7 @@ fn provision_in(
     if keys.0.get(&stored.key_sha256).is_some_and(|holder| *holder != stored.name) {
         return Err(StoreError::KeyInUse { name: stored.name });
     }
-    table.insert(stored.name.as_str(), stored.encode().as_slice()).map_err(backend)?;
+    table.insert(stored.name.as_str(), encode_principal(&stored).as_slice()).map_err(backend)?;
     if let Some(old_key) = old_key.filter(|k| *k != stored.key_sha256)
         && keys.0.get(&old_key).is_some_and(|holder| *holder == stored.name)
     {
@@ -339,7 +340,7 @@ fn provision_in(
 }
 
 fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreError> {
-    PrincipalRecord::decode(name, bytes)
+    super::record::decode_principal(name, bytes)
         .ok_or_else(|| StoreError::Corrupt { session: format!("(principal {name})"), reason: "undecodable".into() })
 }
 

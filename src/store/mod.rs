@@ -19,16 +19,12 @@
 pub mod embedded;
 pub mod postgres;
 pub mod principal;
-
-use crate::privacy::ledger::{Ledger, Policy};
-use crate::privacy::mechanism::SessionState;
-use crate::privacy::posterior::Posterior;
-use crate::privacy::{Nats, PrivacyError};
-use crate::session::cache::AnswerCache;
+pub mod record;
 
 pub use embedded::EmbeddedStore;
 pub use postgres::PgStore;
 pub use principal::{Origin, PrincipalRecord};
+pub use record::{JournalEntry, SessionRecord};
 
 /// What can go wrong persisting or loading state. None of these carries
 /// the secret index.
@@ -112,162 +108,6 @@ pub struct Meta {
 impl std::fmt::Debug for Meta {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Meta").field("secret", &"<redacted>").field("teachers", &self.teachers).finish()
-    }
-}
-
-/// One session's durable state after `version` answered queries.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SessionRecord {
-    /// Answered queries so far (0: fresh).
-    pub version: u64,
-    /// Posterior log-weights.
-    pub log_weights: Vec<f64>,
-    /// MI spent.
-    pub spent: f64,
-    /// Session limit when written.
-    pub limit: f64,
-    /// Answers released.
-    pub answered: u64,
-    /// Answers charged.
-    pub charged: u64,
-    /// The session's cached answers (empty in records written before the
-    /// cache existed).
-    pub cache: AnswerCache,
-}
-
-impl SessionRecord {
-    /// Snapshot of `state` and `cache` at `version`.
-    pub fn of(state: &SessionState, cache: &AnswerCache, version: u64) -> Self {
-        SessionRecord {
-            version,
-            log_weights: state.posterior.log_weights().to_vec(),
-            spent: state.ledger.spent().get(),
-            limit: state.ledger.limit().get(),
-            answered: state.ledger.answered(),
-            charged: state.ledger.charged(),
-            cache: cache.clone(),
-        }
-    }
-
-    /// Back to a session state, with the configured b, policy and limit
-    /// (the operator may change the limit; spending is never forgotten).
-    ///
-    /// # Errors
-    /// Values outside their domain (a corrupt record).
-    pub fn restore(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<SessionState, PrivacyError> {
-        Ok(SessionState {
-            posterior: Posterior::restore(self.log_weights.clone())?,
-            ledger: self.ledger(per_query, limit, policy)?,
-        })
-    }
-
-    /// Just the ledger, for reading an account without the posterior.
-    ///
-    /// # Errors
-    /// Values outside their domain (a corrupt record).
-    pub fn ledger(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<Ledger, PrivacyError> {
-        Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)
-    }
-
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(44 + 8 * self.log_weights.len());
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.spent.to_le_bytes());
-        out.extend_from_slice(&self.limit.to_le_bytes());
-        out.extend_from_slice(&self.answered.to_le_bytes());
-        out.extend_from_slice(&self.charged.to_le_bytes());
-        put_floats(&mut out, &self.log_weights);
-        if !self.cache.is_empty() {
-            self.cache.encode(&mut out);
-        }
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = Reader(bytes);
-        let mut record = SessionRecord {
-            version: r.u64()?,
-            spent: f64::from_bits(r.u64()?),
-            limit: f64::from_bits(r.u64()?),
-            answered: r.u64()?,
-            charged: r.u64()?,
-            log_weights: r.floats()?,
-            cache: AnswerCache::default(),
-        };
-        if !r.0.is_empty() {
-            let (cache, rest) = AnswerCache::decode(r.0)?;
-            record.cache = cache;
-            r.0 = rest;
-        }
-        r.0.is_empty().then_some(record)
-    }
-}
-
-/// One answered query, as journaled (when enabled).
-#[derive(Clone, Debug, PartialEq)]
-pub struct JournalEntry {
-    /// The session version this answer produced.
-    pub version: u64,
-    /// The client's query id.
-    pub query_id: String,
-    /// MI charged.
-    pub charge: f64,
-    /// The log-likelihood vector applied to the posterior (empty for an
-    /// exact unanimous answer, which leaves the posterior unchanged).
-    pub log_likelihood: Vec<f64>,
-}
-
-impl JournalEntry {
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.charge.to_le_bytes());
-        put_floats(&mut out, &self.log_likelihood);
-        out.extend_from_slice(self.query_id.as_bytes());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = Reader(bytes);
-        let version = r.u64()?;
-        let charge = f64::from_bits(r.u64()?);
-        let log_likelihood = r.floats()?;
-        let query_id = String::from_utf8(r.0.to_vec()).ok()?;
-        Some(JournalEntry { version, query_id, charge, log_likelihood })
-    }
-}
-
-/// Appends `xs` as a u32 count and little-endian f64s (what
-/// [`Reader::floats`] reads).
-pub(crate) fn put_floats(out: &mut Vec<u8>, xs: &[f64]) {
-    out.extend_from_slice(&(xs.len() as u32).to_le_bytes());
-    for x in xs {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-}
-
-/// Reads the stores' little-endian record encodings from the front of a
-/// byte slice (the rest stays in `.0`); `None` when the bytes run out.
-pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
-
-impl Reader<'_> {
-    pub(crate) fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*head)
-    }
-
-    pub(crate) fn u32(&mut self) -> Option<u32> {
-        self.take::<4>().map(u32::from_le_bytes)
-    }
-
-    pub(crate) fn u64(&mut self) -> Option<u64> {
-        self.take::<8>().map(u64::from_le_bytes)
-    }
-
-    pub(crate) fn floats(&mut self) -> Option<Vec<f64>> {
-        let n = u32::from_le_bytes(self.take::<4>()?) as usize;
-        (0..n).map(|_| self.u64().map(f64::from_bits)).collect()
     }
 }
 

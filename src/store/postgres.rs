@@ -13,8 +13,18 @@ use crate::metrics::StoreMetrics;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
-/// Schema, applied at start-up; idempotent.
-const MIGRATIONS: &str = "
+/// The schema, as numbered migrations: applied in order at start-up, each
+/// once, each recorded in `pacpriv_schema_migrations` in the transaction
+/// that applied it. A shipped migration is never edited: a change is the
+/// next number. Migration 1 is the schema releases created before the
+/// migrations were numbered (hence `IF NOT EXISTS`: such a database is
+/// recorded at 1 and left as it is). Records in `BYTEA` columns carry
+/// their own format ([`super::record`]), so a record format change needs
+/// no migration.
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "meta, sessions, journal and principals",
+    "
 CREATE TABLE IF NOT EXISTS pacpriv_meta (
     id        INT PRIMARY KEY CHECK (id = 1),
     secret    BIGINT NOT NULL,
@@ -39,7 +49,56 @@ CREATE TABLE IF NOT EXISTS pacpriv_principals (
     created_unix  BIGINT NOT NULL,
     revoked_unix  BIGINT
 );
-";
+",
+)];
+
+/// The table that records applied migrations.
+const MIGRATIONS_TABLE: &str = "
+CREATE TABLE IF NOT EXISTS pacpriv_schema_migrations (
+    version      INT PRIMARY KEY,
+    description  TEXT NOT NULL,
+    applied_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+)";
+
+/// Applies the migrations `client`'s database lacks, in one transaction
+/// that holds a lock on the migrations table, so replicas starting
+/// together apply each migration once. Returns the schema version.
+///
+/// # Errors
+/// The database's schema is newer than this release knows (it was
+/// migrated by a later release), or a migration failed (then none of this
+/// call's migrations is applied).
+pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<i32, StoreError> {
+    // Two replicas creating the table at the same instant can collide in
+    // PostgreSQL's catalog (a unique violation on the type name); the
+    // loser finds the table there on its second try.
+    if client.batch_execute(MIGRATIONS_TABLE).await.is_err() {
+        client.batch_execute(MIGRATIONS_TABLE).await.map_err(backend)?;
+    }
+    let tx = client.transaction().await.map_err(backend)?;
+    tx.batch_execute("LOCK TABLE pacpriv_schema_migrations IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
+    let row = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM pacpriv_schema_migrations", &[]).await;
+    let applied: i32 = row.map_err(backend)?.get(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if applied > known {
+        return Err(backend(format!(
+            "the database schema is at migration {applied}, newer than this release knows ({known}); \
+             run the release that migrated it, or a later one"
+        )));
+    }
+    for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
+        tx.batch_execute(sql).await.map_err(|e| backend(format!("migration {version} ({description}): {e}")))?;
+        tx.execute(
+            "INSERT INTO pacpriv_schema_migrations (version, description) VALUES ($1, $2)",
+            &[&version, &description],
+        )
+        .await
+        .map_err(backend)?;
+        tracing::info!(version, description, "schema migration applied");
+    }
+    tx.commit().await.map_err(backend)?;
+    Ok(known)
+}
 
 /// A principal query: the columns [`principal_of`] reads, then `$tail`.
 /// (A literal, not a `format!`, because the key lookup runs per request.)
@@ -62,7 +121,8 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects (pool of `max_connections`) and runs the migrations.
+    /// Connects (pool of `max_connections`) and applies the migrations the
+    /// database lacks ([`migrate`]).
     ///
     /// # Errors
     /// An unparsable URL, an unreachable server, failed migrations.
@@ -75,8 +135,8 @@ impl PgStore {
         );
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager).max_size(max_connections).build().map_err(backend)?;
-        let client = pool.get().await.map_err(|e| backend(format!("connecting to {location}: {e}")))?;
-        client.batch_execute(MIGRATIONS).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
+        let mut client = pool.get().await.map_err(|e| backend(format!("connecting to {location}: {e}")))?;
+        migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
         Ok(PgStore { pool, location, metrics: StoreMetrics::default() })
     }
 

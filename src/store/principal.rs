@@ -59,40 +59,6 @@ impl PrincipalRecord {
     pub fn active(&self) -> bool {
         self.revoked_unix.is_none()
     }
-
-    pub(super) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(66);
-        out.extend_from_slice(&self.key_sha256);
-        out.extend_from_slice(&self.budget.to_le_bytes());
-        out.extend_from_slice(&self.created_unix.to_le_bytes());
-        out.extend_from_slice(&self.revoked_unix.unwrap_or(-1).to_le_bytes());
-        out.push(match self.origin {
-            Origin::Config => 0,
-            Origin::Admin => 1,
-        });
-        out
-    }
-
-    pub(super) fn decode(name: &str, bytes: &[u8]) -> Option<Self> {
-        let (key_sha256, rest) = bytes.split_first_chunk::<32>()?;
-        let (budget, rest) = rest.split_first_chunk::<8>()?;
-        let (created, rest) = rest.split_first_chunk::<8>()?;
-        let (revoked, rest) = rest.split_first_chunk::<8>()?;
-        let origin = match rest {
-            [0] => Origin::Config,
-            [1] => Origin::Admin,
-            _ => return None,
-        };
-        let revoked = i64::from_le_bytes(*revoked);
-        Some(PrincipalRecord {
-            name: name.to_owned(),
-            key_sha256: *key_sha256,
-            budget: f64::from_le_bytes(*budget),
-            origin,
-            created_unix: i64::from_le_bytes(*created),
-            revoked_unix: (revoked >= 0).then_some(revoked),
-        })
-    }
 }
 
 /// Seconds since the Unix epoch, for provisioning and revocation times.

@@ -11,7 +11,7 @@
 
 use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
 use pacpriv::proto::pacpriv::PredictResponse;
-use pacpriv::session::cache::{Lookup, QueryDigest};
+use pacpriv::session::cache::{AnswerCache, Lookup, QueryDigest};
 use pacpriv::store::PgStore;
 use prost::Message;
 use std::sync::Arc;
@@ -169,7 +169,8 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
     let store = PgStore::connect(&pg.url, 1).await.expect("connects");
     let record = store.load("alice").await.expect("load").expect("alice's session");
     assert_eq!(record.version, 3, "three steps: warm-up, q1, q2");
-    match record.cache.lookup(&key_of(&digit(2)).into()) {
+    let cache = record.cache.as_ref().and_then(AnswerCache::from_record).expect("alice's answer cache");
+    match cache.lookup(&key_of(&digit(2)).into()) {
         Lookup::Hit(kept) => assert_eq!(kept.label, answer.label as usize),
         other => panic!("q2's answer is not kept with the session: {other:?}"),
     }

@@ -172,3 +172,68 @@ async fn postgres_store_conforms() {
     let open = async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, 8).await.expect("connects")));
     conformance(open().await, open).await;
 }
+
+/// The schema goes through numbered migrations recorded in the database:
+/// a database an earlier release created (tables, no migrations table,
+/// format-1 records) is recorded at migration 1 and read without loss;
+/// replicas starting together apply each migration once; a database
+/// migrated by a newer release is refused with a message that says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_schema_changes_go_through_numbered_migrations() {
+    let pg = Postgres::start();
+    let (client, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("connects");
+    tokio::spawn(connection);
+    // What releases before numbered migrations created, and a record of
+    // the format they wrote (tests/fixtures/store-format-1/).
+    client
+        .batch_execute(
+            "CREATE TABLE pacpriv_sessions (session TEXT PRIMARY KEY, version BIGINT NOT NULL, record BYTEA NOT NULL);
+             CREATE TABLE pacpriv_journal (session TEXT NOT NULL, version BIGINT NOT NULL, entry BYTEA NOT NULL,
+                                           PRIMARY KEY (session, version));",
+        )
+        .await
+        .expect("old schema");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-1");
+    let old = std::fs::read(dir.join("session-alice.bin")).expect("fixture");
+    let old_entry = std::fs::read(dir.join("journal-alice-1.bin")).expect("fixture");
+    client
+        .execute("INSERT INTO pacpriv_sessions VALUES ('alice', 3, $1)", &[&old])
+        .await
+        .expect("old record");
+    client
+        .execute("INSERT INTO pacpriv_journal VALUES ('alice', 1, $1)", &[&old_entry])
+        .await
+        .expect("old journal entry");
+
+    // Four replicas start at once.
+    let mut starting = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let url = pg.url.clone();
+        starting.spawn(async move { PgStore::connect(&url, 2).await });
+    }
+    let replicas = starting.join_all().await;
+    let store = replicas.into_iter().map(|r| r.expect("every replica starts")).next().expect("a replica");
+    let rows = client
+        .query("SELECT version, description FROM pacpriv_schema_migrations ORDER BY version", &[])
+        .await
+        .expect("migrations recorded");
+    let applied: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(applied, vec![(1, "meta, sessions, journal and principals".to_owned())], "each migration once");
+    assert!(store.principals().await.expect("the missing tables were created").is_empty());
+
+    let record = store.load("alice").await.expect("load").expect("the old record");
+    assert_eq!((record.version, record.answered, record.charged), (3, 3, 2));
+    assert_eq!(record.log_weights[..3], [-0.5, -1e250, 0.0]);
+    assert!(record.cache.is_some_and(|c| c.entries.len() == 2 && c.evicted.len() == 1));
+    let journal = store.journal("alice").await.expect("journal");
+    assert_eq!((journal[0].version, journal[0].query_id.as_str()), (1, "q1"));
+
+    // A newer release migrated this database further: refuse, say why.
+    client
+        .execute("INSERT INTO pacpriv_schema_migrations (version, description) VALUES (99, 'future')", &[])
+        .await
+        .expect("future migration");
+    let refused = PgStore::connect(&pg.url, 1).await.err().expect("a newer schema is refused").to_string();
+    assert!(refused.contains("migration 99, newer than this release knows (1)"), "{refused}");
+}
+

@@ -48,15 +48,22 @@ fn an_off_cache_keeps_nothing() {
 }
 
 #[test]
-fn malformed_bytes_are_refused() {
+fn records_with_values_outside_their_domain_are_refused() {
     let mut cache = AnswerCache::default();
     cache.insert(key(1.0), answer(4), REFUSE);
-    let mut bytes = Vec::new();
-    cache.encode(&mut bytes);
-    for cut in 0..bytes.len() {
-        assert!(AnswerCache::decode(&bytes[..cut]).is_none(), "truncated at {cut}");
-    }
-    assert_eq!(AnswerCache::decode(&bytes), Some((cache, &[][..])));
+    cache.insert(key(2.0), answer(5), REFUSE);
+    cache.insert(key(3.0), answer(6), REFUSE);
+    let good = cache.to_record().expect("not empty");
+    assert_eq!(AnswerCache::from_record(&good), Some(cache));
+    let mut short = good.clone();
+    short.entries[0].digest.pop();
+    assert_eq!(AnswerCache::from_record(&short), None, "a digest of 31 bytes");
+    let mut bad_evidence = good.clone();
+    bad_evidence.entries[0].evidence = Some(EvidenceRecord { min_t: f64::NAN, k: 3 });
+    assert_eq!(AnswerCache::from_record(&bad_evidence), None, "NaN evidence");
+    let mut unsorted = good;
+    unsorted.evicted.push(EvictedRecord { owner: 0, prefix: 0 });
+    assert_eq!(AnswerCache::from_record(&unsorted), None, "unsorted evictions");
 }
 
 /// One principal's queries never evict, or make refused, another's entry:
@@ -82,39 +89,9 @@ fn owners_have_their_own_partitions() {
     assert_eq!(cache.lookup(&CacheKey { digest: alice_evicted.digest, owner: bob }), Lookup::Miss);
 }
 
-/// A record written by the first, unmarked format still decodes: its
-/// entries belong to the sole owner, and the evidence it kept (computed from
-/// the unrounded release) comes back rounded down to a multiple of 2⁻¹⁰.
-#[test]
-fn the_first_format_still_decodes() {
-    let digest = QueryDigest::of(&[5.0]);
-    let mut old = Vec::new();
-    old.extend_from_slice(&1u32.to_le_bytes());
-    old.extend_from_slice(&digest.0);
-    old.extend_from_slice(&3u32.to_le_bytes());
-    old.push(0b110);
-    old.extend_from_slice(&1.234_567_890_123f64.to_le_bytes());
-    old.extend_from_slice(&4u32.to_le_bytes());
-    crate::store::put_floats(&mut old, &[0.25, 0.75]);
-    old.extend_from_slice(&1u32.to_le_bytes());
-    old.extend_from_slice(&42u64.to_le_bytes());
-    old.push(0xAB);
-    let (cache, rest) = AnswerCache::decode(&old).expect("the first format decodes");
-    assert_eq!(rest, &[0xAB]);
-    let Lookup::Hit(c) = cache.lookup(&digest.into()) else { panic!("entry lost") };
-    assert_eq!((c.label, c.unanimous, c.published.clone()), (3, false, Some(vec![0.25, 0.75])));
-    let e = c.evidence.expect("evidence kept");
-    assert_eq!((e.min_t(), e.k()), (1264.0 / 1024.0, 4));
-    assert_eq!(cache.evicted, vec![(Owner::SOLE, 42)]);
-    // Written back in the current format, it reads the same.
-    let mut bytes = Vec::new();
-    cache.encode(&mut bytes);
-    assert_eq!(AnswerCache::decode(&bytes), Some((cache, &[][..])));
-}
-
 proptest! {
     #[test]
-    fn encoding_round_trips(
+    fn the_record_form_round_trips(
         queries in proptest::collection::vec((0u8..40, 0usize..10, any::<bool>(), proptest::option::of(proptest::collection::vec(-1e6f64..1e6, 0..12))), 0..30),
         capacity in 1usize..8,
         refuse in any::<bool>(),
@@ -128,11 +105,9 @@ proptest! {
             cache.insert(key, Cached { label, unanimous, evidence, published }, settings);
         }
         prop_assert!(cache.len() <= 3 * capacity);
-        let mut bytes = vec![7u8];
-        cache.encode(&mut bytes);
-        bytes.push(9);
-        let (back, rest) = AnswerCache::decode(&bytes[1..]).expect("decodes");
-        prop_assert_eq!(rest, &[9u8][..]);
-        prop_assert_eq!(back, cache);
+        let record = cache.to_record();
+        prop_assert_eq!(record.is_none(), cache.is_empty());
+        let back = record.as_ref().map_or(Some(AnswerCache::default()), AnswerCache::from_record);
+        prop_assert_eq!(back, Some(cache));
     }
 }

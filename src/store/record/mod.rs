@@ -1,0 +1,213 @@
+//! The store's records and their byte form: what a redb value or a
+//! PostgreSQL `BYTEA` column holds.
+//!
+//! # Owns
+//! [`SessionRecord`], [`JournalEntry`] and the encoding of
+//! [`PrincipalRecord`]: the schema is `proto/pacpriv/store/v1/records.proto`
+//! (prost messages), behind an 8-byte [`MARK`].
+//!
+//! # Invariants
+//! - Every value written is [`MARK`] then a message whose `format` field is
+//!   [`FORMAT`]. Decoding reads the current format and every format a
+//!   release has written ([`legacy`]: the unmarked format 1), and refuses
+//!   a format it does not know rather than guess.
+//! - Decoding is total: malformed bytes are `None` (the caller reports the
+//!   record corrupt), never a panic.
+//! - The store never interprets a session's answer cache: it keeps the
+//!   schema's [`AnswerCacheRecord`] as written by [`crate::session`].
+
+mod legacy;
+
+use super::principal::{Origin, PrincipalRecord};
+use crate::privacy::ledger::{Ledger, Policy};
+use crate::privacy::mechanism::SessionState;
+use crate::privacy::posterior::Posterior;
+use crate::privacy::{Nats, PrivacyError};
+use crate::proto::store as schema;
+use prost::Message;
+
+pub use schema::{AnswerCache as AnswerCacheRecord, CachedAnswer as CachedAnswerRecord};
+pub use schema::{Evicted as EvictedRecord, Evidence as EvidenceRecord, Published as PublishedRecord};
+
+/// First 8 bytes of every value of the current encoding. A format-1
+/// session record or journal entry starts with its version, which never
+/// reaches 2⁶⁴ − 1, so none starts with the mark; a format-1 principal
+/// record starts with a key digest (which might, with odds of 2⁻⁶⁴), so a
+/// principal that does not decode as marked is read as format 1.
+pub const MARK: [u8; 8] = [0xFF; 8];
+
+/// The format written now (1 was the unmarked hand-written codec).
+pub const FORMAT: u32 = 2;
+
+/// [`MARK`] then `message`.
+fn seal(message: &impl Message) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MARK.len() + message.encoded_len());
+    out.extend_from_slice(&MARK);
+    // Writing into a Vec cannot run out of room.
+    let _ = message.encode(&mut out);
+    out
+}
+
+/// The message after [`MARK`], if `bytes` carry one of format [`FORMAT`];
+/// `Err(bytes)` for an unmarked (format-1) value.
+fn open<M: Message + Default>(bytes: &[u8], format: impl Fn(&M) -> u32) -> Result<Option<M>, &[u8]> {
+    let Some(body) = bytes.strip_prefix(&MARK) else { return Err(bytes) };
+    Ok(M::decode(body).ok().filter(|m| format(m) == FORMAT))
+}
+
+/// One session's durable state after `version` answered queries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    /// Answered queries so far (0: fresh).
+    pub version: u64,
+    /// Posterior log-weights.
+    pub log_weights: Vec<f64>,
+    /// MI spent.
+    pub spent: f64,
+    /// Session limit when written.
+    pub limit: f64,
+    /// Answers released.
+    pub answered: u64,
+    /// Answers charged.
+    pub charged: u64,
+    /// The session's cached answers, as the session wrote them (`None`:
+    /// none, as in records written before the cache existed).
+    pub cache: Option<AnswerCacheRecord>,
+}
+
+impl SessionRecord {
+    /// Snapshot of `state` and its `cache` at `version`.
+    pub fn of(state: &SessionState, cache: Option<AnswerCacheRecord>, version: u64) -> Self {
+        SessionRecord {
+            version,
+            log_weights: state.posterior.log_weights().to_vec(),
+            spent: state.ledger.spent().get(),
+            limit: state.ledger.limit().get(),
+            answered: state.ledger.answered(),
+            charged: state.ledger.charged(),
+            cache,
+        }
+    }
+
+    /// Back to a session state, with the configured b, policy and limit
+    /// (the operator may change the limit; spending is never forgotten).
+    ///
+    /// # Errors
+    /// Values outside their domain (a corrupt record).
+    pub fn restore(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<SessionState, PrivacyError> {
+        Ok(SessionState {
+            posterior: Posterior::restore(self.log_weights.clone())?,
+            ledger: self.ledger(per_query, limit, policy)?,
+        })
+    }
+
+    /// Just the ledger, for reading an account without the posterior.
+    ///
+    /// # Errors
+    /// Values outside their domain (a corrupt record).
+    pub fn ledger(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<Ledger, PrivacyError> {
+        Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)
+    }
+
+    /// The byte form ([`MARK`], format [`FORMAT`]).
+    pub fn encode(&self) -> Vec<u8> {
+        seal(&schema::SessionRecord {
+            format: FORMAT,
+            version: self.version,
+            spent: self.spent,
+            limit: self.limit,
+            answered: self.answered,
+            charged: self.charged,
+            log_weights: self.log_weights.clone(),
+            cache: self.cache.clone(),
+        })
+    }
+
+    /// Reads any format a release has written; `None` for malformed bytes.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        match open(bytes, |m: &schema::SessionRecord| m.format) {
+            Ok(m) => m.map(|m| SessionRecord {
+                version: m.version,
+                log_weights: m.log_weights,
+                spent: m.spent,
+                limit: m.limit,
+                answered: m.answered,
+                charged: m.charged,
+                cache: m.cache,
+            }),
+            Err(unmarked) => legacy::session(unmarked),
+        }
+    }
+}
+
+/// One answered query, as journaled (when enabled).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JournalEntry {
+    /// The session version this answer produced.
+    pub version: u64,
+    /// The client's query id.
+    pub query_id: String,
+    /// MI charged.
+    pub charge: f64,
+    /// The log-likelihood vector applied to the posterior (empty for an
+    /// exact unanimous answer, which leaves the posterior unchanged).
+    pub log_likelihood: Vec<f64>,
+}
+
+impl JournalEntry {
+    /// The byte form ([`MARK`], format [`FORMAT`]).
+    pub fn encode(&self) -> Vec<u8> {
+        seal(&schema::JournalEntry {
+            format: FORMAT,
+            version: self.version,
+            query_id: self.query_id.clone(),
+            charge: self.charge,
+            log_likelihood: self.log_likelihood.clone(),
+        })
+    }
+
+    /// Reads any format a release has written; `None` for malformed bytes.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        match open(bytes, |m: &schema::JournalEntry| m.format) {
+            Ok(m) => m.map(|m| JournalEntry {
+                version: m.version,
+                query_id: m.query_id,
+                charge: m.charge,
+                log_likelihood: m.log_likelihood,
+            }),
+            Err(unmarked) => legacy::journal(unmarked),
+        }
+    }
+}
+
+/// A principal's byte form in the embedded store (PostgreSQL keeps
+/// columns; the name is the key, not part of the value).
+pub fn encode_principal(p: &PrincipalRecord) -> Vec<u8> {
+    seal(&schema::PrincipalRecord {
+        format: FORMAT,
+        key_sha256: p.key_sha256.to_vec(),
+        budget: p.budget,
+        origin: p.origin.as_str().to_owned(),
+        created_unix: p.created_unix,
+        revoked_unix: p.revoked_unix,
+    })
+}
+
+/// Reads a principal called `name` in any format a release has written;
+/// `None` for malformed bytes.
+pub fn decode_principal(name: &str, bytes: &[u8]) -> Option<PrincipalRecord> {
+    let marked = open(bytes, |m: &schema::PrincipalRecord| m.format).ok().flatten().and_then(|m| {
+        Some(PrincipalRecord {
+            name: name.to_owned(),
+            key_sha256: m.key_sha256.as_slice().try_into().ok()?,
+            budget: m.budget,
+            origin: Origin::parse(&m.origin)?,
+            created_unix: m.created_unix,
+            revoked_unix: m.revoked_unix,
+        })
+    });
+    marked.or_else(|| legacy::principal(name, bytes))
+}
+
+#[cfg(test)]
+mod test;
