@@ -16,7 +16,7 @@ use crate::metrics::Rpc;
 use crate::privacy::mechanism::TeacherOutputs;
 use crate::proto::pacpriv::{Budget, PredictRequest, PredictResponse};
 use crate::session::cache::CacheKey;
-use crate::session::{Asking, BudgetView, Handle, Scope, Step};
+use crate::session::{Asking, BudgetView, Handle, Preflight, Scope, Step};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{Instrument, Span};
@@ -115,13 +115,12 @@ pub async fn ask(
     let query = query.map_err(|e| traced.fail(e))?;
     let key = handle.cache_key(query.digest);
     let outputs = async {
-        // A repeat costs nothing and needs no teacher (its refusal, if its
-        // answer was evicted, neither).
-        if handle.knows(&key).await? {
-            return Ok(None);
+        // One read of the session: a repeat costs nothing and needs no
+        // teacher (its refusal, if its answer was evicted, neither).
+        match handle.preflight(&key).await? {
+            Preflight::Known => Ok(None),
+            Preflight::Ask => Ok::<_, ServiceError>(Some(app.ensemble.query(&query.features).await?)),
         }
-        handle.ensure_can_pay().await?;
-        Ok::<_, ServiceError>(Some(app.ensemble.query(&query.features).await?))
     }
     .instrument(span)
     .await

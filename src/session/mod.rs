@@ -26,10 +26,11 @@ use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
-use crate::store::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, StoreError, Ticket};
+use crate::store::cell::{Cell, Change, State};
+use crate::store::{JournalEntry, SessionRecord, StoreError, Ticket};
 use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, Owner, QueryDigest};
 use sha2::{Digest, Sha256};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub mod cache;
 pub mod registry;
@@ -207,157 +208,114 @@ impl BudgetView {
     }
 }
 
-/// What a fresh step hands to the store.
-type Write = (SessionRecord, Option<JournalEntry>);
-
-/// A session's state and how many steps produced it.
-struct Versioned {
+/// A session's state and how many steps produced it: what a
+/// [`Cell`] holds.
+pub struct Versioned {
     state: SessionState,
     version: u64,
     cache: AnswerCache,
 }
 
-/// Where a session's state lives.
-enum Backend {
-    /// In this process, authoritative; each step's record is made durable
-    /// by the embedded store before its answer is released.
-    Local { state: Mutex<Versioned>, store: Arc<EmbeddedStore> },
-    /// In PostgreSQL, shared by replicas: read, stepped and written back in
-    /// one row-locked transaction per query.
-    Shared { store: Arc<PgStore>, limit: Nats },
-}
-
-/// One privacy session.
-pub struct Session {
-    /// Its key in the store.
-    key: String,
+/// What resuming a session needs besides its record.
+pub struct Terms {
     params: SessionParams,
-    backend: Backend,
+    /// The session's limit (the principal's budget, or the global one).
+    limit: Nats,
 }
 
-impl SessionParams {
+impl State for Versioned {
+    type Context = Terms;
+    type Error = SessionError;
+
     /// The state a record describes, or the uniform prior with an empty
     /// ledger; checked against m.
-    fn resume(&self, record: Option<&SessionRecord>, limit: Nats) -> Result<Versioned, SessionError> {
+    fn resume(terms: &Terms, key: &str, record: Option<&SessionRecord>) -> Result<Self, SessionError> {
+        let p = &terms.params;
         let (state, version, cache) = match record {
-            Some(r) => (r.restore(self.per_query, limit, self.policy)?, r.version, cache_of(r)?),
+            Some(r) => (r.restore(p.per_query, terms.limit, p.policy)?, r.version, cache_of(key, r)?),
             None => (
                 SessionState {
-                    posterior: Posterior::uniform(self.m)?,
-                    ledger: Ledger::new(self.per_query, limit, self.policy)?,
+                    posterior: Posterior::uniform(p.m)?,
+                    ledger: Ledger::new(p.per_query, terms.limit, p.policy)?,
                 },
                 0,
                 AnswerCache::default(),
             ),
         };
-        if state.posterior.len() != self.m {
-            return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: self.m }.into());
+        if state.posterior.len() != p.m {
+            return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: p.m }.into());
         }
         Ok(Versioned { state, version, cache })
     }
+
+    fn record(&self) -> SessionRecord {
+        SessionRecord::of(&self.state, self.cache.to_record(), self.version)
+    }
+
+    fn poisoned() -> SessionError {
+        SessionError::Poisoned
+    }
 }
 
-/// The answer cache `record` keeps.
-fn cache_of(record: &SessionRecord) -> Result<AnswerCache, SessionError> {
+/// The answer cache session `key`'s `record` keeps.
+fn cache_of(key: &str, record: &SessionRecord) -> Result<AnswerCache, SessionError> {
     match &record.cache {
         None => Ok(AnswerCache::default()),
         Some(c) => AnswerCache::from_record(c).ok_or_else(|| {
-            SessionError::Store(StoreError::Corrupt { session: String::new(), reason: "undecodable answer cache".into() })
+            SessionError::Store(StoreError::Corrupt { session: key.into(), reason: "undecodable answer cache".into() })
         }),
     }
 }
 
-impl Session {
-    /// Answers `asking` on `v`: from the cache when this exact query was
-    /// answered before (nothing changes, `None` record), or by one step of
-    /// Algorithm 1 on `outputs`, described for the store.
-    fn step(
-        &self,
-        v: &mut Versioned,
-        outputs: Option<&TeacherOutputs>,
-        asking: &Asking,
-    ) -> Result<(Reply, Option<Write>), SessionError> {
-        if let Some(key) = &asking.key {
-            match v.cache.lookup(key) {
-                Lookup::Hit(c) => return Ok((Reply::cached(c, asking)?, None)),
-                Lookup::Evicted => return Err(SessionError::EvictedRepeat),
-                Lookup::Miss => {}
-            }
-        }
-        // The check before the fan-out saw an answer that is gone now.
-        let outputs = outputs.ok_or(SessionError::CacheMoved)?;
-        let answer = mechanism::answer(&mut v.state, outputs, self.params.secret, asking.alpha, &mut rand::rng())?;
-        if let Some(key) = asking.key {
-            let kept = Cached {
-                label: answer.label,
-                unanimous: answer.unanimous,
-                evidence: answer.evidence,
-                published: asking.return_noisy.then(|| answer.published.clone()),
-            };
-            v.cache.insert(key, kept, self.params.cache);
-        }
-        v.version += 1;
-        let journal = self.params.journal.then(|| JournalEntry {
-            version: v.version,
-            query_id: asking.query_id.clone(),
-            charge: answer.charge.get(),
-            log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
-        });
-        Ok((Reply::fresh(answer), Some((SessionRecord::of(&v.state, v.cache.to_record(), v.version), journal))))
-    }
+/// One privacy session: its state, where the store keeps it.
+pub type Session = Cell<Versioned>;
 
-    /// The local path: step under the lock and queue the record under the
-    /// lock (so a session's records queue in order); the caller waits for
-    /// the ticket outside it. A cached answer queues the unchanged record,
-    /// so that it too is released only once the step that produced it is
-    /// durable. Blocking (LAPACK in vector mode).
-    fn step_local(
-        &self,
-        outputs: Option<&TeacherOutputs>,
-        asking: &Asking,
-    ) -> Result<(Reply, BudgetView, Ticket), SessionError> {
-        let Backend::Local { state, store } = &self.backend else {
-            return Err(SessionError::Poisoned);
+/// Answers `asking` on `v`: from the cache when this exact query was
+/// answered before (nothing changes), or by one step of Algorithm 1 on
+/// `outputs`. Returns the reply, the account after it, and what changed.
+fn step(
+    params: &SessionParams,
+    v: &mut Versioned,
+    outputs: Option<&TeacherOutputs>,
+    asking: &Asking,
+) -> Result<((Reply, BudgetView), Change), SessionError> {
+    if let Some(key) = &asking.key {
+        match v.cache.lookup(key) {
+            Lookup::Hit(c) => return Ok(((Reply::cached(c, asking)?, BudgetView::of(&v.state.ledger)), Change::None)),
+            Lookup::Evicted => return Err(SessionError::EvictedRepeat),
+            Lookup::Miss => {}
+        }
+    }
+    // The preflight saw an answer that is gone now.
+    let outputs = outputs.ok_or(SessionError::CacheMoved)?;
+    let answer = mechanism::answer(&mut v.state, outputs, params.secret, asking.alpha, &mut rand::rng())?;
+    if let Some(key) = asking.key {
+        let kept = Cached {
+            label: answer.label,
+            unanimous: answer.unanimous,
+            evidence: answer.evidence,
+            published: asking.return_noisy.then(|| answer.published.clone()),
         };
-        let mut guard = state.lock().map_err(|_| SessionError::Poisoned)?;
-        let (reply, write) = self.step(&mut guard, outputs, asking)?;
-        let (record, journal) = match write {
-            Some(w) => w,
-            None => (SessionRecord::of(&guard.state, guard.cache.to_record(), guard.version), None),
-        };
-        let ticket = store.enqueue(&self.key, record, journal)?;
-        Ok((reply, BudgetView::of(&guard.state.ledger), ticket))
+        v.cache.insert(key, kept, params.cache);
     }
+    v.version += 1;
+    let journal = params.journal.then(|| JournalEntry {
+        version: v.version,
+        query_id: asking.query_id.clone(),
+        charge: answer.charge.get(),
+        log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
+    });
+    Ok(((Reply::fresh(answer), BudgetView::of(&v.state.ledger)), Change::Step(journal)))
+}
 
-    /// Whether this session has answered `key` before (cached, or refused
-    /// as an evicted repeat): such a query needs no teacher.
-    async fn knows(&self, key: &CacheKey) -> Result<bool, SessionError> {
-        let known = |cache: &AnswerCache| !matches!(cache.lookup(key), Lookup::Miss);
-        match &self.backend {
-            Backend::Local { state, .. } => Ok(known(&state.lock().map_err(|_| SessionError::Poisoned)?.cache)),
-            Backend::Shared { store, .. } => match store.load(&self.key).await? {
-                Some(r) => Ok(known(&cache_of(&r)?)),
-                None => Ok(false),
-            },
-        }
-    }
-
-    /// A copy of the current ledger (read from the database for a shared
-    /// session).
-    async fn ledger(&self) -> Result<Ledger, SessionError> {
-        match &self.backend {
-            Backend::Local { state, .. } => Ok(state.lock().map_err(|_| SessionError::Poisoned)?.state.ledger.clone()),
-            // Only the ledger: restoring and checking m posterior weights on
-            // every budget read would be wasted work on the query path.
-            Backend::Shared { store, limit } => {
-                let (b, policy) = (self.params.per_query, self.params.policy);
-                Ok(match store.load(&self.key).await? {
-                    Some(record) => record.ledger(b, *limit, policy)?,
-                    None => Ledger::new(b, *limit, policy)?,
-                })
-            }
-        }
-    }
+/// What the preflight of a query found (one read of the session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preflight {
+    /// The session answered this query before (or refuses it as an evicted
+    /// repeat): no teacher is needed, nor any budget.
+    Known,
+    /// A new query the budget can pay for: ask the teachers.
+    Ask,
 }
 
 /// An authenticated caller and the session it is charged to.
@@ -382,7 +340,7 @@ impl Handle {
     /// The name of the session charged: the principal's, or
     /// [`GLOBAL_SESSION`] under global scope (the budget gauges' label).
     pub fn session_name(&self) -> &str {
-        &self.session.key
+        self.session.key()
     }
 
     /// The current account.
@@ -390,19 +348,7 @@ impl Handle {
     /// # Errors
     /// [`SessionError::Poisoned`] or a store error.
     pub async fn budget(&self) -> Result<BudgetView, SessionError> {
-        Ok(BudgetView::of(&self.session.ledger().await?))
-    }
-
-    /// Refuses early — before any teacher is asked — when even the
-    /// cheapest possible answer (a free unanimous one under `contested`,
-    /// b otherwise) no longer fits. Depends on public state only.
-    ///
-    /// # Errors
-    /// [`SessionError::Exhausted`].
-    pub async fn ensure_can_pay(&self) -> Result<(), SessionError> {
-        let ledger = self.session.ledger().await?;
-        ledger.check(ledger.charge_for(true))?;
-        Ok(())
+        self.session.read(|v| BudgetView::of(&v.state.ledger)).await
     }
 
     /// The cache key of an example with digest `digest` asked by this
@@ -418,14 +364,26 @@ impl Handle {
         }
     }
 
-    /// Whether this session answered `key` before (see [`Asking::key`]):
-    /// then its answer (or refusal) needs no teacher and no budget check.
-    /// Depends on the session's own transcript only.
+    /// Before any teacher is asked, one read of the session: whether it
+    /// answered `key` before ([`Preflight::Known`]: no teacher, no budget
+    /// check), else whether even the cheapest possible answer (a free
+    /// unanimous one under `contested`, b otherwise) still fits. Depends on
+    /// the session's own transcript and public state only.
     ///
     /// # Errors
-    /// [`SessionError::Poisoned`] or a store error.
-    pub async fn knows(&self, key: &CacheKey) -> Result<bool, SessionError> {
-        self.session.knows(key).await
+    /// [`SessionError::Exhausted`], [`SessionError::Poisoned`] or a store
+    /// error.
+    pub async fn preflight(&self, key: &CacheKey) -> Result<Preflight, SessionError> {
+        self.session
+            .read(|v| match v.cache.lookup(key) {
+                Lookup::Miss => {
+                    let ledger = &v.state.ledger;
+                    ledger.check(ledger.charge_for(true))?;
+                    Ok(Preflight::Ask)
+                }
+                Lookup::Hit(_) | Lookup::Evicted => Ok(Preflight::Known),
+            })
+            .await?
     }
 
     /// One step of Algorithm 1 on this session — budget check,
@@ -446,71 +404,29 @@ impl Handle {
 
     /// Answers `asking`: with the session's cached answer when this exact
     /// query was answered before (no charge, no change), otherwise by one
-    /// step of Algorithm 1 on `outputs` (`None` only when [`Handle::knows`]
-    /// said the query was answered before). Hands the step's record to the
-    /// store without waiting for it to be durable: a caller with several
-    /// queries of one session (a stream) takes the next step while this
-    /// one's commit is under way, and the steps keep the order in which
-    /// `begin` was called. Label-mode steps with few active classes run on
-    /// the calling task (microseconds, see `quick`); the rest run on a
-    /// blocking thread (LAPACK). The reply is only reachable through
+    /// step of Algorithm 1 on `outputs` (`None` only when
+    /// [`Handle::preflight`] found the query [`Preflight::Known`]). Hands
+    /// the step's record to the store without waiting for it to be durable
+    /// where the store allows (see [`crate::store::cell`]): a caller with
+    /// several queries of one session (a stream) takes the next step while
+    /// this one's commit is under way, and the steps keep the order in
+    /// which `begin` was called. Label-mode steps with few active classes
+    /// run on the calling task (microseconds, see `quick`); the rest run on
+    /// a blocking thread (LAPACK). The reply is only reachable through
     /// [`Step::durable`].
     ///
     /// # Errors
     /// [`SessionError::Exhausted`], a cache refusal or the core's refusal:
-    /// nothing changed. [`SessionError::Withheld`]: the step may have happened
-    /// but is withheld.
+    /// nothing changed. [`SessionError::Withheld`]: the step may have
+    /// happened but is withheld.
     pub async fn begin(&self, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<Step, SessionError> {
-        let s = Arc::clone(&self.session);
-        match &self.session.backend {
-            Backend::Local { .. } => {
-                // A few microseconds of math run here: a hop to a blocking
-                // thread would cost more than the step (BENCHMARKS.md).
-                let (reply, view, ticket) = if outputs.as_ref().is_none_or(quick) {
-                    s.step_local(outputs.as_ref(), &asking)?
-                } else {
-                    tokio::task::spawn_blocking(move || s.step_local(outputs.as_ref(), &asking))
-                        .await
-                        .map_err(|_| SessionError::Poisoned)??
-                };
-                Ok(Step { reply, view, ticket: Some(ticket) })
-            }
-            // One row-locked transaction per step: durable when it returns.
-            // A repeat is answered from committed state, read first (also
-            // when the teachers were asked: a duplicate earlier in the same
-            // stream has committed by now); one found only inside the
-            // transaction (another replica raced this query) is refused as
-            // retryable rather than written again.
-            Backend::Shared { store, limit } => {
-                let limit = *limit;
-                if let Some(key) = &asking.key
-                    && let Some(record) = store.load(&self.session.key).await?
-                {
-                    match cache_of(&record)?.lookup(key) {
-                        Lookup::Hit(c) => {
-                            let p = &self.session.params;
-                            let view = BudgetView::of(&record.ledger(p.per_query, limit, p.policy)?);
-                            return Ok(Step { reply: Reply::cached(c, &asking)?, view, ticket: None });
-                        }
-                        Lookup::Evicted => return Err(SessionError::EvictedRepeat),
-                        Lookup::Miss => {}
-                    }
-                }
-                let (reply, view) = store
-                    .step(&self.session.key, move |record| async move {
-                        tokio::task::spawn_blocking(move || {
-                            let mut v = s.params.resume(record.as_ref(), limit)?;
-                            let (reply, write) = s.step(&mut v, outputs.as_ref(), &asking)?;
-                            let (record, journal) = write.ok_or(SessionError::CacheMoved)?;
-                            Ok::<_, SessionError>((record, journal, (reply, BudgetView::of(&v.state.ledger))))
-                        })
-                        .await
-                        .map_err(|_| SessionError::Poisoned)?
-                    })
-                    .await?;
-                Ok(Step { reply, view, ticket: None })
-            }
-        }
+        // A few microseconds of math run here: a hop to a blocking thread
+        // would cost more than the step (BENCHMARKS.md).
+        let blocking = outputs.as_ref().is_some_and(|o| !quick(o));
+        let params = self.session.context().params;
+        let ((reply, view), ticket) =
+            self.session.step(blocking, move |v| step(&params, v, outputs.as_ref(), &asking)).await?;
+        Ok(Step { reply, view, ticket })
     }
 }
 

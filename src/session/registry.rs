@@ -16,7 +16,8 @@
 //!   looks its key up in the database, so a principal created or revoked on
 //!   one replica is seen by all of them at once.
 
-use super::{Backend, BudgetView, Handle, PrincipalConfig, Scope, Session, SessionError, SessionParams};
+use super::{BudgetView, Handle, PrincipalConfig, Scope, Session, SessionError, SessionParams, Terms};
+use crate::store::cell::Cell;
 use crate::privacy::Nats;
 use crate::store::principal::now_unix;
 use crate::store::{Origin, PrincipalRecord, Store};
@@ -24,7 +25,7 @@ use rand::TryRng;
 use rand::rngs::SysRng;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 /// The store key of the shared session under global scope (which uses no
 /// per-principal keys, so no principal name can collide with it: names
@@ -104,7 +105,7 @@ impl Sessions {
         if scope == Scope::Global {
             sessions.shared = Some(sessions.open(GLOBAL_SESSION, global_budget)?);
         }
-        if matches!(store, Store::Embedded(_)) {
+        if store.single_writer() {
             let mut local = Local::default();
             for record in store.principals().await.map_err(SessionError::Registry)? {
                 sessions.insert_local(&mut local, record)?;
@@ -117,14 +118,7 @@ impl Sessions {
     /// A session object for `key` with `limit`: resumed from the embedded
     /// store, or a handle on the PostgreSQL row.
     fn open(&self, key: &str, limit: Nats) -> Result<Arc<Session>, SessionError> {
-        let backend = match &self.store {
-            Store::Embedded(e) => {
-                let resumed = self.params.resume(e.load(key)?.as_ref(), limit)?;
-                Backend::Local { state: Mutex::new(resumed), store: Arc::clone(e) }
-            }
-            Store::Postgres(p) => Backend::Shared { store: Arc::clone(p), limit },
-        };
-        Ok(Arc::new(Session { key: key.to_owned(), params: self.params, backend }))
+        Ok(Arc::new(Cell::open(&self.store, key, Terms { params: self.params, limit })?))
     }
 
     /// The session `record` is charged to.
@@ -287,7 +281,7 @@ impl Sessions {
             Some(s) => s,
             None => self.session_for(&principal)?,
         };
-        let budget = BudgetView::of(&session.ledger().await?);
+        let budget = self.handle(&principal.name, session).budget().await?;
         Ok(Account { principal, budget })
     }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::{Origin, Store};
+use crate::store::{EmbeddedStore, Origin, Store};
 use cache::{CacheSettings, OnEvicted, QueryDigest};
 
 fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, PrivacyError> {
@@ -36,12 +36,9 @@ async fn sessions(scope: Scope, policy: Policy) -> Result<(Sessions, tempfile::T
     Ok((sessions_in(dir.path(), scope, policy).await?, dir))
 }
 
-/// The in-memory posterior of an embedded-store session.
-fn posterior_of(h: &Handle) -> Result<Posterior, SessionError> {
-    match &h.session.backend {
-        Backend::Local { state, .. } => Ok(state.lock().map_err(|_| SessionError::Poisoned)?.state.posterior.clone()),
-        Backend::Shared { .. } => Err(SessionError::Poisoned),
-    }
+/// The posterior of a session.
+async fn posterior_of(h: &Handle) -> Result<Posterior, SessionError> {
+    h.session.read(|v| v.state.posterior.clone()).await
 }
 
 fn split() -> TeacherOutputs {
@@ -71,14 +68,14 @@ async fn per_principal_budgets_are_separate_and_run_out() -> TestResult {
         assert_eq!((view.answered, view.spent), (n, 0.125 * n as f64));
     }
     let before = alice.budget().await?;
-    assert!(matches!(alice.ensure_can_pay().await, Err(SessionError::Exhausted { .. })));
+    assert!(matches!(alice.preflight(&new_query()).await, Err(SessionError::Exhausted { .. })));
     match alice.answer(split(), None, "q".into()).await {
         Err(SessionError::Exhausted { spent, limit, charge }) => assert_eq!((spent, limit, charge), (0.25, 0.3, 0.125)),
         other => panic!("expected exhaustion, got {:?}", other.map(|(_, v)| v)),
     }
     assert_eq!(alice.budget().await?, before, "a refusal changes nothing");
     assert_eq!(bob.budget().await?.spent, 0.0);
-    bob.ensure_can_pay().await?;
+    assert_eq!(bob.preflight(&new_query()).await?, Preflight::Ask);
     Ok(())
 }
 
@@ -100,7 +97,7 @@ async fn contested_policy_never_refuses_up_front() -> TestResult {
     alice.answer(split(), None, "q".into()).await?;
     alice.answer(split(), None, "q".into()).await?;
     // Exhausted for contested answers, but a unanimous one is free.
-    alice.ensure_can_pay().await?;
+    assert_eq!(alice.preflight(&new_query()).await?, Preflight::Ask);
     let (a, view) = alice.answer(TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 }, None, "q".into()).await?;
     assert_eq!((a.label, a.charge.get(), view.answered, view.charged), (2, 0.0, 3, 2));
     assert!(matches!(alice.answer(split(), None, "q".into()).await, Err(SessionError::Exhausted { .. })));
@@ -126,20 +123,18 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
         alice.answer(split(), None, "a1".into()).await?;
         alice.answer(TeacherOutputs::Labels { labels: vec![1; 4], classes: 3 }, None, "a2".into()).await?;
         alice.answer(split(), None, "a3".into()).await?;
-        let posterior = posterior_of(&alice)?;
+        let posterior = posterior_of(&alice).await?;
         (alice.budget().await?, posterior)
     };
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
     let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?, before, "spending survives a restart");
-    assert_eq!(posterior_of(&alice)?, posterior);
+    assert_eq!(posterior_of(&alice).await?, posterior);
     assert_eq!(s.authenticate(Credential::ApiKey("kb")).await?.budget().await?.answered, 0);
 
     // Replaying the journal from the prior gives the stored posterior bit for bit.
-    let journal = match &alice.session.backend {
-        Backend::Local { store, .. } => store.journal("alice")?,
-        Backend::Shared { .. } => Vec::new(),
-    };
+    drop((alice, s));
+    let journal = EmbeddedStore::open(&dir.path().join("state.redb"))?.journal("alice")?;
     assert_eq!(journal.iter().map(|j| j.query_id.as_str()).collect::<Vec<_>>(), ["a1", "a2", "a3"]);
     let mut replay = Posterior::uniform(4)?;
     for entry in &journal {
@@ -239,15 +234,15 @@ async fn per_principal_sessions_calibrate_to_their_own_transcript_only() -> Test
         (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
     alice.answer(split(), None, "a1".into()).await?;
     alice.answer(split(), None, "a2".into()).await?;
-    assert_ne!(posterior_of(&alice)?, uniform, "alice's answers moved her posterior");
-    assert_eq!(posterior_of(&bob)?, uniform, "bob's noise ignores what alice was told");
+    assert_ne!(posterior_of(&alice).await?, uniform, "alice's answers moved her posterior");
+    assert_eq!(posterior_of(&bob).await?, uniform, "bob's noise ignores what alice was told");
 
     let (g, _gdir) = sessions(Scope::Global, Policy::Paper).await?;
     let (alice, bob) =
         (g.authenticate(Credential::ApiKey("ka")).await?, g.authenticate(Credential::ApiKey("kb")).await?);
     alice.answer(split(), None, "a1".into()).await?;
-    assert_ne!(posterior_of(&bob)?, uniform);
-    assert_eq!(posterior_of(&bob)?, posterior_of(&alice)?, "one transcript, one posterior");
+    assert_ne!(posterior_of(&bob).await?, uniform);
+    assert_eq!(posterior_of(&bob).await?, posterior_of(&alice).await?, "one transcript, one posterior");
     Ok(())
 }
 
@@ -271,7 +266,7 @@ async fn deleting_the_store_forgets_every_budget_and_posterior() -> TestResult {
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
     let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?.spent, 0.0, "a deleted store forgets");
-    assert_eq!(posterior_of(&alice)?, Posterior::uniform(4)?);
+    assert_eq!(posterior_of(&alice).await?, Posterior::uniform(4)?);
     Ok(())
 }
 
@@ -292,15 +287,15 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
         let alice = s.authenticate(Credential::ApiKey("ka")).await?;
         let (first, view) = ask(&alice, Some(split()), keyed(1.0, true, Some(0.05))).await?;
         assert!(!first.cached && first.charge.get() == 0.125 && view.answered == 1);
-        let posterior = posterior_of(&alice)?;
+        let posterior = posterior_of(&alice).await?;
         for _ in 0..5 {
             // Before the fan-out the session already knows the query ...
-            assert!(alice.knows(&QueryDigest::of(&[1.0]).into()).await?);
+            assert_eq!(alice.preflight(&QueryDigest::of(&[1.0]).into()).await?, Preflight::Known);
             // ... and answers it without teachers, charge or posterior change.
             let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
             assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first.clone() });
             assert_eq!((view.answered, view.spent), (1, 0.125));
-            assert_eq!(posterior_of(&alice)?, posterior);
+            assert_eq!(posterior_of(&alice).await?, posterior);
         }
         // A repeat that also brings teacher outputs is still the cached answer.
         assert!(ask(&alice, Some(split()), keyed(1.0, false, None)).await?.0.cached);
@@ -310,7 +305,7 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
     let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
     assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first }, "the cache survives a restart");
-    assert_eq!((view.answered, posterior_of(&alice)?), (1, posterior));
+    assert_eq!((view.answered, posterior_of(&alice).await?), (1, posterior));
     Ok(())
 }
 
@@ -327,11 +322,11 @@ async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() ->
     // Two more queries evict the first (capacity 2): its repeat is refused.
     ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
     ask(&alice, Some(unanimous()), keyed(3.0, false, None)).await?;
-    let before = (alice.budget().await?, posterior_of(&alice)?);
-    assert!(alice.knows(&QueryDigest::of(&[1.0]).into()).await?, "no teacher is asked for a refused repeat");
+    let before = (alice.budget().await?, posterior_of(&alice).await?);
+    assert_eq!(alice.preflight(&QueryDigest::of(&[1.0]).into()).await?, Preflight::Known, "no teacher is asked for a refused repeat");
     let refused = ask(&alice, Some(split()), keyed(1.0, false, None)).await;
     assert!(matches!(refused, Err(SessionError::EvictedRepeat)), "{refused:?}");
-    assert_eq!((alice.budget().await?, posterior_of(&alice)?), before);
+    assert_eq!((alice.budget().await?, posterior_of(&alice).await?), before);
     // Uncached callers are never looked up.
     assert!(!alice.answer(unanimous(), None, "plain".into()).await?.0.cached);
     // A query the session believed cached but whose answer is gone: nothing
@@ -377,7 +372,7 @@ async fn under_global_scope_another_principals_queries_never_change_your_answers
                 }
             }
             // As the server does: no teacher for a query the cache knows.
-            let outputs = (!bob.knows(&bob.cache_key(QueryDigest::of(&[x]))).await?).then(unanimous);
+            let outputs = (bob.preflight(&bob.cache_key(QueryDigest::of(&[x]))).await? == Preflight::Ask).then(unanimous);
             let reply = ask(&bob, outputs, asking(&bob, x)).await;
             replies.push(reply.map(|(r, _)| (r.label, r.unanimous, r.cached, r.confident, r.charge)).map_err(|e| e.to_string()));
         }
@@ -396,9 +391,14 @@ async fn under_global_scope_a_principal_never_gets_another_principals_cached_ans
     let digest = QueryDigest::of(&[1.0]);
     let asking = |h: &Handle| Asking { key: Some(h.cache_key(digest)), ..keyed(1.0, false, None) };
     ask(&alice, Some(split()), asking(&alice)).await?;
-    assert!(alice.knows(&alice.cache_key(digest)).await?);
-    assert!(!bob.knows(&bob.cache_key(digest)).await?, "bob cannot tell that alice asked it");
+    assert_eq!(alice.preflight(&alice.cache_key(digest)).await?, Preflight::Known);
+    assert_eq!(bob.preflight(&bob.cache_key(digest)).await?, Preflight::Ask, "bob cannot tell that alice asked it");
     let (reply, _) = ask(&bob, Some(split()), asking(&bob)).await?;
     assert!(!reply.cached, "bob's asking is a fresh, charged release");
     Ok(())
+}
+
+/// A query no test asks: its preflight says whether a new query could be paid for.
+fn new_query() -> CacheKey {
+    QueryDigest::of(&[-12_345.0]).into()
 }

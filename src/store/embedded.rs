@@ -110,6 +110,12 @@ impl EmbeddedStore {
         &self.path
     }
 
+    /// The file's absolute path, for messages (so a log line says which
+    /// file a relative `store.path` meant).
+    pub fn location(&self) -> String {
+        std::path::absolute(&self.path).unwrap_or_else(|_| self.path.clone()).display().to_string()
+    }
+
     /// `def` in a fresh read transaction, or `None` if nothing was ever
     /// written to it (redb creates a table on its first write).
     fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
@@ -217,6 +223,15 @@ impl EmbeddedStore {
         let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(None) };
         let value = table.get(name).map_err(backend)?;
         value.map(|v| decode_principal(name, v.value())).transpose()
+    }
+
+    /// The principal whose key hashes to `key_sha256` (a scan: the
+    /// service looks keys up in its in-memory registry, not here).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        Ok(self.principals()?.into_iter().find(|p| &p.key_sha256 == key_sha256))
     }
 
     /// See [`super::Store::provision`]. One write transaction (it waits

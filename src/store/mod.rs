@@ -16,6 +16,7 @@
 //!   posterior; a start with another teacher set or another index refuses.
 //! - The secret index never appears in an error or a log line.
 
+pub mod cell;
 pub mod embedded;
 pub mod postgres;
 pub mod principal;
@@ -111,7 +112,10 @@ impl std::fmt::Debug for Meta {
     }
 }
 
-/// The configured store.
+/// The configured store. The backend is chosen once, at start-up; what
+/// differs between the two is answered in two places only: [`dispatch!`]
+/// below (the same operation on either) and [`cell`] (where a session's
+/// state lives).
 #[derive(Clone)]
 pub enum Store {
     /// One file, one node.
@@ -120,16 +124,32 @@ pub enum Store {
     Postgres(std::sync::Arc<PgStore>),
 }
 
+/// Calls the operation of that name on whichever backend `store` is (the
+/// embedded store's run on the calling thread: redb reads take
+/// microseconds, and its writes here are start-up and admin operations).
+macro_rules! dispatch {
+    ($store:expr, $op:ident($($arg:expr),*)) => {
+        match $store {
+            Store::Embedded(e) => e.$op($($arg),*),
+            Store::Postgres(p) => p.$op($($arg),*).await,
+        }
+    };
+}
+
 impl Store {
     /// Where the data is, for messages.
     pub fn location(&self) -> String {
         match self {
-            // Absolute, so a log line says which file a relative store.path meant.
-            Store::Embedded(e) => {
-                std::path::absolute(e.path()).unwrap_or_else(|_| e.path().to_owned()).display().to_string()
-            }
+            Store::Embedded(e) => e.location(),
             Store::Postgres(p) => p.location().to_owned(),
         }
+    }
+
+    /// Whether this process is the store's only writer (embedded): then
+    /// what it holds in memory is authoritative. With PostgreSQL other
+    /// replicas write too, so every read goes to the database.
+    pub fn single_writer(&self) -> bool {
+        matches!(self, Store::Embedded(_))
     }
 
     /// The deployment record, if one was written.
@@ -137,10 +157,7 @@ impl Store {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.meta(),
-            Store::Postgres(p) => p.meta().await,
-        }
+        dispatch!(self, meta())
     }
 
     /// Writes `meta` durably unless one is already stored; returns the
@@ -149,10 +166,7 @@ impl Store {
     /// # Errors
     /// Backend.
     pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
-        match self {
-            Store::Embedded(e) => e.init_meta(meta),
-            Store::Postgres(p) => p.init_meta(meta).await,
-        }
+        dispatch!(self, init_meta(meta))
     }
 
     /// A session's latest durable record.
@@ -160,10 +174,7 @@ impl Store {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.load(session),
-            Store::Postgres(p) => p.load(session).await,
-        }
+        dispatch!(self, load(session))
     }
 
     /// Every provisioned principal, revoked ones included, by name.
@@ -171,10 +182,7 @@ impl Store {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.principals(),
-            Store::Postgres(p) => p.principals().await,
-        }
+        dispatch!(self, principals())
     }
 
     /// The principal whose key hashes to `key_sha256`, revoked or not.
@@ -182,10 +190,7 @@ impl Store {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
-        match self {
-            Store::Embedded(e) => Ok(e.principals()?.into_iter().find(|p| &p.key_sha256 == key_sha256)),
-            Store::Postgres(p) => p.principal_by_key(key_sha256).await,
-        }
+        dispatch!(self, principal_by_key(key_sha256))
     }
 
     /// The principal called `name`, revoked or not.
@@ -193,10 +198,7 @@ impl Store {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.principal(name),
-            Store::Postgres(p) => p.principal(name).await,
-        }
+        dispatch!(self, principal(name))
     }
 
     /// Provisions `record` durably and returns what is stored. An
@@ -207,10 +209,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::PrincipalExists`], [`StoreError::KeyInUse`], backend.
     pub async fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
-        match self {
-            Store::Embedded(e) => e.provision(record),
-            Store::Postgres(p) => p.provision(record).await,
-        }
+        let mut stored = self.provision_all(std::slice::from_ref(record)).await?;
+        stored.pop().ok_or_else(|| StoreError::Backend("provisioning one principal stored none".into()))
     }
 
     /// Provisions every record of `records` in order, as [`Store::provision`]
@@ -221,10 +221,7 @@ impl Store {
     /// # Errors
     /// As [`Store::provision`], naming the first principal that failed.
     pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.provision_all(records),
-            Store::Postgres(p) => p.provision_all(records).await,
-        }
+        dispatch!(self, provision_all(records))
     }
 
     /// Marks `name` revoked (durably) unless it already is; returns the
@@ -233,10 +230,7 @@ impl Store {
     /// # Errors
     /// Backend.
     pub async fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.revoke(name, at_unix),
-            Store::Postgres(p) => p.revoke(name, at_unix).await,
-        }
+        dispatch!(self, revoke(name, at_unix))
     }
 
     /// A session's journal in version order.
@@ -244,10 +238,7 @@ impl Store {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
-        match self {
-            Store::Embedded(e) => e.journal(session),
-            Store::Postgres(p) => p.journal(session).await,
-        }
+        dispatch!(self, journal(session))
     }
 }
 

@@ -263,15 +263,6 @@ impl PgStore {
         client.query_opt(sql, &[param]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
     }
 
-    /// See [`super::Store::provision`], in a transaction of its own.
-    ///
-    /// # Errors
-    /// As [`super::Store::provision`].
-    pub async fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
-        let mut stored = self.provision_all(std::slice::from_ref(record)).await?;
-        stored.pop().ok_or_else(|| backend("provisioning one principal stored none"))
-    }
-
     /// See [`super::Store::provision_all`]: one transaction, one
     /// `provision_in` per record. Rows are locked in the order given;
     /// replicas starting together give their configured principals in the
@@ -309,9 +300,11 @@ impl PgStore {
 
     /// One step on `session`, serialised across replicas: locks the row,
     /// hands the current record (`None`: fresh session) to `apply`, writes
-    /// back the record `apply` returns (whose version must be one more) and
-    /// its journal entry, and commits. Only a committed step's result is
-    /// returned; if `apply` fails, nothing is written.
+    /// back the record `apply` returns, if any (its version must be one
+    /// more), with its journal entry, and commits. Only a committed step's
+    /// result is returned; if `apply` fails, nothing is written. The row
+    /// is locked by the first statement (it is created only for a fresh
+    /// session), so a step is one read, one write and the commit.
     ///
     /// # Errors
     /// `apply`'s error, or the store's (then nothing may be released).
@@ -319,27 +312,36 @@ impl PgStore {
     where
         E: From<StoreError>,
         F: FnOnce(Option<SessionRecord>) -> Fut,
-        Fut: std::future::Future<Output = Result<(SessionRecord, Option<JournalEntry>, T), E>>,
+        Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Option<JournalEntry>)>, T), E>>,
     {
+        const LOCK: &str = "SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE";
         let started = std::time::Instant::now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
-        // Make sure the row exists so FOR UPDATE has something to lock; a
-        // concurrent insert by another replica is fine (DO NOTHING).
-        tx.execute(
-            "INSERT INTO pacpriv_sessions (session, version, record) VALUES ($1, 0, '') ON CONFLICT (session) DO NOTHING",
-            &[&session],
-        )
-        .await
-        .map_err(backend)?;
-        let row = tx
-            .query_one("SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE", &[&session])
-            .await
-            .map_err(backend)?;
+        let row = match tx.query_opt(LOCK, &[&session]).await.map_err(backend)? {
+            Some(row) => row,
+            None => {
+                // A fresh session: make the row so FOR UPDATE has something
+                // to lock; another replica's concurrent insert is fine.
+                tx.execute(
+                    "INSERT INTO pacpriv_sessions (session, version, record) VALUES ($1, 0, '') \
+                     ON CONFLICT (session) DO NOTHING",
+                    &[&session],
+                )
+                .await
+                .map_err(backend)?;
+                tx.query_one(LOCK, &[&session]).await.map_err(backend)?
+            }
+        };
         let version: i64 = row.get(0);
         let bytes: &[u8] = row.get(1);
         let current = if version == 0 { None } else { Some(decode(session, bytes)?) };
-        let (next, journal, result) = apply(current).await?;
+        let (write, result) = apply(current).await?;
+        let Some((next, journal)) = write else {
+            // Nothing to write (a cached answer read under the lock):
+            // committed state, released as it is.
+            return Ok(result);
+        };
         let next_version = i64::try_from(next.version).map_err(backend)?;
         if next_version != version + 1 {
             return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());

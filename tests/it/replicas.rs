@@ -50,3 +50,28 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
         assert_eq!(b.answered as usize, QUERIES);
     }
 }
+
+/// Issue 22 §3: a Predict on PostgreSQL reads its session row once before
+/// the charge (the preflight: cached? can the budget pay?) and once more
+/// inside the step's transaction, under the row lock — not three times
+/// before it. Counted on the wire, by a proxy in front of PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_predict_on_postgres_reads_its_session_once_before_the_charge() {
+    use crate::util::pg_proxy::PgProxy;
+    use crate::util::{digit, small_demo};
+    let pg = Postgres::start();
+    let proxy = PgProxy::start(&pg.url);
+    let env = small_demo(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", proxy.url.clone()),
+    ]);
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("warm-up", &digit(0))).await.expect("answered");
+    for (n, seed) in [(1, 1), (2, 2), (3, 1)] {
+        let before = proxy.session_reads();
+        let answer = predict(&mut c, "alice-key", image(&format!("q{n}"), &digit(seed))).await.expect("answered");
+        assert_eq!(answer.cached, n == 3, "q3 repeats q1");
+        assert_eq!(proxy.session_reads() - before, 2, "q{n}: one preflight read, one locked read");
+    }
+}

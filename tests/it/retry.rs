@@ -9,108 +9,14 @@
 //! retry policy (service config) then retries by itself and must receive
 //! the answer the charge paid for, charged once.
 
+use crate::util::pg_proxy::PgProxy;
 use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
 use pacpriv::proto::pacpriv::PredictResponse;
 use pacpriv::session::cache::{AnswerCache, Lookup, QueryDigest};
 use pacpriv::store::PgStore;
 use prost::Message;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tonic::Code;
 use tonic_types::StatusExt;
-
-/// A TCP proxy in front of PostgreSQL that can cut one connection right
-/// after a COMMIT has been executed.
-/// It runs on a runtime of its own thread: the test's runtime blocks while
-/// `pacpriv serve` starts, and that start goes through the proxy.
-struct CommitCutter {
-    port: u16,
-    armed: Arc<AtomicBool>,
-    cuts: Arc<AtomicUsize>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl CommitCutter {
-    fn start(upstream: String) -> CommitCutter {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy listens");
-        listener.set_nonblocking(true).expect("non-blocking");
-        let port = listener.local_addr().expect("address").port();
-        let (armed, cuts) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-        let (a, c) = (Arc::clone(&armed), Arc::clone(&cuts));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("proxy runtime");
-            rt.block_on(async move {
-                let listener = TcpListener::from_std(listener).expect("tokio listener");
-                let accept = async {
-                    while let Ok((conn, _)) = listener.accept().await {
-                        let Ok(server) = TcpStream::connect(&upstream).await else { continue };
-                        tokio::spawn(relay(conn, server, Arc::clone(&a), Arc::clone(&c)));
-                    }
-                };
-                tokio::select! { () = accept => {}, _ = stopped => {} }
-            });
-        });
-        CommitCutter { port, armed, cuts, stop: Some(stop) }
-    }
-
-    /// Cut the connection that carries the next COMMIT, once it is done.
-    fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    fn cuts(&self) -> usize {
-        self.cuts.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for CommitCutter {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-/// Relays one connection; after forwarding an armed `COMMIT` (a simple
-/// query: 'Q', length, "COMMIT\0"), PostgreSQL's first reply bytes mean it
-/// has committed — they are dropped and both sides closed.
-async fn relay(client: TcpStream, server: TcpStream, armed: Arc<AtomicBool>, cuts: Arc<AtomicUsize>) {
-    let (mut from_client, mut to_client) = client.into_split();
-    let (mut from_server, mut to_server) = server.into_split();
-    let pending = Arc::new(AtomicBool::new(false));
-    let p = Arc::clone(&pending);
-    let upstream = tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        while let Ok(n) = from_client.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            if buf[..n].windows(7).any(|w| w == b"COMMIT\0") && armed.swap(false, Ordering::SeqCst) {
-                p.store(true, Ordering::SeqCst);
-            }
-            if to_server.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut buf = vec![0u8; 64 * 1024];
-    while let Ok(n) = from_server.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        if pending.load(Ordering::SeqCst) {
-            cuts.fetch_add(1, Ordering::SeqCst);
-            break;
-        }
-        if to_client.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    upstream.abort();
-}
 
 fn key_of(pixels: &[f32]) -> QueryDigest {
     QueryDigest::of(&pixels.iter().map(|&x| f64::from(x)).collect::<Vec<_>>())
@@ -119,12 +25,10 @@ fn key_of(pixels: &[f32]) -> QueryDigest {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
     let pg = Postgres::start();
-    let port = pg.url.rsplit(':').next().and_then(|s| s.split('/').next()).expect("a port").to_owned();
-    let cutter = CommitCutter::start(format!("127.0.0.1:{port}"));
-    let url = pg.url.replace(&format!(":{port}/"), &format!(":{}/", cutter.port));
+    let cutter = PgProxy::start(&pg.url);
     let env = small_demo(&[
         ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
-        ("PACPRIV__STORE__POSTGRES_URL", url),
+        ("PACPRIV__STORE__POSTGRES_URL", cutter.url.clone()),
         ("PACPRIV__PRIVACY__POLICY", "paper".to_owned()),
     ]);
     let server = Process::serve(None, &env);

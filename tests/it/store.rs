@@ -7,7 +7,7 @@ use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
-use pacpriv::session::{Asking, Credential, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
+use pacpriv::session::{Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
 use pacpriv::store::{EmbeddedStore, Meta, Origin, PgStore, PrincipalRecord, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -73,7 +73,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     for n in 20..40 {
         alice.answer(outputs(n), None, format!("q{n}")).await.expect("fits");
     }
-    assert!(matches!(alice.ensure_can_pay().await, Err(SessionError::Exhausted { .. })));
+    assert!(matches!(alice.preflight(&QueryDigest::of(&[-1.0]).into()).await, Err(SessionError::Exhausted { .. })));
     assert!(matches!(alice.answer(outputs(41), None, "q41".into()).await, Err(SessionError::Exhausted { .. })));
 
     // A restart resumes; the journal replays the stored posterior exactly.
@@ -110,7 +110,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let store = reopen().await;
     let s = sessions(&store).await;
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
-    assert!(bob.knows(&QueryDigest::of(&[1.0, 2.0]).into()).await.expect("knows"));
+    assert_eq!(bob.preflight(&QueryDigest::of(&[1.0, 2.0]).into()).await.expect("preflight"), Preflight::Known);
     let (after, view) = bob.begin(None, keyed()).await.expect("step").durable().await.expect("cached");
     assert_eq!((after, view.answered), (again, 1));
     assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");

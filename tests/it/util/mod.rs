@@ -2,6 +2,7 @@
 //! fault-injecting teacher proxy.
 
 pub mod faulty;
+pub mod pg_proxy;
 
 use std::process::{Command, Output};
 

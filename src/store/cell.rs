@@ -1,0 +1,178 @@
+//! Where a session's state lives, and how one step on it becomes durable:
+//! the one place that knows the two answers.
+//!
+//! - **In this process** (embedded store, the only writer): the state is
+//!   held in memory and authoritative; a step runs under the session's
+//!   lock and queues its record for the next group commit under that lock,
+//!   so a session's records reach the disk in order, and the caller waits
+//!   for the [`Ticket`] outside the lock (early lock release).
+//! - **In the database** (PostgreSQL, shared by replicas): nothing is held;
+//!   a read reads the committed row, and a step runs in one transaction
+//!   that locks the row, steps from the state it read and writes the next
+//!   version back ([`PgStore::step`]); it is durable when it returns.
+//!
+//! [`crate::session`] reads and steps a [`Cell`] without knowing which.
+//!
+//! # Invariants
+//! - A step that changed nothing (a cached answer) still queues the
+//!   unchanged record in memory, so its answer is released only once the
+//!   step that produced it is durable; in the database it read committed
+//!   state under the row lock, which is durable already.
+//! - A step's closure runs once, on state no other step of the session
+//!   sees half-applied.
+
+use super::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, Store, StoreError, Ticket};
+use std::sync::{Arc, Mutex};
+
+/// A session's state as a cell holds it.
+pub trait State: Sized + Send + 'static {
+    /// What resuming needs besides the record (configuration).
+    type Context: Send + Sync + 'static;
+    /// The session layer's error, which a store error converts into.
+    type Error: From<StoreError> + Send + 'static;
+
+    /// The state `record` of session `key` describes (`None`: fresh).
+    ///
+    /// # Errors
+    /// A record that does not fit the context (corrupt, another m).
+    fn resume(context: &Self::Context, key: &str, record: Option<&SessionRecord>) -> Result<Self, Self::Error>;
+
+    /// The record that makes this state durable.
+    fn record(&self) -> SessionRecord;
+
+    /// The error for a lock an earlier panic poisoned (or a step's
+    /// blocking thread that panicked): refuse rather than risk a
+    /// half-applied step.
+    fn poisoned() -> Self::Error;
+}
+
+/// What a step did, for the store.
+pub enum Change {
+    /// Nothing changed (a cached answer).
+    None,
+    /// One step: write the state's new record, and this journal entry.
+    Step(Option<JournalEntry>),
+}
+
+/// One session's state, where the store keeps it.
+pub struct Cell<S: State> {
+    key: String,
+    context: S::Context,
+    place: Place<S>,
+}
+
+enum Place<S> {
+    Memory(Arc<Held<S>>),
+    Database(Arc<PgStore>),
+}
+
+/// A state held in this process, and the store that makes it durable.
+struct Held<S> {
+    state: Mutex<S>,
+    store: Arc<EmbeddedStore>,
+}
+
+impl<S: State> Held<S> {
+    /// Applies `apply` and queues the result under the lock.
+    fn step<T>(
+        &self,
+        key: &str,
+        apply: impl FnOnce(&mut S) -> Result<(T, Change), S::Error>,
+    ) -> Result<(T, Option<Ticket>), S::Error> {
+        let mut state = self.state.lock().map_err(|_| S::poisoned())?;
+        let (value, change) = apply(&mut state)?;
+        let journal = match change {
+            Change::None => None,
+            Change::Step(journal) => journal,
+        };
+        let ticket = self.store.enqueue(key, state.record(), journal)?;
+        Ok((value, Some(ticket)))
+    }
+}
+
+impl<S: State> Cell<S> {
+    /// The cell of session `key` in `store`: resumed from its latest
+    /// durable record when the state lives in this process, a handle on
+    /// its row when it lives in the database.
+    ///
+    /// # Errors
+    /// The record cannot be read or resumed.
+    pub fn open(store: &Store, key: &str, context: S::Context) -> Result<Self, S::Error> {
+        let place = match store {
+            Store::Embedded(e) => {
+                let state = S::resume(&context, key, e.load(key)?.as_ref())?;
+                Place::Memory(Arc::new(Held { state: Mutex::new(state), store: Arc::clone(e) }))
+            }
+            Store::Postgres(p) => Place::Database(Arc::clone(p)),
+        };
+        Ok(Cell { key: key.to_owned(), context, place })
+    }
+
+    /// The session's key in the store.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// What resuming this cell's state needs.
+    pub fn context(&self) -> &S::Context {
+        &self.context
+    }
+
+    /// `look` applied to the current committed state: one read.
+    ///
+    /// # Errors
+    /// The state cannot be read.
+    pub async fn read<T>(&self, look: impl FnOnce(&S) -> T) -> Result<T, S::Error> {
+        match &self.place {
+            Place::Memory(held) => Ok(look(&*held.state.lock().map_err(|_| S::poisoned())?)),
+            Place::Database(store) => {
+                let record = store.load(&self.key).await?;
+                Ok(look(&S::resume(&self.context, &self.key, record.as_ref())?))
+            }
+        }
+    }
+
+    /// One step: `apply` on the state, atomically with making its result
+    /// durable. Returns `apply`'s value and, for a state held in memory,
+    /// the ticket to wait on before releasing anything (`None`: durable
+    /// already). `blocking`: `apply` is heavy (LAPACK) and runs on a
+    /// blocking thread.
+    ///
+    /// # Errors
+    /// `apply`'s error (nothing changed), or the store's.
+    pub async fn step<T, F>(self: &Arc<Self>, blocking: bool, apply: F) -> Result<(T, Option<Ticket>), S::Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut S) -> Result<(T, Change), S::Error> + Send + 'static,
+    {
+        match &self.place {
+            Place::Memory(held) if blocking => {
+                let (held, cell) = (Arc::clone(held), Arc::clone(self));
+                tokio::task::spawn_blocking(move || held.step(&cell.key, apply)).await.map_err(|_| S::poisoned())?
+            }
+            Place::Memory(held) => held.step(&self.key, apply),
+            Place::Database(store) => {
+                let cell = Arc::clone(self);
+                let run = move |record: Option<SessionRecord>| {
+                    let mut state = S::resume(&cell.context, &cell.key, record.as_ref())?;
+                    let (value, change) = apply(&mut state)?;
+                    let write = match change {
+                        Change::None => None,
+                        Change::Step(journal) => Some((state.record(), journal)),
+                    };
+                    Ok::<_, S::Error>((write, value))
+                };
+                let value = store
+                    .step(&self.key, move |record| async move {
+                        if blocking {
+                            tokio::task::spawn_blocking(move || run(record)).await.map_err(|_| S::poisoned())?
+                        } else {
+                            run(record)
+                        }
+                    })
+                    .await?;
+                Ok((value, None))
+            }
+        }
+    }
+}
