@@ -37,11 +37,13 @@
 pub mod cli;
 pub mod fuzz;
 pub mod metrics;
+pub mod net;
 pub mod privacy;
 pub mod proto;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod start;
 pub mod store;
 pub mod teachers;
 pub mod tensor;

@@ -2,7 +2,7 @@
 //! (and, by default, the demo teachers in-process), serve until Ctrl-C or
 //! SIGTERM.
 
-use crate::server;
+use crate::start;
 use crate::settings::Settings;
 use anyhow::Context;
 use std::io::Write;
@@ -36,7 +36,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     super::init_tracing(settings.log_json);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let started = server::start(settings, shutdown_signal()).await?;
+        let started = start::serve(settings, shutdown_signal()).await?;
         writeln!(out, "pacpriv listening on {}", started.addr)?;
         for (what, addr) in [("admin", started.admin), ("health", started.health), ("metrics", started.metrics)] {
             if let Some(addr) = addr {

@@ -20,7 +20,6 @@
 
 pub mod http;
 
-use crate::session::BudgetView;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -259,9 +258,10 @@ impl ServiceMetrics {
         self.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }).observe(seconds);
     }
 
-    /// Sets a principal's budget gauges (or counts it as dropped when the
-    /// series limit is reached).
-    pub fn budget(&self, principal: &str, view: &BudgetView) {
+    /// Sets a session's budget gauges — MI `spent` of `limit` nats, and the
+    /// MIA bound at `spent` — (or counts it as dropped when the series limit
+    /// is reached).
+    pub fn budget(&self, principal: &str, spent: f64, limit: f64, mia_bound: f64) {
         let Ok(mut series) = self.series.lock() else { return };
         if !series.with.contains(principal) {
             if series.with.len() >= series.max {
@@ -274,9 +274,9 @@ impl ServiceMetrics {
         }
         drop(series);
         let label = PrincipalLabel { principal: principal.to_owned() };
-        self.spent.get_or_create(&label).set(view.spent);
-        self.limit.get_or_create(&label).set(view.limit);
-        self.mia.get_or_create(&label).set(view.mia_bound);
+        self.spent.get_or_create(&label).set(spent);
+        self.limit.get_or_create(&label).set(limit);
+        self.mia.get_or_create(&label).set(mia_bound);
     }
 
     /// Sets the number of active principals.

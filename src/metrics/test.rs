@@ -1,18 +1,4 @@
 use super::*;
-use crate::privacy::ledger::Policy;
-
-fn view(spent: f64) -> BudgetView {
-    BudgetView {
-        spent,
-        limit: 1.0,
-        remaining: 1.0 - spent,
-        per_query: 0.25,
-        answered: 1,
-        charged: 1,
-        mia_bound: 0.6,
-        policy: Policy::Paper,
-    }
-}
 
 #[test]
 fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
@@ -20,7 +6,7 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
     m.service.answered(true, 0.25, false);
     m.service.query(Outcome::RefusedBudget);
     m.service.duration(Rpc::Predict, 0.01);
-    m.service.budget("alice", &view(0.25));
+    m.service.budget("alice", 0.25, 1.0, 0.6);
     m.teachers.teacher("digits-000").call(0.002);
     m.teachers.teacher("digits-000").error(TeacherError::Timeout);
     m.store.commit(0.001, 3);
@@ -47,10 +33,10 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
 fn principal_series_are_bounded_and_the_rest_counted() -> Result<(), std::fmt::Error> {
     let m = Metrics::new(2);
     for (i, name) in ["a", "b", "c", "d", "c"].into_iter().enumerate() {
-        m.service.budget(name, &view(0.01 * i as f64));
+        m.service.budget(name, 0.01 * i as f64, 1.0, 0.6);
     }
     // "a" and "b" got series (and keep updating); "c" and "d" are counted once each.
-    m.service.budget("a", &view(0.5));
+    m.service.budget("a", 0.5, 1.0, 0.6);
     let text = m.encode()?;
     let series = text.lines().filter(|l| l.starts_with("pacpriv_budget_spent_nats{")).count();
     assert_eq!(series, 2, "{text}");

@@ -177,7 +177,7 @@ pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc)
         );
     });
     app.metrics.service.answered(answer.unanimous, answer.charge.get(), answer.cached);
-    app.metrics.service.budget(handle.session_name(), &view);
+    app.metrics.service.budget(handle.session_name(), view.spent, view.limit, view.mia_bound);
     app.metrics.service.duration(rpc, traced.started.elapsed().as_secs_f64());
     let label =
         u32::try_from(answer.label).map_err(|_| traced.fail(ServiceError::Internal("label out of range".into())))?;

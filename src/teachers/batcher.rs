@@ -15,12 +15,17 @@
 //!   session's state: the batcher does not know whose queries it carries.
 
 use super::FanoutError;
-use super::fanout::Core;
 use crate::privacy::mechanism::TeacherOutputs;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+
+/// What the batcher sends a batch to: the ensemble's fan-out.
+pub(super) trait AskBatch: Send + Sync + 'static {
+    /// Every teacher's outputs for each of `rows`, one per row, in order.
+    fn ask(&self, rows: &[Arc<[f64]>]) -> impl Future<Output = Result<Vec<TeacherOutputs>, FanoutError>> + Send;
+}
 
 /// When to close a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +59,7 @@ pub(super) struct Batcher {
 
 impl Batcher {
     /// Starts the collecting task on the current runtime.
-    pub(super) fn start(core: Arc<Core>, batching: Batching) -> Self {
+    pub(super) fn start(core: Arc<impl AskBatch>, batching: Batching) -> Self {
         // Room for a few batches: callers beyond it wait to enqueue, which
         // is the backpressure a closed-loop client would see anyway.
         let (queue, rx) = mpsc::channel(batching.max_batch.saturating_mul(4));
@@ -74,7 +79,7 @@ impl Batcher {
 
 /// Takes the first waiting query, then everything that arrives within the
 /// window (or until the batch is full), and hands the batch to a task.
-async fn collect(core: Arc<Core>, mut queue: mpsc::Receiver<Pending>, batching: Batching) {
+async fn collect(core: Arc<impl AskBatch>, mut queue: mpsc::Receiver<Pending>, batching: Batching) {
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
         let close = tokio::time::sleep_until(Instant::now() + batching.window);
@@ -95,7 +100,7 @@ async fn collect(core: Arc<Core>, mut queue: mpsc::Receiver<Pending>, batching: 
     }
 }
 
-async fn ask(core: Arc<Core>, batch: Vec<Pending>) {
+async fn ask(core: Arc<impl AskBatch>, batch: Vec<Pending>) {
     let rows: Vec<Arc<[f64]>> = batch.iter().map(|p| Arc::clone(&p.features)).collect();
     match core.ask(&rows).await {
         Ok(outputs) => {

@@ -3,7 +3,8 @@
 //! to a stacked model that answers for all m — and the replies turned into
 //! one [`TeacherOutputs`] per example, in subset order.
 
-use super::batcher::{Batcher, Batching};
+use super::FanoutError;
+use super::batcher::{AskBatch, Batcher, Batching};
 use super::call::{self, CallPolicy, Model};
 use crate::metrics::TeacherMetrics;
 use crate::privacy::mechanism::TeacherOutputs;
@@ -74,45 +75,6 @@ impl OutputMode {
             OutputMode::Vector { dim } => dim,
         }
     }
-}
-
-/// Why a query could not be answered by all teachers.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum FanoutError {
-    /// A teacher failed or was late on every attempt.
-    #[error("teacher {model} at {endpoint} did not answer after {attempts} attempt(s): {reason}")]
-    Unreachable {
-        /// Its model name.
-        model: String,
-        /// Its endpoint.
-        endpoint: String,
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        reason: String,
-    },
-    /// A teacher answered with something that is not a label or a score
-    /// vector of the configured size.
-    #[error("teacher {model} at {endpoint} returned an unusable output: {reason}")]
-    BadOutput {
-        /// Its model name.
-        model: String,
-        /// Its endpoint.
-        endpoint: String,
-        /// What was wrong.
-        reason: String,
-    },
-    /// An endpoint in the configuration is not a valid URI.
-    #[error("teacher endpoint {endpoint:?} is not a valid URI: {reason}")]
-    Endpoint {
-        /// The configured string.
-        endpoint: String,
-        /// Parser message.
-        reason: String,
-    },
-    /// The fan-out is shutting down (or one of its tasks failed).
-    #[error("the teacher fan-out has stopped; retry against a running server")]
-    Stopped,
 }
 
 /// The models and how to read them; shared by the ensemble and its
@@ -227,10 +189,10 @@ impl Ensemble {
     }
 }
 
-impl Core {
+impl AskBatch for Core {
     /// Every teacher's outputs for each of `rows` (all of the service's
     /// input length), one [`TeacherOutputs`] per row, in order.
-    pub(super) async fn ask(&self, rows: &[Arc<[f64]>]) -> Result<Vec<TeacherOutputs>, FanoutError> {
+    async fn ask(&self, rows: &[Arc<[f64]>]) -> Result<Vec<TeacherOutputs>, FanoutError> {
         self.metrics.batch(rows.len());
         let n = rows.len();
         let features: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
@@ -255,7 +217,9 @@ impl Core {
         }
         (0..n).map(|row| self.outputs_of(&replies, row)).collect()
     }
+}
 
+impl Core {
     /// Example `row`'s outputs from the replies (each checked by
     /// [`super::call::read_output`] to hold n × per-row cells, so a cell
     /// is never missing unless that check is broken).

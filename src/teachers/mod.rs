@@ -20,11 +20,13 @@
 pub mod batcher;
 pub mod call;
 pub mod demo;
+mod error;
 pub mod fanout;
 
 pub use batcher::Batching;
 pub use call::CallPolicy;
-pub use fanout::{Ensemble, FanoutError, OutputMode, TeacherSpec, Teachers};
+pub use error::FanoutError;
+pub use fanout::{Ensemble, OutputMode, TeacherSpec, Teachers};
 
 #[cfg(test)]
 mod test;

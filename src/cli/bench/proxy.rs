@@ -103,11 +103,11 @@ pub async fn start(
         .max_encoding_message_size(settings.max_message_bytes);
     let listener = TcpListener::bind("127.0.0.1:0").await.context("binding the proxy's listener")?;
     let addr = listener.local_addr()?;
-    let server = crate::server::tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
+    let server = crate::start::tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
         .add_service(service)
         // Accepted exactly as the service accepts (TCP_NODELAY): the
         // baseline must not wait for delayed ACKs the privatizer does not.
-        .serve_with_incoming_shutdown(crate::server::incoming(listener), shutdown);
+        .serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown);
     Ok((addr, server))
 }
 

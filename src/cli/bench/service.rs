@@ -6,7 +6,7 @@
 //! then each target in turn is started on a fresh runtime and a free
 //! port, and is loaded by N closed-loop clients (`load`, on a
 //! runtime of their own) for a fixed time or number of answers. The
-//! targets are the real service ([`crate::server::start`], fresh embedded
+//! targets are the real service ([`crate::start::serve`], fresh embedded
 //! store, N provisioned principals) and the baseline (`proxy`);
 //! both build their fan-out from the same [`Settings`], so configuration
 //! overrides (the process environment's `PACPRIV__…`, then the target's
@@ -27,7 +27,7 @@ use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
 use crate::proto::pacpriv::{Budget, GetBudgetRequest};
-use crate::server;
+use crate::start;
 use crate::session::{PrincipalConfig, Scope};
 use crate::settings::{Settings, StoreSettings, TeacherSource};
 use crate::teachers::Teachers;
@@ -126,7 +126,7 @@ impl Knobs {
 pub(super) enum Kind {
     /// The plain fan-out proxy ([`proxy`]).
     Proxy,
-    /// The real service ([`server::start`]).
+    /// The real service ([`start::serve`]).
     Privatizer,
 }
 
@@ -372,7 +372,7 @@ fn run_target(
                 (addr, tokio::spawn(async move { Ok(serve.await?) }), MetricsSource::Local(metrics))
             }
             Kind::Privatizer => {
-                let started = server::start(settings, shutdown).await?;
+                let started = start::serve(settings, shutdown).await?;
                 let metrics = started.metrics.map_or(MetricsSource::None, MetricsSource::Http);
                 (started.addr, tokio::spawn(async move { Ok(started.server.await?) }), metrics)
             }

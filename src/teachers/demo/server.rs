@@ -45,7 +45,7 @@ impl DemoServer {
     ) -> Result<(), tonic::transport::Error> {
         tonic::transport::Server::builder()
             .add_service(GrpcInferenceServiceServer::new(self))
-            .serve_with_incoming_shutdown(crate::server::incoming(listener), shutdown)
+            .serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown)
             .await
     }
 

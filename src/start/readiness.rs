@@ -1,0 +1,63 @@
+//! Readiness: the health status follows the teachers, so a load balancer
+//! or Kubernetes readiness probe stops sending queries that could only
+//! fail with UNAVAILABLE.
+
+use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
+use crate::server::{App, Service};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+/// The health service name that is SERVING for as long as the process
+/// serves at all, for liveness probes: teachers being down is a reason to
+/// stop routing queries here (readiness), not to restart this process.
+pub const LIVENESS_SERVICE: &str = "liveness";
+
+/// Keeps the health status of `pacpriv.v1.Privatizer` (and of the server,
+/// "") SERVING exactly while every teacher reports its model ready;
+/// [`LIVENESS_SERVICE`] is SERVING throughout. Probes once before
+/// returning, then every `every` on a task of `background` until `stop`.
+pub async fn watch(
+    app: Arc<App>,
+    health: HealthReporter,
+    every: std::time::Duration,
+    background: &TaskTracker,
+    stop: &CancellationToken,
+) {
+    health.set_service_status(LIVENESS_SERVICE, ServingStatus::Serving).await;
+    let mut missing = probe(&app).await;
+    set_health(&app, &health, missing).await;
+    let stop = stop.clone();
+    background.spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+            let now = probe(&app).await;
+            if (now == 0) != (missing == 0) {
+                set_health(&app, &health, now).await;
+            }
+            missing = now;
+        }
+    });
+}
+
+/// Teachers not ready, also recorded as a gauge.
+async fn probe(app: &App) -> usize {
+    let missing = app.ensemble.not_ready().await;
+    let total = app.ensemble.len();
+    app.metrics.teachers.readiness(total.saturating_sub(missing), total);
+    missing
+}
+
+async fn set_health(app: &App, health: &HealthReporter, missing: usize) {
+    app.ready.store(missing == 0, std::sync::atomic::Ordering::Relaxed);
+    let status = if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing };
+    for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
+        health.set_service_status(name, status).await;
+    }
+    tracing::info!(ready = missing == 0, teachers_not_ready = missing, "teacher readiness");
+}
