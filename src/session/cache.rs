@@ -118,8 +118,9 @@ impl From<QueryDigest> for CacheKey {
     }
 }
 
-/// What a repeat of an evicted query gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a repeat of an evicted query gets (`privacy.answer_cache_evicted`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OnEvicted {
     /// Refused (the default): a query is answered with noise at most once.
     Refuse,

@@ -38,8 +38,9 @@ pub mod secret;
 
 pub use registry::{Account, Credential, GLOBAL_SESSION, Sessions};
 
-/// Whose transcript a session bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Whose transcript a session bounds (`privacy.scope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// One session per principal.
     PerPrincipal,

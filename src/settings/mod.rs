@@ -260,56 +260,123 @@ struct RawServer {
     max_concurrent_streams: u32,
     rate_limit_per_second: u32,
     rate_limit_burst: u32,
-    log_format: String,
+    #[serde(deserialize_with = "choice")]
+    log_format: LogFormat,
     inference_model: String,
+}
+
+/// `server.log_format`.
+#[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPrivacy {
     per_query_mi: String,
-    policy: String,
-    scope: String,
+    #[serde(deserialize_with = "choice")]
+    policy: Policy,
+    #[serde(deserialize_with = "choice")]
+    scope: Scope,
     global_budget_mi: String,
     secret_index_file: String,
     release_noisy_vector: bool,
     answer_cache_entries: usize,
-    answer_cache_evicted: String,
+    #[serde(deserialize_with = "choice")]
+    answer_cache_evicted: OnEvicted,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStore {
-    backend: String,
+    #[serde(deserialize_with = "choice")]
+    backend: Backend,
     path: String,
     postgres_url: String,
     max_connections: usize,
     journal: bool,
 }
 
+/// `store.backend`.
+#[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Backend {
+    Embedded,
+    Postgres,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawModel {
-    mode: String,
+    #[serde(deserialize_with = "choice")]
+    mode: Mode,
     classes: usize,
     input_shape: Vec<usize>,
+}
+
+/// `model.mode`.
+#[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Mode {
+    Label,
+    Vector,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTeachers {
-    source: String,
+    #[serde(deserialize_with = "choice")]
+    source: Source,
     deadline_ms: u64,
     retries: u32,
     input_name: String,
-    input_datatype: String,
+    #[serde(deserialize_with = "choice")]
+    input_datatype: Datatype,
     output_name: String,
     health_interval_ms: u64,
     batch_window_ms: u64,
     max_batch: usize,
-    layout: String,
+    #[serde(deserialize_with = "choice")]
+    layout: Layout,
     remote: Vec<TeacherSpec>,
     stacked: RawStacked,
+}
+
+/// `teachers.source`.
+#[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Source {
+    Demo,
+    Remote,
+}
+
+/// `teachers.layout`.
+#[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Layout {
+    PerTeacher,
+    Stacked,
+}
+
+/// `teachers.input_datatype`: what the teachers are sent.
+#[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
+enum Datatype {
+    #[serde(rename = "FP32")]
+    Fp32,
+    #[serde(rename = "FP64")]
+    Fp64,
+}
+
+impl Datatype {
+    fn as_str(self) -> &'static str {
+        match self {
+            Datatype::Fp32 => "FP32",
+            Datatype::Fp64 => "FP64",
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -357,6 +424,16 @@ struct RawMetrics {
 struct RawPrincipal {
     key_sha256: String,
     budget_mi: String,
+}
+
+/// An enumerated key: read as a string, then parsed into its enum, so a
+/// value outside the choices is refused with serde's message, which names
+/// the value and every choice (the `config` crate's own enum reading
+/// names neither).
+fn choice<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<T, D::Error> {
+    use serde::de::{Error, IntoDeserializer};
+    let value = String::deserialize(d)?;
+    T::deserialize(value.as_str().into_deserializer()).map_err(|e: serde::de::value::Error| D::Error::custom(e))
 }
 
 fn nats(key: &str, s: &str) -> Result<Nats, SettingsError> {
@@ -426,34 +503,108 @@ impl RawTls {
     }
 }
 
-impl Raw {
-    fn validate(self) -> Result<Settings, SettingsError> {
-        let per_query = nats("privacy.per_query_mi", &self.privacy.per_query_mi)?;
+impl RawPrivacy {
+    fn validate(self) -> Result<Privacy, SettingsError> {
+        let per_query = nats("privacy.per_query_mi", &self.per_query_mi)?;
         if per_query.get() < MIN_PER_QUERY {
             return Err(err("privacy.per_query_mi", format!("must be at least {MIN_PER_QUERY:e} nats")));
         }
-        let policy = self
-            .privacy
-            .policy
-            .parse()
-            .map_err(|e: crate::privacy::PrivacyError| err("privacy.policy", e.to_string()))?;
-        let scope = match self.privacy.scope.as_str() {
-            "per_principal" => Scope::PerPrincipal,
-            "global" => Scope::Global,
-            other => return Err(err("privacy.scope", format!("{other:?}: expected \"per_principal\" or \"global\""))),
+        if self.answer_cache_entries > MAX_CACHE_ENTRIES {
+            return Err(err(
+                "privacy.answer_cache_entries",
+                format!("at most {MAX_CACHE_ENTRIES}: the cache is part of every step's durable record"),
+            ));
+        }
+        if self.answer_cache_entries == 0 {
+            return Err(err(
+                "privacy.answer_cache_entries",
+                "at least 1: the cache keeps each answer with the session, which is what lets a client retry a \
+                 query whose answer was withheld without being charged twice",
+            ));
+        }
+        let secret = self.secret_index_file;
+        Ok(Privacy {
+            per_query,
+            policy: self.policy,
+            scope: self.scope,
+            global_budget: nats("privacy.global_budget_mi", &self.global_budget_mi)?,
+            secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
+            release_noisy_vector: self.release_noisy_vector,
+            cache: CacheSettings { capacity: self.answer_cache_entries, on_evicted: self.answer_cache_evicted },
+        })
+    }
+}
+
+/// The `[privacy]` section, validated.
+struct Privacy {
+    per_query: Nats,
+    policy: Policy,
+    scope: Scope,
+    global_budget: Nats,
+    secret_index_file: Option<PathBuf>,
+    release_noisy_vector: bool,
+    cache: CacheSettings,
+}
+
+impl RawServer {
+    fn validate(self) -> Result<Server, SettingsError> {
+        let inference_model = self.inference_model.trim().to_owned();
+        if inference_model.len() > 128 || inference_model.contains(['/', ' ']) {
+            return Err(err("server.inference_model", "at most 128 bytes, no '/' or spaces (it is a model name)"));
+        }
+        if self.max_message_bytes < 1024 {
+            return Err(err("server.max_message_bytes", "must be at least 1024"));
+        }
+        if self.max_concurrent_streams == 0 {
+            return Err(err("server.max_concurrent_streams", "must be at least 1"));
+        }
+        let rate_limit = match (std::num::NonZeroU32::new(self.rate_limit_per_second), self.rate_limit_burst) {
+            (None, 0) => None,
+            (None, _) => {
+                return Err(err(
+                    "server.rate_limit_burst",
+                    "is set but server.rate_limit_per_second is 0 (off); set a rate too",
+                ));
+            }
+            (Some(per_second), burst) => {
+                Some(RateQuota { per_second, burst: std::num::NonZeroU32::new(burst).unwrap_or(per_second) })
+            }
         };
-        let classes = self.model.classes;
-        if classes < 2 {
+        Ok(Server {
+            listen: addr("server.listen", &self.listen)?,
+            health_listen: optional_addr("server.health_listen", &self.health_listen)?,
+            max_message_bytes: self.max_message_bytes,
+            max_concurrent_streams: self.max_concurrent_streams,
+            rate_limit,
+            inference_model: (!inference_model.is_empty()).then_some(inference_model),
+            log_json: self.log_format == LogFormat::Json,
+        })
+    }
+}
+
+/// The `[server]` section, validated.
+struct Server {
+    listen: SocketAddr,
+    health_listen: Option<SocketAddr>,
+    max_message_bytes: usize,
+    max_concurrent_streams: u32,
+    rate_limit: Option<RateQuota>,
+    inference_model: Option<String>,
+    log_json: bool,
+}
+
+impl RawModel {
+    fn validate(self) -> Result<(OutputMode, Vec<usize>), SettingsError> {
+        if self.classes < 2 {
             return Err(err("model.classes", "must be at least 2"));
         }
-        let mode = match self.model.mode.as_str() {
-            "label" => OutputMode::Label { classes },
-            "vector" => OutputMode::Vector { dim: classes },
-            other => return Err(err("model.mode", format!("{other:?}: expected \"label\" or \"vector\""))),
+        let mode = match self.mode {
+            Mode::Label => OutputMode::Label { classes: self.classes },
+            Mode::Vector => OutputMode::Vector { dim: self.classes },
         };
-        let features = self.model.input_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let features = self.input_shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         match features {
-            Some(n) if (1..=MAX_FEATURES).contains(&n) && !self.model.input_shape.is_empty() => {}
+            Some(n) if (1..=MAX_FEATURES).contains(&n) && !self.input_shape.is_empty() => {}
             _ => {
                 return Err(err(
                     "model.input_shape",
@@ -461,79 +612,44 @@ impl Raw {
                 ));
             }
         }
-        let log_json = match self.server.log_format.as_str() {
-            "text" => false,
-            "json" => true,
-            other => return Err(err("server.log_format", format!("{other:?}: expected \"text\" or \"json\""))),
-        };
-        let inference_model = self.server.inference_model.trim().to_owned();
-        if inference_model.len() > 128 || inference_model.contains(['/', ' ']) {
-            return Err(err("server.inference_model", "at most 128 bytes, no '/' or spaces (it is a model name)"));
-        }
-        if self.server.max_message_bytes < 1024 {
-            return Err(err("server.max_message_bytes", "must be at least 1024"));
-        }
-        if self.server.max_concurrent_streams == 0 {
-            return Err(err("server.max_concurrent_streams", "must be at least 1"));
-        }
-        let rate_limit =
-            match (std::num::NonZeroU32::new(self.server.rate_limit_per_second), self.server.rate_limit_burst) {
-                (None, 0) => None,
-                (None, _) => {
-                    return Err(err(
-                        "server.rate_limit_burst",
-                        "is set but server.rate_limit_per_second is 0 (off); set a rate too",
-                    ));
-                }
-                (Some(per_second), burst) => {
-                    Some(RateQuota { per_second, burst: std::num::NonZeroU32::new(burst).unwrap_or(per_second) })
-                }
-            };
-        let t = self.teachers;
-        if t.deadline_ms == 0 {
+        Ok((mode, self.input_shape))
+    }
+}
+
+impl RawTeachers {
+    /// The `[teachers]` section (with `[demo]` when the demo serves them).
+    fn validate(self, demo: RawDemo) -> Result<Fanout, SettingsError> {
+        if self.deadline_ms == 0 {
             return Err(err("teachers.deadline_ms", "must be positive"));
         }
-        if t.health_interval_ms < 100 {
+        if self.health_interval_ms < 100 {
             return Err(err("teachers.health_interval_ms", "must be at least 100"));
         }
-        if t.retries > 10 {
+        if self.retries > 10 {
             return Err(err("teachers.retries", "at most 10: a dead teacher should fail the query, not stall it"));
         }
-        if !matches!(t.input_datatype.as_str(), "FP32" | "FP64") {
-            return Err(err(
-                "teachers.input_datatype",
-                format!("{:?}: expected \"FP32\" or \"FP64\"", t.input_datatype),
-            ));
-        }
-        if t.max_batch == 0 || t.max_batch > MAX_BATCH {
+        if self.max_batch == 0 || self.max_batch > MAX_BATCH {
             return Err(err("teachers.max_batch", format!("must be 1 to {MAX_BATCH}")));
         }
-        if t.batch_window_ms > 1000 {
+        if self.batch_window_ms > 1000 {
             return Err(err(
                 "teachers.batch_window_ms",
                 "at most 1000: a window adds its length to every query's latency",
             ));
         }
-        let batching = Batching { window: Duration::from_millis(t.batch_window_ms), max_batch: t.max_batch };
-        let stacked = match t.layout.as_str() {
-            "per_teacher" => false,
-            "stacked" => true,
-            other => {
-                return Err(err("teachers.layout", format!("{other:?}: expected \"per_teacher\" or \"stacked\"")));
-            }
-        };
-        let teachers = match t.source.as_str() {
-            "demo" => {
-                teacher_count("demo.models", self.demo.models)?;
+        let stacked = self.layout == Layout::Stacked;
+        let teachers = match self.source {
+            Source::Demo => {
+                teacher_count("demo.models", demo.models)?;
                 TeacherSource::Demo {
-                    models: self.demo.models,
-                    seed: self.demo.seed,
-                    listen: addr("demo.listen", &self.demo.listen)?,
+                    models: demo.models,
+                    seed: demo.seed,
+                    listen: addr("demo.listen", &demo.listen)?,
                     stacked,
                 }
             }
-            "remote" if stacked => {
-                let st = t.stacked;
+            Source::Remote if stacked => {
+                let st = self.stacked;
                 if st.endpoint.is_empty() || st.model.is_empty() {
                     return Err(err("teachers.stacked", "layout = \"stacked\" needs its endpoint and model"));
                 }
@@ -541,31 +657,91 @@ impl Raw {
                 let spec = TeacherSpec { endpoint: st.endpoint, model: st.model, version: st.version };
                 TeacherSource::Remote(Teachers::Stacked { spec, models: st.models })
             }
-            "remote" => {
-                if t.remote.len() < 2 {
+            Source::Remote => {
+                if self.remote.len() < 2 {
                     return Err(err("teachers.remote", "source = \"remote\" needs at least 2 teachers"));
                 }
-                TeacherSource::Remote(Teachers::PerTeacher(t.remote))
+                TeacherSource::Remote(Teachers::PerTeacher(self.remote))
             }
-            other => return Err(err("teachers.source", format!("{other:?}: expected \"demo\" or \"remote\""))),
         };
-        let health_interval = Duration::from_millis(t.health_interval_ms);
-        let call = CallPolicy {
-            deadline: Duration::from_millis(t.deadline_ms),
-            retries: t.retries,
-            input_name: t.input_name,
-            input_datatype: t.input_datatype,
-            output_name: (!t.output_name.is_empty()).then_some(t.output_name),
-        };
-        let admin = match self.admin.key_sha256.trim() {
-            "" => None,
-            hex => Some(AdminSettings {
-                listen: addr("admin.listen", &self.admin.listen)?,
+        Ok(Fanout {
+            teachers,
+            call: CallPolicy {
+                deadline: Duration::from_millis(self.deadline_ms),
+                retries: self.retries,
+                input_name: self.input_name,
+                input_datatype: self.input_datatype.as_str().to_owned(),
+                output_name: (!self.output_name.is_empty()).then_some(self.output_name),
+            },
+            batching: Batching { window: Duration::from_millis(self.batch_window_ms), max_batch: self.max_batch },
+            health_interval: Duration::from_millis(self.health_interval_ms),
+        })
+    }
+}
+
+/// The `[teachers]` section, validated.
+struct Fanout {
+    teachers: TeacherSource,
+    call: CallPolicy,
+    batching: Batching,
+    health_interval: Duration,
+}
+
+impl RawStore {
+    fn validate(self) -> Result<StoreSettings, SettingsError> {
+        match self.backend {
+            Backend::Embedded if self.path.trim().is_empty() => {
+                Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"))
+            }
+            Backend::Embedded => Ok(StoreSettings::Embedded { path: PathBuf::from(&self.path) }),
+            Backend::Postgres if self.postgres_url.trim().is_empty() => Err(err(
+                "store.postgres_url",
+                "backend = \"postgres\" needs a URL, e.g. postgres://pacpriv@db/pacpriv",
+            )),
+            Backend::Postgres if self.max_connections == 0 => {
+                Err(err("store.max_connections", "must be at least 1"))
+            }
+            Backend::Postgres => {
+                Ok(StoreSettings::Postgres { url: self.postgres_url, max_connections: self.max_connections })
+            }
+        }
+    }
+}
+
+impl RawAdmin {
+    fn validate(self) -> Result<Option<AdminSettings>, SettingsError> {
+        match self.key_sha256.trim() {
+            "" => Ok(None),
+            hex => Ok(Some(AdminSettings {
+                listen: addr("admin.listen", &self.listen)?,
                 key_sha256: parse_sha256(hex).ok_or_else(|| {
                     err("admin.key_sha256", "must be 64 hex digits: the SHA-256 of the admin token (or empty)")
                 })?,
-            }),
-        };
+            })),
+        }
+    }
+}
+
+impl RawMetrics {
+    fn validate(self) -> Result<MetricsSettings, SettingsError> {
+        if self.max_principal_series == 0 {
+            return Err(err("metrics.max_principal_series", "must be at least 1"));
+        }
+        Ok(MetricsSettings {
+            listen: optional_addr("metrics.listen", &self.listen)?,
+            max_principal_series: self.max_principal_series,
+        })
+    }
+}
+
+impl Raw {
+    /// Each section on its own, then what spans sections.
+    fn validate(self) -> Result<Settings, SettingsError> {
+        let privacy = self.privacy.validate()?;
+        let server = self.server.validate()?;
+        let (mode, input_shape) = self.model.validate()?;
+        let fanout = self.teachers.validate(self.demo)?;
+        let admin = self.admin.validate()?;
         if self.principals.is_empty() && admin.is_none() {
             return Err(err(
                 "principals",
@@ -573,86 +749,33 @@ impl Raw {
                  authenticate",
             ));
         }
-        let principals = principals(self.principals)?;
-        if self.metrics.max_principal_series == 0 {
-            return Err(err("metrics.max_principal_series", "must be at least 1"));
-        }
-        let metrics = MetricsSettings {
-            listen: optional_addr("metrics.listen", &self.metrics.listen)?,
-            max_principal_series: self.metrics.max_principal_series,
-        };
-        let store = match self.store.backend.as_str() {
-            "embedded" if self.store.path.trim().is_empty() => {
-                return Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"));
-            }
-            "embedded" => StoreSettings::Embedded { path: PathBuf::from(&self.store.path) },
-            "postgres" if self.store.postgres_url.trim().is_empty() => {
-                return Err(err(
-                    "store.postgres_url",
-                    "backend = \"postgres\" needs a URL, e.g. postgres://pacpriv@db/pacpriv",
-                ));
-            }
-            "postgres" if self.store.max_connections == 0 => {
-                return Err(err("store.max_connections", "must be at least 1"));
-            }
-            "postgres" => StoreSettings::Postgres {
-                url: self.store.postgres_url.clone(),
-                max_connections: self.store.max_connections,
-            },
-            other => return Err(err("store.backend", format!("{other:?}: expected \"embedded\" or \"postgres\""))),
-        };
-        let on_evicted = match self.privacy.answer_cache_evicted.as_str() {
-            "refuse" => OnEvicted::Refuse,
-            "charge" => OnEvicted::Charge,
-            other => {
-                return Err(err(
-                    "privacy.answer_cache_evicted",
-                    format!("{other:?}: expected \"refuse\" or \"charge\""),
-                ));
-            }
-        };
-        if self.privacy.answer_cache_entries > MAX_CACHE_ENTRIES {
-            return Err(err(
-                "privacy.answer_cache_entries",
-                format!("at most {MAX_CACHE_ENTRIES}: the cache is part of every step's durable record"),
-            ));
-        }
-        if self.privacy.answer_cache_entries == 0 {
-            return Err(err(
-                "privacy.answer_cache_entries",
-                "at least 1: the cache keeps each answer with the session, which is what lets a client retry a \
-                 query whose answer was withheld without being charged twice",
-            ));
-        }
-        let cache = CacheSettings { capacity: self.privacy.answer_cache_entries, on_evicted };
-        let secret = self.privacy.secret_index_file;
         Ok(Settings {
-            listen: addr("server.listen", &self.server.listen)?,
-            max_message_bytes: self.server.max_message_bytes,
-            max_concurrent_streams: self.server.max_concurrent_streams,
-            rate_limit,
-            inference_model: (!inference_model.is_empty()).then_some(inference_model),
-            log_json,
-            per_query,
-            policy,
-            scope,
-            global_budget: nats("privacy.global_budget_mi", &self.privacy.global_budget_mi)?,
-            secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
-            release_noisy_vector: self.privacy.release_noisy_vector,
-            cache,
-            store,
+            listen: server.listen,
+            max_message_bytes: server.max_message_bytes,
+            max_concurrent_streams: server.max_concurrent_streams,
+            rate_limit: server.rate_limit,
+            inference_model: server.inference_model,
+            log_json: server.log_json,
+            per_query: privacy.per_query,
+            policy: privacy.policy,
+            scope: privacy.scope,
+            global_budget: privacy.global_budget,
+            secret_index_file: privacy.secret_index_file,
+            release_noisy_vector: privacy.release_noisy_vector,
+            cache: privacy.cache,
             journal: self.store.journal,
+            store: self.store.validate()?,
             mode,
-            input_shape: self.model.input_shape,
-            teachers,
-            call,
-            batching,
-            health_interval,
-            principals,
-            health_listen: optional_addr("server.health_listen", &self.server.health_listen)?,
+            input_shape,
+            teachers: fanout.teachers,
+            call: fanout.call,
+            batching: fanout.batching,
+            health_interval: fanout.health_interval,
+            principals: principals(self.principals)?,
+            health_listen: server.health_listen,
             tls: self.tls.validate()?,
             admin,
-            metrics,
+            metrics: self.metrics.validate()?,
         })
     }
 }

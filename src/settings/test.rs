@@ -57,6 +57,29 @@ fn errors_name_the_key() {
     }
 }
 
+/// Enumerated keys are parsed into enums: a value outside the choices is
+/// refused by parsing, naming the key, the value and the choices.
+#[test]
+fn enumerated_keys_are_refused_by_parsing_with_the_choices() {
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("PACPRIV__PRIVACY__POLICY", "cheap", "privacy.policy", "`contested`"),
+        ("PACPRIV__PRIVACY__SCOPE", "team", "privacy.scope", "`per_principal`"),
+        ("PACPRIV__PRIVACY__ANSWER_CACHE_EVICTED", "forget", "privacy.answer_cache_evicted", "`refuse`"),
+        ("PACPRIV__STORE__BACKEND", "sqlite", "store.backend", "`postgres`"),
+        ("PACPRIV__SERVER__LOG_FORMAT", "xml", "server.log_format", "`json`"),
+        ("PACPRIV__MODEL__MODE", "logits", "model.mode", "`vector`"),
+        ("PACPRIV__TEACHERS__SOURCE", "cloud", "teachers.source", "`remote`"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stack", "teachers.layout", "`per_teacher`"),
+        ("PACPRIV__TEACHERS__INPUT_DATATYPE", "INT8", "teachers.input_datatype", "`FP64`"),
+    ];
+    for (var, value, key, choice) in cases {
+        let e = load(&[(var, value)]).err().map(|e| e.to_string()).unwrap_or_else(|| panic!("{var}={value} accepted"));
+        for part in [key, value, choice] {
+            assert!(e.contains(part), "{var}={value}: the message names {part}: {e}");
+        }
+    }
+}
+
 #[test]
 fn a_typo_is_an_error_not_a_silent_default() {
     let e = load(&[("PACPRIV__PRIVACY__PER_QUERY", "2^-8")]).err().map(|e| e.to_string()).unwrap_or_default();
