@@ -22,8 +22,9 @@
 //!   Protocol; `teachers::demo` trains and serves the digits ensemble.
 //! - [`settings`]: configuration loading and validation.
 //! - [`tensor`]: wire tensors to numbers.
-//! - [`fuzz`]: fuzzing entry points for every parser of peer-chosen bytes
-//!   (driven by `fuzz/` and by proptest in CI).
+//! - `fuzz` (feature `fuzzing`, and in `cargo test`): fuzzing entry points
+//!   for every parser of peer-chosen bytes (driven by `fuzz/` and by
+//!   proptest in CI); not part of the product library.
 //! - [`proto`]: wire protocols compiled from `proto/` at build time.
 //! - [`cli`]: one file per subcommand of the `pacpriv` binary.
 //!
@@ -35,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod metrics;
 pub mod net;

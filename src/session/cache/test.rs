@@ -1,4 +1,5 @@
 use super::*;
+use crate::store::SessionRecord;
 use proptest::prelude::*;
 
 fn answer(label: usize) -> Cached {
@@ -87,6 +88,63 @@ fn owners_have_their_own_partitions() {
     // An evicted prefix of alice's is no refusal for bob.
     let alice_evicted = of(alice, 100.0);
     assert_eq!(cache.lookup(&CacheKey { digest: alice_evicted.digest, owner: bob }), Lookup::Miss);
+}
+
+fn fixture(name: &str) -> SessionRecord {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-1").join(name);
+    SessionRecord::decode(&std::fs::read(path).expect("fixture present")).expect("decodes")
+}
+
+/// The caches a format-1 release kept (`tests/fixtures/store-format-1/`)
+/// come back as the caches it had: same answers, same evictions, same
+/// owners.
+#[test]
+fn format_1_caches_come_back_as_they_were() {
+    let alice = AnswerCache::from_record(fixture("session-alice.bin").cache.as_ref().expect("kept")).expect("valid");
+    let ev = Evidence::restore(1.75, 3).ok();
+    assert_eq!(alice.lookup(&key(1.0)), Lookup::Evicted);
+    assert_eq!(alice.lookup(&key(2.0)), Lookup::Hit(&Cached { label: 2, unanimous: true, evidence: None, published: None }));
+    let third = Cached { label: 0, unanimous: false, evidence: ev, published: Some(vec![0.25, -1.5, 3.0]) };
+    assert_eq!(alice.lookup(&key(3.0)), Lookup::Hit(&third));
+    let global = AnswerCache::from_record(fixture("session-global.bin").cache.as_ref().expect("kept")).expect("valid");
+    for (i, who) in ["alice", "bob"].into_iter().enumerate() {
+        let key = CacheKey { digest: QueryDigest::of(&[i as f64]).of_principal(who), owner: Owner::of(who) };
+        let Lookup::Hit(c) = global.lookup(&key) else { panic!("{who}'s entry lost") };
+        assert_eq!((c.label, c.unanimous, c.evidence), (i, i == 1, ev));
+    }
+}
+
+/// The unmarked cache layout (before partitioning) kept evidence computed
+/// from the unrounded release: it comes back rounded down to 2⁻¹⁰, its
+/// entries and evictions belong to the sole owner.
+#[test]
+fn the_unmarked_cache_layout_is_read_with_its_evidence_rounded_down() {
+    let digest = QueryDigest::of(&[5.0]);
+    let mut old = Vec::new();
+    for x in [7u64, 0.25f64.to_bits(), 1.0f64.to_bits(), 7, 6] {
+        old.extend_from_slice(&x.to_le_bytes());
+    }
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(&(-0.5f64).to_le_bytes());
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(digest.as_bytes());
+    old.extend_from_slice(&3u32.to_le_bytes());
+    old.push(0b110);
+    old.extend_from_slice(&1.234_567_890_123f64.to_le_bytes());
+    old.extend_from_slice(&4u32.to_le_bytes());
+    old.extend_from_slice(&2u32.to_le_bytes());
+    old.extend_from_slice(&0.25f64.to_le_bytes());
+    old.extend_from_slice(&0.75f64.to_le_bytes());
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(&42u64.to_le_bytes());
+    let record = SessionRecord::decode(&old).expect("format 1 decodes");
+    assert_eq!((record.version, record.spent, record.log_weights.clone()), (7, 0.25, vec![-0.5]));
+    let cache = AnswerCache::from_record(record.cache.as_ref().expect("cache kept")).expect("valid cache");
+    let Lookup::Hit(c) = cache.lookup(&digest.into()) else { panic!("entry lost") };
+    assert_eq!((c.label, c.unanimous, c.published.clone()), (3, false, Some(vec![0.25, 0.75])));
+    assert_eq!(c.evidence, Evidence::restore(1264.0 / 1024.0, 4).ok());
+    old.pop();
+    assert_eq!(SessionRecord::decode(&old), None, "a truncated record is corrupt, not misread");
 }
 
 proptest! {

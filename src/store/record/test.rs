@@ -1,6 +1,8 @@
+//! The records' byte form. What a session makes of the answer cache a
+//! record keeps is `src/session/cache/test.rs`'s to check (this module
+//! reads the schema, and imports nothing from `session`).
+
 use super::*;
-use crate::privacy::confidence::Evidence;
-use crate::session::cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, OnEvicted, Owner, QueryDigest};
 use crate::store::{EmbeddedStore, Meta, StoreError};
 use std::path::PathBuf;
 
@@ -12,33 +14,32 @@ fn read(name: &str) -> Vec<u8> {
     std::fs::read(fixture(name)).expect("fixture file present")
 }
 
-fn ev(min_t: f64, k: usize) -> Option<Evidence> {
-    Evidence::restore(min_t, k).ok()
+/// An entry's label, unanimity and evidence (min_t, k).
+type Entry = (u32, bool, Option<(f64, u32)>);
+
+/// The label, unanimity and evidence of each entry of a cache record.
+fn entries(cache: &AnswerCacheRecord) -> Vec<Entry> {
+    cache.entries.iter().map(|e| (e.label, e.unanimous, e.evidence.map(|v| (v.min_t, v.k)))).collect()
 }
 
 /// What `tests/fixtures/store-format-1/session-alice.bin` holds (see its
 /// README): capacity 2 in refuse mode, three queries, the first evicted.
-fn alice() -> (SessionRecord, AnswerCache) {
-    let settings = CacheSettings { capacity: 2, on_evicted: OnEvicted::Refuse };
-    let mut cache = AnswerCache::default();
-    let answers = [
-        (1.0, Cached { label: 1, unanimous: false, evidence: ev(1.75, 3), published: None }),
-        (2.0, Cached { label: 2, unanimous: true, evidence: None, published: None }),
-        (3.0, Cached { label: 0, unanimous: false, evidence: ev(1.75, 3), published: Some(vec![0.25, -1.5, 3.0]) }),
-    ];
-    for (x, c) in answers {
-        cache.insert(QueryDigest::of(&[x]).into(), c, settings);
-    }
-    let record = SessionRecord {
+fn alice() -> SessionRecord {
+    let old = SessionRecord::decode(&read("session-alice.bin")).expect("format-1 session record decodes");
+    let cache = old.cache.clone().expect("alice's record keeps a cache");
+    assert_eq!(entries(&cache), vec![(2, true, None), (0, false, Some((1.75, 3)))]);
+    assert_eq!(cache.entries[1].published, Some(PublishedRecord { values: vec![0.25, -1.5, 3.0] }));
+    assert!(cache.entries.iter().all(|e| e.digest.len() == 32 && e.owner == 0));
+    assert_eq!(cache.evicted.len(), 1);
+    SessionRecord {
         version: 3,
         log_weights: vec![-0.5, -1e250, 0.0, f64::NEG_INFINITY],
         spent: 3.0 * 2f64.powi(-20),
         limit: 2f64.powi(-10),
         answered: 3,
         charged: 2,
-        cache: cache.to_record(),
-    };
-    (record, cache)
+        cache: Some(cache),
+    }
 }
 
 fn journal(v: u64) -> JournalEntry {
@@ -73,7 +74,7 @@ fn principals() -> [PrincipalRecord; 2] {
 
 #[test]
 fn records_round_trip_bit_exactly_in_the_current_format() {
-    let (r, _) = alice();
+    let r = alice();
     let bytes = r.encode();
     assert!(bytes.starts_with(&MARK));
     assert_eq!(SessionRecord::decode(&bytes), Some(r.clone()));
@@ -91,20 +92,15 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
 /// reads the same.
 #[test]
 fn format_1_fixture_records_decode_without_loss() {
-    let (expected, cache) = alice();
-    let old = SessionRecord::decode(&read("session-alice.bin")).expect("format-1 session record decodes");
-    assert_eq!(old, expected);
-    assert_eq!(AnswerCache::from_record(old.cache.as_ref().expect("cache kept")), Some(cache.clone()));
-    assert_eq!(cache.lookup(&QueryDigest::of(&[1.0]).into()), Lookup::Evicted);
+    let old = alice();
+    assert_eq!(SessionRecord::decode(&read("session-alice.bin")), Some(old.clone()));
     assert_eq!(SessionRecord::decode(&old.encode()), Some(old));
 
     let global = SessionRecord::decode(&read("session-global.bin")).expect("format-1 global record decodes");
-    let global_cache = AnswerCache::from_record(global.cache.as_ref().expect("cache kept")).expect("valid cache");
-    for (i, who) in ["alice", "bob"].into_iter().enumerate() {
-        let key = CacheKey { digest: QueryDigest::of(&[i as f64]).of_principal(who), owner: Owner::of(who) };
-        let Lookup::Hit(c) = global_cache.lookup(&key) else { panic!("{who}'s entry lost") };
-        assert_eq!((c.label, c.unanimous, c.evidence), (i, i == 1, ev(1.75, 3)));
-    }
+    assert_eq!((global.version, global.answered, global.charged), (2, 2, 1));
+    let cache = global.cache.expect("cache kept");
+    assert_eq!(entries(&cache), vec![(0, false, Some((1.75, 3))), (1, true, Some((1.75, 3)))]);
+    assert!(cache.entries.iter().all(|e| e.owner != 0), "entries keep their owners");
 
     assert_eq!(JournalEntry::decode(&read("journal-alice-1.bin")), Some(journal(1)));
     assert_eq!(decode_principal("bob", &read("principal-bob.bin")), Some(principals()[1].clone()));
@@ -120,7 +116,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(store.meta()?, Some(Meta { secret: 2, teachers: "fixture m=4".into() }));
     assert_eq!(store.principals()?, principals().to_vec());
-    let (alice, _) = alice();
+    let alice = alice();
     assert_eq!(store.load("alice")?, Some(alice.clone()));
     assert_eq!(store.journal("alice")?, (1..=3).map(journal).collect::<Vec<_>>());
     assert!(store.load(crate::session::GLOBAL_SESSION)?.is_some());
@@ -130,44 +126,11 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
     Ok(())
 }
 
-/// The unmarked cache layout (before partitioning) kept evidence computed
-/// from the unrounded release: it comes back rounded down to 2⁻¹⁰, its
-/// entries and evictions belong to the sole owner.
-#[test]
-fn the_unmarked_cache_layout_is_read_with_its_evidence_rounded_down() {
-    let digest = QueryDigest::of(&[5.0]);
-    let mut old = Vec::new();
-    for x in [7u64, 0.25f64.to_bits(), 1.0f64.to_bits(), 7, 6] {
-        old.extend_from_slice(&x.to_le_bytes());
-    }
-    old.extend_from_slice(&1u32.to_le_bytes());
-    old.extend_from_slice(&(-0.5f64).to_le_bytes());
-    old.extend_from_slice(&1u32.to_le_bytes());
-    old.extend_from_slice(digest.as_bytes());
-    old.extend_from_slice(&3u32.to_le_bytes());
-    old.push(0b110);
-    old.extend_from_slice(&1.234_567_890_123f64.to_le_bytes());
-    old.extend_from_slice(&4u32.to_le_bytes());
-    old.extend_from_slice(&2u32.to_le_bytes());
-    old.extend_from_slice(&0.25f64.to_le_bytes());
-    old.extend_from_slice(&0.75f64.to_le_bytes());
-    old.extend_from_slice(&1u32.to_le_bytes());
-    old.extend_from_slice(&42u64.to_le_bytes());
-    let record = SessionRecord::decode(&old).expect("format 1 decodes");
-    assert_eq!((record.version, record.spent, record.log_weights.clone()), (7, 0.25, vec![-0.5]));
-    let cache = AnswerCache::from_record(record.cache.as_ref().expect("cache kept")).expect("valid cache");
-    let Lookup::Hit(c) = cache.lookup(&digest.into()) else { panic!("entry lost") };
-    assert_eq!((c.label, c.unanimous, c.published.clone()), (3, false, Some(vec![0.25, 0.75])));
-    assert_eq!(c.evidence, ev(1264.0 / 1024.0, 4));
-    old.pop();
-    assert_eq!(SessionRecord::decode(&old), None, "a truncated record is corrupt, not misread");
-}
-
 /// A format this release does not know, or malformed bytes behind the
 /// mark, are refused — never guessed at.
 #[test]
 fn unknown_formats_and_malformed_bytes_are_refused() {
-    let (r, _) = alice();
+    let r = alice();
     let mut message = crate::proto::store::SessionRecord::decode(&r.encode()[MARK.len()..]).expect("decodes");
     message.format = FORMAT + 1;
     let mut future = MARK.to_vec();
