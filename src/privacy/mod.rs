@@ -4,8 +4,8 @@
 //! [`rand::CryptoRng`]; the one internal generator is the seeded ChaCha20
 //! that makes the public secret-space assignment reproducible.
 //!
-//! Paper: `../shared/papers/pac-private-responses.txt` (Zhu, Sridhar, Devadas,
-//! "PAC-Private Responses with Adversarial Composition"). The argument for each
+//! Paper: Zhu, Sridhar, Devadas, "PAC-Private Responses with Adversarial
+//! Composition". The argument for each
 //! module is written out in `docs/privacy-core.md`.
 //! How they compose into the session-level guarantee: `docs/accounting.md`.
 //!

@@ -1,5 +1,6 @@
 //! Durable session state: what must survive a crash for the privacy
-//! guarantee to survive it (DESIGN §2 "Durability = privacy").
+//! guarantee to survive it (`docs/accounting.md` §5: an answer released
+//! before its record is durable could be charged to nobody).
 //!
 //! Holds, per session, the posterior log-weights and the ledger with a
 //! version; once per deployment, the sealed secret index and a fingerprint
@@ -113,7 +114,7 @@ impl std::fmt::Debug for Meta {
 }
 
 /// The configured store. The backend is chosen once, at start-up; what
-/// differs between the two is answered in two places only: [`dispatch!`]
+/// differs between the two is answered in two places only: `dispatch!`
 /// below (the same operation on either) and [`cell`] (where a session's
 /// state lives).
 #[derive(Clone)]

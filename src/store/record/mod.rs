@@ -9,7 +9,7 @@
 //! # Invariants
 //! - Every value written is [`MARK`] then a message whose `format` field is
 //!   [`FORMAT`]. Decoding reads the current format and every format a
-//!   release has written ([`legacy`]: the unmarked format 1), and refuses
+//!   release has written (`legacy`: the unmarked format 1), and refuses
 //!   a format it does not know rather than guess.
 //! - Decoding is total: malformed bytes are `None` (the caller reports the
 //!   record corrupt), never a panic.
