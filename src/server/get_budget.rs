@@ -1,6 +1,6 @@
 //! `GetBudget`: the caller's account, free of charge.
 
-use super::predict::budget_message;
+use super::output;
 use super::status::ServiceError;
 use crate::proto::pacpriv::Budget;
 use crate::session::Handle;
@@ -10,5 +10,5 @@ use crate::session::Handle;
 /// # Errors
 /// A poisoned session or an unreachable store.
 pub async fn apply(handle: &Handle) -> Result<Budget, ServiceError> {
-    Ok(budget_message(handle.principal(), handle.scope(), &handle.budget().await?))
+    Ok(output::budget(handle.principal(), handle.scope(), &handle.budget().await?))
 }

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod get_budget;
 pub mod inference;
 pub mod input;
+pub mod output;
 pub mod predict;
 pub mod predict_stream;
 pub mod rate;

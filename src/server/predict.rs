@@ -10,13 +10,14 @@
 
 use super::App;
 use super::input::Query;
+use super::output;
 use super::rate::Admitted;
 use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
 use crate::privacy::mechanism::TeacherOutputs;
-use crate::proto::pacpriv::{Budget, PredictRequest, PredictResponse};
+use crate::proto::pacpriv::{PredictRequest, PredictResponse};
 use crate::session::cache::CacheKey;
-use crate::session::{Asking, BudgetView, Handle, Preflight, Scope, Step};
+use crate::session::{Asking, Handle, Preflight, Step};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{Instrument, Span};
@@ -186,25 +187,9 @@ pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc)
         label,
         unanimous: answer.unanimous,
         mi_charged: answer.charge.get(),
-        budget: Some(budget_message(handle.principal(), handle.scope(), &view)),
+        budget: Some(output::budget(handle.principal(), handle.scope(), &view)),
         confident: answer.confident,
         noisy: if query.return_noisy { answer.published } else { Vec::new() },
         cached: answer.cached,
     })
-}
-
-/// The wire form of a session's account, as `principal` sees it.
-pub fn budget_message(principal: &str, scope: Scope, v: &BudgetView) -> Budget {
-    Budget {
-        principal: principal.to_owned(),
-        scope: scope.as_str().to_owned(),
-        spent: v.spent,
-        limit: v.limit,
-        remaining: v.remaining,
-        per_query: v.per_query,
-        answered: v.answered,
-        charged: v.charged,
-        mia_bound: v.mia_bound,
-        policy: v.policy.to_string(),
-    }
 }

@@ -14,7 +14,7 @@ pub mod revoke;
 
 use super::App;
 use super::auth::api_key;
-use super::predict::budget_message;
+use super::output;
 use super::status::ServiceError;
 use crate::metrics::ServiceMetrics;
 use crate::privacy::report;
@@ -74,7 +74,7 @@ fn principal_message(sessions: &Sessions, a: &Account) -> Principal {
         created_unix: p.created_unix,
         revoked_unix: p.revoked_unix,
         // Under global scope this is the shared session's account.
-        account: Some(budget_message(&p.name, sessions.scope(), &a.budget)),
+        account: Some(output::budget(&p.name, sessions.scope(), &a.budget)),
         epsilon_equivalent: report::epsilon_equivalent(a.budget.mia_bound),
     }
 }
