@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 
 pub mod admin;
 pub mod audit;
-pub mod bench;
 pub mod budget;
 pub mod connect;
 pub mod health;
@@ -59,10 +58,6 @@ pub enum Command {
     /// Held-out accuracy at several per-query budgets under both charging
     /// policies, and how many answers a budget buys (paper Table 3).
     Utility(utility::Args),
-    /// Benchmarks with same-run baselines, for BENCHMARKS.md: load on the
-    /// service beside a plain fan-out proxy, durable charges per second,
-    /// memory per idle session.
-    Bench(bench::Args),
 }
 
 /// Runs one parsed command, writing its report to `out`.
@@ -71,11 +66,10 @@ pub enum Command {
 /// Whatever the subcommand reports (bad arguments, I/O).
 pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     // The servers and the admin/health clients set up logging from their
-    // configuration, the benchmarks quieter than `info`; the tools log to
-    // standard error at `RUST_LOG`.
+    // configuration; the tools log to standard error at `RUST_LOG`.
     if !matches!(
         cli.command,
-        Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_) | Command::Bench(_)
+        Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_)
     ) {
         init_tracing(false);
     }
@@ -89,7 +83,6 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         Command::Label(args) => label::run(args, out),
         Command::Audit(args) => audit::run(args, out),
         Command::Utility(args) => utility::run(args, out),
-        Command::Bench(args) => bench::run(args, out),
     }
 }
 

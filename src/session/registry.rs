@@ -311,65 +311,6 @@ impl Sessions {
     pub fn scope(&self) -> Scope {
         self.scope
     }
-
-    /// An estimate of the heap the in-memory registry holds (embedded
-    /// store only; `None` with PostgreSQL, which keeps no sessions in
-    /// memory), by part, for `pacpriv bench sessions`.
-    ///
-    /// # Errors
-    /// [`SessionError::Poisoned`].
-    pub fn footprint(&self) -> Result<Option<Footprint>, SessionError> {
-        let Some(local) = &self.local else { return Ok(None) };
-        let local = Self::read_local(local)?;
-        let sessions = if self.shared.is_some() { 1 } else { local.principals.len() };
-        let names = local.principals.keys().map(|n| 3 * heap_chunk(n.len())).sum::<usize>()
-            + local.by_key.values().map(|n| heap_chunk(n.len())).sum::<usize>();
-        Ok(Some(Footprint {
-            principals: local.principals.len(),
-            log_weights: sessions * heap_chunk(8 * self.params.m),
-            session_objects: sessions * heap_chunk(2 * size_of::<usize>() + size_of::<Session>()),
-            maps: table_bytes(&local.principals) + table_bytes(&local.by_key),
-            names,
-        }))
-    }
-}
-
-/// Heap bytes of the in-memory registry, by part (estimated from the
-/// types' sizes, the maps' capacities and glibc's chunk rounding).
-#[derive(Clone, Copy, Debug)]
-pub struct Footprint {
-    /// Principals held (each with a session under per-principal scope).
-    pub principals: usize,
-    /// Posterior log-weights: m f64 per session (the floor).
-    pub log_weights: usize,
-    /// The `Arc<Session>` allocations: ledger, lock, version, parameters.
-    pub session_objects: usize,
-    /// Both hash tables (slots and control bytes, at their capacity).
-    pub maps: usize,
-    /// Heap copies of principal names: map key, record, session key, and
-    /// the key index's value for an active principal.
-    pub names: usize,
-}
-
-impl Footprint {
-    /// The sum of the parts.
-    pub fn total(&self) -> usize {
-        self.log_weights + self.session_objects + self.maps + self.names
-    }
-}
-
-/// What glibc's malloc takes for `n` bytes: an 8-byte header, 16-byte
-/// alignment, 32 bytes at least (nothing for an empty allocation).
-fn heap_chunk(n: usize) -> usize {
-    if n == 0 { 0 } else { (n + 8).next_multiple_of(16).max(32) }
-}
-
-/// A hashbrown table's allocation: its buckets (a power of two holding
-/// the capacity at 7/8 load), one slot and one control byte each, plus a
-/// trailing group of control bytes.
-fn table_bytes<K, V>(map: &HashMap<K, V>) -> usize {
-    let buckets = (map.capacity() * 8).div_ceil(7).next_power_of_two();
-    if map.capacity() == 0 { 0 } else { buckets * (size_of::<(K, V)>() + 1) + 16 }
 }
 
 /// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and

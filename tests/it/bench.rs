@@ -6,7 +6,7 @@
 //! batching paths are exercised under concurrent load too. Never anything
 //! about timing.
 
-use crate::util::pacpriv_ok;
+use crate::util::bench_ok;
 
 /// The cells of the Markdown table row starting with `| first |`.
 fn row<'a>(report: &'a str, first: &str) -> Vec<&'a str> {
@@ -19,7 +19,7 @@ fn row<'a>(report: &'a str, first: &str) -> Vec<&'a str> {
 fn smoke_run_answers_everything_correctly_and_reports_every_target() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().display().to_string();
-    let report = pacpriv_ok(&["bench", "service", "--smoke", "--state-dir", &state]);
+    let report = bench_ok(&["service", "--smoke", "--state-dir", &state]);
     let header = row(&report, "target");
     assert_eq!(header, ["target", "fan-out", "answered", "errors", "answers/s", "p50 ms", "p90 ms", "p99 ms"]);
     let targets =

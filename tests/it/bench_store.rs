@@ -2,7 +2,7 @@
 //! parameters: they run, and their reports parse and add up. Never a
 //! timing assertion.
 
-use crate::util::pacpriv_ok;
+use crate::util::bench_ok;
 
 /// A directory on the build's disk (not a possibly RAM-backed /tmp, which
 /// the store bench refuses).
@@ -26,7 +26,7 @@ fn bench_store_reports_durable_charges_that_the_ledgers_confirm() {
     let args = ["--seconds", "1", "--count", "400", "--principals", "4", "--concurrency", "8"];
     let more = ["--teachers", "16", "--classes", "3", "--dissent", "2", "--dir"];
     let dir_arg = dir.path().display().to_string();
-    let report = pacpriv_ok(&[&["bench", "store"][..], &args, &more, &[dir_arg.as_str()]].concat());
+    let report = bench_ok(&[&["store"][..], &args, &more, &[dir_arg.as_str()]].concat());
 
     // run sessions tasks charges seconds charges/s commits records/commit commit_ms
     for (name, sessions, tasks) in [("group_commit", 4.0, 8.0), ("sequential", 1.0, 1.0), ("math_only", 4.0, 8.0)] {
@@ -56,8 +56,7 @@ fn bench_store_reports_durable_charges_that_the_ledgers_confirm() {
 fn bench_sessions_opens_every_provisioned_session_and_itemises_them() {
     let dir = scratch();
     let dir_arg = dir.path().display().to_string();
-    let report = pacpriv_ok(&[
-        "bench",
+    let report = bench_ok(&[
         "sessions",
         "--count",
         "2000",

@@ -14,8 +14,18 @@ pub fn pacpriv(args: &[&str]) -> Output {
 /// Runs `pacpriv` and returns stdout, failing the test with stderr if the
 /// command did not succeed.
 pub fn pacpriv_ok(args: &[&str]) -> String {
-    let out = pacpriv(args);
-    assert!(out.status.success(), "pacpriv {args:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    succeeded("pacpriv", args, pacpriv(args))
+}
+
+/// Runs the benchmark driver `pacpriv-bench` (`benches/driver/`) and
+/// returns stdout, failing the test with stderr if it did not succeed.
+pub fn bench_ok(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_pacpriv-bench")).args(args).output().expect("pacpriv-bench runs");
+    succeeded("pacpriv-bench", args, out)
+}
+
+fn succeeded(program: &str, args: &[&str], out: Output) -> String {
+    assert!(out.status.success(), "{program} {args:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 

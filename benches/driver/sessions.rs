@@ -1,4 +1,4 @@
-//! `pacpriv bench sessions`: resident memory per idle session. N
+//! `pacpriv-bench sessions`: resident memory per idle session. N
 //! principals are bulk-provisioned in a temporary embedded store (and,
 //! with `--resumed`, each session answers once so it has a durable record
 //! to read back, as after a restart); then this process opens the store
@@ -9,14 +9,16 @@
 //! `--setup PATH`), so that memory the allocator keeps after the
 //! preparation cannot be reused by the sessions and hide their cost.
 
-use super::store::{BUDGET, PER_QUERY, key, machine, principals, scratch, seal_secret};
-use crate::privacy::Nats;
-use crate::privacy::ledger::Policy;
-use crate::privacy::mechanism::TeacherOutputs;
-use crate::session::{Credential, Scope, SessionParams, Sessions};
-use crate::store::embedded::DEFAULT_CACHE_BYTES;
-use crate::store::principal::now_unix;
-use crate::store::{EmbeddedStore, PrincipalRecord, Store};
+use super::footprint::Footprint;
+use super::scratch::scratch;
+use super::store::{BUDGET, PER_QUERY, key, machine, principals, seal_secret};
+use pacpriv::privacy::Nats;
+use pacpriv::privacy::ledger::Policy;
+use pacpriv::privacy::mechanism::TeacherOutputs;
+use pacpriv::session::{Credential, Scope, SessionParams, Sessions};
+use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
+use pacpriv::store::principal::now_unix;
+use pacpriv::store::{EmbeddedStore, PrincipalRecord, Store};
 use anyhow::{Context, bail, ensure};
 use std::io::Write;
 use std::path::Path;
@@ -27,7 +29,7 @@ use std::time::Instant;
 /// The fingerprint the bench store's secret index is sealed with.
 const TEACHERS: &str = "pacpriv bench sessions";
 
-/// Arguments of `pacpriv bench sessions`.
+/// Arguments of `pacpriv-bench sessions`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Number of principals N (one session each).
@@ -80,13 +82,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let last = sessions.authenticate(Credential::ApiKey(&key(args.count - 1))).await?;
         let answered = last.budget().await?.answered;
         ensure!(answered == u64::from(args.resumed), "the last session resumed with {answered} answers");
-        let footprint = sessions.footprint()?.context("an embedded store keeps its sessions in memory")?;
+        let names: Vec<String> = principals(args.count)?.into_iter().map(|p| p.name).collect();
+        let footprint = Footprint::of(&names, args.teachers);
         anyhow::Ok((before, after, footprint))
     })?;
 
     let n = args.count as f64;
     let per = |bytes: f64| bytes / n;
-    writeln!(out, "pacpriv bench sessions")?;
+    writeln!(out, "pacpriv-bench sessions")?;
     writeln!(out, "machine: {}", machine())?;
     writeln!(
         out,
@@ -111,7 +114,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out)?;
     writeln!(out, "sessions_open {}", footprint.principals)?;
     writeln!(out, "bytes_per_session {:.0}", per(delta))?;
-    writeln!(out, "estimated heap per session (registry::Footprint):")?;
+    writeln!(out, "estimated heap per session (benches/driver/footprint.rs):")?;
     for (part, bytes) in [
         ("log_weights", footprint.log_weights),
         ("session_objects", footprint.session_objects),
@@ -127,9 +130,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// Runs this binary with `--setup PATH` and returns what it printed.
 fn prepare(args: &Args, path: &Path) -> anyhow::Result<String> {
-    let exe = std::env::current_exe().context("locating the pacpriv binary")?;
+    let exe = std::env::current_exe().context("locating the pacpriv-bench binary")?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["bench", "sessions", "--count", &args.count.to_string(), "--teachers", &args.teachers.to_string()]);
+    cmd.args(["sessions", "--count", &args.count.to_string(), "--teachers", &args.teachers.to_string()]);
     if args.resumed {
         cmd.arg("--resumed");
     }
@@ -200,7 +203,7 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 fn open(args: &Args, path: &Path) -> anyhow::Result<Arc<EmbeddedStore>> {
-    let metrics = crate::metrics::StoreMetrics::default();
+    let metrics = pacpriv::metrics::StoreMetrics::default();
     Ok(Arc::new(match args.cache_mib {
         Some(mib) => EmbeddedStore::open_with_cache(path, metrics, mib << 20)?,
         None => EmbeddedStore::open_with(path, metrics)?,
@@ -216,7 +219,7 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
         m: args.teachers,
         secret,
         journal: false,
-        cache: crate::session::cache::CacheSettings::OFF,
+        cache: pacpriv::session::cache::CacheSettings::OFF,
     })
 }
 

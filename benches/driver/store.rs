@@ -1,4 +1,4 @@
-//! `pacpriv bench store`: durable charges per second through the real
+//! `pacpriv-bench store`: durable charges per second through the real
 //! session path — [`Sessions`] over an embedded store in a temporary
 //! directory, C concurrent tasks in a closed loop on S sessions, each
 //! returned answer one charge made durable by a group commit.
@@ -8,21 +8,21 @@
 //! durable path can reach on these cores), and one session asked
 //! sequentially (one fsync per charge: what group commit buys).
 //!
-//! Also owns what the bench subcommands share: the scratch directory (on a
-//! real disk: fsync on tmpfs is free, which would flatter every number)
-//! and the bench principals.
+//! Also owns what the bench subcommands share: the bench principals and
+//! the machine's description (the scratch directory is [`super::scratch`]).
 
-use crate::metrics::Metrics;
-use crate::privacy::Nats;
-use crate::privacy::ledger::{Ledger, Policy};
-use crate::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
-use crate::privacy::posterior::Posterior;
-use crate::session::cache::{CacheSettings, OnEvicted, QueryDigest};
-use crate::session::{
+use pacpriv::metrics::Metrics;
+use pacpriv::privacy::Nats;
+use pacpriv::privacy::ledger::{Ledger, Policy};
+use pacpriv::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv::privacy::posterior::Posterior;
+use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
+use pacpriv::session::{
     Asking, Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
 };
-use crate::store::embedded::DEFAULT_CACHE_BYTES;
-use crate::store::{EmbeddedStore, Meta, SessionRecord, Store};
+use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
+use pacpriv::store::{EmbeddedStore, Meta, SessionRecord, Store};
+use super::scratch::scratch;
 use anyhow::{Context, bail, ensure};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
@@ -39,7 +39,7 @@ pub(super) const PER_QUERY: f64 = 1.0 / 16_777_216.0;
 /// Each bench principal's budget: 2²⁴ answers, more than any run asks.
 pub(super) const BUDGET: f64 = 1.0;
 
-/// Arguments of `pacpriv bench store`.
+/// Arguments of `pacpriv-bench store`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Principals S, each with its own session.
@@ -117,7 +117,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     })?;
     let [group, sequential, math] = &runs;
 
-    writeln!(out, "pacpriv bench store")?;
+    writeln!(out, "pacpriv-bench store")?;
     writeln!(out, "machine: {}", machine())?;
     writeln!(
         out,
@@ -398,47 +398,6 @@ pub(super) fn principals(n: usize) -> anyhow::Result<Vec<PrincipalConfig>> {
             budget,
         })
         .collect())
-}
-
-/// A fresh temporary directory under `parent` (default: the current
-/// directory), removed when dropped, with the type of the filesystem it is
-/// on. Refuses tmpfs and ramfs: fsync there costs nothing, so a durable
-/// rate measured there says nothing about a disk.
-///
-/// # Errors
-/// The directory cannot be created, or is RAM-backed.
-pub(super) fn scratch(parent: Option<&Path>) -> anyhow::Result<(tempfile::TempDir, String)> {
-    let parent = match parent {
-        Some(p) => p.to_owned(),
-        None => std::env::current_dir().context("the current directory")?,
-    };
-    let dir = tempfile::Builder::new()
-        .prefix("pacpriv-bench-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
-    let fs = filesystem(dir.path()).unwrap_or_else(|| "unknown filesystem".to_owned());
-    if matches!(fs.as_str(), "tmpfs" | "ramfs") {
-        bail!("{} is on {fs}, where fsync is free; pass --dir on a disk-backed filesystem", parent.display());
-    }
-    Ok((dir, fs))
-}
-
-/// The type of the filesystem `path` is on (the longest mount point in
-/// /proc/mounts that contains it), if that can be told.
-fn filesystem(path: &Path) -> Option<String> {
-    let path = std::fs::canonicalize(path).ok()?;
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (_device, point, kind) = (fields.next()?, fields.next()?, fields.next()?);
-            // Spaces and the like are octal-escaped there (\040).
-            let point = point.replace("\\040", " ").replace("\\011", "\t");
-            path.starts_with(&point).then(|| (point.len(), kind.to_owned()))
-        })
-        .max_by_key(|(len, _)| *len)
-        .map(|(_, kind)| kind)
 }
 
 /// The CPU model and how many cores this process may use.

@@ -8,8 +8,8 @@
 //! measured window is observed too ([`super::observe`]).
 
 use super::observe::{MetricsSource, Snapshot, Window};
-use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
-use crate::proto::pacpriv::{PredictRequest, Tensor};
+use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv::proto::pacpriv::{PredictRequest, Tensor};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The Markdown `pacpriv bench service` prints: what ran and on what, one
+//! The Markdown `pacpriv-bench service` prints: what ran and on what, one
 //! row per target (throughput, latency percentiles, errors), the ratios of
 //! the same run, and where the time went (CPU per component, batch sizes).
 //! Formatting only; the numbers come from [`super::load`] and

@@ -1,19 +1,19 @@
 //! The baseline: a plain fan-out proxy. It serves `pacpriv.v1.Privatizer`
 //! `Predict` (the other RPCs are `UNIMPLEMENTED`) by asking all m teachers
-//! through the same [`teachers::Ensemble`](crate::teachers::Ensemble) the
+//! through the same [`teachers::Ensemble`](pacpriv::teachers::Ensemble) the
 //! privatizer builds from the same settings — same endpoints, call policy,
 //! output mode — and answering their majority vote. No authentication, no
 //! privacy step, no store: what is left is the cost of the fan-out itself,
 //! the yardstick the privatizer's throughput is compared with.
 
-use crate::metrics::Metrics;
-use crate::privacy::mechanism::{TeacherOutputs, argmax};
-use crate::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
-use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
-use crate::server::input::InputSpec;
-use crate::server::status::ServiceError;
-use crate::settings::{Settings, TeacherSource};
-use crate::teachers::Ensemble;
+use pacpriv::metrics::Metrics;
+use pacpriv::privacy::mechanism::{TeacherOutputs, argmax};
+use pacpriv::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
+use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
+use pacpriv::server::input::InputSpec;
+use pacpriv::server::status::ServiceError;
+use pacpriv::settings::{Settings, TeacherSource};
+use pacpriv::teachers::Ensemble;
 use anyhow::{Context, bail};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -103,11 +103,11 @@ pub async fn start(
         .max_encoding_message_size(settings.max_message_bytes);
     let listener = TcpListener::bind("127.0.0.1:0").await.context("binding the proxy's listener")?;
     let addr = listener.local_addr()?;
-    let server = crate::start::tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
+    let server = pacpriv::start::tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
         .add_service(service)
         // Accepted exactly as the service accepts (TCP_NODELAY): the
         // baseline must not wait for delayed ACKs the privatizer does not.
-        .serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown);
+        .serve_with_incoming_shutdown(pacpriv::net::incoming(listener), shutdown);
     Ok((addr, server))
 }
 

@@ -1,5 +1,8 @@
-//! `pacpriv bench`: measurements of the running system, each a subcommand
+//! `pacpriv-bench`: measurements of the running system, each a subcommand
 //! with its own `Args` and `run`, reporting Markdown for BENCHMARKS.md.
+//! A driver over the library, not part of it (its own binary target, so
+//! `cargo build --release` builds it beside `pacpriv`):
+//! `target/release/pacpriv-bench service|store|sessions …`.
 //!
 //! - `service` ([`service`]): closed-loop load (`load`) on the privatizer
 //!   and, in the same run against the same teachers, on a plain fan-out
@@ -12,19 +15,23 @@
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
 
-use clap::Subcommand;
+use clap::{Parser, Subcommand};
 use std::io::Write;
+use std::process::ExitCode;
 
+mod footprint;
 mod load;
 mod observe;
 mod proxy;
 mod report;
-pub mod service;
-pub mod sessions;
-pub mod store;
+mod scratch;
+mod service;
+mod sessions;
+mod store;
 
-/// Arguments of `pacpriv bench`.
-#[derive(Debug, clap::Args)]
+/// Arguments of `pacpriv-bench`.
+#[derive(Debug, Parser)]
+#[command(name = "pacpriv-bench", version, about = "Benchmarks of pacpriv, reported as Markdown for BENCHMARKS.md")]
 pub struct Args {
     /// What to measure.
     #[command(subcommand)]
@@ -47,12 +54,24 @@ pub enum Command {
     Sessions(sessions::Args),
 }
 
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut out = std::io::stdout().lock();
+    match run(args, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs one benchmark, writing its report to `out`.
 ///
 /// # Errors
 /// Whatever the benchmark reports (bad arguments, a failed start, a
 /// correctness violation).
-pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     init_quiet_tracing();
     match args.command {
         Command::Service(args) => service::run(args, out),

@@ -1,4 +1,4 @@
-//! `pacpriv bench service`: the privatizer's throughput and latency beside
+//! `pacpriv-bench service`: the privatizer's throughput and latency beside
 //! a plain fan-out proxy's, measured in one run against the same teachers.
 //!
 //! One process: the demo ensemble is trained once and served over loopback
@@ -6,7 +6,7 @@
 //! then each target in turn is started on a fresh runtime and a free
 //! port, and is loaded by N closed-loop clients (`load`, on a
 //! runtime of their own) for a fixed time or number of answers. The
-//! targets are the real service ([`crate::start::serve`], fresh embedded
+//! targets are the real service ([`pacpriv::start::serve`], fresh embedded
 //! store, N provisioned principals) and the baseline (`proxy`);
 //! both build their fan-out from the same [`Settings`], so configuration
 //! overrides (the process environment's `PACPRIV__…`, then the target's
@@ -22,17 +22,17 @@ use super::load::{self, Run};
 use super::observe::MetricsSource;
 use super::proxy;
 use super::report::{self, codes, machine};
-use crate::metrics::Metrics;
-use crate::privacy::Nats;
-use crate::privacy::ledger::Policy;
-use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
-use crate::proto::pacpriv::{Budget, GetBudgetRequest};
-use crate::start;
-use crate::session::{PrincipalConfig, Scope};
-use crate::settings::{Settings, StoreSettings, TeacherSource};
-use crate::teachers::Teachers;
-use crate::teachers::demo::server::DemoServer;
-use crate::teachers::demo::{self, Ensemble};
+use pacpriv::metrics::Metrics;
+use pacpriv::privacy::Nats;
+use pacpriv::privacy::ledger::Policy;
+use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest};
+use pacpriv::start;
+use pacpriv::session::{PrincipalConfig, Scope};
+use pacpriv::settings::{Settings, StoreSettings, TeacherSource};
+use pacpriv::teachers::Teachers;
+use pacpriv::teachers::demo::server::DemoServer;
+use pacpriv::teachers::demo::{self, Ensemble};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Arguments of `pacpriv bench service`.
+/// Arguments of `pacpriv-bench service`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Number of teachers m (even) [default: 128; 8 with --smoke].
@@ -320,7 +320,7 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
     s.store = StoreSettings::Embedded { path: store.join("state.redb") };
     // Every answer computed: the clients cycle through the test images, and
     // a cached repeat would skip the fan-out and the math measured here.
-    s.cache = crate::session::cache::CacheSettings::OFF;
+    s.cache = pacpriv::session::cache::CacheSettings::OFF;
     // Room for 2^30 answers of b: no run comes near it, so no request is
     // refused for budget.
     let budget = Nats::new(s.per_query.get() * f64::from(1u32 << 30))?;
@@ -543,7 +543,7 @@ impl Drop for StateDir {
 fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<()> {
     let split = demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
     let images: Arc<[Vec<f32>]> = split.test.iter().map(|e| e.pixels.to_vec()).collect();
-    let uri = super::super::connect::uri(addr, false)?;
+    let uri = pacpriv::cli::connect::uri(addr, false)?;
     let plan = load::Plan {
         uri,
         keys: vec![Some(key.to_owned()); knobs.principals],
