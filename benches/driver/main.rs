@@ -22,6 +22,7 @@ use std::process::ExitCode;
 mod footprint;
 mod load;
 mod observe;
+mod plan;
 mod proxy;
 mod report;
 mod scratch;

@@ -6,7 +6,7 @@
 
 use super::load::Run;
 use super::observe;
-use super::service::{Knobs, Measured, RATIOS, Target};
+use super::plan::{Knobs, Measured, RATIOS, Target};
 use std::io::Write;
 use std::path::Path;
 

@@ -18,9 +18,10 @@
 //! wrong answers is no throughput. `--smoke` makes the run small enough
 //! for CI; nothing here ever asserts on timing.
 
-use super::load::{self, Run};
+use super::load;
 use super::observe::MetricsSource;
 use super::proxy;
+use super::plan::{Kind, Knobs, Measured, TARGETS, Target};
 use super::report::{self, codes, machine};
 use pacpriv::metrics::Metrics;
 use pacpriv::privacy::Nats;
@@ -86,17 +87,6 @@ pub struct Args {
     pub api_key: Option<String>,
 }
 
-/// The knobs of one run, with the smoke or full defaults filled in.
-#[derive(Clone, Debug)]
-pub(super) struct Knobs {
-    pub(super) models: usize,
-    pub(super) seed: u64,
-    pub(super) principals: usize,
-    pub(super) warmup: Duration,
-    pub(super) measure: Duration,
-    pub(super) queries: Option<u64>,
-}
-
 impl Knobs {
     fn from_args(args: &Args) -> anyhow::Result<Self> {
         let pick = |given: Option<f64>, smoke: f64, full: f64| given.unwrap_or(if args.smoke { smoke } else { full });
@@ -121,97 +111,6 @@ impl Knobs {
     }
 }
 
-/// Which server a target starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// The plain fan-out proxy ([`proxy`]).
-    Proxy,
-    /// The real service ([`start::serve`]).
-    Privatizer,
-}
-
-/// One row of the report: a server and the configuration overrides it
-/// (and, for the proxy, its fan-out) is built with.
-pub(super) struct Target {
-    pub(super) name: &'static str,
-    pub(super) kind: Kind,
-    /// `PACPRIV__…` overrides on top of the built-in defaults.
-    pub(super) env: &'static [(&'static str, &'static str)],
-}
-
-const UNBATCHED: &[(&str, &str)] = &[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0")];
-const STACKED: &[(&str, &str)] = &[("PACPRIV__TEACHERS__LAYOUT", "stacked")];
-
-/// The targets, in the order they run: each server at the default dynamic
-/// batching, unbatched, and batched against the stacked model.
-const TARGETS: &[Target] = &[
-    Target { name: "proxy", kind: Kind::Proxy, env: &[] },
-    Target { name: "privatizer", kind: Kind::Privatizer, env: &[] },
-    Target { name: "proxy-unbatched", kind: Kind::Proxy, env: UNBATCHED },
-    Target { name: "privatizer-unbatched", kind: Kind::Privatizer, env: UNBATCHED },
-    Target { name: "proxy-stacked", kind: Kind::Proxy, env: STACKED },
-    Target { name: "privatizer-stacked", kind: Kind::Privatizer, env: STACKED },
-];
-
-/// A throughput ratio between two targets of the same run.
-pub(super) struct Ratio {
-    /// What it compares.
-    pub(super) what: &'static str,
-    pub(super) numerator: &'static str,
-    pub(super) denominator: &'static str,
-    /// The goal, as a minimum ratio.
-    pub(super) goal: Option<f64>,
-}
-
-/// The ratios reported (those whose targets both ran): the two
-/// goals first, then the same comparisons in the other configurations.
-pub(super) const RATIOS: &[Ratio] = &[
-    Ratio {
-        what: "privatizer vs proxy, default batching",
-        numerator: "privatizer",
-        denominator: "proxy",
-        goal: Some(0.9),
-    },
-    Ratio {
-        what: "privatizer batched vs unbatched",
-        numerator: "privatizer",
-        denominator: "privatizer-unbatched",
-        goal: Some(10.0),
-    },
-    Ratio {
-        what: "privatizer vs proxy, unbatched",
-        numerator: "privatizer-unbatched",
-        denominator: "proxy-unbatched",
-        goal: None,
-    },
-    Ratio {
-        what: "privatizer vs proxy, stacked",
-        numerator: "privatizer-stacked",
-        denominator: "proxy-stacked",
-        goal: None,
-    },
-    Ratio { what: "proxy batched vs unbatched", numerator: "proxy", denominator: "proxy-unbatched", goal: None },
-    Ratio {
-        what: "privatizer stacked vs per-teacher",
-        numerator: "privatizer-stacked",
-        denominator: "privatizer",
-        goal: None,
-    },
-];
-
-/// A target's run and what its checks need to know.
-pub(super) struct Measured {
-    pub(super) run: Run,
-    /// Each client's principal's `GetBudget` after the run (privatizer
-    /// targets; empty for the proxy).
-    pub(super) budgets: Vec<Budget>,
-    pub(super) classes: usize,
-    pub(super) policy: Policy,
-    pub(super) per_query: f64,
-    pub(super) scope: Scope,
-    /// The fan-out it ran with, for the report.
-    pub(super) fanout: String,
-}
 
 /// Runs the benchmark and prints its report; fails after the report if any
 /// answer was wrong or any request failed.
