@@ -86,8 +86,10 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 
 /// Relays one connection, counting session reads; after forwarding an
 /// armed `COMMIT` (a simple query: 'Q', length, "COMMIT\0"), PostgreSQL's
-/// first reply bytes mean it has committed — they are dropped and both
-/// sides closed.
+/// reply that carries its `CommandComplete` ("COMMIT\0") means it has
+/// committed — that reply is dropped and both sides closed. (Bytes that
+/// arrive before it, such as the end of the previous statement's reply,
+/// are relayed: cutting on them could stop the COMMIT from ever running.)
 async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = server.into_split();
@@ -107,6 +109,8 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
             seen.extend_from_slice(&buf[..n]);
             s.session_reads.fetch_add(count(&seen, SESSION_READ) - before, Ordering::SeqCst);
             seen.drain(..seen.len().saturating_sub(SESSION_READ.len() - 1));
+            // Armed before the COMMIT leaves, so its reply cannot slip
+            // through; only that reply is cut (see above).
             if buf[..n].windows(7).any(|w| w == b"COMMIT\0") && s.armed.swap(false, Ordering::SeqCst) {
                 p.store(true, Ordering::SeqCst);
             }
@@ -120,7 +124,7 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
         if n == 0 {
             break;
         }
-        if pending.load(Ordering::SeqCst) {
+        if pending.load(Ordering::SeqCst) && buf[..n].windows(7).any(|w| w == b"COMMIT\0") {
             shared.cuts.fetch_add(1, Ordering::SeqCst);
             break;
         }
