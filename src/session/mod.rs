@@ -7,18 +7,20 @@
 //!   fresh session or reset a budget.
 //! - Keys are configured, stored and compared as SHA-256 hashes; the
 //!   plaintext key is never stored (see [`registry`]).
-//! - A session's lock is held only around the math (microseconds), never
-//!   across the teacher fan-out, nor across the fsync: the step's record is
-//!   queued under the lock and the answer waits for it outside the lock
-//!   (early lock release; see [`crate::store`]).
+//! - A session does not know where its state lives: it reads it once per
+//!   query ([`Handle::preflight`]) and steps it ([`Handle::begin`]) through
+//!   a [`crate::store::cell::Cell`], which holds it in memory (embedded
+//!   store) or in PostgreSQL. A lock is held only around the math
+//!   (microseconds), never across the teacher fan-out, nor across the
+//!   fsync (early lock release; see the cell).
 //! - An answer is reachable only through [`Step::durable`], after its
 //!   record is durable — a cached answer too, after the step that produced
 //!   it ([`cache`]).
 //! - A query the session answered before is answered from its [`cache`]:
 //!   no charge, no noise, no change; which queries hit depends on the
 //!   session's own transcript, never on the secret.
-//! - The secret index lives only inside [`Session`] and is handed to the
-//!   mechanism; it is never returned, logged or put in an error.
+//! - The secret index lives only in the sessions' parameters and is handed
+//!   to the mechanism; it is never returned, logged or put in an error.
 //! - Noise comes from [`rand::rng`]: a per-thread ChaCha12 CSPRNG seeded
 //!   from the OS and reseeded from it every 64 KiB of output.
 
