@@ -273,6 +273,11 @@ fn cache_of(key: &str, record: &SessionRecord) -> Result<AnswerCache, SessionErr
 /// One privacy session: its state, where the store keeps it.
 pub type Session = Cell<Versioned>;
 
+/// `session`'s current account (one read).
+async fn account_of(session: &Session) -> Result<BudgetView, SessionError> {
+    session.read(|v| BudgetView::of(&v.state.ledger)).await
+}
+
 /// Answers `asking` on `v`: from the cache when this exact query was
 /// answered before (nothing changes), or by one step of Algorithm 1 on
 /// `outputs`. Returns the reply, the account after it, and what changed.
@@ -351,7 +356,7 @@ impl Handle {
     /// # Errors
     /// [`SessionError::Poisoned`] or a store error.
     pub async fn budget(&self) -> Result<BudgetView, SessionError> {
-        self.session.read(|v| BudgetView::of(&v.state.ledger)).await
+        account_of(&self.session).await
     }
 
     /// The cache key of an example with digest `digest` asked by this

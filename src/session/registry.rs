@@ -281,8 +281,7 @@ impl Sessions {
             Some(s) => s,
             None => self.session_for(&principal)?,
         };
-        let budget = self.handle(&principal.name, session).budget().await?;
-        Ok(Account { principal, budget })
+        Ok(Account { budget: super::account_of(&session).await?, principal })
     }
 
     /// Every active principal's name and current account (for the budget

@@ -234,16 +234,6 @@ impl EmbeddedStore {
         Ok(self.principals()?.into_iter().find(|p| &p.key_sha256 == key_sha256))
     }
 
-    /// See [`super::Store::provision`]. One write transaction (it waits
-    /// for a group commit in progress; provisioning is rare).
-    ///
-    /// # Errors
-    /// As [`super::Store::provision`].
-    pub fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
-        let mut stored = self.provision_all(std::slice::from_ref(record))?;
-        stored.pop().ok_or_else(|| backend("provisioning one principal stored none"))
-    }
-
     /// See [`super::Store::provision_all`]: every record in one write
     /// transaction (one fsync), keys checked against a digest map built
     /// once, so n principals cost O(n) rather than a table scan each.

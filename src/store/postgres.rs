@@ -62,13 +62,13 @@ CREATE TABLE IF NOT EXISTS pacpriv_schema_migrations (
 
 /// Applies the migrations `client`'s database lacks, in one transaction
 /// that holds a lock on the migrations table, so replicas starting
-/// together apply each migration once. Returns the schema version.
+/// together apply each migration once.
 ///
 /// # Errors
 /// The database's schema is newer than this release knows (it was
 /// migrated by a later release), or a migration failed (then none of this
 /// call's migrations is applied).
-pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<i32, StoreError> {
+async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), StoreError> {
     // Two replicas creating the table at the same instant can collide in
     // PostgreSQL's catalog (a unique violation on the type name); the
     // loser finds the table there on its second try.
@@ -96,8 +96,7 @@ pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<i32, StoreEr
         .map_err(backend)?;
         tracing::info!(version, description, "schema migration applied");
     }
-    tx.commit().await.map_err(backend)?;
-    Ok(known)
+    tx.commit().await.map_err(backend)
 }
 
 /// A principal query: the columns [`principal_of`] reads, then `$tail`.

@@ -54,6 +54,12 @@ fn principal(name: &str, key: u8, budget: f64, origin: Origin) -> PrincipalRecor
     }
 }
 
+/// One principal provisioned on its own (what `Store::provision` does).
+fn provision(store: &EmbeddedStore, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
+    let mut stored = store.provision_all(std::slice::from_ref(record))?;
+    stored.pop().ok_or_else(|| StoreError::Backend("provisioning one principal stored none".into()))
+}
+
 /// Two empty stores in one temp dir.
 fn two_stores() -> Result<(tempfile::TempDir, EmbeddedStore, EmbeddedStore), StoreError> {
     let dir = tempfile::tempdir().map_err(|e| StoreError::Backend(e.to_string()))?;
@@ -76,7 +82,7 @@ fn bulk_provisioning_stores_what_one_by_one_provisioning_stores() -> Result<(), 
     ];
     for store in [&bulk, &single] {
         for p in &earlier {
-            store.provision(p)?;
+            provision(store, p)?;
         }
         store.revoke("bob", 5_000)?;
     }
@@ -92,7 +98,7 @@ fn bulk_provisioning_stores_what_one_by_one_provisioning_stores() -> Result<(), 
         principal("erin", 6, 1.5, Origin::Config),
     ];
     let stored = bulk.provision_all(&batch)?;
-    let one_by_one = batch.iter().map(|p| single.provision(p)).collect::<Result<Vec<_>, _>>()?;
+    let one_by_one = batch.iter().map(|p| provision(&single, p)).collect::<Result<Vec<_>, _>>()?;
     assert_eq!(stored, one_by_one);
     assert_eq!(bulk.principals()?, single.principals()?);
     // Creation and revocation survive an update; key and budget change.
@@ -102,9 +108,9 @@ fn bulk_provisioning_stores_what_one_by_one_provisioning_stores() -> Result<(), 
         Some(([1; 32], 3.0, 1_002, Some(5_000)))
     );
     // erin's first key (5) was freed by her second; alice's new key 9 is taken.
-    bulk.provision(&principal("frank", 5, 1.0, Origin::Admin))?;
+    provision(&bulk, &principal("frank", 5, 1.0, Origin::Admin))?;
     assert!(matches!(
-        bulk.provision(&principal("gina", 9, 1.0, Origin::Admin)),
+        provision(&bulk, &principal("gina", 9, 1.0, Origin::Admin)),
         Err(StoreError::KeyInUse { name }) if name == "gina"
     ));
     Ok(())
@@ -139,12 +145,12 @@ fn bulk_provisioning_fails_as_one_by_one_would_and_stores_nothing() -> Result<()
     for ((what, batch), expected) in cases.into_iter().zip(expected) {
         let (_dir, bulk, single) = two_stores()?;
         for store in [&bulk, &single] {
-            store.provision(&principal("alice", 1, 1.0, Origin::Config))?;
-            store.provision(&principal("carol", 3, 1.0, Origin::Admin))?;
+            provision(store, &principal("alice", 1, 1.0, Origin::Config))?;
+            provision(store, &principal("carol", 3, 1.0, Origin::Admin))?;
         }
         let before = bulk.principals()?;
         let bulk_error = outcome(bulk.provision_all(&batch));
-        let single_error = outcome(batch.iter().map(|p| single.provision(p)).collect());
+        let single_error = outcome(batch.iter().map(|p| provision(&single, p)).collect());
         assert_eq!(bulk_error, Err(format!("{expected:?}")), "{what}");
         assert_eq!(bulk_error, single_error, "{what}");
         assert_eq!(bulk.principals()?, before, "{what}: all or nothing");

@@ -97,16 +97,8 @@ impl SessionRecord {
     pub fn restore(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<SessionState, PrivacyError> {
         Ok(SessionState {
             posterior: Posterior::restore(self.log_weights.clone())?,
-            ledger: self.ledger(per_query, limit, policy)?,
+            ledger: Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)?,
         })
-    }
-
-    /// Just the ledger, for reading an account without the posterior.
-    ///
-    /// # Errors
-    /// Values outside their domain (a corrupt record).
-    pub fn ledger(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<Ledger, PrivacyError> {
-        Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)
     }
 
     /// The byte form ([`MARK`], format [`FORMAT`]).
