@@ -1,38 +1,42 @@
 """An unchanged tritonclient program against pacpriv's Open Inference
-Protocol front-end (driven by tests/it/interop.rs).
+Protocol front-end, over gRPC or HTTP/REST (driven by tests/it/interop.rs).
 
-    python tests/triton_client.py ADDR KEY MODEL IMAGES.json
+    python tests/triton_client.py grpc|http ADDR KEY MODEL IMAGES.json [SMALL_KEY]
 
 Does what a Triton user's program does — liveness, readiness, model
-metadata, then one `infer` per image (raw FP32 [1, 64], requested outputs
-`label` and `noisy`, parameter `confidence_alpha`, key in the headers) —
-plus the mistakes a user makes, and prints one JSON document of what came
-back. The Rust test asserts on it.
+metadata, then one `infer` per image (FP32 [1, 64], requested outputs
+`label` and `noisy`, parameter `confidence_alpha`, key in the headers),
+then batches of 8 rows in one request — plus the mistakes a user makes,
+and prints one JSON document of what came back. The Rust test asserts on
+it. With SMALL_KEY (a principal whose budget covers fewer rows than a
+batch), the refused batch and the batch it can pay for.
 """
 import json
 import math
 import sys
 
 import numpy as np
-import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-addr, key, model, images_path = sys.argv[1:5]
+protocol, addr, key, model, images_path = sys.argv[1:6]
+small_key = sys.argv[6] if len(sys.argv) > 6 else None
+if protocol == "grpc":
+    import tritonclient.grpc as tc
+else:
+    import tritonclient.http as tc
 images = json.load(open(images_path))
-client = grpcclient.InferenceServerClient(url=addr)
+client = tc.InferenceServerClient(url=addr)
 headers = {"x-api-key": key}
 
 
-def infer(pixels, *, model=model, headers=headers, shape=None, noisy=True, request_id=""):
-    x = np.array([pixels], dtype=np.float32)
+def infer(rows, *, model=model, headers=headers, shape=None, outputs=("label", "noisy"), request_id=""):
+    x = np.array(rows, dtype=np.float32)
     if shape:
         x = x.reshape(shape)
-    tensor = grpcclient.InferInput("input", list(x.shape), "FP32")
+    tensor = tc.InferInput("input", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
-    outputs = [grpcclient.InferRequestedOutput("label")]
-    if noisy:
-        outputs.append(grpcclient.InferRequestedOutput("noisy"))
-    return client.infer(model, [tensor], outputs=outputs, headers=headers, request_id=request_id,
+    requested = [tc.InferRequestedOutput(name) for name in outputs]
+    return client.infer(model, [tensor], outputs=requested, headers=headers, request_id=request_id,
                         parameters={"confidence_alpha": 0.1})
 
 
@@ -40,43 +44,53 @@ def error(call):
     try:
         call()
     except InferenceServerException as e:
-        return {"status": e.status(), "message": e.message()}
+        return {"status": str(e.status()), "message": e.message()}
     return None
 
 
-def value(p):
-    return getattr(p, p.WhichOneof("parameter_choice"))
+def described(result):
+    """The response's id, parameters and output shapes, whatever the protocol."""
+    r = result.get_response()
+    if protocol == "grpc":
+        params = {n: getattr(p, p.WhichOneof("parameter_choice")) for n, p in r.parameters.items()}
+        return r.id, params, {o.name: list(o.shape) for o in r.outputs}
+    return r.get("id", ""), r.get("parameters", {}), {o["name"]: list(o["shape"]) for o in r["outputs"]}
 
 
+def answer(result, outputs=("label", "noisy")):
+    rid, params, shapes = described(result)
+    a = {"id": rid, "parameters": params, "shapes": shapes, "outputs": sorted(shapes)}
+    for name in outputs:
+        a[name] = result.as_numpy(name).tolist()
+    return a
+
+
+metadata = client.get_model_metadata(model, as_json=True) if protocol == "grpc" else client.get_model_metadata(model)
 report = {
     "live": client.is_server_live(),
     "ready": client.is_server_ready(),
     "model_ready": client.is_model_ready(model),
     "other_model_ready": client.is_model_ready("no-such-model"),
-    "metadata": client.get_model_metadata(model, as_json=True),
-    "answers": [],
+    "metadata": metadata,
+    "answers": [answer(infer([pixels], request_id=f"img-{k}")) for k, pixels in enumerate(images[:5])],
 }
-for k, pixels in enumerate(images):
-    result = infer(pixels, request_id=f"img-{k}")
-    response = result.get_response()
-    report["answers"].append({
-        "id": response.id,
-        "label": result.as_numpy("label").tolist(),
-        "noisy": result.as_numpy("noisy").tolist(),
-        "noisy_shape": list(next(o.shape for o in response.outputs if o.name == "noisy")),
-        "parameters": {name: value(p) for name, p in response.parameters.items()},
-    })
 # The first image again, label only: the session's cached answer.
-label_only = infer(images[0], noisy=False)
-report["label_only_outputs"] = [o.name for o in label_only.get_response().outputs]
-report["label_only"] = label_only.as_numpy("label").tolist()
-report["label_only_parameters"] = {n: value(p) for n, p in label_only.get_response().parameters.items()}
+report["label_only"] = answer(infer([images[0]], outputs=("label",)), outputs=("label",))
+# Eight rows in one request: two answered above (cached), five new ones,
+# and the first new one again (answered from its own row: free).
+rows = [images[0], images[1], images[5], images[6], images[7], images[5], images[8], images[9]]
+report["batch"] = answer(infer(rows, outputs=("label", "mi_charged", "noisy")), outputs=("label", "mi_charged", "noisy"))
+if small_key:
+    small = {"x-api-key": small_key}
+    fresh = [images[k] for k in range(10, 18)]
+    report["small_refused"] = error(lambda: infer(fresh, headers=small, outputs=("label",)))
+    paid = infer(fresh[:3], headers=small, outputs=("label", "mi_charged"))
+    report["small_paid"] = answer(paid, outputs=("label", "mi_charged"))
 report["errors"] = {
-    "unknown_key": error(lambda: infer(images[0], headers={"x-api-key": "not-a-key"})),
-    "no_key": error(lambda: infer(images[0], headers={})),
-    "wrong_shape": error(lambda: infer(images[0][:63])),
-    "batch_of_two": error(lambda: infer(images[0] + images[1], shape=(2, 64))),
-    "nan": error(lambda: infer([math.nan] + images[0][1:])),
-    "unknown_model": error(lambda: infer(images[0], model="no-such-model")),
+    "unknown_key": error(lambda: infer([images[0]], headers={"x-api-key": "not-a-key"})),
+    "no_key": error(lambda: infer([images[0]], headers={})),
+    "wrong_shape": error(lambda: infer([images[0][:63]])),
+    "nan": error(lambda: infer([[math.nan] + images[0][1:]])),
+    "unknown_model": error(lambda: infer([images[0]], model="no-such-model")),
 }
 print(json.dumps(report))

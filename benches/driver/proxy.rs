@@ -42,7 +42,10 @@ struct Proxy {
 impl Proxy {
     async fn answer(&self, request: PredictRequest) -> Result<PredictResponse, ServiceError> {
         let query = self.input.parse(request)?;
-        let (labels, classes) = match self.ensemble.query(&query.features).await? {
+        let [row] = query.rows.as_slice() else {
+            return Err(ServiceError::InvalidInput("the proxy answers one example per request".into()));
+        };
+        let (labels, classes) = match self.ensemble.query(&row.features).await? {
             TeacherOutputs::Labels { labels, classes } => (labels, classes),
             // Score vectors vote with their argmax.
             TeacherOutputs::Vectors(v) => {
@@ -97,7 +100,7 @@ pub async fn start(
     };
     let ensemble =
         Ensemble::new(teachers.clone(), settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
-    let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: false };
+    let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: false, max_rows: 1 };
     let service = PrivatizerServer::new(Proxy { ensemble, input })
         .max_decoding_message_size(settings.max_message_bytes)
         .max_encoding_message_size(settings.max_message_bytes);

@@ -265,7 +265,7 @@ async fn durable(
                 let handle = &handles[session_of(task, n, tasks, handles.len())];
                 let key = (cached > 0).then(|| QueryDigest::of(&[task as f64, n as f64]).into());
                 let asking = Asking { key, ..Asking::uncached(None, String::new()) };
-                handle.begin(Some(outputs.clone()), asking).await?.durable().await?;
+                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.durable().await?;
                 n += 1;
             }
             Ok::<u64, SessionError>(n)

@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 /// Runs the service; once it accepts connections prints `pacpriv listening
-/// on ADDR` to `out`, then `pacpriv admin|health|metrics listening on ADDR`
+/// on ADDR` to `out`, then `pacpriv http|admin|health|metrics listening on ADDR`
 /// for each enabled extra listener.
 ///
 /// # Errors
@@ -38,7 +38,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     runtime.block_on(async {
         let started = start::serve(settings, shutdown_signal()).await?;
         writeln!(out, "pacpriv listening on {}", started.addr)?;
-        for (what, addr) in [("admin", started.admin), ("health", started.health), ("metrics", started.metrics)] {
+        let extra = [("http", started.http), ("admin", started.admin), ("health", started.health), ("metrics", started.metrics)];
+        for (what, addr) in extra {
             if let Some(addr) = addr {
                 writeln!(out, "pacpriv {what} listening on {addr}")?;
             }

@@ -56,11 +56,14 @@ pub fn teacher_response(data: &[u8]) {
 /// # Panics
 /// When validation accepts something it promises to refuse.
 pub fn check_predict(request: PredictRequest) {
-    let spec = InputSpec { shape: vec![FEATURES], release_noisy: true };
+    let spec = InputSpec { shape: vec![FEATURES], release_noisy: true, max_rows: 64 };
     match spec.parse(request) {
         Ok(q) => {
-            assert_eq!(q.features.len(), FEATURES, "one example of the configured shape");
-            assert!(q.features.iter().all(|v| v.is_finite()), "only finite values");
+            assert!((1..=64).contains(&q.rows.len()), "one example or a batch within the limit");
+            for row in &q.rows {
+                assert_eq!(row.features.len(), FEATURES, "examples of the configured shape");
+                assert!(row.features.iter().all(|v| v.is_finite()), "only finite values");
+            }
             assert!(q.alpha.is_none_or(|a| confidence::threshold(a).is_ok()), "α in (0, 1)");
             assert!(!q.query_id.is_empty() && q.query_id.len() <= 128);
         }

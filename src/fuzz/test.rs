@@ -174,7 +174,7 @@ fn well_formed_inputs_are_accepted() {
         }),
         ..Default::default()
     };
-    assert!(InputSpec { shape: vec![FEATURES], release_noisy: true }.parse(good).is_ok());
+    assert!(InputSpec { shape: vec![FEATURES], release_noisy: true, max_rows: 64 }.parse(good).is_ok());
     let reply = ModelInferResponse {
         outputs: vec![InferOutputTensor {
             name: "label".into(),

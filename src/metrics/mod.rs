@@ -74,6 +74,8 @@ pub enum Rpc {
     GetBudget,
     /// Open Inference Protocol `ModelInfer` on the private model.
     ModelInfer,
+    /// The same over HTTP/REST (`POST /v2/models/{model}/infer`).
+    HttpInfer,
 }
 
 impl Rpc {
@@ -83,6 +85,7 @@ impl Rpc {
             Rpc::PredictStream => "predict_stream",
             Rpc::GetBudget => "get_budget",
             Rpc::ModelInfer => "model_infer",
+            Rpc::HttpInfer => "http_infer",
         }
     }
 }
@@ -201,7 +204,7 @@ impl ServiceMetrics {
         ] {
             drop(m.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }));
         }
-        for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer] {
+        for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer, Rpc::HttpInfer] {
             drop(m.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }));
         }
         m

@@ -15,28 +15,51 @@ pub struct InputSpec {
     pub shape: Vec<usize>,
     /// Whether `return_noisy` may be asked for (privacy.release_noisy_vector).
     pub release_noisy: bool,
+    /// Most rows in one request (server.max_batch_rows).
+    pub max_rows: usize,
 }
 
-/// A validated prediction request.
+/// A validated prediction request: one example, or a batch of them, each
+/// a query of its own.
 #[derive(Clone, Debug)]
 pub struct Query {
     /// Caller's id, or one generated here.
     pub query_id: String,
-    /// Row-major features, finite, exactly as many as the shape holds.
-    pub features: Vec<f64>,
+    /// The examples, in order (at least one).
+    pub rows: Vec<Row>,
     /// Confidence level requested, in (0, 1).
     pub alpha: Option<f64>,
     /// Return the (published) noisy release; only if the server allows it.
     pub return_noisy: bool,
+}
+
+/// One example of a request.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Row-major features, finite, exactly as many as the example shape holds.
+    pub features: Vec<f64>,
     /// The session cache's key: the example's values.
     pub digest: QueryDigest,
 }
 
+impl Query {
+    /// The id of row `i` in the journal and logs: the request's id, with
+    /// `/i` after it when the request has several rows.
+    pub fn row_id(&self, i: usize) -> String {
+        if self.rows.len() == 1 { self.query_id.clone() } else { format!("{}/{i}", self.query_id) }
+    }
+}
+
 impl InputSpec {
-    fn accepts(&self, shape: &[i64]) -> bool {
+    /// How many rows a tensor of `shape` holds: 1 for the bare example
+    /// shape, n for `[n, ...example]`; `None` if it is neither.
+    fn rows_in(&self, shape: &[i64]) -> Option<usize> {
         let want = self.shape.iter().map(|&d| d as i64);
-        // The example itself, or a batch of exactly one.
-        shape.iter().copied().eq(want.clone()) || (shape.first() == Some(&1) && shape[1..].iter().copied().eq(want))
+        if shape.iter().copied().eq(want.clone()) {
+            return Some(1);
+        }
+        let (&n, example) = shape.split_first()?;
+        example.iter().copied().eq(want).then(|| usize::try_from(n).ok()).flatten()
     }
 
     /// Validates `req` into a [`Query`].
@@ -59,12 +82,24 @@ impl InputSpec {
         let Some(t) = req.input else {
             return Err(bad(format!("input is missing: send a tensor of shape {:?} (FP32 or FP64)", self.shape)));
         };
-        if !self.accepts(&t.shape) {
-            return Err(bad(format!(
-                "input shape {:?} is not accepted: this model takes one example of shape {:?} (or [1, ...])",
-                t.shape, self.shape
-            )));
-        }
+        let n = match self.rows_in(&t.shape) {
+            Some(0) => return Err(bad("input has no rows: send at least one example".into())),
+            Some(n) if n > self.max_rows => {
+                return Err(bad(format!(
+                    "input has {n} rows; this server answers at most {} in one request (server.max_batch_rows): \
+                     split the batch",
+                    self.max_rows
+                )));
+            }
+            Some(n) => n,
+            None => {
+                return Err(bad(format!(
+                    "input shape {:?} is not accepted: this model takes examples of shape {:?}, one as it is \
+                     or n as [n, ...]",
+                    t.shape, self.shape
+                )));
+            }
+        };
         let contents = InferTensorContents {
             fp32_contents: t.fp32_contents,
             fp64_contents: t.fp64_contents,
@@ -80,8 +115,12 @@ impl InputSpec {
             }
             None => None,
         };
-        let digest = QueryDigest::of(&features);
-        Ok(Query { query_id, features, alpha, return_noisy: req.return_noisy, digest })
+        let width = features.len() / n;
+        let rows = features
+            .chunks_exact(width)
+            .map(|example| Row { features: example.to_vec(), digest: QueryDigest::of(example) })
+            .collect();
+        Ok(Query { query_id, rows, alpha, return_noisy: req.return_noisy })
     }
 }
 

@@ -11,13 +11,13 @@
 use super::App;
 use super::input::Query;
 use super::output;
-use super::rate::Admitted;
+use super::rate::{Admitted, Over};
 use super::status::{self, ServiceError};
 use crate::metrics::Rpc;
 use crate::privacy::mechanism::TeacherOutputs;
-use crate::proto::pacpriv::{PredictRequest, PredictResponse};
+use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
 use crate::session::cache::CacheKey;
-use crate::session::{Asking, Handle, Preflight, Step};
+use crate::session::{Asking, Handle, Preflight, Reply, Step};
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{Instrument, Span};
@@ -59,13 +59,15 @@ impl<T> Traced<T> {
     }
 }
 
-/// A validated query the teachers have answered — or, when the session
-/// answered it before, did not need to.
+/// A validated query the teachers have answered — or, for the rows the
+/// session answered before, did not need to.
 pub struct Asked {
     query: Query,
-    /// Its key in the session's answer cache (this principal's partition).
-    key: CacheKey,
-    outputs: Option<TeacherOutputs>,
+    /// Each row's key in the session's answer cache (this principal's
+    /// partition).
+    keys: Vec<CacheKey>,
+    /// Each row's teacher outputs; `None` for a row the session knows.
+    outputs: Vec<Option<TeacherOutputs>>,
 }
 
 /// A charged step whose record is on its way to the store.
@@ -87,16 +89,18 @@ pub async fn handle(
     rpc: Rpc,
 ) -> Result<PredictResponse, ServiceError> {
     let result = async {
-        let asked = ask(app, handle, request, app.rate.admit(handle.principal())).await?;
+        let asked = ask(app, handle, request, app.rate.admit(handle.principal()), Over::Refuse).await?;
         let taken = step(handle, asked).await?;
         respond(app, handle, taken, rpc).await
     };
     result.await.map_err(|f| f.record(app, rpc))
 }
 
-/// Phase 1: given the principal's rate limit's verdict (a token, or the
-/// refusal), validates `request` and asks every teacher about it, unless
-/// the session cannot pay even for the cheapest answer.
+/// Phase 1: given the principal's rate limit's verdict on the request's
+/// first token (a token, or the refusal), validates `request`, takes a
+/// token for each further row (`over`: refused or paced), and asks every
+/// teacher about each row the session has not answered before, unless the
+/// session cannot pay even for the cheapest answers.
 ///
 /// # Errors
 /// Rate limited, invalid input, exhausted budget, unavailable teachers
@@ -106,6 +110,7 @@ pub async fn ask(
     handle: &Handle,
     request: PredictRequest,
     admitted: Result<Admitted, ServiceError>,
+    over: Over,
 ) -> Result<Traced<Asked>, Failed> {
     let started = Instant::now();
     let query = app.input.parse(request);
@@ -114,36 +119,52 @@ pub async fn ask(
     let traced = Traced { value: (), span: span.clone(), started };
     admitted.map_err(|e| traced.fail(e))?;
     let query = query.map_err(|e| traced.fail(e))?;
-    let key = handle.cache_key(query.digest);
+    let keys: Vec<CacheKey> = query.rows.iter().map(|r| handle.cache_key(r.digest)).collect();
     let outputs = async {
+        app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
         // One read of the session: a repeat costs nothing and needs no
         // teacher (its refusal, if its answer was evicted, neither).
-        match handle.preflight(&key).await? {
-            Preflight::Known => Ok(None),
-            Preflight::Ask => Ok::<_, ServiceError>(Some(app.ensemble.query(&query.features).await?)),
-        }
+        let found = handle.preflight(&keys).await?;
+        // The rows' fan-outs run at once (and so share the teachers'
+        // batches); any failure fails the request, nothing charged.
+        let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
+            match found {
+                Preflight::Known => Ok(None),
+                Preflight::Ask => Ok::<_, ServiceError>(Some(app.ensemble.query(&row.features).await?)),
+            }
+        });
+        futures_util::future::try_join_all(asks).await
     }
     .instrument(span)
     .await
     .map_err(|e| traced.fail(e))?;
-    Ok(traced.then(Asked { query, key, outputs }))
+    Ok(traced.then(Asked { query, keys, outputs }))
 }
 
-/// Phase 2: one step of Algorithm 1 on `handle`'s session, charged and
-/// queued for the store. A session's steps happen in the order of these
-/// calls.
+/// Phase 2: one step of Algorithm 1 on `handle`'s session for each row
+/// (all or none), charged and queued for the store. A session's steps
+/// happen in the order of these calls.
 ///
 /// # Errors
-/// Exhausted budget or a core refusal (nothing charged).
+/// A budget that cannot pay for every row, or a core refusal (nothing
+/// charged).
 pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let (Asked { query, key, outputs }, traced) = asked.take();
-    let asking = Asking {
-        alpha: query.alpha,
-        query_id: query.query_id.clone(),
-        key: Some(key),
-        return_noisy: query.return_noisy,
-    };
-    let begun = handle.begin(outputs, asking).instrument(traced.span.clone()).await;
+    let (Asked { query, keys, outputs }, traced) = asked.take();
+    let rows = keys
+        .into_iter()
+        .zip(outputs)
+        .enumerate()
+        .map(|(i, (key, outputs))| {
+            let asking = Asking {
+                alpha: query.alpha,
+                query_id: query.row_id(i),
+                key: Some(key),
+                return_noisy: query.return_noisy,
+            };
+            (outputs, asking)
+        })
+        .collect();
+    let begun = handle.begin(rows).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
     Ok(traced.then(Taken { query, step }))
 }
@@ -167,29 +188,51 @@ pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) ->
 /// The commit failed: the answer is withheld, its charge stands.
 pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
     let (Taken { query, step }, traced) = taken.take();
-    let (answer, view) = step.durable().await.map_err(|e| traced.fail(e))?;
+    let (replies, view) = step.durable().await.map_err(|e| traced.fail(e))?;
+    let charged: f64 = replies.iter().map(|r| r.charge.get()).sum();
     traced.span.in_scope(|| {
         tracing::info!(
-            charged = answer.charge.get(),
-            unanimous = answer.unanimous,
-            cached = answer.cached,
+            rows = replies.len(),
+            charged,
+            unanimous = replies.iter().filter(|r| r.unanimous).count(),
+            cached = replies.iter().filter(|r| r.cached).count(),
             spent = view.spent,
             "answered"
         );
     });
-    app.metrics.service.answered(answer.unanimous, answer.charge.get(), answer.cached);
+    for r in &replies {
+        app.metrics.service.answered(r.unanimous, r.charge.get(), r.cached);
+    }
     app.metrics.service.budget(handle.session_name(), view.spent, view.limit, view.mia_bound);
     app.metrics.service.duration(rpc, traced.started.elapsed().as_secs_f64());
-    let label =
-        u32::try_from(answer.label).map_err(|_| traced.fail(ServiceError::Internal("label out of range".into())))?;
+    let rows = replies
+        .into_iter()
+        .map(|r| row_answer(r, query.return_noisy))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| traced.fail(e))?;
+    let first = rows.first().cloned().unwrap_or_default();
     Ok(PredictResponse {
         query_id: query.query_id,
-        label,
-        unanimous: answer.unanimous,
-        mi_charged: answer.charge.get(),
+        label: first.label,
+        unanimous: first.unanimous,
+        mi_charged: charged,
         budget: Some(output::budget(handle.principal(), handle.scope(), &view)),
-        confident: answer.confident,
-        noisy: if query.return_noisy { answer.published } else { Vec::new() },
-        cached: answer.cached,
+        confident: first.confident,
+        noisy: first.noisy,
+        cached: first.cached,
+        rows,
+    })
+}
+
+/// One row's answer on the wire.
+fn row_answer(reply: Reply, return_noisy: bool) -> Result<RowAnswer, ServiceError> {
+    let label = u32::try_from(reply.label).map_err(|_| ServiceError::Internal("label out of range".into()))?;
+    Ok(RowAnswer {
+        label,
+        unanimous: reply.unanimous,
+        mi_charged: reply.charge.get(),
+        confident: reply.confident,
+        noisy: if return_noisy { reply.published } else { Vec::new() },
+        cached: reply.cached,
     })
 }

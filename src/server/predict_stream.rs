@@ -19,6 +19,7 @@
 
 use super::App;
 use super::predict::{self, Asked, Failed, Taken, Traced};
+use super::rate::Over;
 use crate::metrics::Rpc;
 use crate::proto::pacpriv::{PredictRequest, PredictResponse};
 use crate::session::Handle;
@@ -73,7 +74,7 @@ async fn read(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequ
             Ok(req) => {
                 let admitted = app.rate.pace(handle.principal()).await;
                 let (app, handle) = (Arc::clone(&app), handle.clone());
-                Ok(tokio::spawn(async move { predict::ask(&app, &handle, req, Ok(admitted)).await }.in_current_span()))
+                Ok(tokio::spawn(async move { predict::ask(&app, &handle, req, Ok(admitted), Over::Wait).await }.in_current_span()))
             }
             Err(status) => Err(status),
         };

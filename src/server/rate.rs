@@ -18,6 +18,8 @@
 //! - A limited query is refused or delayed before anything else happens:
 //!   nothing is charged, the session is not touched (a cached repeat is
 //!   limited too: the limit protects the server, not the budget).
+//! - A request of n rows takes n tokens ([`RateLimit::take_more`]), the
+//!   first before anything else, the others once its input is parsed.
 //! - Buckets are keyed by principal, whatever the session scope: principals
 //!   sharing one global budget still each have their own rate.
 
@@ -30,6 +32,15 @@ use std::time::Duration;
 /// A token of the principal's bucket, taken (or no limit is configured).
 #[derive(Debug)]
 pub struct Admitted(());
+
+/// What a query over the rate gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Over {
+    /// Refused (unary calls).
+    Refuse,
+    /// Delayed until the bucket has the tokens (streams).
+    Wait,
+}
 
 /// The configured limit, or none.
 pub struct RateLimit {
@@ -57,6 +68,39 @@ impl RateLimit {
             per_second: quota.per_second.get(),
             burst: quota.burst.get(),
         })
+    }
+
+    /// Takes `more` further tokens from `principal`'s bucket for the other
+    /// rows of a request that already took one: a request of n rows is n
+    /// queries.
+    ///
+    /// # Errors
+    /// [`ServiceError::RateLimited`] (only with [`Over::Refuse`]);
+    /// [`ServiceError::InvalidInput`] when the request has more rows than
+    /// the bucket holds at all.
+    pub async fn take_more(&self, principal: &str, more: usize, over: Over) -> Result<(), ServiceError> {
+        let (Some(limiter), Some(quota)) = (&self.limiter, self.quota) else { return Ok(()) };
+        let Some(n) = u32::try_from(more).ok().and_then(std::num::NonZeroU32::new) else { return Ok(()) };
+        let too_many = |_| {
+            ServiceError::InvalidInput(format!(
+                "this request has {} rows, more than this principal's rate-limit burst of {} \
+                 (server.rate_limit_burst) allows at once: send at most {} rows per request",
+                more + 1,
+                quota.burst,
+                quota.burst
+            ))
+        };
+        let key = principal.to_owned();
+        match over {
+            Over::Wait => limiter.until_key_n_ready(&key, n).await.map_err(too_many),
+            Over::Refuse => limiter.check_key_n(&key, n).map_err(too_many)?.map_err(|not_until| {
+                ServiceError::RateLimited {
+                    retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
+                    per_second: quota.per_second.get(),
+                    burst: quota.burst.get(),
+                }
+            }),
+        }
     }
 
     /// Takes a token from `principal`'s bucket, waiting for one if it is

@@ -118,7 +118,8 @@ impl From<ServiceError> for Status {
             ServiceError::Session(SessionError::Exhausted { spent, limit, charge }) => with_reason(
                 Code::ResourceExhausted,
                 format!(
-                    "MI budget exhausted: spent {spent} of {limit} nats and an answer costs {charge}; \
+                    "MI budget exhausted: spent {spent} of {limit} nats and this request's answers cost {charge} \
+                     (a batch is answered whole or not at all; nothing was charged); \
                      no API call raises a budget (an operator can raise a configured principal's budget_mi at a restart, or provision a new principal)"
                 ),
                 BUDGET_EXHAUSTED,

@@ -91,14 +91,15 @@ pub enum SessionError {
     /// No key, or one that names no principal.
     #[error("unknown or missing API key")]
     Unauthenticated,
-    /// The budget cannot pay for this answer.
-    #[error("MI budget exhausted: spent {spent} of {limit} nats; an answer costs {charge} nats")]
+    /// The budget cannot pay for this request's answers (all of them:
+    /// none was given).
+    #[error("MI budget exhausted: spent {spent} of {limit} nats; this request's answers cost {charge} nats")]
     Exhausted {
         /// MI spent.
         spent: f64,
         /// The limit.
         limit: f64,
-        /// This answer's charge.
+        /// What the request's answers cost together.
         charge: f64,
     },
     /// The privacy core refused (shapes, calibration); nothing released.
@@ -213,6 +214,7 @@ impl BudgetView {
 
 /// A session's state and how many steps produced it: what a
 /// [`Cell`] holds.
+#[derive(Clone)]
 pub struct Versioned {
     state: SessionState,
     version: u64,
@@ -280,16 +282,17 @@ async fn account_of(session: &Session) -> Result<BudgetView, SessionError> {
 
 /// Answers `asking` on `v`: from the cache when this exact query was
 /// answered before (nothing changes), or by one step of Algorithm 1 on
-/// `outputs`. Returns the reply, the account after it, and what changed.
+/// `outputs`. Returns the reply and how many steps it took (0 or 1), with
+/// its journal entry.
 fn step(
     params: &SessionParams,
     v: &mut Versioned,
     outputs: Option<&TeacherOutputs>,
     asking: &Asking,
-) -> Result<((Reply, BudgetView), Change), SessionError> {
+) -> Result<(Reply, Option<JournalEntry>), SessionError> {
     if let Some(key) = &asking.key {
         match v.cache.lookup(key) {
-            Lookup::Hit(c) => return Ok(((Reply::cached(c, asking)?, BudgetView::of(&v.state.ledger)), Change::None)),
+            Lookup::Hit(c) => return Ok((Reply::cached(c, asking)?, None)),
             Lookup::Evicted => return Err(SessionError::EvictedRepeat),
             Lookup::Miss => {}
         }
@@ -307,13 +310,77 @@ fn step(
         v.cache.insert(key, kept, params.cache);
     }
     v.version += 1;
-    let journal = params.journal.then(|| JournalEntry {
+    let journal = JournalEntry {
         version: v.version,
         query_id: asking.query_id.clone(),
         charge: answer.charge.get(),
         log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
-    });
-    Ok(((Reply::fresh(answer), BudgetView::of(&v.state.ledger)), Change::Step(journal)))
+    };
+    Ok((Reply::fresh(answer), Some(journal)))
+}
+
+/// Answers `rows` in order, all or none: each as [`step`] would, on a copy
+/// of the state that replaces `v` only once every row is answered. Before
+/// any noise is drawn, the budget must cover every row that will be
+/// charged (what [`cost`] counts); a refusal of any row leaves `v` as it
+/// was. Returns the replies, the account after them, and what changed.
+fn step_all(
+    params: &SessionParams,
+    v: &mut Versioned,
+    rows: &[(Option<TeacherOutputs>, Asking)],
+) -> Result<((Vec<Reply>, BudgetView), Change), SessionError> {
+    let ledger = &v.state.ledger;
+    let need = cost(params, v, rows)?;
+    ledger.check(need)?;
+    // One row needs no copy: a refused step changes nothing.
+    let mut copy = (rows.len() > 1).then(|| v.clone());
+    let state = copy.as_mut().unwrap_or(v);
+    let mut replies = Vec::with_capacity(rows.len());
+    let (mut steps, mut journal) = (0, Vec::new());
+    for (outputs, asking) in rows {
+        let (reply, entry) = step(params, state, outputs.as_ref(), asking)?;
+        replies.push(reply);
+        if let Some(entry) = entry {
+            steps += 1;
+            journal.extend(params.journal.then_some(entry));
+        }
+    }
+    let view = BudgetView::of(&state.state.ledger);
+    if let Some(copy) = copy {
+        *v = copy;
+    }
+    let change = if steps == 0 { Change::None } else { Change::Step { steps, journal } };
+    Ok(((replies, view), change))
+}
+
+/// What answering `rows` on `v` will charge: the charge for its teachers'
+/// agreement of every row that is not answered from the cache (neither
+/// cached before nor a repeat of an earlier row of `rows`, when the cache
+/// is on). A repeat of an evicted answer is refused here, before anything
+/// is drawn.
+fn cost(
+    params: &SessionParams,
+    v: &Versioned,
+    rows: &[(Option<TeacherOutputs>, Asking)],
+) -> Result<Nats, SessionError> {
+    let ledger = &v.state.ledger;
+    let mut seen = std::collections::HashSet::new();
+    let mut need = 0.0;
+    for (outputs, asking) in rows {
+        if let Some(key) = &asking.key {
+            match v.cache.lookup(key) {
+                Lookup::Hit(_) => continue,
+                Lookup::Evicted => return Err(SessionError::EvictedRepeat),
+                Lookup::Miss if params.cache.capacity > 0 && !seen.insert(key.digest) => continue,
+                Lookup::Miss => {}
+            }
+        }
+        // Without outputs the step refuses (CACHE_MOVED) before any charge.
+        if let Some(o) = outputs {
+            need += ledger.charge_for(o.unanimous()).get();
+        }
+    }
+    Ok(Nats::new(need)?)
 }
 
 /// What the preflight of a query found (one read of the session).
@@ -372,24 +439,32 @@ impl Handle {
         }
     }
 
-    /// Before any teacher is asked, one read of the session: whether it
-    /// answered `key` before ([`Preflight::Known`]: no teacher, no budget
-    /// check), else whether even the cheapest possible answer (a free
-    /// unanimous one under `contested`, b otherwise) still fits. Depends on
-    /// the session's own transcript and public state only.
+    /// Before any teacher is asked, one read of the session: for each of
+    /// a request's rows, whether the session answered `key` before
+    /// ([`Preflight::Known`]: no teacher, no budget), else
+    /// [`Preflight::Ask`] — if even the cheapest possible answers (free
+    /// unanimous ones under `contested`, b each otherwise) of all the new
+    /// rows still fit. Depends on the session's own transcript and public
+    /// state only.
     ///
     /// # Errors
     /// [`SessionError::Exhausted`], [`SessionError::Poisoned`] or a store
     /// error.
-    pub async fn preflight(&self, key: &CacheKey) -> Result<Preflight, SessionError> {
+    pub async fn preflight(&self, keys: &[CacheKey]) -> Result<Vec<Preflight>, SessionError> {
         self.session
-            .read(|v| match v.cache.lookup(key) {
-                Lookup::Miss => {
-                    let ledger = &v.state.ledger;
-                    ledger.check(ledger.charge_for(true))?;
-                    Ok(Preflight::Ask)
-                }
-                Lookup::Hit(_) | Lookup::Evicted => Ok(Preflight::Known),
+            .read(|v| {
+                let found: Vec<Preflight> = keys
+                    .iter()
+                    .map(|key| match v.cache.lookup(key) {
+                        Lookup::Miss => Preflight::Ask,
+                        Lookup::Hit(_) | Lookup::Evicted => Preflight::Known,
+                    })
+                    .collect();
+                let new: std::collections::HashSet<_> =
+                    keys.iter().zip(&found).filter(|(_, p)| **p == Preflight::Ask).map(|(k, _)| k.digest).collect();
+                let ledger = &v.state.ledger;
+                ledger.check(Nats::new(ledger.charge_for(true).get() * new.len() as f64)?)?;
+                Ok(found)
             })
             .await?
     }
@@ -407,34 +482,38 @@ impl Handle {
         alpha: Option<f64>,
         query_id: String,
     ) -> Result<(Reply, BudgetView), SessionError> {
-        self.begin(Some(outputs), Asking::uncached(alpha, query_id)).await?.durable().await
+        let (mut replies, view) =
+            self.begin(vec![(Some(outputs), Asking::uncached(alpha, query_id))]).await?.durable().await?;
+        // One row in, one reply out.
+        let reply = replies.pop().ok_or(SessionError::Poisoned)?;
+        Ok((reply, view))
     }
 
-    /// Answers `asking`: with the session's cached answer when this exact
-    /// query was answered before (no charge, no change), otherwise by one
-    /// step of Algorithm 1 on `outputs` (`None` only when
-    /// [`Handle::preflight`] found the query [`Preflight::Known`]). Hands
-    /// the step's record to the store without waiting for it to be durable
-    /// where the store allows (see [`crate::store::cell`]): a caller with
-    /// several queries of one session (a stream) takes the next step while
-    /// this one's commit is under way, and the steps keep the order in
-    /// which `begin` was called. Label-mode steps with few active classes
-    /// run on the calling task (microseconds, see `quick`); the rest run on
-    /// a blocking thread (LAPACK). The reply is only reachable through
-    /// [`Step::durable`].
+    /// Answers a request's rows in order, all or none (see [`step_all`]):
+    /// each with the session's cached answer when this exact query was
+    /// answered before (no charge, no change), otherwise by one step of
+    /// Algorithm 1 on its outputs (`None` only when [`Handle::preflight`]
+    /// found the row [`Preflight::Known`]). Hands the steps' record to the
+    /// store without waiting for it to be durable where the store allows
+    /// (see [`crate::store::cell`]): a caller with several requests of one
+    /// session (a stream) takes the next step while this one's commit is
+    /// under way, and the steps keep the order in which `begin` was
+    /// called. Label-mode steps with few active classes run on the calling
+    /// task (microseconds, see `quick`); the rest run on a blocking thread
+    /// (LAPACK). The replies are only reachable through [`Step::durable`].
     ///
     /// # Errors
-    /// [`SessionError::Exhausted`], a cache refusal or the core's refusal:
-    /// nothing changed. [`SessionError::Withheld`]: the step may have
-    /// happened but is withheld.
-    pub async fn begin(&self, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<Step, SessionError> {
+    /// [`SessionError::Exhausted`] (the budget cannot pay for every
+    /// charged row), a cache refusal or the core's refusal: nothing
+    /// changed. [`SessionError::Withheld`]: the steps may have happened but
+    /// are withheld.
+    pub async fn begin(&self, rows: Vec<(Option<TeacherOutputs>, Asking)>) -> Result<Step, SessionError> {
         // A few microseconds of math run here: a hop to a blocking thread
         // would cost more than the step (BENCHMARKS.md).
-        let blocking = outputs.as_ref().is_some_and(|o| !quick(o));
+        let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
         let params = self.session.context().params;
-        let ((reply, view), ticket) =
-            self.session.step(blocking, move |v| step(&params, v, outputs.as_ref(), &asking)).await?;
-        Ok(Step { reply, view, ticket })
+        let ((replies, view), ticket) = self.session.step(blocking, move |v| step_all(&params, v, &rows)).await?;
+        Ok(Step { replies, view, ticket })
     }
 }
 
@@ -531,25 +610,27 @@ fn quick(outputs: &TeacherOutputs) -> bool {
     }
 }
 
-/// A step taken and charged whose record may not be durable yet.
+/// A request's steps, taken and charged, whose record may not be durable
+/// yet.
 pub struct Step {
-    reply: Reply,
+    replies: Vec<Reply>,
     view: BudgetView,
     /// `None`: already durable.
     ticket: Option<Ticket>,
 }
 
 impl Step {
-    /// The answer and the account after it, once the step's record (and so
-    /// every earlier one of the session) is durable.
+    /// The answers, one per row, and the account after them, once the
+    /// steps' record (and so every earlier one of the session) is durable.
     ///
     /// # Errors
-    /// [`SessionError::Withheld`]: the answer is withheld; it may have been charged.
-    pub async fn durable(self) -> Result<(Reply, BudgetView), SessionError> {
+    /// [`SessionError::Withheld`]: the answers are withheld; they may have
+    /// been charged.
+    pub async fn durable(self) -> Result<(Vec<Reply>, BudgetView), SessionError> {
         if let Some(ticket) = self.ticket {
             ticket.durable().await?;
         }
-        Ok((self.reply, self.view))
+        Ok((self.replies, self.view))
     }
 }
 

@@ -68,14 +68,14 @@ async fn per_principal_budgets_are_separate_and_run_out() -> TestResult {
         assert_eq!((view.answered, view.spent), (n, 0.125 * n as f64));
     }
     let before = alice.budget().await?;
-    assert!(matches!(alice.preflight(&new_query()).await, Err(SessionError::Exhausted { .. })));
+    assert!(matches!(preflight(&alice, new_query()).await, Err(SessionError::Exhausted { .. })));
     match alice.answer(split(), None, "q".into()).await {
         Err(SessionError::Exhausted { spent, limit, charge }) => assert_eq!((spent, limit, charge), (0.25, 0.3, 0.125)),
         other => panic!("expected exhaustion, got {:?}", other.map(|(_, v)| v)),
     }
     assert_eq!(alice.budget().await?, before, "a refusal changes nothing");
     assert_eq!(bob.budget().await?.spent, 0.0);
-    assert_eq!(bob.preflight(&new_query()).await?, Preflight::Ask);
+    assert_eq!(preflight(&bob, new_query()).await?, Preflight::Ask);
     Ok(())
 }
 
@@ -97,7 +97,7 @@ async fn contested_policy_never_refuses_up_front() -> TestResult {
     alice.answer(split(), None, "q".into()).await?;
     alice.answer(split(), None, "q".into()).await?;
     // Exhausted for contested answers, but a unanimous one is free.
-    assert_eq!(alice.preflight(&new_query()).await?, Preflight::Ask);
+    assert_eq!(preflight(&alice, new_query()).await?, Preflight::Ask);
     let (a, view) = alice.answer(TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 }, None, "q".into()).await?;
     assert_eq!((a.label, a.charge.get(), view.answered, view.charged), (2, 0.0, 3, 2));
     assert!(matches!(alice.answer(split(), None, "q".into()).await, Err(SessionError::Exhausted { .. })));
@@ -276,7 +276,16 @@ fn keyed(example: f64, return_noisy: bool, alpha: Option<f64>) -> Asking {
 }
 
 async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<(Reply, BudgetView), SessionError> {
-    h.begin(outputs, asking).await?.durable().await
+    let (mut replies, view) = h.begin(vec![(outputs, asking)]).await?.durable().await?;
+    assert_eq!(replies.len(), 1);
+    Ok((replies.remove(0), view))
+}
+
+/// The preflight of one query.
+async fn preflight(h: &Handle, key: CacheKey) -> Result<Preflight, SessionError> {
+    let found = h.preflight(&[key]).await?;
+    assert_eq!(found.len(), 1);
+    Ok(found[0])
 }
 
 #[tokio::test]
@@ -290,7 +299,7 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
         let posterior = posterior_of(&alice).await?;
         for _ in 0..5 {
             // Before the fan-out the session already knows the query ...
-            assert_eq!(alice.preflight(&QueryDigest::of(&[1.0]).into()).await?, Preflight::Known);
+            assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Known);
             // ... and answers it without teachers, charge or posterior change.
             let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
             assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first.clone() });
@@ -323,7 +332,7 @@ async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() ->
     ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
     ask(&alice, Some(unanimous()), keyed(3.0, false, None)).await?;
     let before = (alice.budget().await?, posterior_of(&alice).await?);
-    assert_eq!(alice.preflight(&QueryDigest::of(&[1.0]).into()).await?, Preflight::Known, "no teacher is asked for a refused repeat");
+    assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Known, "no teacher is asked for a refused repeat");
     let refused = ask(&alice, Some(split()), keyed(1.0, false, None)).await;
     assert!(matches!(refused, Err(SessionError::EvictedRepeat)), "{refused:?}");
     assert_eq!((alice.budget().await?, posterior_of(&alice).await?), before);
@@ -372,7 +381,7 @@ async fn under_global_scope_another_principals_queries_never_change_your_answers
                 }
             }
             // As the server does: no teacher for a query the cache knows.
-            let outputs = (bob.preflight(&bob.cache_key(QueryDigest::of(&[x]))).await? == Preflight::Ask).then(unanimous);
+            let outputs = (preflight(&bob, bob.cache_key(QueryDigest::of(&[x]))).await? == Preflight::Ask).then(unanimous);
             let reply = ask(&bob, outputs, asking(&bob, x)).await;
             replies.push(reply.map(|(r, _)| (r.label, r.unanimous, r.cached, r.confident, r.charge)).map_err(|e| e.to_string()));
         }
@@ -391,8 +400,8 @@ async fn under_global_scope_a_principal_never_gets_another_principals_cached_ans
     let digest = QueryDigest::of(&[1.0]);
     let asking = |h: &Handle| Asking { key: Some(h.cache_key(digest)), ..keyed(1.0, false, None) };
     ask(&alice, Some(split()), asking(&alice)).await?;
-    assert_eq!(alice.preflight(&alice.cache_key(digest)).await?, Preflight::Known);
-    assert_eq!(bob.preflight(&bob.cache_key(digest)).await?, Preflight::Ask, "bob cannot tell that alice asked it");
+    assert_eq!(preflight(&alice, alice.cache_key(digest)).await?, Preflight::Known);
+    assert_eq!(preflight(&bob, bob.cache_key(digest)).await?, Preflight::Ask, "bob cannot tell that alice asked it");
     let (reply, _) = ask(&bob, Some(split()), asking(&bob)).await?;
     assert!(!reply.cached, "bob's asking is a fresh, charged release");
     Ok(())
@@ -401,4 +410,48 @@ async fn under_global_scope_a_principal_never_gets_another_principals_cached_ans
 /// A query no test asks: its preflight says whether a new query could be paid for.
 fn new_query() -> CacheKey {
     QueryDigest::of(&[-12_345.0]).into()
+}
+
+/// Issue 23 §2: a request of n rows is n queries, each charged as alone,
+/// answered whole or not at all.
+#[tokio::test]
+async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let rows = |xs: &[f64], fresh: bool| -> Vec<(Option<TeacherOutputs>, Asking)> {
+        xs.iter().map(|&x| (fresh.then(split), keyed(x, false, None))).collect()
+    };
+    {
+        let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
+        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        // Three new rows cost 3b = 0.375 of a 0.3 budget: refused, nothing
+        // drawn, kept or charged.
+        let before = (alice.budget().await?, posterior_of(&alice).await?);
+        match alice.begin(rows(&[1.0, 2.0, 3.0], true)).await {
+            Err(SessionError::Exhausted { spent, charge, .. }) => assert_eq!((spent, charge), (0.0, 0.375)),
+            other => panic!("expected the whole batch refused, got {:?}", other.map(|_| ())),
+        }
+        assert_eq!((alice.budget().await?, posterior_of(&alice).await?), before);
+        assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Ask, "no row was kept");
+        // Two new rows, the first repeated: two charges, the repeat is the
+        // first row's answer again.
+        let (replies, view) = alice.begin(rows(&[1.0, 2.0, 1.0], true)).await?.durable().await?;
+        let charges: Vec<f64> = replies.iter().map(|r| r.charge.get()).collect();
+        assert_eq!(charges, [0.125, 0.125, 0.0]);
+        assert!(replies[2].cached && replies[2].label == replies[0].label);
+        assert_eq!((view.spent, view.answered, view.charged), (0.25, 2, 2));
+        // Cached rows are free when nothing new fits any more ...
+        let (replies, _) = alice.begin(rows(&[2.0, 1.0], false)).await?.durable().await?;
+        assert!(replies.iter().all(|r| r.cached && r.charge == Nats::ZERO));
+        // ... but one new row among them refuses the whole request.
+        let mixed = vec![(None, keyed(2.0, false, None)), (Some(split()), keyed(4.0, false, None))];
+        assert!(matches!(alice.begin(mixed).await, Err(SessionError::Exhausted { .. })));
+        assert_eq!(alice.budget().await?.spent, 0.25);
+    }
+    // Each charged row is a step of its own in the durable journal.
+    let store = EmbeddedStore::open(&dir.path().join("state.redb"))?;
+    let journal = store.journal("alice")?;
+    let steps: Vec<(u64, &str)> = journal.iter().map(|j| (j.version, j.query_id.as_str())).collect();
+    assert_eq!(steps, [(1, "q1"), (2, "q2")]);
+    assert_eq!(store.load("alice")?.map(|r| r.version), Some(2));
+    Ok(())
 }

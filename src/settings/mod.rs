@@ -99,6 +99,8 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Largest accepted request, bytes.
     pub max_message_bytes: usize,
+    /// Most rows (examples) in one request.
+    pub max_batch_rows: usize,
     /// Most concurrent HTTP/2 streams (calls) per client connection.
     pub max_concurrent_streams: u32,
     /// Per-principal query rate limit; `None`: unlimited.
@@ -106,6 +108,8 @@ pub struct Settings {
     /// The private predictor's model name on the Open Inference Protocol;
     /// `None`: that protocol is not served.
     pub inference_model: Option<String>,
+    /// The Open Inference Protocol's HTTP/REST listener; `None`: off.
+    pub http_listen: Option<SocketAddr>,
     /// JSON logs (production) instead of text.
     pub log_json: bool,
     /// b.
@@ -257,12 +261,14 @@ struct RawServer {
     listen: String,
     health_listen: String,
     max_message_bytes: usize,
+    max_batch_rows: usize,
     max_concurrent_streams: u32,
     rate_limit_per_second: u32,
     rate_limit_burst: u32,
     #[serde(deserialize_with = "choice")]
     log_format: LogFormat,
     inference_model: String,
+    http_listen: String,
 }
 
 /// `server.log_format`.
@@ -555,6 +561,9 @@ impl RawServer {
         if self.max_message_bytes < 1024 {
             return Err(err("server.max_message_bytes", "must be at least 1024"));
         }
+        if !(1..=4096).contains(&self.max_batch_rows) {
+            return Err(err("server.max_batch_rows", "must be between 1 and 4096"));
+        }
         if self.max_concurrent_streams == 0 {
             return Err(err("server.max_concurrent_streams", "must be at least 1"));
         }
@@ -574,8 +583,10 @@ impl RawServer {
             listen: addr("server.listen", &self.listen)?,
             health_listen: optional_addr("server.health_listen", &self.health_listen)?,
             max_message_bytes: self.max_message_bytes,
+            max_batch_rows: self.max_batch_rows,
             max_concurrent_streams: self.max_concurrent_streams,
             rate_limit,
+            http_listen: optional_addr("server.http_listen", &self.http_listen)?,
             inference_model: (!inference_model.is_empty()).then_some(inference_model),
             log_json: self.log_format == LogFormat::Json,
         })
@@ -587,9 +598,11 @@ struct Server {
     listen: SocketAddr,
     health_listen: Option<SocketAddr>,
     max_message_bytes: usize,
+    max_batch_rows: usize,
     max_concurrent_streams: u32,
     rate_limit: Option<RateQuota>,
     inference_model: Option<String>,
+    http_listen: Option<SocketAddr>,
     log_json: bool,
 }
 
@@ -752,8 +765,10 @@ impl Raw {
         Ok(Settings {
             listen: server.listen,
             max_message_bytes: server.max_message_bytes,
+            max_batch_rows: server.max_batch_rows,
             max_concurrent_streams: server.max_concurrent_streams,
             rate_limit: server.rate_limit,
+            http_listen: server.http_listen.filter(|_| server.inference_model.is_some()),
             inference_model: server.inference_model,
             log_json: server.log_json,
             per_query: privacy.per_query,

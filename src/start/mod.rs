@@ -1,10 +1,13 @@
 //! Start-up, in one place: [`serve`] builds the teachers, the store, the
-//! secret and the sessions that `settings` describe, then binds up to four
+//! secret and the sessions that `settings` describe, then binds up to five
 //! listeners, and runs them until shutdown:
 //!
 //! - client (`server.listen`): `pacpriv.v1.Privatizer`, health, reflection,
 //!   and the private model on the Open Inference Protocol
 //!   ([`crate::server::inference`]); TLS/mTLS when configured ([`tls`]);
+//! - HTTP (`server.http_listen`, with `server.inference_model`): the
+//!   private model on the Open Inference Protocol's REST binding
+//!   ([`crate::server::inference::http`]);
 //! - admin (`admin.listen`, only with an admin token): `pacpriv.v1.Admin`
 //!   ([`crate::server::admin`]), same TLS;
 //! - health (`server.health_listen`, optional): plaintext `grpc.health.v1`
@@ -85,6 +88,9 @@ pub enum ServeError {
     /// The metrics listener.
     #[error("metrics listener: {0}")]
     Metrics(#[from] std::io::Error),
+    /// The Open Inference Protocol's HTTP listener.
+    #[error("HTTP listener: {0}")]
+    Http(std::io::Error),
     /// A listener's task panicked or was cancelled.
     #[error("listener task: {0}")]
     Task(String),
@@ -98,6 +104,8 @@ type Serving = Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>>;
 pub struct Started {
     /// The client API address (useful when configured with port 0).
     pub addr: SocketAddr,
+    /// The Open Inference Protocol's HTTP/REST address, if enabled.
+    pub http: Option<SocketAddr>,
     /// The admin API address, if enabled.
     pub admin: Option<SocketAddr>,
     /// The plaintext health address, if enabled.
@@ -158,7 +166,11 @@ pub async fn serve(
         metrics.service.budget(session, a.budget.spent, a.budget.limit, a.budget.mia_bound);
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
-    let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: settings.release_noisy_vector };
+    let input = InputSpec {
+        shape: settings.input_shape.clone(),
+        release_noisy: settings.release_noisy_vector,
+        max_rows: settings.max_batch_rows,
+    };
     let app = Arc::new(App {
         sessions,
         ensemble,
@@ -189,6 +201,15 @@ pub async fn serve(
         .add_optional_service(inference)
         .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
     servers.push(Box::pin(async move { Ok(client.await?) }));
+
+    let mut http_addr = None;
+    if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
+        let (listener, bound) = bind(listen).await?;
+        http_addr = Some(bound);
+        let router = inference::http::router(Arc::clone(&app), model, settings.max_message_bytes);
+        let server = axum::serve(listener, router).with_graceful_shutdown(stop.clone().cancelled_owned());
+        servers.push(Box::pin(async move { server.await.map_err(ServeError::Http) }));
+    }
 
     let mut admin_addr = None;
     if let Some(admin) = &settings.admin {
@@ -223,11 +244,11 @@ pub async fn serve(
         servers.push(Box::pin(async move { Ok(server.await?) }));
     }
 
-    tracing::info!(%addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,
+    tracing::info!(%addr, http = ?http_addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,
         scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
     cancel_on_error.disarm();
     let server: Serving = Box::pin(run(servers, stop, background));
-    Ok(Started { addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server })
+    Ok(Started { addr, http: http_addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server })
 }
 
 /// Runs every listener until `stop` is cancelled; the first to fail

@@ -50,8 +50,15 @@ pub trait State: Sized + Send + 'static {
 pub enum Change {
     /// Nothing changed (a cached answer).
     None,
-    /// One step: write the state's new record, and this journal entry.
-    Step(Option<JournalEntry>),
+    /// `steps` steps (one per charged row of a request): write the
+    /// state's new record, whose version is `steps` more, and these
+    /// journal entries (none when the journal is off).
+    Step {
+        /// How many steps the version moved.
+        steps: u64,
+        /// One entry per step, in version order, or none.
+        journal: Vec<JournalEntry>,
+    },
 }
 
 /// One session's state, where the store keeps it.
@@ -82,8 +89,8 @@ impl<S: State> Held<S> {
         let mut state = self.state.lock().map_err(|_| S::poisoned())?;
         let (value, change) = apply(&mut state)?;
         let journal = match change {
-            Change::None => None,
-            Change::Step(journal) => journal,
+            Change::None => Vec::new(),
+            Change::Step { journal, .. } => journal,
         };
         let ticket = self.store.enqueue(key, state.record(), journal)?;
         Ok((value, Some(ticket)))
@@ -158,7 +165,7 @@ impl<S: State> Cell<S> {
                     let (value, change) = apply(&mut state)?;
                     let write = match change {
                         Change::None => None,
-                        Change::Step(journal) => Some((state.record(), journal)),
+                        Change::Step { steps, journal } => Some((state.record(), steps, journal)),
                     };
                     Ok::<_, S::Error>((write, value))
                 };

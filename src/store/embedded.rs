@@ -40,7 +40,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 struct Write {
     session: String,
     record: SessionRecord,
-    journal: Option<JournalEntry>,
+    journal: Vec<JournalEntry>,
     done: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
@@ -273,7 +273,7 @@ impl EmbeddedStore {
         Ok(Some(stored))
     }
 
-    /// Queues `record` (and its journal entry) for the next group commit.
+    /// Queues `record` (and its journal entries) for the next group commit.
     /// Call under the session's lock, so a session's records queue in
     /// version order.
     ///
@@ -283,7 +283,7 @@ impl EmbeddedStore {
         &self,
         session: &str,
         record: SessionRecord,
-        journal: Option<JournalEntry>,
+        journal: Vec<JournalEntry>,
     ) -> Result<Ticket, StoreError> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.queue
@@ -381,7 +381,7 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
         // batch: they arrive in version order.
         for w in batch {
             sessions.insert(w.session.as_str(), w.record.encode().as_slice()).map_err(backend)?;
-            if let Some(entry) = &w.journal {
+            for entry in &w.journal {
                 journal.insert((w.session.as_str(), entry.version), entry.encode().as_slice()).map_err(backend)?;
             }
         }

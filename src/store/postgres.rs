@@ -299,8 +299,9 @@ impl PgStore {
 
     /// One step on `session`, serialised across replicas: locks the row,
     /// hands the current record (`None`: fresh session) to `apply`, writes
-    /// back the record `apply` returns, if any (its version must be one
-    /// more), with its journal entry, and commits. Only a committed step's
+    /// back the record `apply` returns, if any, with the number of steps
+    /// it took (its version must be that many more) and their journal
+    /// entries, and commits. Only a committed step's
     /// result is returned; if `apply` fails, nothing is written. The row
     /// is locked by the first statement (it is created only for a fresh
     /// session), so a step is one read, one write and the commit.
@@ -311,7 +312,7 @@ impl PgStore {
     where
         E: From<StoreError>,
         F: FnOnce(Option<SessionRecord>) -> Fut,
-        Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Option<JournalEntry>)>, T), E>>,
+        Fut: std::future::Future<Output = Result<(Option<(SessionRecord, u64, Vec<JournalEntry>)>, T), E>>,
     {
         const LOCK: &str = "SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE";
         let started = std::time::Instant::now();
@@ -336,13 +337,13 @@ impl PgStore {
         let bytes: &[u8] = row.get(1);
         let current = if version == 0 { None } else { Some(decode(session, bytes)?) };
         let (write, result) = apply(current).await?;
-        let Some((next, journal)) = write else {
+        let Some((next, steps, journal)) = write else {
             // Nothing to write (a cached answer read under the lock):
             // committed state, released as it is.
             return Ok(result);
         };
         let next_version = i64::try_from(next.version).map_err(backend)?;
-        if next_version != version + 1 {
+        if i64::try_from(steps).ok().and_then(|s| version.checked_add(s)) != Some(next_version) {
             return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
         }
         let updated = tx
@@ -355,10 +356,11 @@ impl PgStore {
         if updated != 1 {
             return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
         }
-        if let Some(entry) = journal {
+        for entry in journal {
+            let entry_version = i64::try_from(entry.version).map_err(backend)?;
             tx.execute(
                 "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)",
-                &[&session, &next_version, &entry.encode()],
+                &[&session, &entry_version, &entry.encode()],
             )
             .await
             .map_err(backend)?;

@@ -24,13 +24,13 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
         let tickets: Vec<Ticket> = (1..=20)
             .map(|v| {
                 let j = JournalEntry { version: v, query_id: format!("q{v}"), charge: 0.1, log_likelihood: vec![] };
-                store.enqueue("alice", record(v), Some(j))
+                store.enqueue("alice", record(v), vec![j])
             })
             .collect::<Result<_, _>>()?;
         for t in tickets {
             t.wait()?;
         }
-        store.enqueue("bob", record(1), None)?.wait()?;
+        store.enqueue("bob", record(1), vec![])?.wait()?;
     }
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(store.meta()?, Some(Meta { secret: 5, teachers: "demo m=8".into() }));

@@ -9,7 +9,7 @@
 //!   calls pacpriv's private model over the same protocol.
 
 use crate::util::{B, Peer, Process, budget, client, digit, free_port, image, interop_python, pacpriv_ok, predict};
-use crate::util::{sample, scrape, small_demo};
+use crate::util::{key_hash, sample, scrape, small_demo};
 use pacpriv::proto::inference::ModelReadyRequest;
 use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pacpriv::proto::pacpriv::PredictResponse;
@@ -155,16 +155,36 @@ async fn mlserver_teachers_answer_private_predictions() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unchanged_tritonclient_program_gets_private_labels() {
+async fn an_unchanged_tritonclient_grpc_program_gets_private_labels_one_by_one_and_in_batches() {
+    tritonclient_program("grpc");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unchanged_tritonclient_http_program_gets_private_labels_one_by_one_and_in_batches() {
+    tritonclient_program("http");
+}
+
+/// `tests/triton_client.py` over `protocol` ("grpc" or "http") against a
+/// demo deployment that releases noisy vectors; asserts on its report.
+fn tritonclient_program(protocol: &str) {
     let python = interop_python();
-    let server = Process::serve(None, &small_demo(&[("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into())]));
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into()),
+            ("PACPRIV__PRIVACY__POLICY", "paper".into()),
+            ("PACPRIV__PRINCIPALS__SMALL__KEY_SHA256", key_hash("small-key")),
+            ("PACPRIV__PRINCIPALS__SMALL__BUDGET_MI", format!("{}", 3.0 * B)),
+        ]),
+    );
+    let addr = if protocol == "grpc" { server.addr.clone() } else { server.listener("http") };
     let dir = tempfile::tempdir().expect("temp dir");
     let images_path = dir.path().join("images.json");
-    let images: Vec<Vec<f32>> = (0..5).map(digit).collect();
+    let images: Vec<Vec<f32>> = (0..18).map(digit).collect();
     std::fs::write(&images_path, serde_json::to_string(&images).expect("JSON")).expect("images written");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/triton_client.py");
     let out = std::process::Command::new(&python)
-        .args([script, &server.addr, "alice-key", "private", &images_path.display().to_string()])
+        .args([script, protocol, &addr, "alice-key", "private", &images_path.display().to_string(), "small-key"])
         .output()
         .expect("python runs");
     assert!(out.status.success(), "tritonclient program failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -175,20 +195,26 @@ async fn an_unchanged_tritonclient_program_gets_private_labels() {
     assert_eq!(report["model_ready"], true);
     assert_eq!(report["other_model_ready"], false);
     let meta = &report["metadata"];
+    let shape: Vec<i64> = meta["inputs"][0]["shape"]
+        .as_array()
+        .expect("a shape")
+        .iter()
+        .map(|d| d.as_i64().or_else(|| d.as_str().and_then(|s| s.parse().ok())).expect("a dimension"))
+        .collect();
     assert_eq!(meta["inputs"][0]["datatype"], "FP32");
-    assert_eq!(meta["inputs"][0]["shape"], serde_json::json!(["1", "64"]));
-    assert_eq!(meta["outputs"][0]["name"], "label");
-    assert_eq!(meta["outputs"][1]["name"], "noisy");
+    assert_eq!(shape, [-1, 64], "a batch dimension, then the example");
+    let outputs: Vec<&str> = meta["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
+    assert_eq!(outputs, ["label", "mi_charged", "noisy"]);
 
     let answers = report["answers"].as_array().expect("answers");
-    assert_eq!(answers.len(), images.len());
+    assert_eq!(answers.len(), 5);
     let mut charged = 0.0;
     for (k, a) in answers.iter().enumerate() {
         assert_eq!(a["id"], format!("img-{k}"), "the request id is echoed");
         let label = a["label"][0].as_u64().expect("an INT64 label");
         assert!(label < 10);
         let noisy: Vec<f64> = a["noisy"][0].as_array().expect("noisy").iter().filter_map(Value::as_f64).collect();
-        assert_eq!(a["noisy_shape"], serde_json::json!([1, 10]));
+        assert_eq!(a["shapes"]["noisy"], serde_json::json!([1, 10]));
         assert_eq!(noisy.len(), 10);
         let argmax = (0..10).max_by(|&i, &j| noisy[i].total_cmp(&noisy[j])).expect("ten classes");
         assert_eq!(argmax as u64, label, "the label is the argmax of the published release");
@@ -200,28 +226,50 @@ async fn an_unchanged_tritonclient_program_gets_private_labels() {
         assert_eq!(p["budget_answered"].as_i64(), Some(k as i64 + 1));
         assert_eq!(p["budget_limit"].as_f64(), Some(1.0));
     }
+    assert_eq!(charged, 5.0 * B);
     // The first image again (label only) is the session's cached answer:
     // the same label, charged nothing.
-    assert_eq!(report["label_only_outputs"], serde_json::json!(["label"]));
-    assert_eq!(report["label_only"], answers[0]["label"]);
-    let again = &report["label_only_parameters"];
-    assert_eq!((again["cached"].as_bool(), again["mi_charged"].as_f64()), (Some(true), Some(0.0)));
-    assert!(answers.iter().all(|a| a["parameters"]["cached"] == false));
+    let again = &report["label_only"];
+    assert_eq!(again["outputs"], serde_json::json!(["label"]));
+    assert_eq!(again["label"], answers[0]["label"]);
+    let p = &again["parameters"];
+    assert_eq!((p["cached"].as_bool(), p["mi_charged"].as_f64()), (Some(true), Some(0.0)));
+
+    // Eight rows in one request: rows 0 and 1 were answered above (cached,
+    // free, the same labels), rows 2, 3, 4, 6, 7 are new (b each), row 5
+    // repeats row 2 (its answer, free). One account update for the lot.
+    let batch = &report["batch"];
+    assert_eq!(batch["shapes"]["label"], serde_json::json!([8]));
+    assert_eq!(batch["shapes"]["noisy"], serde_json::json!([8, 10]));
+    let charges: Vec<f64> = batch["mi_charged"].as_array().expect("charges").iter().filter_map(Value::as_f64).collect();
+    assert_eq!(charges, [0.0, 0.0, B, B, B, 0.0, B, B]);
+    let labels = batch["label"].as_array().expect("labels");
+    assert_eq!((&labels[0], &labels[1]), (&answers[0]["label"][0], &answers[1]["label"][0]));
+    assert_eq!(labels[5], labels[2], "a row repeated in the batch gets the same answer");
+    let p = &batch["parameters"];
+    assert_eq!(p["mi_charged"].as_f64(), Some(5.0 * B), "the request's total");
+    assert_eq!(p["budget_spent"].as_f64(), Some(10.0 * B));
+    assert_eq!(p["budget_answered"].as_i64(), Some(10));
+    assert_eq!(p["cached"].as_bool(), Some(false), "not every row was cached");
+
+    // A budget of 3b: eight new rows are refused whole, nothing charged;
+    // three are answered.
+    let refused = &report["small_refused"];
+    let code = if protocol == "grpc" { "StatusCode.RESOURCE_EXHAUSTED" } else { "429" };
+    assert_eq!(refused["status"], code, "{refused}");
+    assert!(refused["message"].as_str().unwrap_or_default().contains("answered whole or not at all"), "{refused}");
+    let paid = &report["small_paid"];
+    assert_eq!(paid["mi_charged"], serde_json::json!([B, B, B]));
+    assert_eq!(paid["parameters"]["budget_spent"].as_f64(), Some(3.0 * B), "only the paid batch was charged");
 
     let errors = &report["errors"];
     let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();
-    assert_eq!(status("unknown_key"), "StatusCode.UNAUTHENTICATED");
-    assert_eq!(status("no_key"), "StatusCode.UNAUTHENTICATED");
-    assert_eq!(status("wrong_shape"), "StatusCode.INVALID_ARGUMENT");
-    assert_eq!(status("batch_of_two"), "StatusCode.INVALID_ARGUMENT");
-    assert_eq!(status("nan"), "StatusCode.INVALID_ARGUMENT");
-    assert_eq!(status("unknown_model"), "StatusCode.NOT_FOUND");
+    let expect = |grpc: &str, http: &str| if protocol == "grpc" { format!("StatusCode.{grpc}") } else { http.to_owned() };
+    assert_eq!(status("unknown_key"), expect("UNAUTHENTICATED", "401"));
+    assert_eq!(status("no_key"), expect("UNAUTHENTICATED", "401"));
+    assert_eq!(status("wrong_shape"), expect("INVALID_ARGUMENT", "400"));
+    assert_eq!(status("nan"), expect("INVALID_ARGUMENT", "400"));
+    assert_eq!(status("unknown_model"), expect("NOT_FOUND", "404"));
     let msg = errors["unknown_model"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("\"private\""), "the error names the served model: {msg}");
-
-    // Only the five fresh answers were charged: not the repeat, not the errors.
-    let mut c = client(&server.addr).await;
-    let account = budget(&mut c, "alice-key").await;
-    assert_eq!(account.answered, images.len() as u64);
-    assert_eq!(account.spent, images.len() as f64 * B);
 }

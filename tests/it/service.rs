@@ -124,7 +124,9 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
     nan[9] = f32::NAN;
     let bad = [
         (tensor("FP32", vec![63], vec![0.0; 63], vec![]), "shape [63] is not accepted"),
-        (tensor("FP32", vec![2, 64], vec![0.0; 128], vec![]), "shape [2, 64] is not accepted"),
+        (tensor("FP32", vec![2, 63], vec![0.0; 126], vec![]), "shape [2, 63] is not accepted"),
+        (tensor("FP32", vec![0, 64], vec![], vec![]), "input has no rows"),
+        (tensor("FP32", vec![65, 64], vec![0.0; 65 * 64], vec![]), "at most 64 in one request (server.max_batch_rows)"),
         (tensor("INT64", vec![64], vec![], vec![]), "datatype \"INT64\" is not supported"),
         (tensor("FP32", vec![64], nan, vec![]), "flat index 9 is NaN"),
         (tensor("FP32", vec![64], vec![], vec![0.0; 64]), "expects its values in fp32_contents"),

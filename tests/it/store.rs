@@ -73,7 +73,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     for n in 20..40 {
         alice.answer(outputs(n), None, format!("q{n}")).await.expect("fits");
     }
-    assert!(matches!(alice.preflight(&QueryDigest::of(&[-1.0]).into()).await, Err(SessionError::Exhausted { .. })));
+    assert!(matches!(alice.preflight(&[QueryDigest::of(&[-1.0]).into()]).await, Err(SessionError::Exhausted { .. })));
     assert!(matches!(alice.answer(outputs(41), None, "q41".into()).await, Err(SessionError::Exhausted { .. })));
 
     // A restart resumes; the journal replays the stored posterior exactly.
@@ -101,18 +101,20 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         return_noisy: true,
     };
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
-    let (first, _) = bob.begin(Some(outputs(3)), keyed()).await.expect("step").durable().await.expect("fresh");
+    let (first, _) = bob.begin(vec![(Some(outputs(3)), keyed())]).await.expect("step").durable().await.expect("fresh");
+    let first = &first[0];
     assert!(!first.cached);
-    let (again, view) = bob.begin(None, keyed()).await.expect("step").durable().await.expect("cached");
+    let (again, view) = bob.begin(vec![(None, keyed())]).await.expect("step").durable().await.expect("cached");
+    let again = &again[0];
     assert!(again.cached && again.charge.get() == 0.0 && again.label == first.label);
     assert_eq!((again.published.clone(), view.answered), (first.published.clone(), 1));
     drop((alice, bob, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
-    assert_eq!(bob.preflight(&QueryDigest::of(&[1.0, 2.0]).into()).await.expect("preflight"), Preflight::Known);
-    let (after, view) = bob.begin(None, keyed()).await.expect("step").durable().await.expect("cached");
-    assert_eq!((after, view.answered), (again, 1));
+    assert_eq!(bob.preflight(&[QueryDigest::of(&[1.0, 2.0]).into()]).await.expect("preflight"), [Preflight::Known]);
+    let (after, view) = bob.begin(vec![(None, keyed())]).await.expect("step").durable().await.expect("cached");
+    assert_eq!((&after[0], view.answered), (again, 1));
     assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");
 
     // The principal registry: a created principal answers, a revoked one

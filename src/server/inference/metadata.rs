@@ -2,7 +2,7 @@
 //! Protocol client needs to build a request for the private model.
 
 use super::MODEL_VERSION;
-use super::model_infer::{LABEL, NOISY};
+use super::model_infer::{LABEL, MI_CHARGED, NOISY};
 use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{ModelMetadataResponse, ServerMetadataResponse};
 use crate::server::App;
@@ -16,20 +16,21 @@ pub fn server() -> ServerMetadataResponse {
     }
 }
 
-/// The private model `name`: one example of the configured shape in (FP32
-/// advertised; FP64 accepted too), a label out, and the noisy release when
-/// the operator allows it.
+/// The private model `name`: n examples of the configured shape in (FP32
+/// advertised; FP64 accepted too; -1 is the batch dimension, as Triton
+/// writes it), a label and a charge per example out, and the noisy
+/// releases when the operator allows it.
 pub fn model(app: &App, name: &str) -> ModelMetadataResponse {
     let tensor = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata {
         name: name.to_owned(),
         datatype: datatype.to_owned(),
         shape,
     };
-    let example = std::iter::once(1).chain(app.input.shape.iter().map(|&d| d as i64)).collect();
+    let example = std::iter::once(-1).chain(app.input.shape.iter().map(|&d| d as i64)).collect();
     let d = app.ensemble.mode().dim();
-    let mut outputs = vec![tensor(LABEL, "INT64", vec![1])];
+    let mut outputs = vec![tensor(LABEL, "INT64", vec![-1]), tensor(MI_CHARGED, "FP64", vec![-1])];
     if app.input.release_noisy {
-        outputs.push(tensor(NOISY, "FP64", vec![1, d as i64]));
+        outputs.push(tensor(NOISY, "FP64", vec![-1, d as i64]));
     }
     ModelMetadataResponse {
         name: name.to_owned(),

@@ -14,6 +14,7 @@
 //! `PredictRequest` and what to send back) → [`super::predict::handle`]
 //! → [`Infer::respond`].
 
+pub mod http;
 pub mod metadata;
 pub mod model_infer;
 

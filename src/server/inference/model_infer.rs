@@ -1,20 +1,22 @@
-//! `ModelInfer` on the private model: one example in, its private label
-//! out, the session's account in the response parameters.
+//! `ModelInfer` on the private model: n examples in (n queries), their
+//! private labels out, the session's account in the response parameters.
 //!
 //! Wire contract (what `ModelMetadata` advertises):
-//! - one input tensor, any name, FP32 or FP64, shape `[1, …]` or the bare
-//!   example shape, in `contents` or `raw_input_contents`;
+//! - one input tensor, any name, FP32 or FP64, shape `[n, …]` or the bare
+//!   example shape (n = 1), in `contents` or `raw_input_contents`;
 //! - request parameter `confidence_alpha` (double, or a string holding one)
 //!   asks for the confidence flag;
-//! - outputs `label` (INT64, `[1]`) and, when requested and the operator
-//!   allows it, `noisy` (FP64, `[1, d]`, the published release); no
+//! - outputs `label` (INT64, `[n]`), `mi_charged` (FP64, `[n]`: each row's
+//!   charge, 0 for a cached row) and, when requested and the operator
+//!   allows it, `noisy` (FP64, `[n, d]`, the published releases); no
 //!   requested outputs means `label`;
 //! - the answer comes back in the form the request used: raw contents for
 //!   a raw request (tritonclient's default), typed contents otherwise.
 //!
-//! Response parameters: `mi_charged`, `unanimous`, `cached` (this exact
-//! example was answered before: the same answer again, free),
-//! `confident` (when asked), and the account after this query — `budget_spent`,
+//! Response parameters: `mi_charged` (the request's total), `unanimous`,
+//! `cached` (this exact example was answered before: the same answer
+//! again, free) and `confident` (when asked) — of every row — and the
+//! account after this request — `budget_spent`,
 //! `budget_limit`, `budget_remaining`, `budget_per_query`, `mia_bound`
 //! (doubles), `budget_answered`, `budget_charged` (int64), `principal`,
 //! `budget_scope`, `budget_policy` (strings).
@@ -23,7 +25,7 @@ use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::InferInputTensor;
 use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
-use crate::proto::pacpriv::{PredictRequest, PredictResponse, Tensor};
+use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer, Tensor};
 use crate::server::status::ServiceError;
 use std::collections::HashMap;
 
@@ -33,6 +35,8 @@ use super::MODEL_VERSION;
 pub const LABEL: &str = "label";
 /// The published noisy vector's output name.
 pub const NOISY: &str = "noisy";
+/// Each row's charge's output name.
+pub const MI_CHARGED: &str = "mi_charged";
 /// The request parameter asking for the confidence flag.
 pub const CONFIDENCE_ALPHA: &str = "confidence_alpha";
 
@@ -41,6 +45,7 @@ pub const CONFIDENCE_ALPHA: &str = "confidence_alpha";
 enum Output {
     Label,
     Noisy,
+    Charged,
 }
 
 /// How to answer a parsed `ModelInfer` request.
@@ -89,14 +94,16 @@ impl Infer {
             ),
             Some(_) => return Err(bad(format!("parameter {CONFIDENCE_ALPHA} must be a double in (0, 1)"))),
         };
-        let mut wanted = Vec::with_capacity(2);
+        let mut wanted = Vec::with_capacity(3);
         for o in &outputs {
             let output = match o.name.as_str() {
                 LABEL => Output::Label,
                 NOISY => Output::Noisy,
+                MI_CHARGED => Output::Charged,
                 other => {
                     return Err(bad(format!(
-                        "requested output {other:?} does not exist: the private model has {LABEL:?} and {NOISY:?}"
+                        "requested output {other:?} does not exist: the private model has {LABEL:?}, \
+                         {MI_CHARGED:?} and {NOISY:?}"
                     )));
                 }
             };
@@ -129,17 +136,27 @@ impl Infer {
         let mut outputs = Vec::with_capacity(self.outputs.len());
         let mut raw_output_contents = Vec::new();
         for output in &self.outputs {
+            let rows = &answer.rows;
+            let n = rows.len() as i64;
             let (name, datatype, shape, contents, bytes) = match output {
                 Output::Label => {
-                    let label = i64::from(answer.label);
-                    let contents = InferTensorContents { int64_contents: vec![label], ..Default::default() };
-                    (LABEL, "INT64", vec![1], contents, label.to_le_bytes().to_vec())
+                    let labels: Vec<i64> = rows.iter().map(|r| i64::from(r.label)).collect();
+                    let bytes = labels.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let contents = InferTensorContents { int64_contents: labels, ..Default::default() };
+                    (LABEL, "INT64", vec![n], contents, bytes)
+                }
+                Output::Charged => {
+                    let charges: Vec<f64> = rows.iter().map(|r| r.mi_charged).collect();
+                    let bytes = charges.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let contents = InferTensorContents { fp64_contents: charges, ..Default::default() };
+                    (MI_CHARGED, "FP64", vec![n], contents, bytes)
                 }
                 Output::Noisy => {
-                    let bytes = answer.noisy.iter().flat_map(|v| v.to_le_bytes()).collect();
-                    let shape = vec![1, answer.noisy.len() as i64];
-                    let contents = InferTensorContents { fp64_contents: answer.noisy.clone(), ..Default::default() };
-                    (NOISY, "FP64", shape, contents, bytes)
+                    let noisy: Vec<f64> = rows.iter().flat_map(|r| r.noisy.iter().copied()).collect();
+                    let bytes = noisy.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    let d = rows.first().map_or(0, |r| r.noisy.len() as i64);
+                    let contents = InferTensorContents { fp64_contents: noisy, ..Default::default() };
+                    (NOISY, "FP64", vec![n, d], contents, bytes)
                 }
             };
             outputs.push(InferOutputTensor {
@@ -168,13 +185,14 @@ impl Infer {
 fn parameters(answer: &PredictResponse) -> HashMap<String, InferParameter> {
     let param = |choice| InferParameter { parameter_choice: Some(choice) };
     let double = |v: f64| param(ParameterChoice::DoubleParam(v));
+    let every = |f: fn(&RowAnswer) -> bool| param(ParameterChoice::BoolParam(answer.rows.iter().all(f)));
     let mut p = HashMap::from([
         ("mi_charged".to_owned(), double(answer.mi_charged)),
-        ("unanimous".to_owned(), param(ParameterChoice::BoolParam(answer.unanimous))),
-        ("cached".to_owned(), param(ParameterChoice::BoolParam(answer.cached))),
+        ("unanimous".to_owned(), every(|r| r.unanimous)),
+        ("cached".to_owned(), every(|r| r.cached)),
     ]);
-    if let Some(c) = answer.confident {
-        p.insert("confident".to_owned(), param(ParameterChoice::BoolParam(c)));
+    if answer.rows.iter().all(|r| r.confident.is_some()) && !answer.rows.is_empty() {
+        p.insert("confident".to_owned(), every(|r| r.confident == Some(true)));
     }
     if let Some(b) = &answer.budget {
         let int = |v: u64| param(ParameterChoice::Int64Param(i64::try_from(v).unwrap_or(i64::MAX)));

@@ -2,7 +2,7 @@ use super::model_infer::{CONFIDENCE_ALPHA, Infer, LABEL, NOISY};
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest};
-use crate::proto::pacpriv::{Budget, PredictResponse};
+use crate::proto::pacpriv::{Budget, PredictResponse, RowAnswer};
 use crate::server::status::ServiceError;
 
 fn request(raw: bool, outputs: &[&str]) -> ModelInferRequest {
@@ -39,9 +39,21 @@ fn answer() -> PredictResponse {
         mi_charged: 0.25,
         budget: Some(Budget { principal: "alice".into(), spent: 0.5, answered: 2, ..Default::default() }),
         confident: Some(true),
-        noisy: (0..10).map(|i| if i == 7 { 1.5 } else { -0.125 }).collect(),
+        noisy: noisy(),
         cached: false,
+        rows: vec![RowAnswer {
+            label: 7,
+            unanimous: false,
+            mi_charged: 0.25,
+            confident: Some(true),
+            noisy: noisy(),
+            cached: false,
+        }],
     }
+}
+
+fn noisy() -> Vec<f64> {
+    (0..10).map(|i| if i == 7 { 1.5 } else { -0.125 }).collect()
 }
 
 fn invalid(r: ModelInferRequest) -> String {

@@ -99,7 +99,7 @@ impl Process {
             }
         }
         // Extra listeners on free ports too, so tests can run side by side.
-        for key in ["PACPRIV__METRICS__LISTEN", "PACPRIV__ADMIN__LISTEN"] {
+        for key in ["PACPRIV__METRICS__LISTEN", "PACPRIV__ADMIN__LISTEN", "PACPRIV__SERVER__HTTP_LISTEN"] {
             if !env.iter().any(|(k, _)| *k == key) {
                 env.push((key, "127.0.0.1:0".into()));
             }
