@@ -16,6 +16,7 @@ mod budget;
 mod crash;
 mod faults;
 mod hygiene;
+mod http;
 mod interop;
 mod isolation;
 mod label;

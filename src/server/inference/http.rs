@@ -33,6 +33,7 @@ use crate::server::{App, auth, predict};
 use crate::session::{Credential, SessionError};
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -123,9 +124,21 @@ async fn infer(
     State(s): State<Arc<InferenceService>>,
     Path(p): Path<ModelPath>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let app = &s.app;
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            app.metrics.service.query(Outcome::Invalid);
+            let message = format!(
+                "the request body could not be read ({rejection}); bodies are limited to server.max_message_bytes: \
+                 send fewer rows per request"
+            );
+            let body = json!({ "error": message, "reason": status::reason::INVALID_INPUT, "charged": false });
+            return (rejection.status(), Json(body)).into_response();
+        }
+    };
     let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
     let handle = match auth::api_key(&metadata) {
         Some(key) => app.sessions.authenticate(Credential::ApiKey(key)).await.map_err(ServiceError::from),

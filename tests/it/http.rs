@@ -1,0 +1,130 @@
+//! The Open Inference Protocol over HTTP/REST, as `curl` calls it: JSON
+//! tensors in and out, the same keys and accounting as gRPC, and every
+//! failure an HTTP code with a JSON body carrying the gRPC status's
+//! reason. (tritonclient.http, with binary tensors, is in `interop`.)
+
+use crate::util::{B, Process, budget, client, digit, key_hash, small_demo};
+use serde_json::{Value, json};
+use std::process::Command;
+
+/// What `curl` got back.
+struct Reply {
+    code: u16,
+    headers: String,
+    body: Value,
+}
+
+/// `curl` `method` `url` with `headers` and a JSON `body`.
+fn curl(method: &str, url: &str, headers: &[&str], body: Option<&str>) -> Reply {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (out, head) = (dir.path().join("body"), dir.path().join("headers"));
+    let mut c = Command::new("curl");
+    c.args(["-s", "-X", method, url, "-o"]).arg(&out).arg("-D").arg(&head).args(["-w", "%{http_code}"]);
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    if let Some(b) = body {
+        let file = dir.path().join("request.json");
+        std::fs::write(&file, b).expect("request written");
+        c.args(["-H", "Content-Type: application/json", "--data-binary"]).arg(format!("@{}", file.display()));
+    }
+    let done = c.output().expect("curl runs");
+    assert!(done.status.success(), "curl failed: {}", String::from_utf8_lossy(&done.stderr));
+    let code = String::from_utf8_lossy(&done.stdout).trim().parse().expect("an HTTP code");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Reply { code, headers: std::fs::read_to_string(&head).unwrap_or_default().to_lowercase(), body }
+}
+
+/// A KServe v2 request body for `rows` examples, asking for `outputs`.
+fn request(rows: &[Vec<f32>], outputs: &[&str]) -> String {
+    let outputs: Vec<Value> = outputs.iter().map(|o| json!({ "name": o })).collect();
+    json!({
+        "id": "curl-1",
+        "inputs": [{ "name": "input", "shape": [rows.len(), 64], "datatype": "FP32", "data": rows }],
+        "outputs": outputs,
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_gets_private_labels_and_actionable_errors_over_http() {
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__PRINCIPALS__BROKE__KEY_SHA256", key_hash("broke-key")),
+            ("PACPRIV__PRINCIPALS__BROKE__BUDGET_MI", "0".into()),
+        ]),
+    );
+    let base = format!("http://{}", server.listener("http"));
+    let alice = "x-api-key: alice-key";
+
+    assert_eq!(curl("GET", &format!("{base}/v2/health/live"), &[], None).code, 200);
+    assert_eq!(curl("GET", &format!("{base}/v2/health/ready"), &[], None).code, 200);
+    let meta = curl("GET", &format!("{base}/v2/models/private"), &[], None);
+    assert_eq!((meta.code, &meta.body["inputs"][0]["shape"]), (200, &json!([-1, 64])));
+    assert_eq!(curl("GET", &format!("{base}/v2/models/private/ready"), &[], None).code, 200);
+    let unknown = curl("GET", &format!("{base}/v2/models/other"), &[], None);
+    assert_eq!((unknown.code, &unknown.body["reason"]), (404, &json!("NOT_FOUND")));
+
+    // Two rows in JSON, answered in JSON; the key as a bearer token works too.
+    let infer = format!("{base}/v2/models/private/infer");
+    let rows = [digit(1), digit(2)];
+    let ok = curl("POST", &infer, &["Authorization: Bearer alice-key"], Some(&request(&rows, &["label", "mi_charged"])));
+    assert_eq!(ok.code, 200, "{}", ok.body);
+    assert_eq!(ok.body["id"], "curl-1");
+    let labels = ok.body["outputs"][0]["data"].as_array().expect("labels");
+    assert!(labels.len() == 2 && labels.iter().all(|l| l.as_u64().is_some_and(|l| l < 10)), "{}", ok.body);
+    assert_eq!(ok.body["outputs"][1]["data"], json!([B, B]));
+    assert_eq!(ok.body["parameters"]["budget_spent"].as_f64(), Some(2.0 * B));
+
+    // Each failure: its HTTP code, the gRPC reason, nothing charged.
+    let one = request(&[digit(3)], &["label"]);
+    let cases: [(&[&str], String, u16, &str); 6] = [
+        (&[], one.clone(), 401, "UNAUTHENTICATED"),
+        (&["x-api-key: not-a-key"], one.clone(), 401, "UNAUTHENTICATED"),
+        (&[alice], request(&[digit(3)[..63].to_vec()], &["label"]), 400, "INVALID_INPUT"),
+        (&[alice], "{ not json".into(), 400, "INVALID_INPUT"),
+        (&[alice], request(&[digit(3)], &["noisy"]), 412, "NOT_RELEASED"),
+        (&["x-api-key: broke-key"], one.clone(), 429, "BUDGET_EXHAUSTED"),
+    ];
+    for (headers, body, code, reason) in cases {
+        let r = curl("POST", &infer, headers, Some(&body));
+        assert_eq!((r.code, &r.body["reason"], &r.body["charged"]), (code, &json!(reason), &json!(false)), "{}", r.body);
+        assert!(r.body["error"].as_str().is_some_and(|m| m.len() > 20), "a message a person can act on: {}", r.body);
+    }
+    // Larger than server.max_message_bytes: refused before it is read.
+    let huge = request(&vec![digit(4); 600], &["label"]);
+    let r = curl("POST", &infer, &[alice], Some(&huge));
+    assert_eq!(r.code, 413);
+    assert!(r.body["error"].as_str().is_some_and(|m| m.contains("server.max_message_bytes")), "{}", r.body);
+
+    let mut c = client(&server.addr).await;
+    let account = budget(&mut c, "alice-key").await;
+    assert_eq!((account.answered, account.spent), (2, 2.0 * B), "only the two answered rows were charged");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_http_teachers_down_is_503_and_the_rate_limit_is_429_with_retry_after() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = dir.path().join("nowhere.toml");
+    let remote: Vec<String> =
+        (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:9\", model = \"m{i}\" }}")).collect();
+    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", "))).expect("write");
+    let server = Process::serve(
+        Some(&cfg),
+        &[
+            ("PACPRIV__TEACHERS__DEADLINE_MS", "200".to_owned()),
+            ("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "1".to_owned()),
+        ],
+    );
+    let base = format!("http://{}", server.listener("http"));
+    assert_eq!(curl("GET", &format!("{base}/v2/health/ready"), &[], None).code, 503, "no teacher answers");
+    let infer = format!("{base}/v2/models/private/infer");
+    let body = request(&[digit(1)], &["label"]);
+    let down = curl("POST", &infer, &["x-api-key: demo-key"], Some(&body));
+    assert_eq!((down.code, &down.body["reason"]), (503, &json!("TEACHERS_UNAVAILABLE")), "{}", down.body);
+    let limited = curl("POST", &infer, &["x-api-key: demo-key"], Some(&body));
+    assert_eq!((limited.code, &limited.body["reason"]), (429, &json!("RATE_LIMITED")), "{}", limited.body);
+    assert!(limited.headers.contains("retry-after: 1"), "{}", limited.headers);
+}
