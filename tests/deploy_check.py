@@ -41,6 +41,7 @@ CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 # config key -> container port name that serves it.
 LISTENERS = {
     ("server", "listen"): "grpc",
+    ("server", "http_listen"): "http",
     ("admin", "listen"): "admin",
     ("server", "health_listen"): "health",
     ("metrics", "listen"): "metrics",
@@ -538,8 +539,8 @@ def check_listeners(ctx: Context) -> str:
     for (sec, key), addr in effective_listens(ctx).items():
         expect(addr.startswith("0.0.0.0:"), f"{sec}.{key} = {addr!r}: must listen on 0.0.0.0 in a container")
         ports[LISTENERS[(sec, key)]] = port_of_addr(addr, f"{sec}.{key}")
-    expect(ports == {"grpc": 50051, "admin": 50052, "health": 50053, "metrics": 9464},
-           f"listen ports {ports} differ from the fixed container ports 50051/50052/50053/9464")
+    expect(ports == {"grpc": 50051, "http": 8000, "admin": 50052, "health": 50053, "metrics": 9464},
+           f"listen ports {ports} differ from the fixed container ports 50051/8000/50052/50053/9464")
     cports = ctx.container_ports()
     expect(cports == ports, f"container ports {cports} != listen ports {ports}")
     return ", ".join(f"{k}={v}" for k, v in sorted(ports.items()))
@@ -569,7 +570,7 @@ def check_services(ctx: Context) -> None:
             if svc["spec"].get("clusterIP") != "None":
                 expect(pname not in exposed, f"container port {pname} is exposed by both {exposed.get(pname)} and {name}")
                 exposed[pname] = name
-    for port in ("grpc", "admin", "metrics"):
+    for port in ("grpc", "http", "admin", "metrics"):
         expect(port in exposed, f"no ClusterIP Service exposes the {port} port")
     expect(exposed["admin"] != exposed["grpc"], "the admin port must have a Service of its own")
 

@@ -60,6 +60,7 @@ say "starting $BIN serve"
 OPENBLAS_NUM_THREADS=1 \
 PACPRIV__SERVER__LISTEN=127.0.0.1:0 \
 PACPRIV__METRICS__LISTEN=127.0.0.1:0 \
+PACPRIV__SERVER__HTTP_LISTEN=127.0.0.1:0 \
 PACPRIV__STORE__PATH="$TMP/state.redb" \
 PACPRIV__PRIVACY__PER_QUERY_MI=2^-16 \
 PACPRIV__PRINCIPALS__TINY__KEY_SHA256="$tiny_hash" \
@@ -95,8 +96,10 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 [[ -n "$METRICS" ]] || die "no 'pacpriv metrics listening on' line, got: $(cat "$TMP/stdout")"
-# The admin API is off by default (no admin.key_sha256), so exactly these two.
-[[ "$(wc -l <"$TMP/stdout")" -eq 2 ]] || die "stdout should be the two 'listening' lines, got: $(cat "$TMP/stdout")"
+HTTP="$(sed -n 's/^pacpriv http listening on //p' "$TMP/stdout")"
+[[ -n "$HTTP" ]] || die "no 'pacpriv http listening on' line, got: $(cat "$TMP/stdout")"
+# The admin API is off by default (no admin.key_sha256), so exactly these three.
+[[ "$(wc -l <"$TMP/stdout")" -eq 3 ]] || die "stdout should be the three 'listening' lines, got: $(cat "$TMP/stdout")"
 say "server listening on $ADDR after $((SECONDS - started))s"
 
 # 5. The client checks.
@@ -133,12 +136,25 @@ print(text, end="")
 PY
 checks=$((checks + 1))
 
-# 7. The deployment artifacts (Dockerfile, Kubernetes, Prometheus, Grafana)
+# 7. The README's curl call on the HTTP/REST listener: a label and the
+#    account after it.
+reply="$(curl -s -w ' %{http_code}' "http://$HTTP/v2/models/private/infer" -H 'x-api-key: demo-key' \
+    -H 'Content-Type: application/json' -d '{
+      "inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64],
+                  "data": [0,0,5,13,9,1,0,0,0,0,13,15,10,15,5,0,0,3,15,2,0,11,8,0,0,4,12,0,0,8,8,0,
+                           0,5,8,0,0,9,8,0,0,4,11,0,1,12,7,0,0,2,14,5,10,12,0,0,0,0,6,13,10,0,0,0]}],
+      "outputs": [{"name": "label"}, {"name": "mi_charged"}]}')" || die "curl to $HTTP failed"
+[[ "$reply" == *'"name":"label"'* && "$reply" == *'"budget_spent"'* && "$reply" == *' 200' ]] \
+    || die "the README's curl call got: $reply"
+say "curl over HTTP/REST: ${reply:0:120}…"
+checks=$((checks + 1))
+
+# 8. The deployment artifacts (Dockerfile, Kubernetes, Prometheus, Grafana)
 #    against this binary and this scrape.
 tests/deploy_check.sh "$BIN" "$TMP/metrics.txt" || die "deployment artifacts check failed"
 checks=$((checks + 1))
 
-# 8. SIGTERM must stop the server promptly and cleanly.
+# 9. SIGTERM must stop the server promptly and cleanly.
 kill -TERM "$SERVER_PID"
 for _ in $(seq $((STOP_TIMEOUT * 10))); do
     kill -0 "$SERVER_PID" 2>/dev/null || break
