@@ -33,3 +33,80 @@ pub async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), BindErr
 pub fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
+
+/// How long a client may take to complete the TLS handshake.
+const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A TLS connection, handshake done.
+pub type TlsConnection = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+
+/// Connections of `listener`, each through the TLS handshake `tls` offers
+/// for `alpn` at the time it is accepted, until `stop`. Handshakes run
+/// concurrently (a slow client holds up no one) and fail alone: a client
+/// with a wrong certificate is dropped and logged, the listener goes on.
+pub fn tls_incoming(
+    listener: TcpListener,
+    tls: std::sync::Arc<crate::start::tls::ServerTls>,
+    alpn: crate::start::tls::Alpn,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = stop.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let Ok((tcp, peer)) = accepted else { continue };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (tls.acceptor(alpn), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
+                    Ok(Ok(connection)) => {
+                        let _ = tx.send(Ok(connection)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    rx
+}
+
+/// TLS connections as an axum listener (the HTTP/REST listener with TLS).
+pub struct TlsListener {
+    connections: tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    /// The connections [`tls_incoming`] hands over, on `local`.
+    pub fn new(connections: tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>>, local: SocketAddr) -> Self {
+        TlsListener { connections, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsConnection;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.connections.recv().await {
+                Some(Ok(c)) => {
+                    let peer = c.get_ref().0.peer_addr().unwrap_or(self.local);
+                    return (c, peer);
+                }
+                Some(Err(_)) => {}
+                // Stopped: no connection will come; the server's graceful
+                // shutdown ends the accept loop.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}

@@ -575,6 +575,23 @@ def check_services(ctx: Context) -> None:
     expect(exposed["admin"] != exposed["grpc"], "the admin port must have a Service of its own")
 
 
+def check_drain(ctx: Context) -> str:
+    """SIGTERM: readiness must notice NOT_SERVING within the grace period,
+    and the pod must be given the grace, the in-flight deadline and a margin."""
+    defaults = tomllib.loads((ctx.root / "config" / "default.toml").read_text())["server"]
+    grace = toml_get(ctx.toml, "server", "drain_grace_ms") or defaults["drain_grace_ms"]
+    deadline = toml_get(ctx.toml, "server", "drain_deadline_ms") or defaults["drain_deadline_ms"]
+    r = ctx.container()["readinessProbe"]
+    noticed = r.get("periodSeconds", 10) * r.get("failureThreshold", 3)
+    expect(noticed * 1000 <= grace,
+           f"the readinessProbe takes up to {noticed} s to see NOT_SERVING, longer than server.drain_grace_ms {grace}")
+    tgps = ctx.pod().get("terminationGracePeriodSeconds", 30)
+    expect(tgps * 1000 >= grace + deadline + 5000,
+           f"terminationGracePeriodSeconds {tgps} < drain_grace_ms {grace} + drain_deadline_ms {deadline} + 5 s: "
+           "the kubelet would SIGKILL a draining pod")
+    return f"grace {grace} ms + deadline {deadline} ms within {tgps} s"
+
+
 def check_probes(ctx: Context) -> None:
     c = ctx.container()
     health = ctx.container_ports()["health"]
@@ -999,6 +1016,7 @@ def main() -> int:
     c("listen addresses: 0.0.0.0, toml = image ENV, = container ports", lambda: check_listeners(ctx))
     c("Service targetPorts and selectors agree with the pod", lambda: check_services(ctx))
     c("grpc probes and HEALTHCHECK ask the plaintext health port", lambda: check_probes(ctx))
+    c("SIGTERM drain fits the pod's termination grace and readiness probe", lambda: check_drain(ctx))
     c("Dockerfile EXPOSE = container ports", lambda: check_expose(ctx))
     c("replicas, security context, PDB, resources", lambda: check_pod_security(ctx))
     c("config files, secret env and store path are mounted", lambda: check_volumes(ctx))

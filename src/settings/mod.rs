@@ -110,6 +110,10 @@ pub struct Settings {
     pub inference_model: Option<String>,
     /// The Open Inference Protocol's HTTP/REST listener; `None`: off.
     pub http_listen: Option<SocketAddr>,
+    /// On SIGTERM: how long to keep answering while reporting NOT_SERVING.
+    pub drain_grace: std::time::Duration,
+    /// Then: how long in-flight requests may take to finish.
+    pub drain_deadline: std::time::Duration,
     /// JSON logs (production) instead of text.
     pub log_json: bool,
     /// b.
@@ -269,6 +273,8 @@ struct RawServer {
     log_format: LogFormat,
     inference_model: String,
     http_listen: String,
+    drain_grace_ms: u64,
+    drain_deadline_ms: u64,
 }
 
 /// `server.log_format`.
@@ -567,6 +573,12 @@ impl RawServer {
         if self.max_concurrent_streams == 0 {
             return Err(err("server.max_concurrent_streams", "must be at least 1"));
         }
+        if self.drain_grace_ms > 600_000 {
+            return Err(err("server.drain_grace_ms", "at most 600000 (ten minutes)"));
+        }
+        if !(1..=3_600_000).contains(&self.drain_deadline_ms) {
+            return Err(err("server.drain_deadline_ms", "between 1 and 3600000 (an hour)"));
+        }
         let rate_limit = match (std::num::NonZeroU32::new(self.rate_limit_per_second), self.rate_limit_burst) {
             (None, 0) => None,
             (None, _) => {
@@ -587,6 +599,8 @@ impl RawServer {
             max_concurrent_streams: self.max_concurrent_streams,
             rate_limit,
             http_listen: optional_addr("server.http_listen", &self.http_listen)?,
+            drain_grace: std::time::Duration::from_millis(self.drain_grace_ms),
+            drain_deadline: std::time::Duration::from_millis(self.drain_deadline_ms),
             inference_model: (!inference_model.is_empty()).then_some(inference_model),
             log_json: self.log_format == LogFormat::Json,
         })
@@ -603,6 +617,8 @@ struct Server {
     rate_limit: Option<RateQuota>,
     inference_model: Option<String>,
     http_listen: Option<SocketAddr>,
+    drain_grace: std::time::Duration,
+    drain_deadline: std::time::Duration,
     log_json: bool,
 }
 
@@ -769,6 +785,8 @@ impl Raw {
             max_concurrent_streams: server.max_concurrent_streams,
             rate_limit: server.rate_limit,
             http_listen: server.http_listen.filter(|_| server.inference_model.is_some()),
+            drain_grace: server.drain_grace,
+            drain_deadline: server.drain_deadline,
             inference_model: server.inference_model,
             log_json: server.log_json,
             per_query: privacy.per_query,

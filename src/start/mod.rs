@@ -29,7 +29,7 @@ pub mod readiness;
 pub mod tls;
 
 use crate::metrics::{self, Metrics};
-use crate::net::{BindError, bind, incoming};
+use crate::net::{BindError, TlsListener, bind, incoming, tls_incoming};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
@@ -47,6 +47,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -127,9 +128,12 @@ pub async fn serve(
 ) -> Result<Started, StartError> {
     let stop = CancellationToken::new();
     let background = TaskTracker::new();
-    let signal = stop.clone();
+    // The signal is watched from the start; the drain begins once there
+    // is something to drain (below).
+    let signalled = CancellationToken::new();
+    let (signal, stopped) = (signalled.clone(), stop.clone());
     tokio::spawn(async move {
-        tokio::select! { () = shutdown => signal.cancel(), () = signal.cancelled() => {} }
+        tokio::select! { () = shutdown => signal.cancel(), () = stopped.cancelled() => {} }
     });
     // A failed start drops `stop`'s clones below, not the token: cancel
     // it so the background tasks already spawned end too.
@@ -178,11 +182,13 @@ pub async fn serve(
         principal_from_cert,
         metrics: Arc::clone(&metrics),
         ready: false.into(),
+        draining: false.into(),
         rate: rate::RateLimit::new(settings.rate_limit),
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    readiness::watch(Arc::clone(&app), health, settings.health_interval, &background, &stop).await;
+    readiness::watch(Arc::clone(&app), health.clone(), settings.health_interval, &background, &stop).await;
+    tokio::spawn(drain(Arc::clone(&app), health, settings.drain_grace, signalled, stop.clone()));
     let mut servers: Vec<Serving> = Vec::new();
 
     let privatizer = PrivatizerServer::new(Service::new(Arc::clone(&app)))
@@ -193,22 +199,32 @@ pub async fn serve(
             .max_decoding_message_size(settings.max_message_bytes)
             .max_encoding_message_size(settings.max_message_bytes)
     });
+    let tls = settings.tls.as_ref().map(tls::ServerTls::load).transpose()?.map(Arc::new);
     let (listener, addr) = bind(settings.listen).await?;
-    let client = tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
+    let client = tls::builder(settings.max_concurrent_streams)
         .add_service(health_service.clone())
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
-        .add_optional_service(inference)
-        .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
-    servers.push(Box::pin(async move { Ok(client.await?) }));
+        .add_optional_service(inference);
+    servers.push(grpc(client, listener, tls.as_ref(), &stop));
 
     let mut http_addr = None;
     if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
         let (listener, bound) = bind(listen).await?;
         http_addr = Some(bound);
         let router = inference::http::router(Arc::clone(&app), model, settings.max_message_bytes);
-        let server = axum::serve(listener, router).with_graceful_shutdown(stop.clone().cancelled_owned());
-        servers.push(Box::pin(async move { server.await.map_err(ServeError::Http) }));
+        let done = stop.clone().cancelled_owned();
+        servers.push(match &tls {
+            Some(tls) => {
+                let connections = tls_incoming(listener, Arc::clone(tls), tls::Alpn::Http1, stop.clone());
+                let server = axum::serve(TlsListener::new(connections, bound), router).with_graceful_shutdown(done);
+                Box::pin(async move { server.await.map_err(ServeError::Http) })
+            }
+            None => {
+                let server = axum::serve(listener, router).with_graceful_shutdown(done);
+                Box::pin(async move { server.await.map_err(ServeError::Http) })
+            }
+        });
     }
 
     let mut admin_addr = None;
@@ -216,12 +232,11 @@ pub async fn serve(
         let (listener, bound) = bind(admin.listen).await?;
         admin_addr = Some(bound);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
-        let server = tls::builder(settings.tls.as_ref(), settings.max_concurrent_streams)?
+        let server = tls::builder(settings.max_concurrent_streams)
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
-        servers.push(Box::pin(async move { Ok(server.await?) }));
+            .add_service(service);
+        servers.push(grpc(server, listener, tls.as_ref(), &stop));
     } else {
         tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
     }
@@ -247,16 +262,88 @@ pub async fn serve(
     tracing::info!(%addr, http = ?http_addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,
         scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
     cancel_on_error.disarm();
-    let server: Serving = Box::pin(run(servers, stop, background));
+    let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
     Ok(Started { addr, http: http_addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server })
 }
 
+/// Serves `router` on `listener` — through TLS when `tls` is set — until
+/// `stop` is cancelled.
+fn grpc(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::TcpListener,
+    tls: Option<&Arc<tls::ServerTls>>,
+    stop: &CancellationToken,
+) -> Serving {
+    let done = stop.clone().cancelled_owned();
+    match tls {
+        Some(tls) => {
+            let connections = tls_incoming(listener, Arc::clone(tls), tls::Alpn::H2, stop.clone());
+            let server = router.serve_with_incoming_shutdown(ReceiverStream::new(connections), done);
+            Box::pin(async move { Ok(server.await?) })
+        }
+        None => {
+            let server = router.serve_with_incoming_shutdown(incoming(listener), done);
+            Box::pin(async move { Ok(server.await?) })
+        }
+    }
+}
+
+/// Once `signalled` (SIGTERM): readiness turns NOT_SERVING at once, the
+/// listeners keep answering for `grace` (while load balancers and endpoint
+/// lists catch up), then `stop` is cancelled: they stop accepting and
+/// finish what is in flight ([`run`]).
+async fn drain(
+    app: Arc<App>,
+    health: tonic_health::server::HealthReporter,
+    grace: std::time::Duration,
+    signalled: CancellationToken,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        () = signalled.cancelled() => {}
+        () = stop.cancelled() => return,
+    }
+    tracing::info!(grace_ms = grace.as_millis() as u64, "shutdown signal: not ready any more, still answering");
+    readiness::drain(&app, &health).await;
+    tokio::select! {
+        () = tokio::time::sleep(grace) => {}
+        () = stop.cancelled() => {}
+    }
+    tracing::info!("drain grace over: no new connections; finishing the requests in flight");
+    stop.cancel();
+}
+
 /// Runs every listener until `stop` is cancelled; the first to fail
-/// cancels it for the others. Then waits for the background tasks.
-async fn run(servers: Vec<Serving>, stop: CancellationToken, background: TaskTracker) -> Result<(), ServeError> {
+/// cancels it for the others. Once stopped, the listeners finish their
+/// requests in flight — for at most `deadline`, after which the rest are
+/// dropped (an answer is released only once its charge is durable, so a
+/// dropped request was either answered and charged or neither). Then
+/// waits for the background tasks.
+async fn run(
+    servers: Vec<Serving>,
+    stop: CancellationToken,
+    deadline: std::time::Duration,
+    background: TaskTracker,
+) -> Result<(), ServeError> {
     let mut running: tokio::task::JoinSet<Result<(), ServeError>> = servers.into_iter().collect();
     let mut outcome = Ok(());
-    while let Some(done) = running.join_next().await {
+    let expired = async {
+        stop.cancelled().await;
+        tokio::time::sleep(deadline).await;
+    };
+    tokio::pin!(expired);
+    loop {
+        let done = tokio::select! {
+            done = running.join_next() => done,
+            () = &mut expired => {
+                tracing::warn!(deadline_ms = deadline.as_millis() as u64, listeners = running.len(),
+                    "requests still in flight at the drain deadline: dropping them");
+                running.abort_all();
+                while running.join_next().await.is_some() {}
+                break;
+            }
+        };
+        let Some(done) = done else { break };
         let result = done.map_err(|e| ServeError::Task(e.to_string())).and_then(|r| r);
         if let Err(e) = result
             && outcome.is_ok()

@@ -5,6 +5,7 @@
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
 use crate::server::{App, Service};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic_health::ServingStatus;
@@ -54,10 +55,29 @@ async fn probe(app: &App) -> usize {
 }
 
 async fn set_health(app: &App, health: &HealthReporter, missing: usize) {
-    app.ready.store(missing == 0, std::sync::atomic::Ordering::Relaxed);
+    if app.draining.load(Ordering::SeqCst) {
+        return;
+    }
+    app.ready.store(missing == 0, Ordering::SeqCst);
     let status = if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing };
     for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
         health.set_service_status(name, status).await;
     }
     tracing::info!(ready = missing == 0, teachers_not_ready = missing, "teacher readiness");
+    // A drain that began while this ran wins.
+    if app.draining.load(Ordering::SeqCst) {
+        drain(app, health).await;
+    }
+}
+
+/// Drains: from now on readiness (gRPC health of the server and of
+/// `pacpriv.v1.Privatizer`, and what the Open Inference Protocol's
+/// readiness calls report) is NOT_SERVING for good, while the listeners go
+/// on answering; liveness stays SERVING.
+pub async fn drain(app: &App, health: &HealthReporter) {
+    app.draining.store(true, Ordering::SeqCst);
+    app.ready.store(false, Ordering::SeqCst);
+    for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
+        health.set_service_status(name, ServingStatus::NotServing).await;
+    }
 }

@@ -1,30 +1,112 @@
-//! TLS for the client and admin listeners: the server's certificate and
-//! key, and with `tls.client_ca_file` a CA every client certificate must
-//! chain to (mTLS; clients without one are refused in the handshake).
-//! rustls (ring) underneath, through tonic. Also where per-connection
-//! limits are set, so both listeners get them.
+//! TLS for the client, HTTP and admin listeners: the server's certificate
+//! and key, and with `tls.client_ca_file` a CA every client certificate
+//! must chain to (mTLS; clients without one are refused in the handshake).
+//! rustls (ring) underneath; one [`ServerTls`] serves every listener, and
+//! [`ServerTls::reload`] swaps the files in for connections accepted after
+//! it (established ones keep the session they negotiated).
+//!
+//! Also where per-connection limits are set ([`builder`]), so every gRPC
+//! listener gets them.
 
 use super::StartError;
 use crate::settings::TlsSettings;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::sync::{Arc, RwLock};
+use tonic::transport::Server;
 
-fn read(path: &std::path::Path) -> Result<Vec<u8>, StartError> {
-    std::fs::read(path).map_err(|e| StartError::Tls(format!("reading {}: {e}", path.display())))
+/// Which application protocol a listener speaks (TLS ALPN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alpn {
+    /// gRPC: HTTP/2.
+    H2,
+    /// The REST listener: HTTP/1.1.
+    Http1,
 }
 
-/// A server builder, speaking TLS when `tls` is configured, allowing each
-/// connection `max_streams` calls in flight.
-///
-/// # Errors
-/// [`StartError::Tls`]: a file is unreadable or not usable PEM.
-pub fn builder(tls: Option<&TlsSettings>, max_streams: u32) -> Result<Server, StartError> {
-    let server = Server::builder().max_concurrent_streams(max_streams);
-    let Some(t) = tls else { return Ok(server) };
-    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(read(&t.cert_file)?, read(&t.key_file)?));
-    if let Some(ca) = &t.client_ca_file {
-        config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+/// The server side of TLS, shared by every listener; reloadable.
+pub struct ServerTls {
+    /// One configuration per protocol, replaced whole on reload.
+    configs: RwLock<[Arc<ServerConfig>; 2]>,
+}
+
+impl ServerTls {
+    /// Reads `t`'s files.
+    ///
+    /// # Errors
+    /// [`StartError::Tls`] naming the file that is unreadable or unusable.
+    pub fn load(t: &TlsSettings) -> Result<ServerTls, StartError> {
+        Ok(ServerTls { configs: RwLock::new(configs(t)?) })
     }
-    server.tls_config(config).map_err(|e| {
+
+    /// Reads `t`'s files again; connections accepted from now on use them.
+    /// On error the configuration in use stays.
+    ///
+    /// # Errors
+    /// As [`ServerTls::load`].
+    pub fn reload(&self, t: &TlsSettings) -> Result<(), StartError> {
+        let fresh = configs(t)?;
+        *self.configs.write().map_err(|_| StartError::Tls("TLS configuration lock poisoned".into()))? = fresh;
+        Ok(())
+    }
+
+    /// The acceptor for one new connection speaking `alpn`.
+    pub fn acceptor(&self, alpn: Alpn) -> tokio_rustls::TlsAcceptor {
+        let configs = self.configs.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let config = match alpn {
+            Alpn::H2 => &configs[0],
+            Alpn::Http1 => &configs[1],
+        };
+        tokio_rustls::TlsAcceptor::from(Arc::clone(config))
+    }
+}
+
+/// The configurations for HTTP/2 and HTTP/1.1 from `t`'s files.
+fn configs(t: &TlsSettings) -> Result<[Arc<ServerConfig>; 2], StartError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let pem_error = |key: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
+        StartError::Tls(format!("{key} {}: {e}", path.display()))
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&t.cert_file)
+        .and_then(Iterator::collect)
+        .map_err(|e| pem_error("tls.cert_file", &t.cert_file, &e))?;
+    if certs.is_empty() {
+        return Err(pem_error("tls.cert_file", &t.cert_file, &"no PEM certificate in it"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&t.key_file).map_err(|e| pem_error("tls.key_file", &t.key_file, &e))?;
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StartError::Tls(e.to_string()))?;
+    let builder = match &t.client_ca_file {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca).map_err(|e| pem_error("tls.client_ca_file", ca, &e))? {
+                let cert = cert.map_err(|e| pem_error("tls.client_ca_file", ca, &e))?;
+                roots.add(cert).map_err(|e| pem_error("tls.client_ca_file", ca, &e))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| pem_error("tls.client_ca_file", ca, &e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder.with_single_cert(certs, key).map_err(|e| {
         StartError::Tls(format!("tls.cert_file {} / tls.key_file {}: {e}", t.cert_file.display(), t.key_file.display()))
-    })
+    })?;
+    let with_alpn = |protocol: &[u8]| {
+        let mut c = config.clone();
+        c.alpn_protocols = vec![protocol.to_vec()];
+        Arc::new(c)
+    };
+    Ok([with_alpn(b"h2"), with_alpn(b"http/1.1")])
+}
+
+/// A gRPC server builder allowing each connection `max_streams` calls in
+/// flight. TLS, when configured, is the listener's
+/// ([`crate::net::tls_incoming`]).
+pub fn builder(max_streams: u32) -> Server {
+    Server::builder().max_concurrent_streams(max_streams)
 }

@@ -14,6 +14,7 @@ mod bench;
 mod bench_store;
 mod budget;
 mod crash;
+mod drain;
 mod faults;
 mod hygiene;
 mod http;

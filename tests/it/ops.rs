@@ -261,6 +261,31 @@ async fn mtls_certificate_names_the_principal_and_health_stays_plaintext() {
         assert!(c.predict(with_key(image("t3", &digit(2)), "alice-key")).await.is_err(), "plaintext must fail");
     }
 
+    // The HTTP/REST listener speaks TLS with the same files and asks for a
+    // client certificate too; the API key names the principal.
+    let url = format!("https://{}/v2/models/private/infer", server.listener("http"));
+    let body = format!(
+        r#"{{"inputs":[{{"name":"input","datatype":"FP32","shape":[1,64],"data":{:?}}}]}}"#,
+        digit(3)
+    );
+    let curl = |extra: &[&str]| {
+        std::process::Command::new("curl")
+            .args(["-s", "-w", " %{http_code}", "--cacert", &path("ca.pem"), "-H", "x-api-key: alice-key", "-d", &body])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("curl runs")
+    };
+    let out = curl(&["--cert", &path("client.pem"), "--key", &path("client.key")]);
+    let reply = String::from_utf8_lossy(&out.stdout);
+    assert!(reply.ends_with(" 200") && reply.contains(r#""principal":"alice""#), "{reply}");
+    assert!(!curl(&[]).status.success(), "no client certificate: the handshake fails");
+    let plain = std::process::Command::new("curl")
+        .args(["-s", "-H", "x-api-key: alice-key", "-d", &body, &url.replace("https://", "http://")])
+        .output()
+        .expect("curl runs");
+    assert!(String::from_utf8_lossy(&plain.stdout).is_empty(), "plaintext gets no answer");
+
     // The health listener speaks plaintext, for probes; `pacpriv health` uses it.
     let health = server.listener("health");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))

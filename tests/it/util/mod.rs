@@ -174,6 +174,18 @@ impl Process {
         assert!(ok, "kill -{signal} {pid}");
     }
 
+    /// Waits up to `timeout` for it to exit on its own; its exit status.
+    pub fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let until = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < until {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Kills it now (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
