@@ -2,7 +2,7 @@
 //! Inference Protocol on its own, e.g. to run the privatizer against
 //! "remote" teachers, or to evaluate the models.
 
-use crate::teachers::demo::server::DemoServer;
+use crate::teachers::demo::server::{DemoServer, Guard};
 use crate::teachers::demo::{self, Ensemble};
 use anyhow::Context;
 use std::io::Write;
@@ -31,6 +31,23 @@ pub struct Args {
     /// Print each teacher's accuracy on the held-out split and exit.
     #[arg(long)]
     pub evaluate: bool,
+
+    /// Serve TLS with this certificate chain (PEM; with --tls-key).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by this CA (PEM; mTLS).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Require `authorization: Bearer <token>` on every call, the token
+    /// read from this file.
+    #[arg(long, value_name = "PATH")]
+    pub bearer_file: Option<PathBuf>,
 
     /// Write the held-out split's images (no digits) to this CSV, one per
     /// row, and exit without training: data never trained on, for trying
@@ -61,13 +78,35 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
         let addr = listener.local_addr()?;
         if let Some(path) = &args.write_config {
-            std::fs::write(path, remote_config(addr, args.models))
+            let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
+            std::fs::write(path, remote_config(addr, args.models, scheme))
                 .with_context(|| format!("writing {}", path.display()))?;
         }
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => {
+                let settings = crate::settings::TlsSettings {
+                    cert_file: cert.clone(),
+                    key_file: key.clone(),
+                    client_ca_file: args.tls_client_ca.clone(),
+                    principal_from_cert: false,
+                };
+                Some(std::sync::Arc::new(crate::start::tls::ServerTls::load(&settings)?))
+            }
+            _ => None,
+        };
+        let bearer = match &args.bearer_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?
+                    .trim_end_matches(['\n', '\r'])
+                    .to_owned(),
+            ),
+            None => None,
+        };
         writeln!(out, "teachers listening on {addr}")?;
         out.flush()?;
         DemoServer::new(ensemble.teachers)
-            .serve(listener, async {
+            .serve_with(listener, Guard { tls, bearer }, async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await
@@ -75,18 +114,22 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     })
 }
 
-/// A `[teachers]` section listing the m models at `addr`, and their
-/// stacked model (used with `teachers.layout = "stacked"`).
-fn remote_config(addr: SocketAddr, m: usize) -> String {
+/// A `[teachers]` section listing the m models at `addr` (reached over
+/// `scheme`), and their stacked model (used with `teachers.layout =
+/// "stacked"`). TLS settings (the CA, a client certificate, headers) are
+/// the caller's to add.
+fn remote_config(addr: SocketAddr, m: usize, scheme: &str) -> String {
     let mut s = String::from("[teachers]\nsource = \"remote\"\nremote = [\n");
+    let endpoint = |e: &str| e.replacen("http://", &format!("{scheme}://"), 1);
     for spec in demo::specs(addr, m) {
-        s.push_str(&format!("  {{ endpoint = {:?}, model = {:?} }},\n", spec.endpoint, spec.model));
+        s.push_str(&format!("  {{ endpoint = {:?}, model = {:?} }},\n", endpoint(&spec.endpoint), spec.model));
     }
     s.push_str("]\n");
     let stacked = demo::stacked_spec(addr);
     s.push_str(&format!(
         "stacked = {{ endpoint = {:?}, model = {:?}, version = \"\", models = {m} }}\n",
-        stacked.endpoint, stacked.model
+        endpoint(&stacked.endpoint),
+        stacked.model
     ));
     s
 }

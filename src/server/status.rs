@@ -228,7 +228,7 @@ fn teacher_status(e: FanoutError) -> Status {
             false,
             &[],
         ),
-        e @ (FanoutError::Stopped | FanoutError::Endpoint { .. }) => with_reason(
+        e @ (FanoutError::Stopped | FanoutError::Endpoint { .. } | FanoutError::Connection { .. }) => with_reason(
             Code::Unavailable,
             format!("{e}; nothing was charged, the query can be retried"),
             TEACHERS_UNAVAILABLE,

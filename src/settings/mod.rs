@@ -12,6 +12,7 @@ use crate::privacy::ledger::Policy;
 use crate::privacy::noise::MIN_PER_QUERY;
 use crate::session::cache::{CacheSettings, OnEvicted};
 use crate::session::{PrincipalConfig, Scope};
+use crate::teachers::connection::{ClientTls, Connection, Header};
 use crate::teachers::{Batching, CallPolicy, OutputMode, TeacherSpec, Teachers};
 use config::{Config, Environment, File, FileFormat};
 use serde::Deserialize;
@@ -353,8 +354,130 @@ struct RawTeachers {
     max_batch: usize,
     #[serde(deserialize_with = "choice")]
     layout: Layout,
-    remote: Vec<TeacherSpec>,
+    remote: Vec<RawRemote>,
     stacked: RawStacked,
+}
+
+/// One entry of `teachers.remote`: a model, and how to reach its endpoint
+/// (TLS and headers, all optional; the same fields as [`RawStacked`]'s —
+/// listed in each, because serde cannot refuse unknown fields through a
+/// flattened struct).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRemote {
+    endpoint: String,
+    model: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    ca_file: String,
+    #[serde(default)]
+    cert_file: String,
+    #[serde(default)]
+    key_file: String,
+    #[serde(default)]
+    server_name: String,
+    #[serde(default)]
+    headers: Vec<RawHeader>,
+}
+
+/// TLS and headers towards a teacher endpoint.
+struct RawConnection {
+    ca_file: String,
+    cert_file: String,
+    key_file: String,
+    server_name: String,
+    headers: Vec<RawHeader>,
+}
+
+/// A request header; its value from a file or an environment variable.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeader {
+    name: String,
+    #[serde(default)]
+    value_file: String,
+    #[serde(default)]
+    value_env: String,
+    /// Put before the secret, e.g. `"Bearer "` (not secret itself).
+    #[serde(default)]
+    prefix: String,
+    /// Refused: only so that the error can say why.
+    #[serde(default)]
+    value: Option<String>,
+}
+
+impl RawConnection {
+    /// The connection of the endpoint at `key` (`teachers.remote[i]`):
+    /// files read, secrets fetched, combinations checked.
+    fn validate(self, key: &str, endpoint: &str) -> Result<Connection, SettingsError> {
+        let read = |field: &str, path: &str| -> Result<Option<(PathBuf, Vec<u8>)>, SettingsError> {
+            if path.trim().is_empty() {
+                return Ok(None);
+            }
+            let bytes = std::fs::read(path).map_err(|e| err(&format!("{key}.{field}"), format!("{path}: {e}")))?;
+            Ok(Some((PathBuf::from(path), bytes)))
+        };
+        let ca = read("ca_file", &self.ca_file)?;
+        let cert = read("cert_file", &self.cert_file)?;
+        let private = read("key_file", &self.key_file)?;
+        let https = endpoint.starts_with("https://");
+        let tls = match (ca, https) {
+            (Some((ca_file, ca_pem)), true) => {
+                let identity = match (cert, private) {
+                    (Some((_, c)), Some((_, k))) => Some((c, k)),
+                    (None, None) => None,
+                    _ => return Err(err(&format!("{key}.cert_file"), "cert_file and key_file go together")),
+                };
+                let name = self.server_name.trim();
+                Some(ClientTls { ca_file, ca_pem, identity, server_name: (!name.is_empty()).then(|| name.to_owned()) })
+            }
+            (None, true) => {
+                return Err(err(
+                    &format!("{key}.ca_file"),
+                    format!("endpoint {endpoint} speaks TLS: give the CA its certificate chains to (PEM)"),
+                ));
+            }
+            (Some(_), false) => {
+                return Err(err(&format!("{key}.endpoint"), "TLS settings are given: the endpoint must be https://"));
+            }
+            (None, false) => {
+                if cert.is_some() || private.is_some() || !self.server_name.trim().is_empty() {
+                    return Err(err(&format!("{key}.endpoint"), "TLS settings are given: the endpoint must be https://"));
+                }
+                None
+            }
+        };
+        let mut headers = Vec::with_capacity(self.headers.len());
+        for (j, h) in self.headers.into_iter().enumerate() {
+            let hkey = format!("{key}.headers[{j}]");
+            if h.value.is_some() {
+                return Err(err(
+                    &format!("{hkey}.value"),
+                    "a header's value is a secret and never sits in the configuration: give value_file or value_env",
+                ));
+            }
+            let (secret, source) = match (h.value_file.trim(), h.value_env.trim()) {
+                (file, "") if !file.is_empty() => {
+                    let v = std::fs::read_to_string(file)
+                        .map_err(|e| err(&format!("{hkey}.value_file"), format!("{file}: {e}")))?;
+                    (v.trim_end_matches(['\n', '\r']).to_owned(), format!("file {file}"))
+                }
+                ("", var) if !var.is_empty() => {
+                    let v = std::env::var(var)
+                        .map_err(|_| err(&format!("{hkey}.value_env"), format!("environment variable {var} is not set")))?;
+                    (v, format!("env {var}"))
+                }
+                _ => return Err(err(&hkey, "give exactly one of value_file and value_env")),
+            };
+            let name = h.name.trim().to_ascii_lowercase();
+            if name.is_empty() {
+                return Err(err(&format!("{hkey}.name"), "must not be empty"));
+            }
+            headers.push(Header { name, value: format!("{}{secret}", h.prefix), source });
+        }
+        Ok(Connection { tls, headers })
+    }
 }
 
 /// `teachers.source`.
@@ -398,6 +521,16 @@ struct RawStacked {
     model: String,
     version: String,
     models: usize,
+    #[serde(default)]
+    ca_file: String,
+    #[serde(default)]
+    cert_file: String,
+    #[serde(default)]
+    key_file: String,
+    #[serde(default)]
+    server_name: String,
+    #[serde(default)]
+    headers: Vec<RawHeader>,
 }
 
 #[derive(Deserialize)]
@@ -683,14 +816,34 @@ impl RawTeachers {
                     return Err(err("teachers.stacked", "layout = \"stacked\" needs its endpoint and model"));
                 }
                 teacher_count("teachers.stacked.models", st.models)?;
-                let spec = TeacherSpec { endpoint: st.endpoint, model: st.model, version: st.version };
+                let connection = RawConnection {
+                    ca_file: st.ca_file,
+                    cert_file: st.cert_file,
+                    key_file: st.key_file,
+                    server_name: st.server_name,
+                    headers: st.headers,
+                }
+                .validate("teachers.stacked", &st.endpoint)?;
+                let spec = TeacherSpec { endpoint: st.endpoint, model: st.model, version: st.version, connection };
                 TeacherSource::Remote(Teachers::Stacked { spec, models: st.models })
             }
             Source::Remote => {
                 if self.remote.len() < 2 {
                     return Err(err("teachers.remote", "source = \"remote\" needs at least 2 teachers"));
                 }
-                TeacherSource::Remote(Teachers::PerTeacher(self.remote))
+                let mut specs = Vec::with_capacity(self.remote.len());
+                for (i, r) in self.remote.into_iter().enumerate() {
+                    let connection = RawConnection {
+                        ca_file: r.ca_file,
+                        cert_file: r.cert_file,
+                        key_file: r.key_file,
+                        server_name: r.server_name,
+                        headers: r.headers,
+                    }
+                    .validate(&format!("teachers.remote[{i}]"), &r.endpoint)?;
+                    specs.push(TeacherSpec { endpoint: r.endpoint, model: r.model, version: r.version, connection });
+                }
+                TeacherSource::Remote(Teachers::PerTeacher(specs))
             }
         };
         Ok(Fanout {

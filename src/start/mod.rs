@@ -148,6 +148,7 @@ pub async fn serve(
     };
     let fingerprint = teacher_fingerprint(&settings.teachers);
     let ensemble = Ensemble::new(teachers, settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
+    ensemble.check_tls().await?;
     let m = ensemble.len();
     let store = open_store(&settings.store, &metrics).await?;
     let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;

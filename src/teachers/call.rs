@@ -16,6 +16,7 @@ use crate::proto::inference::model_infer_request::{InferInputTensor, InferReques
 use crate::proto::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse, ModelReadyRequest};
 use crate::tensor;
 use std::time::{Duration, Instant};
+use super::connection::Headers;
 use tonic::transport::Channel;
 
 /// What to ask each teacher for and how long to wait.
@@ -37,17 +38,21 @@ pub struct CallPolicy {
 pub(super) struct Model {
     pub(super) spec: TeacherSpec,
     client: GrpcInferenceServiceClient<Channel>,
+    /// Sent with every call (e.g. the endpoint's bearer token).
+    headers: Headers,
     metrics: TeacherSeries,
 }
 
 impl Model {
-    pub(super) fn new(spec: TeacherSpec, channel: Channel, metrics: TeacherSeries) -> Self {
-        Model { spec, client: GrpcInferenceServiceClient::new(channel), metrics }
+    pub(super) fn new(spec: TeacherSpec, channel: Channel, headers: Headers, metrics: TeacherSeries) -> Self {
+        Model { spec, client: GrpcInferenceServiceClient::new(channel), headers, metrics }
     }
 
     /// `ModelReady`, one attempt within `deadline`.
     pub(super) async fn ready(&self, deadline: Duration) -> bool {
-        let req = ModelReadyRequest { name: self.spec.model.clone(), version: self.spec.version.clone() };
+        let mut req =
+            tonic::Request::new(ModelReadyRequest { name: self.spec.model.clone(), version: self.spec.version.clone() });
+        self.headers.apply(req.metadata_mut());
         let mut client = self.client.clone();
         matches!(tokio::time::timeout(deadline, client.model_ready(req)).await, Ok(Ok(r)) if r.get_ref().ready)
     }
@@ -73,6 +78,7 @@ impl Model {
             }
             let mut req = tonic::Request::new(request.clone());
             req.set_timeout(policy.deadline);
+            self.headers.apply(req.metadata_mut());
             let mut client = self.client.clone();
             let started = Instant::now();
             match tokio::time::timeout(policy.deadline, client.model_infer(req)).await {

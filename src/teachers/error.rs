@@ -34,6 +34,15 @@ pub enum FanoutError {
         /// Parser message.
         reason: String,
     },
+    /// A teacher endpoint's TLS or header settings are unusable, or its
+    /// certificate does not verify.
+    #[error("teacher endpoint {endpoint}: {reason}")]
+    Connection {
+        /// The configured endpoint.
+        endpoint: String,
+        /// What is wrong, naming the setting.
+        reason: String,
+    },
     /// The fan-out is shutting down (or one of its tasks failed).
     #[error("the teacher fan-out has stopped; retry against a running server")]
     Stopped,

@@ -6,25 +6,25 @@
 use super::FanoutError;
 use super::batcher::{AskBatch, Batcher, Batching};
 use super::call::{self, CallPolicy, Model};
+use super::connection::{self, ClientTls, Connection, Headers};
 use crate::metrics::TeacherMetrics;
 use crate::privacy::mechanism::TeacherOutputs;
 use ndarray::Array2;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::task::JoinSet;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// One served model: where it is served and under which name.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TeacherSpec {
     /// gRPC endpoint URI, e.g. `http://127.0.0.1:8001`.
     pub endpoint: String,
     /// Model name on that server.
     pub model: String,
     /// Model version; empty means the server's default.
-    #[serde(default)]
     pub version: String,
+    /// TLS and headers towards the endpoint.
+    pub connection: Connection,
 }
 
 /// How the m teachers are served.
@@ -119,29 +119,43 @@ impl Ensemble {
             }
             Teachers::Stacked { spec, models } => (vec![spec], models, true),
         };
-        let mut channels: HashMap<String, Channel> = HashMap::new();
+        let mut channels: Vec<((String, Option<ClientTls>), Channel)> = Vec::new();
         let mut models = Vec::with_capacity(specs.len());
         for spec in specs {
-            let channel = match channels.get(&spec.endpoint) {
-                Some(c) => c.clone(),
+            let key = (spec.endpoint.clone(), spec.connection.tls.clone());
+            let channel = match channels.iter().find(|(k, _)| *k == key) {
+                Some((_, c)) => c.clone(),
                 None => {
-                    let c = Endpoint::from_shared(spec.endpoint.clone())
-                        .map_err(|e| FanoutError::Endpoint { endpoint: spec.endpoint.clone(), reason: e.to_string() })?
-                        .connect_timeout(policy.deadline)
-                        .tcp_nodelay(true)
-                        .http2_keep_alive_interval(Duration::from_secs(30))
-                        .keep_alive_while_idle(true)
-                        .connect_lazy();
-                    channels.insert(spec.endpoint.clone(), c.clone());
+                    let c = connection::endpoint(&spec.endpoint, &spec.connection, policy.deadline)?.connect_lazy();
+                    channels.push((key, c.clone()));
                     c
                 }
             };
+            let headers = Headers::new(&spec.endpoint, &spec.connection.headers)?;
             let series = metrics.teacher(&spec.model);
-            models.push(Arc::new(Model::new(spec, channel, series)));
+            models.push(Arc::new(Model::new(spec, channel, headers, series)));
         }
         let core = Arc::new(Core { models, stacked, m, policy: Arc::new(policy), mode, metrics: metrics.clone() });
         let batcher = batching.enabled().then(|| Batcher::start(Arc::clone(&core), batching));
         Ok(Ensemble { core, batcher })
+    }
+
+    /// Dials every TLS endpoint once: a certificate that does not verify is
+    /// an error naming the endpoint's settings; an endpoint that is merely
+    /// down is not (see [`connection::check`]).
+    ///
+    /// # Errors
+    /// [`FanoutError::Connection`].
+    pub async fn check_tls(&self) -> Result<(), FanoutError> {
+        let mut checked: Vec<(&str, &Connection)> = Vec::new();
+        for model in &self.core.models {
+            let spec = &model.spec;
+            if !checked.iter().any(|(e, c)| *e == spec.endpoint && c.tls == spec.connection.tls) {
+                connection::check(&spec.endpoint, &spec.connection, self.core.policy.deadline).await?;
+                checked.push((&spec.endpoint, &spec.connection));
+            }
+        }
+        Ok(())
     }
 
     /// m.

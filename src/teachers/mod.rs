@@ -7,6 +7,7 @@
 //! - [`fanout`]: the ensemble — asks every model, splits replies per query;
 //! - [`batcher`]: dynamic batching in front of it;
 //! - [`call`]: one model, one batched call with deadline and retries;
+//! - [`connection`]: TLS and request headers towards an endpoint;
 //! - [`demo`]: the demo teachers and their server.
 //!
 //! # Invariants
@@ -14,11 +15,13 @@
 //!   on which teacher is the secret one (this module never learns it).
 //! - No partial answers: if any teacher has not answered after its retries,
 //!   every query of that batch fails and nothing downstream is charged.
-//! - Channels are persistent HTTP/2 connections, one per distinct endpoint,
-//!   shared by that endpoint's models; they reconnect on their own.
+//! - Channels are persistent HTTP/2 connections, one per distinct endpoint
+//!   (and TLS settings), shared by that endpoint's models; they reconnect
+//!   on their own.
 
 pub mod batcher;
 pub mod call;
+pub mod connection;
 pub mod demo;
 mod error;
 pub mod fanout;

@@ -29,5 +29,6 @@ mod service;
 mod soak;
 mod store;
 mod subsets;
+mod teacher_tls;
 mod util;
 mod utility;

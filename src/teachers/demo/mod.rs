@@ -35,6 +35,7 @@ pub fn specs(addr: std::net::SocketAddr, m: usize) -> Vec<crate::teachers::Teach
             endpoint: format!("http://{addr}"),
             model: model_name(i),
             version: String::new(),
+            connection: Default::default(),
         })
         .collect()
 }
@@ -48,6 +49,7 @@ pub fn stacked_spec(addr: std::net::SocketAddr) -> crate::teachers::TeacherSpec 
         endpoint: format!("http://{addr}"),
         model: STACKED_MODEL.into(),
         version: String::new(),
+        connection: Default::default(),
     }
 }
 

@@ -19,6 +19,15 @@ use tonic::{Request, Response, Status};
 
 pub use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 
+/// What a demo teacher server asks of its callers.
+#[derive(Default)]
+pub struct Guard {
+    /// TLS, and client certificates when its configuration asks for them.
+    pub tls: Option<Arc<crate::start::tls::ServerTls>>,
+    /// The bearer token every call must carry.
+    pub bearer: Option<String>,
+}
+
 /// Serves a set of trained teachers by name.
 #[derive(Clone)]
 pub struct DemoServer {
@@ -43,10 +52,48 @@ impl DemoServer {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), tonic::transport::Error> {
-        tonic::transport::Server::builder()
-            .add_service(GrpcInferenceServiceServer::new(self))
-            .serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown)
-            .await
+        self.serve_with(listener, Guard::default(), shutdown).await
+    }
+
+    /// As [`DemoServer::serve`], behind `guard`: TLS (and client
+    /// certificates) and a bearer token every call must carry — an
+    /// inference server deployed the way `teachers.remote`'s connection
+    /// settings expect (`pacpriv teachers --tls-cert …`).
+    ///
+    /// # Errors
+    /// The transport failed.
+    pub async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        guard: Guard,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        let token = guard.bearer.map(|t| format!("Bearer {t}"));
+        let check = move |request: Request<()>| -> Result<Request<()>, Status> {
+            match &token {
+                Some(want) => {
+                    let got = request.metadata().get("authorization").and_then(|v| v.to_str().ok());
+                    if got.is_some_and(|g| subtle::ConstantTimeEq::ct_eq(g.as_bytes(), want.as_bytes()).into()) {
+                        Ok(request)
+                    } else {
+                        Err(Status::unauthenticated("this teacher server wants `authorization: Bearer <token>`"))
+                    }
+                }
+                None => Ok(request),
+            }
+        };
+        let router = tonic::transport::Server::builder()
+            .add_service(GrpcInferenceServiceServer::with_interceptor(self, check));
+        match guard.tls {
+            None => router.serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown).await,
+            Some(tls) => {
+                let stop = tokio_util::sync::CancellationToken::new();
+                let _stop_on_exit = stop.clone().drop_guard();
+                let connections = crate::net::tls_incoming(listener, tls, crate::start::tls::Alpn::H2, stop);
+                let incoming = tokio_stream::wrappers::ReceiverStream::new(connections);
+                router.serve_with_incoming_shutdown(incoming, shutdown).await
+            }
+        }
     }
 
     /// The teachers a model name stands for: one, or all (stacked).
