@@ -12,6 +12,7 @@ use crate::privacy::ledger::Policy;
 use crate::privacy::noise::MIN_PER_QUERY;
 use crate::session::cache::{CacheSettings, OnEvicted};
 use crate::session::{PrincipalConfig, Scope};
+use crate::store::{PgTls, SslMode};
 use crate::teachers::connection::{ClientTls, Connection, Header};
 use crate::teachers::{Batching, CallPolicy, OutputMode, TeacherSpec, Teachers};
 use config::{Config, Environment, File, FileFormat};
@@ -80,6 +81,8 @@ pub enum StoreSettings {
         url: String,
         /// Pool size.
         max_connections: usize,
+        /// TLS to the server.
+        tls: PgTls,
     },
 }
 
@@ -309,6 +312,9 @@ struct RawStore {
     backend: Backend,
     path: String,
     postgres_url: String,
+    #[serde(deserialize_with = "choice")]
+    postgres_sslmode: SslMode,
+    postgres_sslrootcert: String,
     max_connections: usize,
     journal: bool,
 }
@@ -884,7 +890,18 @@ impl RawStore {
                 Err(err("store.max_connections", "must be at least 1"))
             }
             Backend::Postgres => {
-                Ok(StoreSettings::Postgres { url: self.postgres_url, max_connections: self.max_connections })
+                let root_cert = optional_file("store.postgres_sslrootcert", &self.postgres_sslrootcert)?;
+                if root_cert.is_none() && matches!(self.postgres_sslmode, SslMode::VerifyCa | SslMode::VerifyFull) {
+                    return Err(err(
+                        "store.postgres_sslrootcert",
+                        format!(
+                            "store.postgres_sslmode = {} verifies the server's certificate: give the CA file it chains to",
+                            self.postgres_sslmode.as_str()
+                        ),
+                    ));
+                }
+                let tls = PgTls { mode: self.postgres_sslmode, root_cert };
+                Ok(StoreSettings::Postgres { url: self.postgres_url, max_connections: self.max_connections, tls })
             }
         }
     }

@@ -365,8 +365,8 @@ async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store
         StoreSettings::Embedded { path } => {
             Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
         }
-        StoreSettings::Postgres { url, max_connections } => {
-            Store::Postgres(Arc::new(PgStore::connect(url, *max_connections).await?.observed(metrics.store.clone())))
+        StoreSettings::Postgres { url, max_connections, tls } => {
+            Store::Postgres(Arc::new(PgStore::connect(url, *max_connections, tls).await?.observed(metrics.store.clone())))
         }
     })
 }

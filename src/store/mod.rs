@@ -19,11 +19,13 @@
 
 pub mod cell;
 pub mod embedded;
+pub mod pg_tls;
 pub mod postgres;
 pub mod principal;
 pub mod record;
 
 pub use embedded::EmbeddedStore;
+pub use pg_tls::{PgTls, SslMode};
 pub use postgres::PgStore;
 pub use principal::{Origin, PrincipalRecord};
 pub use record::{JournalEntry, SessionRecord};

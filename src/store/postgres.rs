@@ -8,7 +8,7 @@
 //! Plain SQL only (no extensions, no advisory locks), so PostgreSQL-wire
 //! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
 
-use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError};
+use super::{JournalEntry, Meta, Origin, PgTls, PrincipalRecord, SessionRecord, SslMode, StoreError};
 use crate::metrics::StoreMetrics;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -120,21 +120,40 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects (pool of `max_connections`) and applies the migrations the
-    /// database lacks ([`migrate`]).
+    /// Connects (pool of `max_connections`, over `tls`) and applies the
+    /// migrations the database lacks ([`migrate`]).
     ///
     /// # Errors
-    /// An unparsable URL, an unreachable server, failed migrations.
-    pub async fn connect(url: &str, max_connections: usize) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
+    /// An unparsable URL, an unreachable server (or one whose certificate
+    /// `tls` refuses), failed migrations.
+    pub async fn connect(url: &str, max_connections: usize, tls: &PgTls) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
         let location = format!(
             "postgres {:?}/{}",
             config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default(),
             config.get_dbname().unwrap_or("")
         );
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match tls.client_config()? {
+            None => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                Manager::from_config(config, NoTls, recycling)
+            }
+            Some(client) => {
+                // Encrypted or nothing: never a silent plaintext fallback.
+                config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                Manager::from_config(config, tokio_postgres_rustls::MakeRustlsConnect::new(client), recycling)
+            }
+        };
         let pool = Pool::builder(manager).max_size(max_connections).build().map_err(backend)?;
-        let mut client = pool.get().await.map_err(|e| backend(format!("connecting to {location}: {e}")))?;
+        let mut client = pool.get().await.map_err(|e| {
+            let hint = match tls.mode {
+                SslMode::Disable => String::new(),
+                mode => format!(" (store.postgres_sslmode = {})", mode.as_str()),
+            };
+            backend(format!("connecting to {location}{hint}: {}", error_chain(&e)))
+        })?;
         migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
         Ok(PgStore { pool, location, metrics: StoreMetrics::default() })
     }
@@ -371,6 +390,20 @@ impl PgStore {
         self.metrics.commit(started.elapsed().as_secs_f64(), 1);
         Ok(result)
     }
+}
+
+/// `e` and its sources, so a TLS failure says which check failed.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
 }
 
 /// Provisions one record inside `tx` (the semantics of

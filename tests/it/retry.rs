@@ -13,7 +13,7 @@ use crate::util::pg_proxy::PgProxy;
 use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
 use pacpriv::proto::pacpriv::PredictResponse;
 use pacpriv::session::cache::{AnswerCache, Lookup, QueryDigest};
-use pacpriv::store::PgStore;
+use pacpriv::store::{PgStore, PgTls};
 use prost::Message;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -70,7 +70,7 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
     assert_eq!((account.charged, account.answered), (3, 3), "one charge per query, none for the retries");
 
     // The answer received is the one recorded with the charge.
-    let store = PgStore::connect(&pg.url, 1).await.expect("connects");
+    let store = PgStore::connect(&pg.url, 1, &PgTls::DISABLE).await.expect("connects");
     let record = store.load("alice").await.expect("load").expect("alice's session");
     assert_eq!(record.version, 3, "three steps: warm-up, q1, q2");
     let cache = record.cache.as_ref().and_then(AnswerCache::from_record).expect("alice's answer cache");

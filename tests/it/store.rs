@@ -2,13 +2,13 @@
 //! embedded store and a real PostgreSQL, through the session layer the
 //! service uses.
 
-use crate::util::{Postgres, replay};
+use crate::util::{Postgres, Process, budget, client, digit, image, predict, replay, small_demo};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv::session::{Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
-use pacpriv::store::{EmbeddedStore, Meta, Origin, PgStore, PrincipalRecord, Store, StoreError};
+use pacpriv::store::{EmbeddedStore, Meta, Origin, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -171,7 +171,7 @@ async fn embedded_store_conforms() {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_store_conforms() {
     let pg = Postgres::start();
-    let open = async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, 8).await.expect("connects")));
+    let open = async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, 8, &PgTls::DISABLE).await.expect("connects")));
     conformance(open().await, open).await;
 }
 
@@ -211,7 +211,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
     let mut starting = tokio::task::JoinSet::new();
     for _ in 0..4 {
         let url = pg.url.clone();
-        starting.spawn(async move { PgStore::connect(&url, 2).await });
+        starting.spawn(async move { PgStore::connect(&url, 2, &PgTls::DISABLE).await });
     }
     let replicas = starting.join_all().await;
     let store = replicas.into_iter().map(|r| r.expect("every replica starts")).next().expect("a replica");
@@ -235,7 +235,66 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .execute("INSERT INTO pacpriv_schema_migrations (version, description) VALUES (99, 'future')", &[])
         .await
         .expect("future migration");
-    let refused = PgStore::connect(&pg.url, 1).await.err().expect("a newer schema is refused").to_string();
+    let refused = PgStore::connect(&pg.url, 1, &PgTls::DISABLE).await.err().expect("a newer schema is refused").to_string();
     assert!(refused.contains("migration 99, newer than this release knows (1)"), "{refused}");
 }
 
+
+/// A CA (PEM) and a server certificate and key it signed for `names`.
+fn server_certificate(names: &[&str]) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("server key");
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let cert = CertificateParams::new(names).expect("params").signed_by(&key, &issuer).expect("server cert");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// Issue 23 §4: TLS to PostgreSQL with libpq's sslmodes, against a real
+/// server with `ssl = on` that refuses plaintext and whose certificate
+/// names `localhost` only.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_over_tls_verifies_what_the_sslmode_says() {
+    let (ca, cert, key) = server_certificate(&["localhost"]);
+    let (other_ca, _, _) = server_certificate(&["localhost"]);
+    let pg = Postgres::start_tls(&cert, &key);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (ca_file, other_file) = (dir.path().join("ca.pem"), dir.path().join("other.pem"));
+    std::fs::write(&ca_file, ca).expect("CA written");
+    std::fs::write(&other_file, other_ca).expect("CA written");
+    let by_ip = pg.url.clone();
+    let by_name = pg.url.replace("@127.0.0.1:", "@localhost:");
+    let tls = |mode, root: &std::path::Path| PgTls { mode, root_cert: Some(root.to_owned()) };
+    let connect = async |url: &str, tls: PgTls| PgStore::connect(url, 1, &tls).await.map(|_| ()).map_err(|e| e.to_string());
+
+    // Plaintext is refused by this server: TLS below is real.
+    assert!(connect(&by_ip, PgTls::DISABLE).await.is_err());
+    // require: encrypted, nothing verified.
+    connect(&by_ip, PgTls { mode: SslMode::Require, root_cert: None }).await.expect("require");
+    // verify-ca: the chain, whatever the name; another CA is refused.
+    connect(&by_ip, tls(SslMode::VerifyCa, &ca_file)).await.expect("verify-ca");
+    let e = connect(&by_ip, tls(SslMode::VerifyCa, &other_file)).await.expect_err("an unknown CA");
+    assert!(e.contains("store.postgres_sslmode = verify-ca") && e.contains("invalid peer certificate"), "{e}");
+    // verify-full: the name too.
+    connect(&by_name, tls(SslMode::VerifyFull, &ca_file)).await.expect("verify-full by the certificate's name");
+    let e = connect(&by_ip, tls(SslMode::VerifyFull, &ca_file)).await.expect_err("127.0.0.1 is not localhost");
+    assert!(e.contains("store.postgres_sslmode = verify-full") && e.contains("not valid for name"), "{e}");
+
+    // The service itself, configured through the same keys, answers.
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__STORE__BACKEND", "postgres".into()),
+            ("PACPRIV__STORE__POSTGRES_URL", by_name.clone()),
+            ("PACPRIV__STORE__POSTGRES_SSLMODE", "verify-full".into()),
+            ("PACPRIV__STORE__POSTGRES_SSLROOTCERT", ca_file.display().to_string()),
+        ]),
+    );
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("pg-tls", &digit(1))).await.expect("answered, charged in PostgreSQL over TLS");
+    assert_eq!(budget(&mut c, "alice-key").await.answered, 1);
+}

@@ -293,6 +293,16 @@ pub struct Postgres {
 impl Postgres {
     /// initdb + pg_ctl start, or a test failure that says what to install.
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// As [`Postgres::start`], with `ssl = on` serving the certificate and
+    /// key `tls` holds (PEM), and plaintext connections refused.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Postgres {
+        Postgres::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Postgres {
         let mut bins: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
             .map(|d| {
                 d.filter_map(Result::ok).map(|e| e.path().join("bin")).filter(|p| p.join("pg_ctl").exists()).collect()
@@ -314,7 +324,23 @@ impl Postgres {
         let pg = Postgres { dir, bin, url: format!("postgres://pacpriv@127.0.0.1:{port}/postgres") };
         let data = pg.dir.path().join("data");
         pg.run("initdb", &["-D", &data.display().to_string(), "-A", "trust", "-U", "pacpriv", "--no-sync"], root);
-        let opts = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", pg.dir.path().display());
+        let mut opts = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", pg.dir.path().display());
+        if let Some((cert, key)) = tls {
+            use std::os::unix::fs::PermissionsExt;
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let path = data.join(name);
+                std::fs::write(&path, pem).expect("write TLS file");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+                if root {
+                    let owner = std::fs::metadata(&data).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok();
+                    std::os::unix::fs::chown(&path, owner, None).expect("chown TLS file");
+                }
+            }
+            let hba = data.join("pg_hba.conf");
+            let rules = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+            std::fs::write(&hba, format!("hostnossl all all 0.0.0.0/0 reject\n{rules}")).expect("pg_hba.conf");
+            opts.push_str(" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key");
+        }
         let log = pg.dir.path().join("log");
         pg.run(
             "pg_ctl",

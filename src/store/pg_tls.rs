@@ -1,0 +1,190 @@
+//! TLS to PostgreSQL (`store.postgres_sslmode`, `store.postgres_sslrootcert`),
+//! with libpq's meanings, through rustls (`tokio-postgres-rustls`):
+//!
+//! - `disable`: plaintext;
+//! - `require`: encrypted, the server's certificate not checked (protects
+//!   against eavesdroppers, not against an impostor);
+//! - `verify-ca`: encrypted, the certificate must chain to the root
+//!   certificate file, whatever name it carries;
+//! - `verify-full`: as verify-ca, and it must name the host of
+//!   `store.postgres_url`.
+
+use super::StoreError;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls_pki_types::pem::PemObject;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `store.postgres_sslmode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SslMode {
+    /// Plaintext.
+    Disable,
+    /// Encrypted, not verified.
+    Require,
+    /// Encrypted, the chain verified.
+    VerifyCa,
+    /// Encrypted, the chain and the host name verified.
+    VerifyFull,
+}
+
+impl SslMode {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// How pacpriv talks to PostgreSQL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgTls {
+    /// The mode.
+    pub mode: SslMode,
+    /// The CA file (required by the verify modes).
+    pub root_cert: Option<PathBuf>,
+}
+
+impl PgTls {
+    /// Plaintext.
+    pub const DISABLE: PgTls = PgTls { mode: SslMode::Disable, root_cert: None };
+
+    /// The rustls client configuration, or `None` for `disable`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] naming `store.postgres_sslrootcert` when it is
+    /// missing or unreadable.
+    pub fn client_config(&self) -> Result<Option<ClientConfig>, StoreError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let config = match self.mode {
+            SslMode::Disable => return Ok(None),
+            SslMode::Require => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
+                .with_no_client_auth(),
+            SslMode::VerifyCa => {
+                let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(self.roots()?), provider)
+                    .build()
+                    .map_err(|e| StoreError::Backend(format!("store.postgres_sslrootcert: {e}")))?;
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(AnyName(inner))).with_no_client_auth()
+            }
+            SslMode::VerifyFull => builder.with_root_certificates(self.roots()?).with_no_client_auth(),
+        };
+        Ok(Some(config))
+    }
+
+    fn roots(&self) -> Result<RootCertStore, StoreError> {
+        let mode = self.mode.as_str();
+        let path = self.root_cert.as_ref().ok_or_else(|| {
+            StoreError::Backend(format!(
+                "store.postgres_sslmode = {mode} needs store.postgres_sslrootcert (the CA file the server's certificate \
+                 chains to)"
+            ))
+        })?;
+        let bad = |e: &dyn std::fmt::Display| StoreError::Backend(format!("store.postgres_sslrootcert {}: {e}", path.display()));
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
+            roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+        }
+        if roots.is_empty() {
+            return Err(bad(&"no certificate in it"));
+        }
+        Ok(roots)
+    }
+}
+
+/// `verify-ca`: the chain is verified, the name is not.
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// `require`: any certificate (the handshake's signatures are still
+/// checked, so the session is encrypted to whoever holds that key).
+#[derive(Debug)]
+struct Unverified(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
