@@ -45,10 +45,26 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             }
         }
         out.flush()?;
+        tokio::spawn(reload_on_sighup(started.reloader, args.config.clone()));
         started.server.await.context("serving")?;
         tracing::info!("shut down");
         Ok(())
     })
+}
+
+/// Reloads the configuration (`config` over the built-in one, and the
+/// environment) on every SIGHUP.
+async fn reload_on_sighup(reloader: start::reload::Reloader, config: Option<std::path::PathBuf>) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            reloader.apply(Settings::load(config.as_deref())).await;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (reloader, config);
 }
 
 /// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends).

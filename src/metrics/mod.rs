@@ -164,6 +164,7 @@ pub struct ServiceMetrics {
     mia: Family<PrincipalLabel, FloatGauge>,
     principals: Gauge,
     dropped: Gauge,
+    reloads: Family<OutcomeLabel, Counter>,
     series: Arc<Mutex<Series>>,
 }
 
@@ -189,6 +190,7 @@ impl ServiceMetrics {
             mia: Family::default(),
             principals: Gauge::default(),
             dropped: Gauge::default(),
+            reloads: Family::default(),
             series: Arc::new(Mutex::new(Series { max: max_principal_series, ..Series::default() })),
         };
         // Every series of a closed label set exists from the start (at 0),
@@ -203,6 +205,9 @@ impl ServiceMetrics {
             Outcome::Internal,
         ] {
             drop(m.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }));
+        }
+        for outcome in ["applied", "rejected"] {
+            drop(m.reloads.get_or_create(&OutcomeLabel { outcome }));
         }
         for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer, Rpc::HttpInfer] {
             drop(m.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }));
@@ -230,6 +235,11 @@ impl ServiceMetrics {
         r.register("pacpriv_budget_limit_nats", "MI limit of a principal's session, nats", self.limit.clone());
         r.register("pacpriv_mia_bound", "Membership-inference success bound at the MI spent", self.mia.clone());
         r.register("pacpriv_principals", "Active (not revoked) principals", self.principals.clone());
+        r.register(
+            "pacpriv_config_reloads",
+            "Configuration reloads (SIGHUP): applied, or rejected with the running configuration kept",
+            self.reloads.clone(),
+        );
         r.register(
             "pacpriv_principal_series_dropped",
             "Principals without budget series (beyond metrics.max_principal_series)",
@@ -280,6 +290,12 @@ impl ServiceMetrics {
         self.spent.get_or_create(&label).set(spent);
         self.limit.get_or_create(&label).set(limit);
         self.mia.get_or_create(&label).set(mia_bound);
+    }
+
+    /// Counts one configuration reload, applied or rejected.
+    pub fn reload(&self, applied: bool) {
+        let outcome = if applied { "applied" } else { "rejected" };
+        self.reloads.get_or_create(&OutcomeLabel { outcome }).inc();
     }
 
     /// Sets the number of active principals.

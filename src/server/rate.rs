@@ -27,7 +27,16 @@ use super::status::ServiceError;
 use crate::settings::RateQuota;
 use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
+use std::sync::Arc;
 use std::time::Duration;
+
+impl Buckets {
+    fn of(quota: Option<RateQuota>) -> Buckets {
+        let limiter =
+            quota.map(|q| DefaultKeyedRateLimiter::keyed(Quota::per_second(q.per_second).allow_burst(q.burst)));
+        Buckets { limiter, quota }
+    }
+}
 
 /// A token of the principal's bucket, taken (or no limit is configured).
 #[derive(Debug)]
@@ -42,8 +51,13 @@ pub enum Over {
     Wait,
 }
 
-/// The configured limit, or none.
+/// The configured limit, or none; replaced whole on reload.
 pub struct RateLimit {
+    current: std::sync::RwLock<Arc<Buckets>>,
+}
+
+/// One quota's buckets.
+struct Buckets {
     limiter: Option<DefaultKeyedRateLimiter<String>>,
     quota: Option<RateQuota>,
 }
@@ -51,9 +65,21 @@ pub struct RateLimit {
 impl RateLimit {
     /// A bucket per principal of `quota`; `None`: every query admitted.
     pub fn new(quota: Option<RateQuota>) -> Self {
-        let limiter =
-            quota.map(|q| DefaultKeyedRateLimiter::keyed(Quota::per_second(q.per_second).allow_burst(q.burst)));
-        RateLimit { limiter, quota }
+        RateLimit { current: std::sync::RwLock::new(Arc::new(Buckets::of(quota))) }
+    }
+
+    /// Puts `quota` in force from the next query, unless it is the one in
+    /// force (then nothing changes); a changed quota starts with full
+    /// buckets.
+    pub fn reconfigure(&self, quota: Option<RateQuota>) {
+        let mut current = self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.quota != quota {
+            *current = Arc::new(Buckets::of(quota));
+        }
+    }
+
+    fn buckets(&self) -> Arc<Buckets> {
+        Arc::clone(&self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Takes a token from `principal`'s bucket.
@@ -62,7 +88,8 @@ impl RateLimit {
     /// [`ServiceError::RateLimited`] when the bucket is empty, with the
     /// time until the next token.
     pub fn admit(&self, principal: &str) -> Result<Admitted, ServiceError> {
-        let (Some(limiter), Some(quota)) = (&self.limiter, self.quota) else { return Ok(Admitted(())) };
+        let buckets = self.buckets();
+        let (Some(limiter), Some(quota)) = (&buckets.limiter, buckets.quota) else { return Ok(Admitted(())) };
         limiter.check_key(&principal.to_owned()).map(|()| Admitted(())).map_err(|not_until| ServiceError::RateLimited {
             retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
             per_second: quota.per_second.get(),
@@ -79,7 +106,8 @@ impl RateLimit {
     /// [`ServiceError::InvalidInput`] when the request has more rows than
     /// the bucket holds at all.
     pub async fn take_more(&self, principal: &str, more: usize, over: Over) -> Result<(), ServiceError> {
-        let (Some(limiter), Some(quota)) = (&self.limiter, self.quota) else { return Ok(()) };
+        let buckets = self.buckets();
+        let (Some(limiter), Some(quota)) = (&buckets.limiter, buckets.quota) else { return Ok(()) };
         let Some(n) = u32::try_from(more).ok().and_then(std::num::NonZeroU32::new) else { return Ok(()) };
         let too_many = |_| {
             ServiceError::InvalidInput(format!(
@@ -106,7 +134,7 @@ impl RateLimit {
     /// Takes a token from `principal`'s bucket, waiting for one if it is
     /// empty (at most 1 / `per_second` per token once the burst is spent).
     pub async fn pace(&self, principal: &str) -> Admitted {
-        if let Some(limiter) = &self.limiter {
+        if let Some(limiter) = &self.buckets().limiter {
             limiter.until_key_ready(&principal.to_owned()).await;
         }
         Admitted(())

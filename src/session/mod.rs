@@ -260,6 +260,11 @@ impl State for Versioned {
     fn poisoned() -> SessionError {
         SessionError::Poisoned
     }
+
+    /// A new limit (the principal's budget was changed).
+    fn retarget(&mut self, terms: &Terms) {
+        self.state.ledger.set_limit(terms.limit);
+    }
 }
 
 /// The answer cache session `key`'s `record` keeps.

@@ -102,6 +102,7 @@ impl Sessions {
             }
         }
         let mut sessions = Sessions { scope, params, store: store.clone(), shared: None, local: None };
+        sessions.revoke_unconfigured(configured).await?;
         if scope == Scope::Global {
             sessions.shared = Some(sessions.open(GLOBAL_SESSION, global_budget)?);
         }
@@ -113,6 +114,58 @@ impl Sessions {
             sessions.local = Some(RwLock::new(local));
         }
         Ok(sessions)
+    }
+
+    /// Applies a reloaded configuration's principals: new ones provisioned,
+    /// changed keys and budgets of configured ones in force from the next
+    /// request (the old key refused; the spending kept, checked against
+    /// the new budget), configured principals no longer listed revoked
+    /// (for good, as through the admin API). Principals created through the
+    /// admin API are left as they are. Returns the names revoked.
+    ///
+    /// # Errors
+    /// As [`Sessions::new`]; on a provisioning conflict nothing changed.
+    pub async fn reconfigure(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
+        let now = now_unix();
+        let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
+        let stored = self.store.provision_all(&records).await.map_err(SessionError::Registry)?;
+        if let Some(local) = &self.local {
+            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
+            for record in stored {
+                let Some((old, session)) = local.principals.get(&record.name).cloned() else {
+                    self.insert_local(&mut local, record)?;
+                    continue;
+                };
+                let session = if old.budget != record.budget && self.shared.is_none() {
+                    Arc::new(session.retarget(Terms { params: self.params, limit: Nats::new(record.budget)? })?)
+                } else {
+                    session
+                };
+                if old.key_sha256 != record.key_sha256 && local.by_key.get(&old.key_sha256) == Some(&record.name) {
+                    local.by_key.remove(&old.key_sha256);
+                }
+                if record.active() {
+                    local.by_key.insert(record.key_sha256, record.name.clone());
+                }
+                local.principals.insert(record.name.clone(), (record, session));
+            }
+        }
+        self.revoke_unconfigured(configured).await
+    }
+
+    /// Revokes every active configured principal `configured` no longer
+    /// lists; returns their names.
+    async fn revoke_unconfigured(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
+        let listed: std::collections::HashSet<&str> = configured.iter().map(|p| p.name.as_str()).collect();
+        let mut revoked = Vec::new();
+        for r in self.store.principals().await.map_err(SessionError::Registry)? {
+            if r.origin == Origin::Config && r.active() && !listed.contains(r.name.as_str()) {
+                tracing::warn!(principal = %r.name, "configured principal no longer in the configuration: revoked");
+                self.revoke(&r.name).await?;
+                revoked.push(r.name);
+            }
+        }
+        Ok(revoked)
     }
 
     /// A session object for `key` with `limit`: resumed from the embedded

@@ -26,6 +26,7 @@
 //!   and is the error [`Started::server`] returns.
 
 pub mod readiness;
+pub mod reload;
 pub mod tls;
 
 use crate::metrics::{self, Metrics};
@@ -115,6 +116,8 @@ pub struct Started {
     pub metrics: Option<SocketAddr>,
     /// Runs every listener until `shutdown` resolves; fails if any fails.
     pub server: Serving,
+    /// Applies a reloaded configuration (SIGHUP).
+    pub reloader: reload::Reloader,
 }
 
 /// Builds everything `settings` describes and binds every listener; the
@@ -264,7 +267,8 @@ pub async fn serve(
         scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
     cancel_on_error.disarm();
     let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
-    Ok(Started { addr, http: http_addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server })
+    let reloader = reload::Reloader::new(app, tls);
+    Ok(Started { addr, http: http_addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server, reloader })
 }
 
 /// Serves `router` on `listener` — through TLS when `tls` is set — until

@@ -2,8 +2,8 @@
 //! and key, and with `tls.client_ca_file` a CA every client certificate
 //! must chain to (mTLS; clients without one are refused in the handshake).
 //! rustls (ring) underneath; one [`ServerTls`] serves every listener, and
-//! [`ServerTls::reload`] swaps the files in for connections accepted after
-//! it (established ones keep the session they negotiated).
+//! [`ServerTls::install`] swaps reloaded files in for connections accepted
+//! after it (established ones keep the session they negotiated).
 //!
 //! Also where per-connection limits are set ([`builder`]), so every gRPC
 //! listener gets them.
@@ -41,15 +41,11 @@ impl ServerTls {
         Ok(ServerTls { configs: RwLock::new(configs(t)?) })
     }
 
-    /// Reads `t`'s files again; connections accepted from now on use them.
-    /// On error the configuration in use stays.
-    ///
-    /// # Errors
-    /// As [`ServerTls::load`].
-    pub fn reload(&self, t: &TlsSettings) -> Result<(), StartError> {
-        let fresh = configs(t)?;
-        *self.configs.write().map_err(|_| StartError::Tls("TLS configuration lock poisoned".into()))? = fresh;
-        Ok(())
+    /// Puts `fresh` (loaded from the reloaded files) in force: connections
+    /// accepted from now on use it, established ones keep theirs.
+    pub fn install(&self, fresh: ServerTls) {
+        let fresh = fresh.configs.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *self.configs.write().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
     }
 
     /// The acceptor for one new connection speaking `alpn`.

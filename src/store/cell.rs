@@ -40,6 +40,10 @@ pub trait State: Sized + Send + 'static {
     /// The record that makes this state durable.
     fn record(&self) -> SessionRecord;
 
+    /// Brings a held state in line with a changed `context` (the
+    /// configuration was reloaded).
+    fn retarget(&mut self, context: &Self::Context);
+
     /// The error for a lock an earlier panic poisoned (or a step's
     /// blocking thread that panicked): refuse rather than risk a
     /// half-applied step.
@@ -123,6 +127,24 @@ impl<S: State> Cell<S> {
     /// What resuming this cell's state needs.
     pub fn context(&self) -> &S::Context {
         &self.context
+    }
+
+    /// The same session under `context` (a reloaded configuration): a
+    /// state held in memory is adjusted in place, under its lock, and
+    /// shared with this cell; one in the database is read with `context`
+    /// from the next step on.
+    ///
+    /// # Errors
+    /// A poisoned lock.
+    pub fn retarget(&self, context: S::Context) -> Result<Self, S::Error> {
+        let place = match &self.place {
+            Place::Memory(held) => {
+                held.state.lock().map_err(|_| S::poisoned())?.retarget(&context);
+                Place::Memory(Arc::clone(held))
+            }
+            Place::Database(store) => Place::Database(Arc::clone(store)),
+        };
+        Ok(Cell { key: self.key.clone(), context, place })
     }
 
     /// `look` applied to the current committed state: one read.

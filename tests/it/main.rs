@@ -23,6 +23,7 @@ mod isolation;
 mod label;
 mod limits;
 mod ops;
+mod reload;
 mod replicas;
 mod retry;
 mod service;

@@ -141,6 +141,12 @@ impl Ledger {
         self.per_query
     }
 
+    /// Sets the limit B (the operator changed the budget). Spending is
+    /// untouched: a limit below what is spent leaves the session exhausted.
+    pub fn set_limit(&mut self, limit: Nats) {
+        self.limit = limit;
+    }
+
     /// The session's total limit B.
     pub fn limit(&self) -> Nats {
         self.limit

@@ -1,0 +1,102 @@
+//! Reload without restart: SIGHUP re-reads the configuration and puts new
+//! principals, rotated keys, changed budgets, a rate limit and new TLS
+//! certificates in force, while established connections keep working; a
+//! configuration that does not validate is rejected, counted, and the
+//! running one stays.
+
+use crate::ops::certificates;
+use crate::util::{B, Process, digit, image, key_hash, sample, scrape, with_key};
+use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
+use std::path::Path;
+use std::time::Duration;
+use tonic::Code;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// The configuration file: TLS from `certs`, and `principals` as (name,
+/// key, budget).
+fn config(certs: &Path, principals: &[(&str, &str, f64)], rate: u32) -> String {
+    let mut s = format!(
+        "[server]\nrate_limit_per_second = {rate}\n\n[tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n\n",
+        certs.join("server.pem").display(),
+        certs.join("server.key").display()
+    );
+    for (name, key, budget) in principals {
+        s.push_str(&format!("[principals.{name}]\nkey_sha256 = \"{}\"\nbudget_mi = {budget}\n\n", key_hash(key)));
+    }
+    s
+}
+
+async fn connect(addr: &str, ca: &Certificate) -> Result<Channel, tonic::transport::Error> {
+    let tls = ClientTlsConfig::new().ca_certificate(ca.clone()).domain_name("localhost");
+    Endpoint::from_shared(format!("https://{addr}")).expect("uri").tls_config(tls).expect("tls").connect().await
+}
+
+async fn ask(c: &mut PrivatizerClient<Channel>, key: &str, n: u32) -> Result<f64, Code> {
+    c.predict(with_key(image(&format!("q{n}"), &digit(n)), key)).await.map(|r| r.into_inner().mi_charged).map_err(|e| e.code())
+}
+
+/// Sends SIGHUP and waits until the reload counter `outcome` reaches `n`.
+async fn reload(server: &Process, metrics: &str, outcome: &str, n: f64) {
+    server.signal("HUP");
+    let series = format!("pacpriv_config_reloads_total{{outcome=\"{outcome}\"}}");
+    for _ in 0..100 {
+        if sample(&scrape(metrics), &series) == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no {outcome} reload counted:\n{}", server.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_principals_keys_budgets_rate_limits_and_certificates() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (old_certs, new_certs) = (dir.path().join("old"), dir.path().join("new"));
+    std::fs::create_dir_all(&old_certs).expect("dir");
+    std::fs::create_dir_all(&new_certs).expect("dir");
+    let (old_ca, _) = certificates(&old_certs, "unused");
+    let (new_ca, _) = certificates(&new_certs, "unused");
+    let file = dir.path().join("pacpriv.toml");
+    std::fs::write(&file, config(&old_certs, &[("alice", "ka", 1.0), ("bob", "kb", 1.0)], 0)).expect("config");
+    let env = [("PACPRIV__DEMO__MODELS", "16".to_owned()), ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned())];
+    let server = Process::serve(Some(&file), &env);
+    let metrics = server.listener("metrics");
+
+    let mut established = PrivatizerClient::new(connect(&server.addr, &old_ca).await.expect("TLS with the old CA"));
+    assert_eq!(ask(&mut established, "ka", 1).await, Ok(B));
+    assert_eq!(ask(&mut established, "kb", 2).await, Ok(B));
+
+    // Alice's key rotated and her budget cut to what she has spent, bob
+    // removed, carol added, a rate limit, new certificates.
+    let next = [("alice", "ka-2", B), ("carol", "kc", 1.0)];
+    std::fs::write(&file, config(&new_certs, &next, 1)).expect("config");
+    reload(&server, &metrics, "applied", 1.0).await;
+
+    // The connection made before keeps working, under the new rules.
+    assert_eq!(ask(&mut established, "ka", 3).await, Err(Code::Unauthenticated), "the old key is refused");
+    assert_eq!(ask(&mut established, "kb", 4).await, Err(Code::Unauthenticated), "a removed principal is revoked");
+    assert_eq!(
+        ask(&mut established, "ka-2", 5).await,
+        Err(Code::ResourceExhausted),
+        "alice's spending stays, checked against her new budget"
+    );
+    assert_eq!(ask(&mut established, "kc", 6).await, Ok(B), "a new principal answers");
+    // The rate limit: one query a second, for every principal.
+    assert_eq!(ask(&mut established, "kc", 7).await, Err(Code::ResourceExhausted));
+
+    // A client that reconnects sees the new certificate.
+    assert!(connect(&server.addr, &old_ca).await.is_err(), "the old CA no longer verifies the server");
+    let mut fresh = PrivatizerClient::new(connect(&server.addr, &new_ca).await.expect("TLS with the new CA"));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(ask(&mut fresh, "kc", 8).await, Ok(B));
+
+    // A configuration that does not validate: rejected, counted, logged;
+    // the running one stays.
+    std::fs::write(&file, "[privacy]\nper_query_mi = \"lots\"\n").expect("config");
+    reload(&server, &metrics, "rejected", 1.0).await;
+    assert!(server.logs().contains("configuration reload rejected"), "{}", server.logs());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(ask(&mut fresh, "kc", 9).await, Ok(B), "carol still answers");
+    assert_eq!(ask(&mut fresh, "kb", 10).await, Err(Code::Unauthenticated), "bob is still revoked");
+    assert_eq!(sample(&scrape(&metrics), "pacpriv_config_reloads_total{outcome=\"applied\"}"), Some(1.0));
+}
