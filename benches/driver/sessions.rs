@@ -18,7 +18,7 @@ use pacpriv::privacy::mechanism::TeacherOutputs;
 use pacpriv::session::{Credential, Scope, SessionParams, Sessions};
 use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
 use pacpriv::store::principal::now_unix;
-use pacpriv::store::{EmbeddedStore, PrincipalRecord, Store};
+use pacpriv::store::{EmbeddedStore, Origin, PrincipalRecord, Store};
 use anyhow::{Context, bail, ensure};
 use std::io::Write;
 use std::path::Path;
@@ -154,7 +154,12 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
         let store = Store::Embedded(open(args, path)?);
         let params = params(args, &store).await?;
         let now = now_unix();
-        let records: Vec<PrincipalRecord> = principals(args.count)?.iter().map(|p| p.record(now)).collect();
+        // Provisioned as the admin API would (not listed in any
+        // configuration, which would revoke them at start-up).
+        let records: Vec<PrincipalRecord> = principals(args.count)?
+            .iter()
+            .map(|p| PrincipalRecord { origin: Origin::Admin, ..p.record(now) })
+            .collect();
         let started = Instant::now();
         let stored = store.provision_all(&records).await?;
         ensure!(stored.len() == args.count, "{} principals stored", stored.len());

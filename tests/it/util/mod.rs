@@ -447,18 +447,27 @@ pub fn sample(scrape: &str, series: &str) -> Option<f64> {
 /// by `tests/interop_venv.sh` on first use (once per test binary).
 pub fn interop_python() -> std::path::PathBuf {
     static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop_venv.sh");
-            let out = Command::new("bash").arg(script).output().expect("bash runs");
-            assert!(
-                out.status.success(),
-                "tests/interop_venv.sh failed (it pip-installs examples/mlserver/requirements.txt from PyPI): {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).expect("utf-8").trim().into()
-        })
-        .clone()
+    PYTHON.get_or_init(|| venv_python("interop_venv.sh", "examples/mlserver/requirements.txt")).clone()
+}
+
+/// The Python of the client package's venv (`tests/client_venv.sh`:
+/// `pip install ./clients/python`), made on first use.
+pub fn client_python() -> std::path::PathBuf {
+    static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| venv_python("client_venv.sh", "./clients/python")).clone()
+}
+
+/// Runs `tests/SCRIPT`, which pip-installs `what` into a venv and prints
+/// its python.
+fn venv_python(script: &str, what: &str) -> std::path::PathBuf {
+    let path = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash").arg(&path).output().expect("bash runs");
+    assert!(
+        out.status.success(),
+        "tests/{script} failed (it pip-installs {what} from PyPI): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8").trim().into()
 }
 
 /// A loopback port nobody was listening on a moment ago.
