@@ -33,8 +33,9 @@
 //!    optimal membership attack (Prop. 6.1) and the secret-space
 //!    assignment (§4.2.1). No I/O, no async, no global state; imports
 //!    nothing from the rest of the crate. Beside it at the ground floor:
-//!    [`metrics`], [`net`] (listening sockets), [`proto`] (wire protocols
-//!    and the store's record schema, compiled from `proto/`).
+//!    [`metrics`], [`net`] (listening sockets), [`trace`] (logs and
+//!    OpenTelemetry spans, trace context in and out), [`proto`] (wire
+//!    protocols and the store's record schema, compiled from `proto/`).
 //!
 //! `fuzz` (feature `fuzzing`, and in `cargo test`) holds the fuzzing entry
 //! points for every parser of peer-chosen bytes (driven by `fuzz/` and by
@@ -61,3 +62,4 @@ pub mod start;
 pub mod store;
 pub mod teachers;
 pub mod tensor;
+pub mod trace;

@@ -33,9 +33,11 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "config ok")?;
         return Ok(());
     }
-    super::init_tracing(settings.log_json);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
+        let t = &settings.telemetry;
+        // Flushes the last spans when dropped, at the end of this block.
+        let _exporting = crate::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
         let started = start::serve(settings, shutdown_signal()).await?;
         writeln!(out, "pacpriv listening on {}", started.addr)?;
         let extra = [("http", started.http), ("admin", started.admin), ("health", started.health), ("metrics", started.metrics)];

@@ -79,7 +79,8 @@ pub enum Rpc {
 }
 
 impl Rpc {
-    fn as_str(self) -> &'static str {
+    /// Its metric label (and span field).
+    pub fn as_str(self) -> &'static str {
         match self {
             Rpc::Predict => "predict",
             Rpc::PredictStream => "predict_stream",

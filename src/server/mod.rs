@@ -27,6 +27,7 @@ use crate::teachers::Ensemble;
 use input::InputSpec;
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 /// Everything a request needs, shared by all of them.
 pub struct App {
@@ -62,11 +63,29 @@ impl Service {
     }
 }
 
+/// The span of one RPC, child of the trace context the client sent (if
+/// any, and if traces are exported).
+pub fn rpc_span(rpc: Rpc, headers: &axum::http::HeaderMap) -> tracing::Span {
+    let span = tracing::info_span!("rpc", rpc = rpc.as_str());
+    crate::trace::adopt_parent(&span, headers);
+    span
+}
+
+/// [`rpc_span`] for a gRPC request.
+pub fn grpc_span<T>(rpc: Rpc, request: &Request<T>) -> tracing::Span {
+    rpc_span(rpc, &request.metadata().clone().into_headers())
+}
+
 #[tonic::async_trait]
 impl Privatizer for Service {
     async fn predict(&self, request: Request<PredictRequest>) -> Result<Response<PredictResponse>, Status> {
-        let handle = auth::querier(&self.app, &request).await?;
-        Ok(Response::new(predict::handle(&self.app, &handle, request.into_inner(), Rpc::Predict).await?))
+        let span = grpc_span(Rpc::Predict, &request);
+        async {
+            let handle = auth::querier(&self.app, &request).await?;
+            Ok(Response::new(predict::handle(&self.app, &handle, request.into_inner(), Rpc::Predict).await?))
+        }
+        .instrument(span)
+        .await
     }
 
     type PredictStreamStream = predict_stream::ResponseStream;
@@ -75,7 +94,9 @@ impl Privatizer for Service {
         &self,
         request: Request<Streaming<PredictRequest>>,
     ) -> Result<Response<Self::PredictStreamStream>, Status> {
-        let handle = auth::querier(&self.app, &request).await?;
+        let span = grpc_span(Rpc::PredictStream, &request);
+        let handle = auth::querier(&self.app, &request).instrument(span.clone()).await?;
+        let _entered = span.enter();
         Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, request.into_inner())))
     }
 

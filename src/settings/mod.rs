@@ -162,6 +162,17 @@ pub struct Settings {
     pub admin: Option<AdminSettings>,
     /// The Prometheus endpoint.
     pub metrics: MetricsSettings,
+    /// OpenTelemetry trace export.
+    pub telemetry: TelemetrySettings,
+}
+
+/// `[telemetry]`: OpenTelemetry traces over OTLP, off by default.
+#[derive(Clone, Debug, Default)]
+pub struct TelemetrySettings {
+    /// The collector's OTLP/gRPC endpoint (`http://…:4317`); `None`: off.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
 }
 
 /// TLS files (PEM) for the client and admin listeners.
@@ -259,6 +270,7 @@ struct Raw {
     tls: RawTls,
     admin: RawAdmin,
     metrics: RawMetrics,
+    telemetry: RawTelemetry,
     #[serde(default)]
     principals: BTreeMap<String, RawPrincipal>,
 }
@@ -545,6 +557,29 @@ struct RawDemo {
     models: usize,
     seed: u64,
     listen: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    otlp_endpoint: String,
+    service_name: String,
+}
+
+impl RawTelemetry {
+    fn validate(self) -> Result<TelemetrySettings, SettingsError> {
+        let endpoint = self.otlp_endpoint.trim();
+        if !endpoint.is_empty() && !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(err("telemetry.otlp_endpoint", "an http:// or https:// URL of an OTLP/gRPC collector"));
+        }
+        if self.service_name.trim().is_empty() {
+            return Err(err("telemetry.service_name", "must not be empty"));
+        }
+        Ok(TelemetrySettings {
+            otlp_endpoint: (!endpoint.is_empty()).then(|| endpoint.to_owned()),
+            service_name: self.service_name.trim().to_owned(),
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -979,6 +1014,7 @@ impl Raw {
             tls: self.tls.validate()?,
             admin,
             metrics: self.metrics.validate()?,
+            telemetry: self.telemetry.validate()?,
         })
     }
 }

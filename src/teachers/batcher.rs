@@ -49,6 +49,9 @@ impl Batching {
 
 struct Pending {
     features: Arc<[f64]>,
+    /// The asking query's span: the batch's calls are traced under the
+    /// first query's, and follow from the others'.
+    span: tracing::Span,
     reply: oneshot::Sender<Result<TeacherOutputs, FanoutError>>,
 }
 
@@ -71,7 +74,8 @@ impl Batcher {
     /// else arrives in the same window.
     pub(super) async fn query(&self, features: Arc<[f64]>) -> Result<TeacherOutputs, FanoutError> {
         let (reply, answer) = oneshot::channel();
-        self.queue.send(Pending { features, reply }).await.map_err(|_| FanoutError::Stopped)?;
+        let span = tracing::Span::current();
+        self.queue.send(Pending { features, span, reply }).await.map_err(|_| FanoutError::Stopped)?;
         // A dropped reply means the batch's task died: nothing was charged.
         answer.await.map_err(|_| FanoutError::Stopped)?
     }
@@ -102,7 +106,14 @@ async fn collect(core: Arc<impl AskBatch>, mut queue: mpsc::Receiver<Pending>, b
 
 async fn ask(core: Arc<impl AskBatch>, batch: Vec<Pending>) {
     let rows: Vec<Arc<[f64]>> = batch.iter().map(|p| Arc::clone(&p.features)).collect();
-    match core.ask(&rows).await {
+    let span = match batch.first() {
+        Some(first) => tracing::info_span!(parent: &first.span, "teacher_batch", rows = rows.len()),
+        None => tracing::Span::none(),
+    };
+    for pending in batch.iter().skip(1) {
+        span.follows_from(&pending.span);
+    }
+    match tracing::Instrument::instrument(core.ask(&rows), span).await {
         Ok(outputs) => {
             for (pending, outputs) in batch.into_iter().zip(outputs) {
                 // The caller may have gone (client cancelled): its row is

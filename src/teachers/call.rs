@@ -79,6 +79,7 @@ impl Model {
             let mut req = tonic::Request::new(request.clone());
             req.set_timeout(policy.deadline);
             self.headers.apply(req.metadata_mut());
+            crate::trace::inject(req.metadata_mut());
             let mut client = self.client.clone();
             let started = Instant::now();
             match tokio::time::timeout(policy.deadline, client.model_infer(req)).await {

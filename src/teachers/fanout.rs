@@ -216,7 +216,9 @@ impl AskBatch for Core {
         for (i, model) in self.models.iter().enumerate() {
             let (model, policy, input) = (Arc::clone(model), Arc::clone(&self.policy), Arc::clone(&input));
             let mode = self.mode;
-            calls.spawn(async move { (i, model.ask(&input, cells, &policy, mode).await) });
+            let span = tracing::info_span!("teacher_call", model = %model.spec.model);
+            let call = async move { (i, model.ask(&input, cells, &policy, mode).await) };
+            calls.spawn(tracing::Instrument::instrument(call, span));
         }
         let mut replies: Vec<Vec<f64>> = vec![Vec::new(); self.models.len()];
         while let Some(joined) = calls.join_next().await {

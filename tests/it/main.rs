@@ -32,5 +32,6 @@ mod soak;
 mod store;
 mod subsets;
 mod teacher_tls;
+mod telemetry;
 mod util;
 mod utility;

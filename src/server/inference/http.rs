@@ -43,6 +43,7 @@ use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tonic::Code;
+use tracing::Instrument;
 
 /// Triton's binary tensor extension: the length of the JSON part of a body.
 const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -123,6 +124,16 @@ async fn model_ready(State(s): State<Arc<InferenceService>>, Path(p): Path<Model
 async fn infer(
     State(s): State<Arc<InferenceService>>,
     Path(p): Path<ModelPath>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let span = crate::server::rpc_span(Rpc::HttpInfer, &headers);
+    infer_traced(s, p, headers, body).instrument(span).await
+}
+
+async fn infer_traced(
+    s: Arc<InferenceService>,
+    p: ModelPath,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {

@@ -31,6 +31,7 @@ use model_infer::Infer;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 /// The only version of the private model.
 pub const MODEL_VERSION: &str = "1";
@@ -101,6 +102,13 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let span = super::grpc_span(Rpc::ModelInfer, &request);
+        self.infer(request).instrument(span).await
+    }
+}
+
+impl InferenceService {
+    async fn infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let handle = auth::querier(&self.app, &request).await?;
         let request = request.into_inner();
         let parsed = self.names(&request.model_name, &request.model_version).and_then(|()| Infer::parse(request));

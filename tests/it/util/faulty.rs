@@ -97,6 +97,8 @@ struct State {
     slow: Mutex<HashMap<String, Duration>>,
     /// Model name → `ModelInfer` calls received.
     calls: Mutex<HashMap<String, u64>>,
+    /// The `traceparent` of every `ModelInfer` call, by model.
+    traceparents: Mutex<HashMap<String, Vec<String>>>,
     /// Replies corrupted, by kind.
     corrupted: Mutex<HashMap<Corruption, u64>>,
     /// The one model whose marked replies are corrupted; `None`: every
@@ -151,6 +153,11 @@ impl FaultyTeachers {
     /// `ModelInfer` calls received, by model.
     pub fn calls(&self) -> HashMap<String, u64> {
         self.state.calls.lock().expect("calls").clone()
+    }
+
+    /// The W3C `traceparent` each `ModelInfer` call carried, by model.
+    pub fn traceparents(&self) -> HashMap<String, Vec<String>> {
+        self.state.traceparents.lock().expect("traceparents").clone()
     }
 
     /// Replies corrupted so far, by kind.
@@ -210,7 +217,11 @@ impl GrpcInferenceService for Proxy {
     }
 
     async fn model_infer(&self, r: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let traceparent = r.metadata().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let r = r.into_inner();
+        if let Some(t) = traceparent {
+            self.state.traceparents.lock().expect("traceparents").entry(r.model_name.clone()).or_default().push(t);
+        }
         *self.state.calls.lock().expect("calls").entry(r.model_name.clone()).or_default() += 1;
         let delay = self.state.slow.lock().expect("slow").get(&r.model_name).copied();
         if let Some(delay) = delay {
