@@ -103,9 +103,10 @@ struct Outgoing<'a>(&'a mut tonic::metadata::MetadataMap);
 
 impl Injector for Outgoing<'_> {
     fn set(&mut self, key: &str, value: String) {
-        if let (Ok(k), Ok(v)) =
-            (tonic::metadata::AsciiMetadataKey::from_bytes(key.as_bytes()), value.parse::<tonic::metadata::AsciiMetadataValue>())
-        {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::AsciiMetadataKey::from_bytes(key.as_bytes()),
+            value.parse::<tonic::metadata::AsciiMetadataValue>(),
+        ) {
             self.0.insert(k, v);
         }
     }

@@ -133,3 +133,26 @@ fn rate_limit_is_off_by_default_and_its_burst_defaults_to_the_rate() -> Result<(
     assert_eq!(q, Some((50, 200)));
     Ok(())
 }
+
+/// docs/configuration.md lists every key of the shipped configuration,
+/// each with its environment variable (scalars) and its default.
+#[test]
+fn the_configuration_reference_lists_every_key() -> Result<(), Box<dyn std::error::Error>> {
+    let reference = include_str!("../../docs/configuration.md");
+    let shipped = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml)).build()?;
+    let table: BTreeMap<String, config::Value> = shipped.try_deserialize()?;
+    for (section, keys) in table.into_iter().filter(|(s, _)| s != "principals") {
+        for (key, value) in keys.into_table()? {
+            let row = reference
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{section}.{key}` |")))
+                .ok_or_else(|| format!("docs/configuration.md has no row for {section}.{key}"))?;
+            let scalar = !matches!(value.kind, config::ValueKind::Table(_) | config::ValueKind::Array(_));
+            let env = format!("`PACPRIV__{}__{}`", section.to_uppercase(), key.to_uppercase());
+            assert!(!scalar || row.contains(&env), "{section}.{key}: the row does not name {env}");
+            let default = value.to_string();
+            assert!(!scalar || row.contains(&default), "{section}.{key}: the row does not give the default {default}");
+        }
+    }
+    Ok(())
+}

@@ -10,8 +10,8 @@
 //!   `store.postgres_url`.
 
 use super::StoreError;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -93,7 +93,9 @@ impl PgTls {
                  chains to)"
             ))
         })?;
-        let bad = |e: &dyn std::fmt::Display| StoreError::Backend(format!("store.postgres_sslrootcert {}: {e}", path.display()));
+        let bad = |e: &dyn std::fmt::Display| {
+            StoreError::Backend(format!("store.postgres_sslrootcert {}: {e}", path.display()))
+        };
         let mut roots = RootCertStore::empty();
         for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
             roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;

@@ -22,7 +22,8 @@ fn the_committed_stubs_are_what_the_proto_generates() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for file in ["privatizer_pb2.py", "privatizer_pb2_grpc.py", "privatizer_pb2.pyi"] {
         let fresh = std::fs::read_to_string(dir.path().join("pacpriv/v1").join(file)).expect("generated");
-        let committed = std::fs::read_to_string(format!("{ROOT}/clients/python/src/pacpriv/v1/{file}")).expect("committed");
+        let committed =
+            std::fs::read_to_string(format!("{ROOT}/clients/python/src/pacpriv/v1/{file}")).expect("committed");
         assert!(fresh == committed, "clients/python/src/pacpriv/v1/{file} is stale: run clients/python/generate.sh");
     }
 }

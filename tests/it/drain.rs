@@ -4,7 +4,7 @@
 //! flushes the store and exits 0 — and every answer a client received is
 //! charged after a restart.
 
-use crate::util::{B, Process, budget, client, distinct, digit, health_becomes, image, predict, small_demo};
+use crate::util::{B, Process, budget, client, digit, distinct, health_becomes, image, predict, small_demo};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

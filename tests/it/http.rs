@@ -70,7 +70,8 @@ async fn curl_gets_private_labels_and_actionable_errors_over_http() {
     // Two rows in JSON, answered in JSON; the key as a bearer token works too.
     let infer = format!("{base}/v2/models/private/infer");
     let rows = [digit(1), digit(2)];
-    let ok = curl("POST", &infer, &["Authorization: Bearer alice-key"], Some(&request(&rows, &["label", "mi_charged"])));
+    let ok =
+        curl("POST", &infer, &["Authorization: Bearer alice-key"], Some(&request(&rows, &["label", "mi_charged"])));
     assert_eq!(ok.code, 200, "{}", ok.body);
     assert_eq!(ok.body["id"], "curl-1");
     let labels = ok.body["outputs"][0]["data"].as_array().expect("labels");
@@ -90,7 +91,12 @@ async fn curl_gets_private_labels_and_actionable_errors_over_http() {
     ];
     for (headers, body, code, reason) in cases {
         let r = curl("POST", &infer, headers, Some(&body));
-        assert_eq!((r.code, &r.body["reason"], &r.body["charged"]), (code, &json!(reason), &json!(false)), "{}", r.body);
+        assert_eq!(
+            (r.code, &r.body["reason"], &r.body["charged"]),
+            (code, &json!(reason), &json!(false)),
+            "{}",
+            r.body
+        );
         assert!(r.body["error"].as_str().is_some_and(|m| m.len() > 20), "a message a person can act on: {}", r.body);
     }
     // Larger than server.max_message_bytes: refused before it is read.
@@ -110,7 +116,8 @@ async fn over_http_teachers_down_is_503_and_the_rate_limit_is_429_with_retry_aft
     let cfg = dir.path().join("nowhere.toml");
     let remote: Vec<String> =
         (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:9\", model = \"m{i}\" }}")).collect();
-    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", "))).expect("write");
+    std::fs::write(&cfg, format!("[teachers]\nsource = \"remote\"\nremote = [{}]\n", remote.join(", ")))
+        .expect("write");
     let server = Process::serve(
         Some(&cfg),
         &[

@@ -32,7 +32,10 @@ async fn connect(addr: &str, ca: &Certificate) -> Result<Channel, tonic::transpo
 }
 
 async fn ask(c: &mut PrivatizerClient<Channel>, key: &str, n: u32) -> Result<f64, Code> {
-    c.predict(with_key(image(&format!("q{n}"), &digit(n)), key)).await.map(|r| r.into_inner().mi_charged).map_err(|e| e.code())
+    c.predict(with_key(image(&format!("q{n}"), &digit(n)), key))
+        .await
+        .map(|r| r.into_inner().mi_charged)
+        .map_err(|e| e.code())
 }
 
 /// Sends SIGHUP and waits until the reload counter `outcome` reaches `n`.

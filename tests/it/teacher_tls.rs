@@ -12,7 +12,9 @@ const TOKEN: &str = "teacher-token-7f3a";
 /// The `[teachers]` config `pacpriv teachers --write-config` wrote, each
 /// endpoint turned https:// with `connection` (TOML fields) added.
 fn with_connection(written: &str, connection: &str) -> String {
-    written.replace("{ endpoint = \"http://", "{ endpoint = \"https://").replace("\" },", &format!("\", {connection} }},"))
+    written
+        .replace("{ endpoint = \"http://", "{ endpoint = \"https://")
+        .replace("\" },", &format!("\", {connection} }},"))
 }
 
 /// `pacpriv serve --config config` run to its end (a start that fails).
@@ -40,10 +42,23 @@ async fn teachers_behind_tls_client_certificates_and_a_bearer_token() {
     let written = dir.path().join("teachers.toml");
     let _teachers = Process::start(
         &[
-            "teachers", "--models", "4", "--seed", "7", "--listen", "127.0.0.1:0",
-            "--write-config", &written.display().to_string(),
-            "--tls-cert", &path("server.pem"), "--tls-key", &path("server.key"),
-            "--tls-client-ca", &path("ca.pem"), "--bearer-file", &path("token"),
+            "teachers",
+            "--models",
+            "4",
+            "--seed",
+            "7",
+            "--listen",
+            "127.0.0.1:0",
+            "--write-config",
+            &written.display().to_string(),
+            "--tls-cert",
+            &path("server.pem"),
+            "--tls-key",
+            &path("server.key"),
+            "--tls-client-ca",
+            &path("ca.pem"),
+            "--bearer-file",
+            &path("token"),
         ],
         &[],
         "teachers listening on",
@@ -91,7 +106,10 @@ async fn teachers_behind_tls_client_certificates_and_a_bearer_token() {
     let inline = dir.path().join("inline.toml");
     std::fs::write(&inline, with_connection(&written, &literal)).expect("config");
     let stderr = failed_start(&inline, &[]);
-    assert!(stderr.contains("teachers.remote[0].headers[0].value") && stderr.contains("value_file or value_env"), "{stderr}");
+    assert!(
+        stderr.contains("teachers.remote[0].headers[0].value") && stderr.contains("value_file or value_env"),
+        "{stderr}"
+    );
     // So is a secret whose variable is not set.
     let stderr = failed_start(&good, &[]);
     assert!(stderr.contains("teachers.remote[0].headers[0].value_env") && stderr.contains("TEACHER_TOKEN"), "{stderr}");

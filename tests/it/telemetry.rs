@@ -49,7 +49,8 @@ impl Collector {
     /// The spans of `trace`, once `want` of them named `name` arrived.
     async fn wait_for(&self, trace: &[u8], name: &str, want: usize) -> Vec<Span> {
         for _ in 0..200 {
-            let spans: Vec<Span> = self.0.lock().expect("spans").iter().filter(|s| s.trace_id == trace).cloned().collect();
+            let spans: Vec<Span> =
+                self.0.lock().expect("spans").iter().filter(|s| s.trace_id == trace).cloned().collect();
             if spans.iter().filter(|s| s.name == name).count() >= want {
                 return spans;
             }
@@ -137,9 +138,9 @@ async fn spans_follow_the_clients_trace_to_every_teacher_and_never_show_the_secr
 
         // Hygiene: nothing exported names the secret or carries noise.
         for s in &spans {
-            let fields = attributes(s).into_iter().chain(
-                s.events.iter().flat_map(|e| e.attributes.iter().map(|kv| (kv.key.clone(), text(&kv.value)))),
-            );
+            let fields = attributes(s)
+                .into_iter()
+                .chain(s.events.iter().flat_map(|e| e.attributes.iter().map(|kv| (kv.key.clone(), text(&kv.value)))));
             for (key, value) in fields {
                 let key = key.to_lowercase();
                 assert!(

@@ -162,9 +162,10 @@ async fn infer_traced(
             return error(e.into());
         }
     };
-    let parsed = s.names(&p.model, &p.version).and_then(|()| read_request(&headers, &body, &p)).and_then(
-        |(request, binary)| Infer::parse(request).map(|(predict, infer)| (predict, infer, binary)),
-    );
+    let parsed = s
+        .names(&p.model, &p.version)
+        .and_then(|()| read_request(&headers, &body, &p))
+        .and_then(|(request, binary)| Infer::parse(request).map(|(predict, infer)| (predict, infer, binary)));
     let (request, infer, binary) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -221,16 +222,18 @@ impl Binary {
 
 /// The body as the gRPC request it stands for, and which outputs to send
 /// back as binary.
-fn read_request(headers: &HeaderMap, body: &[u8], path: &ModelPath) -> Result<(ModelInferRequest, Binary), ServiceError> {
+fn read_request(
+    headers: &HeaderMap,
+    body: &[u8],
+    path: &ModelPath,
+) -> Result<(ModelInferRequest, Binary), ServiceError> {
     let bad = ServiceError::InvalidInput;
     let (json_part, mut binary) = match headers.get(HEADER_LENGTH) {
         Some(v) => {
-            let n = v
-                .to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .filter(|&n| n <= body.len())
-                .ok_or_else(|| bad(format!("header {HEADER_LENGTH} must be a length within the body's {} bytes", body.len())))?;
+            let n =
+                v.to_str().ok().and_then(|s| s.trim().parse::<usize>().ok()).filter(|&n| n <= body.len()).ok_or_else(
+                    || bad(format!("header {HEADER_LENGTH} must be a length within the body's {} bytes", body.len())),
+                )?;
             body.split_at(n)
         }
         None => (body, &[][..]),
@@ -258,7 +261,9 @@ fn read_request(headers: &HeaderMap, body: &[u8], path: &ModelPath) -> Result<(M
                 binary = rest;
             }
             (None, Some(data)) => tensor.contents = Some(contents(&input.name, &input.datatype, &data)?),
-            (Some(_), Some(_)) => return Err(bad(format!("input {:?} has both data and binary_data_size", input.name))),
+            (Some(_), Some(_)) => {
+                return Err(bad(format!("input {:?} has both data and binary_data_size", input.name)));
+            }
             (None, None) => return Err(bad(format!("input {:?} has no data", input.name))),
         }
         inputs.push(tensor);
@@ -322,7 +327,9 @@ fn contents(name: &str, datatype: &str, data: &Value) -> Result<InferTensorConte
     }
     Ok(match datatype {
         // Out of f32's range becomes ±inf, which validation refuses.
-        "FP32" => InferTensorContents { fp32_contents: values.iter().map(|&v| v as f32).collect(), ..Default::default() },
+        "FP32" => {
+            InferTensorContents { fp32_contents: values.iter().map(|&v| v as f32).collect(), ..Default::default() }
+        }
         _ => InferTensorContents { fp64_contents: values, ..Default::default() },
     })
 }
