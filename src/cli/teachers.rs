@@ -2,6 +2,7 @@
 //! Inference Protocol on its own, e.g. to run the privatizer against
 //! "remote" teachers, or to evaluate the models.
 
+use crate::net::tls::{ServerTls, TlsFiles};
 use crate::teachers::demo::server::{DemoServer, Guard};
 use crate::teachers::demo::{self, Ensemble};
 use anyhow::Context;
@@ -84,13 +85,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         let tls = match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => {
-                let settings = crate::settings::TlsSettings {
-                    cert_file: cert.clone(),
-                    key_file: key.clone(),
-                    client_ca_file: args.tls_client_ca.clone(),
-                    principal_from_cert: false,
-                };
-                Some(std::sync::Arc::new(crate::start::tls::ServerTls::load(&settings)?))
+                let files = TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone() };
+                Some(std::sync::Arc::new(ServerTls::load(&files)?))
             }
             _ => None,
         };

@@ -190,6 +190,17 @@ pub struct TlsSettings {
     pub principal_from_cert: bool,
 }
 
+impl TlsSettings {
+    /// The listener's PEM files.
+    pub fn files(&self) -> crate::net::tls::TlsFiles {
+        crate::net::tls::TlsFiles {
+            cert: self.cert_file.clone(),
+            key: self.key_file.clone(),
+            client_ca: self.client_ca_file.clone(),
+        }
+    }
+}
+
 /// The `pacpriv.v1.Admin` listener.
 #[derive(Clone, Debug)]
 pub struct AdminSettings {

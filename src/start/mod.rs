@@ -4,7 +4,8 @@
 //!
 //! - client (`server.listen`): `pacpriv.v1.Privatizer`, health, reflection,
 //!   and the private model on the Open Inference Protocol
-//!   ([`crate::server::inference`]); TLS/mTLS when configured ([`tls`]);
+//!   ([`crate::server::inference`]); TLS/mTLS when configured
+//!   ([`crate::net::tls`]);
 //! - HTTP (`server.http_listen`, with `server.inference_model`): the
 //!   private model on the Open Inference Protocol's REST binding
 //!   ([`crate::server::inference::http`]);
@@ -27,10 +28,10 @@
 
 pub mod readiness;
 pub mod reload;
-pub mod tls;
 
 use crate::metrics::{self, Metrics};
-use crate::net::{BindError, TlsListener, bind, incoming, tls_incoming};
+use crate::net::tls::{Alpn, ServerTls, TlsError};
+use crate::net::{self, BindError, TlsListener, bind, incoming, tls_incoming};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
@@ -78,7 +79,7 @@ pub enum StartError {
     Reflection(String),
     /// TLS files unreadable or unusable.
     #[error("TLS: {0}")]
-    Tls(String),
+    Tls(#[from] TlsError),
 }
 
 /// A listener failed while serving.
@@ -203,9 +204,9 @@ pub async fn serve(
             .max_decoding_message_size(settings.max_message_bytes)
             .max_encoding_message_size(settings.max_message_bytes)
     });
-    let tls = settings.tls.as_ref().map(tls::ServerTls::load).transpose()?.map(Arc::new);
+    let tls = settings.tls.as_ref().map(|t| ServerTls::load(&t.files())).transpose()?.map(Arc::new);
     let (listener, addr) = bind(settings.listen).await?;
-    let client = tls::builder(settings.max_concurrent_streams)
+    let client = net::builder(settings.max_concurrent_streams)
         .add_service(health_service.clone())
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
@@ -220,7 +221,7 @@ pub async fn serve(
         let done = stop.clone().cancelled_owned();
         servers.push(match &tls {
             Some(tls) => {
-                let connections = tls_incoming(listener, Arc::clone(tls), tls::Alpn::Http1, stop.clone());
+                let connections = tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone());
                 let server = axum::serve(TlsListener::new(connections, bound), router).with_graceful_shutdown(done);
                 Box::pin(async move { server.await.map_err(ServeError::Http) })
             }
@@ -236,7 +237,7 @@ pub async fn serve(
         let (listener, bound) = bind(admin.listen).await?;
         admin_addr = Some(bound);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
-        let server = tls::builder(settings.max_concurrent_streams)
+        let server = net::builder(settings.max_concurrent_streams)
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
             .add_service(service);
@@ -276,13 +277,13 @@ pub async fn serve(
 fn grpc(
     router: tonic::transport::server::Router,
     listener: tokio::net::TcpListener,
-    tls: Option<&Arc<tls::ServerTls>>,
+    tls: Option<&Arc<ServerTls>>,
     stop: &CancellationToken,
 ) -> Serving {
     let done = stop.clone().cancelled_owned();
     match tls {
         Some(tls) => {
-            let connections = tls_incoming(listener, Arc::clone(tls), tls::Alpn::H2, stop.clone());
+            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone());
             let server = router.serve_with_incoming_shutdown(ReceiverStream::new(connections), done);
             Box::pin(async move { Ok(server.await?) })
         }

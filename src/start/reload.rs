@@ -13,7 +13,7 @@
 //! - A key taken away or a principal removed is refused from the next
 //!   request on; spending is never reset by a reload.
 
-use super::tls::ServerTls;
+use crate::net::tls::ServerTls;
 use crate::server::App;
 use crate::settings::{Settings, SettingsError};
 use std::sync::Arc;
@@ -51,7 +51,7 @@ impl Reloader {
 
     async fn try_apply(&self, settings: &Settings) -> Result<Vec<String>, String> {
         let fresh_tls = match (&self.tls, &settings.tls) {
-            (Some(_), Some(t)) => Some(ServerTls::load(t).map_err(|e| e.to_string())?),
+            (Some(_), Some(t)) => Some(ServerTls::load(&t.files()).map_err(|e| e.to_string())?),
             (None, None) => None,
             _ => return Err("tls: turning TLS on or off needs a restart".into()),
         };

@@ -23,7 +23,7 @@ pub use crate::proto::inference::grpc_inference_service_server::GrpcInferenceSer
 #[derive(Default)]
 pub struct Guard {
     /// TLS, and client certificates when its configuration asks for them.
-    pub tls: Option<Arc<crate::start::tls::ServerTls>>,
+    pub tls: Option<Arc<crate::net::tls::ServerTls>>,
     /// The bearer token every call must carry.
     pub bearer: Option<String>,
 }
@@ -89,7 +89,7 @@ impl DemoServer {
             Some(tls) => {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let _stop_on_exit = stop.clone().drop_guard();
-                let connections = crate::net::tls_incoming(listener, tls, crate::start::tls::Alpn::H2, stop);
+                let connections = crate::net::tls_incoming(listener, tls, crate::net::tls::Alpn::H2, stop);
                 let incoming = tokio_stream::wrappers::ReceiverStream::new(connections);
                 router.serve_with_incoming_shutdown(incoming, shutdown).await
             }

@@ -1,5 +1,9 @@
-//! Listening sockets, the same way for every gRPC server pacpriv runs
-//! (its own listeners, the demo teachers, the benchmark's proxy).
+//! Listening sockets, the same way for every server pacpriv runs (its own
+//! listeners, the demo teachers, the benchmark's proxy), in plaintext or
+//! through [`tls`]; and the per-connection limits every gRPC listener
+//! gets ([`builder`]).
+
+pub mod tls;
 
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
@@ -34,6 +38,12 @@ pub fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming 
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
+/// A gRPC server builder allowing each connection `max_streams` calls in
+/// flight. TLS, when configured, is the listener's ([`tls_incoming`]).
+pub fn builder(max_streams: u32) -> tonic::transport::Server {
+    tonic::transport::Server::builder().max_concurrent_streams(max_streams)
+}
+
 /// How long a client may take to complete the TLS handshake.
 const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -46,8 +56,8 @@ pub type TlsConnection = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 /// with a wrong certificate is dropped and logged, the listener goes on.
 pub fn tls_incoming(
     listener: TcpListener,
-    tls: std::sync::Arc<crate::start::tls::ServerTls>,
-    alpn: crate::start::tls::Alpn,
+    tls: std::sync::Arc<tls::ServerTls>,
+    alpn: tls::Alpn,
     stop: tokio_util::sync::CancellationToken,
 ) -> tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);

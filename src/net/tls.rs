@@ -1,21 +1,33 @@
-//! TLS for the client, HTTP and admin listeners: the server's certificate
-//! and key, and with `tls.client_ca_file` a CA every client certificate
-//! must chain to (mTLS; clients without one are refused in the handshake).
-//! rustls (ring) underneath; one [`ServerTls`] serves every listener, and
+//! The server side of TLS for every listener: a certificate and key, and
+//! optionally a CA every client certificate must chain to (mTLS; clients
+//! without one are refused in the handshake). rustls (ring) underneath;
+//! one [`ServerTls`] serves every listener ([`super::tls_incoming`]), and
 //! [`ServerTls::install`] swaps reloaded files in for connections accepted
 //! after it (established ones keep the session they negotiated).
-//!
-//! Also where per-connection limits are set ([`builder`]), so every gRPC
-//! listener gets them.
 
-use super::StartError;
-use crate::settings::TlsSettings;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use tonic::transport::Server;
+
+/// The PEM files of a TLS listener.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// Certificate chain (`tls.cert_file`).
+    pub cert: PathBuf,
+    /// Private key (`tls.key_file`).
+    pub key: PathBuf,
+    /// CA of the client certificates to require (`tls.client_ca_file`).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// A TLS file that is unreadable or unusable; the message names the
+/// setting and the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsError(String);
 
 /// Which application protocol a listener speaks (TLS ALPN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,12 +45,12 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    /// Reads `t`'s files.
+    /// Reads `files`.
     ///
     /// # Errors
-    /// [`StartError::Tls`] naming the file that is unreadable or unusable.
-    pub fn load(t: &TlsSettings) -> Result<ServerTls, StartError> {
-        Ok(ServerTls { configs: RwLock::new(configs(t)?) })
+    /// [`TlsError`] naming the file that is unreadable or unusable.
+    pub fn load(files: &TlsFiles) -> Result<ServerTls, TlsError> {
+        Ok(ServerTls { configs: RwLock::new(configs(files)?) })
     }
 
     /// Puts `fresh` (loaded from the reloaded files) in force: connections
@@ -59,23 +71,22 @@ impl ServerTls {
     }
 }
 
-/// The configurations for HTTP/2 and HTTP/1.1 from `t`'s files.
-fn configs(t: &TlsSettings) -> Result<[Arc<ServerConfig>; 2], StartError> {
+/// The configurations for HTTP/2 and HTTP/1.1 from `files`.
+fn configs(files: &TlsFiles) -> Result<[Arc<ServerConfig>; 2], TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let pem_error = |key: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
-        StartError::Tls(format!("{key} {}: {e}", path.display()))
-    };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&t.cert_file)
+    let pem_error =
+        |key: &str, path: &Path, e: &dyn std::fmt::Display| TlsError(format!("{key} {}: {e}", path.display()));
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
         .and_then(Iterator::collect)
-        .map_err(|e| pem_error("tls.cert_file", &t.cert_file, &e))?;
+        .map_err(|e| pem_error("tls.cert_file", &files.cert, &e))?;
     if certs.is_empty() {
-        return Err(pem_error("tls.cert_file", &t.cert_file, &"no PEM certificate in it"));
+        return Err(pem_error("tls.cert_file", &files.cert, &"no PEM certificate in it"));
     }
-    let key = PrivateKeyDer::from_pem_file(&t.key_file).map_err(|e| pem_error("tls.key_file", &t.key_file, &e))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| pem_error("tls.key_file", &files.key, &e))?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .map_err(|e| StartError::Tls(e.to_string()))?;
-    let builder = match &t.client_ca_file {
+        .map_err(|e| TlsError(e.to_string()))?;
+    let builder = match &files.client_ca {
         Some(ca) => {
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_file_iter(ca).map_err(|e| pem_error("tls.client_ca_file", ca, &e))? {
@@ -90,7 +101,7 @@ fn configs(t: &TlsSettings) -> Result<[Arc<ServerConfig>; 2], StartError> {
         None => builder.with_no_client_auth(),
     };
     let config = builder.with_single_cert(certs, key).map_err(|e| {
-        StartError::Tls(format!("tls.cert_file {} / tls.key_file {}: {e}", t.cert_file.display(), t.key_file.display()))
+        TlsError(format!("tls.cert_file {} / tls.key_file {}: {e}", files.cert.display(), files.key.display()))
     })?;
     let with_alpn = |protocol: &[u8]| {
         let mut c = config.clone();
@@ -98,11 +109,4 @@ fn configs(t: &TlsSettings) -> Result<[Arc<ServerConfig>; 2], StartError> {
         Arc::new(c)
     };
     Ok([with_alpn(b"h2"), with_alpn(b"http/1.1")])
-}
-
-/// A gRPC server builder allowing each connection `max_streams` calls in
-/// flight. TLS, when configured, is the listener's
-/// ([`crate::net::tls_incoming`]).
-pub fn builder(max_streams: u32) -> Server {
-    Server::builder().max_concurrent_streams(max_streams)
 }
