@@ -26,6 +26,9 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// The span of one call to one teacher model.
+pub const TEACHER_CALL: &str = "teacher_call";
+
 /// Why tracing could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("telemetry.otlp_endpoint: {0}")]
@@ -55,6 +58,10 @@ pub fn install(json: bool, otlp_endpoint: Option<&str>, service_name: &str) -> R
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = if json { fmt.json().boxed() } else { fmt.with_ansi(std::io::stderr().is_terminal()).boxed() };
+    // A teacher call's span names its model: exported, every teacher
+    // alike, but kept out of the logs' span context, which name only a
+    // teacher that failed (as `tests/it/hygiene.rs` checks).
+    let logs = logs.with_filter(tracing_subscriber::filter::filter_fn(|m| !(m.is_span() && m.name() == TEACHER_CALL)));
     let Some(endpoint) = otlp_endpoint else {
         let _ = tracing_subscriber::registry().with(logs).with(filter).try_init();
         return Ok(None);

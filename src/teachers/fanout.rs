@@ -216,7 +216,7 @@ impl AskBatch for Core {
         for (i, model) in self.models.iter().enumerate() {
             let (model, policy, input) = (Arc::clone(model), Arc::clone(&self.policy), Arc::clone(&input));
             let mode = self.mode;
-            let span = tracing::info_span!("teacher_call", model = %model.spec.model);
+            let span = tracing::info_span!(crate::trace::TEACHER_CALL, model = %model.spec.model);
             let call = async move { (i, model.ask(&input, cells, &policy, mode).await) };
             calls.spawn(tracing::Instrument::instrument(call, span));
         }
