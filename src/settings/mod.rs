@@ -169,7 +169,8 @@ pub struct Settings {
 /// `[telemetry]`: OpenTelemetry traces over OTLP, off by default.
 #[derive(Clone, Debug, Default)]
 pub struct TelemetrySettings {
-    /// The collector's OTLP/gRPC endpoint (`http://…:4317`); `None`: off.
+    /// The collector's OTLP/gRPC endpoint (`http://…:4317`, plaintext: an
+    /// agent or sidecar); `None`: off.
     pub otlp_endpoint: Option<String>,
     /// The `service.name` resource attribute.
     pub service_name: String,
@@ -580,8 +581,11 @@ struct RawTelemetry {
 impl RawTelemetry {
     fn validate(self) -> Result<TelemetrySettings, SettingsError> {
         let endpoint = self.otlp_endpoint.trim();
-        if !endpoint.is_empty() && !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            return Err(err("telemetry.otlp_endpoint", "an http:// or https:// URL of an OTLP/gRPC collector"));
+        if !endpoint.is_empty() && !endpoint.starts_with("http://") {
+            return Err(err(
+                "telemetry.otlp_endpoint",
+                "an http:// URL of an OTLP/gRPC collector (a local agent or sidecar; TLS to the collector is not built in)",
+            ));
         }
         if self.service_name.trim().is_empty() {
             return Err(err("telemetry.service_name", "must not be empty"));
