@@ -455,3 +455,22 @@ async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
     assert_eq!(store.load("alice")?.map(|r| r.version), Some(2));
     Ok(())
 }
+
+/// A reload that cuts a budget below what is spent: the spending stays,
+/// new queries are refused, cached answers are still given (free).
+#[tokio::test]
+async fn a_budget_cut_below_the_spending_still_repeats_cached_answers() -> TestResult {
+    let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
+    ask(&alice, Some(split()), keyed(2.0, false, None)).await?;
+    s.reconfigure(&[principal("alice", "ka", 0.1)?, principal("bob", "kb", 0.3)?]).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let view = alice.budget().await?;
+    assert_eq!((view.spent, view.limit), (0.25, 0.1));
+    assert!(matches!(preflight(&alice, new_query()).await, Err(SessionError::Exhausted { .. })));
+    assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Known);
+    let (again, _) = ask(&alice, None, keyed(1.0, false, None)).await?;
+    assert!(again.cached && again.charge == Nats::ZERO);
+    Ok(())
+}
