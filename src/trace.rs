@@ -80,21 +80,25 @@ pub fn install(json: bool, otlp_endpoint: Option<&str>, service_name: &str) -> R
 }
 
 /// Makes the trace context the client sent (`traceparent`, `tracestate`
-/// in `headers`) the parent of `span`; nothing when none was sent or
-/// export is off.
-pub fn adopt_parent(span: &Span, headers: &axum::http::HeaderMap) {
-    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
+/// among `headers`: HTTP headers or gRPC metadata) the parent of `span`;
+/// nothing when none was sent or export is off.
+pub fn adopt_parent(span: &Span, headers: &dyn Extractor) {
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(headers));
     // Fails only when no OpenTelemetry layer is installed: export is off.
     let _ = span.set_parent(parent);
 }
+
+/// HTTP request headers, as trace context.
+pub struct Headers<'a>(pub &'a axum::http::HeaderMap);
+
+/// gRPC request metadata, as trace context.
+pub struct Metadata<'a>(pub &'a tonic::metadata::MetadataMap);
 
 /// Adds the current span's trace context to an outgoing call's `metadata`.
 pub fn inject(metadata: &mut tonic::metadata::MetadataMap) {
     let context = Span::current().context();
     opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut Outgoing(metadata)));
 }
-
-struct Headers<'a>(&'a axum::http::HeaderMap);
 
 impl Extractor for Headers<'_> {
     fn get(&self, key: &str) -> Option<&str> {
@@ -103,6 +107,22 @@ impl Extractor for Headers<'_> {
 
     fn keys(&self) -> Vec<&str> {
         self.0.keys().map(axum::http::HeaderName::as_str).collect()
+    }
+}
+
+impl Extractor for Metadata<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .map(|k| match k {
+                tonic::metadata::KeyRef::Ascii(k) => k.as_str(),
+                tonic::metadata::KeyRef::Binary(k) => k.as_str(),
+            })
+            .collect()
     }
 }
 

@@ -105,12 +105,7 @@ pub fn exit_status(error: &anyhow::Error) -> u8 {
 /// `RUST_LOG` (default `info`), as JSON lines when `json`; colours only
 /// when standard error is a terminal.
 pub fn init_tracing(json: bool) {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    // A second initialisation (tests calling run twice) is harmless.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    // Without an OTLP endpoint nothing can fail; a second initialisation
+    // (tests calling run twice) keeps the first.
+    let _ = crate::trace::install(json, None, "pacpriv");
 }

@@ -63,9 +63,9 @@ impl Service {
     }
 }
 
-/// The span of one RPC, child of the trace context the client sent (if
-/// any, and if traces are exported).
-pub fn rpc_span(rpc: Rpc, headers: &axum::http::HeaderMap) -> tracing::Span {
+/// The span of one RPC, child of the trace context the client sent among
+/// `headers` (if any, and if traces are exported).
+pub fn rpc_span(rpc: Rpc, headers: &dyn opentelemetry::propagation::Extractor) -> tracing::Span {
     let span = tracing::info_span!("rpc", rpc = rpc.as_str());
     crate::trace::adopt_parent(&span, headers);
     span
@@ -73,7 +73,7 @@ pub fn rpc_span(rpc: Rpc, headers: &axum::http::HeaderMap) -> tracing::Span {
 
 /// [`rpc_span`] for a gRPC request.
 pub fn grpc_span<T>(rpc: Rpc, request: &Request<T>) -> tracing::Span {
-    rpc_span(rpc, &request.metadata().clone().into_headers())
+    rpc_span(rpc, &crate::trace::Metadata(request.metadata()))
 }
 
 #[tonic::async_trait]

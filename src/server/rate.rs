@@ -26,17 +26,10 @@
 use super::status::ServiceError;
 use crate::settings::RateQuota;
 use governor::clock::Clock;
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::clock::QuantaInstant;
+use governor::{DefaultKeyedRateLimiter, NotUntil, Quota};
 use std::sync::Arc;
 use std::time::Duration;
-
-impl Buckets {
-    fn of(quota: Option<RateQuota>) -> Buckets {
-        let limiter =
-            quota.map(|q| DefaultKeyedRateLimiter::keyed(Quota::per_second(q.per_second).allow_burst(q.burst)));
-        Buckets { limiter, quota }
-    }
-}
 
 /// A token of the principal's bucket, taken (or no limit is configured).
 #[derive(Debug)]
@@ -60,6 +53,27 @@ pub struct RateLimit {
 struct Buckets {
     limiter: Option<DefaultKeyedRateLimiter<String>>,
     quota: Option<RateQuota>,
+}
+
+impl Buckets {
+    fn of(quota: Option<RateQuota>) -> Buckets {
+        let limiter =
+            quota.map(|q| DefaultKeyedRateLimiter::keyed(Quota::per_second(q.per_second).allow_burst(q.burst)));
+        Buckets { limiter, quota }
+    }
+}
+
+/// The refusal of a query over `quota`, until the bucket allows it.
+fn limited(
+    limiter: &DefaultKeyedRateLimiter<String>,
+    quota: RateQuota,
+    not_until: NotUntil<QuantaInstant>,
+) -> ServiceError {
+    ServiceError::RateLimited {
+        retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
+        per_second: quota.per_second.get(),
+        burst: quota.burst.get(),
+    }
 }
 
 impl RateLimit {
@@ -90,11 +104,7 @@ impl RateLimit {
     pub fn admit(&self, principal: &str) -> Result<Admitted, ServiceError> {
         let buckets = self.buckets();
         let (Some(limiter), Some(quota)) = (&buckets.limiter, buckets.quota) else { return Ok(Admitted(())) };
-        limiter.check_key(&principal.to_owned()).map(|()| Admitted(())).map_err(|not_until| ServiceError::RateLimited {
-            retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
-            per_second: quota.per_second.get(),
-            burst: quota.burst.get(),
-        })
+        limiter.check_key(&principal.to_owned()).map(|()| Admitted(())).map_err(|n| limited(limiter, quota, n))
     }
 
     /// Takes `more` further tokens from `principal`'s bucket for the other
@@ -121,13 +131,7 @@ impl RateLimit {
         let key = principal.to_owned();
         match over {
             Over::Wait => limiter.until_key_n_ready(&key, n).await.map_err(too_many),
-            Over::Refuse => limiter.check_key_n(&key, n).map_err(too_many)?.map_err(|not_until| {
-                ServiceError::RateLimited {
-                    retry_after: not_until.wait_time_from(limiter.clock().now()).max(Duration::from_millis(1)),
-                    per_second: quota.per_second.get(),
-                    burst: quota.burst.get(),
-                }
-            }),
+            Over::Refuse => limiter.check_key_n(&key, n).map_err(too_many)?.map_err(|n| limited(limiter, quota, n)),
         }
     }
 

@@ -59,10 +59,7 @@ async fn set_health(app: &App, health: &HealthReporter, missing: usize) {
         return;
     }
     app.ready.store(missing == 0, Ordering::SeqCst);
-    let status = if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing };
-    for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
-        health.set_service_status(name, status).await;
-    }
+    readiness(health, if missing == 0 { ServingStatus::Serving } else { ServingStatus::NotServing }).await;
     tracing::info!(ready = missing == 0, teachers_not_ready = missing, "teacher readiness");
     // A drain that began while this ran wins.
     if app.draining.load(Ordering::SeqCst) {
@@ -77,7 +74,13 @@ async fn set_health(app: &App, health: &HealthReporter, missing: usize) {
 pub async fn drain(app: &App, health: &HealthReporter) {
     app.draining.store(true, Ordering::SeqCst);
     app.ready.store(false, Ordering::SeqCst);
+    readiness(health, ServingStatus::NotServing).await;
+}
+
+/// Readiness as health reports it: of the server ("") and of
+/// `pacpriv.v1.Privatizer`.
+async fn readiness(health: &HealthReporter, status: ServingStatus) {
     for name in ["", <PrivatizerServer<Service> as tonic::server::NamedService>::NAME] {
-        health.set_service_status(name, ServingStatus::NotServing).await;
+        health.set_service_status(name, status).await;
     }
 }

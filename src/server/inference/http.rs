@@ -30,7 +30,6 @@ use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
 use crate::server::status::{self, ServiceError};
 use crate::server::{App, auth, predict};
-use crate::session::{Credential, SessionError};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -127,7 +126,7 @@ async fn infer(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let span = crate::server::rpc_span(Rpc::HttpInfer, &headers);
+    let span = crate::server::rpc_span(Rpc::HttpInfer, &crate::trace::Headers(&headers));
     infer_traced(s, p, headers, body).instrument(span).await
 }
 
@@ -150,17 +149,15 @@ async fn infer_traced(
             return (rejection.status(), Json(body)).into_response();
         }
     };
-    let metadata = tonic::metadata::MetadataMap::from_headers(headers.clone());
-    let handle = match auth::api_key(&metadata) {
-        Some(key) => app.sessions.authenticate(Credential::ApiKey(key)).await.map_err(ServiceError::from),
-        None => Err(SessionError::Unauthenticated.into()),
-    };
-    let handle = match handle {
+    // The same credential check as gRPC's, on the same headers.
+    let credentials = tonic::Request::from_parts(
+        tonic::metadata::MetadataMap::from_headers(headers.clone()),
+        tonic::Extensions::default(),
+        (),
+    );
+    let handle = match auth::querier(app, &credentials).await {
         Ok(h) => h,
-        Err(e) => {
-            app.metrics.service.query(Outcome::Unauthenticated);
-            return error(e.into());
-        }
+        Err(status) => return error(status),
     };
     let parsed = s
         .names(&p.model, &p.version)
