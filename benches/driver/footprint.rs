@@ -63,6 +63,7 @@ fn table_bytes<K, V>(len: usize) -> usize {
     if len == 0 {
         return 0;
     }
-    let buckets = if len < 8 { (len + 1).next_power_of_two().max(4) } else { (len * 8).div_ceil(7).next_power_of_two() };
+    let buckets =
+        if len < 8 { (len + 1).next_power_of_two().max(4) } else { (len * 8).div_ceil(7).next_power_of_two() };
     buckets * (size_of::<(K, V)>() + 1) + 16
 }

@@ -8,9 +8,9 @@
 //! measured window is observed too ([`super::observe`]).
 
 use super::observe::{MetricsSource, Snapshot, Window};
+use anyhow::Context;
 use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
 use pacpriv::proto::pacpriv::{PredictRequest, Tensor};
-use anyhow::Context;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -20,7 +20,6 @@ pub(super) struct Knobs {
     pub(super) queries: Option<u64>,
 }
 
-
 /// Which server a target starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {

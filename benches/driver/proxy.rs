@@ -6,6 +6,7 @@
 //! privacy step, no store: what is left is the cost of the fan-out itself,
 //! the yardstick the privatizer's throughput is compared with.
 
+use anyhow::{Context, bail};
 use pacpriv::metrics::Metrics;
 use pacpriv::privacy::mechanism::{TeacherOutputs, argmax};
 use pacpriv::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
@@ -14,7 +15,6 @@ use pacpriv::server::input::InputSpec;
 use pacpriv::server::status::ServiceError;
 use pacpriv::settings::{Settings, TeacherSource};
 use pacpriv::teachers::Ensemble;
-use anyhow::{Context, bail};
 use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;

@@ -47,7 +47,8 @@ pub fn scratch(parent: Option<&Path>) -> anyhow::Result<(Scratch, String)> {
         Some(p) => p.to_owned(),
         None => std::env::current_dir().context("the current directory")?,
     };
-    let dir = Scratch::new(&parent).with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
+    let dir =
+        Scratch::new(&parent).with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
     let fs = filesystem(dir.path()).unwrap_or_else(|| "unknown filesystem".to_owned());
     if matches!(fs.as_str(), "tmpfs" | "ramfs") {
         bail!("{} is on {fs}, where fsync is free; pass --dir on a disk-backed filesystem", parent.display());
@@ -72,4 +73,3 @@ fn filesystem(path: &Path) -> Option<String> {
         .max_by_key(|(len, _)| *len)
         .map(|(_, kind)| kind)
 }
-

@@ -20,21 +20,21 @@
 
 use super::load;
 use super::observe::MetricsSource;
-use super::proxy;
 use super::plan::{Kind, Knobs, Measured, TARGETS, Target};
+use super::proxy;
 use super::report::{self, codes, machine};
+use anyhow::{Context, bail};
 use pacpriv::metrics::Metrics;
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
 use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest};
-use pacpriv::start;
 use pacpriv::session::{PrincipalConfig, Scope};
 use pacpriv::settings::{Settings, StoreSettings, TeacherSource};
+use pacpriv::start;
 use pacpriv::teachers::Teachers;
 use pacpriv::teachers::demo::server::DemoServer;
 use pacpriv::teachers::demo::{self, Ensemble};
-use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -110,7 +110,6 @@ impl Knobs {
         Ok(knobs)
     }
 }
-
 
 /// Runs the benchmark and prints its report; fails after the report if any
 /// answer was wrong or any request failed.

@@ -12,6 +12,7 @@
 use super::footprint::Footprint;
 use super::scratch::scratch;
 use super::store::{BUDGET, PER_QUERY, key, machine, principals, seal_secret};
+use anyhow::{Context, bail, ensure};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::TeacherOutputs;
@@ -19,7 +20,6 @@ use pacpriv::session::{Credential, Scope, SessionParams, Sessions};
 use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
 use pacpriv::store::principal::now_unix;
 use pacpriv::store::{EmbeddedStore, Origin, PrincipalRecord, Store};
-use anyhow::{Context, bail, ensure};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;

@@ -11,6 +11,8 @@
 //! Also owns what the bench subcommands share: the bench principals and
 //! the machine's description (the scratch directory is [`super::scratch`]).
 
+use super::scratch::scratch;
+use anyhow::{Context, bail, ensure};
 use pacpriv::metrics::Metrics;
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::{Ledger, Policy};
@@ -22,8 +24,6 @@ use pacpriv::session::{
 };
 use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
 use pacpriv::store::{EmbeddedStore, Meta, SessionRecord, Store};
-use super::scratch::scratch;
-use anyhow::{Context, bail, ensure};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::io::Write;

@@ -67,10 +67,7 @@ pub enum Command {
 pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     // The servers and the admin/health clients set up logging from their
     // configuration; the tools log to standard error at `RUST_LOG`.
-    if !matches!(
-        cli.command,
-        Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_)
-    ) {
+    if !matches!(cli.command, Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_)) {
         init_tracing(false);
     }
     match cli.command {

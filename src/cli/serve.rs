@@ -2,8 +2,8 @@
 //! (and, by default, the demo teachers in-process), serve until Ctrl-C or
 //! SIGTERM.
 
-use crate::start;
 use crate::settings::Settings;
+use crate::start;
 use anyhow::Context;
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,7 +40,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let _exporting = crate::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
         let started = start::serve(settings, shutdown_signal()).await?;
         writeln!(out, "pacpriv listening on {}", started.addr)?;
-        let extra = [("http", started.http), ("admin", started.admin), ("health", started.health), ("metrics", started.metrics)];
+        let extra = [
+            ("http", started.http),
+            ("admin", started.admin),
+            ("health", started.health),
+            ("metrics", started.metrics),
+        ];
         for (what, addr) in extra {
             if let Some(addr) = addr {
                 writeln!(out, "pacpriv {what} listening on {addr}")?;

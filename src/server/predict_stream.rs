@@ -74,7 +74,9 @@ async fn read(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequ
             Ok(req) => {
                 let admitted = app.rate.pace(handle.principal()).await;
                 let (app, handle) = (Arc::clone(&app), handle.clone());
-                Ok(tokio::spawn(async move { predict::ask(&app, &handle, req, Ok(admitted), Over::Wait).await }.in_current_span()))
+                Ok(tokio::spawn(
+                    async move { predict::ask(&app, &handle, req, Ok(admitted), Over::Wait).await }.in_current_span(),
+                ))
             }
             Err(status) => Err(status),
         };

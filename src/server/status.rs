@@ -165,8 +165,12 @@ impl From<ServiceError> for Status {
                 false,
                 &[],
             ),
-            ServiceError::Session(e @ SessionError::EvictedRepeat) => plain(Code::FailedPrecondition, EVICTED_REPEAT, &e),
-            ServiceError::Session(e @ SessionError::NoisyNotKept) => plain(Code::FailedPrecondition, NOISY_NOT_KEPT, &e),
+            ServiceError::Session(e @ SessionError::EvictedRepeat) => {
+                plain(Code::FailedPrecondition, EVICTED_REPEAT, &e)
+            }
+            ServiceError::Session(e @ SessionError::NoisyNotKept) => {
+                plain(Code::FailedPrecondition, NOISY_NOT_KEPT, &e)
+            }
             ServiceError::Session(e @ SessionError::CacheMoved) => plain(Code::Unavailable, CACHE_MOVED, &e),
             ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => plain(Code::NotFound, NOT_FOUND, &e),
             ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => {
@@ -251,13 +255,7 @@ fn privacy_status(e: PrivacyError) -> Status {
             &[],
         ),
         PrivacyError::Domain(_) => with_reason(Code::InvalidArgument, e.to_string(), INVALID_INPUT, false, &[]),
-        other => with_reason(
-            Code::Internal,
-            format!("{other}; nothing was released or charged"),
-            INTERNAL,
-            false,
-            &[],
-        ),
+        other => with_reason(Code::Internal, format!("{other}; nothing was released or charged"), INTERNAL, false, &[]),
     }
 }
 

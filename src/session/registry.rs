@@ -17,8 +17,8 @@
 //!   one replica is seen by all of them at once.
 
 use super::{BudgetView, Handle, PrincipalConfig, Scope, Session, SessionError, SessionParams, Terms};
-use crate::store::cell::Cell;
 use crate::privacy::Nats;
+use crate::store::cell::Cell;
 use crate::store::principal::now_unix;
 use crate::store::{Origin, PrincipalRecord, Store};
 use rand::TryRng;

@@ -332,7 +332,11 @@ async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() ->
     ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
     ask(&alice, Some(unanimous()), keyed(3.0, false, None)).await?;
     let before = (alice.budget().await?, posterior_of(&alice).await?);
-    assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Known, "no teacher is asked for a refused repeat");
+    assert_eq!(
+        preflight(&alice, QueryDigest::of(&[1.0]).into()).await?,
+        Preflight::Known,
+        "no teacher is asked for a refused repeat"
+    );
     let refused = ask(&alice, Some(split()), keyed(1.0, false, None)).await;
     assert!(matches!(refused, Err(SessionError::EvictedRepeat)), "{refused:?}");
     assert_eq!((alice.budget().await?, posterior_of(&alice).await?), before);
@@ -372,7 +376,10 @@ async fn under_global_scope_another_principals_queries_never_change_your_answers
         let (s, _dir) = sessions(Scope::Global, Policy::Contested).await?;
         let (alice, bob) =
             (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
-        let asking = |h: &Handle, x: f64| Asking { key: Some(h.cache_key(QueryDigest::of(&[x]))), ..keyed(x, false, Some(0.05)) };
+        let asking = |h: &Handle, x: f64| Asking {
+            key: Some(h.cache_key(QueryDigest::of(&[x]))),
+            ..keyed(x, false, Some(0.05))
+        };
         let mut replies = Vec::new();
         for x in [1.0, 2.0, 1.0, 3.0, 4.0, 2.0] {
             if x == 3.0 {
@@ -381,9 +388,12 @@ async fn under_global_scope_another_principals_queries_never_change_your_answers
                 }
             }
             // As the server does: no teacher for a query the cache knows.
-            let outputs = (preflight(&bob, bob.cache_key(QueryDigest::of(&[x]))).await? == Preflight::Ask).then(unanimous);
+            let outputs =
+                (preflight(&bob, bob.cache_key(QueryDigest::of(&[x]))).await? == Preflight::Ask).then(unanimous);
             let reply = ask(&bob, outputs, asking(&bob, x)).await;
-            replies.push(reply.map(|(r, _)| (r.label, r.unanimous, r.cached, r.confident, r.charge)).map_err(|e| e.to_string()));
+            replies.push(
+                reply.map(|(r, _)| (r.label, r.unanimous, r.cached, r.confident, r.charge)).map_err(|e| e.to_string()),
+            );
         }
         seen.push(replies);
     }

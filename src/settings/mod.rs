@@ -12,7 +12,7 @@ use crate::privacy::ledger::Policy;
 use crate::privacy::noise::MIN_PER_QUERY;
 use crate::session::cache::{CacheSettings, OnEvicted};
 use crate::session::{PrincipalConfig, Scope};
-use crate::store::{PgTls, SslMode};
+use crate::store::{PgLink, PgTls, SslMode};
 use crate::teachers::connection::{ClientTls, Connection, Header};
 use crate::teachers::{Batching, CallPolicy, OutputMode, TeacherSpec, Teachers};
 use config::{Config, Environment, File, FileFormat};
@@ -79,10 +79,8 @@ pub enum StoreSettings {
     Postgres {
         /// Connection URL (`postgres://user@host/db`).
         url: String,
-        /// Pool size.
-        max_connections: usize,
-        /// TLS to the server.
-        tls: PgTls,
+        /// Pool, TLS and timeout.
+        link: PgLink,
     },
 }
 
@@ -339,6 +337,7 @@ struct RawStore {
     #[serde(deserialize_with = "choice")]
     postgres_sslmode: SslMode,
     postgres_sslrootcert: String,
+    postgres_timeout_ms: u64,
     max_connections: usize,
     journal: bool,
 }
@@ -473,7 +472,10 @@ impl RawConnection {
             }
             (None, false) => {
                 if cert.is_some() || private.is_some() || !self.server_name.trim().is_empty() {
-                    return Err(err(&format!("{key}.endpoint"), "TLS settings are given: the endpoint must be https://"));
+                    return Err(err(
+                        &format!("{key}.endpoint"),
+                        "TLS settings are given: the endpoint must be https://",
+                    ));
                 }
                 None
             }
@@ -494,8 +496,9 @@ impl RawConnection {
                     (v.trim_end_matches(['\n', '\r']).to_owned(), format!("file {file}"))
                 }
                 ("", var) if !var.is_empty() => {
-                    let v = std::env::var(var)
-                        .map_err(|_| err(&format!("{hkey}.value_env"), format!("environment variable {var} is not set")))?;
+                    let v = std::env::var(var).map_err(|_| {
+                        err(&format!("{hkey}.value_env"), format!("environment variable {var} is not set"))
+                    })?;
                     (v, format!("env {var}"))
                 }
                 _ => return Err(err(&hkey, "give exactly one of value_file and value_env")),
@@ -932,13 +935,14 @@ impl RawStore {
                 Err(err("store.path", "must name the store file, e.g. /var/lib/pacpriv/state.redb"))
             }
             Backend::Embedded => Ok(StoreSettings::Embedded { path: PathBuf::from(&self.path) }),
-            Backend::Postgres if self.postgres_url.trim().is_empty() => Err(err(
-                "store.postgres_url",
-                "backend = \"postgres\" needs a URL, e.g. postgres://pacpriv@db/pacpriv",
-            )),
-            Backend::Postgres if self.max_connections == 0 => {
-                Err(err("store.max_connections", "must be at least 1"))
+            Backend::Postgres if self.postgres_url.trim().is_empty() => {
+                Err(err("store.postgres_url", "backend = \"postgres\" needs a URL, e.g. postgres://pacpriv@db/pacpriv"))
             }
+            Backend::Postgres if self.max_connections == 0 => Err(err("store.max_connections", "must be at least 1")),
+            Backend::Postgres if self.postgres_timeout_ms < 1000 => Err(err(
+                "store.postgres_timeout_ms",
+                "must be at least 1000 (milliseconds): shorter would cut off transactions that are merely slow",
+            )),
             Backend::Postgres => {
                 let root_cert = optional_file("store.postgres_sslrootcert", &self.postgres_sslrootcert)?;
                 if root_cert.is_none() && matches!(self.postgres_sslmode, SslMode::VerifyCa | SslMode::VerifyFull) {
@@ -950,8 +954,12 @@ impl RawStore {
                         ),
                     ));
                 }
-                let tls = PgTls { mode: self.postgres_sslmode, root_cert };
-                Ok(StoreSettings::Postgres { url: self.postgres_url, max_connections: self.max_connections, tls })
+                let link = PgLink {
+                    max_connections: self.max_connections,
+                    tls: PgTls { mode: self.postgres_sslmode, root_cert },
+                    timeout: Duration::from_millis(self.postgres_timeout_ms),
+                };
+                Ok(StoreSettings::Postgres { url: self.postgres_url, link })
             }
         }
     }

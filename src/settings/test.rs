@@ -158,3 +158,23 @@ fn the_configuration_reference_lists_every_key() -> Result<(), Box<dyn std::erro
     }
     Ok(())
 }
+
+/// A replica waits at most `store.postgres_timeout_ms` on its database,
+/// and never less than a second.
+#[test]
+fn the_postgres_timeout_is_read_and_bounded_below() -> Result<(), SettingsError> {
+    let pg =
+        [("PACPRIV__STORE__BACKEND", "postgres"), ("PACPRIV__STORE__POSTGRES_URL", "postgres://pacpriv@db/pacpriv")];
+    let timeout = |s: Settings| match s.store {
+        StoreSettings::Postgres { link, .. } => Some(link.timeout),
+        StoreSettings::Embedded { .. } => None,
+    };
+    assert_eq!(timeout(load(&pg)?), Some(PgLink::DEFAULT_TIMEOUT));
+    let two_seconds = [pg[0], pg[1], ("PACPRIV__STORE__POSTGRES_TIMEOUT_MS", "2000")];
+    assert_eq!(timeout(load(&two_seconds)?), Some(Duration::from_secs(2)));
+    let Err(e) = load(&[pg[0], pg[1], ("PACPRIV__STORE__POSTGRES_TIMEOUT_MS", "999")]) else {
+        panic!("a timeout under a second was accepted")
+    };
+    assert!(e.to_string().contains("store.postgres_timeout_ms"), "{e}");
+    Ok(())
+}

@@ -269,7 +269,15 @@ pub async fn serve(
     cancel_on_error.disarm();
     let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
     let reloader = reload::Reloader::new(app, tls);
-    Ok(Started { addr, http: http_addr, admin: admin_addr, health: health_addr, metrics: metrics_addr, server, reloader })
+    Ok(Started {
+        addr,
+        http: http_addr,
+        admin: admin_addr,
+        health: health_addr,
+        metrics: metrics_addr,
+        server,
+        reloader,
+    })
 }
 
 /// Serves `router` on `listener` — through TLS when `tls` is set — until
@@ -370,8 +378,8 @@ async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store
         StoreSettings::Embedded { path } => {
             Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
         }
-        StoreSettings::Postgres { url, max_connections, tls } => {
-            Store::Postgres(Arc::new(PgStore::connect(url, *max_connections, tls).await?.observed(metrics.store.clone())))
+        StoreSettings::Postgres { url, link } => {
+            Store::Postgres(Arc::new(PgStore::connect(url, link).await?.observed(metrics.store.clone())))
         }
     })
 }

@@ -26,7 +26,7 @@ pub mod record;
 
 pub use embedded::EmbeddedStore;
 pub use pg_tls::{PgTls, SslMode};
-pub use postgres::PgStore;
+pub use postgres::{PgLink, PgStore};
 pub use principal::{Origin, PrincipalRecord};
 pub use record::{JournalEntry, SessionRecord};
 

@@ -7,11 +7,46 @@
 //!
 //! Plain SQL only (no extensions, no advisory locks), so PostgreSQL-wire
 //! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
+//!
+//! An unresponsive server is bounded by [`PgLink::timeout`] on both ends:
+//! this side's sockets give up on data left unacknowledged that long
+//! (`TCP_USER_TIMEOUT`, keepalives for idle pooled connections), so a
+//! replica cut off from the database answers UNAVAILABLE within seconds
+//! instead of hanging; and the server ends a transaction left idle that
+//! long (`idle_in_transaction_session_timeout`), so a replica that vanished
+//! holding a session's row lock stops blocking the other replicas. Either
+//! way the transaction rolls back (nothing charged) unless COMMIT was
+//! already sent, which stays ambiguous ([`StoreError::Unconfirmed`]).
 
 use super::{JournalEntry, Meta, Origin, PgTls, PrincipalRecord, SessionRecord, SslMode, StoreError};
 use crate::metrics::StoreMetrics;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use std::time::Duration;
 use tokio_postgres::NoTls;
+
+/// How a replica reaches its database (`store.max_connections`,
+/// `store.postgres_sslmode`/`postgres_sslrootcert`, `store.postgres_timeout_ms`).
+#[derive(Clone, Debug)]
+pub struct PgLink {
+    /// Pool size.
+    pub max_connections: usize,
+    /// TLS to the server.
+    pub tls: PgTls,
+    /// How long an unresponsive server or connection is waited for (see
+    /// the module documentation); at least a second.
+    pub timeout: Duration,
+}
+
+impl PgLink {
+    /// `store.postgres_timeout_ms`'s default.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// `max_connections` plaintext connections, the default timeout.
+    #[must_use]
+    pub fn plain(max_connections: usize) -> Self {
+        PgLink { max_connections, tls: PgTls::DISABLE, timeout: Self::DEFAULT_TIMEOUT }
+    }
+}
 
 /// The schema, as numbered migrations: applied in order at start-up, each
 /// once, each recorded in `pacpriv_schema_migrations` in the transaction
@@ -120,15 +155,17 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects (pool of `max_connections`, over `tls`) and applies the
-    /// migrations the database lacks ([`migrate`]).
+    /// Connects as `link` says and applies the migrations the database
+    /// lacks ([`migrate`]).
     ///
     /// # Errors
     /// An unparsable URL, an unreachable server (or one whose certificate
-    /// `tls` refuses), failed migrations.
-    pub async fn connect(url: &str, max_connections: usize, tls: &PgTls) -> Result<Self, StoreError> {
+    /// `link.tls` refuses), failed migrations.
+    pub async fn connect(url: &str, link: &PgLink) -> Result<Self, StoreError> {
+        let tls = &link.tls;
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
+        bound_waits(&mut config, link.timeout);
         let location = format!(
             "postgres {:?}/{}",
             config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default(),
@@ -146,7 +183,13 @@ impl PgStore {
                 Manager::from_config(config, tokio_postgres_rustls::MakeRustlsConnect::new(client), recycling)
             }
         };
-        let pool = Pool::builder(manager).max_size(max_connections).build().map_err(backend)?;
+        let pool = Pool::builder(manager)
+            .max_size(link.max_connections)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(link.timeout))
+            .create_timeout(Some(link.timeout))
+            .build()
+            .map_err(backend)?;
         let mut client = pool.get().await.map_err(|e| {
             let hint = match tls.mode {
                 SslMode::Disable => String::new(),
@@ -390,6 +433,24 @@ impl PgStore {
         self.metrics.commit(started.elapsed().as_secs_f64(), 1);
         Ok(result)
     }
+}
+
+/// Bounds every wait on the server by `timeout` (module documentation).
+/// The session option is appended to any the URL gives.
+fn bound_waits(config: &mut tokio_postgres::Config, timeout: Duration) {
+    let ms = timeout.as_millis();
+    let options = match config.get_options() {
+        Some(given) if !given.trim().is_empty() => format!("{given} -c idle_in_transaction_session_timeout={ms}"),
+        _ => format!("-c idle_in_transaction_session_timeout={ms}"),
+    };
+    config
+        .options(options)
+        .connect_timeout(timeout)
+        .tcp_user_timeout(timeout)
+        .keepalives(true)
+        .keepalives_idle(timeout)
+        .keepalives_interval((timeout / 4).max(Duration::from_secs(1)))
+        .keepalives_retries(3);
 }
 
 /// `e` and its sources, so a TLS failure says which check failed.

@@ -157,4 +157,3 @@ fn bulk_provisioning_fails_as_one_by_one_would_and_stores_nothing() -> Result<()
     }
     Ok(())
 }
-

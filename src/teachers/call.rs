@@ -8,6 +8,7 @@
 //!   `n × k × d` scores): a model that answers for a different number of
 //!   examples or teachers is an error, never truncated or padded.
 
+use super::connection::Headers;
 use super::{FanoutError, OutputMode, TeacherSpec};
 use crate::metrics::{TeacherError, TeacherSeries};
 use crate::privacy::mechanism::argmax;
@@ -16,7 +17,6 @@ use crate::proto::inference::model_infer_request::{InferInputTensor, InferReques
 use crate::proto::inference::{InferTensorContents, ModelInferRequest, ModelInferResponse, ModelReadyRequest};
 use crate::tensor;
 use std::time::{Duration, Instant};
-use super::connection::Headers;
 use tonic::transport::Channel;
 
 /// What to ask each teacher for and how long to wait.
@@ -50,8 +50,10 @@ impl Model {
 
     /// `ModelReady`, one attempt within `deadline`.
     pub(super) async fn ready(&self, deadline: Duration) -> bool {
-        let mut req =
-            tonic::Request::new(ModelReadyRequest { name: self.spec.model.clone(), version: self.spec.version.clone() });
+        let mut req = tonic::Request::new(ModelReadyRequest {
+            name: self.spec.model.clone(),
+            version: self.spec.version.clone(),
+        });
         self.headers.apply(req.metadata_mut());
         let mut client = self.client.clone();
         matches!(tokio::time::timeout(deadline, client.model_ready(req)).await, Ok(Ok(r)) if r.get_ref().ready)

@@ -203,7 +203,8 @@ fn tritonclient_program(protocol: &str) {
         .collect();
     assert_eq!(meta["inputs"][0]["datatype"], "FP32");
     assert_eq!(shape, [-1, 64], "a batch dimension, then the example");
-    let outputs: Vec<&str> = meta["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
+    let outputs: Vec<&str> =
+        meta["outputs"].as_array().expect("outputs").iter().filter_map(|o| o["name"].as_str()).collect();
     assert_eq!(outputs, ["label", "mi_charged", "noisy"]);
 
     let answers = report["answers"].as_array().expect("answers");
@@ -264,7 +265,8 @@ fn tritonclient_program(protocol: &str) {
 
     let errors = &report["errors"];
     let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();
-    let expect = |grpc: &str, http: &str| if protocol == "grpc" { format!("StatusCode.{grpc}") } else { http.to_owned() };
+    let expect =
+        |grpc: &str, http: &str| if protocol == "grpc" { format!("StatusCode.{grpc}") } else { http.to_owned() };
     assert_eq!(status("unknown_key"), expect("UNAUTHENTICATED", "401"));
     assert_eq!(status("no_key"), expect("UNAUTHENTICATED", "401"));
     assert_eq!(status("wrong_shape"), expect("INVALID_ARGUMENT", "400"));

@@ -264,10 +264,7 @@ async fn mtls_certificate_names_the_principal_and_health_stays_plaintext() {
     // The HTTP/REST listener speaks TLS with the same files and asks for a
     // client certificate too; the API key names the principal.
     let url = format!("https://{}/v2/models/private/infer", server.listener("http"));
-    let body = format!(
-        r#"{{"inputs":[{{"name":"input","datatype":"FP32","shape":[1,64],"data":{:?}}}]}}"#,
-        digit(3)
-    );
+    let body = format!(r#"{{"inputs":[{{"name":"input","datatype":"FP32","shape":[1,64],"data":{:?}}}]}}"#, digit(3));
     let curl = |extra: &[&str]| {
         std::process::Command::new("curl")
             .args(["-s", "-w", " %{http_code}", "--cacert", &path("ca.pem"), "-H", "x-api-key: alice-key", "-d", &body])

@@ -3,7 +3,7 @@
 //! total charge equals the answers and the posterior equals the replay.
 
 use crate::util::{Postgres, Process, client, distinct, image, predict, replay};
-use pacpriv::store::{PgStore, PgTls};
+use pacpriv::store::{PgLink, PgStore};
 
 const M: usize = 16;
 const QUERIES: usize = 60;
@@ -37,7 +37,7 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
     }
     assert_eq!(answered, QUERIES);
 
-    let store = PgStore::connect(&pg.url, 2, &PgTls::DISABLE).await.expect("connects");
+    let store = PgStore::connect(&pg.url, &PgLink::plain(2)).await.expect("connects");
     let record = store.load("demo").await.expect("load").expect("the session exists");
     let journal = store.journal("demo").await.expect("journal");
     assert_eq!(record.version as usize, QUERIES, "one version per answer, none applied twice");

@@ -13,7 +13,7 @@ use crate::util::pg_proxy::PgProxy;
 use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
 use pacpriv::proto::pacpriv::PredictResponse;
 use pacpriv::session::cache::{AnswerCache, Lookup, QueryDigest};
-use pacpriv::store::{PgStore, PgTls};
+use pacpriv::store::{PgLink, PgStore};
 use prost::Message;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -63,14 +63,15 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
     assert_eq!(cutter.cuts(), 2, "the grpcio client's first attempt was cut after its COMMIT");
     assert_eq!(doc["ok"], true, "{doc}");
     let hex = doc["response"].as_str().expect("response bytes");
-    let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
+    let bytes: Vec<u8> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
     let answer = PredictResponse::decode(bytes.as_slice()).expect("a PredictResponse");
     assert!(answer.cached && answer.mi_charged == 0.0, "the retry received the stored answer: {answer:?}");
     let account = budget(&mut c, "alice-key").await;
     assert_eq!((account.charged, account.answered), (3, 3), "one charge per query, none for the retries");
 
     // The answer received is the one recorded with the charge.
-    let store = PgStore::connect(&pg.url, 1, &PgTls::DISABLE).await.expect("connects");
+    let store = PgStore::connect(&pg.url, &PgLink::plain(1)).await.expect("connects");
     let record = store.load("alice").await.expect("load").expect("alice's session");
     assert_eq!(record.version, 3, "three steps: warm-up, q1, q2");
     let cache = record.cache.as_ref().and_then(AnswerCache::from_record).expect("alice's answer cache");

@@ -8,7 +8,9 @@ use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv::session::{Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
-use pacpriv::store::{EmbeddedStore, Meta, Origin, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError};
+use pacpriv::store::{
+    EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
+};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
@@ -171,7 +173,8 @@ async fn embedded_store_conforms() {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_store_conforms() {
     let pg = Postgres::start();
-    let open = async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, 8, &PgTls::DISABLE).await.expect("connects")));
+    let open =
+        async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, &PgLink::plain(8)).await.expect("connects")));
     conformance(open().await, open).await;
 }
 
@@ -198,10 +201,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-1");
     let old = std::fs::read(dir.join("session-alice.bin")).expect("fixture");
     let old_entry = std::fs::read(dir.join("journal-alice-1.bin")).expect("fixture");
-    client
-        .execute("INSERT INTO pacpriv_sessions VALUES ('alice', 3, $1)", &[&old])
-        .await
-        .expect("old record");
+    client.execute("INSERT INTO pacpriv_sessions VALUES ('alice', 3, $1)", &[&old]).await.expect("old record");
     client
         .execute("INSERT INTO pacpriv_journal VALUES ('alice', 1, $1)", &[&old_entry])
         .await
@@ -211,7 +211,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
     let mut starting = tokio::task::JoinSet::new();
     for _ in 0..4 {
         let url = pg.url.clone();
-        starting.spawn(async move { PgStore::connect(&url, 2, &PgTls::DISABLE).await });
+        starting.spawn(async move { PgStore::connect(&url, &PgLink::plain(2)).await });
     }
     let replicas = starting.join_all().await;
     let store = replicas.into_iter().map(|r| r.expect("every replica starts")).next().expect("a replica");
@@ -235,10 +235,10 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .execute("INSERT INTO pacpriv_schema_migrations (version, description) VALUES (99, 'future')", &[])
         .await
         .expect("future migration");
-    let refused = PgStore::connect(&pg.url, 1, &PgTls::DISABLE).await.err().expect("a newer schema is refused").to_string();
+    let refused =
+        PgStore::connect(&pg.url, &PgLink::plain(1)).await.err().expect("a newer schema is refused").to_string();
     assert!(refused.contains("migration 99, newer than this release knows (1)"), "{refused}");
 }
-
 
 /// A CA (PEM) and a server certificate and key it signed for `names`.
 fn server_certificate(names: &[&str]) -> (String, String, String) {
@@ -269,7 +269,9 @@ async fn postgres_over_tls_verifies_what_the_sslmode_says() {
     let by_ip = pg.url.clone();
     let by_name = pg.url.replace("@127.0.0.1:", "@localhost:");
     let tls = |mode, root: &std::path::Path| PgTls { mode, root_cert: Some(root.to_owned()) };
-    let connect = async |url: &str, tls: PgTls| PgStore::connect(url, 1, &tls).await.map(|_| ()).map_err(|e| e.to_string());
+    let connect = async |url: &str, tls: PgTls| {
+        PgStore::connect(url, &PgLink { tls, ..PgLink::plain(1) }).await.map(|_| ()).map_err(|e| e.to_string())
+    };
 
     // Plaintext is refused by this server: TLS below is real.
     assert!(connect(&by_ip, PgTls::DISABLE).await.is_err());

@@ -1,7 +1,7 @@
 use super::*;
 use crate::privacy::Nats;
-use crate::privacy::label;
 use crate::privacy::grid;
+use crate::privacy::label;
 use crate::privacy::mechanism::argmax;
 use crate::privacy::noise::NoiseDraw;
 use crate::privacy::posterior::Posterior;
@@ -22,7 +22,12 @@ fn threshold_is_the_normal_quantile() -> Result<(), PrivacyError> {
 
 /// The published label release of `draw` around active position `centre`,
 /// the position of its label, and the flag at `alpha`.
-fn flag(cal: &label::LabelCalibration, centre: usize, draw: &NoiseDraw, alpha: f64) -> Result<(usize, bool), PrivacyError> {
+fn flag(
+    cal: &label::LabelCalibration,
+    centre: usize,
+    draw: &NoiseDraw,
+    alpha: f64,
+) -> Result<(usize, bool), PrivacyError> {
     let mut y = Array1::zeros(cal.noise().dim());
     y[cal.classes()[centre]] = 1.0;
     let published = grid::publish(y.view(), &cal.noise().noise_vector(draw));

@@ -10,8 +10,8 @@
 //!   work never depend on it.
 
 use super::confidence;
-use super::label::{self, LabelCalibration};
 use super::grid;
+use super::label::{self, LabelCalibration};
 use super::ledger::Ledger;
 use super::noise::NoiseDraw;
 use super::posterior::Posterior;
@@ -211,9 +211,8 @@ pub fn answer<R: CryptoRng + ?Sized>(
     let (label, noisy, published, log_lik, noise_mi, evidence) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
-            let center = cal
-                .position_of_teacher(s)
-                .ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
+            let center =
+                cal.position_of_teacher(s).ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
             let (label, noisy, published, log_lik, evidence) = release_label(&cal, center, &cal.noise().sample(rng));
             (label, noisy, published, log_lik, cal.noise().mi_bound(), Some(evidence))
         }

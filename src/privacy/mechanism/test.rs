@@ -520,7 +520,10 @@ fn a_clamped_label_release_does_not_name_the_centre() -> Result<(), PrivacyError
         let mut released = Vec::new();
         for secret in [0, 2] {
             let (published, _) = published_by(crate::privacy::noise::MIN_PER_QUERY, seed, secret)?;
-            assert!(published.iter().all(|v| v.abs() <= crate::privacy::grid::PUBLISHED_CLAMP), "seed {seed}: {published:?}");
+            assert!(
+                published.iter().all(|v| v.abs() <= crate::privacy::grid::PUBLISHED_CLAMP),
+                "seed {seed}: {published:?}"
+            );
             released.push(published);
         }
         assert_eq!(released[0], released[1], "seed {seed}: clamped coordinates are the same for every centre");
@@ -579,7 +582,11 @@ fn vector_releases_carry_no_residue_of_the_centre() -> Result<(), PrivacyError> 
         let m = 6;
         let v = Array2::from_shape_fn((m, 4), |(_, j)| {
             // Large values off the grid, so that fl(x + z) rounds; column 3 agrees.
-            if j == 3 { 1_234.567_891_234_5 } else { 3.0e5 + rng.random_range(0.0..10.0) + rng.random_range(0.0..1.0) * 1e-7 }
+            if j == 3 {
+                1_234.567_891_234_5
+            } else {
+                3.0e5 + rng.random_range(0.0..10.0) + rng.random_range(0.0..1.0) * 1e-7
+            }
         });
         let outputs = TeacherOutputs::Vectors(v.clone());
         let mut noise_parts = Vec::new();

@@ -13,12 +13,8 @@ fn info(status: &Status) -> (String, String) {
 /// answer was withheld.
 #[test]
 fn every_error_status_names_its_reason_and_whether_it_was_charged() {
-    let unreachable = || FanoutError::Unreachable {
-        model: "m".into(),
-        endpoint: "e".into(),
-        attempts: 2,
-        reason: "deadline".into(),
-    };
+    let unreachable =
+        || FanoutError::Unreachable { model: "m".into(), endpoint: "e".into(), attempts: 2, reason: "deadline".into() };
     let cases: Vec<(ServiceError, Code, &str, &str)> = vec![
         (ServiceError::InvalidInput("bad shape".into()), Code::InvalidArgument, reason::INVALID_INPUT, "false"),
         (ServiceError::NotReleased("noisy".into()), Code::FailedPrecondition, reason::NOT_RELEASED, "false"),
@@ -38,7 +34,11 @@ fn every_error_status_names_its_reason_and_whether_it_was_charged() {
         ),
         (ServiceError::Teachers(unreachable()), Code::Unavailable, reason::TEACHERS_UNAVAILABLE, "false"),
         (
-            ServiceError::Teachers(FanoutError::BadOutput { model: "m".into(), endpoint: "e".into(), reason: "r".into() }),
+            ServiceError::Teachers(FanoutError::BadOutput {
+                model: "m".into(),
+                endpoint: "e".into(),
+                reason: "r".into(),
+            }),
             Code::Internal,
             reason::TEACHER_OUTPUT_INVALID,
             "false",
@@ -66,12 +66,7 @@ fn every_error_status_names_its_reason_and_whether_it_was_charged() {
             reason::INVALID_INPUT,
             "false",
         ),
-        (
-            SessionError::from(PrivacyError::Uncertified("x".into())).into(),
-            Code::Internal,
-            reason::INTERNAL,
-            "false",
-        ),
+        (SessionError::from(PrivacyError::Uncertified("x".into())).into(), Code::Internal, reason::INTERNAL, "false"),
         (
             SessionError::Registry(StoreError::KeyInUse { name: "a".into() }).into(),
             Code::AlreadyExists,

@@ -74,7 +74,8 @@ fn owners_have_their_own_partitions() {
     let (alice, bob) = (Owner::of("alice"), Owner::of("bob"));
     assert_ne!(alice, bob);
     assert_ne!(alice, Owner::SOLE);
-    let of = |owner: Owner, x: f64| CacheKey { digest: QueryDigest::of(&[x]).of_principal(&format!("{owner:?}")), owner };
+    let of =
+        |owner: Owner, x: f64| CacheKey { digest: QueryDigest::of(&[x]).of_principal(&format!("{owner:?}")), owner };
     let mut cache = AnswerCache::default();
     cache.insert(of(bob, 1.0), answer(1), REFUSE);
     cache.insert(of(bob, 2.0), answer(2), REFUSE);
@@ -103,7 +104,10 @@ fn format_1_caches_come_back_as_they_were() {
     let alice = AnswerCache::from_record(fixture("session-alice.bin").cache.as_ref().expect("kept")).expect("valid");
     let ev = Evidence::restore(1.75, 3).ok();
     assert_eq!(alice.lookup(&key(1.0)), Lookup::Evicted);
-    assert_eq!(alice.lookup(&key(2.0)), Lookup::Hit(&Cached { label: 2, unanimous: true, evidence: None, published: None }));
+    assert_eq!(
+        alice.lookup(&key(2.0)),
+        Lookup::Hit(&Cached { label: 2, unanimous: true, evidence: None, published: None })
+    );
     let third = Cached { label: 0, unanimous: false, evidence: ev, published: Some(vec![0.25, -1.5, 3.0]) };
     assert_eq!(alice.lookup(&key(3.0)), Lookup::Hit(&third));
     let global = AnswerCache::from_record(fixture("session-global.bin").cache.as_ref().expect("kept")).expect("valid");

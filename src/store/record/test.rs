@@ -80,7 +80,12 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
     assert_eq!(SessionRecord::decode(&bytes), Some(r.clone()));
     let bare = SessionRecord { cache: None, ..r };
     assert_eq!(SessionRecord::decode(&bare.encode()), Some(bare));
-    let j = JournalEntry { version: 3, query_id: "q-ü".into(), charge: 2f64.powi(-32), log_likelihood: vec![-3.25, 1e-300] };
+    let j = JournalEntry {
+        version: 3,
+        query_id: "q-ü".into(),
+        charge: 2f64.powi(-32),
+        log_likelihood: vec![-3.25, 1e-300],
+    };
     assert_eq!(JournalEntry::decode(&j.encode()), Some(j));
     for p in principals() {
         assert_eq!(decode_principal(&p.name, &encode_principal(&p)), Some(p));

@@ -82,8 +82,8 @@ impl DemoServer {
                 None => Ok(request),
             }
         };
-        let router = tonic::transport::Server::builder()
-            .add_service(GrpcInferenceServiceServer::with_interceptor(self, check));
+        let router =
+            tonic::transport::Server::builder().add_service(GrpcInferenceServiceServer::with_interceptor(self, check));
         match guard.tls {
             None => router.serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown).await,
             Some(tls) => {

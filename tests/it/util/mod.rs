@@ -25,7 +25,12 @@ pub fn bench_ok(args: &[&str]) -> String {
 }
 
 fn succeeded(program: &str, args: &[&str], out: Output) -> String {
-    assert!(out.status.success(), "{program} {args:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
