@@ -10,7 +10,9 @@
 //!   with where the time went (`observe`), as Markdown (`report`);
 //! - `store` ([`store`]): durable charges per second through the session
 //!   path and the embedded store's group commit;
-//! - `sessions` ([`sessions`]): resident memory per idle session.
+//! - `sessions` ([`sessions`]): resident memory per idle session;
+//! - `cluster-load` ([`cluster`]): the cluster test's clients
+//!   (`tests/cluster`), one JSON line per query.
 //!
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
@@ -19,6 +21,7 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
 
+mod cluster;
 mod footprint;
 mod load;
 mod observe;
@@ -53,6 +56,10 @@ pub enum Command {
     /// Resident memory per idle session: provisions N principals, then
     /// measures the process's RSS before and after opening their sessions.
     Sessions(sessions::Args),
+    /// The cluster test's clients: fresh queries spread over replicas, each
+    /// retried on retryable statuses until it has an outcome; one JSON line
+    /// per query on standard output.
+    ClusterLoad(cluster::Args),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +85,7 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Service(args) => service::run(args, out),
         Command::Store(args) => store::run(args, out),
         Command::Sessions(args) => sessions::run(args, out),
+        Command::ClusterLoad(args) => cluster::run(args, out),
     }
 }
 

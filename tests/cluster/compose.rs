@@ -1,0 +1,156 @@
+//! The cluster under test, through the `docker` and `docker-compose`
+//! commands: one Compose project (its own name, so runs never meet), torn
+//! down with its networks and volumes when dropped, panic or not.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether a Docker engine answers; if not, why.
+pub fn engine() -> Result<(), String> {
+    let out = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output();
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_owned()),
+        Err(e) => Err(format!("cannot run `docker`: {e}")),
+    }
+}
+
+/// Runs `cmd`, panicking with its output if it fails.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A Compose project running `tests/cluster/compose.yaml`.
+pub struct Project {
+    name: String,
+    file: PathBuf,
+    /// The interpolated variables (`PACPRIV_CLUSTER_DIR`, …).
+    vars: Vec<(String, String)>,
+}
+
+impl Project {
+    pub fn new(file: &Path, dir: &Path) -> Project {
+        Project {
+            name: format!("pacpriv-cluster-{}", std::process::id()),
+            file: file.to_owned(),
+            vars: vec![("PACPRIV_CLUSTER_DIR".into(), dir.display().to_string())],
+        }
+    }
+
+    /// Sets an interpolated variable for later commands.
+    pub fn set(&mut self, var: &str, value: &str) {
+        self.vars.retain(|(k, _)| k != var);
+        self.vars.push((var.into(), value.into()));
+    }
+
+    /// `docker-compose -p NAME -f FILE args…`.
+    pub fn compose(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("docker-compose");
+        cmd.args(["--ansi", "never", "-p", &self.name, "-f"]).arg(&self.file).args(args);
+        cmd.envs(self.vars.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// The container running `service`.
+    pub fn container(&self, service: &str) -> String {
+        let out = run(&mut self.compose(&["ps", "-q", service]));
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(!id.is_empty(), "no container for {service}");
+        id
+    }
+
+    /// The name Docker gave `network` of this project.
+    pub fn network(&self, network: &str) -> String {
+        format!("{}_{network}", self.name)
+    }
+
+    /// Waits until every one of `services` reports healthy (their Compose
+    /// health checks: the same probe as the Deployment's).
+    pub fn wait_healthy(&self, services: &[&str], within: Duration) {
+        let deadline = Instant::now() + within;
+        for service in services {
+            let id = self.container(service);
+            loop {
+                let out = run(Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", &id]));
+                if String::from_utf8_lossy(&out.stdout).trim() == "healthy" {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{service} not healthy within {within:?}:\n{}", self.logs(service));
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+
+    /// The last lines `service` logged.
+    pub fn logs(&self, service: &str) -> String {
+        let out = self.compose(&["logs", "--no-color", "--tail", "40", service]).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    }
+
+    /// Starts the load generator with `args`; its standard output (one
+    /// JSON line per query) is read by [`Load::finish`].
+    pub fn load(&self, args: &[String]) -> Load {
+        let mut cmd = self.compose(&["run", "--rm", "-T", "loadgen"]);
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Load { child: cmd.spawn().expect("docker-compose run loadgen"), started: Instant::now() }
+    }
+
+    /// `psql` in the database container: rows of `sql`, columns split on
+    /// spaces.
+    pub fn sql(&self, db: &str, sql: &str) -> Vec<Vec<String>> {
+        let out = run(&mut self
+            .compose(&["exec", "-T", "postgres", "psql", "-U", "pacpriv", "-d", db, "-At", "-F", " ", "-c", sql]));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| l.split(' ').map(str::to_owned).collect())
+            .collect()
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        if std::env::var_os("PACPRIV_CLUSTER_KEEP").is_some() {
+            eprintln!(
+                "PACPRIV_CLUSTER_KEEP: left running: docker-compose -p {} -f {} …",
+                self.name,
+                self.file.display()
+            );
+            return;
+        }
+        let _ = self
+            .compose(&["--profile", "load", "down", "-v", "--remove-orphans", "-t", "5"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A running load generator.
+pub struct Load {
+    child: Child,
+    pub started: Instant,
+}
+
+impl Load {
+    /// Waits for it to end; its JSON lines.
+    pub fn finish(self) -> Vec<serde_json::Value> {
+        let out = self.child.wait_with_output().expect("load generator");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "load generator failed: {stderr}");
+        eprintln!("{}", stderr.trim());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+}

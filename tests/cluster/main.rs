@@ -1,0 +1,352 @@
+//! Issue 24: pacpriv as users meet it — the container image, and three
+//! replicas on one PostgreSQL (`compose.yaml`: each its own container on
+//! private networks, with the teacher server and a load generator) —
+//! under node loss, a database partition, a rolling restart and a database
+//! restart, one at a time and then together; then clients racing through
+//! every replica for the last unit of a budget, per principal and global.
+//!
+//! After every phase, from the database and from what the clients
+//! received ([`check::accounts_agree`]): every answer has its durable
+//! charge, every charge was received by its client (on a retry if its
+//! first reply was lost), no query is charged twice, spending never passes
+//! a limit, and every query ended answered or refused for budget —
+//! statuses on the way were only retryable ones. Also: a replica cut off
+//! from the database answers nothing until it is back, every replica
+//! answers again after each fault with nothing restarted by hand, and a
+//! SIGTERM'd replica exits 0.
+//!
+//! Needs a Docker engine with Compose; without one the test says so and
+//! passes (CI machines have one). Builds its images first (`docker/build.sh`
+//! from this build's binary, the PostgreSQL image on the same local base).
+//! `PACPRIV_CLUSTER_ROUNDS=N` repeats the fault phases N times (default 1).
+
+mod check;
+mod compose;
+
+use check::{Counts, Db, Seen};
+use compose::{Project, run};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const REPLICAS: [&str; 3] = ["pacpriv-1", "pacpriv-2", "pacpriv-3"];
+/// privacy.per_query_mi in compose.yaml: 2^-20.
+const B: f64 = 1.0 / 1_048_576.0;
+const LOAD_KEYS: &str = "load_0-key,load_1-key,load_2-key,load_3-key,load_4-key,load_5-key";
+const HEALTHY_WITHIN: Duration = Duration::from_secs(180);
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// `docker kill` (SIGKILL) of a replica mid-load, started again later.
+    Kill,
+    /// The database cut off from one replica (`docker network disconnect`).
+    Partition,
+    /// Every replica in turn: SIGTERM (drain), start, wait until ready.
+    Rolling,
+    /// PostgreSQL restarted.
+    DbRestart,
+    /// All of the above at once.
+    Combined,
+}
+
+/// One row of the README's table.
+struct Figures {
+    phase: String,
+    faults: usize,
+    counts: Counts,
+}
+
+#[test]
+fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
+    if let Err(why) = compose::engine() {
+        eprintln!("cluster test SKIPPED: no Docker engine answers (`docker info`: {why})");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    prepare(dir.path());
+    build_images();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
+    let mut services = vec!["postgres", "pacpriv-teachers"];
+    services.extend(REPLICAS);
+    let mut up = vec!["up", "-d"];
+    up.extend(&services);
+    run(&mut project.compose(&up));
+    project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
+
+    let rounds: usize = std::env::var("PACPRIV_CLUSTER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let per_principal = |key: &str| key.trim_end_matches("-key").to_owned();
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut figures = Vec::new();
+    for round in 0..rounds {
+        for fault in [Fault::Kill, Fault::Partition, Fault::Rolling, Fault::DbRestart, Fault::Combined] {
+            let (faults, lines) = phase(&project, fault, &format!("r{round}-{fault:?}"));
+            let before = seen.len();
+            seen.extend(lines);
+            let charges = check::accounts_agree(&Db::read(&project, "pacpriv"), &seen, B, &per_principal);
+            figures.push(Figures { phase: format!("{fault:?}"), faults, counts: Counts::of(&seen[before..], charges) });
+        }
+    }
+
+    // Racing for the last unit: race_0 can pay for 20.5 answers.
+    let before = seen.len();
+    seen.extend(race(&project, "race_0-key", "race-pp"));
+    let db = Db::read(&project, "pacpriv");
+    let charges = check::accounts_agree(&db, &seen, B, &per_principal);
+    assert_eq!(
+        db.sessions["race_0"].answered, 20,
+        "per_principal: exactly floor(20.5 b / b) answers, through three replicas"
+    );
+    figures.push(Figures {
+        phase: "race, per_principal".into(),
+        faults: 0,
+        counts: Counts::of(&seen[before..], charges),
+    });
+
+    // The same under scope = "global" (a fresh database): 30.5 b for all.
+    project.set("PACPRIV_SCOPE", "global");
+    project.set("PACPRIV_DB", "pacpriv_global");
+    let mut recreate = vec!["up", "-d", "--force-recreate", "--no-deps"];
+    recreate.extend(REPLICAS);
+    run(&mut project.compose(&recreate));
+    project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
+    let global_seen = race(&project, "race_1-key,race_2-key,load_0-key", "race-global");
+    let db = Db::read(&project, "pacpriv_global");
+    let charges = check::accounts_agree(&db, &global_seen, B, &|_| "*global*".into());
+    assert_eq!(
+        db.sessions["*global*"].answered, 30,
+        "global: exactly floor(30.5 b / b) answers in total, whoever asks"
+    );
+    figures.push(Figures { phase: "race, global".into(), faults: 0, counts: Counts::of(&global_seen, charges) });
+
+    report(&figures);
+}
+
+/// The files the containers mount: the ConfigMap's pacpriv.toml, the
+/// secret index, a CA and the replicas' certificate, the load generator.
+fn prepare(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let configmap = std::fs::read_to_string(root.join("deploy/k8s/configmap.yaml")).expect("configmap.yaml");
+    std::fs::write(dir.join("pacpriv.toml"), configmap_file(&configmap, "pacpriv.toml")).expect("write config");
+    let secret = dir.join("secret");
+    std::fs::create_dir(&secret).expect("secret dir");
+    std::fs::write(secret.join("secret-index"), "77\n").expect("secret index");
+    let tls = dir.join("tls");
+    std::fs::create_dir(&tls).expect("tls dir");
+    let (ca, cert, key) = certificate(&REPLICAS);
+    for (name, pem) in [("ca.crt", ca), ("tls.crt", cert), ("tls.key", key)] {
+        std::fs::write(tls.join(name), pem).expect("write pem");
+    }
+    std::fs::copy(env!("CARGO_BIN_EXE_pacpriv-bench"), dir.join("pacpriv-bench")).expect("copy pacpriv-bench");
+    // The containers run as UID 10001: readable by all (test keys only).
+    for path in [
+        dir.join("pacpriv.toml"),
+        secret.join("secret-index"),
+        tls.join("tls.key"),
+        tls.join("tls.crt"),
+        tls.join("ca.crt"),
+    ] {
+        chmod(&path, 0o644);
+    }
+    for path in [secret, tls] {
+        chmod(&path, 0o755);
+    }
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// The value of `key` in a ConfigMap's `data` (a `|` block).
+fn configmap_file(yaml: &str, key: &str) -> String {
+    let head = format!("  {key}: |");
+    let mut lines = yaml.lines().skip_while(|l| l.trim_end() != head);
+    assert!(lines.next().is_some(), "no {key} in the ConfigMap");
+    let body: Vec<&str> = lines.take_while(|l| l.is_empty() || l.starts_with("    ")).collect();
+    body.iter().map(|l| l.get(4..).unwrap_or("")).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+/// A CA (PEM) and a certificate and key it signed for `names`.
+fn certificate(names: &[&str]) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let cert = CertificateParams::new(names).expect("params").signed_by(&key, &issuer).expect("certificate");
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// The pacpriv image from this build's binary (docker/build.sh) and the
+/// test's PostgreSQL image, both on the locally built Debian base.
+fn build_images() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    run(Command::new(root.join("docker/build.sh")).args([env!("CARGO_BIN_EXE_pacpriv"), "pacpriv:local"]));
+    run(Command::new("docker")
+        .env("DOCKER_BUILDKIT", "0")
+        .args(["build", "-q", "-t", "pacpriv-postgres:local"])
+        .arg(root.join("tests/cluster/postgres")));
+}
+
+/// One fault phase under load: the load generator's lines and how many
+/// faults were injected.
+fn phase(project: &Project, fault: Fault, prefix: &str) -> (usize, Vec<Seen>) {
+    let seconds = match fault {
+        Fault::Kill | Fault::DbRestart => 20,
+        Fault::Partition => 24,
+        Fault::Rolling => 45,
+        Fault::Combined => 60,
+    };
+    let load = project.load(&load_args(LOAD_KEYS, prefix, seconds, &[]));
+    let t0 = load.started;
+    let at = |secs: u64| std::thread::sleep((t0 + Duration::from_secs(secs)).saturating_duration_since(Instant::now()));
+    let mut cuts = Vec::new();
+    let faults = match fault {
+        Fault::Kill => {
+            at(5);
+            kill(project, "pacpriv-2");
+            at(9);
+            start(project, "pacpriv-2");
+            1
+        }
+        Fault::Partition => {
+            at(5);
+            let cut = Cut::new(project, "pacpriv-3");
+            at(12);
+            cuts.push(cut.heal(project));
+            1
+        }
+        Fault::Rolling => {
+            at(3);
+            rolling_restart(project);
+            3
+        }
+        Fault::DbRestart => {
+            at(5);
+            run(&mut project.compose(&["restart", "-t", "10", "postgres"]));
+            1
+        }
+        Fault::Combined => {
+            at(4);
+            kill(project, "pacpriv-1");
+            let cut = Cut::new(project, "pacpriv-2");
+            at(7);
+            run(&mut project.compose(&["restart", "-t", "10", "postgres"]));
+            at(12);
+            cuts.push(cut.heal(project));
+            start(project, "pacpriv-1");
+            rolling_restart(project);
+            6
+        }
+    };
+    let fault_end = unix_ms();
+    let fault_took = t0.elapsed();
+    let seen: Vec<Seen> = load.finish().iter().map(Seen::of).collect();
+    assert!(
+        fault_took + Duration::from_secs(4) < Duration::from_secs(seconds),
+        "{fault:?}: the faults took {fault_took:?} of the {seconds} s of load, too little left to see recovery"
+    );
+    for (replica, from, to) in cuts {
+        let served: Vec<&str> = seen
+            .iter()
+            .filter(|s| s.answered() && s.target.starts_with(replica) && s.done_ms > from + 1000 && s.done_ms < to)
+            .map(|s| s.query_id.as_str())
+            .collect();
+        assert!(served.is_empty(), "{replica} answered while cut off from the database: {served:?}");
+    }
+    for replica in REPLICAS {
+        let again = seen.iter().any(|s| s.answered() && s.target.starts_with(replica) && s.sent_ms > fault_end);
+        assert!(again, "{fault:?}: {replica} answered nothing after the faults ended");
+    }
+    (faults, seen)
+}
+
+/// A replica cut off from the database network: (replica, from, to) in
+/// Unix milliseconds once healed.
+struct Cut {
+    replica: &'static str,
+    container: String,
+    from: u64,
+}
+
+impl Cut {
+    fn new(project: &Project, replica: &'static str) -> Cut {
+        let container = project.container(replica);
+        run(Command::new("docker").args(["network", "disconnect", &project.network("db"), &container]));
+        Cut { replica, container, from: unix_ms() }
+    }
+
+    fn heal(self, project: &Project) -> (&'static str, u64, u64) {
+        let to = unix_ms();
+        run(Command::new("docker").args(["network", "connect", &project.network("db"), &self.container]));
+        (self.replica, self.from, to)
+    }
+}
+
+fn kill(project: &Project, replica: &str) {
+    run(&mut project.compose(&["kill", "-s", "SIGKILL", replica]));
+}
+
+fn start(project: &Project, replica: &str) {
+    run(&mut project.compose(&["start", replica]));
+    project.wait_healthy(&[replica], HEALTHY_WITHIN);
+}
+
+/// SIGTERM each replica in turn (it drains and exits 0), start it, wait
+/// until it is ready, then the next.
+fn rolling_restart(project: &Project) {
+    for replica in REPLICAS {
+        run(&mut project.compose(&["stop", "-t", "30", replica]));
+        let id = project.container(replica);
+        let out = run(Command::new("docker").args(["inspect", "-f", "{{.State.ExitCode}}", &id]));
+        let code = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(code, "0", "{replica} exited {code} on SIGTERM:\n{}", project.logs(replica));
+        start(project, replica);
+    }
+}
+
+/// Six clients through the three replicas racing for the last unit of
+/// budget: each stops at its first BUDGET_EXHAUSTED.
+fn race(project: &Project, keys: &str, prefix: &str) -> Vec<Seen> {
+    let seen: Vec<Seen> = project
+        .load(&load_args(keys, prefix, 60, &["--until-exhausted", "--rate", "50"]))
+        .finish()
+        .iter()
+        .map(Seen::of)
+        .collect();
+    let refused = seen.iter().filter(|s| s.outcome == "refused").count();
+    assert_eq!(refused, 6, "{prefix}: every client ends refused for budget");
+    seen
+}
+
+fn load_args(keys: &str, prefix: &str, seconds: u64, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["--keys", keys, "--clients", "6", "--prefix", prefix, "--seconds", &seconds.to_string()]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn report(figures: &[Figures]) {
+    eprintln!(
+        "\n| phase | faults | queries | answered | retrieved on retry | refused (budget) | retried attempts | charges checked | lost |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|---|---|");
+    for f in figures {
+        let c = f.counts;
+        eprintln!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | 0 |",
+            f.phase, f.faults, c.queries, c.answered, c.retrieved, c.refused, c.retried, c.charges
+        );
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
