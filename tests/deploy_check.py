@@ -35,7 +35,7 @@ import yaml
 K8S_MIN_VERSION = "1.27.0"
 
 # Core kinds: schema-validated. Custom resources: structure-checked here.
-CORE_KINDS = {"ConfigMap", "Secret", "Service", "StatefulSet", "PodDisruptionBudget"}
+CORE_KINDS = {"ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget"}
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 # config key -> container port name that serves it.
@@ -116,14 +116,18 @@ class Dockerfile:
 
     def __init__(self, text: str) -> None:
         self.stages: list[dict[str, Any]] = []
+        self.args: dict[str, str] = {}  # ARGs before the first FROM, with their defaults
         for instr, args in self._instructions(text):
             if instr == "FROM":
                 parts = args.split()
                 name = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
-                self.stages.append({"from": parts[0], "name": name, "instrs": []})
+                base = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: self.args.get(m.group(1) or m.group(2), m.group(0)), parts[0])
+                self.stages.append({"from": base, "name": name, "instrs": []})
             elif not self.stages:
                 if instr != "ARG":
                     fail(f"{instr} before the first FROM")
+                key, _, default = args.partition("=")
+                self.args[key.strip()] = default.strip()
             else:
                 self.stages[-1]["instrs"].append((instr, args))
 
@@ -149,14 +153,23 @@ class Dockerfile:
 
     @property
     def final(self) -> dict[str, Any]:
-        return self.stages[-1]
+        return self.resolved(self.stages[-1])
 
     def stage(self, name: str) -> dict[str, Any]:
         for s in self.stages:
             if s["name"] == name:
-                return s
+                return self.resolved(s)
         fail(f"no stage named {name!r}")
         raise AssertionError
+
+    def resolved(self, stage: dict[str, Any]) -> dict[str, Any]:
+        """`stage` with the instructions of the stages it is built FROM
+        (`FROM runtime-base AS runtime`): its base image and all it runs."""
+        parent = next((s for s in self.stages if s["name"] == stage["from"] and s is not stage), None)
+        if parent is None:
+            return stage
+        p = self.resolved(parent)
+        return {"from": p["from"], "name": stage["name"], "instrs": p["instrs"] + stage["instrs"]}
 
     @staticmethod
     def all_of(stage: dict[str, Any], instr: str) -> list[str]:
@@ -254,15 +267,16 @@ class Context:
         expect(len(found) == 1, f"expected exactly one {kind}{' ' + name if name else ''}, found {len(found)}")
         return found[0]
 
-    def statefulset(self) -> dict[str, Any]:
-        return self.one("StatefulSet")
+    def workload(self) -> dict[str, Any]:
+        """The pacpriv server's Deployment."""
+        return self.one("Deployment", "pacpriv")
 
     def pod(self) -> dict[str, Any]:
-        return self.statefulset()["spec"]["template"]["spec"]
+        return self.workload()["spec"]["template"]["spec"]
 
     def container(self) -> dict[str, Any]:
         cs = self.pod()["containers"]
-        expect(len(cs) == 1, f"expected one container in the StatefulSet, found {len(cs)}")
+        expect(len(cs) == 1, f"expected one container in the Deployment, found {len(cs)}")
         return cs[0]
 
     def container_ports(self) -> dict[str, int]:
@@ -377,7 +391,7 @@ def check_kustomizations(ctx: Context) -> None:
 def check_dockerfile(ctx: Context) -> None:
     df = ctx.dockerfile = Dockerfile(ctx.dockerfile_path.read_text())
     expect(len(df.stages) >= 2, "expected a multi-stage build")
-    builder = df.stages[0]
+    builder = df.stage("builder")
     expect(re.fullmatch(r"rust:1\.(9\d|[1-9]\d\d)(\.\d+)?-bookworm", builder["from"]) is not None,
            f"builder base {builder['from']!r}: expected a pinned rust:1.9x-bookworm (Rust >= 1.90)")
     expect(df.final["from"] == "debian:bookworm-slim", f"runtime base {df.final['from']!r} != debian:bookworm-slim")
@@ -395,6 +409,16 @@ def check_dockerfile(ctx: Context) -> None:
     env = df.env()
     expect(env.get("OPENBLAS_NUM_THREADS") == "1", "ENV OPENBLAS_NUM_THREADS=1 missing")
     expect(df.last("ENTRYPOINT") is not None and df.last("CMD") is not None, "ENTRYPOINT and CMD both needed")
+    # The registry-free build (docker/build.sh): `host-binary` is the
+    # runtime base plus a binary from the build context, and precedes the
+    # compiler stage, so the classic builder's --target stops before it.
+    host = df.stage("host-binary")
+    expect(host["from"] == df.final["from"] and host["instrs"][:-1] == df.final["instrs"][:-1],
+           "host-binary and the default target differ in more than their last instruction (the binary's COPY)")
+    expect(any(i == "COPY" and a.split() == ["pacpriv", "/usr/local/bin/pacpriv"] for i, a in host["instrs"]),
+           "host-binary does not COPY pacpriv /usr/local/bin/pacpriv")
+    names = [st["name"] for st in df.stages]
+    expect(names.index("host-binary") < names.index("builder"), "host-binary must come before the builder stage")
 
 
 def check_build_inputs(ctx: Context) -> str:
@@ -404,7 +428,7 @@ def check_build_inputs(ctx: Context) -> str:
     df = ctx.dockerfile
     expect(df is not None, "Dockerfile not parsed")
     copied: set[str] = set()
-    for args in Dockerfile.all_of(df.stages[0], "COPY"):
+    for args in Dockerfile.all_of(df.stage("builder"), "COPY"):
         parts = [p for p in shlex.split(args) if not p.startswith("--")]
         for src in parts[:-1]:
             copied.add(src.strip("./").split("/")[0] if src not in (".", "./") else ".")
@@ -460,8 +484,8 @@ def check_cli(ctx: Context) -> None:
         expect(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", hhelp.stdout), f"HEALTHCHECK flag {flag} is not in `pacpriv health --help`")
     shelp = run([str(ctx.bin), "serve", "--help"])
     args = ctx.container().get("args", [])
-    expect(ctx.container().get("command") is None, "the StatefulSet overrides the image's ENTRYPOINT (command:)")
-    expect(args and args[0] in commands, f"StatefulSet args {args}: not a pacpriv subcommand")
+    expect(ctx.container().get("command") is None, "the Deployment overrides the image's ENTRYPOINT (command:)")
+    expect(args and args[0] in commands, f"Deployment args {args}: not a pacpriv subcommand")
     for flag in [a.split("=")[0] for a in args[1:] if a.startswith("--")] + ["--check"]:
         expect(re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", shelp.stdout), f"`pacpriv serve --help` has no {flag}")
 
@@ -469,7 +493,7 @@ def check_cli(ctx: Context) -> None:
 def check_configmap_mount(ctx: Context) -> None:
     c = ctx.container()
     args = c.get("args", [])
-    expect("--config" in args, "the StatefulSet does not pass --config")
+    expect("--config" in args, "the Deployment does not pass --config")
     conf_path = args[args.index("--config") + 1]
     cm_name, key = mounted_source(ctx, conf_path, "ConfigMap")
     cm = ctx.one("ConfigMap", cm_name)
@@ -548,11 +572,11 @@ def check_listeners(ctx: Context) -> str:
 
 def check_services(ctx: Context) -> None:
     cports = ctx.container_ports()
-    pod_labels = ctx.statefulset()["spec"]["template"]["metadata"]["labels"]
-    sel = ctx.statefulset()["spec"]["selector"]["matchLabels"]
-    expect(all(pod_labels.get(k) == v for k, v in sel.items()), "StatefulSet selector does not match its pod labels")
-    names = {s["metadata"]["name"]: s for _, s in ctx.objects("Service")}
-    expect(ctx.statefulset()["spec"]["serviceName"] in names, "StatefulSet serviceName is not a Service here")
+    pod_labels = ctx.workload()["spec"]["template"]["metadata"]["labels"]
+    sel = ctx.workload()["spec"]["selector"]["matchLabels"]
+    expect(all(pod_labels.get(k) == v for k, v in sel.items()), "Deployment selector does not match its pod labels")
+    names = {s["metadata"]["name"]: s for _, s in ctx.objects("Service")
+             if s["spec"].get("selector", {}).get("app.kubernetes.io/component") != "teachers"}
     exposed: dict[str, str] = {}
     for name, svc in names.items():
         ssel = svc["spec"].get("selector", {})
@@ -619,17 +643,23 @@ def check_expose(ctx: Context) -> None:
 
 
 def check_pod_security(ctx: Context) -> None:
-    sts = ctx.statefulset()
+    sts = ctx.workload()
     pod = ctx.pod()
     c = ctx.container()
     backend = toml_get(ctx.toml, "store", "backend") or "embedded"
+    replicas = sts["spec"].get("replicas", 1)
     if backend == "embedded":
-        expect(sts["spec"]["replicas"] == 1, f"replicas {sts['spec']['replicas']}: the embedded store allows one writer")
+        expect(replicas == 1, f"replicas {replicas}: the embedded store allows one writer")
+    else:
+        expect(replicas >= 2, f"replicas {replicas}: on PostgreSQL run several (the cluster test runs 3)")
+        urls = [e for e in c.get("env", []) if e["name"] == "PACPRIV__STORE__POSTGRES_URL"]
+        expect(len(urls) == 1 and "secretKeyRef" in urls[0].get("valueFrom", {}),
+               "PACPRIV__STORE__POSTGRES_URL must come from a Secret (it holds the password)")
     psc, csc = pod.get("securityContext", {}), c.get("securityContext", {})
     expect(psc.get("runAsNonRoot") is True or csc.get("runAsNonRoot") is True, "runAsNonRoot is not set")
     uid, _, gid = ctx.dockerfile.last("USER").partition(":")
     expect(str(psc.get("runAsUser", csc.get("runAsUser"))) == uid, f"runAsUser != the image's USER {uid}")
-    if gid:
+    if gid and backend == "embedded":
         expect(str(psc.get("fsGroup")) == gid, f"fsGroup {psc.get('fsGroup')} != the image's group {gid}: the volume would not be writable")
     expect(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem is not true")
     expect(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation is not false")
@@ -640,6 +670,10 @@ def check_pod_security(ctx: Context) -> None:
     res = c.get("resources", {})
     expect(res.get("requests") and res.get("limits", {}).get("memory"), "resources requests / memory limit missing")
     pdb = ctx.one("PodDisruptionBudget")
+    if replicas > 1:
+        unavailable = pdb["spec"].get("maxUnavailable")
+        expect(unavailable == 1 or (pdb["spec"].get("minAvailable") or 0) >= replicas - 1,
+               f"the PodDisruptionBudget lets {unavailable} of {replicas} replicas go at once; one at a time")
     psel = pdb["spec"]["selector"]["matchLabels"]
     labels = sts["spec"]["template"]["metadata"]["labels"]
     expect(all(labels.get(k) == v for k, v in psel.items()), "the PodDisruptionBudget does not select the pod")
@@ -666,15 +700,85 @@ def check_volumes(ctx: Context) -> str:
             expect(ref["name"] in secrets and ref["key"] in secrets[ref["name"]],
                    f"env {e['name']} reads Secret {ref['name']} key {ref['key']}, which the example Secret lacks")
             n += 1
-    store = ctx.dockerfile.env().get("PACPRIV__STORE__PATH") or toml_get(t, "store", "path")
-    expect(store == toml_get(t, "store", "path"), f"store.path {toml_get(t, 'store', 'path')!r} != image PACPRIV__STORE__PATH {store!r}")
-    store_dir = str(Path(store).parent)
-    claims = {v["metadata"]["name"] for v in ctx.statefulset()["spec"].get("volumeClaimTemplates", [])}
-    mounts = {m["mountPath"].rstrip("/"): m["name"] for m in ctx.container().get("volumeMounts", [])}
-    expect(mounts.get(store_dir) in claims, f"{store_dir} (store.path's directory) is not mounted from a volumeClaimTemplate")
+    store = ctx.dockerfile.env().get("PACPRIV__STORE__PATH")
+    store_dir = str(Path(store).parent) if store else None
     vols = [json.loads(a) if a.startswith("[") else a.split() for a in Dockerfile.all_of(ctx.dockerfile.final, "VOLUME")]
-    expect([store_dir] in vols, f"the image declares VOLUME {vols}, not {store_dir}")
+    expect([store_dir] in vols, f"the image declares VOLUME {vols}, not {store_dir} (its PACPRIV__STORE__PATH's directory)")
+    if (toml_get(t, "store", "backend") or "embedded") == "embedded":
+        expect(store == toml_get(t, "store", "path"), f"store.path {toml_get(t, 'store', 'path')!r} != image PACPRIV__STORE__PATH {store!r}")
+        mounts = {m["mountPath"].rstrip("/") for m in ctx.container().get("volumeMounts", [])}
+        expect(store_dir in mounts, f"{store_dir} (store.path's directory) is not mounted: the store would die with the pod")
     return f"{n} secret-backed files/vars"
+
+
+def check_teachers(ctx: Context) -> str:
+    """[teachers] stacked.endpoint names the teachers Service and its port,
+    which is the teachers container's port and --listen port, serving as
+    many models as [teachers] expects."""
+    stacked = toml_get(ctx.toml, "teachers", "stacked") or {}
+    m = re.fullmatch(r"https?://([a-z0-9-]+):(\d+)", stacked.get("endpoint", ""))
+    expect(m is not None, f"[teachers] stacked.endpoint {stacked.get('endpoint')!r}: expected http://SERVICE:PORT")
+    host, port = m.group(1), int(m.group(2))
+    svc = ctx.one("Service", host)
+    dep = ctx.one("Deployment", host)
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    expect(all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()), f"Service {host} does not select {host}'s pods")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    cports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    sports = [p for p in svc["spec"]["ports"] if p["port"] == port]
+    expect(len(sports) == 1, f"Service {host} has no port {port}")
+    target = sports[0].get("targetPort", port)
+    expect(cports.get(target, target) == port, f"Service {host}:{port} targets {target}, not the container's {port}")
+    args = c.get("args", [])
+    expect(args[:1] == ["teachers"], f"{host} runs {args[:1]}, not `pacpriv teachers`")
+    listen = args[args.index("--listen") + 1] if "--listen" in args else ""
+    expect(listen == f"0.0.0.0:{port}", f"{host} listens on {listen!r}, the endpoint says port {port}")
+    models = int(args[args.index("--models") + 1]) if "--models" in args else 128
+    expect(stacked.get("models") == models, f"[teachers] stacked.models {stacked.get('models')} != {host}'s --models {models}")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        expect(c.get(probe, {}).get("grpc", {}).get("port") == port, f"{host}: {probe} does not ask grpc health on {port}")
+    return f"{host}:{port}, {models} models"
+
+
+def check_cluster_compose(ctx: Context) -> str:
+    """The cluster test's replicas are the Deployment's pod: same command,
+    every env variable the Deployment sets (same plain values), the same
+    files mounted at the same paths, a read-only root, the health probe on
+    the same port, the same stop grace; its teachers run the teachers
+    Deployment's command; and the test reads the ConfigMap itself."""
+    compose = yaml.safe_load((ctx.root / "tests" / "cluster" / "compose.yaml").read_text())
+    services = compose["services"]
+    replicas = [n for n, svc in services.items() if svc.get("command", [])[:1] == ["serve"]]
+    expect(len(replicas) == 3, f"compose.yaml runs {len(replicas)} replicas, not 3")
+    c = ctx.container()
+    health = ctx.container_ports()["health"]
+    for name in replicas:
+        svc = services[name]
+        expect(svc["command"] == c["args"], f"{name} runs {svc['command']}, the Deployment {c['args']}")
+        env = svc.get("environment", {})
+        for e in c.get("env", []):
+            expect(e["name"] in env, f"{name} lacks the Deployment's env {e['name']}")
+            if "value" in e:
+                expect(str(env[e["name"]]) == e["value"], f"{name}: {e['name']}={env[e['name']]!r}, the Deployment {e['value']!r}")
+        targets = {v.split(":")[1] for v in svc.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            if m["mountPath"] == "/tmp":
+                expect("/tmp" in svc.get("tmpfs", []), f"{name}: no tmpfs /tmp")
+            else:
+                expect(m["mountPath"] in targets, f"{name} mounts nothing at {m['mountPath']}")
+        expect(svc.get("read_only") is True, f"{name}: the root filesystem is not read-only (readOnlyRootFilesystem)")
+        test = svc.get("healthcheck", {}).get("test", [])
+        expect(test[1:3] == ["pacpriv", "health"] and f"127.0.0.1:{health}" in test,
+               f"{name}: the health check {test} does not ask grpc health on {health}")
+        grace = svc.get("stop_grace_period", "10s")
+        expect(grace == f"{ctx.pod().get('terminationGracePeriodSeconds')}s",
+               f"{name}: stop_grace_period {grace} != terminationGracePeriodSeconds")
+    teachers = ctx.one("Deployment", "pacpriv-teachers")["spec"]["template"]["spec"]["containers"][0]
+    expect(services.get("pacpriv-teachers", {}).get("command") == teachers["args"],
+           "compose.yaml's pacpriv-teachers does not run the teachers Deployment's args")
+    main = (ctx.root / "tests" / "cluster" / "main.rs").read_text()
+    expect("deploy/k8s/configmap.yaml" in main, "tests/cluster does not run on the ConfigMap's pacpriv.toml")
+    return f"{len(replicas)} replicas, {len(c.get('env', []))} env variables, {len(c.get('volumeMounts', []))} mounts"
 
 
 def fake_tls(dirpath: Path) -> None:
@@ -705,6 +809,8 @@ def container_env_for_check(ctx: Context) -> dict[str, str]:
         expect(ref is not None, f"env {e['name']}: only value and secretKeyRef are handled here")
         if ref["key"].endswith("sha256"):
             env[e["name"]] = sha256_hex(f"deploy-check dummy {ref['name']}/{ref['key']}")
+        elif ref["key"] == "postgres-url":
+            env[e["name"]] = "postgres://pacpriv@deploy-check.invalid/pacpriv"
         else:
             fail(f"env {e['name']} from Secret key {ref['key']}: no dummy value known for it")
     return env
@@ -1010,7 +1116,7 @@ def main() -> int:
     c(f"core manifests validate (strict) against Kubernetes {K8S_MIN_VERSION} and {kubernetes_validate.latest_version()}",
       lambda: check_k8s_schemas(ctx))
     c("kustomizations list every manifest once, no Secrets, CRDs apart", lambda: check_kustomizations(ctx))
-    c("StatefulSet mounts the ConfigMap's toml at its --config path", lambda: check_configmap_mount(ctx))
+    c("Deployment mounts the ConfigMap's toml at its --config path", lambda: check_configmap_mount(ctx))
     c("entrypoint, CMD, args and HEALTHCHECK flags exist in the binary", lambda: check_cli(ctx))
     c("`pacpriv serve --config <ConfigMap toml> --check` with the container env", lambda: check_serve_config(ctx))
     c("listen addresses: 0.0.0.0, toml = image ENV, = container ports", lambda: check_listeners(ctx))
@@ -1020,6 +1126,8 @@ def main() -> int:
     c("Dockerfile EXPOSE = container ports", lambda: check_expose(ctx))
     c("replicas, security context, PDB, resources", lambda: check_pod_security(ctx))
     c("config files, secret env and store path are mounted", lambda: check_volumes(ctx))
+    c("the teachers Deployment and Service are where [teachers] points", lambda: check_teachers(ctx))
+    c("tests/cluster/compose.yaml runs what the manifests say", lambda: check_cluster_compose(ctx))
     c("ServiceMonitor / PrometheusRule structure", lambda: check_crds(ctx))
     c("deploy/prometheus/rules.yaml = PrometheusRule spec.groups", lambda: check_rules_match(ctx))
     c("deploy/prometheus/scrape.yaml job, path and port", lambda: check_scrape(ctx))

@@ -16,7 +16,8 @@ pub struct Seen {
     pub cached: bool,
     pub sent_ms: u64,
     pub done_ms: u64,
-    pub retried: u64,
+    /// Retryable statuses on the way, by "Code/REASON".
+    pub retried: BTreeMap<String, u64>,
     pub status: String,
 }
 
@@ -32,7 +33,10 @@ impl Seen {
             cached: v["cached"].as_bool().unwrap_or(false),
             sent_ms: v["sent_ms"].as_u64().unwrap_or(0),
             done_ms: v["done_ms"].as_u64().unwrap_or(0),
-            retried: v["retried"].as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum()),
+            retried: v["retried"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, n)| (k.clone(), n.as_u64().unwrap_or(0))).collect())
+                .unwrap_or_default(),
             status: s("status"),
         }
     }
@@ -73,13 +77,14 @@ fn unhex(s: &str) -> Vec<u8> {
 }
 
 /// Totals of one check, for the README's table.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 pub struct Counts {
     pub queries: usize,
     pub answered: usize,
     pub retrieved: usize,
     pub refused: usize,
-    pub retried: u64,
+    /// Retried attempts by status.
+    pub retried: BTreeMap<String, u64>,
     pub charges: usize,
 }
 
@@ -91,7 +96,10 @@ impl Counts {
             answered: seen.iter().filter(|s| s.answered() && !s.cached).count(),
             retrieved: seen.iter().filter(|s| s.answered() && s.cached).count(),
             refused: seen.iter().filter(|s| s.outcome == "refused").count(),
-            retried: seen.iter().map(|s| s.retried).sum(),
+            retried: seen.iter().flat_map(|s| &s.retried).fold(BTreeMap::new(), |mut all, (status, n)| {
+                *all.entry(status.clone()).or_default() += n;
+                all
+            }),
             charges,
         }
     }

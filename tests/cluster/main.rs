@@ -88,6 +88,8 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
         }
     }
 
+    let memory = memory(&project);
+
     // Racing for the last unit: race_0 can pay for 20.5 answers.
     let before = seen.len();
     seen.extend(race(&project, "race_0-key", "race-pp"));
@@ -119,7 +121,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
     );
     figures.push(Figures { phase: "race, global".into(), faults: 0, counts: Counts::of(&global_seen, charges) });
 
-    report(&figures);
+    report(&figures, &memory);
 }
 
 /// The files the containers mount: the ConfigMap's pacpriv.toml, the
@@ -250,6 +252,12 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (usize, Vec<Seen>) {
         fault_took + Duration::from_secs(4) < Duration::from_secs(seconds),
         "{fault:?}: the faults took {fault_took:?} of the {seconds} s of load, too little left to see recovery"
     );
+    if !cuts.is_empty() {
+        // The cut-off replica said so (its database timeout), rather than
+        // leaving clients to their own deadlines.
+        let said = seen.iter().any(|s| s.retried.contains_key("Unavailable/STORE_UNAVAILABLE"));
+        assert!(said, "{fault:?}: no client saw UNAVAILABLE/STORE_UNAVAILABLE from the replica cut off from the database");
+    }
     for (replica, from, to) in cuts {
         let served: Vec<&str> = seen
             .iter()
@@ -333,18 +341,35 @@ fn load_args(keys: &str, prefix: &str, seconds: u64, extra: &[&str]) -> Vec<Stri
     args
 }
 
-fn report(figures: &[Figures]) {
-    eprintln!(
-        "\n| phase | faults | queries | answered | retrieved on retry | refused (budget) | retried attempts | charges checked | lost |"
-    );
+/// The figures as the README's table, and each replica's memory.
+fn report(figures: &[Figures], memory: &str) {
+    eprintln!("\n| phase | faults | queries | answered | retrieved on retry | refused (budget) | retried attempts (by status) | charges checked | lost |");
     eprintln!("|---|---|---|---|---|---|---|---|---|");
     for f in figures {
-        let c = f.counts;
+        let c = &f.counts;
+        let retried: Vec<String> = c.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();
+        let total: u64 = c.retried.values().sum();
         eprintln!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | 0 |",
-            f.phase, f.faults, c.queries, c.answered, c.retrieved, c.refused, c.retried, c.charges
+            "| {} | {} | {} | {} | {} | {} | {total} ({}) | {} | 0 |",
+            f.phase,
+            f.faults,
+            c.queries,
+            c.answered,
+            c.retrieved,
+            c.refused,
+            retried.join(", "),
+            c.charges
         );
     }
+    eprintln!("\nresident memory after the fault phases (docker stats):\n{memory}");
+}
+
+/// `docker stats` of the replicas: name and memory use.
+fn memory(project: &Project) -> String {
+    let ids: Vec<String> = REPLICAS.iter().map(|r| project.container(r)).collect();
+    let mut cmd = Command::new("docker");
+    cmd.args(["stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}"]).args(&ids);
+    String::from_utf8_lossy(&run(&mut cmd).stdout).trim().to_owned()
 }
 
 fn unix_ms() -> u64 {

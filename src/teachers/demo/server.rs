@@ -82,8 +82,12 @@ impl DemoServer {
                 None => Ok(request),
             }
         };
-        let router =
-            tonic::transport::Server::builder().add_service(GrpcInferenceServiceServer::with_interceptor(self, check));
+        // grpc.health.v1 too (SERVING once listening; no credentials: it
+        // says nothing about the models), for container and Kubernetes probes.
+        let (_, health) = tonic_health::server::health_reporter();
+        let router = tonic::transport::Server::builder()
+            .add_service(health)
+            .add_service(GrpcInferenceServiceServer::with_interceptor(self, check));
         match guard.tls {
             None => router.serve_with_incoming_shutdown(crate::net::incoming(listener), shutdown).await,
             Some(tls) => {
