@@ -16,6 +16,21 @@ pub fn engine() -> Result<(), String> {
     }
 }
 
+/// Whether container `id`'s health check reports healthy within `within`.
+pub fn healthy(id: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let out = run(Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", id]));
+        if String::from_utf8_lossy(&out.stdout).trim() == "healthy" {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// Runs `cmd`, panicking with its output if it fails.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -78,14 +93,8 @@ impl Project {
         let deadline = Instant::now() + within;
         for service in services {
             let id = self.container(service);
-            loop {
-                let out = run(Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", &id]));
-                if String::from_utf8_lossy(&out.stdout).trim() == "healthy" {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{service} not healthy within {within:?}:\n{}", self.logs(service));
-                std::thread::sleep(Duration::from_millis(250));
-            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(healthy(&id, left), "{service} not healthy within {within:?}:\n{}", self.logs(service));
         }
     }
 

@@ -56,10 +56,58 @@ struct Figures {
     counts: Counts,
 }
 
+/// Issue 24 §1: `docker run IMAGE serve` — the built-in default, demo
+/// teachers and embedded store — runs as UID 10001, turns healthy through
+/// the image's own HEALTHCHECK, and answers the README's first query
+/// (`examples/first_query.py`, with the Python client package) through a
+/// port published on loopback.
+#[test]
+fn the_image_serves_the_readmes_first_query() {
+    if !engine_answers() {
+        return;
+    }
+    build_images();
+    let out =
+        run(Command::new("docker").args(["run", "-d", "--rm", "-p", "127.0.0.1::50051", "pacpriv:local", "serve"]));
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let _remove = RemoveOnDrop(id.clone());
+    let logs = || String::from_utf8_lossy(&run(Command::new("docker").args(["logs", &id])).stderr).into_owned();
+    assert!(compose::healthy(&id, HEALTHY_WITHIN), "the image's HEALTHCHECK never passed:\n{}", logs());
+    let uid = run(Command::new("docker").args(["exec", &id, "id", "-u"]));
+    assert_eq!(String::from_utf8_lossy(&uid.stdout).trim(), "10001", "the image runs as UID 10001, not root");
+    let port = run(Command::new("docker").args(["port", &id, "50051/tcp"]));
+    let addr = String::from_utf8_lossy(&port.stdout).lines().next().unwrap_or_default().trim().to_owned();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = run(&mut Command::new(root.join("tests/client_venv.sh")));
+    let python = String::from_utf8_lossy(&venv.stdout).trim().to_owned();
+    let first = run(Command::new(python).arg(root.join("examples/first_query.py")).arg(&addr));
+    let text = String::from_utf8_lossy(&first.stdout);
+    assert!(text.starts_with("label ") && text.contains("budget: spent"), "first query printed:\n{text}");
+}
+
+/// `docker rm -f` of a container when dropped.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
+}
+
+/// Whether to run: a Docker engine answers; if not, say so.
+fn engine_answers() -> bool {
+    match compose::engine() {
+        Ok(()) => true,
+        Err(why) => {
+            eprintln!("cluster test SKIPPED: no Docker engine answers (`docker info`: {why})");
+            false
+        }
+    }
+}
+
 #[test]
 fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
-    if let Err(why) = compose::engine() {
-        eprintln!("cluster test SKIPPED: no Docker engine answers (`docker info`: {why})");
+    if !engine_answers() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
@@ -184,14 +232,21 @@ fn certificate(names: &[&str]) -> (String, String, String) {
 }
 
 /// The pacpriv image from this build's binary (docker/build.sh) and the
-/// test's PostgreSQL image, both on the locally built Debian base.
+/// test's PostgreSQL image, both on the locally built Debian base; once
+/// per test process.
 fn build_images() {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *built {
+        return;
+    }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     run(Command::new(root.join("docker/build.sh")).args([env!("CARGO_BIN_EXE_pacpriv"), "pacpriv:local"]));
     run(Command::new("docker")
         .env("DOCKER_BUILDKIT", "0")
         .args(["build", "-q", "-t", "pacpriv-postgres:local"])
         .arg(root.join("tests/cluster/postgres")));
+    *built = true;
 }
 
 /// One fault phase under load: the load generator's lines and how many
@@ -256,7 +311,10 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (usize, Vec<Seen>) {
         // The cut-off replica said so (its database timeout), rather than
         // leaving clients to their own deadlines.
         let said = seen.iter().any(|s| s.retried.contains_key("Unavailable/STORE_UNAVAILABLE"));
-        assert!(said, "{fault:?}: no client saw UNAVAILABLE/STORE_UNAVAILABLE from the replica cut off from the database");
+        assert!(
+            said,
+            "{fault:?}: no client saw UNAVAILABLE/STORE_UNAVAILABLE from the replica cut off from the database"
+        );
     }
     for (replica, from, to) in cuts {
         let served: Vec<&str> = seen
@@ -343,7 +401,9 @@ fn load_args(keys: &str, prefix: &str, seconds: u64, extra: &[&str]) -> Vec<Stri
 
 /// The figures as the README's table, and each replica's memory.
 fn report(figures: &[Figures], memory: &str) {
-    eprintln!("\n| phase | faults | queries | answered | retrieved on retry | refused (budget) | retried attempts (by status) | charges checked | lost |");
+    eprintln!(
+        "\n| phase | faults | queries | answered | retrieved on retry | refused (budget) | retried attempts (by status) | charges checked | lost |"
+    );
     eprintln!("|---|---|---|---|---|---|---|---|---|");
     for f in figures {
         let c = &f.counts;
