@@ -386,8 +386,8 @@ fn check(target: &Target, m: &Measured, teacher_labels: &[Vec<usize>]) -> Vec<St
                     ));
                 }
                 let charge = match m.policy {
-                    Policy::Contested if unanimous => 0.0,
-                    Policy::Paper | Policy::Contested => m.per_query,
+                    Policy::Contested | Policy::UnanimousOnly if unanimous => 0.0,
+                    Policy::Paper | Policy::Contested | Policy::UnanimousOnly => m.per_query,
                 };
                 if a.mi_charged != charge {
                     v.push(format!(

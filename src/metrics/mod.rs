@@ -39,6 +39,8 @@ pub enum Outcome {
     RefusedBudget,
     /// Refused: the principal's rate limit.
     RefusedRate,
+    /// Refused: the teachers disagree (policy `unanimous_only`).
+    RefusedContested,
     /// Malformed input or a bad argument.
     Invalid,
     /// No or unknown credential.
@@ -55,6 +57,7 @@ impl Outcome {
             Outcome::Answered => "answered",
             Outcome::RefusedBudget => "refused_budget",
             Outcome::RefusedRate => "refused_rate",
+            Outcome::RefusedContested => "refused_contested",
             Outcome::Invalid => "invalid",
             Outcome::Unauthenticated => "unauthenticated",
             Outcome::TeacherUnavailable => "teacher_unavailable",

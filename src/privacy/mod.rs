@@ -106,6 +106,13 @@ pub enum PrivacyError {
     /// it up; nothing is released.
     #[error("noise calibration could not be certified: {0}")]
     Uncertified(String),
+    /// The teachers disagree and the policy answers unanimous queries
+    /// only ([`ledger::Policy::UnanimousOnly`]); nothing was drawn or
+    /// charged.
+    #[error(
+        "the teachers disagree on this query and privacy.policy = \"unanimous_only\" answers only queries they all agree on; nothing was charged"
+    )]
+    Contested,
     /// An argument outside its documented domain.
     #[error("{0}")]
     Domain(String),

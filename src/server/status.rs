@@ -48,6 +48,8 @@ pub mod reason {
     pub const ALREADY_EXISTS: &str = "ALREADY_EXISTS";
     /// Calibration could not be certified, or another internal failure (INTERNAL).
     pub const INTERNAL: &str = "INTERNAL";
+    /// The teachers disagree and privacy.policy = "unanimous_only".
+    pub const CONTESTED: &str = "CONTESTED";
 }
 
 /// `google.rpc.ErrorInfo` domain of every pacpriv error.
@@ -195,6 +197,7 @@ pub fn outcome(e: &ServiceError) -> Outcome {
         ServiceError::RateLimited { .. } => Outcome::RefusedRate,
         ServiceError::Session(SessionError::EvictedRepeat | SessionError::NoisyNotKept) => Outcome::Invalid,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,
+        ServiceError::Session(SessionError::Privacy(PrivacyError::Contested)) => Outcome::RefusedContested,
         ServiceError::Teachers(FanoutError::BadOutput { .. }) => Outcome::Internal,
         ServiceError::Teachers(_) => Outcome::TeacherUnavailable,
         _ => Outcome::Internal,
@@ -245,8 +248,9 @@ fn teacher_status(e: FanoutError) -> Status {
 /// The core refused after the teachers answered: their outputs did not fit
 /// the configuration, or calibration could not be certified.
 fn privacy_status(e: PrivacyError) -> Status {
-    use reason::{INTERNAL, INVALID_INPUT, TEACHER_OUTPUT_INVALID};
+    use reason::{CONTESTED, INTERNAL, INVALID_INPUT, TEACHER_OUTPUT_INVALID};
     match e {
+        PrivacyError::Contested => with_reason(Code::FailedPrecondition, e.to_string(), CONTESTED, false, &[]),
         PrivacyError::Shape(_) | PrivacyError::NonFinite(_) | PrivacyError::TeacherCount { .. } => with_reason(
             Code::Internal,
             format!("teacher outputs do not match the configuration ({e}); nothing was charged"),

@@ -33,5 +33,6 @@ mod store;
 mod subsets;
 mod teacher_tls;
 mod telemetry;
+mod unanimous;
 mod util;
 mod utility;

@@ -14,6 +14,11 @@
 //!   function of public state (every subset with positive weight gives the
 //!   same output), so I(S; R_t | transcript) = 0 exactly — and any other
 //!   answer costs b.
+//! - [`Policy::UnanimousOnly`]: only unanimous answers are released (free,
+//!   as under `contested`); any other query is refused before anything is
+//!   drawn or charged ([`super::mechanism::answer`]). Whether all m
+//!   teachers agree is a function of the m outputs, not of which subset is
+//!   secret, so the refusal reveals nothing (`docs/accounting.md` §3).
 //!
 //! # Invariants
 //! - `spent` only grows, and only by [`Ledger::record`].
@@ -34,6 +39,8 @@ pub enum Policy {
     Paper,
     /// Charge 0 for unanimous answers and b otherwise.
     Contested,
+    /// Answer unanimous queries only (free); refuse contested ones.
+    UnanimousOnly,
 }
 
 impl FromStr for Policy {
@@ -42,8 +49,9 @@ impl FromStr for Policy {
         match s {
             "paper" => Ok(Policy::Paper),
             "contested" => Ok(Policy::Contested),
+            "unanimous_only" => Ok(Policy::UnanimousOnly),
             other => Err(PrivacyError::Domain(format!(
-                "unknown charging policy {other:?}: expected \"paper\" or \"contested\""
+                "unknown charging policy {other:?}: expected \"paper\", \"contested\" or \"unanimous_only\""
             ))),
         }
     }
@@ -54,6 +62,7 @@ impl fmt::Display for Policy {
         f.write_str(match self {
             Policy::Paper => "paper",
             Policy::Contested => "contested",
+            Policy::UnanimousOnly => "unanimous_only",
         })
     }
 }
@@ -105,7 +114,7 @@ impl Ledger {
     /// What an answer costs under this ledger's policy.
     pub fn charge_for(&self, unanimous: bool) -> Nats {
         match (self.policy, unanimous) {
-            (Policy::Contested, true) => Nats::ZERO,
+            (Policy::Contested | Policy::UnanimousOnly, true) => Nats::ZERO,
             _ => self.per_query,
         }
     }

@@ -12,7 +12,7 @@
 use super::confidence;
 use super::grid;
 use super::label::{self, LabelCalibration};
-use super::ledger::Ledger;
+use super::ledger::{Ledger, Policy};
 use super::noise::NoiseDraw;
 use super::posterior::Posterior;
 use super::vector;
@@ -183,6 +183,11 @@ pub fn answer<R: CryptoRng + ?Sized>(
         confidence::threshold(a)?;
     }
     let unanimous = outputs.unanimous();
+    // A function of the outputs alone (public), so refusing reveals
+    // nothing about s*; before the budget, the draw or any state change.
+    if !unanimous && state.ledger.policy() == Policy::UnanimousOnly {
+        return Err(PrivacyError::Contested);
+    }
     let charge = state.ledger.charge_for(unanimous);
     state.ledger.check(charge)?;
     let b = state.ledger.per_query();

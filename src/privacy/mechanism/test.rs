@@ -119,6 +119,35 @@ fn paper_policy_charges_unanimous_answers_too() -> Result<(), PrivacyError> {
     Ok(())
 }
 
+/// Policy `unanimous_only`: a unanimous query is answered exactly and
+/// free; a contested one is refused with [`PrivacyError::Contested`] before
+/// anything is drawn, whichever subset is secret, with the state untouched
+/// — in label and vector mode, and although the budget could pay.
+#[test]
+fn unanimous_only_answers_agreement_free_and_refuses_disagreement_untouched() -> Result<(), PrivacyError> {
+    let mut st = state(3, 0.1, 1.0, Policy::UnanimousOnly);
+    let agreed = TeacherOutputs::Labels { labels: vec![2, 2, 2], classes: 3 };
+    let a = answer(&mut st, &agreed, SecretIndex::new(1, 3)?, None, &mut ChaCha20Rng::seed_from_u64(7))?;
+    assert!(a.unanimous);
+    assert_eq!((a.label, a.charge, st.ledger.spent(), st.ledger.answered()), (2, Nats::ZERO, Nats::ZERO, 1));
+    let before = st.clone();
+    let contested = [
+        TeacherOutputs::Labels { labels: vec![2, 1, 2], classes: 3 },
+        TeacherOutputs::Vectors(array![[0.5, 0.5], [0.5, 0.5], [0.25, 0.75]]),
+    ];
+    for outputs in &contested {
+        for s in 0..3 {
+            let mut rng = ChaCha20Rng::seed_from_u64(7);
+            let refused = answer(&mut st, outputs, SecretIndex::new(s, 3)?, None, &mut rng);
+            assert!(matches!(refused, Err(PrivacyError::Contested)), "secret {s}: {refused:?}");
+            assert_eq!(st, before, "a refusal changes nothing");
+            let fresh: u64 = ChaCha20Rng::seed_from_u64(7).random();
+            assert_eq!(rng.random::<u64>(), fresh, "nothing was drawn");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn refusals_and_errors_change_nothing() -> Result<(), PrivacyError> {
     let mut rng = ChaCha20Rng::seed_from_u64(0);

@@ -67,6 +67,7 @@ fn every_error_status_names_its_reason_and_whether_it_was_charged() {
             "false",
         ),
         (SessionError::from(PrivacyError::Uncertified("x".into())).into(), Code::Internal, reason::INTERNAL, "false"),
+        (SessionError::from(PrivacyError::Contested).into(), Code::FailedPrecondition, reason::CONTESTED, "false"),
         (
             SessionError::Registry(StoreError::KeyInUse { name: "a".into() }).into(),
             Code::AlreadyExists,

@@ -29,6 +29,7 @@ __all__ = [
     "TeacherOutputInvalid",
     "StoreUnavailable",
     "CacheMoved",
+    "Contested",
     "EvictedRepeat",
     "NoisyNotKept",
     "AlreadyExists",
@@ -117,6 +118,13 @@ class EvictedRepeat(PacprivError):
 
 class NoisyNotKept(PacprivError):
     reason = "NOISY_NOT_KEPT"
+
+
+class Contested(PacprivError):
+    """The teachers disagree and the server answers only unanimous queries
+    (privacy.policy = "unanimous_only"); nothing was charged."""
+
+    reason = "CONTESTED"
 
 
 class AlreadyExists(PacprivError):
