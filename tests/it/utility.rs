@@ -92,6 +92,13 @@ fn report_holds_what_every_run_must() {
     let shown_unanimous = mean(acc[acc.len() - 1]);
     assert!((shown_unanimous - 100.0 * unanimous as f64 / n as f64).abs() <= 0.005, "{report}");
 
+    // Unanimous only: exactly the unanimous examples answered, the
+    // unanimous-and-correct ones right, the rest refused, nothing spent.
+    let only = row(&report, "unanimous_only");
+    assert_eq!((count(only[1]), count(only[4])), (unanimous, n - unanimous), "{report}");
+    let accuracy = 100.0 * unanimous_correct as f64 / unanimous as f64;
+    assert!((mean(only[3]) - accuracy).abs() <= 0.005 && only[5] == "0", "{report}");
+
     for e in B_EXPS {
         let cells = row(&report, &format!("2^{e}"));
         let planned = if e > B_EXP { 0 } else { 1u64 << (B_EXP - e) };

@@ -116,7 +116,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         rows.push(runs.row(b).with_context(|| format!("b = {}", b.given))?);
     }
 
+    // b does not matter: nothing is ever charged under unanimous_only.
+    let any_b = args.per_query_mi.first().map_or(budget.nats, |b| b.nats);
+    let unanimous_only =
+        sim::unanimous_only_run(&votes, any_b, budget.nats, &mut rand::rng()).context("the unanimous_only run")?;
+
     let report = Report {
+        unanimous_only,
         m,
         seed,
         votes: &votes,
@@ -282,6 +288,8 @@ struct Report<'a> {
     trials: u32,
     cap: u64,
     rows: &'a [Row],
+    /// `unanimous_only`: (answered, answered correctly, MI spent).
+    unanimous_only: (usize, usize, Nats),
 }
 
 impl Report<'_> {
@@ -327,6 +335,33 @@ impl Report<'_> {
              `contested` alike.",
             trials(self.trials),
             pct(unanimous_correct)
+        )?;
+        writeln!(out)?;
+
+        let (answered, correct, spent) = self.unanimous_only;
+        writeln!(out, "#### Unanimous-only labelling, total budget B = {} nats", self.budget.given)?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "| policy | answered | coverage (%) | accuracy of answers (%) | refused CONTESTED | MI spent (nats) |"
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---:|---:|")?;
+        writeln!(
+            out,
+            "| unanimous_only | {} | {:.2} | {:.2} | {} | {} |",
+            thousands(answered as u64),
+            pct(answered),
+            100.0 * correct as f64 / answered.max(1) as f64,
+            thousands((n - answered) as u64),
+            spent.get()
+        )?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "`privacy.policy = \"unanimous_only\"`: every held-out example asked once of a fresh session through \
+             the real mechanism. The queries all {m} teachers agree on are answered exactly and free; the rest are \
+             refused CONTESTED, uncharged. Nothing is spent, so any number of queries can be asked, at any b; \
+             the price is coverage."
         )?;
         writeln!(out)?;
 

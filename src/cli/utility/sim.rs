@@ -147,6 +147,37 @@ pub fn accuracy_trial<R: CryptoRng + ?Sized>(
     Ok(correct)
 }
 
+/// What `privacy.policy = "unanimous_only"` gives: a fresh session with a
+/// secret drawn from `rng`, under its limit `budget`, asked every held-out
+/// example once through the real mechanism. Returns (answered, answered
+/// correctly, MI spent); every other query is refused
+/// [`PrivacyError::Contested`], so nothing is ever charged and no order or
+/// secret changes the result.
+///
+/// # Errors
+/// A mechanism error other than the refusal.
+pub fn unanimous_only_run<R: CryptoRng + ?Sized>(
+    votes: &Votes,
+    per_query: Nats,
+    budget: Nats,
+    rng: &mut R,
+) -> Result<(usize, usize, Nats), PrivacyError> {
+    let mut state = fresh_session(votes.m, per_query, budget, Policy::UnanimousOnly)?;
+    let secret = draw_secret(votes.m, rng)?;
+    let (mut answered, mut correct) = (0, 0);
+    for (outputs, truth) in votes.outputs.iter().zip(&votes.truth) {
+        match mechanism::answer(&mut state, outputs, secret, None, rng) {
+            Ok(a) => {
+                answered += 1;
+                correct += usize::from(a.label == *truth);
+            }
+            Err(PrivacyError::Contested) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((answered, correct, state.ledger.spent()))
+}
+
 /// How a run until refusal ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refusal {

@@ -50,6 +50,19 @@ fn accuracy_is_at_least_the_unanimous_and_correct_share() -> Result<(), PrivacyE
     Ok(())
 }
 
+/// Unanimous-only: the two unanimous examples answered (one correctly),
+/// the three contested ones refused, nothing spent, even on a budget of
+/// one answer.
+#[test]
+fn unanimous_only_answers_the_unanimous_examples_and_spends_nothing() -> Result<(), PrivacyError> {
+    let v = small_votes();
+    for _ in 0..10 {
+        let (answered, correct, spent) = sim::unanimous_only_run(&v, pow2(-8), pow2(-8), &mut rand::rng())?;
+        assert_eq!((answered, correct, spent), (v.unanimous(), v.unanimous_correct(), Nats::ZERO));
+    }
+    Ok(())
+}
+
 #[test]
 fn unanimous_votes_are_answered_exactly() -> Result<(), PrivacyError> {
     let v = Votes::new(vec![vec![2; 6], vec![1; 6], vec![0; 6]], vec![2, 0, 0], 3)?;
