@@ -20,6 +20,8 @@
 //! from this build's binary, the PostgreSQL image on the same local base).
 //! `PACPRIV_CLUSTER_ROUNDS=N` repeats the fault phases N times (default 1).
 
+#[path = "../shared/certificate.rs"]
+mod certificate;
 mod check;
 mod compose;
 
@@ -34,6 +36,8 @@ const REPLICAS: [&str; 3] = ["pacpriv-1", "pacpriv-2", "pacpriv-3"];
 const B: f64 = 1.0 / 1_048_576.0;
 const LOAD_KEYS: &str = "load_0-key,load_1-key,load_2-key,load_3-key,load_4-key,load_5-key";
 const HEALTHY_WITHIN: Duration = Duration::from_secs(180);
+/// Clients of every load-generator run.
+const CLIENTS: usize = 6;
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -183,7 +187,7 @@ fn prepare(dir: &Path) {
     std::fs::write(secret.join("secret-index"), "77\n").expect("secret index");
     let tls = dir.join("tls");
     std::fs::create_dir(&tls).expect("tls dir");
-    let (ca, cert, key) = certificate(&REPLICAS);
+    let (ca, cert, key) = certificate::server_certificate(&REPLICAS);
     for (name, pem) in [("ca.crt", ca), ("tls.crt", cert), ("tls.key", key)] {
         std::fs::write(tls.join(name), pem).expect("write pem");
     }
@@ -215,20 +219,6 @@ fn configmap_file(yaml: &str, key: &str) -> String {
     assert!(lines.next().is_some(), "no {key} in the ConfigMap");
     let body: Vec<&str> = lines.take_while(|l| l.is_empty() || l.starts_with("    ")).collect();
     body.iter().map(|l| l.get(4..).unwrap_or("")).collect::<Vec<_>>().join("\n") + "\n"
-}
-
-/// A CA (PEM) and a certificate and key it signed for `names`.
-fn certificate(names: &[&str]) -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().expect("key");
-    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let cert = CertificateParams::new(names).expect("params").signed_by(&key, &issuer).expect("certificate");
-    (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
 /// The pacpriv image from this build's binary (docker/build.sh) and the
@@ -385,13 +375,13 @@ fn race(project: &Project, keys: &str, prefix: &str) -> Vec<Seen> {
         .map(Seen::of)
         .collect();
     let refused = seen.iter().filter(|s| s.outcome == "refused").count();
-    assert_eq!(refused, 6, "{prefix}: every client ends refused for budget");
+    assert_eq!(refused, CLIENTS, "{prefix}: every client ends refused for budget");
     seen
 }
 
 fn load_args(keys: &str, prefix: &str, seconds: u64, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> =
-        ["--keys", keys, "--clients", "6", "--prefix", prefix, "--seconds", &seconds.to_string()]
+        ["--keys", keys, "--clients", &CLIENTS.to_string(), "--prefix", prefix, "--seconds", &seconds.to_string()]
             .iter()
             .map(|s| (*s).to_owned())
             .collect();

@@ -240,27 +240,13 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
     assert!(refused.contains("migration 99, newer than this release knows (1)"), "{refused}");
 }
 
-/// A CA (PEM) and a server certificate and key it signed for `names`.
-fn server_certificate(names: &[&str]) -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("CA");
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().expect("server key");
-    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let cert = CertificateParams::new(names).expect("params").signed_by(&key, &issuer).expect("server cert");
-    (ca.pem(), cert.pem(), key.serialize_pem())
-}
-
 /// Issue 23 §4: TLS to PostgreSQL with libpq's sslmodes, against a real
 /// server with `ssl = on` that refuses plaintext and whose certificate
 /// names `localhost` only.
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_over_tls_verifies_what_the_sslmode_says() {
-    let (ca, cert, key) = server_certificate(&["localhost"]);
-    let (other_ca, _, _) = server_certificate(&["localhost"]);
+    let (ca, cert, key) = crate::util::certificate::server_certificate(&["localhost"]);
+    let (other_ca, _, _) = crate::util::certificate::server_certificate(&["localhost"]);
     let pg = Postgres::start_tls(&cert, &key);
     let dir = tempfile::tempdir().expect("temp dir");
     let (ca_file, other_file) = (dir.path().join("ca.pem"), dir.path().join("other.pem"));

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests; [`faulty`] is the
 //! fault-injecting teacher proxy.
 
+#[path = "../../shared/certificate.rs"]
+pub mod certificate;
 pub mod faulty;
 pub mod pg_proxy;
 
