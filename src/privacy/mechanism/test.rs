@@ -657,9 +657,11 @@ fn adversarial_value() -> impl Strategy<Value = f64> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// docs/accounting.md §1.5: over adversarial posteriors and teacher
-    /// outputs, along a session, every step's status — answered or which
-    /// error — and its charge are the same for every choice of s*; only the
+    /// docs/accounting.md §1.5 (and §3 for `unanimous_only`'s CONTESTED
+    /// refusals): over adversarial posteriors and teacher outputs, under
+    /// both the `contested` and `unanimous_only` policies, along a session,
+    /// every step's status — answered or which error — and its charge are
+    /// the same for every choice of s*; only the
     /// centre of the release differs. The session then continues from one
     /// secret's state, so later steps see posteriors shaped by earlier
     /// releases (and Eq. 4's saturation).
@@ -670,6 +672,7 @@ proptest! {
         vector in any::<bool>(),
         e in 1i32..=60,
         seed in any::<u64>(),
+        policy in prop_oneof![Just(Policy::Contested), Just(Policy::UnanimousOnly)],
     ) {
         let m = log_w.len();
         let mut log_w = log_w;
@@ -679,7 +682,7 @@ proptest! {
         let b = 2f64.powi(-e).max(crate::privacy::noise::MIN_PER_QUERY);
         let mut st = SessionState {
             posterior: Posterior::from_log_weights(log_w).expect("one finite weight"),
-            ledger: Ledger::new(n(b), n(3.0 * b), Policy::Contested).expect("valid"),
+            ledger: Ledger::new(n(b), n(3.0 * b), policy).expect("valid"),
         };
         let mut pick = ChaCha20Rng::seed_from_u64(seed);
         for step in 0..5 {
