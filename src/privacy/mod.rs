@@ -19,6 +19,7 @@
 //! | [`posterior`] | Eq. 4, Lemma 3.2 | the belief over the m subsets |
 //! | [`ledger`] | Thm 3.3 | MI spent, budget, refusal |
 //! | [`mechanism`] | Algorithm 1 | teacher outputs in, one answered query out, applied atomically |
+//! | [`replay`] | Algorithm 1, Eq. 4 | re-deriving a journaled step from its public record (`pacpriv verify`) |
 //! | [`report`] | Eq. 2, §2.2 | MIA bound, ε-equivalent, planning |
 //! | [`grid`] | — | the 2⁻³² grid a release leaves on, computed without the centre's rounding |
 //! | [`confidence`] | Prop. 5.1 | the confidence filter |
@@ -43,6 +44,7 @@ pub mod mechanism;
 pub mod nats;
 pub mod noise;
 pub mod posterior;
+pub mod replay;
 pub mod report;
 pub mod secret_space;
 pub mod vector;

@@ -29,6 +29,7 @@ use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, Teacher
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::cell::{Cell, Change, State};
+use crate::store::record::JournalStepRecord;
 use crate::store::{JournalEntry, SessionRecord, StoreError, Ticket};
 use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, Owner, QueryDigest};
 use sha2::{Digest, Sha256};
@@ -219,6 +220,9 @@ pub struct Versioned {
     state: SessionState,
     version: u64,
     cache: AnswerCache,
+    /// The chain hash of the last journal entry (the session's genesis
+    /// hash before the first).
+    head: [u8; 32],
 }
 
 /// What resuming a session needs besides its record.
@@ -250,11 +254,15 @@ impl State for Versioned {
         if state.posterior.len() != p.m {
             return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: p.m }.into());
         }
-        Ok(Versioned { state, version, cache })
+        let head = record.and_then(|r| r.journal_head).unwrap_or_else(|| JournalEntry::genesis(key));
+        Ok(Versioned { state, version, cache, head })
     }
 
     fn record(&self) -> SessionRecord {
-        SessionRecord::of(&self.state, self.cache.to_record(), self.version)
+        SessionRecord {
+            journal_head: Some(self.head),
+            ..SessionRecord::of(&self.state, self.cache.to_record(), self.version)
+        }
     }
 
     fn poisoned() -> SessionError {
@@ -287,14 +295,14 @@ async fn account_of(session: &Session) -> Result<BudgetView, SessionError> {
 
 /// Answers `asking` on `v`: from the cache when this exact query was
 /// answered before (nothing changes), or by one step of Algorithm 1 on
-/// `outputs`. Returns the reply and how many steps it took (0 or 1), with
-/// its journal entry.
+/// `outputs`. Returns the reply and whether it took a step, with the
+/// step's journal entry when the journal is on.
 fn step(
     params: &SessionParams,
     v: &mut Versioned,
     outputs: Option<&TeacherOutputs>,
     asking: &Asking,
-) -> Result<(Reply, Option<JournalEntry>), SessionError> {
+) -> Result<(Reply, Option<Option<JournalEntry>>), SessionError> {
     if let Some(key) = &asking.key {
         match v.cache.lookup(key) {
             Lookup::Hit(c) => return Ok((Reply::cached(c, asking)?, None)),
@@ -315,13 +323,48 @@ fn step(
         v.cache.insert(key, kept, params.cache);
     }
     v.version += 1;
-    let journal = JournalEntry {
+    let entry = params.journal.then(|| {
+        let mut entry = journal_entry(v, outputs, asking, &answer);
+        let chain = entry.chained(&v.head);
+        entry.chain = chain.to_vec();
+        v.head = chain;
+        entry
+    });
+    Ok((Reply::fresh(answer), Some(entry)))
+}
+
+/// The journal entry of the step that just took `v` to its version: what
+/// it used and released, in the form `pacpriv verify` re-derives it from
+/// (the teachers' outputs on the release grid, as the mechanism used them).
+fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &Asking, answer: &Answer) -> JournalEntry {
+    let ledger = &v.state.ledger;
+    let mut step = JournalStepRecord {
+        digest: asking.key.map(|k| k.digest.as_bytes().to_vec()).unwrap_or_default(),
+        per_query: ledger.per_query().get(),
+        limit: ledger.limit().get(),
+        policy: ledger.policy().to_string(),
+        published: answer.published.clone(),
+        label: answer.label as u32,
+        ..Default::default()
+    };
+    match &*outputs.on_grid() {
+        TeacherOutputs::Labels { labels, classes } => {
+            step.classes = *classes as u32;
+            step.labels = labels.iter().map(|&l| l as u32).collect();
+        }
+        TeacherOutputs::Vectors(values) => {
+            step.dim = values.ncols() as u32;
+            step.vectors = values.iter().copied().collect();
+        }
+    }
+    JournalEntry {
         version: v.version,
         query_id: asking.query_id.clone(),
         charge: answer.charge.get(),
         log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
-    };
-    Ok((Reply::fresh(answer), Some(journal)))
+        step: Some(step),
+        chain: Vec::new(),
+    }
 }
 
 /// Answers `rows` in order, all or none: each as [`step`] would, on a copy
@@ -345,11 +388,11 @@ fn step_all(
     let mut replies = Vec::with_capacity(rows.len());
     let (mut steps, mut journal) = (0, Vec::new());
     for (outputs, asking) in rows {
-        let (reply, entry) = step(params, state, outputs.as_ref(), asking)?;
+        let (reply, stepped) = step(params, state, outputs.as_ref(), asking)?;
         replies.push(reply);
-        if let Some(entry) = entry {
+        if let Some(entry) = stepped {
             steps += 1;
-            journal.extend(params.journal.then_some(entry));
+            journal.extend(entry);
         }
     }
     let view = BudgetView::of(&state.state.ledger);

@@ -363,6 +363,32 @@ impl Sessions {
     pub fn scope(&self) -> Scope {
         self.scope
     }
+
+    /// Whether every step is journaled (`store.journal`).
+    pub fn journaled(&self) -> bool {
+        self.params.journal
+    }
+
+    /// The key of every session the store holds a record for.
+    ///
+    /// # Errors
+    /// The store could not be read.
+    pub async fn session_keys(&self) -> Result<Vec<String>, SessionError> {
+        self.store.sessions().await.map_err(SessionError::Store)
+    }
+
+    /// Session `key`'s durable record and journal, from one snapshot of
+    /// the store (an answer is released only once durable, so a step still
+    /// in flight is in neither).
+    ///
+    /// # Errors
+    /// The store could not be read, or holds corrupt data.
+    pub async fn journal_of(
+        &self,
+        key: &str,
+    ) -> Result<(Option<crate::store::SessionRecord>, Vec<crate::store::JournalEntry>), SessionError> {
+        self.store.journal_snapshot(key).await.map_err(SessionError::Store)
+    }
 }
 
 /// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and

@@ -182,21 +182,49 @@ impl EmbeddedStore {
             .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
     }
 
+    /// Every session key with a record, in order.
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        let Some(table) = self.read_table(SESSIONS)? else { return Ok(Vec::new()) };
+        table.iter().map_err(backend)?.map(|item| Ok(item.map_err(backend)?.0.value().to_owned())).collect()
+    }
+
+    /// A session's record and its journal up to that record's version,
+    /// read in one transaction (so a step committing meanwhile is in both
+    /// or in neither).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let record = match txn.open_table(SESSIONS) {
+            Ok(t) => t.get(session).map_err(backend)?.map(|b| b.value().to_vec()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(backend(e)),
+        };
+        let record = record
+            .map(|b| {
+                SessionRecord::decode(&b)
+                    .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+            })
+            .transpose()?;
+        let journal = match txn.open_table(JOURNAL) {
+            Ok(t) => decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)?,
+            Err(redb::TableError::TableDoesNotExist(_)) => Vec::new(),
+            Err(e) => return Err(backend(e)),
+        };
+        Ok((record, journal))
+    }
+
     /// A session's journal, in version order.
     ///
     /// # Errors
     /// Backend or corrupt data.
     pub fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let Some(table) = self.read_table(JOURNAL)? else { return Ok(Vec::new()) };
-        let corrupt = || StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() };
-        table
-            .range((session, 0)..=(session, u64::MAX))
-            .map_err(backend)?
-            .map(|item| {
-                let (_, v) = item.map_err(backend)?;
-                JournalEntry::decode(v.value()).ok_or_else(corrupt)
-            })
-            .collect()
+        decode_journal(session, table.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)
     }
 
     /// Every principal, by name.
@@ -388,4 +416,15 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
     }
     // Default durability is Immediate: commit returns after fsync.
     txn.commit().map_err(backend)
+}
+
+/// The entries of one session's journal range, decoded.
+fn decode_journal(session: &str, range: redb::Range<'_, (&str, u64), &[u8]>) -> Result<Vec<JournalEntry>, StoreError> {
+    let corrupt = || StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() };
+    range
+        .map(|item| {
+            let (_, v) = item.map_err(backend)?;
+            JournalEntry::decode(v.value()).ok_or_else(corrupt)
+        })
+        .collect()
 }

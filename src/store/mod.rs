@@ -236,6 +236,26 @@ impl Store {
         dispatch!(self, revoke(name, at_unix))
     }
 
+    /// Every session key with a record, in order.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, sessions())
+    }
+
+    /// A session's record and its journal up to that record, from one
+    /// snapshot of the store: what `pacpriv admin export` writes.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal_snapshot(
+        &self,
+        session: &str,
+    ) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
+        dispatch!(self, journal_snapshot(session))
+    }
+
     /// A session's journal in version order.
     ///
     /// # Errors

@@ -266,6 +266,47 @@ impl PgStore {
         row.map(|r| decode(session, r.get(0))).transpose()
     }
 
+    /// Every session key with a record, in order.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query("SELECT session FROM pacpriv_sessions ORDER BY session", &[]).await.map_err(backend)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// A session's record and its journal up to that record's version, in
+    /// one snapshot (a read-only REPEATABLE READ transaction).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal_snapshot(
+        &self,
+        session: &str,
+    ) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(backend)?;
+        let record = tx
+            .query_opt("SELECT record FROM pacpriv_sessions WHERE session = $1", &[&session])
+            .await
+            .map_err(backend)?
+            .map(|r| decode(session, r.get(0)))
+            .transpose()?;
+        let rows = tx
+            .query("SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version", &[&session])
+            .await
+            .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        Ok((record, decode_journal(session, &rows)?))
+    }
+
     /// A session's journal, in version order.
     ///
     /// # Errors
@@ -276,14 +317,7 @@ impl PgStore {
             .query("SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version", &[&session])
             .await
             .map_err(backend)?;
-        rows.iter()
-            .map(|r| {
-                JournalEntry::decode(r.get(0)).ok_or_else(|| StoreError::Corrupt {
-                    session: session.into(),
-                    reason: "undecodable journal entry".into(),
-                })
-            })
-            .collect()
+        decode_journal(session, &rows)
     }
 
     /// Every principal, by name.
@@ -529,6 +563,17 @@ fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError
         revoked_unix: row.get(5),
         name,
     })
+}
+
+fn decode_journal(session: &str, rows: &[tokio_postgres::Row]) -> Result<Vec<JournalEntry>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            JournalEntry::decode(r.get(0)).ok_or_else(|| StoreError::Corrupt {
+                session: session.into(),
+                reason: "undecodable journal entry".into(),
+            })
+        })
+        .collect()
 }
 
 fn decode(session: &str, bytes: &[u8]) -> Result<SessionRecord, StoreError> {

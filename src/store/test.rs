@@ -9,6 +9,7 @@ fn record(version: u64) -> SessionRecord {
         answered: version,
         charged: version,
         cache: None,
+        journal_head: None,
     }
 }
 
@@ -23,7 +24,13 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
         store.init_meta(&Meta { secret: 5, teachers: "demo m=8".into() })?;
         let tickets: Vec<Ticket> = (1..=20)
             .map(|v| {
-                let j = JournalEntry { version: v, query_id: format!("q{v}"), charge: 0.1, log_likelihood: vec![] };
+                let j = JournalEntry {
+                    version: v,
+                    query_id: format!("q{v}"),
+                    charge: 0.1,
+                    log_likelihood: vec![],
+                    ..Default::default()
+                };
                 store.enqueue("alice", record(v), vec![j])
             })
             .collect::<Result<_, _>>()?;

@@ -258,7 +258,7 @@ pub fn answer<R: CryptoRng + ?Sized>(
 
 /// The common output of unanimous teachers (teacher 0's copy, whatever
 /// the secret).
-fn exact_release(outputs: &TeacherOutputs) -> Array1<f64> {
+pub(super) fn exact_release(outputs: &TeacherOutputs) -> Array1<f64> {
     match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             // validate() guaranteed a non-empty list of labels < classes.

@@ -4,10 +4,11 @@
 //! does not serve this service at all.
 //!
 //! A request's path: `AdminService::check_token` → the RPC's file ([`create`],
-//! [`list`], [`inspect`], [`revoke`]) → [`super::status`] for any error.
+//! [`list`], [`inspect`], [`revoke`], [`export`]) → [`super::status`] for any error.
 //! There is no reset and no raise: see `proto/pacpriv/v1/admin.proto`.
 
 pub mod create;
+pub mod export;
 pub mod inspect;
 pub mod list;
 pub mod revoke;
@@ -20,8 +21,8 @@ use crate::metrics::ServiceMetrics;
 use crate::privacy::report;
 use crate::proto::pacpriv::admin_server::Admin;
 use crate::proto::pacpriv::{
-    CreatePrincipalRequest, CreatePrincipalResponse, InspectPrincipalRequest, ListPrincipalsRequest,
-    ListPrincipalsResponse, Principal, RevokePrincipalRequest,
+    CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, InspectPrincipalRequest,
+    ListPrincipalsRequest, ListPrincipalsResponse, Principal, RevokePrincipalRequest,
 };
 use crate::session::{Account, Sessions};
 use sha2::{Digest, Sha256};
@@ -114,5 +115,16 @@ impl Admin for AdminService {
     async fn revoke_principal(&self, request: Request<RevokePrincipalRequest>) -> Result<Response<Principal>, Status> {
         self.check_token(&request)?;
         Ok(Response::new(revoke::apply(&self.app, &request.into_inner().name).await?))
+    }
+
+    type ExportJournalStream = export::ChunkStream;
+
+    async fn export_journal(
+        &self,
+        request: Request<ExportJournalRequest>,
+    ) -> Result<Response<Self::ExportJournalStream>, Status> {
+        self.check_token(&request)?;
+        export::parse(&self.app)?;
+        Ok(Response::new(export::apply(self.app.clone())))
     }
 }

@@ -52,6 +52,7 @@ pub(super) fn session(bytes: &[u8]) -> Option<super::SessionRecord> {
         charged: r.u64()?,
         log_weights: r.floats()?,
         cache: None,
+        journal_head: None,
     };
     if !r.0.is_empty() {
         record.cache = Some(cache(&mut r)?);
@@ -108,7 +109,7 @@ pub(super) fn journal(bytes: &[u8]) -> Option<super::JournalEntry> {
     let charge = r.f64()?;
     let log_likelihood = r.floats()?;
     let query_id = String::from_utf8(r.0.to_vec()).ok()?;
-    Some(super::JournalEntry { version, query_id, charge, log_likelihood })
+    Some(super::JournalEntry { version, query_id, charge, log_likelihood, ..Default::default() })
 }
 
 /// Key digest, budget, created, revoked (−1: active), origin byte.

@@ -25,7 +25,9 @@ use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError};
 use crate::proto::store as schema;
 use prost::Message;
+use sha2::{Digest, Sha256};
 
+pub use schema::JournalStep as JournalStepRecord;
 pub use schema::{AnswerCache as AnswerCacheRecord, CachedAnswer as CachedAnswerRecord};
 pub use schema::{Evicted as EvictedRecord, Evidence as EvidenceRecord, Published as PublishedRecord};
 
@@ -73,12 +75,16 @@ pub struct SessionRecord {
     /// The session's cached answers, as the session wrote them (`None`:
     /// none, as in records written before the cache existed).
     pub cache: Option<AnswerCacheRecord>,
+    /// The chain hash of the session's last journal entry (`None`: no
+    /// entry yet, or none journaled).
+    pub journal_head: Option<[u8; 32]>,
 }
 
 impl SessionRecord {
     /// Snapshot of `state` and its `cache` at `version`.
     pub fn of(state: &SessionState, cache: Option<AnswerCacheRecord>, version: u64) -> Self {
         SessionRecord {
+            journal_head: None,
             version,
             log_weights: state.posterior.log_weights().to_vec(),
             spent: state.ledger.spent().get(),
@@ -112,6 +118,7 @@ impl SessionRecord {
             charged: self.charged,
             log_weights: self.log_weights.clone(),
             cache: self.cache.clone(),
+            journal_head: self.journal_head.map(|h| h.to_vec()).unwrap_or_default(),
         })
     }
 
@@ -126,6 +133,7 @@ impl SessionRecord {
                 answered: m.answered,
                 charged: m.charged,
                 cache: m.cache,
+                journal_head: m.journal_head.as_slice().try_into().ok(),
             }),
             Err(unmarked) => legacy::session(unmarked),
         }
@@ -133,7 +141,7 @@ impl SessionRecord {
 }
 
 /// One answered query, as journaled (when enabled).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct JournalEntry {
     /// The session version this answer produced.
     pub version: u64,
@@ -144,9 +152,33 @@ pub struct JournalEntry {
     /// The log-likelihood vector applied to the posterior (empty for an
     /// exact unanimous answer, which leaves the posterior unchanged).
     pub log_likelihood: Vec<f64>,
+    /// What the step used and released (`None` in entries written before
+    /// steps were journaled in full).
+    pub step: Option<JournalStepRecord>,
+    /// The entry's chain hash ([`JournalEntry::chained`]); empty in
+    /// entries written before the chain existed.
+    pub chain: Vec<u8>,
 }
 
+/// Domain separation for the journal's hash chain.
+const CHAIN_DOMAIN: &[u8] = b"pacpriv-journal/1";
+
 impl JournalEntry {
+    /// The chain hash a session starts from: a function of its key alone,
+    /// so an export cannot splice one session's entries onto another's.
+    pub fn genesis(session: &str) -> [u8; 32] {
+        Sha256::new().chain_update(CHAIN_DOMAIN).chain_update(b" genesis ").chain_update(session).finalize().into()
+    }
+
+    /// This entry's chain hash after `prev` (the previous entry's, or
+    /// [`JournalEntry::genesis`]): SHA-256 of the domain, `prev` and the
+    /// entry's encoding with `chain` left empty. Changing, dropping,
+    /// reordering or inserting an entry changes every later hash.
+    pub fn chained(&self, prev: &[u8; 32]) -> [u8; 32] {
+        let body = JournalEntry { chain: Vec::new(), ..self.clone() }.encode();
+        Sha256::new().chain_update(CHAIN_DOMAIN).chain_update(prev).chain_update(&body).finalize().into()
+    }
+
     /// The byte form ([`MARK`], format [`FORMAT`]).
     pub fn encode(&self) -> Vec<u8> {
         seal(&schema::JournalEntry {
@@ -155,6 +187,8 @@ impl JournalEntry {
             query_id: self.query_id.clone(),
             charge: self.charge,
             log_likelihood: self.log_likelihood.clone(),
+            step: self.step.clone(),
+            chain: self.chain.clone(),
         })
     }
 
@@ -166,6 +200,8 @@ impl JournalEntry {
                 query_id: m.query_id,
                 charge: m.charge,
                 log_likelihood: m.log_likelihood,
+                step: m.step,
+                chain: m.chain,
             }),
             Err(unmarked) => legacy::journal(unmarked),
         }

@@ -39,6 +39,7 @@ fn alice() -> SessionRecord {
         answered: 3,
         charged: 2,
         cache: Some(cache),
+        journal_head: None,
     }
 }
 
@@ -48,6 +49,7 @@ fn journal(v: u64) -> JournalEntry {
         query_id: format!("q{v}"),
         charge: if v == 2 { 0.0 } else { 2f64.powi(-20) },
         log_likelihood: if v == 2 { vec![] } else { vec![-0.25, -3.0, 0.0, -1e-300] },
+        ..Default::default()
     }
 }
 
@@ -78,14 +80,29 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
     let bytes = r.encode();
     assert!(bytes.starts_with(&MARK));
     assert_eq!(SessionRecord::decode(&bytes), Some(r.clone()));
-    let bare = SessionRecord { cache: None, ..r };
+    let bare = SessionRecord { cache: None, ..r.clone() };
     assert_eq!(SessionRecord::decode(&bare.encode()), Some(bare));
-    let j = JournalEntry {
+    let chained = SessionRecord { journal_head: Some([7; 32]), ..r };
+    assert_eq!(SessionRecord::decode(&chained.encode()), Some(chained));
+    let mut j = JournalEntry {
         version: 3,
         query_id: "q-ü".into(),
         charge: 2f64.powi(-32),
         log_likelihood: vec![-3.25, 1e-300],
+        step: Some(JournalStepRecord {
+            digest: vec![9; 32],
+            per_query: 2f64.powi(-32),
+            limit: 1.0,
+            policy: "contested".into(),
+            classes: 3,
+            labels: vec![0, 2],
+            published: vec![0.25, -0.5, 1.25],
+            label: 2,
+            ..Default::default()
+        }),
+        chain: Vec::new(),
     };
+    j.chain = j.chained(&JournalEntry::genesis("alice")).to_vec();
     assert_eq!(JournalEntry::decode(&j.encode()), Some(j));
     for p in principals() {
         assert_eq!(decode_principal(&p.name, &encode_principal(&p)), Some(p));
@@ -147,4 +164,29 @@ fn unknown_formats_and_malformed_bytes_are_refused() {
     assert_eq!(JournalEntry::decode(&garbage), None);
     assert_eq!(decode_principal("x", &garbage), None);
     assert_eq!(SessionRecord::decode(&[]), None);
+}
+
+#[test]
+fn the_chain_hash_covers_every_field_and_the_session() {
+    let a = JournalEntry::genesis("alice");
+    assert_ne!(a, JournalEntry::genesis("bob"));
+    let base = JournalEntry {
+        step: Some(JournalStepRecord { labels: vec![1, 1, 0], published: vec![0.5, 0.5], ..Default::default() }),
+        ..journal(1)
+    };
+    let h = base.chained(&a);
+    // The stored hash is not part of what is hashed.
+    assert_eq!(JournalEntry { chain: h.to_vec(), ..base.clone() }.chained(&a), h);
+    assert_ne!(base.chained(&JournalEntry::genesis("bob")), h);
+    let step = base.step.clone().unwrap_or_default();
+    let changed = [
+        JournalEntry { version: 2, ..base.clone() },
+        JournalEntry { charge: 0.0, ..base.clone() },
+        JournalEntry { log_likelihood: vec![-0.25, -3.0, 0.0, -2e-300], ..base.clone() },
+        JournalEntry { step: Some(JournalStepRecord { label: 1, ..step.clone() }), ..base.clone() },
+        JournalEntry { step: Some(JournalStepRecord { labels: vec![1, 0, 0], ..step }), ..base.clone() },
+    ];
+    for c in changed {
+        assert_ne!(c.chained(&a), h, "{c:?}");
+    }
 }
