@@ -12,7 +12,9 @@
 //!   path and the embedded store's group commit;
 //! - `sessions` ([`sessions`]): resident memory per idle session;
 //! - `cluster-load` ([`cluster`]): the cluster test's clients
-//!   (`tests/cluster`), one JSON line per query.
+//!   (`tests/cluster`), one JSON line per query;
+//! - `verify` ([`verify`]): `pacpriv verify` on a real journal of N steps,
+//!   against the mechanism's time for the same steps.
 //!
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
@@ -32,6 +34,7 @@ mod scratch;
 mod service;
 mod sessions;
 mod store;
+mod verify;
 
 /// Arguments of `pacpriv-bench`.
 #[derive(Debug, Parser)]
@@ -60,6 +63,9 @@ pub enum Command {
     /// retried on retryable statuses until it has an outcome; one JSON line
     /// per query on standard output.
     ClusterLoad(cluster::Args),
+    /// `pacpriv verify` on a journal of N real steps (100 000 by default),
+    /// against the time the mechanism took to answer them.
+    Verify(verify::Args),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +92,7 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Store(args) => store::run(args, out),
         Command::Sessions(args) => sessions::run(args, out),
         Command::ClusterLoad(args) => cluster::run(args, out),
+        Command::Verify(args) => verify::run(args, out),
     }
 }
 

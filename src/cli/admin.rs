@@ -1,13 +1,17 @@
 //! `pacpriv admin`: the admin API from the command line — create, list,
-//! inspect and revoke principals on a running server. The admin token is
+//! inspect and revoke principals on a running server, and export its
+//! journal for `pacpriv verify`. The admin token is
 //! read from `PACPRIV_ADMIN_TOKEN` (not a flag, so it stays out of shell
 //! history and `ps`).
 
 use super::connect::{TlsArgs, channel};
+use super::verify::format;
 use crate::proto::pacpriv::admin_client::AdminClient;
 use crate::proto::pacpriv::{
-    CreatePrincipalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal, RevokePrincipalRequest,
+    CreatePrincipalRequest, ExportJournalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
+    RevokePrincipalRequest,
 };
+use crate::store::{JournalEntry, SessionRecord};
 use anyhow::Context;
 use std::io::Write;
 
@@ -48,6 +52,13 @@ pub enum Action {
         /// Its name.
         name: String,
     },
+    /// Write every session's journal and record as JSON Lines, for
+    /// `pacpriv verify` (needs `store.journal = true`).
+    Export {
+        /// Where to write it (default: standard output).
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 fn line(p: &Principal) -> String {
@@ -65,6 +76,40 @@ fn line(p: &Principal) -> String {
         mia = a.mia_bound,
         eps = p.epsilon_equivalent,
     )
+}
+
+/// Streams the server's journal export to `out` as JSON Lines
+/// ([`crate::cli::verify::format`]); returns the entries and sessions
+/// written.
+async fn export<T>(admin: &mut AdminClient<T>, out: &mut dyn Write) -> anyhow::Result<(u64, u64)>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut stream = admin.export_journal(ExportJournalRequest {}).await?.into_inner();
+    serde_json::to_writer(&mut *out, &format::Header { format: format::FORMAT.into() })?;
+    writeln!(out)?;
+    let (mut entries, mut sessions) = (0, 0);
+    while let Some(chunk) = stream.message().await? {
+        for bytes in &chunk.entries {
+            let entry = JournalEntry::decode(bytes)
+                .with_context(|| format!("the server sent an undecodable journal entry of {:?}", chunk.session))?;
+            serde_json::to_writer(&mut *out, &format::EntryLine::of(&chunk.session, &entry))?;
+            writeln!(out)?;
+            entries += 1;
+        }
+        if !chunk.record.is_empty() {
+            let record = SessionRecord::decode(&chunk.record)
+                .with_context(|| format!("the server sent an undecodable record of {:?}", chunk.session))?;
+            let line = format::SessionLine { session: chunk.session.clone(), record: format::RecordLine::of(&record) };
+            serde_json::to_writer(&mut *out, &line)?;
+            writeln!(out)?;
+            sessions += 1;
+        }
+    }
+    Ok((entries, sessions))
 }
 
 /// Runs one admin action against `--addr`.
@@ -106,6 +151,21 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             Action::Revoke { name } => {
                 let p = admin.revoke_principal(RevokePrincipalRequest { name }).await?.into_inner();
                 writeln!(out, "{}", line(&p))?;
+            }
+            Action::Export { out: None } => {
+                export(&mut admin, out).await?;
+            }
+            Action::Export { out: Some(path) } => {
+                let file = std::fs::File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
+                let mut file = std::io::BufWriter::new(file);
+                let (entries, sessions) = export(&mut admin, &mut file).await?;
+                file.flush().with_context(|| format!("cannot write {}", path.display()))?;
+                let plural = if sessions == 1 { "" } else { "s" };
+                writeln!(
+                    out,
+                    "exported {entries} journal entries of {sessions} session{plural} to {}",
+                    path.display()
+                )?;
             }
         }
         Ok(())

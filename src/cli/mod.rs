@@ -16,6 +16,7 @@ pub mod serve;
 pub mod subsets;
 pub mod teachers;
 pub mod utility;
+pub mod verify;
 
 /// PAC-private predictions over gRPC, and the tools around them.
 #[derive(Debug, Parser)]
@@ -58,6 +59,11 @@ pub enum Command {
     /// Held-out accuracy at several per-query budgets under both charging
     /// policies, and how many answers a budget buys (paper Table 3).
     Utility(utility::Args),
+    /// Check an exported journal (`pacpriv admin export`) from its records
+    /// alone: hash chain, every charge, certificate and posterior update,
+    /// and each session's stored account. Exits 65 naming the first
+    /// record that does not match.
+    Verify(verify::Args),
 }
 
 /// Runs one parsed command, writing its report to `out`.
@@ -80,6 +86,7 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         Command::Label(args) => label::run(args, out),
         Command::Audit(args) => audit::run(args, out),
         Command::Utility(args) => utility::run(args, out),
+        Command::Verify(args) => verify::run(args, out),
     }
 }
 
@@ -92,10 +99,17 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
 pub struct Resumable(pub String);
 
 /// The exit status for an error returned by [`run`]: 75 for [`Resumable`],
-/// 64 (`EX_USAGE`) for everything else — bad arguments or configuration,
-/// unwritable paths, unbindable addresses: things the operator can fix.
+/// 65 (`EX_DATAERR`) for a journal that does not verify, 64 (`EX_USAGE`)
+/// for everything else — bad arguments or configuration, unwritable paths,
+/// unbindable addresses: things the operator can fix.
 pub fn exit_status(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<Resumable>().is_some() { 75 } else { 64 }
+    if error.downcast_ref::<Resumable>().is_some() {
+        75
+    } else if error.downcast_ref::<verify::Failed>().is_some() {
+        65
+    } else {
+        64
+    }
 }
 
 /// Logs to standard error (standard output is for results), filtered by

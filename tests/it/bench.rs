@@ -55,3 +55,14 @@ fn smoke_run_answers_everything_correctly_and_reports_every_target() {
     // The stores were removed with their targets.
     assert_eq!(std::fs::read_dir(dir.path()).expect("state dir").count(), 0, "store directories left behind");
 }
+
+/// `pacpriv-bench verify` (issue 25): a short real journal verifies, and
+/// the report has the rows BENCHMARKS.md quotes.
+#[test]
+fn verify_bench_verifies_a_real_journal() {
+    let report = bench_ok(&["verify", "--steps", "500", "--teachers", "16"]);
+    assert!(report.contains("on 500 journaled steps (m = 16"), "{report}");
+    let answering = row(&report, "answering (the mechanism, baseline)");
+    assert_eq!(answering[3], "1.00×", "{report}");
+    assert!(row(&report, "verifying (read, parse, chain, replay)")[3].ends_with('×'), "{report}");
+}

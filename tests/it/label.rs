@@ -1,26 +1,11 @@
 //! `pacpriv label` end to end: the real binary against a real server over
 //! loopback, on held-out demo digits.
 
-use crate::util::{B, Process, budget, client, pacpriv, sample, scrape, small_demo};
-use pacpriv::teachers::demo::digits::{self, Example};
+use crate::util::{B, Process, budget, client, held_out, pacpriv, sample, scrape, small_demo, write_csv};
+use pacpriv::teachers::demo::digits::Example;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-
-/// The demo's seed (config/default.toml), hence its split.
-const SEED: u64 = 20261123;
-
-/// The first `n` held-out examples: never trained on.
-fn held_out(n: usize) -> Vec<Example> {
-    let test = digits::split(SEED).expect("the demo data splits").test;
-    test.into_iter().take(n).collect()
-}
-
-fn write_csv(path: &Path, examples: &[Example]) {
-    let mut text: Vec<String> = vec![(0..64).map(|j| format!("p{j}")).collect::<Vec<_>>().join(",")];
-    text.extend(examples.iter().map(|e| e.pixels.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")));
-    std::fs::write(path, text.join("\n") + "\n").expect("write CSV");
-}
 
 /// JSON lines, alternating bare arrays and objects with an `input` field.
 fn write_jsonl(path: &Path, examples: &[Example]) {

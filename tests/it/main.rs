@@ -36,3 +36,4 @@ mod telemetry;
 mod unanimous;
 mod util;
 mod utility;
+mod verify;

@@ -419,6 +419,22 @@ pub fn distinct(mut pixels: Vec<f32>, n: u32) -> Vec<f32> {
     pixels
 }
 
+/// The demo's seed (config/default.toml), hence its split.
+pub const DEMO_SEED: u64 = 20261123;
+
+/// The first `n` held-out demo examples: never trained on.
+pub fn held_out(n: usize) -> Vec<pacpriv::teachers::demo::digits::Example> {
+    let test = pacpriv::teachers::demo::digits::split(DEMO_SEED).expect("the demo data splits").test;
+    test.into_iter().take(n).collect()
+}
+
+/// `examples` as a CSV file with a header, what `pacpriv label` reads.
+pub fn write_csv(path: &std::path::Path, examples: &[pacpriv::teachers::demo::digits::Example]) {
+    let mut text: Vec<String> = vec![(0..64).map(|j| format!("p{j}")).collect::<Vec<_>>().join(",")];
+    text.extend(examples.iter().map(|e| e.pixels.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")));
+    std::fs::write(path, text.join("\n") + "\n").expect("write CSV");
+}
+
 /// Environment for a quick demo deployment: 16 teachers, b = [`B`], and a
 /// principal "alice" (key `alice-key`, budget 1 nat) beside the demo one.
 pub fn small_demo(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {

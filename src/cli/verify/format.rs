@@ -1,0 +1,256 @@
+//! The journal export: JSON Lines, what `pacpriv admin export` writes and
+//! `pacpriv verify` reads.
+//!
+//! ```text
+//! {"format":"pacpriv-journal-export/1"}
+//! {"session":"alice","version":1,"query_id":"…","charge":…,"step":{…},"log_likelihood":[…],"chain":"…"}
+//! …every entry of alice, in version order…
+//! {"session":"alice","record":{"version":…,"spent":…,"log_weights":[…],"journal_head":"…",…}}
+//! …the next session…
+//! ```
+//!
+//! # Invariants
+//! - A line converts to and from the store's [`JournalEntry`] without
+//!   loss: every float is written in its shortest round-trip form and read
+//!   back exactly (serde_json `float_roundtrip`), and −∞ (a saturated
+//!   log-weight) is written as the string "-inf". So the chain hash a
+//!   verifier recomputes from a line is the one the server computed.
+
+use crate::store::record::JournalStepRecord;
+use crate::store::{JournalEntry, SessionRecord};
+use serde::{Deserialize, Serialize};
+
+/// The first line's `format`.
+pub const FORMAT: &str = "pacpriv-journal-export/1";
+
+/// The first line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    /// [`FORMAT`].
+    pub format: String,
+}
+
+/// A session's stored record, after its entries.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionLine {
+    /// The session key.
+    pub session: String,
+    /// The record.
+    pub record: RecordLine,
+}
+
+/// One line of an export.
+#[derive(Debug)]
+pub enum Line {
+    /// The first line.
+    Header(Header),
+    /// A journal entry.
+    Entry(Box<EntryLine>),
+    /// A session's record.
+    Session(SessionLine),
+}
+
+impl Line {
+    /// Parses one line: an entry (by far the most common, tried first),
+    /// a session's record, or the header.
+    ///
+    /// # Errors
+    /// What was wrong with it read as an entry.
+    pub fn parse(text: &str) -> Result<Line, serde_json::Error> {
+        match serde_json::from_str::<EntryLine>(text) {
+            Ok(e) => Ok(Line::Entry(Box::new(e))),
+            Err(e) => serde_json::from_str(text)
+                .map(Line::Session)
+                .or_else(|_| serde_json::from_str(text).map(Line::Header))
+                .map_err(|_| e),
+        }
+    }
+}
+
+/// A journal entry.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryLine {
+    /// The session key.
+    pub session: String,
+    /// The version the step produced.
+    pub version: u64,
+    /// The client's query id.
+    pub query_id: String,
+    /// The charge, nats.
+    pub charge: f64,
+    /// What the step used and released.
+    pub step: StepLine,
+    /// The Eq. 4 vector applied (empty: none).
+    pub log_likelihood: Vec<f64>,
+    /// The chain hash, hex.
+    pub chain: String,
+}
+
+/// [`JournalStepRecord`] in JSON.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepLine {
+    /// Query digest, hex (empty without the answer cache).
+    pub digest: String,
+    /// b.
+    pub per_query: f64,
+    /// The limit.
+    pub limit: f64,
+    /// The charging policy.
+    pub policy: String,
+    /// Label mode: d and one label per teacher.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub classes: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Label mode: each teacher's label.
+    pub labels: Vec<u32>,
+    /// Vector mode: d.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dim: u32,
+    /// Vector mode: the m × d outputs, row-major.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vectors: Vec<f64>,
+    /// The published release.
+    pub published: Vec<f64>,
+    /// Its argmax, the released label.
+    pub label: u32,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
+}
+
+/// A session's stored record (its answer cache left out).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordLine {
+    /// Steps taken.
+    pub version: u64,
+    /// MI spent.
+    pub spent: f64,
+    /// The limit when written.
+    pub limit: f64,
+    /// Answers released.
+    pub answered: u64,
+    /// Answers charged.
+    pub charged: u64,
+    /// The posterior's log-weights.
+    #[serde(with = "floats")]
+    pub log_weights: Vec<f64>,
+    /// The chain hash of the last entry, hex (empty: none).
+    pub journal_head: String,
+}
+
+impl EntryLine {
+    /// The line of `entry` of `session`.
+    pub fn of(session: &str, entry: &JournalEntry) -> Self {
+        let step = entry.step.clone().unwrap_or_default();
+        EntryLine {
+            session: session.to_owned(),
+            version: entry.version,
+            query_id: entry.query_id.clone(),
+            charge: entry.charge,
+            step: StepLine {
+                digest: hex(&step.digest),
+                per_query: step.per_query,
+                limit: step.limit,
+                policy: step.policy,
+                classes: step.classes,
+                labels: step.labels,
+                dim: step.dim,
+                vectors: step.vectors,
+                published: step.published,
+                label: step.label,
+            },
+            log_likelihood: entry.log_likelihood.clone(),
+            chain: hex(&entry.chain),
+        }
+    }
+
+    /// Back to the store's entry (`None`: a hex field is not hex).
+    pub fn entry(&self) -> Option<JournalEntry> {
+        let s = &self.step;
+        Some(JournalEntry {
+            version: self.version,
+            query_id: self.query_id.clone(),
+            charge: self.charge,
+            log_likelihood: self.log_likelihood.clone(),
+            step: Some(JournalStepRecord {
+                digest: unhex(&s.digest)?,
+                per_query: s.per_query,
+                limit: s.limit,
+                policy: s.policy.clone(),
+                classes: s.classes,
+                labels: s.labels.clone(),
+                dim: s.dim,
+                vectors: s.vectors.clone(),
+                published: s.published.clone(),
+                label: s.label,
+            }),
+            chain: unhex(&self.chain)?,
+        })
+    }
+}
+
+impl RecordLine {
+    /// The line of `record`.
+    pub fn of(record: &SessionRecord) -> Self {
+        RecordLine {
+            version: record.version,
+            spent: record.spent,
+            limit: record.limit,
+            answered: record.answered,
+            charged: record.charged,
+            log_weights: record.log_weights.clone(),
+            journal_head: record.journal_head.map(|h| hex(&h)).unwrap_or_default(),
+        }
+    }
+}
+
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    crate::session::hex(bytes)
+}
+
+/// The bytes of lowercase or uppercase hex; `None` for anything else.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Floats that may be infinite: numbers, or the strings "inf" / "-inf".
+mod floats {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Float {
+        Number(f64),
+        Text(String),
+    }
+
+    pub fn serialize<S: Serializer>(values: &[f64], s: S) -> Result<S::Ok, S::Error> {
+        let out: Vec<Float> = values
+            .iter()
+            .map(|&v| if v.is_finite() { Float::Number(v) } else { Float::Text(format!("{v}")) })
+            .collect();
+        out.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+        Vec::<Float>::deserialize(d)?
+            .into_iter()
+            .map(|f| match f {
+                Float::Number(v) => Ok(v),
+                Float::Text(t) if t == "-inf" => Ok(f64::NEG_INFINITY),
+                Float::Text(t) if t == "inf" => Ok(f64::INFINITY),
+                Float::Text(t) => Err(serde::de::Error::custom(format!("{t:?} is not a number"))),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,308 @@
+//! `pacpriv verify FILE`: checks an exported journal (`pacpriv admin
+//! export`) from its records alone — no server, no store, no secret.
+//!
+//! For every session, in order: the entries' versions run 1, 2, 3, … with
+//! none missing; each entry's chain hash is SHA-256 over the previous one
+//! and the entry itself ([`crate::store::JournalEntry::chained`]), starting
+//! from the session's genesis hash; each step re-derives — posterior, Σ,
+//! the ½·tr(Σ⁺C) ≤ b certificate, the charge and the ledger — as
+//! [`crate::privacy::replay`] does; and the session's stored record equals
+//! the replayed end state bit for bit (posterior, spent, counts, chain
+//! head). The first record that does not match is named by its line and
+//! the command exits with 65 (`EX_DATAERR`). Argument:
+//! `docs/accounting.md` §9.
+
+pub mod format;
+
+use crate::privacy::ledger::{Ledger, Policy};
+use crate::privacy::mechanism::{SessionState, TeacherOutputs};
+use crate::privacy::posterior::Posterior;
+use crate::privacy::replay::{self, Recorded};
+use crate::privacy::{Nats, PrivacyError, report};
+use crate::store::JournalEntry;
+use format::{EntryLine, Line, RecordLine};
+use ndarray::Array2;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+/// Arguments of `pacpriv verify`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The export to check (`pacpriv admin export --out FILE`); `-` reads
+    /// standard input.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+/// The first record that does not match.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {what}")]
+pub struct Failed {
+    /// The export.
+    pub file: String,
+    /// Its line, from 1.
+    pub line: usize,
+    /// What did not match.
+    pub what: String,
+}
+
+/// What a verified session came to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verified {
+    /// The session's key.
+    pub session: String,
+    /// Its journaled steps.
+    pub steps: u64,
+    /// Answers charged.
+    pub charged: u64,
+    /// MI spent, re-derived.
+    pub spent: f64,
+    /// The limit of its last step.
+    pub limit: f64,
+    /// The largest ½·tr(Σ⁺C)/b of any step.
+    pub worst_certificate: f64,
+}
+
+/// Checks `args.file`, prints one line per session and a total.
+///
+/// # Errors
+/// [`Failed`] for the first record that does not match; I/O.
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    let name = args.file.display().to_string();
+    let sessions = if name == "-" {
+        check(std::io::stdin().lock(), &name)?
+    } else {
+        let file =
+            std::fs::File::open(&args.file).map_err(|e| anyhow::anyhow!("cannot read the export {name}: {e}"))?;
+        check(std::io::BufReader::new(file), &name)?
+    };
+    writeln!(out, "session\tsteps\tcharged\tspent_nats\tlimit_nats\tmia_bound\tmax_certificate_over_b")?;
+    for s in &sessions {
+        let mia = Nats::new(s.spent).map(report::mia_bound).unwrap_or(1.0);
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{:e}\t{:e}\t{:.6}\t{:.6}",
+            s.session, s.steps, s.charged, s.spent, s.limit, mia, s.worst_certificate
+        )?;
+    }
+    let steps: u64 = sessions.iter().map(|s| s.steps).sum();
+    let n = sessions.len();
+    let plural = if n == 1 { "" } else { "s" };
+    writeln!(
+        out,
+        "verified: {steps} steps of {n} session{plural}; every charge, certificate and posterior re-derived"
+    )?;
+    Ok(())
+}
+
+/// Checks an export read from `reader` (called `file` in messages).
+///
+/// # Errors
+/// [`Failed`] for the first line that does not match.
+pub fn check(reader: impl BufRead, file: &str) -> Result<Vec<Verified>, Failed> {
+    let fail = |line: usize, what: String| Failed { file: file.to_owned(), line, what };
+    let mut done: Vec<Verified> = Vec::new();
+    let mut current: Option<Replaying> = None;
+    let mut lines = 0;
+    for (i, text) in reader.lines().enumerate() {
+        let n = i + 1;
+        lines = n;
+        let text = text.map_err(|e| fail(n, format!("unreadable: {e}")))?;
+        let line = Line::parse(&text).map_err(|e| fail(n, format!("not a line of a journal export: {e}")))?;
+        match (n, line) {
+            (1, Line::Header(h)) if h.format == format::FORMAT => {}
+            (1, _) => return Err(fail(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT))),
+            (_, Line::Header(_)) => return Err(fail(n, "a second header".into())),
+            (_, Line::Entry(e)) => {
+                if current.as_ref().is_none_or(|c| c.session != e.session) {
+                    if let Some(c) = &current {
+                        return Err(fail(n, format!("session {:?}'s entries end without its record line", c.session)));
+                    }
+                    if done.iter().any(|d| d.session == e.session) {
+                        return Err(fail(n, format!("session {:?} appears twice", e.session)));
+                    }
+                    current = Some(Replaying::new(&e.session));
+                }
+                if let Some(c) = current.as_mut() {
+                    c.step(&e)
+                        .map_err(|what| fail(n, format!("session {:?} version {}: {what}", e.session, e.version)))?;
+                }
+            }
+            (_, Line::Session(s)) => {
+                let c = match current.take() {
+                    Some(c) if c.session == s.session => c,
+                    Some(c) => {
+                        return Err(fail(
+                            n,
+                            format!("record of {:?} while {:?}'s entries are open", s.session, c.session),
+                        ));
+                    }
+                    None => Replaying::new(&s.session),
+                };
+                if done.iter().any(|d| d.session == s.session) {
+                    return Err(fail(n, format!("session {:?} appears twice", s.session)));
+                }
+                done.push(c.finish(&s.record).map_err(|what| fail(n, format!("session {:?}: {what}", s.session)))?);
+            }
+        }
+    }
+    match (lines, current) {
+        (0, _) => Err(fail(1, "the export is empty".into())),
+        (_, Some(c)) => {
+            Err(fail(lines, format!("the export ends inside session {:?}: its record line is missing", c.session)))
+        }
+        (_, None) => Ok(done),
+    }
+}
+
+/// One session being re-derived.
+struct Replaying {
+    session: String,
+    /// `None` before the first entry (m is not known yet).
+    state: Option<SessionState>,
+    head: [u8; 32],
+    version: u64,
+    limit: f64,
+    worst: f64,
+}
+
+impl Replaying {
+    fn new(session: &str) -> Self {
+        Replaying {
+            session: session.to_owned(),
+            state: None,
+            head: JournalEntry::genesis(session),
+            version: 0,
+            limit: 0.0,
+            worst: 0.0,
+        }
+    }
+
+    /// Checks entry `e` (the next one of this session) and applies it.
+    fn step(&mut self, e: &EntryLine) -> Result<(), String> {
+        if e.version != self.version + 1 {
+            return Err(if self.version == 0 {
+                format!(
+                    "the journal starts at version {}: the steps before it are missing (removed, or never \
+                     journaled because store.journal was off then), so the account cannot be re-derived",
+                    e.version
+                )
+            } else {
+                format!("expected version {} next: a record is missing or out of order", self.version + 1)
+            });
+        }
+        let entry = e.entry().ok_or("a hash or digest is not hex")?;
+        let chain = entry.chained(&self.head);
+        if entry.chain != chain {
+            return Err("its chain hash does not match: this record, or one before it, was altered, inserted or \
+                        removed"
+                .into());
+        }
+        let s = &e.step;
+        let outputs = outputs(s)?;
+        let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
+        let nats = |x: f64| Nats::new(x).map_err(|e| e.to_string());
+        let state = match self.state.take() {
+            Some(state) => state,
+            None => SessionState {
+                posterior: Posterior::uniform(outputs.len()).map_err(|e| e.to_string())?,
+                ledger: Ledger::new(nats(s.per_query)?, nats(s.limit)?, policy).map_err(|e| e.to_string())?,
+            },
+        };
+        let l = &state.ledger;
+        // b, the limit and the policy are the step's own (a restart may
+        // change them); what was spent carries over.
+        let ledger = Ledger::restore(nats(s.per_query)?, nats(s.limit)?, policy, l.spent(), l.answered(), l.charged())
+            .map_err(|e| e.to_string())?;
+        let mut state = SessionState { ledger, ..state };
+        let recorded = Recorded {
+            outputs: &outputs,
+            published: &s.published,
+            label: s.label as usize,
+            charge: e.charge,
+            log_likelihood: &e.log_likelihood,
+        };
+        let replayed = replay::replay(&mut state, &recorded).map_err(|m| m.to_string())?;
+        self.worst = self.worst.max(replayed.mi_bound / s.per_query);
+        self.limit = s.limit;
+        self.state = Some(state);
+        self.head = chain;
+        self.version = e.version;
+        Ok(())
+    }
+
+    /// Compares the stored record with the replayed end state.
+    fn finish(self, record: &RecordLine) -> Result<Verified, String> {
+        if record.version != self.version {
+            return Err(if self.version == 0 {
+                format!("its record is at version {} but none of its steps is journaled", record.version)
+            } else {
+                format!("its record is at version {}, its journal ends at {}", record.version, self.version)
+            });
+        }
+        // A record written before its session's first journaled step may
+        // carry no head at all.
+        let head_ok =
+            record.journal_head == format::hex(&self.head) || (self.version == 0 && record.journal_head.is_empty());
+        if !head_ok {
+            return Err("its record's chain head is not its last entry's chain hash".into());
+        }
+        let Some(state) = self.state else {
+            return Ok(Verified {
+                session: self.session,
+                steps: 0,
+                charged: 0,
+                spent: record.spent,
+                limit: record.limit,
+                worst_certificate: 0.0,
+            });
+        };
+        let l = &state.ledger;
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits();
+        if !same(l.spent().get(), record.spent) || l.answered() != record.answered || l.charged() != record.charged {
+            return Err(format!(
+                "its record says spent {:e} nats in {} answers ({} charged); the journal adds up to {:e} in {} ({})",
+                record.spent,
+                record.answered,
+                record.charged,
+                l.spent().get(),
+                l.answered(),
+                l.charged()
+            ));
+        }
+        let replayed = state.posterior.log_weights();
+        if replayed.len() != record.log_weights.len()
+            || replayed.iter().zip(&record.log_weights).any(|(a, b)| !same(*a, *b))
+        {
+            return Err("its record's posterior is not the one its journal replays to".into());
+        }
+        Ok(Verified {
+            session: self.session,
+            steps: self.version,
+            charged: l.charged(),
+            spent: l.spent().get(),
+            limit: self.limit,
+            worst_certificate: self.worst,
+        })
+    }
+}
+
+/// The teachers' outputs a step records.
+fn outputs(s: &format::StepLine) -> Result<TeacherOutputs, String> {
+    match (s.classes, s.dim) {
+        (classes, 0) if classes > 0 => Ok(TeacherOutputs::Labels {
+            labels: s.labels.iter().map(|&l| l as usize).collect(),
+            classes: classes as usize,
+        }),
+        (0, dim) if dim > 0 && s.vectors.len() % dim as usize == 0 => {
+            let m = s.vectors.len() / dim as usize;
+            Array2::from_shape_vec((m, dim as usize), s.vectors.clone())
+                .map(TeacherOutputs::Vectors)
+                .map_err(|e| e.to_string())
+        }
+        _ => Err("the step records neither labels (classes, labels) nor vectors (dim, m × dim values)".into()),
+    }
+}
+
+#[cfg(test)]
+mod test;
