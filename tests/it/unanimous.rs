@@ -1,23 +1,20 @@
 //! Issue 25 §3: `privacy.policy = "unanimous_only"` over real gRPC, on
 //! held-out demo digits: every query is either answered exactly by all 16
 //! teachers agreeing (charged nothing) or refused FAILED_PRECONDITION with
-//! reason CONTESTED, `charged = "false"`; the budget never moves.
+//! reason CONTESTED, `charged = "false"`; the budget never moves. And
+//! `pacpriv label --unanimous-only` labels a dataset through it, keeping
+//! exactly the unanimous rows and spending nothing.
 
-use crate::util::{Process, budget, client, image, predict, small_demo};
-use pacpriv::teachers::demo::digits;
+use crate::util::{Process, budget, client, held_out, image, pacpriv, predict, small_demo, write_csv};
 use tonic_types::StatusExt;
-
-/// The demo's seed (config/default.toml), hence its split.
-const SEED: u64 = 20261123;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unanimous_only_answers_agreement_for_free_and_refuses_the_rest_uncharged() {
     let env = small_demo(&[("PACPRIV__PRIVACY__POLICY", "unanimous_only".to_owned())]);
     let server = Process::serve(None, &env);
     let mut c = client(&server.addr).await;
-    let held_out = digits::split(SEED).expect("the demo data splits").test;
     let (mut answered, mut correct, mut refused) = (0, 0, 0);
-    for (i, example) in held_out.iter().take(150).enumerate() {
+    for (i, example) in held_out(150).iter().enumerate() {
         match predict(&mut c, "alice-key", image(&format!("q{i}"), &example.pixels)).await {
             Ok(r) => {
                 assert!(r.unanimous && r.mi_charged == 0.0, "q{i}: only unanimous, free answers: {r:?}");
@@ -39,4 +36,73 @@ async fn unanimous_only_answers_agreement_for_free_and_refuses_the_rest_uncharge
     let account = budget(&mut c, "alice-key").await;
     assert_eq!((account.spent, account.answered as usize, account.charged), (0.0, answered, 0));
     assert_eq!(account.policy, "unanimous_only");
+}
+
+/// `pacpriv label --unanimous-only` on 80 held-out digits: every row is
+/// answered or journaled as contested, the kept labels are the unanimous
+/// answers (mostly right), nothing is spent; a rerun sends nothing; a
+/// server under another policy is refused before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn label_unanimous_only_keeps_the_unanimous_rows_for_free() {
+    let server = Process::serve(None, &small_demo(&[("PACPRIV__PRIVACY__POLICY", "unanimous_only".to_owned())]));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (input, out) = (dir.path().join("digits.csv"), dir.path().join("labels.csv"));
+    let examples = held_out(80);
+    write_csv(&input, &examples);
+    let addr = format!("http://{}", server.addr);
+    let (input_s, out_s) = (input.display().to_string(), out.display().to_string());
+    let args = ["label", &input_s, "--out", &out_s, "--addr", &addr, "--api-key", "alice-key", "--unanimous-only"];
+    let o = pacpriv(&args);
+    let report = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{report}{}", String::from_utf8_lossy(&o.stderr));
+
+    let journal = std::fs::read_to_string(dir.path().join("labels.csv.answers")).expect("journal");
+    let answers: Vec<serde_json::Value> =
+        journal.lines().skip(1).map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(answers.len(), 80, "every row journaled");
+    let contested: Vec<u64> =
+        answers.iter().filter(|a| a["contested"] == true).map(|a| a["row"].as_u64().expect("row")).collect();
+    assert!(!contested.is_empty() && contested.len() < 80, "{contested:?}");
+    assert!(answers.iter().all(|a| a["mi_charged"].as_f64() == Some(0.0)));
+    assert!(answers.iter().all(|a| (a["contested"] == true) != (a["unanimous"] == true)), "one or the other");
+
+    let kept: Vec<(usize, usize)> = std::fs::read_to_string(&out)
+        .expect("kept")
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (r, y) = l.split_once(',').expect("row,label");
+            (r.parse().expect("row"), y.parse().expect("label"))
+        })
+        .collect();
+    assert_eq!(kept.len(), 80 - contested.len(), "kept = the unanimous rows");
+    let correct = kept.iter().filter(|&&(r, y)| examples[r].digit == y).count();
+    assert!(correct * 10 >= kept.len() * 9, "{correct}/{}", kept.len());
+    assert!(
+        report.contains(&format!(
+            "contested    {} this run, {} rows in total refused",
+            contested.len(),
+            contested.len()
+        )),
+        "{report}"
+    );
+    let mut c = client(&server.addr).await;
+    let account = budget(&mut c, "alice-key").await;
+    assert_eq!((account.spent, account.answered as usize), (0.0, kept.len()));
+
+    // A rerun finds every row journaled and sends nothing.
+    let again = pacpriv(&args);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("answered     0 this run"), "{again:?}");
+    assert_eq!(budget(&mut c, "alice-key").await.answered as usize, kept.len());
+
+    // Under another policy contested rows would be charged: refused up front.
+    let paper = Process::serve(None, &small_demo(&[]));
+    let addr = format!("http://{}", paper.addr);
+    let other = dir.path().join("other.csv").display().to_string();
+    let o =
+        pacpriv(&["label", &input_s, "--out", &other, "--addr", &addr, "--api-key", "alice-key", "--unanimous-only"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("privacy.policy is \"unanimous_only\""), "{err}");
+    let mut c = client(&paper.addr).await;
+    assert_eq!(budget(&mut c, "alice-key").await.answered, 0, "nothing sent");
 }

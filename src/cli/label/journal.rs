@@ -35,6 +35,14 @@ pub struct Header {
     pub sha256: String,
     /// Confidence level the `confident` flags were computed at.
     pub alpha: f64,
+    /// Written by `--unanimous-only` (contested rows refused, not asked
+    /// through the stream).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unanimous_only: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// One answered row.
@@ -50,6 +58,10 @@ pub struct Answer {
     pub unanimous: bool,
     /// MI charged for it, in nats.
     pub mi_charged: f64,
+    /// Refused as contested (`--unanimous-only`): no label, nothing
+    /// charged, never kept.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub contested: bool,
 }
 
 /// Why a journal cannot be continued.
@@ -96,6 +108,15 @@ pub enum JournalError {
         /// The journal's α.
         journal: f64,
     },
+    /// Written with(out) `--unanimous-only`, continued the other way.
+    #[error(
+        "it was written {}; rerun that way, or label into another --out",
+        if *unanimous_only { "with --unanimous-only" } else { "without --unanimous-only" }
+    )]
+    OtherMode {
+        /// How the journal was written.
+        unanimous_only: bool,
+    },
     /// More answers than rows.
     #[error("it holds {answers} answers but the input has only {rows} rows")]
     TooMany {
@@ -130,7 +151,20 @@ impl Header {
     /// A header describing `rows` rows of `features` values with the given
     /// fingerprint, labelled at `alpha`.
     pub fn new(input: &Path, rows: u64, features: usize, sha256: String, alpha: f64) -> Header {
-        Header { format: FORMAT.to_owned(), input: input.display().to_string(), rows, features, sha256, alpha }
+        Header {
+            format: FORMAT.to_owned(),
+            input: input.display().to_string(),
+            rows,
+            features,
+            sha256,
+            alpha,
+            unanimous_only: false,
+        }
+    }
+
+    /// The same, for a `--unanimous-only` job when `on`.
+    pub fn unanimous_only(self, on: bool) -> Header {
+        Header { unanimous_only: on, ..self }
     }
 
     fn describe(&self) -> String {
@@ -149,6 +183,9 @@ impl Header {
         }
         if self.alpha != now.alpha {
             return Err(JournalError::OtherAlpha { journal: self.alpha });
+        }
+        if self.unanimous_only != now.unanimous_only {
+            return Err(JournalError::OtherMode { unanimous_only: self.unanimous_only });
         }
         Ok(())
     }

@@ -97,6 +97,14 @@ pub struct Args {
     #[arg(long, value_enum, ignore_case = true, default_value_t = Datatype::Fp32)]
     pub datatype: Datatype,
 
+    /// Ask only for labels all teachers agree on, exact and free: the
+    /// server must run `privacy.policy = "unanimous_only"`, which refuses
+    /// contested rows (`CONTESTED`, uncharged). Rows go as unary Predict
+    /// calls ([`IN_FLIGHT`] at a time), so a refusal does not end the job;
+    /// refused rows are journaled as contested and never kept.
+    #[arg(long)]
+    pub unanimous_only: bool,
+
     /// Without a terminal on standard error: a progress line every N rows
     /// (and at least every 10 s).
     #[arg(long, default_value = "1000", value_name = "N")]
@@ -146,7 +154,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             journal_path.display()
         );
     }
-    let header = journal::Header::new(&args.input, summary.rows, summary.features, summary.sha256.clone(), args.alpha);
+    let header = journal::Header::new(&args.input, summary.rows, summary.features, summary.sha256.clone(), args.alpha)
+        .unanimous_only(args.unanimous_only);
     let Opened { mut journal, mut answers, dropped_torn_line } =
         Journal::open(&journal_path, &header).with_context(|| format!("continuing {}", journal_path.display()))?;
     if dropped_torn_line {
@@ -169,7 +178,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let outcome = result?;
 
     let paths = Paths { input, out: args.out.display().to_string(), journal: journal_path.display().to_string() };
-    let totals = Totals { rows: summary.rows, features: summary.features, answered: answers.len() as u64, kept };
+    let contested = answers.iter().filter(|a| a.contested).count() as u64;
+    let totals = Totals {
+        rows: summary.rows,
+        features: summary.features,
+        answered: answers.len() as u64 - contested,
+        contested,
+        kept,
+    };
     report(out, &paths, &totals, args.alpha, &outcome)?;
     ending(outcome, &paths, &totals)
 }
@@ -186,6 +202,8 @@ struct Totals {
     rows: u64,
     features: usize,
     answered: u64,
+    /// Rows refused as contested (`--unanimous-only`).
+    contested: u64,
     kept: usize,
 }
 
@@ -196,6 +214,13 @@ fn report(out: &mut dyn Write, p: &Paths, t: &Totals, alpha: f64, outcome: &Outc
     let b = &outcome.budget;
     writeln!(out, "input        {}: {} rows of {} values", p.input, t.rows, t.features)?;
     writeln!(out, "answered     {} this run, {} of {} rows in total", outcome.answered, t.answered, t.rows)?;
+    if outcome.unanimous_only {
+        writeln!(
+            out,
+            "contested    {} this run, {} rows in total refused (the teachers disagree; nothing charged, never kept)",
+            outcome.contested, t.contested
+        )?;
+    }
     writeln!(out, "kept         {} of {} answered rows ({fraction}), confident at α = {alpha}", t.kept, t.answered)?;
     writeln!(out, "labels       {} (row,label); every answer in {}", p.out, p.journal)?;
     writeln!(out, "MI charged   {:e} nats by this run", outcome.charged)?;
@@ -212,7 +237,11 @@ fn report(out: &mut dyn Write, p: &Paths, t: &Totals, alpha: f64, outcome: &Outc
 fn ending(outcome: Outcome, p: &Paths, t: &Totals) -> anyhow::Result<()> {
     let progress = format!(
         "{} of {} rows answered ({} this run), all in {}; kept labels in {}",
-        t.answered, t.rows, outcome.answered, p.journal, p.out
+        t.answered + t.contested,
+        t.rows,
+        outcome.answered + outcome.contested,
+        p.journal,
+        p.out
     );
     let again = "rerun this same command (rows already answered are not sent again)";
     let resumable = |message: String| Err(super::Resumable(message).into());
@@ -233,17 +262,23 @@ fn ending(outcome: Outcome, p: &Paths, t: &Totals) -> anyhow::Result<()> {
         End::Stopped(status) if transient(status.code()) => resumable(format!(
             "the server stopped answering at row {} ({:?}: {}); {progress}. If the connection broke, answers \
              charged but never received (at most {IN_FLIGHT}) are lost. To continue, {again}",
-            t.answered,
+            t.answered + t.contested,
             status.code(),
             status.message()
         )),
         End::Stopped(status) => bail!(
             "the server refused row {} ({:?}: {}; nothing was charged for it); {progress}",
-            t.answered,
+            t.answered + t.contested,
             status.code(),
             status.message()
         ),
     }
+}
+
+/// The `google.rpc.ErrorInfo` reason of a status, if it carries one.
+fn reason(status: &Status) -> Option<String> {
+    use tonic_types::StatusExt;
+    status.get_error_details().error_info().map(|i| i.reason.clone())
 }
 
 /// Codes after which the same request may succeed later.
@@ -293,6 +328,9 @@ enum End {
 struct Outcome {
     /// Answers received by this run.
     answered: u64,
+    /// A `--unanimous-only` run, and the rows it saw refused as contested.
+    unanimous_only: bool,
+    contested: u64,
     /// Their charges, in nats.
     charged: f64,
     /// The session's budget after the last answer (or at the start).
@@ -329,8 +367,21 @@ impl Job<'_> {
         })?;
         let budget = budget.into_inner();
         let first = answers.len() as u64;
-        let mut outcome = Outcome { answered: 0, charged: 0.0, budget, end: End::Complete };
+        let unanimous_only = self.args.unanimous_only;
+        if unanimous_only && budget.policy != "unanimous_only" {
+            bail!(
+                "--unanimous-only needs a server whose privacy.policy is \"unanimous_only\" (this one's is {:?}): under \
+                 any other policy a contested row would be answered and charged",
+                budget.policy
+            );
+        }
+        let mut outcome =
+            Outcome { answered: 0, unanimous_only, contested: 0, charged: 0.0, budget, end: End::Complete };
         if first == self.rows {
+            return Ok(outcome);
+        }
+        if unanimous_only {
+            self.run_unary(client, journal, answers, &mut outcome).await?;
             return Ok(outcome);
         }
 
@@ -367,6 +418,7 @@ impl Job<'_> {
                             confident: r.confident.unwrap_or(false),
                             unanimous: r.unanimous,
                             mi_charged: r.mi_charged,
+                            contested: false,
                         };
                         journal.append(&answer).with_context(|| {
                             format!("journaling the answer to row {next} (it was charged, and is lost)")
@@ -413,6 +465,99 @@ impl Job<'_> {
         Ok(outcome)
     }
 
+    /// `--unanimous-only`: every row not yet in `answers` as a unary
+    /// Predict call, [`IN_FLIGHT`] at a time, journaled in row order; a
+    /// `CONTESTED` refusal is journaled as such and the job goes on. Any
+    /// other failure stops it (answers after the failing row are dropped:
+    /// under `unanimous_only` they were free, and their rows are asked
+    /// again on the rerun).
+    async fn run_unary<T>(
+        &self,
+        client: PrivatizerClient<T>,
+        journal: &mut Journal,
+        answers: &mut Vec<Answer>,
+        outcome: &mut Outcome,
+    ) -> anyhow::Result<()>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body> + Clone + Send + 'static,
+        T::Future: Send,
+        T::Error: Into<tonic::codegen::StdError>,
+        T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+        <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+    {
+        use futures_util::StreamExt as _;
+        let first = answers.len() as u64;
+        let reader = Reader::for_job(self, first);
+        let mut rows = Rows::new(std::fs::File::open(&self.args.input)?, &self.options)
+            .filter(|r| !matches!(r, Ok(row) if row.index < first || row.index >= self.rows));
+        let mut calls = futures_util::stream::FuturesOrdered::new();
+        let mut interrupts = interrupts();
+        let mut progress = Progress::new(self.rows, first, self.args.progress_every.get());
+        let mut kept = answers.iter().filter(|a| a.confident).count() as u64;
+        let (mut next, mut interrupted) = (first, false);
+        loop {
+            while !interrupted && calls.len() < IN_FLIGHT {
+                let Some(row) = rows.next() else { break };
+                let request = reader.request(row.with_context(|| format!("reading {} again", reader.path.display()))?);
+                let mut client = client.clone();
+                calls.push_back(async move { client.predict(request).await });
+            }
+            let reply = tokio::select! {
+                reply = calls.next() => reply,
+                Some(()) = interrupts.recv() => {
+                    if interrupted {
+                        outcome.end = End::Interrupted;
+                        break;
+                    }
+                    interrupted = true;
+                    progress.note("interrupted: waiting for the answers already requested (Ctrl-C again: stop now)");
+                    continue;
+                }
+            };
+            let Some(reply) = reply else {
+                if next < self.rows {
+                    outcome.end = if interrupted { End::Interrupted } else { End::EndedEarly };
+                }
+                break;
+            };
+            let answer = match reply {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    if let Some(b) = r.budget {
+                        outcome.budget = b;
+                    }
+                    Answer {
+                        row: next,
+                        label: r.label,
+                        confident: r.confident.unwrap_or(false),
+                        unanimous: r.unanimous,
+                        mi_charged: r.mi_charged,
+                        contested: false,
+                    }
+                }
+                Err(status) if reason(&status).as_deref() == Some("CONTESTED") => {
+                    Answer { row: next, label: 0, confident: false, unanimous: false, mi_charged: 0.0, contested: true }
+                }
+                Err(status) => {
+                    outcome.end = End::Stopped(status);
+                    break;
+                }
+            };
+            journal
+                .append(&answer)
+                .with_context(|| format!("journaling the answer to row {next} (it was charged, and is lost)"))?;
+            answers.push(answer);
+            next += 1;
+            kept += u64::from(answer.confident);
+            outcome.answered += u64::from(!answer.contested);
+            outcome.contested += u64::from(answer.contested);
+            outcome.charged += answer.mi_charged;
+            progress.update(next, kept, &outcome.budget);
+        }
+        progress.finish();
+        Ok(())
+    }
+
     /// Reads the input again on a thread of its own, from row `first` on,
     /// into a channel of requests, taking one of `permits` (returned for
     /// each answer) per request. The thread stops at the end of the file,
@@ -425,18 +570,8 @@ impl Job<'_> {
     ) -> (tokio::sync::mpsc::Receiver<PredictRequest>, std::sync::mpsc::Receiver<DatasetError>, Arc<AtomicBool>) {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let (error_tx, error_rx) = std::sync::mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let reader = Reader {
-            path: self.args.input.clone(),
-            options: self.options.clone(),
-            rows: self.rows,
-            first,
-            shape: self.shape.clone(),
-            datatype: self.args.datatype,
-            alpha: self.args.alpha,
-            stop: Arc::clone(&stop),
-            permits,
-        };
+        let reader = Reader { permits, ..Reader::for_job(self, first) };
+        let stop = Arc::clone(&reader.stop);
         std::thread::spawn(move || {
             if let Err(e) = reader.send_rows(&tx) {
                 let _ = error_tx.send(e);
@@ -475,6 +610,22 @@ struct Reader {
 }
 
 impl Reader {
+    /// A reader of `job`'s rows from `first` on (with no permits: it sends
+    /// nothing until given some).
+    fn for_job(job: &Job<'_>, first: u64) -> Reader {
+        Reader {
+            path: job.args.input.clone(),
+            options: job.options.clone(),
+            rows: job.rows,
+            first,
+            shape: job.shape.clone(),
+            datatype: job.args.datatype,
+            alpha: job.args.alpha,
+            stop: Arc::new(AtomicBool::new(false)),
+            permits: std::sync::mpsc::sync_channel(0).1,
+        }
+    }
+
     fn send_rows(&self, tx: &tokio::sync::mpsc::Sender<PredictRequest>) -> Result<(), DatasetError> {
         let mut seen = 0;
         for row in Rows::new(std::fs::File::open(&self.path)?, &self.options) {

@@ -150,7 +150,7 @@ fn summary(rows: u64) -> Summary {
 }
 
 fn answer(row: u64, confident: bool) -> Answer {
-    Answer { row, label: (row % 10) as u32, confident, unanimous: confident, mi_charged: 1.0 / 256.0 }
+    Answer { row, label: (row % 10) as u32, confident, unanimous: confident, mi_charged: 1.0 / 256.0, contested: false }
 }
 
 #[test]
