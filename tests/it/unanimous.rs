@@ -89,6 +89,7 @@ async fn label_unanimous_only_keeps_the_unanimous_rows_for_free() {
     let mut c = client(&server.addr).await;
     let account = budget(&mut c, "alice-key").await;
     assert_eq!((account.spent, account.answered as usize), (0.0, kept.len()));
+    assert!(report.contains(&format!("spent 0e0 of 1e0 nats, {} answers", kept.len())), "{report}");
 
     // A rerun finds every row journaled and sends nothing.
     let again = pacpriv(&args);

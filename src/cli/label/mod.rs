@@ -555,6 +555,11 @@ impl Job<'_> {
             progress.update(next, kept, &outcome.budget);
         }
         progress.finish();
+        // Replies overlap, so the last one's account may predate another's
+        // step: ask for the account as it stands now.
+        if let Ok(b) = client.clone().get_budget(GetBudgetRequest {}).await {
+            outcome.budget = b.into_inner();
+        }
         Ok(())
     }
 
