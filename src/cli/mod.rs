@@ -15,6 +15,7 @@ pub mod label;
 pub mod serve;
 pub mod subsets;
 pub mod teachers;
+pub mod tune;
 pub mod utility;
 pub mod verify;
 
@@ -64,6 +65,10 @@ pub enum Command {
     /// and each session's stored account. Exits 65 naming the first
     /// record that does not match.
     Verify(verify::Args),
+    /// Choose the per-query budget b and the demo teachers' regularisation
+    /// for a target total budget, by simulated privatized accuracy on
+    /// held-out data; prints the table searched and the config lines.
+    Tune(tune::Args),
 }
 
 /// Runs one parsed command, writing its report to `out`.
@@ -87,6 +92,7 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
         Command::Audit(args) => audit::run(args, out),
         Command::Utility(args) => utility::run(args, out),
         Command::Verify(args) => verify::run(args, out),
+        Command::Tune(args) => tune::run(args, out),
     }
 }
 

@@ -21,6 +21,10 @@ pub struct Args {
     #[arg(long, value_name = "S", default_value_t = 20261123)]
     pub seed: u64,
 
+    /// L2 penalty of each teacher's fit (`demo.regularisation`).
+    #[arg(long, value_name = "ALPHA", default_value_t = crate::teachers::demo::DEFAULT_REGULARISATION)]
+    pub regularisation: f64,
+
     /// Listen address (port 0: any free port; the bound one is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8001")]
     pub listen: SocketAddr,
@@ -68,8 +72,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "wrote {n} held-out images (seed {}) to {}", args.seed, path.display())?;
         return Ok(());
     }
-    let ensemble =
-        Ensemble::train(args.models, args.seed).map_err(anyhow::Error::msg).context("training the demo teachers")?;
+    let ensemble = Ensemble::train_regularised(args.models, args.seed, args.regularisation)
+        .map_err(anyhow::Error::msg)
+        .context("training the demo teachers")?;
     if args.evaluate {
         return evaluate(&ensemble, out);
     }

@@ -62,6 +62,8 @@ pub enum TeacherSource {
         /// Ask the demo server's stacked model (all m in one call) instead
         /// of its m per-teacher models.
         stacked: bool,
+        /// L2 penalty of each teacher's fit.
+        regularisation: f64,
     },
     /// Already-running Open Inference Protocol models.
     Remote(Teachers),
@@ -572,6 +574,7 @@ struct RawDemo {
     models: usize,
     seed: u64,
     listen: String,
+    regularisation: f64,
 }
 
 #[derive(Deserialize)]
@@ -862,11 +865,18 @@ impl RawTeachers {
         let teachers = match self.source {
             Source::Demo => {
                 teacher_count("demo.models", demo.models)?;
+                if !(demo.regularisation.is_finite() && demo.regularisation > 0.0) {
+                    return Err(err(
+                        "demo.regularisation",
+                        "a positive number (the L2 penalty of each teacher's fit; `pacpriv tune` suggests one)",
+                    ));
+                }
                 TeacherSource::Demo {
                     models: demo.models,
                     seed: demo.seed,
                     listen: addr("demo.listen", &demo.listen)?,
                     stacked,
+                    regularisation: demo.regularisation,
                 }
             }
             Source::Remote if stacked => {

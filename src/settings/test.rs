@@ -39,6 +39,8 @@ fn errors_name_the_key() {
         ("PACPRIV__MODEL__MODE", "logits", "model.mode"),
         ("PACPRIV__SERVER__LISTEN", "localhost", "server.listen"),
         ("PACPRIV__DEMO__MODELS", "7", "demo.models"),
+        ("PACPRIV__DEMO__REGULARISATION", "0", "demo.regularisation"),
+        ("PACPRIV__DEMO__REGULARISATION", "-1", "demo.regularisation"),
         ("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256", "demo-key", "principals.demo.key_sha256"),
         ("PACPRIV__TEACHERS__SOURCE", "remote", "teachers.remote"),
         ("PACPRIV__TEACHERS__LAYOUT", "stack", "teachers.layout"),

@@ -145,8 +145,9 @@ pub async fn serve(
 
     let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
     let teachers = match &settings.teachers {
-        TeacherSource::Demo { models, seed, listen, stacked } => {
-            start_demo(*models, *seed, *listen, *stacked, &background, &stop).await?
+        TeacherSource::Demo { models, seed, listen, stacked, regularisation } => {
+            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation };
+            start_demo(demo, *listen, *stacked, &background, &stop).await?
         }
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
@@ -387,16 +388,22 @@ async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store
 /// Starts the demo teachers on their own loopback listener (a task of this
 /// runtime, ended by `stop`) and returns how to ask them: m models, or
 /// their stacked one.
-async fn start_demo(
+/// What the demo ensemble is trained from.
+struct Demo {
     models: usize,
     seed: u64,
+    regularisation: f64,
+}
+
+async fn start_demo(
+    Demo { models, seed, regularisation }: Demo,
     listen: SocketAddr,
     stacked: bool,
     background: &TaskTracker,
     stop: &CancellationToken,
 ) -> Result<Teachers, StartError> {
     let started = std::time::Instant::now();
-    let ensemble = tokio::task::spawn_blocking(move || DemoEnsemble::train(models, seed))
+    let ensemble = tokio::task::spawn_blocking(move || DemoEnsemble::train_regularised(models, seed, regularisation))
         .await
         .map_err(|e| StartError::Demo(e.to_string()))?
         .map_err(StartError::Demo)?;

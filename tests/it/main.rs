@@ -33,6 +33,7 @@ mod store;
 mod subsets;
 mod teacher_tls;
 mod telemetry;
+mod tune;
 mod unanimous;
 mod util;
 mod utility;

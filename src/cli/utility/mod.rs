@@ -80,8 +80,8 @@ fn parse_budget(s: &str) -> Result<PerQuery, PrivacyError> {
 /// fit, a mechanism error, or a failed write.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let (m, seed) = match &settings.teachers {
-        TeacherSource::Demo { models, seed, .. } => (*models, *seed),
+    let (m, seed, regularisation) = match &settings.teachers {
+        TeacherSource::Demo { models, seed, regularisation, .. } => (*models, *seed, *regularisation),
         TeacherSource::Remote(_) => anyhow::bail!(
             "teachers.source is \"remote\": pacpriv utility only measures the demo ensemble, which it trains \
              in-process from demo.models and demo.seed (set teachers.source = \"demo\"); reporting on remote \
@@ -104,7 +104,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     }
 
     tracing::info!(m, seed, "training the demo teachers");
-    let ensemble = Ensemble::train(m, seed).map_err(anyhow::Error::msg).context("training the demo teachers")?;
+    let ensemble = Ensemble::train_regularised(m, seed, regularisation)
+        .map_err(anyhow::Error::msg)
+        .context("training the demo teachers")?;
     let full = ensemble.full_data_model().map_err(anyhow::Error::msg).context("training the non-private model")?;
     let votes = votes(&ensemble, classes)?;
     let non_private = accuracy_of(&full, &ensemble);
@@ -141,7 +143,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// The demo principal's budget: the shared session's limit under global
 /// scope, else `principals.demo.budget_mi`.
-fn default_budget(settings: &Settings) -> anyhow::Result<PerQuery> {
+pub(crate) fn default_budget(settings: &Settings) -> anyhow::Result<PerQuery> {
     let nats = match settings.scope {
         Scope::Global => settings.global_budget,
         Scope::PerPrincipal => settings
@@ -155,7 +157,7 @@ fn default_budget(settings: &Settings) -> anyhow::Result<PerQuery> {
 }
 
 /// `2^e` when `x` is an exact power of two, else its shortest decimal.
-fn power_of_two(x: Nats) -> String {
+pub(crate) fn power_of_two(x: Nats) -> String {
     let v = x.get();
     let e = v.log2().round();
     if v > 0.0 && (-1074.0..=1023.0).contains(&e) && 2f64.powi(e as i32) == v {
