@@ -64,6 +64,8 @@ pub enum TeacherSource {
         stacked: bool,
         /// L2 penalty of each teacher's fit.
         regularisation: f64,
+        /// Canaries planted in the training split (audits only; 0: none).
+        canaries: usize,
     },
     /// Already-running Open Inference Protocol models.
     Remote(Teachers),
@@ -575,6 +577,7 @@ struct RawDemo {
     seed: u64,
     listen: String,
     regularisation: f64,
+    canaries: usize,
 }
 
 #[derive(Deserialize)]
@@ -877,6 +880,7 @@ impl RawTeachers {
                     listen: addr("demo.listen", &demo.listen)?,
                     stacked,
                     regularisation: demo.regularisation,
+                    canaries: demo.canaries,
                 }
             }
             Source::Remote if stacked => {

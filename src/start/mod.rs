@@ -145,8 +145,8 @@ pub async fn serve(
 
     let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
     let teachers = match &settings.teachers {
-        TeacherSource::Demo { models, seed, listen, stacked, regularisation } => {
-            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation };
+        TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
+            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
             start_demo(demo, *listen, *stacked, &background, &stop).await?
         }
         TeacherSource::Remote(teachers) => teachers.clone(),
@@ -393,20 +393,22 @@ struct Demo {
     models: usize,
     seed: u64,
     regularisation: f64,
+    canaries: usize,
 }
 
 async fn start_demo(
-    Demo { models, seed, regularisation }: Demo,
+    Demo { models, seed, regularisation, canaries }: Demo,
     listen: SocketAddr,
     stacked: bool,
     background: &TaskTracker,
     stop: &CancellationToken,
 ) -> Result<Teachers, StartError> {
     let started = std::time::Instant::now();
-    let ensemble = tokio::task::spawn_blocking(move || DemoEnsemble::train_regularised(models, seed, regularisation))
-        .await
-        .map_err(|e| StartError::Demo(e.to_string()))?
-        .map_err(StartError::Demo)?;
+    let ensemble =
+        tokio::task::spawn_blocking(move || DemoEnsemble::train_with_canaries(models, seed, regularisation, canaries))
+            .await
+            .map_err(|e| StartError::Demo(e.to_string()))?
+            .map_err(StartError::Demo)?;
     let (listener, addr) = bind(listen).await?;
     tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
     background.spawn(DemoServer::new(ensemble.teachers).serve(listener, stop.clone().cancelled_owned()));
@@ -422,7 +424,10 @@ async fn start_demo(
 /// the models may not).
 fn teacher_fingerprint(source: &TeacherSource) -> String {
     match source {
-        TeacherSource::Demo { models, seed, .. } => format!("demo digits seed={seed} m={models}"),
+        TeacherSource::Demo { models, seed, canaries: 0, .. } => format!("demo digits seed={seed} m={models}"),
+        TeacherSource::Demo { models, seed, canaries, .. } => {
+            format!("demo digits seed={seed} m={models} canaries={canaries}")
+        }
         TeacherSource::Remote(Teachers::PerTeacher(specs)) => {
             let names: Vec<String> = specs.iter().map(|s| format!("{}@{}", s.model, s.version)).collect();
             let digest = sha2::Sha256::digest(names.join("\n").as_bytes());

@@ -10,7 +10,7 @@ use rand::{RngExt, SeedableRng};
 fn state(m: usize, b: f64, policy: Policy) -> SessionState {
     SessionState {
         posterior: Posterior::uniform(m).expect("m > 0"),
-        ledger: Ledger::new(Nats::new(b).expect("b"), Nats::new(1.0).expect("limit"), policy).expect("ledger"),
+        ledger: Ledger::new(Nats::new(b).expect("b"), Nats::new(16.0).expect("limit"), policy).expect("ledger"),
     }
 }
 

@@ -55,6 +55,25 @@ fn parse_line(line: &str) -> Option<Example> {
     (fields.next().is_none() && digit < CLASSES).then_some(Example { pixels, digit })
 }
 
+/// `k` canaries for a membership audit (issue 25 §2): images of
+/// independent uniformly random pixel counts — far from every digit, so a
+/// teacher's answer near one is shaped by whether it trained on it — each
+/// with its own label (canary i is labelled i mod 10). Deterministic in
+/// `seed`, so the auditor rebuilds the same ones.
+pub fn canaries(k: usize, seed: u64) -> Vec<Example> {
+    use rand::RngExt;
+    let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0x6361_6e61_7279); // "canary"
+    (0..k)
+        .map(|i| {
+            let mut pixels = [0f32; FEATURES];
+            for p in &mut pixels {
+                *p = f32::from(rng.random_range(0u8..=16));
+            }
+            Example { pixels, digit: i % CLASSES }
+        })
+        .collect()
+}
+
 /// Shuffles with ChaCha20 seeded by `seed` and holds out [`TEST_SHARE`].
 ///
 /// # Errors

@@ -134,7 +134,19 @@ impl Ensemble {
     /// # Errors
     /// An invalid m (odd, < 2) or a failed fit.
     pub fn train_regularised(m: usize, seed: u64, alpha: f64) -> Result<Self, String> {
-        let split = digits::split(seed)?;
+        Self::train_with_canaries(m, seed, alpha, 0)
+    }
+
+    /// As [`Ensemble::train_regularised`], with `canaries`
+    /// ([`digits::canaries`]) appended to the training split — the last
+    /// `canaries` points of the universe, each, like every point, in
+    /// exactly m/2 subsets.
+    ///
+    /// # Errors
+    /// An invalid m (odd, < 2) or a failed fit.
+    pub fn train_with_canaries(m: usize, seed: u64, alpha: f64, canaries: usize) -> Result<Self, String> {
+        let mut split = digits::split(seed)?;
+        split.train.extend(digits::canaries(canaries, seed));
         let assignment = Assignment::from_seed(split.train.len(), m, seed).map_err(|e| e.to_string())?;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(m);
         let mut slots: Vec<Option<Result<Teacher, String>>> = (0..m).map(|_| None).collect();

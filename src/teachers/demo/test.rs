@@ -46,3 +46,31 @@ fn each_teacher_trains_on_exactly_its_subset() -> Result<(), String> {
     assert!(a.iter().all(|i| !b.contains(i)));
     Ok(())
 }
+
+/// Planted canaries are what a membership audit needs: the teachers that
+/// trained on one answer it with its label far more often than the rest.
+#[test]
+fn teachers_that_trained_on_a_canary_answer_it_with_its_label() -> Result<(), String> {
+    let (m, k) = (16, 20);
+    let e = Ensemble::train_with_canaries(m, 5, DEFAULT_REGULARISATION, k)?;
+    let n = e.split.train.len();
+    let canaries = &e.split.train[n - k..];
+    assert_eq!(canaries, digits::canaries(k, 5).as_slice());
+    let (mut member, mut outsider) = ((0, 0), (0, 0));
+    for (c, canary) in canaries.iter().enumerate() {
+        let pixels: Vec<f64> = canary.pixels.iter().map(|&p| f64::from(p)).collect();
+        for (i, t) in e.teachers.iter().enumerate() {
+            let hit = usize::from(t.predict(&pixels) == canary.digit);
+            if e.assignment.contains(i, n - k + c) {
+                member = (member.0 + hit, member.1 + 1);
+            } else {
+                outsider = (outsider.0 + hit, outsider.1 + 1);
+            }
+        }
+    }
+    let (pm, po) = (member.0 as f64 / member.1 as f64, outsider.0 as f64 / outsider.1 as f64);
+    eprintln!("members answer a canary's label {pm:.3} of the time, others {po:.3}");
+    assert_eq!(member.1, k * m / 2, "each canary in exactly half the subsets");
+    assert!(pm > 0.9 && po < 0.3, "members {pm}, others {po}");
+    Ok(())
+}
