@@ -225,6 +225,7 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
         secret,
         journal: false,
         cache: pacpriv::session::cache::CacheSettings::OFF,
+        calibration: Default::default(),
     })
 }
 

@@ -244,6 +244,7 @@ async fn durable(
         secret,
         journal: args.journal,
         cache: CacheSettings { capacity: args.cached, on_evicted: OnEvicted::Charge },
+        calibration: Default::default(),
     };
     let registry =
         Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;

@@ -33,6 +33,15 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "config ok")?;
         return Ok(());
     }
+    serve_settings(settings, args.config, out)
+}
+
+/// Serves `settings` as [`run`] does once they are loaded (`config`: the
+/// file to reload them from on SIGHUP).
+///
+/// # Errors
+/// A failed start.
+pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn Write) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let t = &settings.telemetry;
@@ -52,7 +61,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             }
         }
         out.flush()?;
-        tokio::spawn(reload_on_sighup(started.reloader, args.config.clone()));
+        tokio::spawn(reload_on_sighup(started.reloader, config));
         started.server.await.context("serving")?;
         tracing::info!("shut down");
         Ok(())

@@ -25,7 +25,7 @@
 //!   from the OS and reseeded from it every 64 KiB of output.
 
 use crate::privacy::ledger::{Ledger, Policy};
-use crate::privacy::mechanism::{self, Answer, SecretIndex, SessionState, TeacherOutputs};
+use crate::privacy::mechanism::{self, Answer, Calibration, SecretIndex, SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::cell::{Cell, Change, State};
@@ -312,7 +312,14 @@ fn step(
     }
     // The preflight saw an answer that is gone now.
     let outputs = outputs.ok_or(SessionError::CacheMoved)?;
-    let answer = mechanism::answer(&mut v.state, outputs, params.secret, asking.alpha, &mut rand::rng())?;
+    let answer = mechanism::answer_calibrated(
+        &mut v.state,
+        outputs,
+        params.secret,
+        asking.alpha,
+        &mut rand::rng(),
+        params.calibration,
+    )?;
     if let Some(key) = asking.key {
         let kept = Cached {
             label: answer.label,
@@ -701,6 +708,9 @@ pub struct SessionParams {
     pub journal: bool,
     /// The answer cache.
     pub cache: CacheSettings,
+    /// What Σ is calibrated to: [`Calibration::Certified`] except in the
+    /// canary audit's deliberately broken test server.
+    pub calibration: Calibration,
 }
 
 /// SHA-256 of a key as 64 lowercase hex digits, the form `key_sha256`

@@ -27,6 +27,7 @@ async fn sessions_in(
         secret: SecretIndex::new(2, 4)?,
         journal: true,
         cache: CACHE,
+        calibration: Default::default(),
     };
     Ok(Sessions::new(&ps, scope, Nats::new(0.5)?, params, &store).await?)
 }
@@ -210,6 +211,7 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
         secret: SecretIndex::new(2, 4)?,
         journal: true,
         cache: CACHE,
+        calibration: Default::default(),
     };
     let s =
         Sessions::new(&[principal("alice", "ka2", 0.3)?], Scope::PerPrincipal, Nats::new(0.5)?, params, &store).await?;

@@ -9,6 +9,7 @@
 
 use crate::privacy::Nats;
 use crate::privacy::ledger::Policy;
+use crate::privacy::mechanism::Calibration;
 use crate::privacy::noise::MIN_PER_QUERY;
 use crate::session::cache::{CacheSettings, OnEvicted};
 use crate::session::{PrincipalConfig, Scope};
@@ -101,6 +102,11 @@ pub struct RateQuota {
 /// Validated settings of `pacpriv serve`.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// What Σ is calibrated to. Not a configuration key: always
+    /// [`Calibration::Certified`] when loaded; only the canary audit's
+    /// deliberately broken test server (`examples/undernoised.rs`) sets
+    /// anything else.
+    pub calibration: Calibration,
     /// Client API listen address.
     pub listen: SocketAddr,
     /// Largest accepted request, bytes.
@@ -1021,6 +1027,7 @@ impl Raw {
             ));
         }
         Ok(Settings {
+            calibration: Calibration::Certified,
             listen: server.listen,
             max_message_bytes: server.max_message_bytes,
             max_batch_rows: server.max_batch_rows,

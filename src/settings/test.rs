@@ -12,6 +12,21 @@ fn shipped_default_is_valid_and_serves_the_demo() -> Result<(), SettingsError> {
     assert_eq!(s.input_shape, [64]);
     assert_eq!(s.principals.len(), 1);
     assert_eq!(s.principals[0].name, "demo");
+    assert!(matches!(s.teachers, TeacherSource::Demo { canaries: 0, .. }), "no canaries unless asked");
+    Ok(())
+}
+
+/// No key, file or variable reaches the calibration: a loaded configuration
+/// is always certified (only the canary audit's broken test server, which
+/// is Rust code, sets anything else).
+#[test]
+fn a_loaded_configuration_is_always_certified() -> Result<(), SettingsError> {
+    for (var, value) in [("PACPRIV__CALIBRATION", "under_noised"), ("PACPRIV__PRIVACY__CALIBRATION", "x")] {
+        if let Ok(s) = load(&[(var, value)]) {
+            assert_eq!(s.calibration, Calibration::Certified, "{var}");
+        }
+    }
+    assert_eq!(load(&[])?.calibration, Calibration::Certified);
     Ok(())
 }
 

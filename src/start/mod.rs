@@ -32,6 +32,7 @@ pub mod reload;
 use crate::metrics::{self, Metrics};
 use crate::net::tls::{Alpn, ServerTls, TlsError};
 use crate::net::{self, BindError, TlsListener, bind, incoming, tls_incoming};
+use crate::privacy::mechanism::Calibration;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
@@ -164,7 +165,14 @@ pub async fn serve(
         secret,
         journal: settings.journal,
         cache: settings.cache,
+        calibration: settings.calibration,
     };
+    if settings.calibration != Calibration::Certified {
+        tracing::error!(
+            calibration = ?settings.calibration,
+            "THIS SERVER IS UNDER-NOISED ON PURPOSE (a test of pacpriv audit --canaries): its answers are not private"
+        );
+    }
     let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
     let accounts = sessions.active_accounts().await?;
     metrics.service.principals(accounts.len());

@@ -13,6 +13,7 @@ mod audit;
 mod bench;
 mod bench_store;
 mod budget;
+mod canaries;
 mod client;
 mod crash;
 mod drain;

@@ -36,6 +36,7 @@ async fn sessions(store: &Store) -> Sessions {
         secret: SecretIndex::new(3, M).expect("secret"),
         journal: true,
         cache: CacheSettings { capacity: 4, on_evicted: OnEvicted::Refuse },
+        calibration: Default::default(),
     };
     Sessions::new(&principals(), Scope::PerPrincipal, Nats::new(1.0).expect("global"), params, store)
         .await

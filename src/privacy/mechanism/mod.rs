@@ -158,6 +158,34 @@ pub struct Answer {
     pub log_likelihood: Option<Array1<f64>>,
 }
 
+/// What Σ is calibrated to. Every deployment is [`Calibration::Certified`];
+/// the other variant exists so that `pacpriv audit --canaries` can be shown
+/// to catch a broken mechanism (`examples/undernoised.rs`,
+/// `tests/it/canaries.rs`). No configuration key, flag or environment
+/// variable of the `pacpriv` binary selects it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Calibration {
+    /// Σ certified for the b the ledger charges.
+    #[default]
+    Certified,
+    /// BROKEN ON PURPOSE: Σ calibrated to `factor`·b while b is charged —
+    /// less noise than the accounting says.
+    UnderNoisedForAuditTests {
+        /// How much larger than b the calibration budget is.
+        factor: f64,
+    },
+}
+
+impl Calibration {
+    /// The budget Σ is calibrated to when the ledger charges `b`.
+    fn budget(self, b: Nats) -> Nats {
+        match self {
+            Calibration::Certified => b,
+            Calibration::UnderNoisedForAuditTests { factor } => Nats::new(b.get() * factor).unwrap_or(b),
+        }
+    }
+}
+
 /// Answers one query: checks the budget, calibrates, samples with `rng`,
 /// updates `state`. On error `state` is untouched and nothing is released.
 ///
@@ -170,6 +198,23 @@ pub fn answer<R: CryptoRng + ?Sized>(
     secret: SecretIndex,
     alpha: Option<f64>,
     rng: &mut R,
+) -> Result<Answer, PrivacyError> {
+    answer_calibrated(state, outputs, secret, alpha, rng, Calibration::Certified)
+}
+
+/// [`answer`] with Σ calibrated as `calibration` says (always
+/// [`Calibration::Certified`] in a deployment).
+///
+/// # Errors
+/// [`PrivacyError::BudgetExhausted`] when the charge does not fit; shape and
+/// calibration errors from the modes.
+pub fn answer_calibrated<R: CryptoRng + ?Sized>(
+    state: &mut SessionState,
+    outputs: &TeacherOutputs,
+    secret: SecretIndex,
+    alpha: Option<f64>,
+    rng: &mut R,
+    calibration: Calibration,
 ) -> Result<Answer, PrivacyError> {
     if outputs.len() != state.posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: outputs.len() });
@@ -190,7 +235,7 @@ pub fn answer<R: CryptoRng + ?Sized>(
     }
     let charge = state.ledger.charge_for(unanimous);
     state.ledger.check(charge)?;
-    let b = state.ledger.per_query();
+    let b = calibration.budget(state.ledger.per_query());
     let s = secret.expose();
 
     if unanimous {

@@ -709,3 +709,22 @@ proptest! {
         }
     }
 }
+
+/// The deliberately broken calibration (for the canary audit's own test)
+/// really is broken: it certifies against a larger budget than it charges.
+/// The default is the certified one.
+#[test]
+fn the_under_noised_calibration_charges_less_than_it_certifies() -> Result<(), PrivacyError> {
+    assert_eq!(Calibration::default(), Calibration::Certified);
+    let outputs = TeacherOutputs::Labels { labels: vec![0, 0, 1, 2, 1, 0, 2, 2], classes: 3 };
+    let secret = SecretIndex::new(3, 8)?;
+    let (b, mut rng) = (2f64.powi(-10), ChaCha20Rng::seed_from_u64(4));
+    let mut honest = state(8, b, 1.0, Policy::Paper);
+    let a = answer(&mut honest, &outputs, secret, None, &mut rng)?;
+    assert!(a.mi_bound <= b && a.charge.get() == b);
+    let mut broken = state(8, b, 1.0, Policy::Paper);
+    let under = Calibration::UnderNoisedForAuditTests { factor: 64.0 };
+    let a = answer_calibrated(&mut broken, &outputs, secret, None, &mut rng, under)?;
+    assert!(a.mi_bound > 32.0 * b && a.charge.get() == b, "{} vs {b}", a.mi_bound);
+    Ok(())
+}

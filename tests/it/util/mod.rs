@@ -39,6 +39,7 @@ fn succeeded(program: &str, args: &[&str], out: Output) -> String {
 use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
 use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse, Tensor};
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -60,8 +61,13 @@ impl Process {
     /// Starts `pacpriv args` with `env` and waits (at most 120 s) for its
     /// "`ready` ADDR" line on standard output.
     pub fn start(args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
+        Process::start_program(Path::new(env!("CARGO_BIN_EXE_pacpriv")), args, env, ready)
+    }
+
+    /// As [`Process::start`], for another program built from this package.
+    pub fn start_program(program: &Path, args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pacpriv"));
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env("OPENBLAS_NUM_THREADS", "1")
             .stdin(Stdio::null())
@@ -96,6 +102,13 @@ impl Process {
     /// environment overrides, on a free loopback port, with a store of its
     /// own unless `env` sets `PACPRIV__STORE__PATH`.
     pub fn serve(config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
+        Process::serve_program(Path::new(env!("CARGO_BIN_EXE_pacpriv")), config, env)
+    }
+
+    /// As [`Process::serve`], with `program` in place of `pacpriv` (a
+    /// program that serves as `pacpriv serve` does, e.g. the canary audit's
+    /// deliberately broken `examples/undernoised.rs`).
+    pub fn serve_program(program: &Path, config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
         let mut env = env.to_vec();
         env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
         // The test binary's fan-out variant (batched, unbatched, stacked),
@@ -123,7 +136,11 @@ impl Process {
         if let Some(c) = &config {
             args.extend(["--config", c.as_str()]);
         }
-        let mut p = Process::start(&args, &env, "pacpriv listening on");
+        // A program other than pacpriv takes no subcommand.
+        if program != Path::new(env!("CARGO_BIN_EXE_pacpriv")) {
+            args.remove(0);
+        }
+        let mut p = Process::start_program(program, &args, &env, "pacpriv listening on");
         p._state = state;
         p
     }

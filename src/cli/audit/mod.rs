@@ -21,6 +21,8 @@
 //! (n universe points): a sanity alarm, not a statistical test of the
 //! theorem.
 
+pub mod canaries;
+
 use super::connect::{self, TlsArgs};
 use crate::privacy::Nats;
 use crate::privacy::attack;
@@ -86,6 +88,17 @@ pub struct Args {
     /// server without the cache) is observed like any release.
     #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
+
+    /// The canary audit ([`canaries`]) instead: attack the canaries the
+    /// server's demo teachers were trained with (`demo.canaries`), each
+    /// asked `--repeat` times as itself and `--natural` times perturbed;
+    /// needs `--secret-index-file`.
+    #[arg(long)]
+    pub canaries: bool,
+
+    /// Canary audit: perturbed copies asked of each canary.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub natural: u32,
 }
 
 /// One checkpoint of the audit.
@@ -111,6 +124,9 @@ pub struct Checkpoint {
 /// Configuration, connection, a server that does not release r, a session
 /// that is not fresh, I/O — and a bound exceeded beyond sampling error.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    if args.canaries {
+        return canaries::run(&args, out);
+    }
     let settings = Settings::load(args.config.as_deref())?;
     let TeacherSource::Demo { models, seed, regularisation, .. } = settings.teachers else {
         bail!(
@@ -264,7 +280,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn get_budget(
+pub(crate) async fn get_budget(
     client: &mut PrivatizerClient<tonic::transport::Channel>,
     key: &MetadataValue<tonic::metadata::Ascii>,
 ) -> anyhow::Result<Budget> {
@@ -274,7 +290,7 @@ async fn get_budget(
 }
 
 /// The adversary starts from the prior, so the session must too.
-fn check_fresh(b: &Budget) -> anyhow::Result<()> {
+pub(crate) fn check_fresh(b: &Budget) -> anyhow::Result<()> {
     if b.scope != "per_principal" {
         bail!(
             "the server shares one session between all principals (privacy.scope = \"{}\"): the adversary cannot \
@@ -293,7 +309,7 @@ fn check_fresh(b: &Budget) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn stream_error(status: tonic::Status) -> anyhow::Error {
+pub(crate) fn stream_error(status: tonic::Status) -> anyhow::Error {
     match status.code() {
         tonic::Code::FailedPrecondition => anyhow::anyhow!(
             "{}\nthe adversary needs the releases themselves: start the server with \
