@@ -23,7 +23,7 @@ mod progress;
 
 use super::connect::{self, TlsArgs};
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
-use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, Tensor};
+use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse, Tensor};
 use anyhow::{Context, bail};
 use dataset::{DatasetError, Format, Header as CsvHeader, Options, Row, Rows};
 use journal::{Answer, Journal, Opened};
@@ -275,6 +275,19 @@ fn ending(outcome: Outcome, p: &Paths, t: &Totals) -> anyhow::Result<()> {
     }
 }
 
+/// The journal's record of `r`, the answer to `row`.
+fn answer_of(row: u64, r: &PredictResponse) -> Answer {
+    Answer {
+        row,
+        label: r.label,
+        // The server sets `confident` whenever α is sent (as it always is here).
+        confident: r.confident.unwrap_or(false),
+        unanimous: r.unanimous,
+        mi_charged: r.mi_charged,
+        contested: false,
+    }
+}
+
 /// The `google.rpc.ErrorInfo` reason of a status, if it carries one.
 fn reason(status: &Status) -> Option<String> {
     use tonic_types::StatusExt;
@@ -411,15 +424,7 @@ impl Job<'_> {
                             stop.store(true, Ordering::Relaxed);
                             bail!("the server answered query {:?} where row {next} was expected", r.query_id);
                         }
-                        // The server sets `confident` whenever α is sent (as it always is here).
-                        let answer = Answer {
-                            row: next,
-                            label: r.label,
-                            confident: r.confident.unwrap_or(false),
-                            unanimous: r.unanimous,
-                            mi_charged: r.mi_charged,
-                            contested: false,
-                        };
+                        let answer = answer_of(next, &r);
                         journal.append(&answer).with_context(|| {
                             format!("journaling the answer to row {next} (it was charged, and is lost)")
                         })?;
@@ -523,17 +528,11 @@ impl Job<'_> {
             let answer = match reply {
                 Ok(r) => {
                     let r = r.into_inner();
+                    let answer = answer_of(next, &r);
                     if let Some(b) = r.budget {
                         outcome.budget = b;
                     }
-                    Answer {
-                        row: next,
-                        label: r.label,
-                        confident: r.confident.unwrap_or(false),
-                        unanimous: r.unanimous,
-                        mi_charged: r.mi_charged,
-                        contested: false,
-                    }
+                    answer
                 }
                 Err(status) if reason(&status).as_deref() == Some("CONTESTED") => {
                     Answer { row: next, label: 0, confident: false, unanimous: false, mi_charged: 0.0, contested: true }
