@@ -114,7 +114,7 @@ pub struct Candidate {
 /// failed fit, a mechanism error, or no feasible candidate.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation: default_lambda, .. } = settings.teachers else {
+    let TeacherSource::Demo { models, seed, regularisation: default_lambda, canaries, .. } = settings.teachers else {
         bail!("pacpriv tune trains the demo teachers; the configuration has teachers.source = \"remote\"");
     };
     let OutputMode::Label { classes } = settings.mode else {
@@ -148,7 +148,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut halves = Vec::new();
     for &lambda in &lambdas {
         tracing::info!(models, lambda, "training the demo teachers");
-        let ensemble = Ensemble::train_regularised(models, seed, lambda)
+        let ensemble = Ensemble::train_with_canaries(models, seed, lambda, canaries)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("training with regularisation {lambda}"))?;
         let (tuning, evaluation) = halves_of(&ensemble, classes)?;

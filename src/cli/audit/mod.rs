@@ -128,7 +128,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         return canaries::run(&args, out);
     }
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation, .. } = settings.teachers else {
+    let TeacherSource::Demo { models, seed, regularisation, canaries, .. } = settings.teachers else {
         bail!(
             "pacpriv audit rebuilds the teachers to play the adversary, and can do so only for the demo ensemble \
              (teachers.source = \"demo\")"
@@ -144,7 +144,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let secret = args.secret_index_file.as_deref().map(|f| crate::session::secret::read(f, models)).transpose()?;
 
     eprintln!("training the {models} demo teachers (the adversary knows them) ...");
-    let ensemble = Ensemble::train_regularised(models, seed, regularisation).map_err(anyhow::Error::msg)?;
+    let ensemble = Ensemble::train_with_canaries(models, seed, regularisation, canaries).map_err(anyhow::Error::msg)?;
     let universe: Vec<Vec<f32>> = ensemble.split.train.iter().map(|e| e.pixels.to_vec()).collect();
     let labels = ensemble.labels(&ensemble.split.train);
     let n = universe.len();

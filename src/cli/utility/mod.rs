@@ -80,8 +80,10 @@ fn parse_budget(s: &str) -> Result<PerQuery, PrivacyError> {
 /// fit, a mechanism error, or a failed write.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let (m, seed, regularisation) = match &settings.teachers {
-        TeacherSource::Demo { models, seed, regularisation, .. } => (*models, *seed, *regularisation),
+    let (m, seed, regularisation, canaries) = match &settings.teachers {
+        TeacherSource::Demo { models, seed, regularisation, canaries, .. } => {
+            (*models, *seed, *regularisation, *canaries)
+        }
         TeacherSource::Remote(_) => anyhow::bail!(
             "teachers.source is \"remote\": pacpriv utility only measures the demo ensemble, which it trains \
              in-process from demo.models and demo.seed (set teachers.source = \"demo\"); reporting on remote \
@@ -104,7 +106,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     }
 
     tracing::info!(m, seed, "training the demo teachers");
-    let ensemble = Ensemble::train_regularised(m, seed, regularisation)
+    let ensemble = Ensemble::train_with_canaries(m, seed, regularisation, canaries)
         .map_err(anyhow::Error::msg)
         .context("training the demo teachers")?;
     let full = ensemble.full_data_model().map_err(anyhow::Error::msg).context("training the non-private model")?;
