@@ -3,8 +3,9 @@
 //! charged ([`Calibration::UnderNoisedForAuditTests`]) — answers far less
 //! noisy than the accounting says. It exists so that `tests/it/canaries.rs`
 //! can show `pacpriv audit --canaries` catching a mechanism that leaks more
-//! than it charges. An example, so that `cargo install` and the image never
-//! ship it; the `pacpriv` binary has no way to select this calibration.
+//! than it charges. Built as the binary `pacpriv-undernoised` (beside
+//! `pacpriv`, so the tests get it); the image copies only `pacpriv`, and the
+//! `pacpriv` binary has no way to select this calibration.
 
 use pacpriv::privacy::mechanism::Calibration;
 use pacpriv::settings::Settings;

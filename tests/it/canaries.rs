@@ -6,7 +6,7 @@
 //! information they imply exceeds the charge, so it fails, saying so.
 
 use crate::util::Process;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 const CANARIES: usize = 32;
@@ -47,13 +47,6 @@ fn nats(cell: &str) -> f64 {
     cell.trim_end_matches(" **above B**").parse().unwrap_or_else(|_| panic!("a number: {cell:?}"))
 }
 
-/// Where cargo put the examples of this build (beside `deps/`).
-fn undernoised() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let release = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    release.join("examples").join("undernoised")
-}
-
 #[test]
 fn lower_bounds_stay_below_the_charge_and_an_under_noised_build_is_caught() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -76,7 +69,7 @@ fn lower_bounds_stay_below_the_charge_and_an_under_noised_build_is_caught() {
     assert!(svg.contains("<svg") && svg.contains("leaked"), "an SVG with its legend");
     drop(honest);
 
-    let broken = Process::serve_program(&undernoised(), None, &env);
+    let broken = Process::serve_program(Path::new(env!("CARGO_BIN_EXE_pacpriv-undernoised")), None, &env);
     assert!(broken.logs().contains("UNDER-NOISED ON PURPOSE"), "{}", broken.logs());
     let o = audit(&broken, dir.path(), &env);
     let (report, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
