@@ -122,12 +122,7 @@ impl EmbeddedStore {
         &self,
         def: TableDefinition<K, V>,
     ) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
-        match txn.open_table(def) {
-            Ok(t) => Ok(Some(t)),
-            Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
-            Err(e) => Err(backend(e)),
-        }
+        open_in(&self.db.begin_read().map_err(backend)?, def)
     }
 
     /// The deployment record, if one was written.
@@ -177,9 +172,7 @@ impl EmbeddedStore {
     pub fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
         let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
         let Some(bytes) = table.get(session).map_err(backend)? else { return Ok(None) };
-        SessionRecord::decode(bytes.value())
-            .map(Some)
-            .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+        super::session_record(session, bytes.value()).map(Some)
     }
 
     /// Every session key with a record, in order.
@@ -199,21 +192,15 @@ impl EmbeddedStore {
     /// Backend or corrupt data.
     pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
         let txn = self.db.begin_read().map_err(backend)?;
-        let record = match txn.open_table(SESSIONS) {
-            Ok(t) => t.get(session).map_err(backend)?.map(|b| b.value().to_vec()),
-            Err(redb::TableError::TableDoesNotExist(_)) => None,
-            Err(e) => return Err(backend(e)),
+        let record = match open_in(&txn, SESSIONS)? {
+            Some(t) => {
+                t.get(session).map_err(backend)?.map(|b| super::session_record(session, b.value())).transpose()?
+            }
+            None => None,
         };
-        let record = record
-            .map(|b| {
-                SessionRecord::decode(&b)
-                    .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
-            })
-            .transpose()?;
-        let journal = match txn.open_table(JOURNAL) {
-            Ok(t) => decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)?,
-            Err(redb::TableError::TableDoesNotExist(_)) => Vec::new(),
-            Err(e) => return Err(backend(e)),
+        let journal = match open_in(&txn, JOURNAL)? {
+            Some(t) => decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)?,
+            None => Vec::new(),
         };
         Ok((record, journal))
     }
@@ -418,13 +405,20 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
     txn.commit().map_err(backend)
 }
 
+/// `def` in `txn`, or `None` if nothing was ever written to it (redb
+/// creates a table on its first write).
+fn open_in<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
+    match txn.open_table(def) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(backend(e)),
+    }
+}
+
 /// The entries of one session's journal range, decoded.
 fn decode_journal(session: &str, range: redb::Range<'_, (&str, u64), &[u8]>) -> Result<Vec<JournalEntry>, StoreError> {
-    let corrupt = || StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() };
-    range
-        .map(|item| {
-            let (_, v) = item.map_err(backend)?;
-            JournalEntry::decode(v.value()).ok_or_else(corrupt)
-        })
-        .collect()
+    range.map(|item| super::journal_entry(session, item.map_err(backend)?.1.value())).collect()
 }

@@ -265,6 +265,19 @@ impl Store {
     }
 }
 
+/// `session`'s stored record, decoded (both backends; corrupt bytes are
+/// reported as such, naming the session).
+fn session_record(session: &str, bytes: &[u8]) -> Result<SessionRecord, StoreError> {
+    SessionRecord::decode(bytes)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+}
+
+/// One of `session`'s stored journal entries, decoded (both backends).
+fn journal_entry(session: &str, bytes: &[u8]) -> Result<JournalEntry, StoreError> {
+    JournalEntry::decode(bytes)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() })
+}
+
 /// Waits for one record to become durable.
 pub struct Ticket(tokio::sync::oneshot::Receiver<Result<(), String>>);
 

@@ -87,6 +87,12 @@ CREATE TABLE IF NOT EXISTS pacpriv_principals (
 ",
 )];
 
+/// A session's record.
+const LOAD_RECORD: &str = "SELECT record FROM pacpriv_sessions WHERE session = $1";
+
+/// A session's journal, in version order.
+const LOAD_JOURNAL: &str = "SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version";
+
 /// The table that records applied migrations.
 const MIGRATIONS_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS pacpriv_schema_migrations (
@@ -259,11 +265,8 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt("SELECT record FROM pacpriv_sessions WHERE session = $1", &[&session])
-            .await
-            .map_err(backend)?;
-        row.map(|r| decode(session, r.get(0))).transpose()
+        let row = client.query_opt(LOAD_RECORD, &[&session]).await.map_err(backend)?;
+        row.map(|r| super::session_record(session, r.get(0))).transpose()
     }
 
     /// Every session key with a record, in order.
@@ -294,15 +297,12 @@ impl PgStore {
             .await
             .map_err(backend)?;
         let record = tx
-            .query_opt("SELECT record FROM pacpriv_sessions WHERE session = $1", &[&session])
+            .query_opt(LOAD_RECORD, &[&session])
             .await
             .map_err(backend)?
-            .map(|r| decode(session, r.get(0)))
+            .map(|r| super::session_record(session, r.get(0)))
             .transpose()?;
-        let rows = tx
-            .query("SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version", &[&session])
-            .await
-            .map_err(backend)?;
+        let rows = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok((record, decode_journal(session, &rows)?))
     }
@@ -313,10 +313,7 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let client = self.client().await?;
-        let rows = client
-            .query("SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version", &[&session])
-            .await
-            .map_err(backend)?;
+        let rows = client.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
         decode_journal(session, &rows)
     }
 
@@ -431,7 +428,7 @@ impl PgStore {
         };
         let version: i64 = row.get(0);
         let bytes: &[u8] = row.get(1);
-        let current = if version == 0 { None } else { Some(decode(session, bytes)?) };
+        let current = if version == 0 { None } else { Some(super::session_record(session, bytes)?) };
         let (write, result) = apply(current).await?;
         let Some((next, steps, journal)) = write else {
             // Nothing to write (a cached answer read under the lock):
@@ -566,17 +563,5 @@ fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError
 }
 
 fn decode_journal(session: &str, rows: &[tokio_postgres::Row]) -> Result<Vec<JournalEntry>, StoreError> {
-    rows.iter()
-        .map(|r| {
-            JournalEntry::decode(r.get(0)).ok_or_else(|| StoreError::Corrupt {
-                session: session.into(),
-                reason: "undecodable journal entry".into(),
-            })
-        })
-        .collect()
-}
-
-fn decode(session: &str, bytes: &[u8]) -> Result<SessionRecord, StoreError> {
-    SessionRecord::decode(bytes)
-        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+    rows.iter().map(|r| super::journal_entry(session, r.get(0))).collect()
 }

@@ -38,16 +38,16 @@ use crate::privacy::grid::PUBLISHED_GRID;
 use crate::privacy::posterior::Posterior;
 use crate::privacy::report;
 use crate::privacy::{Nats, PrivacyError};
+use crate::proto::pacpriv::PredictRequest;
 use crate::proto::pacpriv::privatizer_client::PrivatizerClient;
-use crate::proto::pacpriv::{PredictRequest, Tensor};
 use crate::settings::{Settings, TeacherSource};
 use crate::teachers::OutputMode;
 use crate::teachers::demo::Ensemble;
-use crate::teachers::demo::digits::{Example, FEATURES};
+use crate::teachers::demo::digits::Example;
 use anyhow::{Context, bail};
 use chacha20::ChaCha20Rng;
 use plotters::prelude::*;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use statrs::distribution::{Beta, ContinuousCDF};
 use std::io::Write;
 use std::path::Path;
@@ -135,10 +135,7 @@ pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let ensemble = Ensemble::train_with_canaries(models, seed, regularisation, k).map_err(anyhow::Error::msg)?;
     let n = ensemble.split.train.len();
     let first = n - k;
-    let mut rng = match args.seed {
-        Some(s) => ChaCha20Rng::seed_from_u64(s),
-        None => rand::make_rng(),
-    };
+    let mut rng = super::rng(args.seed);
     // Per canary: itself (asked `repeat` times), then `natural` neighbours.
     let repeat = args.repeat.max(2) as usize;
     let natural = args.natural as usize;
@@ -164,7 +161,7 @@ pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 let around = qs.iter().enumerate().skip(1).map(move |(j, q)| (format!("canary-{c}-near-{j}"), q));
                 itself.chain(around)
             })
-            .map(|(id, q)| request(id, q))
+            .map(|(id, q)| super::request(id, &q.pixels))
             .collect();
         let mut request = tonic::Request::new(tokio_stream::iter(requests));
         request.metadata_mut().insert("x-api-key", key.clone());
@@ -252,20 +249,6 @@ fn neighbour(c: &Example, rng: &mut ChaCha20Rng) -> Example {
         *p = (*p + f32::from(rng.random_range(-1i8..=1))).clamp(0.0, 16.0);
     }
     e
-}
-
-fn request(query_id: String, e: &Example) -> PredictRequest {
-    PredictRequest {
-        query_id,
-        input: Some(Tensor {
-            datatype: "FP32".into(),
-            shape: vec![FEATURES as i64],
-            fp32_contents: e.pixels.to_vec(),
-            ..Default::default()
-        }),
-        return_noisy: true,
-        ..Default::default()
-    }
 }
 
 fn write_report(out: &mut dyn Write, rows: &[Row], m: usize, k: usize) -> std::io::Result<()> {

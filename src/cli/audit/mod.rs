@@ -165,16 +165,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             .iter()
             .enumerate()
             .flat_map(|(t, &u)| (0..repeat).map(move |k| (t, u, k)))
-            .map(|(t, u, k)| PredictRequest {
-                query_id: if k == 0 { format!("audit-{t}") } else { format!("audit-{t}-again-{k}") },
-                input: Some(Tensor {
-                    datatype: "FP32".into(),
-                    shape: vec![FEATURES as i64],
-                    fp32_contents: universe[u].clone(),
-                    ..Default::default()
-                }),
-                return_noisy: true,
-                ..Default::default()
+            .map(|(t, u, k)| {
+                request(if k == 0 { format!("audit-{t}") } else { format!("audit-{t}-again-{k}") }, &universe[u])
             })
             .collect();
         let mut request = tonic::Request::new(tokio_stream::iter(requests));
@@ -322,10 +314,7 @@ pub(crate) fn stream_error(status: tonic::Status) -> anyhow::Error {
 
 /// T universe indices: shuffled passes over 0..n.
 pub fn query_order(n: usize, queries: usize, seed: Option<u64>) -> Vec<usize> {
-    let mut rng = match seed {
-        Some(s) => ChaCha20Rng::seed_from_u64(s),
-        None => rand::make_rng(),
-    };
+    let mut rng = rng(seed);
     let mut order = Vec::with_capacity(queries);
     while order.len() < queries && n > 0 {
         let mut pass: Vec<usize> = (0..n).collect();
@@ -333,6 +322,30 @@ pub fn query_order(n: usize, queries: usize, seed: Option<u64>) -> Vec<usize> {
         order.extend(pass.into_iter().take(queries - order.len()));
     }
     order
+}
+
+/// The adversary's generator: seeded by `--seed`, else from the OS.
+fn rng(seed: Option<u64>) -> ChaCha20Rng {
+    match seed {
+        Some(s) => ChaCha20Rng::seed_from_u64(s),
+        None => rand::make_rng(),
+    }
+}
+
+/// A query for the image `pixels` (FP32, 64 values) asking for the
+/// release itself, which the adversary replays Eq. 4 on.
+fn request(query_id: String, pixels: &[f32]) -> PredictRequest {
+    PredictRequest {
+        query_id,
+        input: Some(Tensor {
+            datatype: "FP32".into(),
+            shape: vec![FEATURES as i64],
+            fp32_contents: pixels.to_vec(),
+            ..Default::default()
+        }),
+        return_noisy: true,
+        ..Default::default()
+    }
 }
 
 /// `count` checkpoints evenly spaced over 1..=queries (always including
