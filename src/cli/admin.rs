@@ -7,11 +7,12 @@
 use super::connect::{TlsArgs, channel};
 use super::verify::format;
 use crate::proto::pacpriv::admin_client::AdminClient;
+use crate::proto::pacpriv::journaled::Item;
 use crate::proto::pacpriv::{
     CreatePrincipalRequest, ExportJournalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
     RevokePrincipalRequest,
 };
-use crate::store::{JournalEntry, SessionRecord};
+use crate::store::{JournalEntry, JournalEvent, SessionRecord};
 use anyhow::Context;
 use std::io::Write;
 
@@ -78,10 +79,16 @@ fn line(p: &Principal) -> String {
     )
 }
 
+/// What an export wrote.
+struct Exported {
+    entries: u64,
+    events: u64,
+    sessions: u64,
+}
+
 /// Streams the server's journal export to `out` as JSON Lines
-/// ([`crate::cli::verify::format`]); returns the entries and sessions
-/// written.
-async fn export<T>(admin: &mut AdminClient<T>, out: &mut dyn Write) -> anyhow::Result<(u64, u64)>
+/// ([`crate::cli::verify::format`]).
+async fn export<T>(admin: &mut AdminClient<T>, out: &mut dyn Write) -> anyhow::Result<Exported>
 where
     T: tonic::client::GrpcService<tonic::body::Body>,
     T::Error: Into<tonic::codegen::StdError>,
@@ -91,14 +98,23 @@ where
     let mut stream = admin.export_journal(ExportJournalRequest {}).await?.into_inner();
     serde_json::to_writer(&mut *out, &format::Header { format: format::FORMAT.into() })?;
     writeln!(out)?;
-    let (mut entries, mut sessions) = (0, 0);
+    let (mut entries, mut events, mut sessions) = (0, 0, 0);
     while let Some(chunk) = stream.message().await? {
-        for bytes in &chunk.entries {
-            let entry = JournalEntry::decode(bytes)
-                .with_context(|| format!("the server sent an undecodable journal entry of {:?}", chunk.session))?;
-            serde_json::to_writer(&mut *out, &format::EntryLine::of(&chunk.session, &entry))?;
+        for item in chunk.journal.iter().filter_map(|j| j.item.as_ref()) {
+            let undecodable = || format!("the server sent an undecodable journal item of {:?}", chunk.session);
+            match item {
+                Item::Entry(bytes) => {
+                    let entry = JournalEntry::decode(bytes).with_context(undecodable)?;
+                    serde_json::to_writer(&mut *out, &format::EntryLine::of(&chunk.session, &entry))?;
+                    entries += 1;
+                }
+                Item::Event(bytes) => {
+                    let event = JournalEvent::decode_sealed(bytes).with_context(undecodable)?;
+                    serde_json::to_writer(&mut *out, &format::EventLine::of(&chunk.session, &event))?;
+                    events += 1;
+                }
+            }
             writeln!(out)?;
-            entries += 1;
         }
         if !chunk.record.is_empty() {
             let record = SessionRecord::decode(&chunk.record)
@@ -109,7 +125,7 @@ where
             sessions += 1;
         }
     }
-    Ok((entries, sessions))
+    Ok(Exported { entries, events, sessions })
 }
 
 /// Runs one admin action against `--addr`.
@@ -158,12 +174,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             Action::Export { out: Some(path) } => {
                 let file = std::fs::File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
                 let mut file = std::io::BufWriter::new(file);
-                let (entries, sessions) = export(&mut admin, &mut file).await?;
+                let Exported { entries, events, sessions } = export(&mut admin, &mut file).await?;
                 file.flush().with_context(|| format!("cannot write {}", path.display()))?;
                 let plural = if sessions == 1 { "" } else { "s" };
                 writeln!(
                     out,
-                    "exported {entries} journal entries of {sessions} session{plural} to {}",
+                    "exported {entries} journal entries and {events} events of {sessions} session{plural} to {}",
                     path.display()
                 )?;
             }

@@ -124,7 +124,7 @@ pub async fn ask(
         app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
         // One read of the session: a repeat costs nothing and needs no
         // teacher (its refusal, if its answer was evicted, neither).
-        let found = handle.preflight(&keys).await?;
+        let found = handle.preflight(&keys, &query.row_id(0)).await?;
         // The rows' fan-outs run at once (and so share the teachers'
         // batches); any failure fails the request, nothing charged.
         let asks = query.rows.iter().zip(found).map(|(row, found)| async move {

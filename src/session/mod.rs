@@ -29,8 +29,8 @@ use crate::privacy::mechanism::{self, Answer, Calibration, SecretIndex, SessionS
 use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::cell::{Cell, Change, State};
-use crate::store::record::JournalStepRecord;
-use crate::store::{JournalEntry, SessionRecord, StoreError, Ticket};
+use crate::store::record::{EventKind, JournalStepRecord};
+use crate::store::{JournalEntry, JournalEvent, SessionRecord, StoreError, Ticket};
 use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, Owner, QueryDigest};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -220,9 +220,11 @@ pub struct Versioned {
     state: SessionState,
     version: u64,
     cache: AnswerCache,
-    /// The chain hash of the last journal entry (the session's genesis
-    /// hash before the first).
+    /// The chain hash of the last journal entry or event (the session's
+    /// genesis hash before the first).
     head: [u8; 32],
+    /// Journal events so far (the last one's sequence number).
+    events: u64,
 }
 
 /// What resuming a session needs besides its record.
@@ -255,12 +257,14 @@ impl State for Versioned {
             return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: p.m }.into());
         }
         let head = record.and_then(|r| r.journal_head).unwrap_or_else(|| JournalEntry::genesis(key));
-        Ok(Versioned { state, version, cache, head })
+        let events = record.map_or(0, |r| r.journal_events);
+        Ok(Versioned { state, version, cache, head, events })
     }
 
     fn record(&self) -> SessionRecord {
         SessionRecord {
             journal_head: Some(self.head),
+            journal_events: self.events,
             ..SessionRecord::of(&self.state, self.cache.to_record(), self.version)
         }
     }
@@ -293,19 +297,73 @@ async fn account_of(session: &Session) -> Result<BudgetView, SessionError> {
     session.read(|v| BudgetView::of(&v.state.ledger)).await
 }
 
+impl Versioned {
+    /// The terms a journal item records: the query's digest (if any), b,
+    /// the limit and the policy.
+    fn terms(&self, key: Option<&CacheKey>) -> JournalStepRecord {
+        let ledger = &self.state.ledger;
+        JournalStepRecord {
+            digest: key.map(|k| k.digest.as_bytes().to_vec()).unwrap_or_default(),
+            per_query: ledger.per_query().get(),
+            limit: ledger.limit().get(),
+            policy: ledger.policy().to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// The journal event `kind` about query `query_id` (with `step`'s
+    /// details; `need`: what an exhausted request needed), numbered and
+    /// chained next.
+    fn event(&mut self, kind: EventKind, query_id: &str, step: JournalStepRecord, need: f64) -> JournalEvent {
+        self.events += 1;
+        let mut event = JournalEvent {
+            seq: self.events,
+            after_version: self.version,
+            query_id: query_id.to_owned(),
+            kind: kind.as_str().to_owned(),
+            step: Some(step),
+            spent: self.state.ledger.spent().get(),
+            need,
+            ..Default::default()
+        };
+        let chain = event.chained(&self.head);
+        event.chain = chain.to_vec();
+        self.head = chain;
+        event
+    }
+}
+
+/// What one answered row leaves in the journal (when it is on).
+enum Row {
+    /// Answered from the cache: its event.
+    Cached(Option<JournalEvent>),
+    /// A step: its entry.
+    Stepped(Option<JournalEntry>),
+}
+
 /// Answers `asking` on `v`: from the cache when this exact query was
-/// answered before (nothing changes), or by one step of Algorithm 1 on
-/// `outputs`. Returns the reply and whether it took a step, with the
-/// step's journal entry when the journal is on.
+/// answered before (nothing changes but the journal), or by one step of
+/// Algorithm 1 on `outputs`.
 fn step(
     params: &SessionParams,
     v: &mut Versioned,
     outputs: Option<&TeacherOutputs>,
     asking: &Asking,
-) -> Result<(Reply, Option<Option<JournalEntry>>), SessionError> {
+) -> Result<(Reply, Row), SessionError> {
     if let Some(key) = &asking.key {
         match v.cache.lookup(key) {
-            Lookup::Hit(c) => return Ok((Reply::cached(c, asking)?, None)),
+            Lookup::Hit(c) => {
+                let reply = Reply::cached(c, asking)?;
+                let event = params.journal.then(|| {
+                    let step = JournalStepRecord {
+                        label: reply.label as u32,
+                        published: reply.published.clone(),
+                        ..v.terms(Some(key))
+                    };
+                    v.event(EventKind::CacheHit, &asking.query_id, step, 0.0)
+                });
+                return Ok((reply, Row::Cached(event)));
+            }
             Lookup::Evicted => return Err(SessionError::EvictedRepeat),
             Lookup::Miss => {}
         }
@@ -337,33 +395,19 @@ fn step(
         v.head = chain;
         entry
     });
-    Ok((Reply::fresh(answer), Some(entry)))
+    Ok((Reply::fresh(answer), Row::Stepped(entry)))
 }
 
 /// The journal entry of the step that just took `v` to its version: what
 /// it used and released, in the form `pacpriv verify` re-derives it from
 /// (the teachers' outputs on the release grid, as the mechanism used them).
 fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &Asking, answer: &Answer) -> JournalEntry {
-    let ledger = &v.state.ledger;
     let mut step = JournalStepRecord {
-        digest: asking.key.map(|k| k.digest.as_bytes().to_vec()).unwrap_or_default(),
-        per_query: ledger.per_query().get(),
-        limit: ledger.limit().get(),
-        policy: ledger.policy().to_string(),
         published: answer.published.clone(),
         label: answer.label as u32,
-        ..Default::default()
+        ..v.terms(asking.key.as_ref())
     };
-    match &*outputs.on_grid() {
-        TeacherOutputs::Labels { labels, classes } => {
-            step.classes = *classes as u32;
-            step.labels = labels.iter().map(|&l| l as u32).collect();
-        }
-        TeacherOutputs::Vectors(values) => {
-            step.dim = values.ncols() as u32;
-            step.vectors = values.iter().copied().collect();
-        }
-    }
+    record_outputs(&mut step, outputs);
     JournalEntry {
         version: v.version,
         query_id: asking.query_id.clone(),
@@ -374,39 +418,100 @@ fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &Asking, answe
     }
 }
 
-/// Answers `rows` in order, all or none: each as [`step`] would, on a copy
-/// of the state that replaces `v` only once every row is answered. Before
-/// any noise is drawn, the budget must cover every row that will be
-/// charged (what [`cost`] counts); a refusal of any row leaves `v` as it
-/// was. Returns the replies, the account after them, and what changed.
+/// Puts the teachers' `outputs`, on the release grid, into `step`.
+fn record_outputs(step: &mut JournalStepRecord, outputs: &TeacherOutputs) {
+    match &*outputs.on_grid() {
+        TeacherOutputs::Labels { labels, classes } => {
+            step.classes = *classes as u32;
+            step.labels = labels.iter().map(|&l| l as u32).collect();
+        }
+        TeacherOutputs::Vectors(values) => {
+            step.dim = values.ncols() as u32;
+            step.vectors = values.iter().copied().collect();
+        }
+    }
+}
+
+/// A request's replies and the account after them.
+type Answered = (Vec<Reply>, BudgetView);
+
+/// A request's answers, or its refusal.
+type Outcome = Result<Answered, SessionError>;
+
+/// A refusal and the row of the request it concerns (`None`: all).
+type Refused = (Option<usize>, SessionError);
+
+/// Answers `rows` as [`answer_all`] does. When the journal is on, a
+/// refusal (budget, contested, evicted or noisy-not-kept repeat) is
+/// journaled as an event and returned as the outcome, to be written like
+/// a step; other errors, and every refusal with the journal off, change
+/// nothing.
 fn step_all(
     params: &SessionParams,
     v: &mut Versioned,
     rows: &[(Option<TeacherOutputs>, Asking)],
-) -> Result<((Vec<Reply>, BudgetView), Change), SessionError> {
+) -> Result<(Outcome, Change), SessionError> {
+    let (row, error) = match answer_all(params, v, rows) {
+        Ok((done, change)) => return Ok((Ok(done), change)),
+        Err(refused) => refused,
+    };
+    let kind = match &error {
+        SessionError::Exhausted { .. } => EventKind::Exhausted,
+        SessionError::Privacy(PrivacyError::Contested) => EventKind::Contested,
+        SessionError::EvictedRepeat => EventKind::EvictedRepeat,
+        SessionError::NoisyNotKept => EventKind::NoisyNotKept,
+        _ => return Err(error),
+    };
+    let Some((outputs, asking)) = rows.get(row.unwrap_or(0)).filter(|_| params.journal) else { return Err(error) };
+    // An exhausted request is about all its rows: no digest.
+    let mut step = v.terms(row.and(asking.key.as_ref()));
+    if let (EventKind::Contested, Some(outputs)) = (kind, outputs) {
+        record_outputs(&mut step, outputs);
+    }
+    let need = match &error {
+        SessionError::Exhausted { charge, .. } => *charge,
+        _ => 0.0,
+    };
+    let event = v.event(kind, &asking.query_id, step, need);
+    Ok((Err(error), Change { events: vec![event], ..Change::default() }))
+}
+
+/// Answers `rows` in order, all or none: each as [`step`] would, on a copy
+/// of the state that replaces `v` only once every row is answered. Before
+/// any noise is drawn, the budget must cover every row that will be
+/// charged (what [`cost`] counts); a refusal of any row leaves `v` as it
+/// was. Returns the replies, the account after them, and what changed;
+/// or the refusal and the row it concerns (`None`: the whole request).
+fn answer_all(
+    params: &SessionParams,
+    v: &mut Versioned,
+    rows: &[(Option<TeacherOutputs>, Asking)],
+) -> Result<(Answered, Change), Refused> {
     let need = cost(params, v, rows)?;
     // Cached answers are free even past the limit (a cut budget).
     if need.get() > 0.0 {
-        v.state.ledger.check(need)?;
+        v.state.ledger.check(need).map_err(|e| (None, e.into()))?;
     }
     // One row needs no copy: a refused step changes nothing.
     let mut copy = (rows.len() > 1).then(|| v.clone());
     let state = copy.as_mut().unwrap_or(v);
     let mut replies = Vec::with_capacity(rows.len());
-    let (mut steps, mut journal) = (0, Vec::new());
-    for (outputs, asking) in rows {
-        let (reply, stepped) = step(params, state, outputs.as_ref(), asking)?;
+    let mut change = Change::default();
+    for (i, (outputs, asking)) in rows.iter().enumerate() {
+        let (reply, row) = step(params, state, outputs.as_ref(), asking).map_err(|e| (Some(i), e))?;
         replies.push(reply);
-        if let Some(entry) = stepped {
-            steps += 1;
-            journal.extend(entry);
+        match row {
+            Row::Cached(event) => change.events.extend(event),
+            Row::Stepped(entry) => {
+                change.steps += 1;
+                change.journal.extend(entry);
+            }
         }
     }
     let view = BudgetView::of(&state.state.ledger);
     if let Some(copy) = copy {
         *v = copy;
     }
-    let change = if steps == 0 { Change::None } else { Change::Step { steps, journal } };
     Ok(((replies, view), change))
 }
 
@@ -415,19 +520,15 @@ fn step_all(
 /// cached before nor a repeat of an earlier row of `rows`, when the cache
 /// is on). A repeat of an evicted answer is refused here, before anything
 /// is drawn.
-fn cost(
-    params: &SessionParams,
-    v: &Versioned,
-    rows: &[(Option<TeacherOutputs>, Asking)],
-) -> Result<Nats, SessionError> {
+fn cost(params: &SessionParams, v: &Versioned, rows: &[(Option<TeacherOutputs>, Asking)]) -> Result<Nats, Refused> {
     let ledger = &v.state.ledger;
     let mut seen = std::collections::HashSet::new();
     let mut need = 0.0;
-    for (outputs, asking) in rows {
+    for (i, (outputs, asking)) in rows.iter().enumerate() {
         if let Some(key) = &asking.key {
             match v.cache.lookup(key) {
                 Lookup::Hit(_) => continue,
-                Lookup::Evicted => return Err(SessionError::EvictedRepeat),
+                Lookup::Evicted => return Err((Some(i), SessionError::EvictedRepeat)),
                 Lookup::Miss if params.cache.capacity > 0 && !seen.insert(key.digest) => continue,
                 Lookup::Miss => {}
             }
@@ -437,7 +538,7 @@ fn cost(
             need += ledger.charge_for(o.unanimous()).get();
         }
     }
-    Ok(Nats::new(need)?)
+    Nats::new(need).map_err(|e| (None, e.into()))
 }
 
 /// What the preflight of a query found (one read of the session).
@@ -502,13 +603,15 @@ impl Handle {
     /// [`Preflight::Ask`] — if even the cheapest possible answers (free
     /// unanimous ones under `contested`, b each otherwise) of all the new
     /// rows still fit. Depends on the session's own transcript and public
-    /// state only.
+    /// state only. With the journal on, a refusal is journaled (as the
+    /// request `query_id`) before it is returned.
     ///
     /// # Errors
     /// [`SessionError::Exhausted`], [`SessionError::Poisoned`] or a store
     /// error.
-    pub async fn preflight(&self, keys: &[CacheKey]) -> Result<Vec<Preflight>, SessionError> {
-        self.session
+    pub async fn preflight(&self, keys: &[CacheKey], query_id: &str) -> Result<Vec<Preflight>, SessionError> {
+        let found = self
+            .session
             .read(|v| {
                 let found: Vec<Preflight> = keys
                     .iter()
@@ -521,11 +624,44 @@ impl Handle {
                     keys.iter().zip(&found).filter(|(_, p)| **p == Preflight::Ask).map(|(k, _)| k.digest).collect();
                 if !new.is_empty() {
                     let ledger = &v.state.ledger;
-                    ledger.check(Nats::new(ledger.charge_for(true).get() * new.len() as f64)?)?;
+                    let need = Nats::new(ledger.charge_for(true).get() * new.len() as f64)
+                        .map_err(|e| (Nats::ZERO, e.into()))?;
+                    ledger.check(need).map_err(|e| (need, e.into()))?;
                 }
-                Ok(found)
+                Ok::<_, (Nats, SessionError)>(found)
             })
-            .await?
+            .await?;
+        match found {
+            Ok(found) => Ok(found),
+            Err((need, refused @ SessionError::Exhausted { .. })) if self.session.context().params.journal => {
+                Err(self.journal_exhausted(query_id, need, refused).await)
+            }
+            Err((_, refused)) => Err(refused),
+        }
+    }
+
+    /// Journals the preflight's refusal of request `query_id`, which
+    /// needed `need`, and returns it (or the store's error). Re-checked
+    /// under the session's lock: the event records the ledger it was
+    /// refused on (a limit raised meanwhile leaves the refusal
+    /// unjournaled — it no longer holds).
+    async fn journal_exhausted(&self, query_id: &str, need: Nats, refused: SessionError) -> SessionError {
+        let query_id = query_id.to_owned();
+        let journaled = self
+            .session
+            .step(false, move |v| {
+                let mut change = Change::default();
+                if v.state.ledger.check(need).is_err() {
+                    change.events.push(v.event(EventKind::Exhausted, &query_id, v.terms(None), need.get()));
+                }
+                Ok(((), change))
+            })
+            .await;
+        match journaled {
+            Ok((_, Some(ticket))) => ticket.durable().await.err().map_or(refused, SessionError::Store),
+            Ok((_, None)) => refused,
+            Err(e) => uncharged(e),
+        }
     }
 
     /// One step of Algorithm 1 on this session — budget check,
@@ -571,8 +707,24 @@ impl Handle {
         // would cost more than the step (BENCHMARKS.md).
         let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
         let params = self.session.context().params;
-        let ((replies, view), ticket) = self.session.step(blocking, move |v| step_all(&params, v, &rows)).await?;
-        Ok(Step { replies, view, ticket })
+        let (outcome, ticket) = self.session.step(blocking, move |v| step_all(&params, v, &rows)).await?;
+        match outcome {
+            Ok((replies, view)) => Ok(Step { replies, view, ticket }),
+            // A journaled refusal: returned once its event is durable.
+            Err(refused) => match ticket {
+                Some(ticket) => Err(ticket.durable().await.err().map_or(refused, SessionError::Store)),
+                None => Err(refused),
+            },
+        }
+    }
+}
+
+/// A store error met while journaling a refusal: nothing was charged,
+/// whatever the store says about the write.
+fn uncharged(e: SessionError) -> SessionError {
+    match e {
+        SessionError::Withheld(e) => SessionError::Store(e),
+        other => other,
     }
 }
 

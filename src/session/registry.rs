@@ -386,7 +386,7 @@ impl Sessions {
     pub async fn journal_of(
         &self,
         key: &str,
-    ) -> Result<(Option<crate::store::SessionRecord>, Vec<crate::store::JournalEntry>), SessionError> {
+    ) -> Result<(Option<crate::store::SessionRecord>, Vec<crate::store::Journaled>), SessionError> {
         self.store.journal_snapshot(key).await.map_err(SessionError::Store)
     }
 }

@@ -21,7 +21,7 @@
 //! - A step's closure runs once, on state no other step of the session
 //!   sees half-applied.
 
-use super::{EmbeddedStore, JournalEntry, PgStore, SessionRecord, Store, StoreError, Ticket};
+use super::{EmbeddedStore, JournalEntry, JournalEvent, PgStore, SessionRecord, Store, StoreError, Ticket};
 use std::sync::{Arc, Mutex};
 
 /// A session's state as a cell holds it.
@@ -50,19 +50,24 @@ pub trait State: Sized + Send + 'static {
     fn poisoned() -> Self::Error;
 }
 
-/// What a step did, for the store.
-pub enum Change {
-    /// Nothing changed (a cached answer).
-    None,
-    /// `steps` steps (one per charged row of a request): write the
-    /// state's new record, whose version is `steps` more, and these
-    /// journal entries (none when the journal is off).
-    Step {
-        /// How many steps the version moved.
-        steps: u64,
-        /// One entry per step, in version order, or none.
-        journal: Vec<JournalEntry>,
-    },
+/// What a step did, for the store: nothing (a cached answer, the
+/// journal off), or steps and journal items to write with the state's
+/// new record.
+#[derive(Debug, Default)]
+pub struct Change {
+    /// How many steps the version moved (one per charged row).
+    pub steps: u64,
+    /// One entry per step, in version order, or none (journal off).
+    pub journal: Vec<JournalEntry>,
+    /// The journal's events (cache hits, refusals), in sequence order.
+    pub events: Vec<JournalEvent>,
+}
+
+impl Change {
+    /// Whether there is nothing to write.
+    pub fn is_none(&self) -> bool {
+        self.steps == 0 && self.events.is_empty()
+    }
 }
 
 /// One session's state, where the store keeps it.
@@ -92,11 +97,7 @@ impl<S: State> Held<S> {
     ) -> Result<(T, Option<Ticket>), S::Error> {
         let mut state = self.state.lock().map_err(|_| S::poisoned())?;
         let (value, change) = apply(&mut state)?;
-        let journal = match change {
-            Change::None => Vec::new(),
-            Change::Step { journal, .. } => journal,
-        };
-        let ticket = self.store.enqueue(key, state.record(), journal)?;
+        let ticket = self.store.enqueue(key, state.record(), change.journal, change.events)?;
         Ok((value, Some(ticket)))
     }
 }
@@ -185,10 +186,7 @@ impl<S: State> Cell<S> {
                 let run = move |record: Option<SessionRecord>| {
                     let mut state = S::resume(&cell.context, &cell.key, record.as_ref())?;
                     let (value, change) = apply(&mut state)?;
-                    let write = match change {
-                        Change::None => None,
-                        Change::Step { steps, journal } => Some((state.record(), steps, journal)),
-                    };
+                    let write = (!change.is_none()).then(|| (state.record(), change));
                     Ok::<_, S::Error>((write, value))
                 };
                 let value = store

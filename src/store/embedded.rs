@@ -8,6 +8,7 @@
 //! earlier record of that session is durable too.
 
 use super::record::encode_principal;
+use super::record::{JournalEvent, Journaled, chain_order};
 use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket};
 use crate::metrics::StoreMetrics;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -19,6 +20,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
+/// Journal events by (session, sequence number).
+const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal_events");
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 
 /// Most records folded into one commit.
@@ -41,6 +44,7 @@ struct Write {
     session: String,
     record: SessionRecord,
     journal: Vec<JournalEntry>,
+    events: Vec<JournalEvent>,
     done: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
@@ -184,13 +188,13 @@ impl EmbeddedStore {
         table.iter().map_err(backend)?.map(|item| Ok(item.map_err(backend)?.0.value().to_owned())).collect()
     }
 
-    /// A session's record and its journal up to that record's version,
-    /// read in one transaction (so a step committing meanwhile is in both
-    /// or in neither).
+    /// A session's record and its journal (entries and events in chain
+    /// order), read in one transaction (so a step committing meanwhile is
+    /// in both or in neither).
     ///
     /// # Errors
     /// Backend or corrupt data.
-    pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
+    pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
         let txn = self.db.begin_read().map_err(backend)?;
         let record = match open_in(&txn, SESSIONS)? {
             Some(t) => {
@@ -202,7 +206,15 @@ impl EmbeddedStore {
             Some(t) => decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)?,
             None => Vec::new(),
         };
-        Ok((record, journal))
+        let events = match open_in(&txn, EVENTS)? {
+            Some(t) => t
+                .range((session, 0)..=(session, u64::MAX))
+                .map_err(backend)?
+                .map(|item| super::journal_event(session, item.map_err(backend)?.1.value()))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        Ok((record, chain_order(journal, events)))
     }
 
     /// A session's journal, in version order.
@@ -288,7 +300,8 @@ impl EmbeddedStore {
         Ok(Some(stored))
     }
 
-    /// Queues `record` (and its journal entries) for the next group commit.
+    /// Queues `record` (and its journal entries and events) for the next
+    /// group commit.
     /// Call under the session's lock, so a session's records queue in
     /// version order.
     ///
@@ -299,12 +312,13 @@ impl EmbeddedStore {
         session: &str,
         record: SessionRecord,
         journal: Vec<JournalEntry>,
+        events: Vec<JournalEvent>,
     ) -> Result<Ticket, StoreError> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.queue
             .as_ref()
             .ok_or(StoreError::WriterGone)?
-            .send(Write { session: session.to_owned(), record, journal, done })
+            .send(Write { session: session.to_owned(), record, journal, events, done })
             .map_err(|_| StoreError::WriterGone)?;
         Ok(Ticket(wait))
     }
@@ -398,6 +412,18 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
             sessions.insert(w.session.as_str(), w.record.encode().as_slice()).map_err(backend)?;
             for entry in &w.journal {
                 journal.insert((w.session.as_str(), entry.version), entry.encode().as_slice()).map_err(backend)?;
+            }
+        }
+        // Opened only when there is one: redb creates a table when opened
+        // for writing, and most deployments journal nothing.
+        if batch.iter().any(|w| !w.events.is_empty()) {
+            let mut events = txn.open_table(EVENTS).map_err(backend)?;
+            for w in batch {
+                for event in &w.events {
+                    events
+                        .insert((w.session.as_str(), event.seq), event.encode_sealed().as_slice())
+                        .map_err(backend)?;
+                }
             }
         }
     }

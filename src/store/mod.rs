@@ -5,8 +5,9 @@
 //! Holds, per session, the posterior log-weights and the ledger with a
 //! version; once per deployment, the sealed secret index and a fingerprint
 //! of the teacher set it belongs to; optionally a journal of every step
-//! (charge and the log-likelihood vector applied), so a transcript can be
-//! replayed and audited.
+//! (charge and the log-likelihood vector applied) and, in the same hash
+//! chain, every cache hit and refusal (events), so a transcript can be
+//! replayed and audited (`docs/accounting.md` §9).
 //!
 //! # Invariants
 //! - A record is handed to the store *before* its answer is released, and
@@ -28,7 +29,7 @@ pub use embedded::EmbeddedStore;
 pub use pg_tls::{PgTls, SslMode};
 pub use postgres::{PgLink, PgStore};
 pub use principal::{Origin, PrincipalRecord};
-pub use record::{JournalEntry, SessionRecord};
+pub use record::{JournalEntry, JournalEvent, Journaled, SessionRecord};
 
 /// What can go wrong persisting or loading state. None of these carries
 /// the secret index.
@@ -244,15 +245,13 @@ impl Store {
         dispatch!(self, sessions())
     }
 
-    /// A session's record and its journal up to that record, from one
-    /// snapshot of the store: what `pacpriv admin export` writes.
+    /// A session's record and its journal (entries and events, in chain
+    /// order), from one snapshot of the store: what `pacpriv admin export`
+    /// writes.
     ///
     /// # Errors
     /// Backend or corrupt data.
-    pub async fn journal_snapshot(
-        &self,
-        session: &str,
-    ) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
+    pub async fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
         dispatch!(self, journal_snapshot(session))
     }
 
@@ -276,6 +275,12 @@ fn session_record(session: &str, bytes: &[u8]) -> Result<SessionRecord, StoreErr
 fn journal_entry(session: &str, bytes: &[u8]) -> Result<JournalEntry, StoreError> {
     JournalEntry::decode(bytes)
         .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable journal entry".into() })
+}
+
+/// One of `session`'s stored journal events, decoded (both backends).
+fn journal_event(session: &str, bytes: &[u8]) -> Result<JournalEvent, StoreError> {
+    JournalEvent::decode_sealed(bytes)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable journal event".into() })
 }
 
 /// Waits for one record to become durable.

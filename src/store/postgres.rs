@@ -18,6 +18,8 @@
 //! way the transaction rolls back (nothing charged) unless COMMIT was
 //! already sent, which stays ambiguous ([`StoreError::Unconfirmed`]).
 
+use super::cell::Change;
+use super::record::{Journaled, chain_order};
 use super::{JournalEntry, Meta, Origin, PgTls, PrincipalRecord, SessionRecord, SslMode, StoreError};
 use crate::metrics::StoreMetrics;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -56,10 +58,11 @@ impl PgLink {
 /// recorded at 1 and left as it is). Records in `BYTEA` columns carry
 /// their own format ([`super::record`]), so a record format change needs
 /// no migration.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "meta, sessions, journal and principals",
-    "
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "meta, sessions, journal and principals",
+        "
 CREATE TABLE IF NOT EXISTS pacpriv_meta (
     id        INT PRIMARY KEY CHECK (id = 1),
     secret    BIGINT NOT NULL,
@@ -85,13 +88,29 @@ CREATE TABLE IF NOT EXISTS pacpriv_principals (
     revoked_unix  BIGINT
 );
 ",
-)];
+    ),
+    (
+        2,
+        "journal events (cache hits and refusals)",
+        "
+CREATE TABLE IF NOT EXISTS pacpriv_journal_events (
+    session   TEXT NOT NULL,
+    seq       BIGINT NOT NULL,
+    event     BYTEA NOT NULL,
+    PRIMARY KEY (session, seq)
+);
+",
+    ),
+];
 
 /// A session's record.
 const LOAD_RECORD: &str = "SELECT record FROM pacpriv_sessions WHERE session = $1";
 
 /// A session's journal, in version order.
 const LOAD_JOURNAL: &str = "SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version";
+
+/// A session's journal events, in sequence order.
+const LOAD_EVENTS: &str = "SELECT event FROM pacpriv_journal_events WHERE session = $1 ORDER BY seq";
 
 /// The table that records applied migrations.
 const MIGRATIONS_TABLE: &str = "
@@ -279,15 +298,12 @@ impl PgStore {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// A session's record and its journal up to that record's version, in
-    /// one snapshot (a read-only REPEATABLE READ transaction).
+    /// A session's record and its journal (entries and events in chain
+    /// order), in one snapshot (a read-only REPEATABLE READ transaction).
     ///
     /// # Errors
     /// Backend or corrupt data.
-    pub async fn journal_snapshot(
-        &self,
-        session: &str,
-    ) -> Result<(Option<SessionRecord>, Vec<JournalEntry>), StoreError> {
+    pub async fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
         let mut client = self.client().await?;
         let tx = client
             .build_transaction()
@@ -302,9 +318,11 @@ impl PgStore {
             .map_err(backend)?
             .map(|r| super::session_record(session, r.get(0)))
             .transpose()?;
-        let rows = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
+        let entries = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
+        let events = tx.query(LOAD_EVENTS, &[&session]).await.map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        Ok((record, decode_journal(session, &rows)?))
+        let events = events.iter().map(|r| super::journal_event(session, r.get(0))).collect::<Result<_, _>>()?;
+        Ok((record, chain_order(decode_journal(session, &entries)?, events)))
     }
 
     /// A session's journal, in version order.
@@ -392,9 +410,9 @@ impl PgStore {
 
     /// One step on `session`, serialised across replicas: locks the row,
     /// hands the current record (`None`: fresh session) to `apply`, writes
-    /// back the record `apply` returns, if any, with the number of steps
-    /// it took (its version must be that many more) and their journal
-    /// entries, and commits. Only a committed step's
+    /// back the record `apply` returns, if any, with what changed (its
+    /// version must be `steps` more; the journal entries and events), and
+    /// commits. Only a committed step's
     /// result is returned; if `apply` fails, nothing is written. The row
     /// is locked by the first statement (it is created only for a fresh
     /// session), so a step is one read, one write and the commit.
@@ -405,7 +423,7 @@ impl PgStore {
     where
         E: From<StoreError>,
         F: FnOnce(Option<SessionRecord>) -> Fut,
-        Fut: std::future::Future<Output = Result<(Option<(SessionRecord, u64, Vec<JournalEntry>)>, T), E>>,
+        Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Change)>, T), E>>,
     {
         const LOCK: &str = "SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE";
         let started = std::time::Instant::now();
@@ -428,9 +446,11 @@ impl PgStore {
         };
         let version: i64 = row.get(0);
         let bytes: &[u8] = row.get(1);
-        let current = if version == 0 { None } else { Some(super::session_record(session, bytes)?) };
+        // A row just made for a fresh session has no record yet (one with
+        // journal events only is at version 0 and has one).
+        let current = if bytes.is_empty() { None } else { Some(super::session_record(session, bytes)?) };
         let (write, result) = apply(current).await?;
-        let Some((next, steps, journal)) = write else {
+        let Some((next, Change { steps, journal, events })) = write else {
             // Nothing to write (a cached answer read under the lock):
             // committed state, released as it is.
             return Ok(result);
@@ -454,6 +474,15 @@ impl PgStore {
             tx.execute(
                 "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)",
                 &[&session, &entry_version, &entry.encode()],
+            )
+            .await
+            .map_err(backend)?;
+        }
+        for event in events {
+            let seq = i64::try_from(event.seq).map_err(backend)?;
+            tx.execute(
+                "INSERT INTO pacpriv_journal_events (session, seq, event) VALUES ($1, $2, $3)",
+                &[&session, &seq, &event.encode_sealed()],
             )
             .await
             .map_err(backend)?;

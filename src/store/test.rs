@@ -10,6 +10,7 @@ fn record(version: u64) -> SessionRecord {
         charged: version,
         cache: None,
         journal_head: None,
+        journal_events: 0,
     }
 }
 
@@ -31,13 +32,13 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
                     log_likelihood: vec![],
                     ..Default::default()
                 };
-                store.enqueue("alice", record(v), vec![j])
+                store.enqueue("alice", record(v), vec![j], vec![])
             })
             .collect::<Result<_, _>>()?;
         for t in tickets {
             t.wait()?;
         }
-        store.enqueue("bob", record(1), vec![])?.wait()?;
+        store.enqueue("bob", record(1), vec![], vec![])?.wait()?;
     }
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(store.meta()?, Some(Meta { secret: 5, teachers: "demo m=8".into() }));

@@ -1,21 +1,23 @@
-//! Issue 25 §1: a real labelling run's journal, exported through the admin
-//! API (`pacpriv admin export`) and checked by `pacpriv verify` from the
-//! file alone — on the embedded store and on PostgreSQL; and one flipped
-//! label, one changed charge or one dropped record makes it fail naming
-//! that record's line.
+//! Issue 25 §1: a real labelling run's journal, with cache hits and a
+//! refusal, exported through the admin API (`pacpriv admin export`) and
+//! checked by `pacpriv verify` from the file alone — on the embedded store
+//! and on PostgreSQL; and one flipped label, one changed charge or one
+//! dropped record (a step or an event) makes it fail naming that record's
+//! line.
 
 use crate::util::{
     ADMIN_TOKEN, Postgres, Process, client, digit, held_out, image, key_hash, pacpriv, predict, small_demo, write_csv,
 };
-use pacpriv::cli::verify::format::{self, EntryLine, Line};
+use pacpriv::cli::verify::format::{self, Line};
 use pacpriv::store::JournalEntry;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
 
-/// Labels 40 held-out digits as the demo principal and asks alice three
-/// queries (one repeated: a cache hit, no step); exports the journal to
-/// `file`.
+/// Labels 40 held-out digits as the demo principal; asks alice three
+/// queries (one repeated: a cache hit, no step) and carol, whose budget
+/// pays for one answer, three (the second a cache hit, the third refused
+/// for budget); exports the journal to `file`.
 async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
     let (input, out) = (dir.join("digits.csv"), dir.join("labels.csv"));
     write_csv(&input, &held_out(40));
@@ -35,10 +37,15 @@ async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
     for (id, d) in [("a1", 3), ("a2", 8), ("a1-again", 3)] {
         predict(&mut c, "alice-key", image(id, &digit(d))).await.expect("alice answered");
     }
+    for (id, d) in [("c1", 5), ("c1-again", 5)] {
+        predict(&mut c, "carol-key", image(id, &digit(d))).await.expect("carol answered");
+    }
+    let refused = predict(&mut c, "carol-key", image("c2", &digit(6))).await.expect_err("carol's budget is spent");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
     let o = admin(server, &["export", "--out", &file.display().to_string()]);
     let said = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "export: {}", String::from_utf8_lossy(&o.stderr));
-    assert!(said.contains("exported 42 journal entries of 2 sessions"), "{said}");
+    assert!(said.contains("exported 43 journal entries and 3 events of 3 sessions"), "{said}");
 }
 
 fn admin(server: &Process, args: &[&str]) -> Output {
@@ -66,7 +73,7 @@ fn write(file: &Path, lines: &[String]) {
 fn fails_at(file: &Path, line: usize, why: &str) {
     let o = verify(file);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert_eq!(o.status.code(), Some(65), "line {line}, {why}: {err}{}", String::from_utf8_lossy(&o.stdout));
     assert!(err.contains(&format!("{}:{line}: ", file.display())) && err.contains(why), "line {line}, {why}: {err}");
 }
 
@@ -76,14 +83,22 @@ fn first_charged(lines: &[String]) -> usize {
     lines.iter().position(|l| l.contains("\"session\":\"demo\"") && !l.contains("\"charge\":0.0,")).expect("a charge")
 }
 
+/// The index of carol's event of `kind`.
+fn carols(lines: &[String], kind: &str) -> usize {
+    let kind = format!("\"kind\":\"{kind}\"");
+    lines.iter().position(|l| l.contains("\"session\":\"carol\"") && l.contains(&kind)).expect("carol's event")
+}
+
 fn the_export_verifies_and_tampering_is_named(file: &Path) {
     let o = verify(file);
     let report = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "verify: {}{report}", String::from_utf8_lossy(&o.stderr));
-    assert!(report.contains("verified: 42 steps of 2 sessions"), "{report}");
+    assert!(report.contains("verified: 43 steps and 3 events of 3 sessions"), "{report}");
     let demo = report.lines().find(|l| l.starts_with("demo\t")).expect("demo's row");
-    assert!(demo.starts_with("demo\t40\t"), "{demo}");
-    assert!(report.lines().any(|l| l.starts_with("alice\t2\t")), "the repeat took no step: {report}");
+    assert!(demo.starts_with("demo\t40\t0\t0\t"), "{demo}");
+    // session, steps, cache hits, refusals.
+    assert!(report.lines().any(|l| l.starts_with("alice\t2\t1\t0\t")), "the repeat took no step: {report}");
+    assert!(report.lines().any(|l| l.starts_with("carol\t1\t1\t1\t")), "{report}");
 
     let honest = lines(file);
     let dir = file.parent().expect("dir");
@@ -117,39 +132,74 @@ fn the_export_verifies_and_tampering_is_named(file: &Path) {
     // A forger who recomputes every hash after a change is caught by the
     // mechanism itself: a flipped label is not the release's argmax, a
     // waived charge is not the policy's.
-    fails_at(&rechained(dir, &honest, k, |e| e.step.label = (e.step.label + 1) % 10), k + 1, "argmax");
-    fails_at(&rechained(dir, &honest, k, |e| e.charge = 0.0), k + 1, "charges");
+    let entry = |change: fn(&mut format::EntryLine)| {
+        move |line: &mut Line| {
+            if let Line::Entry(e) = line {
+                change(e)
+            }
+        }
+    };
+    fails_at(&rechained(dir, &honest, k, entry(|e| e.step.label = (e.step.label + 1) % 10)), k + 1, "argmax");
+    fails_at(&rechained(dir, &honest, k, entry(|e| e.charge = 0.0)), k + 1, "charges");
+
+    // Events: a dropped cache hit leaves a gap in the numbers; a cache hit
+    // that releases another label, or a refusal under a limit the query
+    // would have fitted, is caught even when every hash is recomputed.
+    let hit = carols(&honest, "cache_hit");
+    fails_at(&edit("hit.jsonl", &|l| drop(l.remove(hit))), hit + 1, "expected event 1 next");
+    let event = |change: fn(&mut format::EventLine)| {
+        move |line: &mut Line| {
+            if let Line::Event(e) = line {
+                change(e)
+            }
+        }
+    };
+    let relabelled = rechained(dir, &honest, hit, event(|e| e.step.label = (e.step.label + 1) % 10));
+    fails_at(&relabelled, hit + 1, "other than what the step that answered its query released");
+    let refusal = carols(&honest, "exhausted");
+    let unjustified = rechained(dir, &honest, refusal, event(|e| e.step.limit = 1.0));
+    fails_at(&unjustified, refusal + 1, "a budget refusal, although");
 }
 
-/// `lines` with entry `k` changed by `change` and every later hash of its
+/// `lines` with line `k` changed by `change` and every later hash of its
 /// session (and its record's head) recomputed.
-fn rechained(dir: &Path, lines: &[String], k: usize, change: impl Fn(&mut EntryLine)) -> std::path::PathBuf {
+fn rechained(dir: &Path, lines: &[String], k: usize, change: impl Fn(&mut Line)) -> std::path::PathBuf {
     let mut out = lines.to_vec();
-    let mut head = None;
+    let (mut session, mut head) = (String::new(), [0; 32]);
     for (i, text) in lines.iter().enumerate().skip(1) {
-        match Line::parse(text).expect("line") {
-            Line::Entry(mut e) => {
-                let prev = match (head, e.version) {
-                    (_, 1) => JournalEntry::genesis(&e.session),
-                    (Some(h), _) => h,
-                    (None, _) => continue,
-                };
-                if i == k {
-                    change(&mut e);
-                }
-                if i >= k {
-                    let chain = e.entry().expect("entry").chained(&prev);
-                    e.chain = format::hex(&chain);
-                    out[i] = serde_json::to_string(&e).expect("json");
-                }
-                head = Some(format::unhex(&e.chain).expect("hex").try_into().expect("32 bytes"));
+        let mut line = Line::parse(text).expect("line");
+        if i == k {
+            change(&mut line);
+        }
+        let name = match &line {
+            Line::Entry(e) => &e.session,
+            Line::Event(e) => &e.session,
+            Line::Session(s) => &s.session,
+            Line::Header(_) => continue,
+        };
+        if *name != session {
+            session = name.clone();
+            head = JournalEntry::genesis(&session);
+        }
+        let json = match &mut line {
+            Line::Entry(e) => {
+                head = e.entry().expect("entry").chained(&head);
+                e.chain = format::hex(&head);
+                serde_json::to_string(e)
             }
-            Line::Session(mut s) if i > k => {
-                s.record.journal_head = format::hex(&head.expect("a head"));
-                out[i] = serde_json::to_string(&s).expect("json");
-                head = None;
+            Line::Event(e) => {
+                head = e.event().expect("event").chained(&head);
+                e.chain = format::hex(&head);
+                serde_json::to_string(e)
             }
-            _ => head = None,
+            Line::Session(s) => {
+                s.record.journal_head = format::hex(&head);
+                serde_json::to_string(s)
+            }
+            Line::Header(_) => continue,
+        };
+        if i >= k {
+            out[i] = json.expect("json");
         }
     }
     let path = dir.join("rechained.jsonl");
@@ -162,6 +212,8 @@ fn journaled(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
         ("PACPRIV__STORE__JOURNAL", "true".to_owned()),
         ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
         ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", "1".to_owned()),
+        ("PACPRIV__PRINCIPALS__CAROL__KEY_SHA256", key_hash("carol-key")),
+        ("PACPRIV__PRINCIPALS__CAROL__BUDGET_MI", "2^-8".to_owned()),
     ]);
     env.extend_from_slice(extra);
     env

@@ -4,7 +4,8 @@
 //! ```text
 //! {"format":"pacpriv-journal-export/1"}
 //! {"session":"alice","version":1,"query_id":"…","charge":…,"step":{…},"log_likelihood":[…],"chain":"…"}
-//! …every entry of alice, in version order…
+//! {"session":"alice","event":1,"after_version":1,"kind":"cache_hit","query_id":"…","step":{…},…,"chain":"…"}
+//! …every entry and event of alice, in chain order…
 //! {"session":"alice","record":{"version":…,"spent":…,"log_weights":[…],"journal_head":"…",…}}
 //! …the next session…
 //! ```
@@ -17,7 +18,7 @@
 //!   verifier recomputes from a line is the one the server computed.
 
 use crate::store::record::JournalStepRecord;
-use crate::store::{JournalEntry, SessionRecord};
+use crate::store::{JournalEntry, JournalEvent, SessionRecord};
 use serde::{Deserialize, Serialize};
 
 /// The first line's `format`.
@@ -46,15 +47,17 @@ pub struct SessionLine {
 pub enum Line {
     /// The first line.
     Header(Header),
-    /// A journal entry.
+    /// A journal entry (a step).
     Entry(Box<EntryLine>),
+    /// A journal event (a cache hit or a refusal).
+    Event(Box<EventLine>),
     /// A session's record.
     Session(SessionLine),
 }
 
 impl Line {
     /// Parses one line: an entry (by far the most common, tried first),
-    /// a session's record, or the header.
+    /// an event, a session's record, or the header.
     ///
     /// # Errors
     /// What was wrong with it read as an entry.
@@ -62,7 +65,8 @@ impl Line {
         match serde_json::from_str::<EntryLine>(text) {
             Ok(e) => Ok(Line::Entry(Box::new(e))),
             Err(e) => serde_json::from_str(text)
-                .map(Line::Session)
+                .map(|e| Line::Event(Box::new(e)))
+                .or_else(|_| serde_json::from_str(text).map(Line::Session))
                 .or_else(|_| serde_json::from_str(text).map(Line::Header))
                 .map_err(|_| e),
         }
@@ -85,6 +89,31 @@ pub struct EntryLine {
     pub step: StepLine,
     /// The Eq. 4 vector applied (empty: none).
     pub log_likelihood: Vec<f64>,
+    /// The chain hash, hex.
+    pub chain: String,
+}
+
+/// A journal event.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventLine {
+    /// The session key.
+    pub session: String,
+    /// Its sequence number (1, 2, …).
+    pub event: u64,
+    /// The session's version when it happened.
+    pub after_version: u64,
+    /// `cache_hit`, or the refusal.
+    pub kind: String,
+    /// The client's query id.
+    pub query_id: String,
+    /// The digest and terms; a cache hit's release; a contested query's
+    /// teacher outputs.
+    pub step: StepLine,
+    /// MI spent before it.
+    pub spent: f64,
+    /// What an exhausted request needed.
+    pub need: f64,
     /// The chain hash, hex.
     pub chain: String,
 }
@@ -140,31 +169,22 @@ pub struct RecordLine {
     /// The posterior's log-weights.
     #[serde(with = "floats")]
     pub log_weights: Vec<f64>,
-    /// The chain hash of the last entry, hex (empty: none).
+    /// The chain hash of the last entry or event, hex (empty: none).
     pub journal_head: String,
+    /// Events journaled.
+    #[serde(default)]
+    pub journal_events: u64,
 }
 
 impl EntryLine {
     /// The line of `entry` of `session`.
     pub fn of(session: &str, entry: &JournalEntry) -> Self {
-        let step = entry.step.clone().unwrap_or_default();
         EntryLine {
             session: session.to_owned(),
             version: entry.version,
             query_id: entry.query_id.clone(),
             charge: entry.charge,
-            step: StepLine {
-                digest: hex(&step.digest),
-                per_query: step.per_query,
-                limit: step.limit,
-                policy: step.policy,
-                classes: step.classes,
-                labels: step.labels,
-                dim: step.dim,
-                vectors: step.vectors,
-                published: step.published,
-                label: step.label,
-            },
+            step: StepLine::of(entry.step.clone().unwrap_or_default()),
             log_likelihood: entry.log_likelihood.clone(),
             chain: hex(&entry.chain),
         }
@@ -172,25 +192,78 @@ impl EntryLine {
 
     /// Back to the store's entry (`None`: a hex field is not hex).
     pub fn entry(&self) -> Option<JournalEntry> {
-        let s = &self.step;
         Some(JournalEntry {
             version: self.version,
             query_id: self.query_id.clone(),
             charge: self.charge,
             log_likelihood: self.log_likelihood.clone(),
-            step: Some(JournalStepRecord {
-                digest: unhex(&s.digest)?,
-                per_query: s.per_query,
-                limit: s.limit,
-                policy: s.policy.clone(),
-                classes: s.classes,
-                labels: s.labels.clone(),
-                dim: s.dim,
-                vectors: s.vectors.clone(),
-                published: s.published.clone(),
-                label: s.label,
-            }),
+            step: Some(self.step.record()?),
             chain: unhex(&self.chain)?,
+        })
+    }
+}
+
+impl EventLine {
+    /// The line of `event` of `session`.
+    pub fn of(session: &str, event: &JournalEvent) -> Self {
+        EventLine {
+            session: session.to_owned(),
+            event: event.seq,
+            after_version: event.after_version,
+            kind: event.kind.clone(),
+            query_id: event.query_id.clone(),
+            step: StepLine::of(event.step.clone().unwrap_or_default()),
+            spent: event.spent,
+            need: event.need,
+            chain: hex(&event.chain),
+        }
+    }
+
+    /// Back to the store's event (`None`: a hex field is not hex).
+    pub fn event(&self) -> Option<JournalEvent> {
+        Some(JournalEvent {
+            format: 0,
+            seq: self.event,
+            after_version: self.after_version,
+            query_id: self.query_id.clone(),
+            kind: self.kind.clone(),
+            step: Some(self.step.record()?),
+            spent: self.spent,
+            need: self.need,
+            chain: unhex(&self.chain)?,
+        })
+    }
+}
+
+impl StepLine {
+    fn of(step: JournalStepRecord) -> Self {
+        StepLine {
+            digest: hex(&step.digest),
+            per_query: step.per_query,
+            limit: step.limit,
+            policy: step.policy,
+            classes: step.classes,
+            labels: step.labels,
+            dim: step.dim,
+            vectors: step.vectors,
+            published: step.published,
+            label: step.label,
+        }
+    }
+
+    /// Back to the store's form (`None`: the digest is not hex).
+    fn record(&self) -> Option<JournalStepRecord> {
+        Some(JournalStepRecord {
+            digest: unhex(&self.digest)?,
+            per_query: self.per_query,
+            limit: self.limit,
+            policy: self.policy.clone(),
+            classes: self.classes,
+            labels: self.labels.clone(),
+            dim: self.dim,
+            vectors: self.vectors.clone(),
+            published: self.published.clone(),
+            label: self.label,
         })
     }
 }
@@ -206,6 +279,7 @@ impl RecordLine {
             charged: record.charged,
             log_weights: record.log_weights.clone(),
             journal_head: record.journal_head.map(|h| hex(&h)).unwrap_or_default(),
+            journal_events: record.journal_events,
         }
     }
 }
@@ -217,7 +291,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The bytes of lowercase or uppercase hex; `None` for anything else.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()

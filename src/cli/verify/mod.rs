@@ -1,14 +1,21 @@
 //! `pacpriv verify FILE`: checks an exported journal (`pacpriv admin
 //! export`) from its records alone — no server, no store, no secret.
 //!
-//! For every session, in order: the entries' versions run 1, 2, 3, … with
-//! none missing; each entry's chain hash is SHA-256 over the previous one
-//! and the entry itself ([`crate::store::JournalEntry::chained`]), starting
-//! from the session's genesis hash; each step re-derives — posterior, Σ,
-//! the ½·tr(Σ⁺C) ≤ b certificate, the charge and the ledger — as
-//! [`crate::privacy::replay`] does; and the session's stored record equals
-//! the replayed end state bit for bit (posterior, spent, counts, chain
-//! head). The first record that does not match is named by its line and
+//! For every session, in order: the entries' versions run 1, 2, 3, … and
+//! the events' numbers 1, 2, 3, … with none missing; each item's chain
+//! hash is SHA-256 over the previous one and the item itself
+//! ([`crate::store::JournalEntry::chained`],
+//! [`crate::store::JournalEvent::chained`]), starting from the session's
+//! genesis hash; each step re-derives — posterior, Σ, the ½·tr(Σ⁺C) ≤ b
+//! certificate, the charge and the ledger — as [`crate::privacy::replay`]
+//! does; each event is justified by what came before it (a cache hit
+//! releases again what the step that answered its query released; a
+//! budget refusal did not fit the replayed ledger; a contested refusal's
+//! teachers disagree under `unanimous_only`; an evicted or noisy-not-kept
+//! repeat repeats an answered query); and the session's stored record
+//! equals the replayed end state bit for bit (posterior, spent, counts,
+//! chain head, events). The first record that does not match is named by
+//! its line and
 //! the command exits with 65 (`EX_DATAERR`). Argument:
 //! `docs/accounting.md` §9.
 
@@ -20,8 +27,10 @@ use crate::privacy::posterior::Posterior;
 use crate::privacy::replay::{self, Recorded};
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::JournalEntry;
-use format::{EntryLine, Line, RecordLine};
+use crate::store::record::EventKind;
+use format::{EntryLine, EventLine, Line, RecordLine};
 use ndarray::Array2;
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
@@ -53,6 +62,10 @@ pub struct Verified {
     pub session: String,
     /// Its journaled steps.
     pub steps: u64,
+    /// Queries it answered from the cache.
+    pub cache_hits: u64,
+    /// Requests it refused.
+    pub refusals: u64,
     /// Answers charged.
     pub charged: u64,
     /// MI spent, re-derived.
@@ -76,21 +89,26 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             std::fs::File::open(&args.file).map_err(|e| anyhow::anyhow!("cannot read the export {name}: {e}"))?;
         check(std::io::BufReader::new(file), &name)?
     };
-    writeln!(out, "session\tsteps\tcharged\tspent_nats\tlimit_nats\tmia_bound\tmax_certificate_over_b")?;
+    writeln!(
+        out,
+        "session\tsteps\tcache_hits\trefusals\tcharged\tspent_nats\tlimit_nats\tmia_bound\tmax_certificate_over_b"
+    )?;
     for s in &sessions {
         let mia = Nats::new(s.spent).map(report::mia_bound).unwrap_or(1.0);
         writeln!(
             out,
-            "{}\t{}\t{}\t{:e}\t{:e}\t{:.6}\t{:.6}",
-            s.session, s.steps, s.charged, s.spent, s.limit, mia, s.worst_certificate
+            "{}\t{}\t{}\t{}\t{}\t{:e}\t{:e}\t{:.6}\t{:.6}",
+            s.session, s.steps, s.cache_hits, s.refusals, s.charged, s.spent, s.limit, mia, s.worst_certificate
         )?;
     }
     let steps: u64 = sessions.iter().map(|s| s.steps).sum();
+    let events: u64 = sessions.iter().map(|s| s.cache_hits + s.refusals).sum();
     let n = sessions.len();
     let plural = if n == 1 { "" } else { "s" };
     writeln!(
         out,
-        "verified: {steps} steps of {n} session{plural}; every charge, certificate and posterior re-derived"
+        "verified: {steps} steps and {events} events of {n} session{plural}; every charge, certificate, posterior, \
+         cache hit and refusal re-derived"
     )?;
     Ok(())
 }
@@ -114,20 +132,15 @@ pub fn check(reader: impl BufRead, file: &str) -> Result<Vec<Verified>, Failed> 
             (1, _) => return Err(fail(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT))),
             (_, Line::Header(_)) => return Err(fail(n, "a second header".into())),
             (_, Line::Entry(e)) => {
-                if current.as_ref().is_none_or(|c| c.session != e.session) {
-                    if let Some(c) = &current {
-                        return Err(fail(n, format!("session {:?}'s entries end without its record line", c.session)));
-                    }
-                    if done.iter().any(|d| d.session == e.session) {
-                        return Err(fail(n, format!("session {:?} appears twice", e.session)));
-                    }
-                    current = Some(Replaying::new(&e.session));
-                }
-                if let Some(c) = current.as_mut() {
-                    c.step(&e)
-                        .map_err(|what| fail(n, format!("session {:?} version {}: {what}", e.session, e.version)))?;
-                }
+                replaying(&mut current, &done, &e.session)
+                    .map_err(|what| fail(n, what))?
+                    .step(&e)
+                    .map_err(|what| fail(n, format!("session {:?} version {}: {what}", e.session, e.version)))?
             }
+            (_, Line::Event(e)) => replaying(&mut current, &done, &e.session)
+                .map_err(|what| fail(n, what))?
+                .event(&e)
+                .map_err(|what| fail(n, format!("session {:?} event {}: {what}", e.session, e.event)))?,
             (_, Line::Session(s)) => {
                 let c = match current.take() {
                     Some(c) if c.session == s.session => c,
@@ -155,6 +168,22 @@ pub fn check(reader: impl BufRead, file: &str) -> Result<Vec<Verified>, Failed> 
     }
 }
 
+/// The session being re-derived, for a line of `session`: the current
+/// one, or a new one if the current one's lines ended.
+fn replaying<'a>(
+    current: &'a mut Option<Replaying>,
+    done: &[Verified],
+    session: &str,
+) -> Result<&'a mut Replaying, String> {
+    if let Some(c) = current.as_ref().filter(|c| c.session != session) {
+        return Err(format!("session {:?}'s entries end without its record line", c.session));
+    }
+    if current.is_none() && done.iter().any(|d| d.session == session) {
+        return Err(format!("session {session:?} appears twice"));
+    }
+    Ok(current.get_or_insert_with(|| Replaying::new(session)))
+}
+
 /// One session being re-derived.
 struct Replaying {
     session: String,
@@ -162,6 +191,12 @@ struct Replaying {
     state: Option<SessionState>,
     head: [u8; 32],
     version: u64,
+    /// The last event's number.
+    events: u64,
+    cache_hits: u64,
+    refusals: u64,
+    /// What each answered query (by digest) released: label and vector.
+    answered: HashMap<Vec<u8>, (u32, Vec<f64>)>,
     limit: f64,
     worst: f64,
 }
@@ -173,9 +208,91 @@ impl Replaying {
             state: None,
             head: JournalEntry::genesis(session),
             version: 0,
+            events: 0,
+            cache_hits: 0,
+            refusals: 0,
+            answered: HashMap::new(),
             limit: 0.0,
             worst: 0.0,
         }
+    }
+
+    /// Checks event `e` (the next item of this session is an event).
+    fn event(&mut self, e: &EventLine) -> Result<(), String> {
+        if e.event != self.events + 1 {
+            return Err(format!("expected event {} next: an event is missing or out of order", self.events + 1));
+        }
+        if e.after_version != self.version {
+            return Err(format!(
+                "it says it came after version {}, but follows version {}",
+                e.after_version, self.version
+            ));
+        }
+        let event = e.event().ok_or("a hash or digest is not hex")?;
+        let chain = event.chained(&self.head);
+        if event.chain != chain {
+            return Err(ALTERED.into());
+        }
+        let kind = EventKind::parse(&e.kind).ok_or_else(|| format!("{:?} is not a kind of event", e.kind))?;
+        let (spent, answered, charged) = self
+            .state
+            .as_ref()
+            .map_or((Nats::ZERO, 0, 0), |s| (s.ledger.spent(), s.ledger.answered(), s.ledger.charged()));
+        if spent.get().to_bits() != e.spent.to_bits() {
+            return Err(format!("it records {:e} nats spent; the journal adds up to {:e}", e.spent, spent.get()));
+        }
+        let s = &e.step;
+        let earlier = || {
+            let digest = format::unhex(&s.digest).unwrap_or_default();
+            self.answered
+                .get(&digest)
+                .filter(|_| !digest.is_empty())
+                .ok_or("it names a query no earlier step of the session answered".to_owned())
+        };
+        match kind {
+            EventKind::CacheHit => {
+                let (label, published) = earlier()?;
+                let same = s.published.is_empty()
+                    || (s.published.len() == published.len()
+                        && s.published.iter().zip(published).all(|(a, b)| a.to_bits() == b.to_bits()));
+                if s.label != *label || !same {
+                    return Err("a cache hit that released something other than what the step that answered its \
+                                query released"
+                        .into());
+                }
+            }
+            EventKind::EvictedRepeat | EventKind::NoisyNotKept => {
+                earlier()?;
+            }
+            EventKind::Exhausted => {
+                let nats = |x: f64| Nats::new(x).map_err(|e| e.to_string());
+                let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
+                let ledger = Ledger::restore(nats(s.per_query)?, nats(s.limit)?, policy, spent, answered, charged)
+                    .map_err(|e| e.to_string())?;
+                if e.need <= 0.0 || ledger.check(nats(e.need)?).is_ok() {
+                    return Err(format!(
+                        "a budget refusal, although {:e} nats more fit the limit {:e} after {:e} spent",
+                        e.need, s.limit, e.spent
+                    ));
+                }
+            }
+            EventKind::Contested => {
+                let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
+                if policy != Policy::UnanimousOnly || outputs(s)?.unanimous() {
+                    return Err("a contested refusal of a query that policy answers (unanimous teachers, or a \
+                                policy other than unanimous_only)"
+                        .into());
+                }
+            }
+        }
+        if kind == EventKind::CacheHit {
+            self.cache_hits += 1;
+        } else {
+            self.refusals += 1;
+        }
+        self.head = chain;
+        self.events = e.event;
+        Ok(())
     }
 
     /// Checks entry `e` (the next one of this session) and applies it.
@@ -194,9 +311,7 @@ impl Replaying {
         let entry = e.entry().ok_or("a hash or digest is not hex")?;
         let chain = entry.chained(&self.head);
         if entry.chain != chain {
-            return Err("its chain hash does not match: this record, or one before it, was altered, inserted or \
-                        removed"
-                .into());
+            return Err(ALTERED.into());
         }
         let s = &e.step;
         let outputs = outputs(s)?;
@@ -224,6 +339,9 @@ impl Replaying {
         };
         let replayed = replay::replay(&mut state, &recorded).map_err(|m| m.to_string())?;
         self.worst = self.worst.max(replayed.mi_bound / s.per_query);
+        if let Some(digest) = entry.step.map(|s| s.digest).filter(|d| !d.is_empty()) {
+            self.answered.insert(digest, (s.label, s.published.clone()));
+        }
         self.limit = s.limit;
         self.state = Some(state);
         self.head = chain;
@@ -240,17 +358,21 @@ impl Replaying {
                 format!("its record is at version {}, its journal ends at {}", record.version, self.version)
             });
         }
-        // A record written before its session's first journaled step may
+        if record.journal_events != self.events {
+            return Err(format!("its record counts {} events, its journal has {}", record.journal_events, self.events));
+        }
+        // A record written before its session's first journaled item may
         // carry no head at all.
-        let head_ok =
-            record.journal_head == format::hex(&self.head) || (self.version == 0 && record.journal_head.is_empty());
-        if !head_ok {
-            return Err("its record's chain head is not its last entry's chain hash".into());
+        let fresh = self.version == 0 && self.events == 0;
+        if record.journal_head != format::hex(&self.head) && !(fresh && record.journal_head.is_empty()) {
+            return Err("its record's chain head is not its journal's last chain hash".into());
         }
         let Some(state) = self.state else {
             return Ok(Verified {
                 session: self.session,
                 steps: 0,
+                cache_hits: self.cache_hits,
+                refusals: self.refusals,
                 charged: 0,
                 spent: record.spent,
                 limit: record.limit,
@@ -279,6 +401,8 @@ impl Replaying {
         Ok(Verified {
             session: self.session,
             steps: self.version,
+            cache_hits: self.cache_hits,
+            refusals: self.refusals,
             charged: l.charged(),
             spent: l.spent().get(),
             limit: self.limit,
@@ -287,6 +411,9 @@ impl Replaying {
     }
 }
 
+/// What a chain hash that does not match means.
+const ALTERED: &str = "its chain hash does not match: this record, or one before it, was altered, inserted or removed";
+
 /// The teachers' outputs a step records.
 fn outputs(s: &format::StepLine) -> Result<TeacherOutputs, String> {
     match (s.classes, s.dim) {
@@ -294,7 +421,7 @@ fn outputs(s: &format::StepLine) -> Result<TeacherOutputs, String> {
             labels: s.labels.iter().map(|&l| l as usize).collect(),
             classes: classes as usize,
         }),
-        (0, dim) if dim > 0 && s.vectors.len() % dim as usize == 0 => {
+        (0, dim) if dim > 0 && s.vectors.len().is_multiple_of(dim as usize) => {
             let m = s.vectors.len() / dim as usize;
             Array2::from_shape_vec((m, dim as usize), s.vectors.clone())
                 .map(TeacherOutputs::Vectors)

@@ -167,6 +167,8 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
 
     let b = state.ledger.per_query();
     let (noise, centres) = calibrate(state, outputs, b).map_err(|e| Mismatch::Uncertified(e.to_string()))?;
+    // Written so that a NaN bound fails too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(noise.mi_bound() <= b.get()) {
         return Err(Mismatch::Uncertified(format!("½·tr(Σ⁺C) = {:e} > b = {:e}", noise.mi_bound(), b.get())));
     }
@@ -182,6 +184,8 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
     let h = grid_error(&r);
     for (teacher, (centre, &recorded)) in centres.iter().zip(step.log_likelihood).enumerate() {
         let (derived, tolerance) = observed(&noise, &(&r - centre).view(), h);
+        // Written so that a NaN on either side fails too.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         if !((recorded - derived).abs() <= tolerance) {
             return Err(Mismatch::LogLikelihood { teacher, recorded, derived, tolerance });
         }

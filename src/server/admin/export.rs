@@ -5,10 +5,11 @@
 //! Each session is read from one snapshot of the store, so its record
 //! matches its last entry even while it keeps answering.
 
-use crate::proto::pacpriv::JournalChunk;
+use crate::proto::pacpriv::journaled::Item;
+use crate::proto::pacpriv::{JournalChunk, Journaled as JournaledItem};
 use crate::server::App;
 use crate::server::status::ServiceError;
-use crate::store::SessionRecord;
+use crate::store::{Journaled, SessionRecord};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -51,21 +52,27 @@ pub fn apply(app: Arc<App>) -> ChunkStream {
 
 async fn send_all(app: &App, tx: &mpsc::Sender<Result<JournalChunk, Status>>) -> Result<(), ServiceError> {
     for key in app.sessions.session_keys().await? {
-        let (record, entries) = app.sessions.journal_of(&key).await?;
+        let (record, journal) = app.sessions.journal_of(&key).await?;
         let Some(record) = record else { continue };
         let mut chunk = JournalChunk { session: key.clone(), ..Default::default() };
         let mut size = 0;
-        for entry in entries.iter().filter(|e| e.version <= record.version) {
-            let bytes = entry.encode();
-            if size + bytes.len() > CHUNK_BYTES && !chunk.entries.is_empty() {
+        for item in journal {
+            let item = match item {
+                Journaled::Entry(e) if e.version <= record.version => Item::Entry(e.encode()),
+                Journaled::Event(e) if e.seq <= record.journal_events => Item::Event(e.encode_sealed()),
+                _ => continue,
+            };
+            let (Item::Entry(bytes) | Item::Event(bytes)) = &item;
+            let len = bytes.len();
+            if size + len > CHUNK_BYTES && !chunk.journal.is_empty() {
                 let full = std::mem::replace(&mut chunk, JournalChunk { session: key.clone(), ..Default::default() });
                 if tx.send(Ok(full)).await.is_err() {
                     return Ok(()); // the client went away
                 }
                 size = 0;
             }
-            size += bytes.len();
-            chunk.entries.push(bytes);
+            size += len;
+            chunk.journal.push(JournaledItem { item: Some(item) });
         }
         chunk.record = SessionRecord { cache: None, ..record }.encode();
         if tx.send(Ok(chunk)).await.is_err() {

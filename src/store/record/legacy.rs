@@ -53,6 +53,7 @@ pub(super) fn session(bytes: &[u8]) -> Option<super::SessionRecord> {
         log_weights: r.floats()?,
         cache: None,
         journal_head: None,
+        journal_events: 0,
     };
     if !r.0.is_empty() {
         record.cache = Some(cache(&mut r)?);

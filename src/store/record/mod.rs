@@ -2,7 +2,7 @@
 //! PostgreSQL `BYTEA` column holds.
 //!
 //! # Owns
-//! [`SessionRecord`], [`JournalEntry`] and the encoding of
+//! [`SessionRecord`], [`JournalEntry`], [`JournalEvent`] and the encoding of
 //! [`PrincipalRecord`]: the schema is `proto/pacpriv/store/v1/records.proto`
 //! (prost messages), behind an 8-byte [`MARK`].
 //!
@@ -27,6 +27,7 @@ use crate::proto::store as schema;
 use prost::Message;
 use sha2::{Digest, Sha256};
 
+pub use schema::JournalEvent;
 pub use schema::JournalStep as JournalStepRecord;
 pub use schema::{AnswerCache as AnswerCacheRecord, CachedAnswer as CachedAnswerRecord};
 pub use schema::{Evicted as EvictedRecord, Evidence as EvidenceRecord, Published as PublishedRecord};
@@ -78,6 +79,8 @@ pub struct SessionRecord {
     /// The chain hash of the session's last journal entry (`None`: no
     /// entry yet, or none journaled).
     pub journal_head: Option<[u8; 32]>,
+    /// Journal events (cache hits, refusals) so far.
+    pub journal_events: u64,
 }
 
 impl SessionRecord {
@@ -85,6 +88,7 @@ impl SessionRecord {
     pub fn of(state: &SessionState, cache: Option<AnswerCacheRecord>, version: u64) -> Self {
         SessionRecord {
             journal_head: None,
+            journal_events: 0,
             version,
             log_weights: state.posterior.log_weights().to_vec(),
             spent: state.ledger.spent().get(),
@@ -119,6 +123,7 @@ impl SessionRecord {
             log_weights: self.log_weights.clone(),
             cache: self.cache.clone(),
             journal_head: self.journal_head.map(|h| h.to_vec()).unwrap_or_default(),
+            journal_events: self.journal_events,
         })
     }
 
@@ -134,6 +139,7 @@ impl SessionRecord {
                 charged: m.charged,
                 cache: m.cache,
                 journal_head: m.journal_head.as_slice().try_into().ok(),
+                journal_events: m.journal_events,
             }),
             Err(unmarked) => legacy::session(unmarked),
         }
@@ -206,6 +212,99 @@ impl JournalEntry {
             Err(unmarked) => legacy::journal(unmarked),
         }
     }
+}
+
+/// Domain separation for the events in the journal's hash chain.
+const EVENT_DOMAIN: &[u8] = b"pacpriv-journal-event/1";
+
+/// What a journal event was: a query answered from the cache, or refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// The session's earlier answer, released again (free).
+    CacheHit,
+    /// The budget could not pay for the request.
+    Exhausted,
+    /// Not unanimous under the `unanimous_only` policy.
+    Contested,
+    /// A repeat whose cached answer was evicted, under `refuse`.
+    EvictedRepeat,
+    /// A repeat asking for a noisy vector that was not kept.
+    NoisyNotKept,
+}
+
+impl EventKind {
+    const ALL: [EventKind; 5] = [
+        EventKind::CacheHit,
+        EventKind::Exhausted,
+        EventKind::Contested,
+        EventKind::EvictedRepeat,
+        EventKind::NoisyNotKept,
+    ];
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::CacheHit => "cache_hit",
+            EventKind::Exhausted => "exhausted",
+            EventKind::Contested => "contested",
+            EventKind::EvictedRepeat => "evicted_repeat",
+            EventKind::NoisyNotKept => "noisy_not_kept",
+        }
+    }
+
+    /// The kind spelled `s`, if any.
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl JournalEvent {
+    /// This event's chain hash after `prev` (the chain hash of whatever
+    /// the session journaled last, entry or event, or its genesis).
+    pub fn chained(&self, prev: &[u8; 32]) -> [u8; 32] {
+        let body = seal(&JournalEvent { chain: Vec::new(), format: FORMAT, ..self.clone() });
+        Sha256::new().chain_update(EVENT_DOMAIN).chain_update(prev).chain_update(&body).finalize().into()
+    }
+
+    /// The byte form ([`MARK`], format [`FORMAT`]).
+    pub fn encode_sealed(&self) -> Vec<u8> {
+        seal(&JournalEvent { format: FORMAT, ..self.clone() })
+    }
+
+    /// Reads the byte form; `None` for malformed bytes or another format.
+    pub fn decode_sealed(bytes: &[u8]) -> Option<Self> {
+        open(bytes, |m: &JournalEvent| m.format).ok().flatten()
+    }
+
+    /// Its kind (`None`: a kind this release does not know).
+    pub fn event_kind(&self) -> Option<EventKind> {
+        EventKind::parse(&self.kind)
+    }
+}
+
+/// One item of a session's journal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Journaled {
+    /// A step.
+    Entry(JournalEntry),
+    /// A cache hit or a refusal.
+    Event(JournalEvent),
+}
+
+/// A session's entries (version order) and events (sequence order) in
+/// the order they were chained: an event after the entry of its
+/// `after_version`, before the next.
+pub fn chain_order(entries: Vec<JournalEntry>, events: Vec<JournalEvent>) -> Vec<Journaled> {
+    let mut out = Vec::with_capacity(entries.len() + events.len());
+    let mut events = events.into_iter().peekable();
+    for entry in entries {
+        while let Some(e) = events.next_if(|e| e.after_version < entry.version) {
+            out.push(Journaled::Event(e));
+        }
+        out.push(Journaled::Entry(entry));
+    }
+    out.extend(events.map(Journaled::Event));
+    out
 }
 
 /// A principal's byte form in the embedded store (PostgreSQL keeps

@@ -40,6 +40,7 @@ fn alice() -> SessionRecord {
         charged: 2,
         cache: Some(cache),
         journal_head: None,
+        journal_events: 0,
     }
 }
 
@@ -143,7 +144,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
     assert_eq!(store.journal("alice")?, (1..=3).map(journal).collect::<Vec<_>>());
     assert!(store.load("*global*")?.is_some(), "the global session");
     let next = SessionRecord { version: 4, ..alice };
-    store.enqueue("alice", next.clone(), vec![])?.wait()?;
+    store.enqueue("alice", next.clone(), vec![], vec![])?.wait()?;
     assert_eq!(store.load("alice")?, Some(next));
     Ok(())
 }
