@@ -1,16 +1,24 @@
 //! Issue 25 §3: `privacy.policy = "unanimous_only"` over real gRPC, on
 //! held-out demo digits: every query is either answered exactly by all 16
 //! teachers agreeing (charged nothing) or refused FAILED_PRECONDITION with
-//! reason CONTESTED, `charged = "false"`; the budget never moves. And
+//! reason CONTESTED, `charged = "false"`; the budget never moves, and
+//! the journal's export verifies with every refusal in it. And
 //! `pacpriv label --unanimous-only` labels a dataset through it, keeping
 //! exactly the unanimous rows and spending nothing.
 
-use crate::util::{Process, budget, client, held_out, image, pacpriv, predict, small_demo, write_csv};
+use crate::util::{
+    ADMIN_TOKEN, Process, budget, client, held_out, image, key_hash, pacpriv, pacpriv_ok, predict, small_demo,
+    write_csv,
+};
 use tonic_types::StatusExt;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unanimous_only_answers_agreement_for_free_and_refuses_the_rest_uncharged() {
-    let env = small_demo(&[("PACPRIV__PRIVACY__POLICY", "unanimous_only".to_owned())]);
+    let env = small_demo(&[
+        ("PACPRIV__PRIVACY__POLICY", "unanimous_only".to_owned()),
+        ("PACPRIV__STORE__JOURNAL", "true".to_owned()),
+        ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
+    ]);
     let server = Process::serve(None, &env);
     let mut c = client(&server.addr).await;
     let (mut answered, mut correct, mut refused) = (0, 0, 0);
@@ -36,6 +44,16 @@ async fn unanimous_only_answers_agreement_for_free_and_refuses_the_rest_uncharge
     let account = budget(&mut c, "alice-key").await;
     assert_eq!((account.spent, account.answered as usize, account.charged), (0.0, answered, 0));
     assert_eq!(account.policy, "unanimous_only");
+
+    // Each refusal is journaled and re-checked: under unanimous_only, on
+    // outputs that disagree.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("journal.jsonl").display().to_string();
+    let o = server.admin_cli(&["export", "--out", &file]);
+    assert!(o.status.success(), "export: {}", String::from_utf8_lossy(&o.stderr));
+    let report = pacpriv_ok(&["verify", &file]);
+    let alice = format!("alice\t{answered}\t0\t{refused}\t0\t");
+    assert!(report.lines().any(|l| l.starts_with(&alice)), "{alice:?} in {report}");
 }
 
 /// `pacpriv label --unanimous-only` on 80 held-out digits: every row is

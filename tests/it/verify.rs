@@ -42,19 +42,10 @@ async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
     }
     let refused = predict(&mut c, "carol-key", image("c2", &digit(6))).await.expect_err("carol's budget is spent");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
-    let o = admin(server, &["export", "--out", &file.display().to_string()]);
+    let o = server.admin_cli(&["export", "--out", &file.display().to_string()]);
     let said = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "export: {}", String::from_utf8_lossy(&o.stderr));
     assert!(said.contains("exported 43 journal entries and 3 events of 3 sessions"), "{said}");
-}
-
-fn admin(server: &Process, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
-        .args(["admin", "--addr", &server.listener("admin")])
-        .args(args)
-        .env("PACPRIV_ADMIN_TOKEN", ADMIN_TOKEN)
-        .output()
-        .expect("pacpriv admin runs")
 }
 
 fn verify(file: &Path) -> Output {
@@ -247,7 +238,7 @@ async fn a_labelling_run_on_postgres_verifies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn export_says_when_the_journal_is_off() {
     let server = Process::serve(None, &small_demo(&[("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN))]));
-    let o = admin(&server, &["export"]);
+    let o = server.admin_cli(&["export"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("store.journal = true"), "{err}");
 }

@@ -181,6 +181,17 @@ impl Process {
         panic!("no {what} listener announced:\n{}", self.logs())
     }
 
+    /// Runs `pacpriv admin ARGS` against this server's admin listener
+    /// with [`ADMIN_TOKEN`].
+    pub fn admin_cli(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+            .args(["admin", "--addr", &self.listener("admin")])
+            .args(args)
+            .env("PACPRIV_ADMIN_TOKEN", ADMIN_TOKEN)
+            .output()
+            .expect("pacpriv admin runs")
+    }
+
     /// Everything it logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
