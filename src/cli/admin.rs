@@ -6,6 +6,7 @@
 
 use super::connect::{TlsArgs, channel};
 use super::verify::format;
+use crate::cli::plural;
 use crate::proto::pacpriv::admin_client::AdminClient;
 use crate::proto::pacpriv::journaled::Item;
 use crate::proto::pacpriv::{
@@ -176,10 +177,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 let mut file = std::io::BufWriter::new(file);
                 let Exported { entries, events, sessions } = export(&mut admin, &mut file).await?;
                 file.flush().with_context(|| format!("cannot write {}", path.display()))?;
-                let plural = if sessions == 1 { "" } else { "s" };
+                let (s, e) = (plural(sessions), plural(events));
                 writeln!(
                     out,
-                    "exported {entries} journal entries and {events} events of {sessions} session{plural} to {}",
+                    "exported {entries} journal entries and {events} event{e} of {sessions} session{s} to {}",
                     path.display()
                 )?;
             }

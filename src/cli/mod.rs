@@ -118,6 +118,11 @@ pub fn exit_status(error: &anyhow::Error) -> u8 {
     }
 }
 
+/// The plural ending for `n` of something ("" for one, "s" otherwise).
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
 /// Logs to standard error (standard output is for results), filtered by
 /// `RUST_LOG` (default `info`), as JSON lines when `json`; colours only
 /// when standard error is a terminal.

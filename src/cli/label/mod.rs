@@ -266,12 +266,17 @@ fn ending(outcome: Outcome, p: &Paths, t: &Totals) -> anyhow::Result<()> {
             status.code(),
             status.message()
         )),
-        End::Stopped(status) => bail!(
-            "the server refused row {} ({:?}: {}; nothing was charged for it); {progress}",
-            t.answered + t.contested,
-            status.code(),
-            status.message()
-        ),
+        End::Stopped(status) => {
+            // Most refusals already say so; say it once.
+            let uncharged =
+                if status.message().contains("nothing was charged") { "" } else { "; nothing was charged for it" };
+            bail!(
+                "the server refused row {} ({:?}: {}{uncharged}); {progress}",
+                t.answered + t.contested,
+                status.code(),
+                status.message()
+            )
+        }
     }
 }
 

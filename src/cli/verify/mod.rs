@@ -21,6 +21,7 @@
 
 pub mod format;
 
+use crate::cli::plural;
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{SessionState, TeacherOutputs};
 use crate::privacy::posterior::Posterior;
@@ -104,10 +105,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let steps: u64 = sessions.iter().map(|s| s.steps).sum();
     let events: u64 = sessions.iter().map(|s| s.cache_hits + s.refusals).sum();
     let n = sessions.len();
-    let plural = if n == 1 { "" } else { "s" };
+    let (s, e) = (plural(n as u64), plural(events));
     writeln!(
         out,
-        "verified: {steps} steps and {events} events of {n} session{plural}; every charge, certificate, posterior, \
+        "verified: {steps} steps and {events} event{e} of {n} session{s}; every charge, certificate, posterior, \
          cache hit and refusal re-derived"
     )?;
     Ok(())
