@@ -374,15 +374,19 @@ impl PgStore {
     }
 
     /// See [`super::Store::provision_all`]: one transaction, one
-    /// `provision_in` per record. Rows are locked in the order given;
-    /// replicas starting together give their configured principals in the
-    /// same (name) order, so they cannot deadlock one another.
+    /// `provision_in` per record, serialised across replicas by a table
+    /// lock that excludes other writers (readers go on, as for
+    /// [`migrate`]). Without it, replicas starting
+    /// together on a fresh database insert the same principal at once, and
+    /// `ON CONFLICT (name)` covers only the name: the second insert fails
+    /// on the key's unique index as if another principal held the key.
     ///
     /// # Errors
     /// As [`super::Store::provision_all`].
     pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
+        tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
         let mut stored = Vec::with_capacity(records.len());
         for record in records {
             // An error drops `tx`, which rolls back: all or nothing.

@@ -185,6 +185,44 @@ async fn postgres_store_conforms() {
     conformance(open().await, open).await;
 }
 
+/// Replicas starting together on a fresh database provision the same
+/// configured principals at once; every one of them starts (none takes the
+/// others' insert of a principal for another principal holding its key).
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_provisioning_the_same_principals_at_once_all_start() {
+    let pg = Postgres::start();
+    let mut replicas = Vec::new();
+    for _ in 0..4 {
+        replicas.push(Arc::new(PgStore::connect(&pg.url, &PgLink::plain(2)).await.expect("connects")));
+    }
+    for round in 0..25 {
+        let records: Vec<PrincipalRecord> = ["a", "b", "c"]
+            .iter()
+            .map(|p| {
+                let name = format!("r{round}-{p}");
+                PrincipalRecord {
+                    key_sha256: Sha256::digest(format!("{name}-key").as_bytes()).into(),
+                    name,
+                    budget: 1.0,
+                    origin: Origin::Config,
+                    created_unix: 1,
+                    revoked_unix: None,
+                }
+            })
+            .collect();
+        let mut starting = tokio::task::JoinSet::new();
+        for store in &replicas {
+            let (store, records) = (Arc::clone(store), records.clone());
+            starting.spawn(async move { store.provision_all(&records).await });
+        }
+        for provisioned in starting.join_all().await {
+            let names: Vec<String> =
+                provisioned.expect("every replica provisions").into_iter().map(|p| p.name).collect();
+            assert_eq!(names, records.iter().map(|p| p.name.clone()).collect::<Vec<_>>(), "round {round}");
+        }
+    }
+}
+
 /// The schema goes through numbered migrations recorded in the database:
 /// a database an earlier release created (tables, no migrations table,
 /// format-1 records) is recorded at migration 1 and read without loss;
