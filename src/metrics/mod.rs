@@ -12,9 +12,11 @@
 //! - No series, label or value depends on the secret index: every query
 //!   asks every teacher, so per-teacher latency and error series are the
 //!   same whatever s* is; budget gauges show what each principal is already
-//!   told in its responses.
-//! - Label values come from closed sets (outcomes, RPCs, error kinds), from
-//!   the m configured teacher names, or from principal names — at most
+//!   told in its responses; a step's calibration time depends on the
+//!   posterior and the outputs, never on which teacher's output the noise
+//!   is centred on (`docs/accounting.md` §1.5).
+//! - Label values come from closed sets (outcomes, RPCs, stages, error
+//!   kinds), from the m configured teacher names, or from principal names — at most
 //!   `metrics.max_principal_series` of them; the rest are only counted.
 //!   Never session ids, query ids or API keys.
 
@@ -94,6 +96,36 @@ impl Rpc {
     }
 }
 
+/// The stages of an answer whose latency is recorded apart, so an
+/// operator sees where a request's time goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Stage {
+    /// From arrival until admitted: decoding and validation, the rate
+    /// limit (including pacing a stream), and the session's preflight read.
+    Admission,
+    /// Asking all m teachers (only requests with a row the session has not
+    /// answered before).
+    Fanout,
+    /// The step of Algorithm 1: waiting for the session, calibration, the
+    /// draw, the charge, the record queued.
+    Calibration,
+    /// Waiting until the step's record is durable.
+    DurableCharge,
+}
+
+impl Stage {
+    const ALL: [Stage; 4] = [Stage::Admission, Stage::Fanout, Stage::Calibration, Stage::DurableCharge];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Stage::Admission => "admission",
+            Stage::Fanout => "fanout",
+            Stage::Calibration => "calibration",
+            Stage::DurableCharge => "durable_charge",
+        }
+    }
+}
+
 /// How a teacher call failed.
 #[derive(Clone, Copy, Debug)]
 pub enum TeacherError {
@@ -126,6 +158,11 @@ struct RpcLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabel {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PrincipalLabel {
     principal: String,
 }
@@ -149,6 +186,11 @@ fn latency() -> Histogram {
     Histogram::new(exponential_buckets(1e-4, 4.0, 10))
 }
 
+/// Stage latency buckets from 10 µs (a step's calibration) to ~42 s.
+fn stage_latency() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 4.0, 12))
+}
+
 /// Batch-size buckets 1 … 4096.
 fn batch_sizes() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 13))
@@ -163,6 +205,7 @@ pub struct ServiceMetrics {
     cache_misses: Counter,
     mi_charged: Counter<f64, AtomicU64>,
     duration: Histograms<RpcLabel>,
+    stages: Histograms<StageLabel>,
     spent: Family<PrincipalLabel, FloatGauge>,
     limit: Family<PrincipalLabel, FloatGauge>,
     mia: Family<PrincipalLabel, FloatGauge>,
@@ -189,6 +232,7 @@ impl ServiceMetrics {
             cache_misses: Counter::default(),
             mi_charged: Counter::default(),
             duration: Family::new_with_constructor(latency),
+            stages: Family::new_with_constructor(stage_latency),
             spent: Family::default(),
             limit: Family::default(),
             mia: Family::default(),
@@ -203,6 +247,7 @@ impl ServiceMetrics {
             Outcome::Answered,
             Outcome::RefusedBudget,
             Outcome::RefusedRate,
+            Outcome::RefusedContested,
             Outcome::Invalid,
             Outcome::Unauthenticated,
             Outcome::TeacherUnavailable,
@@ -215,6 +260,9 @@ impl ServiceMetrics {
         }
         for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer, Rpc::HttpInfer] {
             drop(m.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }));
+        }
+        for stage in Stage::ALL {
+            drop(m.stages.get_or_create(&StageLabel { stage: stage.as_str() }));
         }
         m
     }
@@ -234,6 +282,13 @@ impl ServiceMetrics {
             "Time from request to response, by RPC",
             Unit::Seconds,
             self.duration.clone(),
+        );
+        r.register_with_unit(
+            "pacpriv_stage_duration",
+            "Time an answer spent in each stage: admission, fanout (teachers), calibration (the step), \
+             durable_charge (the store)",
+            Unit::Seconds,
+            self.stages.clone(),
         );
         r.register("pacpriv_budget_spent_nats", "MI spent by a principal's session, nats", self.spent.clone());
         r.register("pacpriv_budget_limit_nats", "MI limit of a principal's session, nats", self.limit.clone());
@@ -273,6 +328,11 @@ impl ServiceMetrics {
     /// Records an RPC's latency.
     pub fn duration(&self, rpc: Rpc, seconds: f64) {
         self.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }).observe(seconds);
+    }
+
+    /// Records how long an answer spent in `stage`.
+    pub fn stage(&self, stage: Stage, seconds: f64) {
+        self.stages.get_or_create(&StageLabel { stage: stage.as_str() }).observe(seconds);
     }
 
     /// Sets a session's budget gauges — MI `spent` of `limit` nats, and the

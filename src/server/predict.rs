@@ -13,7 +13,7 @@ use super::input::Query;
 use super::output;
 use super::rate::{Admitted, Over};
 use super::status::{self, ServiceError};
-use crate::metrics::Rpc;
+use crate::metrics::{Rpc, Stage};
 use crate::privacy::mechanism::TeacherOutputs;
 use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
 use crate::session::cache::CacheKey;
@@ -90,7 +90,7 @@ pub async fn handle(
 ) -> Result<PredictResponse, ServiceError> {
     let result = async {
         let asked = ask(app, handle, request, app.rate.admit(handle.principal()), Over::Refuse).await?;
-        let taken = step(handle, asked).await?;
+        let taken = step(app, handle, asked).await?;
         respond(app, handle, taken, rpc).await
     };
     result.await.map_err(|f| f.record(app, rpc))
@@ -125,6 +125,9 @@ pub async fn ask(
         // One read of the session: a repeat costs nothing and needs no
         // teacher (its refusal, if its answer was evicted, neither).
         let found = handle.preflight(&keys, &query.row_id(0)).await?;
+        let admitted = Instant::now();
+        app.metrics.service.stage(Stage::Admission, (admitted - started).as_secs_f64());
+        let fanout = found.contains(&Preflight::Ask);
         // The rows' fan-outs run at once (and so share the teachers'
         // batches); any failure fails the request, nothing charged.
         let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
@@ -133,7 +136,11 @@ pub async fn ask(
                 Preflight::Ask => Ok::<_, ServiceError>(Some(app.ensemble.query(&row.features).await?)),
             }
         });
-        futures_util::future::try_join_all(asks).await
+        let outputs = futures_util::future::try_join_all(asks).await?;
+        if fanout {
+            app.metrics.service.stage(Stage::Fanout, admitted.elapsed().as_secs_f64());
+        }
+        Ok::<_, ServiceError>(outputs)
     }
     .instrument(span)
     .await
@@ -148,7 +155,7 @@ pub async fn ask(
 /// # Errors
 /// A budget that cannot pay for every row, or a core refusal (nothing
 /// charged).
-pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+pub async fn step(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
     let (Asked { query, keys, outputs }, traced) = asked.take();
     let rows = keys
         .into_iter()
@@ -164,8 +171,10 @@ pub async fn step(handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>
             (outputs, asking)
         })
         .collect();
+    let stepping = Instant::now();
     let begun = handle.begin(rows).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
+    app.metrics.service.stage(Stage::Calibration, stepping.elapsed().as_secs_f64());
     Ok(traced.then(Taken { query, step }))
 }
 
@@ -179,7 +188,7 @@ pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) ->
     if let Err(e) = app.sessions.ensure_active(handle.principal()).await {
         return Err(asked.fail(e));
     }
-    step(handle, asked).await
+    step(app, handle, asked).await
 }
 
 /// Phase 3: the response, once the step is durable.
@@ -188,7 +197,9 @@ pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) ->
 /// The commit failed: the answer is withheld, its charge stands.
 pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
     let (Taken { query, step }, traced) = taken.take();
+    let charging = Instant::now();
     let (replies, view) = step.durable().await.map_err(|e| traced.fail(e))?;
+    app.metrics.service.stage(Stage::DurableCharge, charging.elapsed().as_secs_f64());
     let charged: f64 = replies.iter().map(|r| r.charge.get()).sum();
     traced.span.in_scope(|| {
         tracing::info!(

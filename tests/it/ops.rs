@@ -29,6 +29,8 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
     for i in 0..3 {
         predict(&mut c, "alice-key", image(&format!("m{i}"), &digit(i))).await.expect("answered");
     }
+    let again = predict(&mut c, "alice-key", image("m0-again", &digit(0))).await.expect("answered");
+    assert!(again.cached, "{again:?}");
     let mut bad = image("bad", &digit(9));
     bad.input.as_mut().expect("input").fp32_contents[3] = f32::NAN;
     assert_eq!(predict(&mut c, "alice-key", bad).await.expect_err("NaN").code(), Code::InvalidArgument);
@@ -39,14 +41,20 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
     assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(3.0 * B));
     assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(b.spent));
     assert_eq!(sample(&after, r#"pacpriv_mia_bound{principal="alice"}"#), Some(b.mia_bound));
-    assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="answered"}"#), Some(3.0));
+    assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="answered"}"#), Some(4.0));
     assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="invalid"}"#), Some(1.0));
     assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="unauthenticated"}"#), Some(1.0));
     assert_eq!(sample(&after, "pacpriv_mi_charged_nats_total"), Some(3.0 * B));
-    // Latency covers authenticated requests (3 answers + the invalid one).
-    assert_eq!(sample(&after, r#"pacpriv_request_duration_seconds_count{rpc="predict"}"#), Some(4.0));
-    // Every teacher was asked for every answer, each answer once: every
-    // model (16 teachers, or the one stacked model) was called 3 times.
+    // Latency covers authenticated requests (4 answers + the invalid one);
+    // each stage counts the answers that went through it: the repeat
+    // needed no teacher.
+    assert_eq!(sample(&after, r#"pacpriv_request_duration_seconds_count{rpc="predict"}"#), Some(5.0));
+    for (stage, n) in [("admission", 4.0), ("fanout", 3.0), ("calibration", 4.0), ("durable_charge", 4.0)] {
+        let series = format!("pacpriv_stage_duration_seconds_count{{stage=\"{stage}\"}}");
+        assert_eq!(sample(&after, &series), Some(n), "{series}");
+    }
+    // Every teacher was asked for every new query, each once: every model
+    // (16 teachers, or the one stacked model) was called 3 times.
     let calls: Vec<f64> = after
         .lines()
         .filter(|l| l.starts_with("pacpriv_teacher_call_duration_seconds_count{"))
@@ -61,7 +69,10 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
         let labels = line.split_once('{').map(|(_, rest)| rest.split('}').next().unwrap_or_default());
         for pair in labels.into_iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
             let key = pair.split('=').next().unwrap_or_default();
-            assert!(["outcome", "rpc", "principal", "teacher", "kind", "le"].contains(&key), "label {key} in {line}");
+            assert!(
+                ["outcome", "rpc", "stage", "principal", "teacher", "kind", "le"].contains(&key),
+                "label {key} in {line}"
+            );
         }
     }
 }
