@@ -70,11 +70,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let prepared = prepare(&args, &path)?;
 
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (before, after, footprint) = runtime.block_on(async {
+    let (before, after, footprint, opened) = runtime.block_on(async {
         let store = Store::Embedded(open(&args, &path)?);
         let params = params(&args, &store).await?;
         let before = Rss::now()?;
+        let opening = Instant::now();
         let sessions = Sessions::new(&[], Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
+        let opened = opening.elapsed().as_secs_f64();
         let after = Rss::now()?;
         let active = sessions.active_count().await?;
         ensure!(active == args.count, "{active} sessions open, {} expected", args.count);
@@ -84,7 +86,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         ensure!(answered == u64::from(args.resumed), "the last session resumed with {answered} answers");
         let names: Vec<String> = principals(args.count)?.into_iter().map(|p| p.name).collect();
         let footprint = Footprint::of(&names, args.teachers);
-        anyhow::Ok((before, after, footprint))
+        anyhow::Ok((before, after, footprint, opened))
     })?;
 
     let n = args.count as f64;
@@ -113,6 +115,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let delta = 1024.0 * after.total.saturating_sub(before.total) as f64;
     writeln!(out)?;
     writeln!(out, "sessions_open {}", footprint.principals)?;
+    writeln!(out, "open_seconds {opened:.2} (Sessions::new: every stored session resumed, as at start-up)")?;
     writeln!(out, "bytes_per_session {:.0}", per(delta))?;
     writeln!(out, "estimated heap per session (benches/driver/footprint.rs):")?;
     for (part, bytes) in [
