@@ -191,3 +191,71 @@ fn the_chain_hash_covers_every_field_and_the_session() {
         assert_ne!(c.chained(&a), h, "{c:?}");
     }
 }
+
+fn event(seq: u64, after_version: u64, kind: EventKind) -> JournalEvent {
+    JournalEvent {
+        seq,
+        after_version,
+        query_id: format!("e{seq}"),
+        kind: kind.as_str().to_owned(),
+        step: Some(JournalStepRecord { label: 3, published: vec![0.25], ..Default::default() }),
+        spent: 1e-3,
+        need: 0.0,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn events_round_trip_and_their_chain_covers_every_field() {
+    let a = JournalEntry::genesis("alice");
+    let base = event(1, 2, EventKind::CacheHit);
+    let h = base.chained(&a);
+    let sealed = JournalEvent { chain: h.to_vec(), ..base.clone() };
+    let read = JournalEvent::decode_sealed(&sealed.encode_sealed()).expect("decodes");
+    assert_eq!(read.chained(&a), h, "the stored hash is not part of what is hashed");
+    assert_eq!((read.event_kind(), read.seq, read.chain), (Some(EventKind::CacheHit), 1, h.to_vec()));
+    assert_eq!(JournalEvent::decode_sealed(b"not an event"), None);
+    let step = base.step.clone().unwrap_or_default();
+    let changed = [
+        JournalEvent { seq: 2, ..base.clone() },
+        JournalEvent { after_version: 3, ..base.clone() },
+        JournalEvent { query_id: "other".into(), ..base.clone() },
+        JournalEvent { kind: EventKind::Exhausted.as_str().into(), ..base.clone() },
+        JournalEvent { spent: 2e-3, ..base.clone() },
+        JournalEvent { need: 1e-9, ..base.clone() },
+        JournalEvent { step: Some(JournalStepRecord { label: 4, ..step }), ..base.clone() },
+    ];
+    for c in changed {
+        assert_ne!(c.chained(&a), h, "{c:?}");
+    }
+    assert_ne!(base.chained(&JournalEntry::genesis("bob")), h);
+    for kind in [
+        EventKind::CacheHit,
+        EventKind::Exhausted,
+        EventKind::Contested,
+        EventKind::EvictedRepeat,
+        EventKind::NoisyNotKept,
+    ] {
+        assert_eq!(EventKind::parse(kind.as_str()), Some(kind));
+    }
+    assert_eq!(EventKind::parse("refused"), None);
+}
+
+#[test]
+fn chain_order_puts_each_event_after_the_step_it_followed() {
+    let entries: Vec<JournalEntry> = (1..=3).map(journal).collect();
+    let events = vec![
+        event(1, 0, EventKind::Exhausted),
+        event(2, 1, EventKind::CacheHit),
+        event(3, 1, EventKind::CacheHit),
+        event(4, 3, EventKind::EvictedRepeat),
+    ];
+    let order: Vec<String> = chain_order(entries, events)
+        .into_iter()
+        .map(|j| match j {
+            Journaled::Entry(e) => format!("v{}", e.version),
+            Journaled::Event(e) => format!("e{}", e.seq),
+        })
+        .collect();
+    assert_eq!(order, ["e1", "v1", "e2", "e3", "v2", "v3", "e4"]);
+}
