@@ -658,8 +658,7 @@ impl Handle {
             })
             .await;
         match journaled {
-            Ok((_, Some(ticket))) => ticket.durable().await.err().map_or(refused, SessionError::Store),
-            Ok((_, None)) => refused,
+            Ok(((), ticket)) => once_journaled(refused, ticket).await,
             Err(e) => uncharged(e),
         }
     }
@@ -710,12 +709,18 @@ impl Handle {
         let (outcome, ticket) = self.session.step(blocking, move |v| step_all(&params, v, &rows)).await?;
         match outcome {
             Ok((replies, view)) => Ok(Step { replies, view, ticket }),
-            // A journaled refusal: returned once its event is durable.
-            Err(refused) => match ticket {
-                Some(ticket) => Err(ticket.durable().await.err().map_or(refused, SessionError::Store)),
-                None => Err(refused),
-            },
+            Err(refused) => Err(once_journaled(refused, ticket).await),
         }
+    }
+}
+
+/// A refusal, returned once its journal event is durable (`ticket`;
+/// `None`: durable already, or nothing was journaled); a failed write is
+/// a store error, with nothing charged either way.
+async fn once_journaled(refused: SessionError, ticket: Option<Ticket>) -> SessionError {
+    match ticket {
+        Some(ticket) => ticket.durable().await.err().map_or(refused, SessionError::Store),
+        None => refused,
     }
 }
 

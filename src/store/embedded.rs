@@ -9,7 +9,9 @@
 
 use super::record::encode_principal;
 use super::record::{JournalEvent, Journaled, chain_order};
-use super::{JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket};
+use super::{
+    JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket, journal_entry, journal_event,
+};
 use crate::metrics::StoreMetrics;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::HashMap;
@@ -203,15 +205,15 @@ impl EmbeddedStore {
             None => None,
         };
         let journal = match open_in(&txn, JOURNAL)? {
-            Some(t) => decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)?,
+            Some(t) => {
+                decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_entry)?
+            }
             None => Vec::new(),
         };
         let events = match open_in(&txn, EVENTS)? {
-            Some(t) => t
-                .range((session, 0)..=(session, u64::MAX))
-                .map_err(backend)?
-                .map(|item| super::journal_event(session, item.map_err(backend)?.1.value()))
-                .collect::<Result<_, _>>()?,
+            Some(t) => {
+                decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_event)?
+            }
             None => Vec::new(),
         };
         Ok((record, chain_order(journal, events)))
@@ -223,7 +225,7 @@ impl EmbeddedStore {
     /// Backend or corrupt data.
     pub fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let Some(table) = self.read_table(JOURNAL)? else { return Ok(Vec::new()) };
-        decode_journal(session, table.range((session, 0)..=(session, u64::MAX)).map_err(backend)?)
+        decode_journal(session, table.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_entry)
     }
 
     /// Every principal, by name.
@@ -445,6 +447,12 @@ fn open_in<K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 /// The entries of one session's journal range, decoded.
-fn decode_journal(session: &str, range: redb::Range<'_, (&str, u64), &[u8]>) -> Result<Vec<JournalEntry>, StoreError> {
-    range.map(|item| super::journal_entry(session, item.map_err(backend)?.1.value())).collect()
+/// Decodes `session`'s journal items in `range` with `decode`
+/// ([`super::journal_entry`] or [`super::journal_event`]).
+fn decode_journal<T>(
+    session: &str,
+    range: redb::Range<'_, (&str, u64), &[u8]>,
+    decode: fn(&str, &[u8]) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    range.map(|item| decode(session, item.map_err(backend)?.1.value())).collect()
 }

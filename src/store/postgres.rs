@@ -321,8 +321,8 @@ impl PgStore {
         let entries = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
         let events = tx.query(LOAD_EVENTS, &[&session]).await.map_err(backend)?;
         tx.commit().await.map_err(backend)?;
-        let events = events.iter().map(|r| super::journal_event(session, r.get(0))).collect::<Result<_, _>>()?;
-        Ok((record, chain_order(decode_journal(session, &entries)?, events)))
+        let entries = decode_journal(session, &entries, super::journal_entry)?;
+        Ok((record, chain_order(entries, decode_journal(session, &events, super::journal_event)?)))
     }
 
     /// A session's journal, in version order.
@@ -332,7 +332,7 @@ impl PgStore {
     pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let client = self.client().await?;
         let rows = client.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
-        decode_journal(session, &rows)
+        decode_journal(session, &rows, super::journal_entry)
     }
 
     /// Every principal, by name.
@@ -595,6 +595,12 @@ fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError
     })
 }
 
-fn decode_journal(session: &str, rows: &[tokio_postgres::Row]) -> Result<Vec<JournalEntry>, StoreError> {
-    rows.iter().map(|r| super::journal_entry(session, r.get(0))).collect()
+/// Decodes `session`'s journal items in `rows` (one BYTEA column) with
+/// `decode` ([`super::journal_entry`] or [`super::journal_event`]).
+fn decode_journal<T>(
+    session: &str,
+    rows: &[tokio_postgres::Row],
+    decode: fn(&str, &[u8]) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    rows.iter().map(|r| decode(session, r.get(0))).collect()
 }

@@ -229,13 +229,7 @@ fn events_round_trip_and_their_chain_covers_every_field() {
         assert_ne!(c.chained(&a), h, "{c:?}");
     }
     assert_ne!(base.chained(&JournalEntry::genesis("bob")), h);
-    for kind in [
-        EventKind::CacheHit,
-        EventKind::Exhausted,
-        EventKind::Contested,
-        EventKind::EvictedRepeat,
-        EventKind::NoisyNotKept,
-    ] {
+    for kind in EventKind::ALL {
         assert_eq!(EventKind::parse(kind.as_str()), Some(kind));
     }
     assert_eq!(EventKind::parse("refused"), None);
