@@ -316,7 +316,7 @@ async fn math_only(args: &Args, limit: Duration) -> anyhow::Result<Run> {
                     let (state, version) = &mut *guard;
                     let answer = mechanism::answer(state, &outputs, secret, None, &mut rand::rng())?;
                     *version += 1;
-                    std::hint::black_box((answer, SessionRecord::of(state, None, *version)));
+                    std::hint::black_box((answer, SessionRecord::of(state, Vec::new(), *version)));
                 }
                 n += 1;
                 tokio::task::yield_now().await;

@@ -85,7 +85,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         serde_json::to_writer(&mut file, &format::EntryLine::of("bench", &entry))?;
         writeln!(file)?;
     }
-    let record = SessionRecord { journal_head: Some(head), ..SessionRecord::of(&state, None, args.steps) };
+    let record = SessionRecord { journal_head: Some(head), ..SessionRecord::of(&state, Vec::new(), args.steps) };
     serde_json::to_writer(
         &mut file,
         &format::SessionLine { session: "bench".into(), record: format::RecordLine::of(&record) },

@@ -10,8 +10,9 @@
 //! [`QueryDigest`] (the canonical key of a query), [`CacheKey`] (that key
 //! and the principal whose partition it counts against) and
 //! [`AnswerCache`] (per principal, the bounded FIFO of released answers
-//! and what is remembered of evicted ones), including its schema form
-//! inside a session record ([`crate::store::record`]).
+//! and what is remembered of evicted ones) and the writes that make its
+//! changes durable ([`crate::store::answers`]: rows of their own, beside
+//! the session record).
 //!
 //! # Invariants
 //! - The key is the validated example itself, not its encoding: FP32 or
@@ -26,16 +27,22 @@
 //! - Entries are partitioned by [`Owner`], the principal that asked: at
 //!   most `capacity` entries *per owner*, the owner's oldest evicted first,
 //!   and under [`OnEvicted::Refuse`] the first 8 bytes of an evicted digest
-//!   are remembered with its owner for the life of the session (16 bytes
+//!   are remembered with its owner for the life of the session (one row
 //!   per evicted query), so a repeat of it is refused, never answered with
-//!   fresh noise. Nothing one owner does changes what another owner's
+//!   fresh noise. Each owner's entries are numbered in answer order, and
+//!   the session record keeps only each owner's span of numbers: a step
+//!   writes the entry it added and the one it evicted, never the history.
+//! - A cache read from the database holds the rows of the queries it was
+//!   read for (probed) only; a lookup of any other query is refused as an
+//!   evicted repeat, never answered with fresh noise. Nothing one owner does changes what another owner's
 //!   lookups return: under global scope the shared budget is the only
 //!   state principals share (`docs/accounting.md` §2, §4).
 
 use crate::privacy::confidence::Evidence;
-use crate::store::record::{AnswerCacheRecord, CachedAnswerRecord, EvictedRecord, EvidenceRecord, PublishedRecord};
+use crate::store::answers::{CacheProbe, CacheRows, CacheWrite};
+use crate::store::record::{AnswerCacheRecord, CacheOwnerRecord, CachedAnswerRecord, EvidenceRecord, PublishedRecord};
 use sha2::{Digest as _, Sha256};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// SHA-256 of a query's canonical form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -72,9 +79,7 @@ impl QueryDigest {
     }
 
     fn prefix(&self) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.0[..8]);
-        u64::from_le_bytes(b)
+        crate::store::answers::prefix(&self.0)
     }
 }
 
@@ -109,6 +114,12 @@ pub struct CacheKey {
     pub digest: QueryDigest,
     /// Whose partition.
     pub owner: Owner,
+}
+
+impl From<&CacheKey> for CacheProbe {
+    fn from(key: &CacheKey) -> CacheProbe {
+        CacheProbe { owner: key.owner.0, digest: key.digest.0 }
+    }
 }
 
 impl From<QueryDigest> for CacheKey {
@@ -167,100 +178,242 @@ pub enum Lookup<'a> {
     Miss,
 }
 
-/// A session's cached answers.
+/// A session's cached answers: all of them (a session held in this
+/// process) or those of the queries a step was read for (a session in the
+/// database), with the writes that make its changes durable.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AnswerCache {
-    /// Oldest first (all owners interleaved).
-    entries: VecDeque<(CacheKey, Cached)>,
-    /// (owner, digest prefix) of evicted entries, sorted (only under `Refuse`).
-    evicted: Vec<(Owner, u64)>,
+    entries: HashMap<QueryDigest, Entry>,
+    /// Which digest each held (owner, number) is.
+    numbered: HashMap<(Owner, u64), QueryDigest>,
+    /// (owner, digest prefix) of remembered evictions (only under `Refuse`).
+    evicted: HashSet<(Owner, u64)>,
+    /// Every owner's span of numbers, held or not.
+    owners: BTreeMap<Owner, Span>,
+    /// `None`: every entry is held; `Some`: only these keys were read.
+    probed: Option<HashSet<CacheKey>>,
+    /// Changes not yet handed to the store, in order.
+    writes: Vec<CacheWrite>,
+    /// While a multi-row request runs: how to take its changes back.
+    undo: Option<Vec<Undo>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Entry {
+    owner: Owner,
+    seq: u64,
+    cached: Cached,
+}
+
+/// An owner's entries are numbered `oldest` … `next` − 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Span {
+    oldest: u64,
+    next: u64,
+}
+
+/// One change [`AnswerCache::rollback`] takes back.
+#[derive(Clone, Debug, PartialEq)]
+enum Undo {
+    Inserted(QueryDigest),
+    Evicted { owner: Owner, seq: u64, entry: Option<(QueryDigest, Entry)>, marked: Option<(Owner, u64)> },
+}
+
+/// Where [`AnswerCache::checkpoint`] was taken.
+#[derive(Debug)]
+pub struct Checkpoint {
+    owners: BTreeMap<Owner, Span>,
+    writes: usize,
 }
 
 impl AnswerCache {
     /// What the cache knows of `key`.
     pub fn lookup(&self, key: &CacheKey) -> Lookup<'_> {
-        if let Some((_, c)) = self.entries.iter().find(|(k, _)| k.digest == key.digest) {
-            return Lookup::Hit(c);
+        if let Some(e) = self.entries.get(&key.digest) {
+            return Lookup::Hit(&e.cached);
         }
-        if self.evicted.binary_search(&(key.owner, key.digest.prefix())).is_ok() {
+        if self.evicted.contains(&(key.owner, key.digest.prefix())) {
+            return Lookup::Evicted;
+        }
+        if self.probed.as_ref().is_some_and(|p| !p.contains(key)) {
+            // Read without this key: what the store holds of it is unknown
+            // here, and only a refusal is safe.
             return Lookup::Evicted;
         }
         Lookup::Miss
     }
 
-    /// Keeps `answer` for `key` (a query just answered afresh), evicting
-    /// the owner's oldest entry beyond `settings.capacity`. Other owners'
-    /// entries are never touched.
+    /// Keeps `answer` for `key` (a query just answered afresh, after a
+    /// [`Lookup::Miss`]), evicting the owner's oldest entries beyond
+    /// `settings.capacity`. Other owners' entries are never touched; a key
+    /// already held keeps its first answer.
     pub fn insert(&mut self, key: CacheKey, answer: Cached, settings: CacheSettings) {
-        if settings.capacity == 0 {
+        if settings.capacity == 0 || self.entries.contains_key(&key.digest) {
             return;
         }
-        self.entries.retain(|(k, _)| k.digest != key.digest);
-        self.entries.push_back((key, answer));
-        while self.entries.iter().filter(|(k, _)| k.owner == key.owner).count() > settings.capacity {
-            let Some(at) = self.entries.iter().position(|(k, _)| k.owner == key.owner) else { break };
-            let Some((old, _)) = self.entries.remove(at) else { break };
-            if settings.on_evicted == OnEvicted::Refuse {
-                let p = (old.owner, old.digest.prefix());
-                if let Err(at) = self.evicted.binary_search(&p) {
-                    self.evicted.insert(at, p);
-                }
-            }
+        let span = self.owners.entry(key.owner).or_default();
+        let seq = span.next;
+        span.next += 1;
+        let remember = settings.on_evicted == OnEvicted::Refuse;
+        let mut evict = Vec::new();
+        while span.next - span.oldest > settings.capacity as u64 {
+            evict.push(span.oldest);
+            span.oldest += 1;
+        }
+        self.writes.push(CacheWrite::Insert(answer_record(&key, seq, &answer)));
+        self.numbered.insert((key.owner, seq), key.digest);
+        self.entries.insert(key.digest, Entry { owner: key.owner, seq, cached: answer });
+        if let Some(undo) = &mut self.undo {
+            undo.push(Undo::Inserted(key.digest));
+        }
+        for seq in evict {
+            self.evict(key.owner, seq, remember);
         }
     }
 
-    /// Number of cached answers (all owners).
+    /// Evicts the owner's entry number `seq` (held or not).
+    fn evict(&mut self, owner: Owner, seq: u64, remember: bool) {
+        let entry = self.numbered.remove(&(owner, seq)).and_then(|d| Some((d, self.entries.remove(&d)?)));
+        let marked = match &entry {
+            Some((digest, _)) if remember && self.evicted.insert((owner, digest.prefix())) => {
+                Some((owner, digest.prefix()))
+            }
+            _ => None,
+        };
+        self.writes.push(CacheWrite::Evict { owner: owner.0, seq, remember });
+        if let Some(undo) = &mut self.undo {
+            undo.push(Undo::Evicted { owner, seq, entry, marked });
+        }
+    }
+
+    /// Starts recording how to take back what follows (a multi-row
+    /// request, all or nothing), instead of copying the whole cache.
+    pub fn checkpoint(&mut self) -> Checkpoint {
+        self.undo = Some(Vec::new());
+        Checkpoint { owners: self.owners.clone(), writes: self.writes.len() }
+    }
+
+    /// Takes back everything since `at`.
+    pub fn rollback(&mut self, at: Checkpoint) {
+        for undo in self.undo.take().unwrap_or_default().into_iter().rev() {
+            match undo {
+                Undo::Inserted(digest) => {
+                    if let Some(e) = self.entries.remove(&digest) {
+                        self.numbered.remove(&(e.owner, e.seq));
+                    }
+                }
+                Undo::Evicted { owner, seq, entry, marked } => {
+                    if let Some((digest, entry)) = entry {
+                        self.numbered.insert((owner, seq), digest);
+                        self.entries.insert(digest, entry);
+                    }
+                    if let Some(mark) = marked {
+                        self.evicted.remove(&mark);
+                    }
+                }
+            }
+        }
+        self.owners = at.owners;
+        self.writes.truncate(at.writes);
+    }
+
+    /// Keeps everything since the checkpoint.
+    pub fn release(&mut self) {
+        self.undo = None;
+    }
+
+    /// Number of cached answers held (all owners).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
-    /// Whether nothing is cached or remembered.
+    /// Whether nothing is held or remembered.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.evicted.is_empty()
     }
 
-    /// The schema form a session record keeps (`None`: nothing cached or
-    /// remembered, so a record without a cache stays small).
-    pub fn to_record(&self) -> Option<AnswerCacheRecord> {
-        if self.is_empty() {
-            return None;
-        }
-        let entries = self
-            .entries
-            .iter()
-            .map(|(k, c)| CachedAnswerRecord {
-                digest: k.digest.0.to_vec(),
-                owner: k.owner.0,
-                label: c.label as u32,
-                unanimous: c.unanimous,
-                evidence: c.evidence.map(|e| EvidenceRecord { min_t: e.min_t(), k: e.k() as u32 }),
-                published: c.published.as_ref().map(|p| PublishedRecord { values: p.clone() }),
-            })
-            .collect();
-        let evicted = self.evicted.iter().map(|&(owner, prefix)| EvictedRecord { owner: owner.0, prefix }).collect();
-        Some(AnswerCacheRecord { entries, evicted })
+    /// Each owner's span, as the session record keeps it.
+    pub fn owners(&self) -> Vec<CacheOwnerRecord> {
+        self.owners.iter().map(|(o, s)| CacheOwnerRecord { owner: o.0, oldest: s.oldest, next: s.next }).collect()
     }
 
-    /// Back from [`AnswerCache::to_record`]'s form; `None` for values
-    /// outside their domain (a digest not 32 bytes, invalid evidence,
-    /// unsorted evictions).
-    pub fn from_record(record: &AnswerCacheRecord) -> Option<AnswerCache> {
-        let entries = record
-            .entries
-            .iter()
-            .map(|e| {
-                let key = CacheKey { digest: QueryDigest(e.digest.as_slice().try_into().ok()?), owner: Owner(e.owner) };
-                let evidence = match e.evidence {
-                    Some(ev) => Some(Evidence::restore(ev.min_t, ev.k as usize).ok()?),
-                    None => None,
-                };
-                let published = e.published.as_ref().map(|p| p.values.clone());
-                Some((key, Cached { label: e.label as usize, unanimous: e.unanimous, evidence, published }))
-            })
-            .collect::<Option<VecDeque<_>>>()?;
-        let evicted: Vec<(Owner, u64)> = record.evicted.iter().map(|e| (Owner(e.owner), e.prefix)).collect();
-        evicted.is_sorted().then_some(AnswerCache { entries, evicted })
+    /// The changes since the last call, for the store to write with the
+    /// session record.
+    pub fn take_writes(&mut self) -> Vec<CacheWrite> {
+        std::mem::take(&mut self.writes)
     }
+
+    /// The cache the store's `rows` and a record's owner spans describe;
+    /// `None` for values outside their domain (a digest not 32 bytes,
+    /// invalid evidence, an entry outside its owner's span).
+    pub fn from_rows(owners: &[CacheOwnerRecord], rows: CacheRows) -> Option<AnswerCache> {
+        let owners: BTreeMap<Owner, Span> =
+            owners.iter().map(|o| (Owner(o.owner), Span { oldest: o.oldest, next: o.next })).collect();
+        let mut cache = AnswerCache { owners, ..AnswerCache::default() };
+        for record in &rows.entries {
+            let (key, cached) = from_answer_record(record)?;
+            let span = cache.owners.get(&key.owner)?;
+            if !(span.oldest..span.next).contains(&record.seq) {
+                return None;
+            }
+            cache.numbered.insert((key.owner, record.seq), key.digest);
+            cache.entries.insert(key.digest, Entry { owner: key.owner, seq: record.seq, cached });
+        }
+        cache.evicted = rows.evicted.iter().map(|&(owner, prefix)| (Owner(owner), prefix)).collect();
+        cache.probed = rows.probed.map(|probes| {
+            probes.iter().map(|p| CacheKey { digest: QueryDigest(p.digest), owner: Owner(p.owner) }).collect()
+        });
+        Some(cache)
+    }
+
+    /// The cache a format-2 record kept inline, numbered in its order and
+    /// with every entry and eviction pending as a write, so the session's
+    /// next write moves it to its own rows. `None` for values outside their
+    /// domain (a digest not 32 bytes, invalid evidence, unsorted evictions).
+    pub fn migrated(record: &AnswerCacheRecord) -> Option<AnswerCache> {
+        let mut cache = AnswerCache::default();
+        for e in &record.entries {
+            let (key, cached) = from_answer_record(e)?;
+            let span = cache.owners.entry(key.owner).or_default();
+            let seq = span.next;
+            span.next += 1;
+            cache.writes.push(CacheWrite::Insert(answer_record(&key, seq, &cached)));
+            cache.numbered.insert((key.owner, seq), key.digest);
+            cache.entries.insert(key.digest, Entry { owner: key.owner, seq, cached });
+        }
+        if !record.evicted.is_sorted_by_key(|e| (e.owner, e.prefix)) {
+            return None;
+        }
+        for e in &record.evicted {
+            cache.evicted.insert((Owner(e.owner), e.prefix));
+            cache.writes.push(CacheWrite::Remember { owner: e.owner, prefix: e.prefix });
+        }
+        Some(cache)
+    }
+}
+
+/// `answer` to `key` as the store keeps it, number `seq`.
+fn answer_record(key: &CacheKey, seq: u64, c: &Cached) -> CachedAnswerRecord {
+    CachedAnswerRecord {
+        digest: key.digest.0.to_vec(),
+        owner: key.owner.0,
+        seq,
+        label: c.label as u32,
+        unanimous: c.unanimous,
+        evidence: c.evidence.map(|e| EvidenceRecord { min_t: e.min_t(), k: e.k() as u32 }),
+        published: c.published.as_ref().map(|p| PublishedRecord { values: p.clone() }),
+    }
+}
+
+/// Back from [`answer_record`]'s form; `None` outside the domain.
+fn from_answer_record(e: &CachedAnswerRecord) -> Option<(CacheKey, Cached)> {
+    let key = CacheKey { digest: QueryDigest(e.digest.as_slice().try_into().ok()?), owner: Owner(e.owner) };
+    let evidence = match e.evidence {
+        Some(ev) => Some(Evidence::restore(ev.min_t, ev.k as usize).ok()?),
+        None => None,
+    };
+    let published = e.published.as_ref().map(|p| p.values.clone());
+    Some((key, Cached { label: e.label as usize, unanimous: e.unanimous, evidence, published }))
 }
 
 #[cfg(test)]

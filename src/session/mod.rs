@@ -30,7 +30,7 @@ use crate::privacy::posterior::Posterior;
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::cell::{Cell, Change, State};
 use crate::store::record::{EventKind, JournalStepRecord};
-use crate::store::{JournalEntry, JournalEvent, SessionRecord, StoreError, Ticket};
+use crate::store::{CacheProbe, CacheRows, CacheWrite, JournalEntry, JournalEvent, SessionRecord, StoreError, Ticket};
 use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, Owner, QueryDigest};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -240,33 +240,39 @@ impl State for Versioned {
 
     /// The state a record describes, or the uniform prior with an empty
     /// ledger; checked against m.
-    fn resume(terms: &Terms, key: &str, record: Option<&SessionRecord>) -> Result<Self, SessionError> {
+    fn resume(
+        terms: &Terms,
+        key: &str,
+        record: Option<&SessionRecord>,
+        cache: CacheRows,
+    ) -> Result<Self, SessionError> {
         let p = &terms.params;
-        let (state, version, cache) = match record {
-            Some(r) => (r.restore(p.per_query, terms.limit, p.policy)?, r.version, cache_of(key, r)?),
+        let (state, version) = match record {
+            Some(r) => (r.restore(p.per_query, terms.limit, p.policy)?, r.version),
             None => (
                 SessionState {
                     posterior: Posterior::uniform(p.m)?,
                     ledger: Ledger::new(p.per_query, terms.limit, p.policy)?,
                 },
                 0,
-                AnswerCache::default(),
             ),
         };
         if state.posterior.len() != p.m {
             return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: p.m }.into());
         }
+        let cache = cache_of(key, record, cache)?;
         let head = record.and_then(|r| r.journal_head).unwrap_or_else(|| JournalEntry::genesis(key));
         let events = record.map_or(0, |r| r.journal_events);
         Ok(Versioned { state, version, cache, head, events })
     }
 
-    fn record(&self) -> SessionRecord {
-        SessionRecord {
+    fn record(&mut self) -> (SessionRecord, Vec<CacheWrite>) {
+        let record = SessionRecord {
             journal_head: Some(self.head),
             journal_events: self.events,
-            ..SessionRecord::of(&self.state, self.cache.to_record(), self.version)
-        }
+            ..SessionRecord::of(&self.state, self.cache.owners(), self.version)
+        };
+        (record, self.cache.take_writes())
     }
 
     fn poisoned() -> SessionError {
@@ -279,14 +285,18 @@ impl State for Versioned {
     }
 }
 
-/// The answer cache session `key`'s `record` keeps.
-fn cache_of(key: &str, record: &SessionRecord) -> Result<AnswerCache, SessionError> {
-    match &record.cache {
-        None => Ok(AnswerCache::default()),
-        Some(c) => AnswerCache::from_record(c).ok_or_else(|| {
-            SessionError::Store(StoreError::Corrupt { session: key.into(), reason: "undecodable answer cache".into() })
-        }),
-    }
+/// Session `key`'s answer cache: the `rows` its `record`'s spans describe,
+/// or a format-2 record's inline cache, to be moved to rows by the
+/// session's next write.
+fn cache_of(key: &str, record: Option<&SessionRecord>, rows: CacheRows) -> Result<AnswerCache, SessionError> {
+    let cache = match record {
+        Some(SessionRecord { cache: Some(inline), .. }) => AnswerCache::migrated(inline),
+        Some(r) => AnswerCache::from_rows(&r.cache_owners, rows),
+        None => AnswerCache::from_rows(&[], rows),
+    };
+    cache.ok_or_else(|| {
+        SessionError::Store(StoreError::Corrupt { session: key.into(), reason: "undecodable answer cache".into() })
+    })
 }
 
 /// One privacy session: its state, where the store keeps it.
@@ -294,7 +304,7 @@ pub type Session = Cell<Versioned>;
 
 /// `session`'s current account (one read).
 async fn account_of(session: &Session) -> Result<BudgetView, SessionError> {
-    session.read(|v| BudgetView::of(&v.state.ledger)).await
+    session.read(&[], |v| BudgetView::of(&v.state.ledger)).await
 }
 
 impl Versioned {
@@ -492,13 +502,22 @@ fn answer_all(
     if need.get() > 0.0 {
         v.state.ledger.check(need).map_err(|e| (None, e.into()))?;
     }
-    // One row needs no copy: a refused step changes nothing.
-    let mut copy = (rows.len() > 1).then(|| v.clone());
-    let state = copy.as_mut().unwrap_or(v);
+    // One row needs no undo: a refused step changes nothing. Several keep
+    // what the cache needs to take back rather than copy it whole.
+    let saved = (rows.len() > 1).then(|| (v.state.clone(), v.version, v.head, v.events, v.cache.checkpoint()));
     let mut replies = Vec::with_capacity(rows.len());
     let mut change = Change::default();
     for (i, (outputs, asking)) in rows.iter().enumerate() {
-        let (reply, row) = step(params, state, outputs.as_ref(), asking).map_err(|e| (Some(i), e))?;
+        let (reply, row) = match step(params, v, outputs.as_ref(), asking) {
+            Ok(done) => done,
+            Err(e) => {
+                if let Some((state, version, head, events, at)) = saved {
+                    (v.state, v.version, v.head, v.events) = (state, version, head, events);
+                    v.cache.rollback(at);
+                }
+                return Err((Some(i), e));
+            }
+        };
         replies.push(reply);
         match row {
             Row::Cached(event) => change.events.extend(event),
@@ -508,10 +527,8 @@ fn answer_all(
             }
         }
     }
-    let view = BudgetView::of(&state.state.ledger);
-    if let Some(copy) = copy {
-        *v = copy;
-    }
+    v.cache.release();
+    let view = BudgetView::of(&v.state.ledger);
     Ok(((replies, view), change))
 }
 
@@ -610,9 +627,10 @@ impl Handle {
     /// [`SessionError::Exhausted`], [`SessionError::Poisoned`] or a store
     /// error.
     pub async fn preflight(&self, keys: &[CacheKey], query_id: &str) -> Result<Vec<Preflight>, SessionError> {
+        let probes: Vec<CacheProbe> = keys.iter().map(CacheProbe::from).collect();
         let found = self
             .session
-            .read(|v| {
+            .read(&probes, |v| {
                 let found: Vec<Preflight> = keys
                     .iter()
                     .map(|key| match v.cache.lookup(key) {
@@ -649,7 +667,7 @@ impl Handle {
         let query_id = query_id.to_owned();
         let journaled = self
             .session
-            .step(false, move |v| {
+            .step(false, Vec::new(), move |v| {
                 let mut change = Change::default();
                 if v.state.ledger.check(need).is_err() {
                     change.events.push(v.event(EventKind::Exhausted, &query_id, v.terms(None), need.get()));
@@ -706,7 +724,8 @@ impl Handle {
         // would cost more than the step (BENCHMARKS.md).
         let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
         let params = self.session.context().params;
-        let (outcome, ticket) = self.session.step(blocking, move |v| step_all(&params, v, &rows)).await?;
+        let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
+        let (outcome, ticket) = self.session.step(blocking, probes, move |v| step_all(&params, v, &rows)).await?;
         match outcome {
             Ok((replies, view)) => Ok(Step { replies, view, ticket }),
             Err(refused) => Err(once_journaled(refused, ticket).await),

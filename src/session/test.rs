@@ -39,7 +39,7 @@ async fn sessions(scope: Scope, policy: Policy) -> Result<(Sessions, tempfile::T
 
 /// The posterior of a session.
 async fn posterior_of(h: &Handle) -> Result<Posterior, SessionError> {
-    h.session.read(|v| v.state.posterior.clone()).await
+    h.session.read(&[], |v| v.state.posterior.clone()).await
 }
 
 fn split() -> TeacherOutputs {

@@ -20,8 +20,17 @@
 //!   state under the row lock, which is durable already.
 //! - A step's closure runs once, on state no other step of the session
 //!   sees half-applied.
+//! - Every record handed to the store carries the cache writes made since
+//!   the previous one ([`State::record`] returns both), so the two are
+//!   always committed together.
+//! - In the database, a read or step sees the cached answers of the
+//!   queries it names (its probes) and only those; in this process the
+//!   state holds them all.
 
-use super::{EmbeddedStore, JournalEntry, JournalEvent, PgStore, SessionRecord, Store, StoreError, Ticket};
+use super::{
+    CacheProbe, CacheRows, CacheWrite, EmbeddedStore, JournalEntry, JournalEvent, PgStore, SessionRecord, Store,
+    StoreError, Ticket,
+};
 use std::sync::{Arc, Mutex};
 
 /// A session's state as a cell holds it.
@@ -31,14 +40,21 @@ pub trait State: Sized + Send + 'static {
     /// The session layer's error, which a store error converts into.
     type Error: From<StoreError> + Send + 'static;
 
-    /// The state `record` of session `key` describes (`None`: fresh).
+    /// The state `record` of session `key` and its cached answers `cache`
+    /// describe (`None`: fresh).
     ///
     /// # Errors
     /// A record that does not fit the context (corrupt, another m).
-    fn resume(context: &Self::Context, key: &str, record: Option<&SessionRecord>) -> Result<Self, Self::Error>;
+    fn resume(
+        context: &Self::Context,
+        key: &str,
+        record: Option<&SessionRecord>,
+        cache: CacheRows,
+    ) -> Result<Self, Self::Error>;
 
-    /// The record that makes this state durable.
-    fn record(&self) -> SessionRecord;
+    /// The record that makes this state durable, and the cache writes made
+    /// since the last call (taken: the caller writes them with the record).
+    fn record(&mut self) -> (SessionRecord, Vec<CacheWrite>);
 
     /// Brings a held state in line with a changed `context` (the
     /// configuration was reloaded).
@@ -61,12 +77,15 @@ pub struct Change {
     pub journal: Vec<JournalEntry>,
     /// The journal's events (cache hits, refusals), in sequence order.
     pub events: Vec<JournalEvent>,
+    /// The cache writes to commit with the record, in the order they
+    /// happened (set by the cell from [`State::record`]).
+    pub cache: Vec<CacheWrite>,
 }
 
 impl Change {
     /// Whether there is nothing to write.
     pub fn is_none(&self) -> bool {
-        self.steps == 0 && self.events.is_empty()
+        self.steps == 0 && self.events.is_empty() && self.cache.is_empty()
     }
 }
 
@@ -96,8 +115,10 @@ impl<S: State> Held<S> {
         apply: impl FnOnce(&mut S) -> Result<(T, Change), S::Error>,
     ) -> Result<(T, Option<Ticket>), S::Error> {
         let mut state = self.state.lock().map_err(|_| S::poisoned())?;
-        let (value, change) = apply(&mut state)?;
-        let ticket = self.store.enqueue(key, state.record(), change.journal, change.events)?;
+        let (value, mut change) = apply(&mut state)?;
+        let (record, cache) = state.record();
+        change.cache = cache;
+        let ticket = self.store.enqueue(key, record, change)?;
         Ok((value, Some(ticket)))
     }
 }
@@ -112,7 +133,13 @@ impl<S: State> Cell<S> {
     pub fn open(store: &Store, key: &str, context: S::Context) -> Result<Self, S::Error> {
         let place = match store {
             Store::Embedded(e) => {
-                let state = S::resume(&context, key, e.load(key)?.as_ref())?;
+                let record = e.load(key)?;
+                // A session that never cached anything has no cache rows.
+                let cache = match &record {
+                    Some(r) if !r.cache_owners.is_empty() => e.load_cache(key)?,
+                    _ => CacheRows::default(),
+                };
+                let state = S::resume(&context, key, record.as_ref(), cache)?;
                 Place::Memory(Arc::new(Held { state: Mutex::new(state), store: Arc::clone(e) }))
             }
             Store::Postgres(p) => Place::Database(Arc::clone(p)),
@@ -148,21 +175,23 @@ impl<S: State> Cell<S> {
         Ok(Cell { key: self.key.clone(), context, place })
     }
 
-    /// `look` applied to the current committed state: one read.
+    /// `look` applied to the current committed state, with the cached
+    /// answers of `probes`: one read.
     ///
     /// # Errors
     /// The state cannot be read.
-    pub async fn read<T>(&self, look: impl FnOnce(&S) -> T) -> Result<T, S::Error> {
+    pub async fn read<T>(&self, probes: &[CacheProbe], look: impl FnOnce(&S) -> T) -> Result<T, S::Error> {
         match &self.place {
             Place::Memory(held) => Ok(look(&*held.state.lock().map_err(|_| S::poisoned())?)),
             Place::Database(store) => {
-                let record = store.load(&self.key).await?;
-                Ok(look(&S::resume(&self.context, &self.key, record.as_ref())?))
+                let (record, cache) = store.load_probed(&self.key, probes).await?;
+                Ok(look(&S::resume(&self.context, &self.key, record.as_ref(), cache)?))
             }
         }
     }
 
-    /// One step: `apply` on the state, atomically with making its result
+    /// One step: `apply` on the state (which holds the cached answers of
+    /// `probes` at least), atomically with making its result
     /// durable. Returns `apply`'s value and, for a state held in memory,
     /// the ticket to wait on before releasing anything (`None`: durable
     /// already). `blocking`: `apply` is heavy (LAPACK) and runs on a
@@ -170,7 +199,12 @@ impl<S: State> Cell<S> {
     ///
     /// # Errors
     /// `apply`'s error (nothing changed), or the store's.
-    pub async fn step<T, F>(self: &Arc<Self>, blocking: bool, apply: F) -> Result<(T, Option<Ticket>), S::Error>
+    pub async fn step<T, F>(
+        self: &Arc<Self>,
+        blocking: bool,
+        probes: Vec<CacheProbe>,
+        apply: F,
+    ) -> Result<(T, Option<Ticket>), S::Error>
     where
         T: Send + 'static,
         F: FnOnce(&mut S) -> Result<(T, Change), S::Error> + Send + 'static,
@@ -183,18 +217,20 @@ impl<S: State> Cell<S> {
             Place::Memory(held) => held.step(&self.key, apply),
             Place::Database(store) => {
                 let cell = Arc::clone(self);
-                let run = move |record: Option<SessionRecord>| {
-                    let mut state = S::resume(&cell.context, &cell.key, record.as_ref())?;
-                    let (value, change) = apply(&mut state)?;
-                    let write = (!change.is_none()).then(|| (state.record(), change));
+                let run = move |record: Option<SessionRecord>, cache: CacheRows| {
+                    let mut state = S::resume(&cell.context, &cell.key, record.as_ref(), cache)?;
+                    let (value, mut change) = apply(&mut state)?;
+                    let (record, cache) = state.record();
+                    change.cache = cache;
+                    let write = (!change.is_none()).then_some((record, change));
                     Ok::<_, S::Error>((write, value))
                 };
                 let value = store
-                    .step(&self.key, move |record| async move {
+                    .step(&self.key, &probes, move |record, cache| async move {
                         if blocking {
-                            tokio::task::spawn_blocking(move || run(record)).await.map_err(|_| S::poisoned())?
+                            tokio::task::spawn_blocking(move || run(record, cache)).await.map_err(|_| S::poisoned())?
                         } else {
-                            run(record)
+                            run(record, cache)
                         }
                     })
                     .await?;

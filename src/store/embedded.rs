@@ -7,12 +7,14 @@
 //! and a batch commits atomically; when a record's ticket resolves, every
 //! earlier record of that session is durable too.
 
-use super::record::encode_principal;
-use super::record::{JournalEvent, Journaled, chain_order};
+use super::answers::{CacheRows, squash};
+use super::cell::Change;
+use super::record::{CachedAnswerRecord, Journaled, chain_order, encode_principal};
 use super::{
     JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket, journal_entry, journal_event,
 };
 use crate::metrics::StoreMetrics;
+use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,10 @@ const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journ
 /// Journal events by (session, sequence number).
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal_events");
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
+/// Cached answers by (session, owner, number): a `CachedAnswer` message.
+const ANSWERS: TableDefinition<(&str, u64, u64), &[u8]> = TableDefinition::new("answer_cache");
+/// Evicted answers remembered under `refuse`: (session, owner, digest prefix).
+const EVICTED: TableDefinition<(&str, u64, u64), ()> = TableDefinition::new("answer_cache_evicted");
 
 /// Most records folded into one commit.
 const MAX_BATCH: usize = 4096;
@@ -45,8 +51,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 struct Write {
     session: String,
     record: SessionRecord,
-    journal: Vec<JournalEntry>,
-    events: Vec<JournalEvent>,
+    change: Change,
     done: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
@@ -181,6 +186,43 @@ impl EmbeddedStore {
         super::session_record(session, bytes.value()).map(Some)
     }
 
+    /// Every cached answer and remembered eviction of a session (what a
+    /// resumed session holds in memory).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn load_cache(&self, session: &str) -> Result<CacheRows, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let all = (session, 0, 0)..=(session, u64::MAX, u64::MAX);
+        let entries = match open_in(&txn, ANSWERS)? {
+            Some(t) => t
+                .range(all.clone())
+                .map_err(backend)?
+                .map(|item| {
+                    let bytes = item.map_err(backend)?.1;
+                    CachedAnswerRecord::decode(bytes.value()).map_err(|_| StoreError::Corrupt {
+                        session: session.into(),
+                        reason: "undecodable cached answer".into(),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let evicted = match open_in(&txn, EVICTED)? {
+            Some(t) => t
+                .range(all)
+                .map_err(backend)?
+                .map(|item| {
+                    let key = item.map_err(backend)?.0;
+                    let (_, owner, prefix) = key.value();
+                    Ok((owner, prefix))
+                })
+                .collect::<Result<_, StoreError>>()?,
+            None => Vec::new(),
+        };
+        Ok(CacheRows { entries, evicted, probed: None })
+    }
+
     /// Every session key with a record, in order.
     ///
     /// # Errors
@@ -302,25 +344,19 @@ impl EmbeddedStore {
         Ok(Some(stored))
     }
 
-    /// Queues `record` (and its journal entries and events) for the next
-    /// group commit.
+    /// Queues `record` and what changed with it (journal entries, events,
+    /// cache writes) for the next group commit, all in one transaction.
     /// Call under the session's lock, so a session's records queue in
     /// version order.
     ///
     /// # Errors
     /// [`StoreError::WriterGone`].
-    pub fn enqueue(
-        &self,
-        session: &str,
-        record: SessionRecord,
-        journal: Vec<JournalEntry>,
-        events: Vec<JournalEvent>,
-    ) -> Result<Ticket, StoreError> {
+    pub fn enqueue(&self, session: &str, record: SessionRecord, change: Change) -> Result<Ticket, StoreError> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.queue
             .as_ref()
             .ok_or(StoreError::WriterGone)?
-            .send(Write { session: session.to_owned(), record, journal, events, done })
+            .send(Write { session: session.to_owned(), record, change, done })
             .map_err(|_| StoreError::WriterGone)?;
         Ok(Ticket(wait))
     }
@@ -412,25 +448,60 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
         // batch: they arrive in version order.
         for w in batch {
             sessions.insert(w.session.as_str(), w.record.encode().as_slice()).map_err(backend)?;
-            for entry in &w.journal {
+            for entry in &w.change.journal {
                 journal.insert((w.session.as_str(), entry.version), entry.encode().as_slice()).map_err(backend)?;
             }
         }
         // Opened only when there is one: redb creates a table when opened
         // for writing, and most deployments journal nothing.
-        if batch.iter().any(|w| !w.events.is_empty()) {
+        if batch.iter().any(|w| !w.change.events.is_empty()) {
             let mut events = txn.open_table(EVENTS).map_err(backend)?;
             for w in batch {
-                for event in &w.events {
+                for event in &w.change.events {
                     events
                         .insert((w.session.as_str(), event.seq), event.encode_sealed().as_slice())
                         .map_err(backend)?;
                 }
             }
         }
+        if batch.iter().any(|w| !w.change.cache.is_empty()) {
+            let mut answers = txn.open_table(ANSWERS).map_err(backend)?;
+            let mut evicted = txn.open_table(EVICTED).map_err(backend)?;
+            for w in batch {
+                write_cache(&mut answers, &mut evicted, &w.session, &squash(&w.change.cache))?;
+            }
+        }
     }
     // Default durability is Immediate: commit returns after fsync.
     txn.commit().map_err(backend)
+}
+
+/// Applies one write's cache changes (see [`squash`]). An eviction of a
+/// row that is not there means the record's spans and the table disagree:
+/// the commit fails rather than forget what a repeat must be refused for.
+fn write_cache(
+    answers: &mut redb::Table<'_, (&'static str, u64, u64), &'static [u8]>,
+    evicted: &mut redb::Table<'_, (&'static str, u64, u64), ()>,
+    session: &str,
+    writes: &super::answers::Squashed,
+) -> Result<(), StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
+    for &(owner, seq, remember) in &writes.evict {
+        let gone =
+            answers.remove((session, owner, seq)).map_err(backend)?.ok_or_else(|| corrupt("evicted answer missing"))?;
+        if remember {
+            let digest =
+                CachedAnswerRecord::decode(gone.value()).map_err(|_| corrupt("undecodable cached answer"))?.digest;
+            evicted.insert((session, owner, super::answers::prefix(&digest)), ()).map_err(backend)?;
+        }
+    }
+    for answer in &writes.insert {
+        answers.insert((session, answer.owner, answer.seq), answer.encode_to_vec().as_slice()).map_err(backend)?;
+    }
+    for &(owner, prefix) in &writes.remember {
+        evicted.insert((session, owner, prefix), ()).map_err(backend)?;
+    }
+    Ok(())
 }
 
 /// `def` in `txn`, or `None` if nothing was ever written to it (redb

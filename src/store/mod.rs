@@ -18,6 +18,7 @@
 //!   posterior; a start with another teacher set or another index refuses.
 //! - The secret index never appears in an error or a log line.
 
+pub mod answers;
 pub mod cell;
 pub mod embedded;
 pub mod pg_tls;
@@ -25,6 +26,7 @@ pub mod postgres;
 pub mod principal;
 pub mod record;
 
+pub use answers::{CacheProbe, CacheRows, CacheWrite};
 pub use embedded::EmbeddedStore;
 pub use pg_tls::{PgTls, SslMode};
 pub use postgres::{PgLink, PgStore};

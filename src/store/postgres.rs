@@ -18,11 +18,13 @@
 //! way the transaction rolls back (nothing charged) unless COMMIT was
 //! already sent, which stays ambiguous ([`StoreError::Unconfirmed`]).
 
+use super::answers::{CacheProbe, CacheRows, Squashed, squash};
 use super::cell::Change;
-use super::record::{Journaled, chain_order};
+use super::record::{CachedAnswerRecord, Journaled, chain_order};
 use super::{JournalEntry, Meta, Origin, PgTls, PrincipalRecord, SessionRecord, SslMode, StoreError};
 use crate::metrics::StoreMetrics;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use prost::Message;
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
@@ -101,10 +103,69 @@ CREATE TABLE IF NOT EXISTS pacpriv_journal_events (
 );
 ",
     ),
+    (
+        3,
+        "answer cache in its own tables",
+        "
+CREATE TABLE IF NOT EXISTS pacpriv_answer_cache (
+    session   TEXT NOT NULL,
+    owner     BIGINT NOT NULL,
+    seq       BIGINT NOT NULL,
+    digest    BYTEA NOT NULL,
+    answer    BYTEA NOT NULL,
+    PRIMARY KEY (session, owner, seq)
+);
+CREATE INDEX IF NOT EXISTS pacpriv_answer_cache_digest ON pacpriv_answer_cache (session, digest);
+CREATE TABLE IF NOT EXISTS pacpriv_answer_cache_evicted (
+    session   TEXT NOT NULL,
+    owner     BIGINT NOT NULL,
+    prefix    BYTEA NOT NULL,
+    PRIMARY KEY (session, owner, prefix)
+);
+",
+    ),
 ];
 
 /// A session's record.
 const LOAD_RECORD: &str = "SELECT record FROM pacpriv_sessions WHERE session = $1";
+
+/// The cached answers and remembered evictions of the probes `$2`
+/// (digests), `$3` (owners) and `$4` (digest prefixes) in session `$1`:
+/// the answers, and the (1-based) positions of the probes found evicted.
+macro_rules! probed {
+    () => {
+        "ARRAY(SELECT c.answer FROM pacpriv_answer_cache c WHERE c.session = $1 AND c.digest = ANY($2::bytea[])), \
+         ARRAY(SELECT p.i FROM unnest($3::bigint[], $4::bytea[]) WITH ORDINALITY AS p(owner, prefix, i) \
+               WHERE EXISTS (SELECT 1 FROM pacpriv_answer_cache_evicted e \
+                             WHERE e.session = $1 AND e.owner = p.owner AND e.prefix = p.prefix))"
+    };
+}
+
+/// A session's record with the cache rows of some probes: the preflight's
+/// one read.
+const LOAD_PROBED: &str = concat!("SELECT record, ", probed!(), " FROM pacpriv_sessions WHERE session = $1");
+
+/// The cache rows of some probes, read under the session's row lock.
+const PROBE: &str = concat!("SELECT ", probed!());
+
+/// One step's cache writes (see [`squash`]): evicted rows deleted, their
+/// prefixes remembered where asked, new answers inserted, migrated
+/// evictions remembered.
+const WRITE_CACHE: &str = "
+WITH gone AS (
+    DELETE FROM pacpriv_answer_cache c
+    USING unnest($2::bigint[], $3::bigint[], $4::bool[]) AS e(owner, seq, remember)
+    WHERE c.session = $1 AND c.owner = e.owner AND c.seq = e.seq
+    RETURNING c.owner, substring(c.digest FROM 1 FOR 8) AS prefix, e.remember
+), kept AS (
+    INSERT INTO pacpriv_answer_cache (session, owner, seq, digest, answer)
+    SELECT $1, owner, seq, digest, answer FROM unnest($5::bigint[], $6::bigint[], $7::bytea[], $8::bytea[])
+        AS a(owner, seq, digest, answer)
+)
+INSERT INTO pacpriv_answer_cache_evicted (session, owner, prefix)
+SELECT $1, owner, prefix FROM gone WHERE remember
+UNION SELECT $1, owner, prefix FROM unnest($9::bigint[], $10::bytea[]) AS r(owner, prefix)
+ON CONFLICT DO NOTHING";
 
 /// A session's journal, in version order.
 const LOAD_JOURNAL: &str = "SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version";
@@ -288,6 +349,27 @@ impl PgStore {
         row.map(|r| super::session_record(session, r.get(0))).transpose()
     }
 
+    /// A session's latest record and the cached answers and remembered
+    /// evictions of `probes`, in one statement.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn load_probed(
+        &self,
+        session: &str,
+        probes: &[CacheProbe],
+    ) -> Result<(Option<SessionRecord>, CacheRows), StoreError> {
+        let client = self.client().await?;
+        let (digests, owners, prefixes) = probe_params(probes);
+        let row = client.query_opt(LOAD_PROBED, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+        let Some(row) = row else {
+            return Ok((None, CacheRows { probed: Some(probes.to_vec()), ..CacheRows::default() }));
+        };
+        let bytes: &[u8] = row.get(0);
+        let record = if bytes.is_empty() { None } else { Some(super::session_record(session, bytes)?) };
+        Ok((record, cache_rows(session, probes, row.get(1), row.get(2))?))
+    }
+
     /// Every session key with a record, in order.
     ///
     /// # Errors
@@ -413,20 +495,22 @@ impl PgStore {
     }
 
     /// One step on `session`, serialised across replicas: locks the row,
-    /// hands the current record (`None`: fresh session) to `apply`, writes
-    /// back the record `apply` returns, if any, with what changed (its
-    /// version must be `steps` more; the journal entries and events), and
-    /// commits. Only a committed step's
-    /// result is returned; if `apply` fails, nothing is written. The row
-    /// is locked by the first statement (it is created only for a fresh
-    /// session), so a step is one read, one write and the commit.
+    /// hands the current record (`None`: fresh session) and the cache rows
+    /// of `probes` to `apply`, writes back the record `apply` returns, if
+    /// any, with what changed (its version must be `steps` more; the
+    /// journal entries, events and cache writes), and commits. Only a
+    /// committed step's result is returned; if `apply` fails, nothing is
+    /// written. The row is locked by the first statement (it is created
+    /// only for a fresh session) and the probes are read by the next (so
+    /// they see every step committed before the lock was granted): a step
+    /// is two reads, one write per kind of change and the commit.
     ///
     /// # Errors
     /// `apply`'s error, or the store's (then nothing may be released).
-    pub async fn step<T, E, F, Fut>(&self, session: &str, apply: F) -> Result<T, E>
+    pub async fn step<T, E, F, Fut>(&self, session: &str, probes: &[CacheProbe], apply: F) -> Result<T, E>
     where
         E: From<StoreError>,
-        F: FnOnce(Option<SessionRecord>) -> Fut,
+        F: FnOnce(Option<SessionRecord>, CacheRows) -> Fut,
         Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Change)>, T), E>>,
     {
         const LOCK: &str = "SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE";
@@ -453,8 +537,15 @@ impl PgStore {
         // A row just made for a fresh session has no record yet (one with
         // journal events only is at version 0 and has one).
         let current = if bytes.is_empty() { None } else { Some(super::session_record(session, bytes)?) };
-        let (write, result) = apply(current).await?;
-        let Some((next, Change { steps, journal, events })) = write else {
+        let cache = if probes.is_empty() {
+            CacheRows { probed: Some(Vec::new()), ..CacheRows::default() }
+        } else {
+            let (digests, owners, prefixes) = probe_params(probes);
+            let row = tx.query_one(PROBE, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+            cache_rows(session, probes, row.get(0), row.get(1))?
+        };
+        let (write, result) = apply(current, cache).await?;
+        let Some((next, Change { steps, journal, events, cache })) = write else {
             // Nothing to write (a cached answer read under the lock):
             // committed state, released as it is.
             return Ok(result);
@@ -491,12 +582,96 @@ impl PgStore {
             .await
             .map_err(backend)?;
         }
+        let cache = squash(&cache);
+        if !cache.is_empty() {
+            tx.execute(WRITE_CACHE, &cache_params(session, &cache)?.refs()).await.map_err(backend)?;
+        }
         // Everything above failed with the transaction rolled back (nothing
         // charged); a failed COMMIT is ambiguous — it may have committed.
         tx.commit().await.map_err(|e| StoreError::Unconfirmed(e.to_string()))?;
         self.metrics.commit(started.elapsed().as_secs_f64(), 1);
         Ok(result)
     }
+}
+
+/// The probes as [`probed!`]'s parameters: digests, owners, prefixes.
+fn probe_params(probes: &[CacheProbe]) -> (Vec<&[u8]>, Vec<i64>, Vec<&[u8]>) {
+    let digests = probes.iter().map(|p| p.digest.as_slice()).collect();
+    // Owners and prefixes are u64s kept bit for bit in BIGINT / 8 bytes.
+    let owners = probes.iter().map(|p| p.owner as i64).collect();
+    let prefixes = probes.iter().map(|p| &p.digest[..8]).collect();
+    (digests, owners, prefixes)
+}
+
+/// What [`probed!`] returned for `probes`: the answers found and the
+/// evictions at the positions found.
+fn cache_rows(
+    session: &str,
+    probes: &[CacheProbe],
+    answers: Vec<Vec<u8>>,
+    evicted_at: Vec<i64>,
+) -> Result<CacheRows, StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
+    let entries = answers
+        .iter()
+        .map(|a| CachedAnswerRecord::decode(a.as_slice()).map_err(|_| corrupt("undecodable cached answer")))
+        .collect::<Result<_, _>>()?;
+    let evicted = evicted_at
+        .iter()
+        .map(|&i| {
+            let p =
+                usize::try_from(i - 1).ok().and_then(|i| probes.get(i)).ok_or_else(|| corrupt("probe out of range"))?;
+            Ok((p.owner, p.prefix()))
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(CacheRows { entries, evicted, probed: Some(probes.to_vec()) })
+}
+
+/// [`WRITE_CACHE`]'s parameters.
+struct CacheParams<'a> {
+    session: &'a str,
+    evict: (Vec<i64>, Vec<i64>, Vec<bool>),
+    insert: (Vec<i64>, Vec<i64>, Vec<Vec<u8>>, Vec<Vec<u8>>),
+    remember: (Vec<i64>, Vec<Vec<u8>>),
+}
+
+impl CacheParams<'_> {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
+        [
+            &self.session,
+            &self.evict.0,
+            &self.evict.1,
+            &self.evict.2,
+            &self.insert.0,
+            &self.insert.1,
+            &self.insert.2,
+            &self.insert.3,
+            &self.remember.0,
+            &self.remember.1,
+        ]
+    }
+}
+
+fn cache_params<'a>(session: &'a str, c: &Squashed) -> Result<CacheParams<'a>, StoreError> {
+    let seq = |s: u64| i64::try_from(s).map_err(backend);
+    Ok(CacheParams {
+        session,
+        evict: (
+            c.evict.iter().map(|e| e.0 as i64).collect(),
+            c.evict.iter().map(|e| seq(e.1)).collect::<Result<_, _>>()?,
+            c.evict.iter().map(|e| e.2).collect(),
+        ),
+        insert: (
+            c.insert.iter().map(|a| a.owner as i64).collect(),
+            c.insert.iter().map(|a| seq(a.seq)).collect::<Result<_, _>>()?,
+            c.insert.iter().map(|a| a.digest.clone()).collect(),
+            c.insert.iter().map(Message::encode_to_vec).collect(),
+        ),
+        remember: (
+            c.remember.iter().map(|r| r.0 as i64).collect(),
+            c.remember.iter().map(|r| r.1.to_le_bytes().to_vec()).collect(),
+        ),
+    })
 }
 
 /// Bounds every wait on the server by `timeout` (module documentation).

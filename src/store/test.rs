@@ -11,6 +11,7 @@ fn record(version: u64) -> SessionRecord {
         cache: None,
         journal_head: None,
         journal_events: 0,
+        cache_owners: Vec::new(),
     }
 }
 
@@ -32,13 +33,13 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
                     log_likelihood: vec![],
                     ..Default::default()
                 };
-                store.enqueue("alice", record(v), vec![j], vec![])
+                store.enqueue("alice", record(v), cell::Change { journal: vec![j], ..Default::default() })
             })
             .collect::<Result<_, _>>()?;
         for t in tickets {
             t.wait()?;
         }
-        store.enqueue("bob", record(1), vec![], vec![])?.wait()?;
+        store.enqueue("bob", record(1), cell::Change::default())?.wait()?;
     }
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(store.meta()?, Some(Meta { secret: 5, teachers: "demo m=8".into() }));

@@ -12,7 +12,8 @@
 use crate::util::pg_proxy::PgProxy;
 use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
 use pacpriv::proto::pacpriv::PredictResponse;
-use pacpriv::session::cache::{AnswerCache, Lookup, QueryDigest};
+use pacpriv::session::cache::{AnswerCache, CacheKey, Lookup, QueryDigest};
+use pacpriv::store::CacheProbe;
 use pacpriv::store::{PgLink, PgStore};
 use prost::Message;
 use tonic::Code;
@@ -72,10 +73,12 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
 
     // The answer received is the one recorded with the charge.
     let store = PgStore::connect(&pg.url, &PgLink::plain(1)).await.expect("connects");
-    let record = store.load("alice").await.expect("load").expect("alice's session");
+    let q2: CacheKey = key_of(&digit(2)).into();
+    let (record, rows) = store.load_probed("alice", &[CacheProbe::from(&q2)]).await.expect("load");
+    let record = record.expect("alice's session");
     assert_eq!(record.version, 3, "three steps: warm-up, q1, q2");
-    let cache = record.cache.as_ref().and_then(AnswerCache::from_record).expect("alice's answer cache");
-    match cache.lookup(&key_of(&digit(2)).into()) {
+    let cache = AnswerCache::from_rows(&record.cache_owners, rows).expect("alice's answer cache");
+    match cache.lookup(&q2) {
         Lookup::Hit(kept) => assert_eq!(kept.label, answer.label as usize),
         other => panic!("q2's answer is not kept with the session: {other:?}"),
     }

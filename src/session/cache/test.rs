@@ -1,6 +1,43 @@
 use super::*;
 use crate::store::SessionRecord;
+use crate::store::answers::squash;
+use crate::store::record::EvictedRecord;
 use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a store holds of one session's cache: the rows its writes left.
+#[derive(Default)]
+struct Rows {
+    answers: BTreeMap<(u64, u64), CachedAnswerRecord>,
+    evicted: BTreeSet<(u64, u64)>,
+}
+
+impl Rows {
+    /// Applies `cache`'s pending writes as both backends do.
+    fn write(&mut self, cache: &mut AnswerCache) {
+        let s = squash(&cache.take_writes());
+        for (owner, seq, remember) in s.evict {
+            let gone = self.answers.remove(&(owner, seq)).expect("an evicted answer is stored");
+            if remember {
+                self.evicted.insert((owner, crate::store::answers::prefix(&gone.digest)));
+            }
+        }
+        for a in s.insert {
+            assert!(self.answers.insert((a.owner, a.seq), a).is_none(), "numbers are never reused");
+        }
+        self.evicted.extend(s.remember);
+    }
+
+    /// The cache a resumed session holds.
+    fn read(&self, owners: &[CacheOwnerRecord]) -> Option<AnswerCache> {
+        let rows = CacheRows {
+            entries: self.answers.values().cloned().collect(),
+            evicted: self.evicted.iter().copied().collect(),
+            probed: None,
+        };
+        AnswerCache::from_rows(owners, rows)
+    }
+}
 
 fn answer(label: usize) -> Cached {
     Cached { label, unanimous: false, evidence: Evidence::restore(1.5, 3).ok(), published: None }
@@ -48,23 +85,110 @@ fn an_off_cache_keeps_nothing() {
     assert_eq!(cache.lookup(&key(1.0)), Lookup::Miss);
 }
 
+/// A format-2 inline cache comes back as it was, with every entry and
+/// eviction pending as a write; values outside their domain are refused.
 #[test]
-fn records_with_values_outside_their_domain_are_refused() {
-    let mut cache = AnswerCache::default();
-    cache.insert(key(1.0), answer(4), REFUSE);
-    cache.insert(key(2.0), answer(5), REFUSE);
-    cache.insert(key(3.0), answer(6), REFUSE);
-    let good = cache.to_record().expect("not empty");
-    assert_eq!(AnswerCache::from_record(&good), Some(cache));
+fn inline_caches_with_values_outside_their_domain_are_refused() {
+    let entry = |x: f64, label: u32| CachedAnswerRecord {
+        digest: QueryDigest::of(&[x]).0.to_vec(),
+        label,
+        evidence: Some(EvidenceRecord { min_t: 1.5, k: 3 }),
+        ..Default::default()
+    };
+    let evicted = EvictedRecord { owner: 0, prefix: QueryDigest::of(&[1.0]).prefix() };
+    let good = AnswerCacheRecord { entries: vec![entry(2.0, 5), entry(3.0, 6)], evicted: vec![evicted] };
+    let mut cache = AnswerCache::migrated(&good).expect("valid");
+    assert_eq!(cache.lookup(&key(1.0)), Lookup::Evicted);
+    assert_eq!(cache.lookup(&key(3.0)), Lookup::Hit(&answer(6)));
+    let mut rows = Rows::default();
+    rows.write(&mut cache);
+    assert_eq!(rows.answers.keys().copied().collect::<Vec<_>>(), [(0, 0), (0, 1)], "numbered in their order");
+    assert_eq!(rows.read(&cache.owners()), Some(cache));
     let mut short = good.clone();
     short.entries[0].digest.pop();
-    assert_eq!(AnswerCache::from_record(&short), None, "a digest of 31 bytes");
+    assert_eq!(AnswerCache::migrated(&short), None, "a digest of 31 bytes");
     let mut bad_evidence = good.clone();
     bad_evidence.entries[0].evidence = Some(EvidenceRecord { min_t: f64::NAN, k: 3 });
-    assert_eq!(AnswerCache::from_record(&bad_evidence), None, "NaN evidence");
+    assert_eq!(AnswerCache::migrated(&bad_evidence), None, "NaN evidence");
     let mut unsorted = good;
     unsorted.evicted.push(EvictedRecord { owner: 0, prefix: 0 });
-    assert_eq!(AnswerCache::from_record(&unsorted), None, "unsorted evictions");
+    assert_eq!(AnswerCache::migrated(&unsorted), None, "unsorted evictions");
+}
+
+/// A step writes the answer it added and the one it evicted, whatever the
+/// history: the writes of the n-th insert do not grow with n.
+#[test]
+fn a_step_writes_one_answer_in_and_one_out() {
+    let mut cache = AnswerCache::default();
+    let mut rows = Rows::default();
+    for n in 0..1000 {
+        cache.insert(key(f64::from(n)), answer(1), REFUSE);
+        let writes = cache.take_writes();
+        let expected = if n < 2 { 1 } else { 2 };
+        assert_eq!(writes.len(), expected, "insert {n}: {writes:?}");
+        cache.writes = writes;
+        rows.write(&mut cache);
+    }
+    assert_eq!((rows.answers.len(), rows.evicted.len()), (2, 998));
+    assert_eq!(cache.owners(), [CacheOwnerRecord { owner: 0, oldest: 998, next: 1000 }]);
+    assert_eq!(rows.read(&cache.owners()), Some(cache));
+}
+
+/// Rows outside their owner's span, or whose owner has none, are corrupt.
+#[test]
+fn rows_outside_the_spans_are_refused() {
+    let mut cache = AnswerCache::default();
+    let mut rows = Rows::default();
+    cache.insert(key(1.0), answer(1), REFUSE);
+    rows.write(&mut cache);
+    assert!(rows.read(&cache.owners()).is_some());
+    assert_eq!(rows.read(&[]), None, "no span for the owner");
+    assert_eq!(rows.read(&[CacheOwnerRecord { owner: 0, oldest: 1, next: 2 }]), None, "before the span");
+}
+
+/// A cache read for some queries answers those and refuses any other.
+#[test]
+fn a_probed_cache_refuses_what_it_was_not_read_for() {
+    let mut cache = AnswerCache::default();
+    let mut rows = Rows::default();
+    for x in [1.0, 2.0, 3.0] {
+        cache.insert(key(x), answer(x as usize), REFUSE);
+    }
+    rows.write(&mut cache);
+    let owners = cache.owners();
+    let probes = [CacheProbe::from(&key(1.0)), CacheProbe::from(&key(3.0)), CacheProbe::from(&key(9.0))];
+    let found = CacheRows {
+        entries: rows.answers.values().filter(|a| a.digest == key(3.0).digest.0).cloned().collect(),
+        evicted: vec![(0, key(1.0).digest.prefix())],
+        probed: Some(probes.to_vec()),
+    };
+    let mut probed = AnswerCache::from_rows(&owners, found).expect("valid");
+    assert_eq!(probed.lookup(&key(1.0)), Lookup::Evicted);
+    assert_eq!(probed.lookup(&key(3.0)), Lookup::Hit(&answer(3)));
+    assert_eq!(probed.lookup(&key(9.0)), Lookup::Miss);
+    assert_eq!(probed.lookup(&key(2.0)), Lookup::Evicted, "held in the store but not read: refused");
+    // It evicts what it does not hold by number; the store resolves it.
+    probed.insert(key(9.0), answer(9), REFUSE);
+    cache.insert(key(9.0), answer(9), REFUSE);
+    assert_eq!(probed.take_writes(), cache.take_writes());
+}
+
+/// A multi-row request's changes are taken back exactly on a refusal.
+#[test]
+fn a_rollback_restores_the_cache_as_it_was() {
+    let mut cache = AnswerCache::default();
+    for x in 0..5 {
+        cache.insert(key(f64::from(x)), answer(1), REFUSE);
+    }
+    let before = cache.clone();
+    let at = cache.checkpoint();
+    for x in 5..9 {
+        cache.insert(key(f64::from(x)), answer(2), REFUSE);
+    }
+    assert_eq!(cache.lookup(&key(5.0)), Lookup::Evicted);
+    cache.rollback(at);
+    assert_eq!(cache, before);
+    assert_eq!(cache.lookup(&key(4.0)), Lookup::Hit(&answer(1)));
 }
 
 /// One principal's queries never evict, or make refused, another's entry:
@@ -101,7 +225,7 @@ fn fixture(name: &str) -> SessionRecord {
 /// owners.
 #[test]
 fn format_1_caches_come_back_as_they_were() {
-    let alice = AnswerCache::from_record(fixture("session-alice.bin").cache.as_ref().expect("kept")).expect("valid");
+    let alice = AnswerCache::migrated(fixture("session-alice.bin").cache.as_ref().expect("kept")).expect("valid");
     let ev = Evidence::restore(1.75, 3).ok();
     assert_eq!(alice.lookup(&key(1.0)), Lookup::Evicted);
     assert_eq!(
@@ -110,7 +234,7 @@ fn format_1_caches_come_back_as_they_were() {
     );
     let third = Cached { label: 0, unanimous: false, evidence: ev, published: Some(vec![0.25, -1.5, 3.0]) };
     assert_eq!(alice.lookup(&key(3.0)), Lookup::Hit(&third));
-    let global = AnswerCache::from_record(fixture("session-global.bin").cache.as_ref().expect("kept")).expect("valid");
+    let global = AnswerCache::migrated(fixture("session-global.bin").cache.as_ref().expect("kept")).expect("valid");
     for (i, who) in ["alice", "bob"].into_iter().enumerate() {
         let key = CacheKey { digest: QueryDigest::of(&[i as f64]).of_principal(who), owner: Owner::of(who) };
         let Lookup::Hit(c) = global.lookup(&key) else { panic!("{who}'s entry lost") };
@@ -143,7 +267,7 @@ fn the_unmarked_cache_layout_is_read_with_its_evidence_rounded_down() {
     old.extend_from_slice(&42u64.to_le_bytes());
     let record = SessionRecord::decode(&old).expect("format 1 decodes");
     assert_eq!((record.version, record.spent, record.log_weights.clone()), (7, 0.25, vec![-0.5]));
-    let cache = AnswerCache::from_record(record.cache.as_ref().expect("cache kept")).expect("valid cache");
+    let cache = AnswerCache::migrated(record.cache.as_ref().expect("cache kept")).expect("valid cache");
     let Lookup::Hit(c) = cache.lookup(&digest.into()) else { panic!("entry lost") };
     assert_eq!((c.label, c.unanimous, c.published.clone()), (3, false, Some(vec![0.25, 0.75])));
     assert_eq!(c.evidence, Evidence::restore(1264.0 / 1024.0, 4).ok());
@@ -164,12 +288,16 @@ proptest! {
             let evidence = if unanimous { Some(Evidence::EXACT) } else { Evidence::restore(-0.5 * label as f64, 4).ok() };
             let owner = if q % 3 == 0 { Owner::SOLE } else { Owner::of(&format!("p{}", q % 3)) };
             let key = CacheKey { digest: QueryDigest::of(&[f64::from(q)]), owner };
-            cache.insert(key, Cached { label, unanimous, evidence, published }, settings);
+            // As a session does: a query is answered afresh (and kept) only
+            // on a miss.
+            if cache.lookup(&key) == Lookup::Miss {
+                cache.insert(key, Cached { label, unanimous, evidence, published }, settings);
+            }
         }
         prop_assert!(cache.len() <= 3 * capacity);
-        let record = cache.to_record();
-        prop_assert_eq!(record.is_none(), cache.is_empty());
-        let back = record.as_ref().map_or(Some(AnswerCache::default()), AnswerCache::from_record);
-        prop_assert_eq!(back, Some(cache));
+        let mut rows = Rows::default();
+        rows.write(&mut cache);
+        prop_assert_eq!(rows.answers.len(), cache.len());
+        prop_assert_eq!(rows.read(&cache.owners()), Some(cache));
     }
 }

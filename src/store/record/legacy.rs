@@ -52,6 +52,7 @@ pub(super) fn session(bytes: &[u8]) -> Option<super::SessionRecord> {
         charged: r.u64()?,
         log_weights: r.floats()?,
         cache: None,
+        cache_owners: Vec::new(),
         journal_head: None,
         journal_events: 0,
     };
@@ -92,7 +93,15 @@ fn cache(r: &mut Reader<'_>) -> Option<schema::AnswerCache> {
             None
         };
         let published = if flags & 4 != 0 { Some(schema::Published { values: r.floats()? }) } else { None };
-        entries.push(schema::CachedAnswer { digest, owner, label, unanimous: flags & 1 != 0, evidence, published });
+        entries.push(schema::CachedAnswer {
+            digest,
+            owner,
+            label,
+            unanimous: flags & 1 != 0,
+            evidence,
+            published,
+            seq: 0,
+        });
     }
     let m = r.u32()?;
     let evicted = (0..m)

@@ -8,13 +8,15 @@
 //!
 //! # Invariants
 //! - Every value written is [`MARK`] then a message whose `format` field is
-//!   [`FORMAT`]. Decoding reads the current format and every format a
-//!   release has written (`legacy`: the unmarked format 1), and refuses
-//!   a format it does not know rather than guess.
+//!   [`FORMAT`] ([`SESSION_FORMAT`] for a session record). Decoding reads
+//!   the current format and every format a release has written (`legacy`:
+//!   the unmarked format 1), and refuses a format it does not know rather
+//!   than guess.
 //! - Decoding is total: malformed bytes are `None` (the caller reports the
 //!   record corrupt), never a panic.
-//! - The store never interprets a session's answer cache: it keeps the
-//!   schema's [`AnswerCacheRecord`] as written by [`crate::session`].
+//! - The store never interprets a cached answer: it keeps the schema's
+//!   [`CachedAnswerRecord`] as written by [`crate::session`], reading only
+//!   its owner, number and digest ([`super::answers`]).
 
 mod legacy;
 
@@ -29,7 +31,9 @@ use sha2::{Digest, Sha256};
 
 pub use schema::JournalEvent;
 pub use schema::JournalStep as JournalStepRecord;
-pub use schema::{AnswerCache as AnswerCacheRecord, CachedAnswer as CachedAnswerRecord};
+pub use schema::{
+    AnswerCache as AnswerCacheRecord, CacheOwner as CacheOwnerRecord, CachedAnswer as CachedAnswerRecord,
+};
 pub use schema::{Evicted as EvictedRecord, Evidence as EvidenceRecord, Published as PublishedRecord};
 
 /// First 8 bytes of every value of the current encoding. A format-1
@@ -42,6 +46,12 @@ pub const MARK: [u8; 8] = [0xFF; 8];
 /// The format written now (1 was the unmarked hand-written codec).
 pub const FORMAT: u32 = 2;
 
+/// The format a session record is written in now: 3, the answer cache in
+/// its own tables. A release that knows only format 2 refuses such a
+/// record (it would read it as a session with an empty cache), so replicas
+/// of mixed releases never answer a repeat afresh.
+pub const SESSION_FORMAT: u32 = 3;
+
 /// [`MARK`] then `message`.
 fn seal(message: &impl Message) -> Vec<u8> {
     let mut out = Vec::with_capacity(MARK.len() + message.encoded_len());
@@ -51,11 +61,11 @@ fn seal(message: &impl Message) -> Vec<u8> {
     out
 }
 
-/// The message after [`MARK`], if `bytes` carry one of format [`FORMAT`];
-/// `Err(bytes)` for an unmarked (format-1) value.
-fn open<M: Message + Default>(bytes: &[u8], format: impl Fn(&M) -> u32) -> Result<Option<M>, &[u8]> {
+/// The message after [`MARK`], if `bytes` carry one whose format
+/// `known` accepts; `Err(bytes)` for an unmarked (format-1) value.
+fn open<M: Message + Default>(bytes: &[u8], known: impl Fn(&M) -> bool) -> Result<Option<M>, &[u8]> {
     let Some(body) = bytes.strip_prefix(&MARK) else { return Err(bytes) };
-    Ok(M::decode(body).ok().filter(|m| format(m) == FORMAT))
+    Ok(M::decode(body).ok().filter(known))
 }
 
 /// One session's durable state after `version` answered queries.
@@ -73,9 +83,12 @@ pub struct SessionRecord {
     pub answered: u64,
     /// Answers charged.
     pub charged: u64,
-    /// The session's cached answers, as the session wrote them (`None`:
-    /// none, as in records written before the cache existed).
+    /// A format-2 record's inline answer cache, as the session wrote it
+    /// (`None`: none, and always in format 3, which keeps cached answers
+    /// in their own tables).
     pub cache: Option<AnswerCacheRecord>,
+    /// Format 3: each cache owner's span of numbered answers.
+    pub cache_owners: Vec<CacheOwnerRecord>,
     /// The chain hash of the session's last journal entry (`None`: no
     /// entry yet, or none journaled).
     pub journal_head: Option<[u8; 32]>,
@@ -84,8 +97,8 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
-    /// Snapshot of `state` and its `cache` at `version`.
-    pub fn of(state: &SessionState, cache: Option<AnswerCacheRecord>, version: u64) -> Self {
+    /// Snapshot of `state` at `version` with its cache owners' spans.
+    pub fn of(state: &SessionState, cache_owners: Vec<CacheOwnerRecord>, version: u64) -> Self {
         SessionRecord {
             journal_head: None,
             journal_events: 0,
@@ -95,7 +108,8 @@ impl SessionRecord {
             limit: state.ledger.limit().get(),
             answered: state.ledger.answered(),
             charged: state.ledger.charged(),
-            cache,
+            cache: None,
+            cache_owners,
         }
     }
 
@@ -111,10 +125,10 @@ impl SessionRecord {
         })
     }
 
-    /// The byte form ([`MARK`], format [`FORMAT`]).
+    /// The byte form ([`MARK`], format [`SESSION_FORMAT`]).
     pub fn encode(&self) -> Vec<u8> {
         seal(&schema::SessionRecord {
-            format: FORMAT,
+            format: SESSION_FORMAT,
             version: self.version,
             spent: self.spent,
             limit: self.limit,
@@ -124,12 +138,13 @@ impl SessionRecord {
             cache: self.cache.clone(),
             journal_head: self.journal_head.map(|h| h.to_vec()).unwrap_or_default(),
             journal_events: self.journal_events,
+            cache_owners: self.cache_owners.clone(),
         })
     }
 
     /// Reads any format a release has written; `None` for malformed bytes.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        match open(bytes, |m: &schema::SessionRecord| m.format) {
+        match open(bytes, |m: &schema::SessionRecord| m.format == FORMAT || m.format == SESSION_FORMAT) {
             Ok(m) => m.map(|m| SessionRecord {
                 version: m.version,
                 log_weights: m.log_weights,
@@ -140,6 +155,7 @@ impl SessionRecord {
                 cache: m.cache,
                 journal_head: m.journal_head.as_slice().try_into().ok(),
                 journal_events: m.journal_events,
+                cache_owners: m.cache_owners,
             }),
             Err(unmarked) => legacy::session(unmarked),
         }
@@ -200,7 +216,7 @@ impl JournalEntry {
 
     /// Reads any format a release has written; `None` for malformed bytes.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        match open(bytes, |m: &schema::JournalEntry| m.format) {
+        match open(bytes, |m: &schema::JournalEntry| m.format == FORMAT) {
             Ok(m) => m.map(|m| JournalEntry {
                 version: m.version,
                 query_id: m.query_id,
@@ -273,7 +289,7 @@ impl JournalEvent {
 
     /// Reads the byte form; `None` for malformed bytes or another format.
     pub fn decode_sealed(bytes: &[u8]) -> Option<Self> {
-        open(bytes, |m: &JournalEvent| m.format).ok().flatten()
+        open(bytes, |m: &JournalEvent| m.format == FORMAT).ok().flatten()
     }
 
     /// Its kind (`None`: a kind this release does not know).
@@ -323,7 +339,7 @@ pub fn encode_principal(p: &PrincipalRecord) -> Vec<u8> {
 /// Reads a principal called `name` in any format a release has written;
 /// `None` for malformed bytes.
 pub fn decode_principal(name: &str, bytes: &[u8]) -> Option<PrincipalRecord> {
-    let marked = open(bytes, |m: &schema::PrincipalRecord| m.format).ok().flatten().and_then(|m| {
+    let marked = open(bytes, |m: &schema::PrincipalRecord| m.format == FORMAT).ok().flatten().and_then(|m| {
         Some(PrincipalRecord {
             name: name.to_owned(),
             key_sha256: m.key_sha256.as_slice().try_into().ok()?,

@@ -41,6 +41,7 @@ fn alice() -> SessionRecord {
         cache: Some(cache),
         journal_head: None,
         journal_events: 0,
+        cache_owners: Vec::new(),
     }
 }
 
@@ -144,7 +145,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
     assert_eq!(store.journal("alice")?, (1..=3).map(journal).collect::<Vec<_>>());
     assert!(store.load("*global*")?.is_some(), "the global session");
     let next = SessionRecord { version: 4, ..alice };
-    store.enqueue("alice", next.clone(), vec![], vec![])?.wait()?;
+    store.enqueue("alice", next.clone(), crate::store::cell::Change::default())?.wait()?;
     assert_eq!(store.load("alice")?, Some(next));
     Ok(())
 }
@@ -155,7 +156,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
 fn unknown_formats_and_malformed_bytes_are_refused() {
     let r = alice();
     let mut message = crate::proto::store::SessionRecord::decode(&r.encode()[MARK.len()..]).expect("decodes");
-    message.format = FORMAT + 1;
+    message.format = SESSION_FORMAT + 1;
     let mut future = MARK.to_vec();
     future.extend_from_slice(&message.encode_to_vec());
     assert_eq!(SessionRecord::decode(&future), None);
