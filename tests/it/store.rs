@@ -337,3 +337,147 @@ async fn postgres_over_tls_verifies_what_the_sslmode_says() {
     predict(&mut c, "alice-key", image("pg-tls", &digit(1))).await.expect("answered, charged in PostgreSQL over TLS");
     assert_eq!(budget(&mut c, "alice-key").await.answered, 1);
 }
+
+/// Issue 27 §3: a release that kept the answer cache inside the session
+/// record (format 2, `tests/fixtures/store-format-2/`) left sessions whose
+/// cached answers and remembered evictions must survive the move to their
+/// own tables: every cached answer comes back as released, every evicted
+/// repeat is still refused, the FIFO goes on from where it was, and after
+/// the first write the record keeps no cache and the tables hold it.
+async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) {
+    // What the old release released, from its own journal.
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2");
+    let copy = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(fixtures.join("state.redb"), copy.path().join("state.redb")).expect("copy");
+    let old = EmbeddedStore::open(&copy.path().join("state.redb")).expect("the old file opens");
+    let mut released = std::collections::HashMap::new();
+    for session in ["alice", "*global*"] {
+        for entry in old.journal(session).expect("journal") {
+            let step = entry.step.expect("journaled in full");
+            released.insert((session, step.digest), step.label as usize);
+        }
+    }
+    drop(old);
+
+    let params = SessionParams {
+        per_query: Nats::new(B).expect("b"),
+        policy: Policy::Paper,
+        m: M,
+        secret: SecretIndex::new(5, M).expect("secret"),
+        journal: true,
+        cache: CacheSettings { capacity: 2, on_evicted: OnEvicted::Refuse },
+        calibration: Default::default(),
+    };
+    let principals: Vec<PrincipalConfig> = ["alice", "bob"]
+        .iter()
+        .map(|name| PrincipalConfig {
+            name: (*name).into(),
+            key_sha256: Sha256::digest(format!("{name}-key").as_bytes()).into(),
+            budget: Nats::new(1.0).expect("budget"),
+        })
+        .collect();
+    let open = async |store: &Store, scope| {
+        Sessions::new(&principals, scope, Nats::new(1.0).expect("global"), params, store).await.expect("sessions")
+    };
+    let ask = |x: f64, fresh: bool| Asking {
+        alpha: Some(0.1),
+        query_id: format!("after-{x}"),
+        key: None,
+        return_noisy: fresh,
+    };
+    // Whose queries, in which session: (scope, session, principal, cached, evicted).
+    type Case = (Scope, &'static str, &'static str, &'static [f64], &'static [f64]);
+    let cases: [Case; 3] = [
+        (Scope::PerPrincipal, "alice", "alice", &[2.0, 3.0], &[0.0, 1.0]),
+        (Scope::Global, "*global*", "alice", &[2.0, 3.0], &[0.0, 1.0]),
+        (Scope::Global, "*global*", "bob", &[11.0, 12.0], &[10.0]),
+    ];
+    let check = async |store: &Store, cases: &[Case], new: &[(f64, usize)]| {
+        for &(scope, session, who, cached, evicted) in cases {
+            let s = open(store, scope).await;
+            let h = s.authenticate(Credential::ApiKey(&format!("{who}-key"))).await.expect(who);
+            let key = |x: f64| h.cache_key(QueryDigest::of(&[x]));
+            for &x in cached {
+                let want = released.get(&(session, key(x).digest.as_bytes().to_vec())).copied();
+                let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
+                let got = step.expect("a cached answer").durable().await.expect("durable").0[0].clone();
+                assert!(got.cached && got.charge.get() == 0.0, "{session} {who} [{x}]: {got:?}");
+                assert_eq!(Some(got.label), want, "{session} {who} [{x}]: the label the old release released");
+            }
+            for &x in evicted {
+                let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
+                assert!(matches!(step, Err(SessionError::EvictedRepeat)), "{session} {who} [{x}] is still refused");
+            }
+            if scope == Scope::PerPrincipal {
+                for &(x, label) in new {
+                    let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
+                    assert_eq!(step.expect("hit").durable().await.expect("durable").0[0].label, label);
+                }
+            }
+        }
+    };
+    check(&store, &cases, &[]).await;
+
+    // Alice's new query evicts her oldest cached answer ([2.0]), as the
+    // old release's FIFO would have; after a restart the move is complete.
+    let s = open(&store, Scope::PerPrincipal).await;
+    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
+    let four = alice.cache_key(QueryDigest::of(&[4.0]));
+    let (fresh, _) = alice
+        .begin(vec![(Some(outputs(4)), Asking { key: Some(four), ..ask(4.0, true) })])
+        .await
+        .expect("a new query")
+        .durable()
+        .await
+        .expect("durable");
+    drop((alice, s, store));
+    let store = reopen().await;
+    let record = store.load("alice").await.expect("load").expect("alice");
+    assert!(record.cache.is_none(), "the record keeps no cache once written");
+    assert_eq!(record.cache_owners.len(), 1);
+    assert_eq!((record.cache_owners[0].oldest, record.cache_owners[0].next), (1, 3));
+    // [2.0] was evicted by [4.0].
+    let after = [(Scope::PerPrincipal, "alice", "alice", &[3.0][..], &[0.0, 1.0, 2.0][..]), cases[1], cases[2]];
+    check(&store, &after, &[(4.0, fresh[0].label)]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn format_2_caches_move_to_their_tables_without_loss_embedded() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("state.redb");
+    std::fs::copy(fixtures.join("state.redb"), &path).expect("copy");
+    let open = || Store::Embedded(Arc::new(EmbeddedStore::open(&path).expect("opens")));
+    format_2_caches_survive(open(), async || open()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn format_2_caches_move_to_their_tables_without_loss_postgres() {
+    let pg = Postgres::start();
+    let open =
+        async || Store::Postgres(Arc::new(PgStore::connect(&pg.url, &PgLink::plain(4)).await.expect("connects")));
+    let store = open().await;
+    let (client, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("connects");
+    tokio::spawn(connection);
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2");
+    for (session, file, version) in [("alice", "session-alice.bin", 4i64), ("*global*", "session-global.bin", 7)] {
+        let bytes = std::fs::read(fixtures.join(file)).expect("fixture");
+        client
+            .execute("INSERT INTO pacpriv_sessions VALUES ($1, $2, $3)", &[&session, &version, &bytes])
+            .await
+            .expect("an old release's row");
+    }
+    format_2_caches_survive(store, open).await;
+    let rows = client
+        .query("SELECT session, count(*) FROM pacpriv_answer_cache GROUP BY session ORDER BY session", &[])
+        .await
+        .expect("rows");
+    let counts: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(counts, [("*global*".to_owned(), 4), ("alice".to_owned(), 2)], "each session's answers, in rows");
+    let rows = client
+        .query("SELECT session, count(*) FROM pacpriv_answer_cache_evicted GROUP BY session ORDER BY session", &[])
+        .await
+        .expect("rows");
+    let counts: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(counts, [("*global*".to_owned(), 3), ("alice".to_owned(), 3)], "each session's evictions, in rows");
+}
