@@ -11,6 +11,8 @@
 //! - `store` ([`store`]): durable charges per second through the session
 //!   path and the embedded store's group commit;
 //! - `sessions` ([`sessions`]): resident memory per idle session;
+//! - `history` ([`history`]): a step's cost and bytes written as one
+//!   session's history grows, on either store;
 //! - `cluster-load` ([`cluster`]): the cluster test's clients
 //!   (`tests/cluster`), one JSON line per query;
 //! - `verify` ([`verify`]): `pacpriv verify` on a real journal of N steps,
@@ -25,6 +27,7 @@ use std::process::ExitCode;
 
 mod cluster;
 mod footprint;
+mod history;
 mod load;
 mod observe;
 mod plan;
@@ -59,6 +62,10 @@ pub enum Command {
     /// Resident memory per idle session: provisions N principals, then
     /// measures the process's RSS before and after opening their sessions.
     Sessions(sessions::Args),
+    /// What a step costs as one session's history grows: durable charges/s
+    /// and bytes written per step with P prior answers (cache full, refuse),
+    /// beside the cache off, on the embedded store or PostgreSQL.
+    History(history::Args),
     /// The cluster test's clients: fresh queries spread over replicas, each
     /// retried on retryable statuses until it has an outcome; one JSON line
     /// per query on standard output.
@@ -91,6 +98,7 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Service(args) => service::run(args, out),
         Command::Store(args) => store::run(args, out),
         Command::Sessions(args) => sessions::run(args, out),
+        Command::History(args) => history::run(args, out),
         Command::ClusterLoad(args) => cluster::run(args, out),
         Command::Verify(args) => verify::run(args, out),
     }

@@ -1,7 +1,9 @@
 //! Crash test: `kill -9` the server at random points while clients are
 //! mid-query, restart it on the same store, and check that durability held:
 //! every answer a client received is in its session's journal and charged
-//! in its ledger, and each stored posterior equals replaying its journal.
+//! in its ledger, each stored posterior equals replaying its journal, and
+//! each session's answer cache rows are exactly what its durable steps
+//! left (a step and its cache write are one transaction).
 //!
 //! CI runs a short version (5 rounds). The long campaign is opt-in:
 //! `PACPRIV_CRASH_ROUNDS=100 cargo test --release --test it crash -- --nocapture`.
@@ -9,7 +11,8 @@
 use crate::util::{Process, client, distinct, image, key_hash, predict, replay};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::{Ledger, Policy};
-use pacpriv::store::EmbeddedStore;
+use pacpriv::store::answers::prefix;
+use pacpriv::store::{EmbeddedStore, JournalEntry, SessionRecord};
 use rand::RngExt;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -85,6 +88,7 @@ async fn no_received_answer_is_lost_across_kill_9() {
         }
         assert_eq!(ledger.spent().get(), record.spent, "{p}: ledger equals the journal's charges");
         assert_eq!(replay(M, &journal), record.log_weights, "{p}: posterior equals replaying the journal");
+        cache_matches_journal(&store, p, &record, &journal);
         steps += journal.len();
     }
     assert!(!received.is_empty(), "clients got answers");
@@ -92,6 +96,32 @@ async fn no_received_answer_is_lost_across_kill_9() {
         "crash test: {rounds} kill -9 rounds, {} received answers checked, {steps} durable steps replayed",
         received.len()
     );
+}
+
+/// Every step here answered a new query and kept it (default capacity 64,
+/// `refuse`): the answer of step v is number v − 1, the newest 64 are
+/// cached with the label the journal says was released, and every older
+/// one is remembered as evicted — no more, no less, whatever instant the
+/// kill came at.
+fn cache_matches_journal(store: &EmbeddedStore, p: &str, record: &SessionRecord, journal: &[JournalEntry]) {
+    const CAPACITY: u64 = 64;
+    let oldest = record.version.saturating_sub(CAPACITY);
+    let span: Vec<(u64, u64)> = record.cache_owners.iter().map(|o| (o.oldest, o.next)).collect();
+    assert_eq!(span, [(oldest, record.version)], "{p}: the record's span covers its newest answers");
+    let rows = store.load_cache(p).expect("cache rows");
+    let mut cached: Vec<(u64, Vec<u8>, u32)> =
+        rows.entries.iter().map(|a| (a.seq, a.digest.clone(), a.label)).collect();
+    cached.sort();
+    let step = |j: &JournalEntry| j.step.clone().expect("journaled in full");
+    let expected: Vec<(u64, Vec<u8>, u32)> =
+        journal[oldest as usize..].iter().map(|j| (j.version - 1, step(j).digest, step(j).label)).collect();
+    assert_eq!(cached, expected, "{p}: the cached answers are the newest steps' releases");
+    let mut evicted: Vec<(u64, u64)> = rows.evicted.clone();
+    evicted.sort();
+    let mut expected: Vec<(u64, u64)> =
+        journal[..oldest as usize].iter().map(|j| (0, prefix(&step(j).digest))).collect();
+    expected.sort();
+    assert_eq!(evicted, expected, "{p}: every older answer is remembered as evicted");
 }
 
 fn leak(s: String) -> &'static str {
