@@ -366,12 +366,24 @@ impl AnswerCache {
         Some(cache)
     }
 
-    /// The cache a format-2 record kept inline, numbered in its order and
-    /// with every entry and eviction pending as a write, so the session's
-    /// next write moves it to its own rows. `None` for values outside their
-    /// domain (a digest not 32 bytes, invalid evidence, unsorted evictions).
+    /// The cache a format-2 record kept inline, with every entry and
+    /// eviction pending as a write, so the session's next write moves it to
+    /// its own rows: each owner's remembered evictions are numbered first,
+    /// then its entries in their FIFO order. `None` for values outside
+    /// their domain (a digest not 32 bytes, invalid evidence, unsorted
+    /// evictions).
     pub fn migrated(record: &AnswerCacheRecord) -> Option<AnswerCache> {
+        if !record.evicted.is_sorted_by_key(|e| (e.owner, e.prefix)) {
+            return None;
+        }
         let mut cache = AnswerCache::default();
+        for e in &record.evicted {
+            let span = cache.owners.entry(Owner(e.owner)).or_default();
+            let seq = span.next;
+            (span.oldest, span.next) = (seq + 1, seq + 1);
+            cache.evicted.insert((Owner(e.owner), e.prefix));
+            cache.writes.push(CacheWrite::Remember { owner: e.owner, seq, prefix: e.prefix });
+        }
         for e in &record.entries {
             let (key, cached) = from_answer_record(e)?;
             let span = cache.owners.entry(key.owner).or_default();
@@ -380,13 +392,6 @@ impl AnswerCache {
             cache.writes.push(CacheWrite::Insert(answer_record(&key, seq, &cached)));
             cache.numbered.insert((key.owner, seq), key.digest);
             cache.entries.insert(key.digest, Entry { owner: key.owner, seq, cached });
-        }
-        if !record.evicted.is_sorted_by_key(|e| (e.owner, e.prefix)) {
-            return None;
-        }
-        for e in &record.evicted {
-            cache.evicted.insert((Owner(e.owner), e.prefix));
-            cache.writes.push(CacheWrite::Remember { owner: e.owner, prefix: e.prefix });
         }
         Some(cache)
     }

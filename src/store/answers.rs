@@ -17,7 +17,9 @@
 //!   the rows of a session are exactly its spans. The store reads only an
 //!   answer's owner, number and digest; what was released is the session's.
 //! - Under `refuse`, an evicted answer leaves `(owner, first 8 bytes of its
-//!   digest)` behind for the life of the session.
+//!   digest)` behind for the life of the session, under its number (the
+//!   embedded store keys it so, which makes every insert an append; a
+//!   database that looks evictions up by digest keys it by prefix).
 
 use super::record::CachedAnswerRecord;
 
@@ -36,10 +38,13 @@ pub enum CacheWrite {
         /// Whether a repeat is refused from now on.
         remember: bool,
     },
-    /// An eviction a format-2 record remembered, moved to its table.
+    /// An eviction a format-2 record remembered, moved to its table (and
+    /// numbered before the record's cached answers).
     Remember {
         /// The owner.
         owner: u64,
+        /// The number it is given.
+        seq: u64,
         /// The evicted digest's first 8 bytes, little-endian.
         prefix: u64,
     },
@@ -89,8 +94,8 @@ pub struct Squashed {
     pub evict: Vec<(u64, u64, bool)>,
     /// Answers to insert.
     pub insert: Vec<CachedAnswerRecord>,
-    /// (owner, prefix) to remember besides the evicted rows'.
-    pub remember: Vec<(u64, u64)>,
+    /// (owner, seq, prefix) to remember besides the evicted rows'.
+    pub remember: Vec<(u64, u64, u64)>,
 }
 
 impl Squashed {
@@ -110,13 +115,13 @@ pub fn squash(writes: &[CacheWrite]) -> Squashed {
                 if let Some(at) = out.insert.iter().position(|a| a.owner == owner && a.seq == seq) {
                     let gone = out.insert.remove(at);
                     if remember {
-                        out.remember.push((owner, prefix(&gone.digest)));
+                        out.remember.push((owner, seq, prefix(&gone.digest)));
                     }
                 } else {
                     out.evict.push((owner, seq, remember));
                 }
             }
-            &CacheWrite::Remember { owner, prefix } => out.remember.push((owner, prefix)),
+            &CacheWrite::Remember { owner, seq, prefix } => out.remember.push((owner, seq, prefix)),
         }
     }
     out
@@ -137,12 +142,12 @@ mod test {
             CacheWrite::Evict { owner: 1, seq: 4, remember: true },
             CacheWrite::Insert(answer(1, 6, 8)),
             CacheWrite::Evict { owner: 1, seq: 5, remember: true },
-            CacheWrite::Remember { owner: 2, prefix: 9 },
+            CacheWrite::Remember { owner: 2, seq: 0, prefix: 9 },
         ];
         let s = squash(&writes);
         assert_eq!(s.evict, [(1, 4, true)]);
         assert_eq!(s.insert, [answer(1, 6, 8)]);
-        assert_eq!(s.remember, [(1, u64::from_le_bytes([7; 8])), (2, 9)]);
+        assert_eq!(s.remember, [(1, 5, u64::from_le_bytes([7; 8])), (2, 0, 9)]);
         let forgotten =
             squash(&[CacheWrite::Insert(answer(1, 5, 7)), CacheWrite::Evict { owner: 1, seq: 5, remember: false }]);
         assert!(forgotten.is_empty(), "{forgotten:?}");

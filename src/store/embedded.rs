@@ -29,8 +29,11 @@ const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journa
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 /// Cached answers by (session, owner, number): a `CachedAnswer` message.
 const ANSWERS: TableDefinition<(&str, u64, u64), &[u8]> = TableDefinition::new("answer_cache");
-/// Evicted answers remembered under `refuse`: (session, owner, digest prefix).
-const EVICTED: TableDefinition<(&str, u64, u64), ()> = TableDefinition::new("answer_cache_evicted");
+/// Evicted answers remembered under `refuse`, by (session, owner, number):
+/// the digest prefix. Keyed by number, not prefix, so each eviction is an
+/// append to the table's last page rather than a write to a random one (a
+/// session held here looks evictions up in memory, never in the table).
+const EVICTED: TableDefinition<(&str, u64, u64), u64> = TableDefinition::new("answer_cache_evicted");
 
 /// Most records folded into one commit.
 const MAX_BATCH: usize = 4096;
@@ -213,9 +216,8 @@ impl EmbeddedStore {
                 .range(all)
                 .map_err(backend)?
                 .map(|item| {
-                    let key = item.map_err(backend)?.0;
-                    let (_, owner, prefix) = key.value();
-                    Ok((owner, prefix))
+                    let (key, prefix) = item.map_err(backend)?;
+                    Ok((key.value().1, prefix.value()))
                 })
                 .collect::<Result<_, StoreError>>()?,
             None => Vec::new(),
@@ -481,7 +483,7 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
 /// the commit fails rather than forget what a repeat must be refused for.
 fn write_cache(
     answers: &mut redb::Table<'_, (&'static str, u64, u64), &'static [u8]>,
-    evicted: &mut redb::Table<'_, (&'static str, u64, u64), ()>,
+    evicted: &mut redb::Table<'_, (&'static str, u64, u64), u64>,
     session: &str,
     writes: &super::answers::Squashed,
 ) -> Result<(), StoreError> {
@@ -492,14 +494,14 @@ fn write_cache(
         if remember {
             let digest =
                 CachedAnswerRecord::decode(gone.value()).map_err(|_| corrupt("undecodable cached answer"))?.digest;
-            evicted.insert((session, owner, super::answers::prefix(&digest)), ()).map_err(backend)?;
+            evicted.insert((session, owner, seq), super::answers::prefix(&digest)).map_err(backend)?;
         }
     }
     for answer in &writes.insert {
         answers.insert((session, answer.owner, answer.seq), answer.encode_to_vec().as_slice()).map_err(backend)?;
     }
-    for &(owner, prefix) in &writes.remember {
-        evicted.insert((session, owner, prefix), ()).map_err(backend)?;
+    for &(owner, seq, prefix) in &writes.remember {
+        evicted.insert((session, owner, seq), prefix).map_err(backend)?;
     }
     Ok(())
 }

@@ -669,7 +669,7 @@ fn cache_params<'a>(session: &'a str, c: &Squashed) -> Result<CacheParams<'a>, S
         ),
         remember: (
             c.remember.iter().map(|r| r.0 as i64).collect(),
-            c.remember.iter().map(|r| r.1.to_le_bytes().to_vec()).collect(),
+            c.remember.iter().map(|r| r.2.to_le_bytes().to_vec()).collect(),
         ),
     })
 }

@@ -435,7 +435,9 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
     let record = store.load("alice").await.expect("load").expect("alice");
     assert!(record.cache.is_none(), "the record keeps no cache once written");
     assert_eq!(record.cache_owners.len(), 1);
-    assert_eq!((record.cache_owners[0].oldest, record.cache_owners[0].next), (1, 3));
+    // Numbers 0 and 1 went to the old record's evictions, 2 and 3 to its
+    // entries; [4.0] is number 4 and evicted number 2.
+    assert_eq!((record.cache_owners[0].oldest, record.cache_owners[0].next), (3, 5));
     // [2.0] was evicted by [4.0].
     let after = [(Scope::PerPrincipal, "alice", "alice", &[3.0][..], &[0.0, 1.0, 2.0][..]), cases[1], cases[2]];
     check(&store, &after, &[(4.0, fresh[0].label)]).await;
