@@ -627,27 +627,34 @@ fn cache_rows(
     Ok(CacheRows { entries, evicted, probed: Some(probes.to_vec()) })
 }
 
-/// [`WRITE_CACHE`]'s parameters.
+/// [`WRITE_CACHE`]'s parameters, one array per column. Owners, and
+/// prefixes, are u64s kept bit for bit in BIGINT / 8 bytes.
 struct CacheParams<'a> {
     session: &'a str,
-    evict: (Vec<i64>, Vec<i64>, Vec<bool>),
-    insert: (Vec<i64>, Vec<i64>, Vec<Vec<u8>>, Vec<Vec<u8>>),
-    remember: (Vec<i64>, Vec<Vec<u8>>),
+    evict_owner: Vec<i64>,
+    evict_seq: Vec<i64>,
+    evict_remember: Vec<bool>,
+    insert_owner: Vec<i64>,
+    insert_seq: Vec<i64>,
+    insert_digest: Vec<Vec<u8>>,
+    insert_answer: Vec<Vec<u8>>,
+    remember_owner: Vec<i64>,
+    remember_prefix: Vec<Vec<u8>>,
 }
 
 impl CacheParams<'_> {
     fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
         [
             &self.session,
-            &self.evict.0,
-            &self.evict.1,
-            &self.evict.2,
-            &self.insert.0,
-            &self.insert.1,
-            &self.insert.2,
-            &self.insert.3,
-            &self.remember.0,
-            &self.remember.1,
+            &self.evict_owner,
+            &self.evict_seq,
+            &self.evict_remember,
+            &self.insert_owner,
+            &self.insert_seq,
+            &self.insert_digest,
+            &self.insert_answer,
+            &self.remember_owner,
+            &self.remember_prefix,
         ]
     }
 }
@@ -656,21 +663,15 @@ fn cache_params<'a>(session: &'a str, c: &Squashed) -> Result<CacheParams<'a>, S
     let seq = |s: u64| i64::try_from(s).map_err(backend);
     Ok(CacheParams {
         session,
-        evict: (
-            c.evict.iter().map(|e| e.0 as i64).collect(),
-            c.evict.iter().map(|e| seq(e.1)).collect::<Result<_, _>>()?,
-            c.evict.iter().map(|e| e.2).collect(),
-        ),
-        insert: (
-            c.insert.iter().map(|a| a.owner as i64).collect(),
-            c.insert.iter().map(|a| seq(a.seq)).collect::<Result<_, _>>()?,
-            c.insert.iter().map(|a| a.digest.clone()).collect(),
-            c.insert.iter().map(Message::encode_to_vec).collect(),
-        ),
-        remember: (
-            c.remember.iter().map(|r| r.0 as i64).collect(),
-            c.remember.iter().map(|r| r.2.to_le_bytes().to_vec()).collect(),
-        ),
+        evict_owner: c.evict.iter().map(|e| e.0 as i64).collect(),
+        evict_seq: c.evict.iter().map(|e| seq(e.1)).collect::<Result<_, _>>()?,
+        evict_remember: c.evict.iter().map(|e| e.2).collect(),
+        insert_owner: c.insert.iter().map(|a| a.owner as i64).collect(),
+        insert_seq: c.insert.iter().map(|a| seq(a.seq)).collect::<Result<_, _>>()?,
+        insert_digest: c.insert.iter().map(|a| a.digest.clone()).collect(),
+        insert_answer: c.insert.iter().map(Message::encode_to_vec).collect(),
+        remember_owner: c.remember.iter().map(|r| r.0 as i64).collect(),
+        remember_prefix: c.remember.iter().map(|r| r.2.to_le_bytes().to_vec()).collect(),
     })
 }
 

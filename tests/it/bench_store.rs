@@ -81,3 +81,30 @@ fn bench_sessions_opens_every_provisioned_session_and_itemises_them() {
     assert!((parts - part("total")).abs() <= 2.0, "{report}");
     assert!(std::fs::read_dir(dir.path()).expect("dir").next().is_none(), "the bench removes its store");
 }
+
+/// `pacpriv-bench history` on both stores, tiny: every point's session
+/// answered its prior and measured queries (the driver checks the ledger
+/// and fails otherwise), each step wrote something, the record stays the
+/// same size whatever the history.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_history_measures_every_point_on_both_stores() {
+    let pg = crate::util::Postgres::start();
+    let dir = scratch();
+    let dir_arg = dir.path().display().to_string();
+    let common = ["history", "--prior", "0,150", "--steps", "100", "--teachers", "16", "--cached", "8", "--dir"];
+    for extra in [vec![], vec!["--postgres-url", pg.url.as_str()]] {
+        let report = bench_ok(&[&common[..], &[dir_arg.as_str()], &extra].concat());
+        // run prior stepped charges seconds charges/s bytes/step record_bytes
+        let rows: Vec<Vec<&str>> = ["cache_off", "prior_0", "prior_150"].iter().map(|n| row(&report, n)).collect();
+        for r in &rows {
+            assert_eq!(r.len(), 8, "{report}");
+            assert_eq!(number(r[3]), 100.0, "{report}");
+            assert!(number(r[5]) > 0.0 && number(r[6]) > 0.0, "{report}");
+        }
+        assert_eq!((number(rows[2][1]), number(rows[2][2])), (150.0, 150.0), "{report}");
+        // (A few bytes apart: varint-encoded counters.)
+        let grown = number(rows[2][7]) - number(rows[1][7]);
+        assert!(grown.abs() <= 16.0, "the record does not grow with history\n{report}");
+        assert!(report.contains("ratio prior_150: charges/s vs cache_off"), "{report}");
+    }
+}
