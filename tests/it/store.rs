@@ -126,6 +126,43 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert_eq!((&after[0], view.answered), (again, 1));
     assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");
 
+    // Eviction is FIFO per principal and durable (capacity 4, refuse): six
+    // more queries evict [1, 2] and the first two of them; after a restart
+    // those are refused and the newest four answered from the cache. In
+    // one request or alone, the rows move with the step that moved them.
+    let key = |n: usize| QueryDigest::of(&[100.0 + n as f64]).into();
+    let asking = |n: usize| Asking { key: Some(key(n)), ..Asking::uncached(None, format!("e{n}")) };
+    let mut labels = Vec::new();
+    bob.begin(vec![(Some(outputs(0)), asking(0)), (Some(outputs(1)), asking(1))])
+        .await
+        .expect("two rows")
+        .durable()
+        .await
+        .expect("durable")
+        .0
+        .iter()
+        .for_each(|r| labels.push(r.label));
+    for n in 2..6 {
+        let (r, _) = bob.begin(vec![(Some(outputs(n)), asking(n))]).await.expect("step").durable().await.expect("ok");
+        labels.push(r[0].label);
+    }
+    drop((bob, s, store));
+    let store = reopen().await;
+    let s = sessions(&store).await;
+    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
+    assert!(matches!(bob.begin(vec![(None, keyed())]).await, Err(SessionError::EvictedRepeat)));
+    for n in 0..2 {
+        assert!(matches!(bob.begin(vec![(None, asking(n))]).await, Err(SessionError::EvictedRepeat)), "e{n}");
+    }
+    for n in 2..6 {
+        let (r, _) = bob.begin(vec![(None, asking(n))]).await.expect("hit").durable().await.expect("durable");
+        assert!(r[0].cached && r[0].label == labels[n], "e{n}: {:?}", r[0]);
+    }
+    assert_eq!(bob.budget().await.expect("budget").answered, 7, "six more steps, no hit charged");
+    let record = store.load("bob").await.expect("load").expect("record");
+    let span: Vec<(u64, u64)> = record.cache_owners.iter().map(|o| (o.oldest, o.next)).collect();
+    assert_eq!(span, [(3, 7)], "bob's answers 3..6 are cached, 0..2 evicted");
+
     // The principal registry: a created principal answers, a revoked one
     // stops at once, and both facts (and the spending) survive a restart.
     let (carol, key) = s.create("carol", Nats::new(4.0 * B).expect("budget")).await.expect("create");
