@@ -18,8 +18,8 @@
 //!   answer's owner, number and digest; what was released is the session's.
 //! - Under `refuse`, an evicted answer leaves `(owner, first 8 bytes of its
 //!   digest)` behind for the life of the session, under its number (the
-//!   embedded store keys it so, which makes every insert an append; a
-//!   database that looks evictions up by digest keys it by prefix).
+//!   embedded store overwrites the answer's row with it; a database that
+//!   looks evictions up by digest keys it by prefix).
 
 use super::record::CachedAnswerRecord;
 

@@ -27,13 +27,17 @@ const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journ
 /// Journal events by (session, sequence number).
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal_events");
 const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
-/// Cached answers by (session, owner, number): a `CachedAnswer` message.
+/// A session's answers by (session, owner, number): [`CACHED`] and a
+/// `CachedAnswer` message while cached; [`EVICTED`] and the digest prefix
+/// once evicted under `refuse` (the row is overwritten in place; under
+/// `charge` it is deleted). One table keyed by number, so a step touches
+/// the two ends of its owner's range — the answer it adds, the one it
+/// evicts — and nothing keyed by a random digest (a session held here
+/// looks its cache up in memory, never in the table).
 const ANSWERS: TableDefinition<(&str, u64, u64), &[u8]> = TableDefinition::new("answer_cache");
-/// Evicted answers remembered under `refuse`, by (session, owner, number):
-/// the digest prefix. Keyed by number, not prefix, so each eviction is an
-/// append to the table's last page rather than a write to a random one (a
-/// session held here looks evictions up in memory, never in the table).
-const EVICTED: TableDefinition<(&str, u64, u64), u64> = TableDefinition::new("answer_cache_evicted");
+/// [`ANSWERS`] value tags.
+const CACHED: u8 = 0;
+const EVICTED: u8 = 1;
 
 /// Most records folded into one commit.
 const MAX_BATCH: usize = 4096;
@@ -196,32 +200,22 @@ impl EmbeddedStore {
     /// Backend or corrupt data.
     pub fn load_cache(&self, session: &str) -> Result<CacheRows, StoreError> {
         let txn = self.db.begin_read().map_err(backend)?;
-        let all = (session, 0, 0)..=(session, u64::MAX, u64::MAX);
-        let entries = match open_in(&txn, ANSWERS)? {
-            Some(t) => t
-                .range(all.clone())
-                .map_err(backend)?
-                .map(|item| {
-                    let bytes = item.map_err(backend)?.1;
-                    CachedAnswerRecord::decode(bytes.value()).map_err(|_| StoreError::Corrupt {
-                        session: session.into(),
-                        reason: "undecodable cached answer".into(),
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            None => Vec::new(),
-        };
-        let evicted = match open_in(&txn, EVICTED)? {
-            Some(t) => t
-                .range(all)
-                .map_err(backend)?
-                .map(|item| {
-                    let (key, prefix) = item.map_err(backend)?;
-                    Ok((key.value().1, prefix.value()))
-                })
-                .collect::<Result<_, StoreError>>()?,
-            None => Vec::new(),
-        };
+        let (mut entries, mut evicted) = (Vec::new(), Vec::new());
+        if let Some(table) = open_in(&txn, ANSWERS)? {
+            let corrupt =
+                || StoreError::Corrupt { session: session.into(), reason: "undecodable cached answer".into() };
+            for item in table.range((session, 0, 0)..=(session, u64::MAX, u64::MAX)).map_err(backend)? {
+                let (key, value) = item.map_err(backend)?;
+                match value.value().split_first() {
+                    Some((&CACHED, answer)) => entries.push(CachedAnswerRecord::decode(answer).map_err(|_| corrupt())?),
+                    Some((&EVICTED, prefix)) => {
+                        let prefix = <[u8; 8]>::try_from(prefix).map_err(|_| corrupt())?;
+                        evicted.push((key.value().1, u64::from_le_bytes(prefix)));
+                    }
+                    _ => return Err(corrupt()),
+                }
+            }
+        }
         Ok(CacheRows { entries, evicted, probed: None })
     }
 
@@ -468,9 +462,8 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
         }
         if batch.iter().any(|w| !w.change.cache.is_empty()) {
             let mut answers = txn.open_table(ANSWERS).map_err(backend)?;
-            let mut evicted = txn.open_table(EVICTED).map_err(backend)?;
             for w in batch {
-                write_cache(&mut answers, &mut evicted, &w.session, &squash(&w.change.cache))?;
+                write_cache(&mut answers, &w.session, &squash(&w.change.cache))?;
             }
         }
     }
@@ -483,25 +476,29 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
 /// the commit fails rather than forget what a repeat must be refused for.
 fn write_cache(
     answers: &mut redb::Table<'_, (&'static str, u64, u64), &'static [u8]>,
-    evicted: &mut redb::Table<'_, (&'static str, u64, u64), u64>,
     session: &str,
     writes: &super::answers::Squashed,
 ) -> Result<(), StoreError> {
     let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
+    let evicted = |prefix: u64| [&[EVICTED][..], &prefix.to_le_bytes()].concat();
     for &(owner, seq, remember) in &writes.evict {
         let gone =
             answers.remove((session, owner, seq)).map_err(backend)?.ok_or_else(|| corrupt("evicted answer missing"))?;
+        let Some((&CACHED, answer)) = gone.value().split_first() else { return Err(corrupt("evicted answer missing")) };
         if remember {
-            let digest =
-                CachedAnswerRecord::decode(gone.value()).map_err(|_| corrupt("undecodable cached answer"))?.digest;
-            evicted.insert((session, owner, seq), super::answers::prefix(&digest)).map_err(backend)?;
+            let digest = CachedAnswerRecord::decode(answer).map_err(|_| corrupt("undecodable cached answer"))?.digest;
+            drop(gone);
+            answers
+                .insert((session, owner, seq), evicted(super::answers::prefix(&digest)).as_slice())
+                .map_err(backend)?;
         }
     }
     for answer in &writes.insert {
-        answers.insert((session, answer.owner, answer.seq), answer.encode_to_vec().as_slice()).map_err(backend)?;
+        let value = [&[CACHED][..], &answer.encode_to_vec()].concat();
+        answers.insert((session, answer.owner, answer.seq), value.as_slice()).map_err(backend)?;
     }
     for &(owner, seq, prefix) in &writes.remember {
-        evicted.insert((session, owner, seq), prefix).map_err(backend)?;
+        answers.insert((session, owner, seq), evicted(prefix).as_slice()).map_err(backend)?;
     }
     Ok(())
 }
