@@ -375,6 +375,11 @@ async fn postgres_over_tls_verifies_what_the_sslmode_says() {
     assert_eq!(budget(&mut c, "alice-key").await.answered, 1);
 }
 
+/// What a release of format-2 session records wrote (see its README).
+fn format_2_fixtures() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2")
+}
+
 /// Issue 27 §3: a release that kept the answer cache inside the session
 /// record (format 2, `tests/fixtures/store-format-2/`) left sessions whose
 /// cached answers and remembered evictions must survive the move to their
@@ -383,7 +388,7 @@ async fn postgres_over_tls_verifies_what_the_sslmode_says() {
 /// the first write the record keeps no cache and the tables hold it.
 async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) {
     // What the old release released, from its own journal.
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2");
+    let fixtures = format_2_fixtures();
     let copy = tempfile::tempdir().expect("temp dir");
     std::fs::copy(fixtures.join("state.redb"), copy.path().join("state.redb")).expect("copy");
     let old = EmbeddedStore::open(&copy.path().join("state.redb")).expect("the old file opens");
@@ -482,7 +487,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn format_2_caches_move_to_their_tables_without_loss_embedded() {
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2");
+    let fixtures = format_2_fixtures();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("state.redb");
     std::fs::copy(fixtures.join("state.redb"), &path).expect("copy");
@@ -498,7 +503,7 @@ async fn format_2_caches_move_to_their_tables_without_loss_postgres() {
     let store = open().await;
     let (client, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("connects");
     tokio::spawn(connection);
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-format-2");
+    let fixtures = format_2_fixtures();
     for (session, file, version) in [("alice", "session-alice.bin", 4i64), ("*global*", "session-global.bin", 7)] {
         let bytes = std::fs::read(fixtures.join(file)).expect("fixture");
         client
