@@ -23,7 +23,7 @@ use pacpriv::session::{
     Asking, Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
 };
 use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv::store::{EmbeddedStore, Meta, SessionRecord, Store};
+use pacpriv::store::{EmbeddedStore, Meta, PgLink, PgStore, SessionRecord, Store};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -81,6 +81,11 @@ pub struct Args {
     /// directory); it must not be RAM-backed.
     #[arg(long, value_name = "PATH")]
     pub dir: Option<PathBuf>,
+    /// Run the two durable loops on the PostgreSQL database at this URL (a
+    /// fresh one the bench may fill) instead of embedded stores: every
+    /// step is then its own transaction (no group commit).
+    #[arg(long, value_name = "URL")]
+    pub postgres_url: Option<String>,
 }
 
 /// Runs the three loops and prints one table row each, the ratios, and
@@ -119,13 +124,20 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
     writeln!(out, "pacpriv-bench store")?;
     writeln!(out, "machine: {}", machine())?;
+    let place = match &args.postgres_url {
+        Some(_) => "postgres (a transaction per step)".to_owned(),
+        None => format!(
+            "{} ({fs}), redb cache {}",
+            scratch.path().display(),
+            args.cache_mib
+                .map_or_else(|| format!("{} MiB (default)", DEFAULT_CACHE_BYTES >> 20), |m| format!("{m} MiB"))
+        ),
+    };
     writeln!(
         out,
-        "store: {} ({fs}), journal {}, answer cache {} entries, redb cache {}",
-        scratch.path().display(),
+        "store: {place}, journal {}, answer cache {} entries",
         if args.journal { "on" } else { "off" },
-        args.cached,
-        args.cache_mib.map_or_else(|| format!("{} MiB (default)", DEFAULT_CACHE_BYTES >> 20), |m| format!("{m} MiB")),
+        args.cached
     )?;
     writeln!(
         out,
@@ -231,11 +243,16 @@ async fn durable(
     limit: Duration,
 ) -> anyhow::Result<Run> {
     let metrics = Metrics::new(0);
-    let embedded = match args.cache_mib {
-        Some(mib) => EmbeddedStore::open_with_cache(path, metrics.store.clone(), mib << 20)?,
-        None => EmbeddedStore::open_with(path, metrics.store.clone())?,
+    let store = match (&args.postgres_url, args.cache_mib) {
+        (Some(url), _) => {
+            let link = PgLink::plain(tasks.clamp(2, 64));
+            Store::Postgres(Arc::new(PgStore::connect(url, &link).await?.observed(metrics.store.clone())))
+        }
+        (None, Some(mib)) => {
+            Store::Embedded(Arc::new(EmbeddedStore::open_with_cache(path, metrics.store.clone(), mib << 20)?))
+        }
+        (None, None) => Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?)),
     };
-    let store = Store::Embedded(Arc::new(embedded));
     let secret = seal_secret(&store, args.teachers, "pacpriv bench store").await?;
     let params = SessionParams {
         per_query: Nats::new(PER_QUERY)?,
@@ -246,11 +263,26 @@ async fn durable(
         cache: CacheSettings { capacity: args.cached, on_evicted: OnEvicted::Charge },
         calibration: Default::default(),
     };
-    let registry =
-        Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
+    let registry = match &args.postgres_url {
+        None => Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?,
+        Some(_) => {
+            // Provisioned once per database, through the admin path: a
+            // configuration listing them would be re-applied by every run
+            // (and revoke, in the one-session run, everyone not listed).
+            provision_admin(&store, sessions).await?;
+            let opening = Instant::now();
+            let registry = Sessions::new(&[], Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
+            eprintln!("{name}: started on {sessions} principals in {:.2} s", opening.elapsed().as_secs_f64());
+            registry
+        }
+    };
     let mut handles = Vec::with_capacity(sessions);
+    // What the sessions had answered before (a database shared by the runs).
+    let mut before = 0;
     for i in 0..sessions {
-        handles.push(registry.authenticate(Credential::ApiKey(&key(i))).await?);
+        let handle = registry.authenticate(Credential::ApiKey(&key(i))).await?;
+        before += handle.budget().await?.answered;
+        handles.push(handle);
     }
     let outputs = contested(args);
     let stop = Arc::new(Stop::new(limit, args.count));
@@ -281,7 +313,28 @@ async fn durable(
     for h in handles.iter() {
         answered += h.budget().await?.answered;
     }
-    Ok(Run { name, sessions, tasks, charges, seconds, commits: Some(commits(&metrics)?), answered: Some(answered) })
+    let answered = Some(answered - before);
+    Ok(Run { name, sessions, tasks, charges, seconds, commits: Some(commits(&metrics)?), answered })
+}
+
+/// Provisions bench principals `0..n` through the admin path, those not
+/// stored yet, 10 000 per transaction; reports the time on stderr.
+async fn provision_admin(store: &Store, n: usize) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let stored: std::collections::HashSet<String> = store.principals().await?.into_iter().map(|p| p.name).collect();
+    let now = pacpriv::store::principal::now_unix();
+    let missing: Vec<_> = principals(n)?
+        .into_iter()
+        .filter(|p| !stored.contains(&p.name))
+        .map(|p| pacpriv::store::PrincipalRecord { origin: pacpriv::store::Origin::Admin, ..p.record(now) })
+        .collect();
+    for chunk in missing.chunks(10_000) {
+        store.provision_all(chunk).await?;
+    }
+    if !missing.is_empty() {
+        eprintln!("provisioned {} principals in {:.1} s", missing.len(), started.elapsed().as_secs_f64());
+    }
+    Ok(())
 }
 
 /// The same closed loop on in-memory session states: the step of

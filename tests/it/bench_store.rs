@@ -108,3 +108,43 @@ async fn bench_history_measures_every_point_on_both_stores() {
         assert!(report.contains("ratio prior_150: charges/s vs cache_off"), "{report}");
     }
 }
+
+/// `pacpriv-bench store --postgres-url`, tiny, run twice on one database
+/// (the second run finds its principals provisioned and its sessions with
+/// history): every run's charges are what the sessions' ledgers added.
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_store_on_postgres_reports_charges_the_ledgers_confirm() {
+    let pg = crate::util::Postgres::start();
+    let dir = scratch();
+    let dir_arg = dir.path().display().to_string();
+    for _ in 0..2 {
+        let report = bench_ok(&[
+            "store",
+            "--seconds",
+            "1",
+            "--count",
+            "100",
+            "--principals",
+            "4",
+            "--concurrency",
+            "8",
+            "--teachers",
+            "16",
+            "--classes",
+            "3",
+            "--dissent",
+            "2",
+            "--dir",
+            &dir_arg,
+            "--postgres-url",
+            &pg.url,
+        ]);
+        assert!(report.contains("store: postgres"), "{report}");
+        for name in ["group_commit", "sequential"] {
+            let charges = number(row(&report, name)[3]);
+            assert!(charges > 0.0, "{report}");
+            let line = report.lines().find(|l| l.starts_with(&format!("ledgers {name} "))).expect("ledger line");
+            assert!(line.ends_with(&format!("= charges {charges}")), "{report}");
+        }
+    }
+}
