@@ -154,9 +154,9 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     for n in 0..2 {
         assert!(matches!(bob.begin(vec![(None, asking(n))]).await, Err(SessionError::EvictedRepeat)), "e{n}");
     }
-    for n in 2..6 {
+    for (n, &label) in labels.iter().enumerate().skip(2) {
         let (r, _) = bob.begin(vec![(None, asking(n))]).await.expect("hit").durable().await.expect("durable");
-        assert!(r[0].cached && r[0].label == labels[n], "e{n}: {:?}", r[0]);
+        assert!(r[0].cached && r[0].label == label, "e{n}: {:?}", r[0]);
     }
     assert_eq!(bob.budget().await.expect("budget").answered, 7, "six more steps, no hit charged");
     let record = store.load("bob").await.expect("load").expect("record");
