@@ -11,15 +11,14 @@
 
 use super::footprint::Footprint;
 use super::scratch::scratch;
-use super::store::{BUDGET, PER_QUERY, key, machine, principals, seal_secret};
+use super::store::{BUDGET, PER_QUERY, admin_principals, key, machine, principals, seal_secret};
 use anyhow::{Context, bail, ensure};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::TeacherOutputs;
 use pacpriv::session::{Credential, Scope, SessionParams, Sessions};
 use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv::store::principal::now_unix;
-use pacpriv::store::{EmbeddedStore, Origin, PrincipalRecord, Store};
+use pacpriv::store::{EmbeddedStore, Store};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -156,13 +155,7 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     runtime.block_on(async {
         let store = Store::Embedded(open(args, path)?);
         let params = params(args, &store).await?;
-        let now = now_unix();
-        // Provisioned as the admin API would (not listed in any
-        // configuration, which would revoke them at start-up).
-        let records: Vec<PrincipalRecord> = principals(args.count)?
-            .iter()
-            .map(|p| PrincipalRecord { origin: Origin::Admin, ..p.record(now) })
-            .collect();
+        let records = admin_principals(args.count)?;
         let started = Instant::now();
         let stored = store.provision_all(&records).await?;
         ensure!(stored.len() == args.count, "{} principals stored", stored.len());

@@ -23,7 +23,8 @@ use pacpriv::session::{
     Asking, Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
 };
 use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv::store::{EmbeddedStore, Meta, PgLink, PgStore, SessionRecord, Store};
+use pacpriv::store::principal::now_unix;
+use pacpriv::store::{EmbeddedStore, Meta, Origin, PgLink, PgStore, PrincipalRecord, SessionRecord, Store};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -322,12 +323,7 @@ async fn durable(
 async fn provision_admin(store: &Store, n: usize) -> anyhow::Result<()> {
     let started = Instant::now();
     let stored: std::collections::HashSet<String> = store.principals().await?.into_iter().map(|p| p.name).collect();
-    let now = pacpriv::store::principal::now_unix();
-    let missing: Vec<_> = principals(n)?
-        .into_iter()
-        .filter(|p| !stored.contains(&p.name))
-        .map(|p| pacpriv::store::PrincipalRecord { origin: pacpriv::store::Origin::Admin, ..p.record(now) })
-        .collect();
+    let missing: Vec<_> = admin_principals(n)?.into_iter().filter(|p| !stored.contains(&p.name)).collect();
     for chunk in missing.chunks(10_000) {
         store.provision_all(chunk).await?;
     }
@@ -452,6 +448,13 @@ pub(super) fn principals(n: usize) -> anyhow::Result<Vec<PrincipalConfig>> {
             budget,
         })
         .collect())
+}
+
+/// Bench principals 0..n as the admin API provisions them (listed in no
+/// configuration, so no start-up revokes them).
+pub(super) fn admin_principals(n: usize) -> anyhow::Result<Vec<PrincipalRecord>> {
+    let now = now_unix();
+    Ok(principals(n)?.iter().map(|p| PrincipalRecord { origin: Origin::Admin, ..p.record(now) }).collect())
 }
 
 /// The CPU model and how many cores this process may use.

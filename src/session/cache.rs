@@ -29,14 +29,15 @@
 //!   and under [`OnEvicted::Refuse`] the first 8 bytes of an evicted digest
 //!   are remembered with its owner for the life of the session (one row
 //!   per evicted query), so a repeat of it is refused, never answered with
-//!   fresh noise. Each owner's entries are numbered in answer order, and
-//!   the session record keeps only each owner's span of numbers: a step
-//!   writes the entry it added and the one it evicted, never the history.
-//! - A cache read from the database holds the rows of the queries it was
-//!   read for (probed) only; a lookup of any other query is refused as an
-//!   evicted repeat, never answered with fresh noise. Nothing one owner does changes what another owner's
+//!   fresh noise. Nothing one owner does changes what another owner's
 //!   lookups return: under global scope the shared budget is the only
 //!   state principals share (`docs/accounting.md` §2, §4).
+//! - Each owner's entries are numbered in answer order, and the session
+//!   record keeps only each owner's span of numbers: a step writes the
+//!   entry it added and the one it evicted, never the history.
+//! - A cache read from the database holds the rows of the queries it was
+//!   read for (probed) only; a lookup of any other query is refused as an
+//!   evicted repeat, never answered with fresh noise.
 
 use crate::privacy::confidence::Evidence;
 use crate::store::answers::{CacheProbe, CacheRows, CacheWrite};
@@ -251,24 +252,28 @@ impl AnswerCache {
         if settings.capacity == 0 || self.entries.contains_key(&key.digest) {
             return;
         }
-        let span = self.owners.entry(key.owner).or_default();
-        let seq = span.next;
-        span.next += 1;
-        let remember = settings.on_evicted == OnEvicted::Refuse;
-        let mut evict = Vec::new();
-        while span.next - span.oldest > settings.capacity as u64 {
-            evict.push(span.oldest);
-            span.oldest += 1;
-        }
-        self.writes.push(CacheWrite::Insert(answer_record(&key, seq, &answer)));
-        self.numbered.insert((key.owner, seq), key.digest);
-        self.entries.insert(key.digest, Entry { owner: key.owner, seq, cached: answer });
+        self.append(key, answer);
         if let Some(undo) = &mut self.undo {
             undo.push(Undo::Inserted(key.digest));
         }
-        for seq in evict {
+        let remember = settings.on_evicted == OnEvicted::Refuse;
+        let span = self.owners.entry(key.owner).or_default();
+        let beyond = (span.next - span.oldest).saturating_sub(settings.capacity as u64);
+        let first = span.oldest;
+        span.oldest += beyond;
+        for seq in first..first + beyond {
             self.evict(key.owner, seq, remember);
         }
+    }
+
+    /// Holds `cached` for `key` as its owner's next number, and writes it.
+    fn append(&mut self, key: CacheKey, cached: Cached) {
+        let span = self.owners.entry(key.owner).or_default();
+        let seq = span.next;
+        span.next += 1;
+        self.writes.push(CacheWrite::Insert(answer_record(&key, seq, &cached)));
+        self.numbered.insert((key.owner, seq), key.digest);
+        self.entries.insert(key.digest, Entry { owner: key.owner, seq, cached });
     }
 
     /// Evicts the owner's entry number `seq` (held or not).
@@ -386,12 +391,7 @@ impl AnswerCache {
         }
         for e in &record.entries {
             let (key, cached) = from_answer_record(e)?;
-            let span = cache.owners.entry(key.owner).or_default();
-            let seq = span.next;
-            span.next += 1;
-            cache.writes.push(CacheWrite::Insert(answer_record(&key, seq, &cached)));
-            cache.numbered.insert((key.owner, seq), key.digest);
-            cache.entries.insert(key.digest, Entry { owner: key.owner, seq, cached });
+            cache.append(key, cached);
         }
         Some(cache)
     }

@@ -84,6 +84,13 @@ pub struct CacheRows {
     pub probed: Option<Vec<CacheProbe>>,
 }
 
+impl CacheRows {
+    /// Nothing found of `probes`.
+    pub fn none_found(probes: &[CacheProbe]) -> CacheRows {
+        CacheRows { probed: Some(probes.to_vec()), ..CacheRows::default() }
+    }
+}
+
 /// One step's cache writes in the form the backends apply: evictions
 /// first, then inserts, then remembered prefixes. An answer inserted and
 /// evicted by the same write (a multi-row request under a small

@@ -89,6 +89,15 @@ impl Change {
     }
 }
 
+/// What makes `state` durable after a step that made `change`: its
+/// record, and the change with the cache writes made since the last
+/// record (the one place that pairs them).
+fn durable_form<S: State>(state: &mut S, mut change: Change) -> (SessionRecord, Change) {
+    let (record, cache) = state.record();
+    change.cache = cache;
+    (record, change)
+}
+
 /// One session's state, where the store keeps it.
 pub struct Cell<S: State> {
     key: String,
@@ -115,9 +124,8 @@ impl<S: State> Held<S> {
         apply: impl FnOnce(&mut S) -> Result<(T, Change), S::Error>,
     ) -> Result<(T, Option<Ticket>), S::Error> {
         let mut state = self.state.lock().map_err(|_| S::poisoned())?;
-        let (value, mut change) = apply(&mut state)?;
-        let (record, cache) = state.record();
-        change.cache = cache;
+        let (value, change) = apply(&mut state)?;
+        let (record, change) = durable_form(&mut *state, change);
         let ticket = self.store.enqueue(key, record, change)?;
         Ok((value, Some(ticket)))
     }
@@ -219,9 +227,8 @@ impl<S: State> Cell<S> {
                 let cell = Arc::clone(self);
                 let run = move |record: Option<SessionRecord>, cache: CacheRows| {
                     let mut state = S::resume(&cell.context, &cell.key, record.as_ref(), cache)?;
-                    let (value, mut change) = apply(&mut state)?;
-                    let (record, cache) = state.record();
-                    change.cache = cache;
+                    let (value, change) = apply(&mut state)?;
+                    let (record, change) = durable_form(&mut state, change);
                     let write = (!change.is_none()).then_some((record, change));
                     Ok::<_, S::Error>((write, value))
                 };

@@ -9,7 +9,7 @@
 
 use super::answers::{CacheRows, squash};
 use super::cell::Change;
-use super::record::{CachedAnswerRecord, Journaled, chain_order, encode_principal};
+use super::record::{Journaled, chain_order, encode_principal};
 use super::{
     JournalEntry, Meta, Origin, PrincipalRecord, SessionRecord, StoreError, Ticket, journal_entry, journal_event,
 };
@@ -207,7 +207,7 @@ impl EmbeddedStore {
             for item in table.range((session, 0, 0)..=(session, u64::MAX, u64::MAX)).map_err(backend)? {
                 let (key, value) = item.map_err(backend)?;
                 match value.value().split_first() {
-                    Some((&CACHED, answer)) => entries.push(CachedAnswerRecord::decode(answer).map_err(|_| corrupt())?),
+                    Some((&CACHED, answer)) => entries.push(super::cached_answer(session, answer)?),
                     Some((&EVICTED, prefix)) => {
                         let prefix = <[u8; 8]>::try_from(prefix).map_err(|_| corrupt())?;
                         evicted.push((key.value().1, u64::from_le_bytes(prefix)));
@@ -486,7 +486,7 @@ fn write_cache(
             answers.remove((session, owner, seq)).map_err(backend)?.ok_or_else(|| corrupt("evicted answer missing"))?;
         let Some((&CACHED, answer)) = gone.value().split_first() else { return Err(corrupt("evicted answer missing")) };
         if remember {
-            let digest = CachedAnswerRecord::decode(answer).map_err(|_| corrupt("undecodable cached answer"))?.digest;
+            let digest = super::cached_answer(session, answer)?.digest;
             drop(gone);
             answers
                 .insert((session, owner, seq), evicted(super::answers::prefix(&digest)).as_slice())

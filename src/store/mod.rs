@@ -285,6 +285,12 @@ fn journal_event(session: &str, bytes: &[u8]) -> Result<JournalEvent, StoreError
         .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable journal event".into() })
 }
 
+/// One of `session`'s stored cached answers, decoded (both backends).
+fn cached_answer(session: &str, bytes: &[u8]) -> Result<record::CachedAnswerRecord, StoreError> {
+    <record::CachedAnswerRecord as prost::Message>::decode(bytes)
+        .map_err(|_| StoreError::Corrupt { session: session.into(), reason: "undecodable cached answer".into() })
+}
+
 /// Waits for one record to become durable.
 pub struct Ticket(tokio::sync::oneshot::Receiver<Result<(), String>>);
 

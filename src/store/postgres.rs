@@ -20,7 +20,7 @@
 
 use super::answers::{CacheProbe, CacheRows, Squashed, squash};
 use super::cell::Change;
-use super::record::{CachedAnswerRecord, Journaled, chain_order};
+use super::record::{Journaled, chain_order};
 use super::{JournalEntry, Meta, Origin, PgTls, PrincipalRecord, SessionRecord, SslMode, StoreError};
 use crate::metrics::StoreMetrics;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -362,12 +362,8 @@ impl PgStore {
         let client = self.client().await?;
         let (digests, owners, prefixes) = probe_params(probes);
         let row = client.query_opt(LOAD_PROBED, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
-        let Some(row) = row else {
-            return Ok((None, CacheRows { probed: Some(probes.to_vec()), ..CacheRows::default() }));
-        };
-        let bytes: &[u8] = row.get(0);
-        let record = if bytes.is_empty() { None } else { Some(super::session_record(session, bytes)?) };
-        Ok((record, cache_rows(session, probes, row.get(1), row.get(2))?))
+        let Some(row) = row else { return Ok((None, CacheRows::none_found(probes))) };
+        Ok((record_of(session, row.get(0))?, cache_rows(session, probes, row.get(1), row.get(2))?))
     }
 
     /// Every session key with a record, in order.
@@ -533,12 +529,9 @@ impl PgStore {
             }
         };
         let version: i64 = row.get(0);
-        let bytes: &[u8] = row.get(1);
-        // A row just made for a fresh session has no record yet (one with
-        // journal events only is at version 0 and has one).
-        let current = if bytes.is_empty() { None } else { Some(super::session_record(session, bytes)?) };
+        let current = record_of(session, row.get(1))?;
         let cache = if probes.is_empty() {
-            CacheRows { probed: Some(Vec::new()), ..CacheRows::default() }
+            CacheRows::none_found(probes)
         } else {
             let (digests, owners, prefixes) = probe_params(probes);
             let row = tx.query_one(PROBE, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
@@ -594,6 +587,13 @@ impl PgStore {
     }
 }
 
+/// The record in a session row's `record` column: none in a row just made
+/// for a fresh session (one with journal events only is at version 0 and
+/// has one).
+fn record_of(session: &str, bytes: &[u8]) -> Result<Option<SessionRecord>, StoreError> {
+    if bytes.is_empty() { Ok(None) } else { super::session_record(session, bytes).map(Some) }
+}
+
 /// The probes as [`probed!`]'s parameters: digests, owners, prefixes.
 fn probe_params(probes: &[CacheProbe]) -> (Vec<&[u8]>, Vec<i64>, Vec<&[u8]>) {
     let digests = probes.iter().map(|p| p.digest.as_slice()).collect();
@@ -611,16 +611,14 @@ fn cache_rows(
     answers: Vec<Vec<u8>>,
     evicted_at: Vec<i64>,
 ) -> Result<CacheRows, StoreError> {
-    let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
-    let entries = answers
-        .iter()
-        .map(|a| CachedAnswerRecord::decode(a.as_slice()).map_err(|_| corrupt("undecodable cached answer")))
-        .collect::<Result<_, _>>()?;
+    let entries = answers.iter().map(|a| super::cached_answer(session, a)).collect::<Result<_, _>>()?;
     let evicted = evicted_at
         .iter()
         .map(|&i| {
-            let p =
-                usize::try_from(i - 1).ok().and_then(|i| probes.get(i)).ok_or_else(|| corrupt("probe out of range"))?;
+            let p = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| probes.get(i))
+                .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "probe out of range".into() })?;
             Ok((p.owner, p.prefix()))
         })
         .collect::<Result<_, StoreError>>()?;
