@@ -67,6 +67,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             query_id: format!("q{version}"),
             charge: a.charge.get(),
             log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+            update_rule: a.update_rule.code(),
             step: Some(JournalStepRecord {
                 digest: vec![0; 32],
                 per_query: b.get(),

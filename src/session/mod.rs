@@ -423,6 +423,7 @@ fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &Asking, answe
         query_id: asking.query_id.clone(),
         charge: answer.charge.get(),
         log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
+        update_rule: answer.update_rule.code(),
         step: Some(step),
         chain: Vec::new(),
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::privacy::posterior::UpdateRule;
 use crate::store::{EmbeddedStore, Origin, Store};
 use cache::{CacheSettings, OnEvicted, QueryDigest};
 
@@ -140,7 +141,8 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
     let mut replay = Posterior::uniform(4)?;
     for entry in &journal {
         if !entry.log_likelihood.is_empty() {
-            replay.update(ndarray::ArrayView1::from(&entry.log_likelihood))?;
+            let rule = UpdateRule::from_code(entry.update_rule).ok_or("unknown update rule")?;
+            replay.update_by(rule, ndarray::ArrayView1::from(&entry.log_likelihood))?;
         }
     }
     assert_eq!(replay, posterior);

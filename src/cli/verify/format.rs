@@ -89,6 +89,9 @@ pub struct EntryLine {
     pub step: StepLine,
     /// The Eq. 4 vector applied (empty: none).
     pub log_likelihood: Vec<f64>,
+    /// How the posterior applied it (`UpdateRule` code; absent = 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub update_rule: u32,
     /// The chain hash, hex.
     pub chain: String,
 }
@@ -186,6 +189,7 @@ impl EntryLine {
             charge: entry.charge,
             step: StepLine::of(entry.step.clone().unwrap_or_default()),
             log_likelihood: entry.log_likelihood.clone(),
+            update_rule: entry.update_rule,
             chain: hex(&entry.chain),
         }
     }
@@ -197,6 +201,7 @@ impl EntryLine {
             query_id: self.query_id.clone(),
             charge: self.charge,
             log_likelihood: self.log_likelihood.clone(),
+            update_rule: self.update_rule,
             step: Some(self.step.record()?),
             chain: unhex(&self.chain)?,
         })

@@ -24,7 +24,7 @@ pub mod format;
 use crate::cli::plural;
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{SessionState, TeacherOutputs};
-use crate::privacy::posterior::Posterior;
+use crate::privacy::posterior::{Posterior, UpdateRule};
 use crate::privacy::replay::{self, Recorded};
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::JournalEntry;
@@ -337,6 +337,12 @@ impl Replaying {
             label: s.label as usize,
             charge: e.charge,
             log_likelihood: &e.log_likelihood,
+            update_rule: UpdateRule::from_code(e.update_rule).ok_or_else(|| {
+                format!(
+                    "posterior update rule {} is not one this release knows; verify with a newer pacpriv",
+                    e.update_rule
+                )
+            })?,
         };
         let replayed = replay::replay(&mut state, &recorded).map_err(|m| m.to_string())?;
         self.worst = self.worst.max(replayed.mi_bound / s.per_query);

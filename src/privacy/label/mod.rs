@@ -23,7 +23,7 @@
 //! of the exact quadratic form, as [`Noise::certified`] requires.
 
 use super::noise::{Noise, NoiseDraw};
-use super::posterior::Posterior;
+use super::posterior::{Groups, Posterior};
 use super::{Nats, PrivacyError};
 use ndarray::{Array1, Array2, ArrayView1};
 use ndarray_linalg::{Eigh, UPLO};
@@ -44,6 +44,11 @@ pub const OBSERVER_RELATIVE_FLOOR: f64 = 1e-12;
 pub struct LabelCalibration {
     classes: Vec<usize>,
     teacher_class: Vec<usize>,
+    /// The teachers grouped by label in order of first appearance, and each
+    /// group's position in `classes` and posterior log-mass.
+    groups: Groups,
+    group_position: Vec<usize>,
+    log_masses: Vec<f64>,
     p: Vec<f64>,
     noise: Noise,
 }
@@ -69,16 +74,22 @@ pub fn calibrate(
     }
     check_labels(labels, classes)?;
 
-    let mut classes_seen: Vec<usize> = labels.to_vec();
+    // Classes in order of first appearance (the posterior's groups), then
+    // sorted for the release; no pass over the m labels sorts them.
+    let groups = Groups::by_key(labels);
+    let k = groups.count();
+    let mut first_seen = vec![0; k];
+    for (&g, &y) in groups.of().iter().zip(labels) {
+        first_seen[g] = y;
+    }
+    let mut classes_seen = first_seen.clone();
     classes_seen.sort_unstable();
-    classes_seen.dedup();
-    let k = classes_seen.len();
-    let teacher_class: Vec<usize> = labels
-        .iter()
-        .map(|y| classes_seen.binary_search(y).unwrap_or_default()) // every label is in the sorted set
-        .collect();
+    let group_position: Vec<usize> =
+        first_seen.iter().map(|y| classes_seen.binary_search(y).unwrap_or_default()).collect(); // every class is in the sorted set
+    let teacher_class: Vec<usize> = groups.of().iter().map(|&g| group_position[g]).collect();
 
-    let p = class_probabilities(posterior, &teacher_class, k);
+    let log_masses = posterior.group_log_masses(&groups);
+    let p = class_probabilities(&log_masses, &group_position);
 
     let noise = match k {
         1 => Noise::none(classes),
@@ -97,7 +108,7 @@ pub fn calibrate(
             Noise::certified(classes, classes_seen.clone(), u, &q, 0.0, b)?
         }
     };
-    Ok(LabelCalibration { classes: classes_seen, teacher_class, p, noise })
+    Ok(LabelCalibration { classes: classes_seen, teacher_class, groups, group_position, log_masses, p, noise })
 }
 
 impl LabelCalibration {
@@ -214,6 +225,35 @@ impl LabelCalibration {
         let per_class = self.class_log_likelihoods(center, draw);
         self.teacher_class.iter().map(|&a| per_class[a]).collect()
     }
+
+    /// Applies Eq. 4 for the release drawn around `center` to `posterior`
+    /// (the one this calibration was made under) by
+    /// [`UpdateRule::Grouped`](super::posterior::UpdateRule::Grouped): k exponentials, reusing the class masses
+    /// computed for p. Bit for bit what [`Posterior::update_grouped`] makes
+    /// of [`teacher_log_likelihoods`](Self::teacher_log_likelihoods), which
+    /// is what replay runs; when two classes' log-likelihoods coincide that
+    /// function merges their groups, so it is called instead.
+    ///
+    /// # Errors
+    /// As [`Posterior::update`]; the posterior is then unchanged.
+    pub fn update_posterior(
+        &self,
+        posterior: &mut Posterior,
+        center: usize,
+        draw: &NoiseDraw,
+    ) -> Result<Array1<f64>, PrivacyError> {
+        let per_class = self.class_log_likelihoods(center, draw);
+        let teacher: Array1<f64> = self.teacher_class.iter().map(|&a| per_class[a]).collect();
+        let group_lik: Vec<f64> = self.group_position.iter().map(|&at| per_class[at]).collect();
+        let distinct =
+            group_lik.iter().enumerate().all(|(g, x)| group_lik[..g].iter().all(|y| y.to_bits() != x.to_bits()));
+        if distinct {
+            posterior.update_groups(&self.groups, &group_lik, &self.log_masses)?;
+        } else {
+            posterior.update_grouped(teacher.view())?;
+        }
+        Ok(teacher)
+    }
 }
 
 /// Every label must name one of the `classes` classes.
@@ -227,16 +267,16 @@ pub fn check_labels(labels: &[usize], classes: usize) -> Result<(), PrivacyError
     }
 }
 
-/// p_c = Σ_{i: y_i = c} w_i in one pass of exponentials around the largest
-/// log-weight, normalised by their sum so that Σ p = 1 as C = diag(p) − ppᵀ
-/// assumes. A class whose weights underflow here holds < 2⁻¹⁰²² per teacher:
-/// the variance floor covers it (`docs/privacy-core.md` §2).
-fn class_probabilities(posterior: &Posterior, teacher_class: &[usize], k: usize) -> Vec<f64> {
-    let log_w = posterior.log_weights();
-    let max = log_w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let mut p = vec![0.0; k];
-    for (lw, &a) in log_w.iter().zip(teacher_class) {
-        p[a] += (lw - max).exp();
+/// p_c = Σ_{i: y_i = c} w_i from each class's log-mass (group g sits at
+/// position `position[g]`), normalised by their sum so that Σ p = 1 as
+/// C = diag(p) − ppᵀ assumes: k exponentials around the largest mass. A
+/// class whose mass underflows here holds < 2⁻¹⁰²² of the largest: the
+/// variance floor covers it (`docs/privacy-core.md` §2).
+fn class_probabilities(log_masses: &[f64], position: &[usize]) -> Vec<f64> {
+    let max = log_masses.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut p = vec![0.0; log_masses.len()];
+    for (&lm, &at) in log_masses.iter().zip(position) {
+        p[at] = (lm - max).exp();
     }
     let total: f64 = p.iter().sum();
     p.iter_mut().for_each(|x| *x /= total);

@@ -1,4 +1,5 @@
 use super::*;
+use crate::privacy::noise::NoiseDraw;
 use crate::privacy::noise::{CALIBRATION_SLACK, VARIANCE_FLOOR};
 use chacha20::ChaCha20Rng;
 use ndarray::Axis;
@@ -322,5 +323,56 @@ fn the_unrounded_release_names_its_centre_in_its_low_bits() -> Result<(), Privac
         }
         assert!(named > draws / 2, "only {named} of {draws} draws gave the centre away");
     }
+    Ok(())
+}
+
+/// The mechanism's grouped update (class masses reused from p) is bit for
+/// bit what replay computes from the journaled per-teacher vector alone.
+fn assert_update_matches_replay(cal: &LabelCalibration, start: &Posterior, center: usize, draw: &NoiseDraw) {
+    let mut served = start.clone();
+    let teacher = cal.update_posterior(&mut served, center, draw).expect("updates");
+    assert_eq!(teacher, cal.teacher_log_likelihoods(center, draw));
+    let mut replayed = start.clone();
+    replayed.update_grouped(teacher.view()).expect("replays");
+    let bits = |p: &Posterior| p.log_weights().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&served), bits(&replayed));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_served_update_is_the_replayed_one_bit_for_bit((log_w, raw, d, e) in adversarial_case(), seed in any::<u64>()) {
+        let labels: Vec<usize> = raw.iter().map(|&y| (y * 7919) % d).collect();
+        let start = posterior_from(log_w);
+        let cal = calibrate(&start, &labels, d, b(2f64.powi(-e))).expect("calibrates");
+        prop_assume!(!cal.unanimous());
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let draw = cal.noise().sample(&mut rng);
+        let center = rng.random_range(0..cal.classes().len());
+        assert_update_matches_replay(&cal, &start, center, &draw);
+    }
+}
+
+/// With no noise drawn and a uniform posterior over balanced classes, two
+/// classes can get the same log-likelihood bits; replay then groups them
+/// together, and the served update must do the same (its fallback).
+#[test]
+fn classes_with_equal_log_likelihoods_update_as_replay_groups_them() -> Result<(), PrivacyError> {
+    let mut found = 0;
+    for k in 3..=8 {
+        let labels: Vec<usize> = (0..4 * k).map(|i| i % k).collect();
+        let start = Posterior::uniform(labels.len())?;
+        let cal = calibrate(&start, &labels, k, b(2f64.powi(-10)))?;
+        let zero = NoiseDraw { std_coef: Array1::zeros(cal.noise().rank()), residual: Array1::zeros(0) };
+        for center in 0..k {
+            let bits: Vec<u64> = cal.class_log_likelihoods(center, &zero).iter().map(|x| x.to_bits()).collect();
+            if bits.iter().enumerate().any(|(c, x)| bits[..c].contains(x)) {
+                found += 1;
+            }
+            assert_update_matches_replay(&cal, &start, center, &zero);
+        }
+    }
+    assert!(found > 0, "no case with coinciding log-likelihoods was exercised");
     Ok(())
 }

@@ -14,7 +14,7 @@ use super::grid;
 use super::label::{self, LabelCalibration};
 use super::ledger::{Ledger, Policy};
 use super::noise::NoiseDraw;
-use super::posterior::Posterior;
+use super::posterior::{Posterior, UpdateRule};
 use super::vector;
 use super::{Nats, PrivacyError};
 use ndarray::{Array1, Array2};
@@ -156,6 +156,9 @@ pub struct Answer {
     /// per subset); `None` for an exact unanimous answer, which leaves the
     /// posterior unchanged. Lets a store journal and replay the transcript.
     pub log_likelihood: Option<Array1<f64>>,
+    /// How the posterior applied it ([`UpdateRule`]); a journal records it
+    /// so that replay renormalises the same way, bit for bit.
+    pub update_rule: UpdateRule,
 }
 
 /// What Σ is calibrated to. Every deployment is [`Calibration::Certified`];
@@ -255,16 +258,21 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
             noisy,
             published,
             log_likelihood: None,
+            update_rule: UpdateRule::PerSubset,
         });
     }
 
-    let (label, noisy, published, log_lik, noise_mi, evidence) = match outputs {
+    // The fallible posterior update runs on a copy, swapped in at the commit.
+    let mut posterior = state.posterior.clone();
+    let (label, noisy, published, log_lik, rule, noise_mi, evidence) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
             let center =
                 cal.position_of_teacher(s).ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
-            let (label, noisy, published, log_lik, evidence) = release_label(&cal, center, &cal.noise().sample(rng));
-            (label, noisy, published, log_lik, cal.noise().mi_bound(), Some(evidence))
+            let draw = cal.noise().sample(rng);
+            let (label, noisy, published, evidence) = release_label(&cal, center, &draw);
+            let log_lik = cal.update_posterior(&mut posterior, center, &draw)?;
+            (label, noisy, published, log_lik, UpdateRule::Grouped, cal.noise().mi_bound(), Some(evidence))
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
@@ -272,7 +280,9 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
             let noisy = cal.release(s, &draw);
             let published = grid::publish(v.row(s), &cal.noise().noise_vector(&draw));
             let log_lik = cal.teacher_log_likelihoods(s, &draw);
-            (argmax(published.iter().copied()), noisy, published, log_lik, cal.noise().mi_bound(), None)
+            posterior.update(log_lik.view())?;
+            let label = argmax(published.iter().copied());
+            (label, noisy, published, log_lik, UpdateRule::PerSubset, cal.noise().mi_bound(), None)
         }
     };
 
@@ -282,10 +292,8 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
         _ => None,
     };
 
-    // Commit: the fallible posterior update runs on a copy; `record` either
-    // charges or changes nothing; only then is the new posterior swapped in.
-    let mut posterior = state.posterior.clone();
-    posterior.update(log_lik.view())?;
+    // Commit: `record` either charges or changes nothing; only then is the
+    // updated posterior swapped in.
     state.ledger.record(charge)?;
     state.posterior = posterior;
     Ok(Answer {
@@ -298,6 +306,7 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
         noisy,
         published,
         log_likelihood: Some(log_lik),
+        update_rule: rule,
     })
 }
 
@@ -321,7 +330,7 @@ fn one_hot(y: usize, d: usize) -> Array1<f64> {
     e
 }
 
-type LabelRelease = (usize, Array1<f64>, Vec<f64>, Array1<f64>, confidence::Evidence);
+type LabelRelease = (usize, Array1<f64>, Vec<f64>, confidence::Evidence);
 
 /// The label-mode release of `draw` around the active class at position
 /// `center` (the secret teacher's). Everything that leaves — the published
@@ -342,7 +351,7 @@ fn release_label(cal: &LabelCalibration, center: usize, draw: &NoiseDraw) -> Lab
     let label = argmax(published.iter().copied());
     let released = cal.classes().binary_search(&label).unwrap_or_default();
     let evidence = confidence::Evidence::of(cal.noise(), &published, released);
-    (label, noisy, published, cal.teacher_log_likelihoods(center, draw), evidence)
+    (label, noisy, published, evidence)
 }
 
 /// Index of the largest value; the first one on ties, so that a label

@@ -580,8 +580,8 @@ fn responses_are_functions_of_the_published_release() -> Result<(), PrivacyError
         let draw = cal.noise().sample(&mut rng);
         let nudged = NoiseDraw { std_coef: draw.std_coef.mapv(|g| g * (1.0 + 1e-13)), residual: draw.residual.clone() };
         for center in 0..cal.classes().len() {
-            let (label_a, noisy_a, pub_a, _, ev_a) = release_label(&cal, center, &draw);
-            let (label_b, noisy_b, pub_b, _, ev_b) = release_label(&cal, center, &nudged);
+            let (label_a, noisy_a, pub_a, ev_a) = release_label(&cal, center, &draw);
+            let (label_b, noisy_b, pub_b, ev_b) = release_label(&cal, center, &nudged);
             assert_ne!(noisy_a, noisy_b, "the unrounded releases differ");
             if pub_a != pub_b {
                 continue; // the nudge crossed a grid midpoint: a different release

@@ -18,9 +18,87 @@
 //!   (`docs/accounting.md` §1.5).
 //! - Updates add log-likelihoods and renormalise with log-sum-exp; nothing is
 //!   exponentiated before normalising.
+//! - Two rules compute the renormaliser L = log Σ_i exp(log w_i + ℓ_i)
+//!   ([`UpdateRule`]); they agree to rounding and differ in the last bits.
+//!   A journal records which rule each step used, because `pacpriv verify`
+//!   replays the posterior bit for bit (`docs/privacy-core.md` §5).
 
 use super::PrivacyError;
 use ndarray::{Array1, ArrayView1};
+
+/// How Eq. 4's renormaliser L = log Σ_i exp(log w_i + ℓ_i) is computed.
+///
+/// Label mode gives every teacher with the same label the same ℓ, so L only
+/// needs each group's log-mass and one exponential per group
+/// ([`UpdateRule::Grouped`]). The rules are equal in exact arithmetic; a
+/// journal names the one each step used so that replay reproduces it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpdateRule {
+    /// Log-sum-exp over every subset (m exponentials). Every step journaled
+    /// before the grouped rule existed, and vector mode.
+    #[default]
+    PerSubset,
+    /// Subsets with bit-identical ℓ form groups, numbered by first
+    /// appearance; L = log Σ_g exp(ℓ_g + log-mass_g), the log-masses from
+    /// [`Posterior::group_log_masses`].
+    Grouped,
+}
+
+impl UpdateRule {
+    /// The rule's number in a journal (0 = absent = [`UpdateRule::PerSubset`]).
+    pub fn code(self) -> u32 {
+        match self {
+            UpdateRule::PerSubset => 0,
+            UpdateRule::Grouped => 1,
+        }
+    }
+
+    /// The rule numbered `code`; `None` for a number no release wrote.
+    pub fn from_code(code: u32) -> Option<Self> {
+        match code {
+            0 => Some(UpdateRule::PerSubset),
+            1 => Some(UpdateRule::Grouped),
+            _ => None,
+        }
+    }
+}
+
+/// Subsets partitioned into groups that share one log-likelihood: `of[i]` is
+/// subset i's group, groups numbered 0, 1, … in order of first appearance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Groups {
+    of: Vec<usize>,
+    count: usize,
+}
+
+impl Groups {
+    /// Groups from any labelling (`key[i]` compared for equality), renumbered
+    /// by first appearance. O(m·k) for k groups.
+    pub fn by_key<K: PartialEq>(key: &[K]) -> Self {
+        let mut firsts: Vec<&K> = Vec::new();
+        let of = key
+            .iter()
+            .map(|x| match firsts.iter().position(|f| *f == x) {
+                Some(g) => g,
+                None => {
+                    firsts.push(x);
+                    firsts.len() - 1
+                }
+            })
+            .collect();
+        Groups { of, count: firsts.len() }
+    }
+
+    /// The group of each subset.
+    pub fn of(&self) -> &[usize] {
+        &self.of
+    }
+
+    /// Number of groups k.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
 
 /// A normalised posterior over m subsets, as log-weights.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,6 +201,92 @@ impl Posterior {
         }
         next.mapv_inplace(|x| x - lse);
         self.log_w = next;
+        Ok(())
+    }
+
+    /// Applies Eq. 4 with the renormaliser computed as `rule` says.
+    ///
+    /// # Errors
+    /// As [`Posterior::update`].
+    pub fn update_by(&mut self, rule: UpdateRule, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
+        match rule {
+            UpdateRule::PerSubset => self.update(log_lik),
+            UpdateRule::Grouped => self.update_grouped(log_lik),
+        }
+    }
+
+    /// Eq. 4 under [`UpdateRule::Grouped`], the groups read off `log_lik`
+    /// itself (subsets with bit-identical values): what replay runs.
+    ///
+    /// # Errors
+    /// As [`Posterior::update`].
+    pub fn update_grouped(&mut self, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
+        if log_lik.len() != self.len() {
+            return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
+        }
+        let bits: Vec<u64> = log_lik.iter().map(|x| x.to_bits()).collect();
+        let groups = Groups::by_key(&bits);
+        let mut group_lik = vec![0.0; groups.count()];
+        for (&g, &l) in groups.of().iter().zip(log_lik) {
+            group_lik[g] = l;
+        }
+        let masses = self.group_log_masses(&groups);
+        self.update_groups(&groups, &group_lik, &masses)
+    }
+
+    /// log Σ_{i ∈ g} w_i for every group g: around the group's largest
+    /// log-weight, summed in subset order, so the value is a function of the
+    /// posterior and the groups alone. −∞ for a group whose weights are all 0.
+    pub fn group_log_masses(&self, groups: &Groups) -> Vec<f64> {
+        let k = groups.count();
+        let mut max = vec![f64::NEG_INFINITY; k];
+        for (&g, &lw) in groups.of().iter().zip(&self.log_w) {
+            max[g] = max[g].max(lw);
+        }
+        let mut sum = vec![0.0; k];
+        for (&g, &lw) in groups.of().iter().zip(&self.log_w) {
+            if max[g] != f64::NEG_INFINITY {
+                sum[g] += (lw - max[g]).exp();
+            }
+        }
+        max.iter().zip(&sum).map(|(&m, &s)| if m == f64::NEG_INFINITY { m } else { m + s.ln() }).collect()
+    }
+
+    /// Eq. 4 under [`UpdateRule::Grouped`] when the groups are known:
+    /// `group_lik[g]` is the log-likelihood of every subset in g and
+    /// `log_masses` what [`Posterior::group_log_masses`] returned for
+    /// `groups` on this posterior. log w_i += ℓ_g − L with
+    /// L = log Σ_g exp(ℓ_g + log-mass_g): k exponentials instead of m.
+    ///
+    /// # Errors
+    /// As [`Posterior::update`]; the posterior is then unchanged.
+    pub fn update_groups(
+        &mut self,
+        groups: &Groups,
+        group_lik: &[f64],
+        log_masses: &[f64],
+    ) -> Result<(), PrivacyError> {
+        if groups.of().len() != self.len() {
+            return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: groups.of().len() });
+        }
+        if group_lik.len() != groups.count() || log_masses.len() != groups.count() {
+            return Err(PrivacyError::Shape(format!(
+                "{} groups with {} likelihoods and {} masses",
+                groups.count(),
+                group_lik.len(),
+                log_masses.len()
+            )));
+        }
+        if group_lik.iter().any(|x| x.is_nan() || *x == f64::INFINITY) {
+            return Err(PrivacyError::NonFinite("posterior update"));
+        }
+        let lse = log_sum_exp(group_lik.iter().zip(log_masses).map(|(l, m)| l + m).collect::<Vec<_>>());
+        if !lse.is_finite() {
+            return Err(PrivacyError::NonFinite("posterior update"));
+        }
+        for (lw, &g) in self.log_w.iter_mut().zip(groups.of()) {
+            *lw = (*lw + group_lik[g]) - lse;
+        }
         Ok(())
     }
 

@@ -31,6 +31,7 @@ use super::label;
 use super::ledger::Policy;
 use super::mechanism::{self, SessionState, TeacherOutputs};
 use super::noise::Noise;
+use super::posterior::UpdateRule;
 use super::vector;
 use super::{Nats, PrivacyError};
 use ndarray::{Array1, ArrayView1};
@@ -48,6 +49,8 @@ pub struct Recorded<'a> {
     pub charge: f64,
     /// The Eq. 4 vector the server applied (empty: none).
     pub log_likelihood: &'a [f64],
+    /// How the server's posterior applied it.
+    pub update_rule: UpdateRule,
 }
 
 /// Why a recorded step is not what the mechanism would have done.
@@ -193,7 +196,7 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
 
     let mut posterior = state.posterior.clone();
     posterior
-        .update(ArrayView1::from(step.log_likelihood))
+        .update_by(step.update_rule, ArrayView1::from(step.log_likelihood))
         .map_err(|e| Mismatch::Outputs(format!("the recorded log-likelihoods cannot be applied: {e}")))?;
     state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
     state.posterior = posterior;

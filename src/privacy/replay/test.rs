@@ -21,6 +21,7 @@ struct Entry {
     label: usize,
     charge: f64,
     log_likelihood: Vec<f64>,
+    update_rule: UpdateRule,
 }
 
 impl Entry {
@@ -31,6 +32,7 @@ impl Entry {
             label: self.label,
             charge: self.charge,
             log_likelihood: &self.log_likelihood,
+            update_rule: self.update_rule,
         }
     }
 }
@@ -51,6 +53,7 @@ fn run(start: &SessionState, queries: Vec<TeacherOutputs>, secret: usize, seed: 
                 label: a.label,
                 charge: a.charge.get(),
                 log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+                update_rule: a.update_rule,
             }
         })
         .collect();
@@ -191,6 +194,7 @@ fn an_under_noised_release_is_caught() {
         label: a.label,
         charge: b,
         log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+        update_rule: a.update_rule,
     };
     let e = replay(&mut start.clone(), &entry.recorded()).expect_err("under-noised step caught");
     assert!(matches!(e, Mismatch::LogLikelihood { .. }), "{e:?}");
@@ -200,7 +204,14 @@ fn an_under_noised_release_is_caught() {
 fn unanimous_only_never_answers_a_contested_query() {
     let start = state(4, 2f64.powi(-8), Policy::UnanimousOnly);
     let outputs = TeacherOutputs::Labels { labels: vec![0, 0, 1, 0], classes: 2 };
-    let entry = Entry { outputs, published: vec![1.0, 0.0], label: 0, charge: 0.0, log_likelihood: vec![0.0; 4] };
+    let entry = Entry {
+        outputs,
+        published: vec![1.0, 0.0],
+        label: 0,
+        charge: 0.0,
+        log_likelihood: vec![0.0; 4],
+        update_rule: UpdateRule::Grouped,
+    };
     assert_eq!(replay(&mut start.clone(), &entry.recorded()), Err(Mismatch::ContestedAnswered));
 }
 
@@ -209,7 +220,14 @@ fn a_step_past_the_limit_is_over_budget() {
     let mut s = state(4, 0.5, Policy::Paper);
     s.ledger = Ledger::new(Nats::new(0.5).expect("b"), Nats::new(0.75).expect("limit"), Policy::Paper).expect("ledger");
     let outputs = TeacherOutputs::Labels { labels: vec![1; 4], classes: 2 };
-    let entry = Entry { outputs, published: vec![0.0, 1.0], label: 1, charge: 0.5, log_likelihood: vec![] };
+    let entry = Entry {
+        outputs,
+        published: vec![0.0, 1.0],
+        label: 1,
+        charge: 0.5,
+        log_likelihood: vec![],
+        update_rule: UpdateRule::PerSubset,
+    };
     assert!(replay(&mut s, &entry.recorded()).is_ok());
     assert!(matches!(replay(&mut s, &entry.recorded()), Err(Mismatch::OverBudget(_))));
 }

@@ -174,6 +174,10 @@ pub struct JournalEntry {
     /// The log-likelihood vector applied to the posterior (empty for an
     /// exact unanimous answer, which leaves the posterior unchanged).
     pub log_likelihood: Vec<f64>,
+    /// How the posterior applied it: an
+    /// [`UpdateRule`](crate::privacy::posterior::UpdateRule) code (0 in
+    /// entries written before the grouped rule existed).
+    pub update_rule: u32,
     /// What the step used and released (`None` in entries written before
     /// steps were journaled in full).
     pub step: Option<JournalStepRecord>,
@@ -211,6 +215,7 @@ impl JournalEntry {
             log_likelihood: self.log_likelihood.clone(),
             step: self.step.clone(),
             chain: self.chain.clone(),
+            update_rule: self.update_rule,
         })
     }
 
@@ -222,6 +227,7 @@ impl JournalEntry {
                 query_id: m.query_id,
                 charge: m.charge,
                 log_likelihood: m.log_likelihood,
+                update_rule: m.update_rule,
                 step: m.step,
                 chain: m.chain,
             }),

@@ -91,6 +91,7 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
         query_id: "q-ü".into(),
         charge: 2f64.powi(-32),
         log_likelihood: vec![-3.25, 1e-300],
+        update_rule: 1,
         step: Some(JournalStepRecord {
             digest: vec![9; 32],
             per_query: 2f64.powi(-32),
