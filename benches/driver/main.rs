@@ -16,7 +16,9 @@
 //! - `cluster-load` ([`cluster`]): the cluster test's clients
 //!   (`tests/cluster`), one JSON line per query;
 //! - `verify` ([`verify`]): `pacpriv verify` on a real journal of N steps,
-//!   against the mechanism's time for the same steps.
+//!   against the mechanism's time for the same steps;
+//! - `math` ([`math`]): label-mode privacy math per query against the
+//!   paper's numpy path (`benches/numpy/paper_path.py`), in one run.
 //!
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
@@ -29,6 +31,7 @@ mod cluster;
 mod footprint;
 mod history;
 mod load;
+mod math;
 mod observe;
 mod plan;
 mod proxy;
@@ -73,6 +76,9 @@ pub enum Command {
     /// `pacpriv verify` on a journal of N real steps (100 000 by default),
     /// against the time the mechanism took to answer them.
     Verify(verify::Args),
+    /// Label-mode privacy math per query against the paper's numpy path
+    /// (`benches/numpy/paper_path.py`) on the same inputs, in one run.
+    Math(math::Args),
 }
 
 fn main() -> ExitCode {
@@ -101,6 +107,7 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::History(args) => history::run(args, out),
         Command::ClusterLoad(args) => cluster::run(args, out),
         Command::Verify(args) => verify::run(args, out),
+        Command::Math(args) => math::run(args, out),
     }
 }
 

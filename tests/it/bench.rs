@@ -66,3 +66,26 @@ fn verify_bench_verifies_a_real_journal() {
     assert_eq!(answering[3], "1.00×", "{report}");
     assert!(row(&report, "verifying (read, parse, chain, replay)")[3].ends_with('×'), "{report}");
 }
+
+/// `pacpriv-bench math` (issue 26 §1): the Rust mechanism and the paper's
+/// numpy path (run in the interoperability venv, which has numpy) both
+/// report every case, with their ratio and a verdict against the goal.
+#[test]
+fn math_bench_reports_the_ratio_to_the_numpy_path_for_every_case() {
+    let python = crate::util::interop_python();
+    let python = python.to_str().expect("a UTF-8 path");
+    let report = bench_ok(&["math", "--queries", "50", "--numpy-queries", "10", "--d", "10,100", "--python", python]);
+    for d in ["10", "100"] {
+        for pattern in ["k2_120v8", "k3_110v12v6", "k8_spread"] {
+            let line = report
+                .lines()
+                .find(|l| l.starts_with(&format!("| {d} | {pattern} |")))
+                .unwrap_or_else(|| panic!("no row for d={d} {pattern}: {report}"));
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let rust: f64 = cells[3].parse().expect("Rust µs");
+            let numpy: f64 = cells[4].parse().expect("numpy µs");
+            assert!(rust > 0.0 && numpy > 0.0, "{line}");
+            assert!(cells[5].ends_with('×') && ["met", "missed"].contains(&cells[6]), "{line}");
+        }
+    }
+}
