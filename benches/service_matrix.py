@@ -1,0 +1,73 @@
+"""Issue 26 §3's matrix: privatizer vs proxy at several client counts, in
+both teacher layouts, RUNS times each; prints the median throughput ratio,
+the lowest, and the p99 latency ratio per cell as Markdown.
+
+Each run is one `pacpriv-bench service` invocation (proxy and privatizer
+measured back to back against the same teachers, as that bench does), so
+every ratio compares targets of the same process and minute.
+
+Run (from the repository root, after `cargo build --release`):
+  OPENBLAS_NUM_THREADS=1 python3 benches/service_matrix.py \
+      --clients 1,8,32,64,128 --runs 5 --seconds 5 --state-dir .
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+
+LAYOUTS = {"per-teacher": ("proxy", "privatizer"), "stacked": ("proxy-stacked", "privatizer-stacked")}
+
+
+def rows(report):
+    """target -> (answers/s, p99 ms) from the bench's results table."""
+    out = {}
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0] in {t for pair in LAYOUTS.values() for t in pair}:
+            try:
+                out[cells[0]] = (float(cells[4]), float(cells[7]))
+            except ValueError:
+                pass
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--clients", default="1,8,32,64,128")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--seconds", default="5")
+    p.add_argument("--state-dir", default=".")
+    p.add_argument("--bench", default="target/release/pacpriv-bench")
+    a = p.parse_args()
+    targets = ",".join(t for pair in LAYOUTS.values() for t in pair)
+    results = {}  # (layout, clients) -> [(throughput ratio, p99 ratio)]
+    for n in [int(c) for c in a.clients.split(",")]:
+        for run in range(a.runs):
+            report = subprocess.run(
+                [a.bench, "service", "--only", targets, "--principals", str(n), "--seconds", a.seconds,
+                 "--state-dir", a.state_dir],
+                check=True, capture_output=True, text=True).stdout
+            got = rows(report)
+            for layout, (proxy, priv) in LAYOUTS.items():
+                if proxy not in got or priv not in got:
+                    sys.exit(f"run {run} at {n} clients reported no {proxy}/{priv} row:\n{report}")
+                ratio = got[priv][0] / got[proxy][0]
+                p99 = got[priv][1] / got[proxy][1]
+                results.setdefault((layout, n), []).append((ratio, p99))
+                print(f"# {layout} {n} clients run {run + 1}: throughput {ratio:.3f}x, p99 {p99:.3f}x "
+                      f"(proxy {got[proxy][0]:.0f}/s, privatizer {got[priv][0]:.0f}/s)", flush=True)
+    print()
+    print(f"| layout | clients | privatizer / proxy, median of {a.runs} | lowest | goal ≥ 0.95×, none < 0.9× "
+          f"| p99 ratio, median | goal ≤ 1.2× |")
+    print("|---|---:|---:|---:|---|---:|---|")
+    for (layout, n), xs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        med = statistics.median(r for r, _ in xs)
+        low = min(r for r, _ in xs)
+        p99 = statistics.median(q for _, q in xs)
+        ok = "met" if med >= 0.95 and low >= 0.9 else "missed"
+        print(f"| {layout} | {n} | {med:.2f}× | {low:.2f}× | {ok} | {p99:.2f}× | {'met' if p99 <= 1.2 else 'missed'} |")
+
+
+if __name__ == "__main__":
+    main()
