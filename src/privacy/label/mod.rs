@@ -227,9 +227,10 @@ impl LabelCalibration {
     }
 
     /// Applies Eq. 4 for the release drawn around `center` to `posterior`
-    /// (the one this calibration was made under) by
-    /// [`UpdateRule::Grouped`](super::posterior::UpdateRule::Grouped): k exponentials, reusing the class masses
-    /// computed for p. Bit for bit what [`Posterior::update_grouped`] makes
+    /// (the one this calibration was made under) by the grouped rule
+    /// ([`super::posterior::UpdateRule::Grouped`]): k exponentials, reusing
+    /// the class masses computed for p. Bit for bit what
+    /// [`Posterior::update_grouped`] makes
     /// of [`teacher_log_likelihoods`](Self::teacher_log_likelihoods), which
     /// is what replay runs; when two classes' log-likelihoods coincide that
     /// function merges their groups, so it is called instead.
