@@ -155,13 +155,15 @@ proptest! {
     ) {
         proptest::prop_assume!(log_w.iter().any(|x| x.is_finite()));
         let start = Posterior::from_log_weights(log_w)?;
+        let start_lw = start.log_weights().to_vec();
         let ll: Array1<f64> = key.iter().map(|&g| lik[g]).collect();
         let mut grouped = start.clone();
         grouped.update_grouped(ll.view())?;
         let mut legacy = start;
         legacy.update(ll.view())?;
-        // Both rules round log w + ℓ − L at the magnitude of ℓ.
-        let scale = 1.0 + lik.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+        // Both rules round log w + ℓ − L at the magnitude of its terms.
+        let largest = |xs: &mut dyn Iterator<Item = f64>| xs.filter(|x| x.is_finite()).fold(0.0f64, |a, x| a.max(x.abs()));
+        let scale = 1.0 + largest(&mut lik.iter().copied()) + largest(&mut start_lw.iter().copied());
         for (g, l) in grouped.log_weights().iter().zip(legacy.log_weights()) {
             prop_assert!(g == l || (g - l).abs() <= 1e-14 * scale, "{} vs {}", g, l);
         }
