@@ -142,7 +142,8 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
     for entry in &journal {
         if !entry.log_likelihood.is_empty() {
             let rule = UpdateRule::from_code(entry.update_rule).ok_or("unknown update rule")?;
-            replay.update_by(rule, ndarray::ArrayView1::from(&entry.log_likelihood))?;
+            let labels = entry.step.as_ref().map(|s| s.labels.as_slice()).unwrap_or_default();
+            replay.update_by(rule, labels, ndarray::ArrayView1::from(&entry.log_likelihood))?;
         }
     }
     assert_eq!(replay, posterior);

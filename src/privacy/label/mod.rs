@@ -43,9 +43,9 @@ pub const OBSERVER_RELATIVE_FLOOR: f64 = 1e-12;
 #[derive(Clone, Debug)]
 pub struct LabelCalibration {
     classes: Vec<usize>,
-    teacher_class: Vec<usize>,
-    /// The teachers grouped by label in order of first appearance, and each
-    /// group's position in `classes` and posterior log-mass.
+    /// The teachers grouped by label in order of first appearance (the
+    /// groups of [`UpdateRule::Grouped`](super::posterior::UpdateRule::Grouped)),
+    /// and each group's position in `classes` and posterior log-mass.
     groups: Groups,
     group_position: Vec<usize>,
     log_masses: Vec<f64>,
@@ -86,7 +86,6 @@ pub fn calibrate(
     classes_seen.sort_unstable();
     let group_position: Vec<usize> =
         first_seen.iter().map(|y| classes_seen.binary_search(y).unwrap_or_default()).collect(); // every class is in the sorted set
-    let teacher_class: Vec<usize> = groups.of().iter().map(|&g| group_position[g]).collect();
 
     let log_masses = posterior.group_log_masses(&groups);
     let p = class_probabilities(&log_masses, &group_position);
@@ -108,7 +107,7 @@ pub fn calibrate(
             Noise::certified(classes, classes_seen.clone(), u, &q, 0.0, b)?
         }
     };
-    Ok(LabelCalibration { classes: classes_seen, teacher_class, groups, group_position, log_masses, p, noise })
+    Ok(LabelCalibration { classes: classes_seen, groups, group_position, log_masses, p, noise })
 }
 
 impl LabelCalibration {
@@ -134,7 +133,7 @@ impl LabelCalibration {
 
     /// Position (within [`classes`](Self::classes)) of teacher i's label.
     pub fn position_of_teacher(&self, teacher: usize) -> Option<usize> {
-        self.teacher_class.get(teacher).copied()
+        self.groups.of().get(teacher).map(|&g| self.group_position[g])
     }
 
     /// The release r = e_{y*} + z restricted to the active classes, where
@@ -217,23 +216,27 @@ impl LabelCalibration {
                 -0.5 * qf
             })
             .collect();
-        Ok(self.teacher_class.iter().map(|&a| per_class[a]).collect())
+        Ok(self.per_teacher(ArrayView1::from(&per_class)))
     }
 
     /// Eq. 4's log-likelihood for each teacher: the value of its label's class.
     pub fn teacher_log_likelihoods(&self, center: usize, draw: &NoiseDraw) -> Array1<f64> {
-        let per_class = self.class_log_likelihoods(center, draw);
-        self.teacher_class.iter().map(|&a| per_class[a]).collect()
+        self.per_teacher(self.class_log_likelihoods(center, draw).view())
+    }
+
+    /// Each teacher's entry of a per-class vector (indexed by position in
+    /// [`classes`](Self::classes)).
+    fn per_teacher(&self, per_class: ArrayView1<'_, f64>) -> Array1<f64> {
+        self.groups.of().iter().map(|&g| per_class[self.group_position[g]]).collect()
     }
 
     /// Applies Eq. 4 for the release drawn around `center` to `posterior`
     /// (the one this calibration was made under) by the grouped rule
-    /// ([`super::posterior::UpdateRule::Grouped`]): k exponentials, reusing
-    /// the class masses computed for p. Bit for bit what
-    /// [`Posterior::update_grouped`] makes
-    /// of [`teacher_log_likelihoods`](Self::teacher_log_likelihoods), which
-    /// is what replay runs; when two classes' log-likelihoods coincide that
-    /// function merges their groups, so it is called instead.
+    /// ([`super::posterior::UpdateRule::Grouped`], one group per label):
+    /// k exponentials, reusing the class masses computed for p. Bit for bit
+    /// what [`Posterior::update_grouped`] makes of the teachers' labels and
+    /// the returned [`teacher_log_likelihoods`](Self::teacher_log_likelihoods),
+    /// which is what replay runs. The same work whatever `center` is.
     ///
     /// # Errors
     /// As [`Posterior::update`]; the posterior is then unchanged.
@@ -244,16 +247,9 @@ impl LabelCalibration {
         draw: &NoiseDraw,
     ) -> Result<Array1<f64>, PrivacyError> {
         let per_class = self.class_log_likelihoods(center, draw);
-        let teacher: Array1<f64> = self.teacher_class.iter().map(|&a| per_class[a]).collect();
         let group_lik: Vec<f64> = self.group_position.iter().map(|&at| per_class[at]).collect();
-        let distinct =
-            group_lik.iter().enumerate().all(|(g, x)| group_lik[..g].iter().all(|y| y.to_bits() != x.to_bits()));
-        if distinct {
-            posterior.update_groups(&self.groups, &group_lik, &self.log_masses)?;
-        } else {
-            posterior.update_grouped(teacher.view())?;
-        }
-        Ok(teacher)
+        posterior.update_groups(&self.groups, &group_lik, &self.log_masses)?;
+        Ok(self.per_teacher(per_class.view()))
     }
 }
 

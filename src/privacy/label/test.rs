@@ -1,6 +1,7 @@
 use super::*;
 use crate::privacy::noise::NoiseDraw;
 use crate::privacy::noise::{CALIBRATION_SLACK, VARIANCE_FLOOR};
+use crate::privacy::posterior::UpdateRule;
 use chacha20::ChaCha20Rng;
 use ndarray::Axis;
 use ndarray_linalg::{Eigh, UPLO};
@@ -327,13 +328,20 @@ fn the_unrounded_release_names_its_centre_in_its_low_bits() -> Result<(), Privac
 }
 
 /// The mechanism's grouped update (class masses reused from p) is bit for
-/// bit what replay computes from the journaled per-teacher vector alone.
-fn assert_update_matches_replay(cal: &LabelCalibration, start: &Posterior, center: usize, draw: &NoiseDraw) {
+/// bit what replay computes from the labels and the journaled per-teacher
+/// vector alone.
+fn assert_update_matches_replay(
+    cal: &LabelCalibration,
+    labels: &[usize],
+    start: &Posterior,
+    center: usize,
+    draw: &NoiseDraw,
+) {
     let mut served = start.clone();
     let teacher = cal.update_posterior(&mut served, center, draw).expect("updates");
     assert_eq!(teacher, cal.teacher_log_likelihoods(center, draw));
     let mut replayed = start.clone();
-    replayed.update_grouped(teacher.view()).expect("replays");
+    replayed.update_by(UpdateRule::Grouped, labels, teacher.view()).expect("replays");
     let bits = |p: &Posterior| p.log_weights().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&served), bits(&replayed));
 }
@@ -350,13 +358,13 @@ proptest! {
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let draw = cal.noise().sample(&mut rng);
         let center = rng.random_range(0..cal.classes().len());
-        assert_update_matches_replay(&cal, &start, center, &draw);
+        assert_update_matches_replay(&cal, &labels, &start, center, &draw);
     }
 }
 
 /// With no noise drawn and a uniform posterior over balanced classes, two
-/// classes can get the same log-likelihood bits; replay then groups them
-/// together, and the served update must do the same (its fallback).
+/// classes can get the same log-likelihood bits; they are still two groups
+/// (groups are labels), on the server and in replay alike.
 #[test]
 fn classes_with_equal_log_likelihoods_update_as_replay_groups_them() -> Result<(), PrivacyError> {
     let mut found = 0;
@@ -370,7 +378,7 @@ fn classes_with_equal_log_likelihoods_update_as_replay_groups_them() -> Result<(
             if bits.iter().enumerate().any(|(c, x)| bits[..c].contains(x)) {
                 found += 1;
             }
-            assert_update_matches_replay(&cal, &start, center, &zero);
+            assert_update_matches_replay(&cal, &labels, &start, center, &zero);
         }
     }
     assert!(found > 0, "no case with coinciding log-likelihoods was exercised");

@@ -38,8 +38,9 @@ pub enum UpdateRule {
     /// before the grouped rule existed, and vector mode.
     #[default]
     PerSubset,
-    /// Subsets with bit-identical ℓ form groups, numbered by first
-    /// appearance; L = log Σ_g exp(ℓ_g + log-mass_g), the log-masses from
+    /// Subsets grouped by a public key (label mode: the teacher's label),
+    /// numbered by first appearance, every subset of a group with the same
+    /// ℓ; L = log Σ_g exp(ℓ_g + log-mass_g), the log-masses from
     /// [`Posterior::group_log_masses`].
     Grouped,
 }
@@ -204,34 +205,47 @@ impl Posterior {
         Ok(())
     }
 
-    /// Applies Eq. 4 with the renormaliser computed as `rule` says.
+    /// Applies Eq. 4 with the renormaliser computed as `rule` says; `keys`
+    /// (label mode: the teachers' labels) define the groups of
+    /// [`UpdateRule::Grouped`] and are not read otherwise.
     ///
     /// # Errors
-    /// As [`Posterior::update`].
-    pub fn update_by(&mut self, rule: UpdateRule, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
+    /// As [`Posterior::update_grouped`].
+    pub fn update_by<K: PartialEq>(
+        &mut self,
+        rule: UpdateRule,
+        keys: &[K],
+        log_lik: ArrayView1<'_, f64>,
+    ) -> Result<(), PrivacyError> {
         match rule {
             UpdateRule::PerSubset => self.update(log_lik),
-            UpdateRule::Grouped => self.update_grouped(log_lik),
+            UpdateRule::Grouped => self.update_grouped(&Groups::by_key(keys), log_lik),
         }
     }
 
-    /// Eq. 4 under [`UpdateRule::Grouped`], the groups read off `log_lik`
-    /// itself (subsets with bit-identical values): what replay runs.
+    /// Eq. 4 under [`UpdateRule::Grouped`] from a per-subset vector, as
+    /// replay applies a journaled step: each group's ℓ is its members'.
     ///
     /// # Errors
-    /// As [`Posterior::update`].
-    pub fn update_grouped(&mut self, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
-        if log_lik.len() != self.len() {
+    /// As [`Posterior::update`], and [`PrivacyError::Shape`] if two subsets
+    /// of one group have different ℓ; the posterior is then unchanged.
+    pub fn update_grouped(&mut self, groups: &Groups, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
+        if log_lik.len() != self.len() || groups.of().len() != self.len() {
             return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
         }
-        let bits: Vec<u64> = log_lik.iter().map(|x| x.to_bits()).collect();
-        let groups = Groups::by_key(&bits);
-        let mut group_lik = vec![0.0; groups.count()];
+        let mut group_lik: Vec<Option<f64>> = vec![None; groups.count()];
         for (&g, &l) in groups.of().iter().zip(log_lik) {
-            group_lik[g] = l;
+            match group_lik[g] {
+                None => group_lik[g] = Some(l),
+                Some(first) if first.to_bits() == l.to_bits() => {}
+                Some(_) => {
+                    return Err(PrivacyError::Shape(format!("group {g} was given different log-likelihoods")));
+                }
+            }
         }
-        let masses = self.group_log_masses(&groups);
-        self.update_groups(&groups, &group_lik, &masses)
+        let group_lik: Vec<f64> = group_lik.into_iter().map(|l| l.unwrap_or_default()).collect(); // every group has a member
+        let masses = self.group_log_masses(groups);
+        self.update_groups(groups, &group_lik, &masses)
     }
 
     /// log Σ_{i ∈ g} w_i for every group g: around the group's largest
@@ -280,7 +294,7 @@ impl Posterior {
         if group_lik.iter().any(|x| x.is_nan() || *x == f64::INFINITY) {
             return Err(PrivacyError::NonFinite("posterior update"));
         }
-        let lse = log_sum_exp(group_lik.iter().zip(log_masses).map(|(l, m)| l + m).collect::<Vec<_>>());
+        let lse = log_sum_exp(group_lik.iter().zip(log_masses).map(|(l, m)| l + m));
         if !lse.is_finite() {
             return Err(PrivacyError::NonFinite("posterior update"));
         }

@@ -109,7 +109,7 @@ fn update_rule_codes_round_trip_and_unknown_ones_are_refused() {
 fn grouped_update_keeps_groups_far_below_the_largest_weight() -> Result<(), PrivacyError> {
     let start = Posterior::from_log_weights(vec![0.0, -800.0, -801.0])?;
     let mut grouped = start.clone();
-    grouped.update_grouped(array![-1000.0, 0.0, 0.0].view())?;
+    grouped.update_grouped(&Groups::by_key(&[0, 1, 1]), array![-1000.0, 0.0, 0.0].view())?;
     let mut legacy = start;
     legacy.update(array![-1000.0, 0.0, 0.0].view())?;
     // Both rules round ℓ + log w − L at magnitude 10³: ulps of 10³ apart.
@@ -124,15 +124,20 @@ fn grouped_update_keeps_groups_far_below_the_largest_weight() -> Result<(), Priv
 fn grouped_update_refuses_what_the_per_subset_rule_refuses() -> Result<(), PrivacyError> {
     let mut p = Posterior::from_log_weights(vec![0.0, -1.0, f64::NEG_INFINITY])?;
     let before = p.clone();
-    assert!(p.update_grouped(array![0.0, f64::NAN, 0.0].view()).is_err());
-    assert!(p.update_grouped(array![0.0, f64::INFINITY, 0.0].view()).is_err());
-    assert!(p.update_grouped(array![0.0, 0.0].view()).is_err());
-    assert!(p.update_grouped(array![f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0].view()).is_err(), "no subset left");
-    let groups = Groups::by_key(&[0, 1, 1]);
-    assert!(p.update_groups(&groups, &[0.0], &p.group_log_masses(&groups)).is_err());
+    let groups = Groups::by_key(&[0, 1, 2]);
+    assert!(p.update_grouped(&groups, array![0.0, f64::NAN, 0.0].view()).is_err());
+    assert!(p.update_grouped(&groups, array![0.0, f64::INFINITY, 0.0].view()).is_err());
+    assert!(p.update_grouped(&groups, array![0.0, 0.0].view()).is_err());
+    assert!(p.update_grouped(&Groups::by_key(&[0, 1]), array![0.0, 0.0, 0.0].view()).is_err());
+    let none_left = array![f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0];
+    assert!(p.update_grouped(&groups, none_left.view()).is_err(), "no subset left");
+    // One group, two likelihoods: not a grouped step.
+    assert!(p.update_grouped(&Groups::by_key(&[0, 1, 1]), array![0.0, -1.0, -2.0].view()).is_err());
+    let pairs = Groups::by_key(&[0, 1, 1]);
+    assert!(p.update_groups(&pairs, &[0.0], &p.group_log_masses(&pairs)).is_err());
     assert_eq!(p, before);
     // A subset already at weight 0 stays there; the rest renormalise.
-    p.update_grouped(array![-1.0, 0.0, 0.0].view())?;
+    p.update_grouped(&groups, array![-1.0, 0.0, 0.0].view())?;
     assert_eq!(p.log_weights()[2], f64::NEG_INFINITY);
     assert!((p.log_weights()[0] - p.log_weights()[1]).abs() < 1e-15);
     Ok(())
@@ -158,7 +163,7 @@ proptest! {
         let start_lw = start.log_weights().to_vec();
         let ll: Array1<f64> = key.iter().map(|&g| lik[g]).collect();
         let mut grouped = start.clone();
-        grouped.update_grouped(ll.view())?;
+        grouped.update_grouped(&Groups::by_key(&key), ll.view())?;
         let mut legacy = start;
         legacy.update(ll.view())?;
         // Both rules round log w + ℓ − L at the magnitude of its terms.

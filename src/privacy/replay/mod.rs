@@ -194,9 +194,14 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
         }
     }
 
+    // The grouped rule groups by label; vector outputs have none to group by.
+    let labels: &[usize] = match outputs {
+        TeacherOutputs::Labels { labels, .. } => labels,
+        TeacherOutputs::Vectors(_) => &[],
+    };
     let mut posterior = state.posterior.clone();
     posterior
-        .update_by(step.update_rule, ArrayView1::from(step.log_likelihood))
+        .update_by(step.update_rule, labels, ArrayView1::from(step.log_likelihood))
         .map_err(|e| Mismatch::Outputs(format!("the recorded log-likelihoods cannot be applied: {e}")))?;
     state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
     state.posterior = posterior;

@@ -425,7 +425,8 @@ pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> Vec<f64> {
     let mut posterior = pacpriv::privacy::posterior::Posterior::uniform(m).expect("prior");
     for j in journal.iter().filter(|j| !j.log_likelihood.is_empty()) {
         let rule = pacpriv::privacy::posterior::UpdateRule::from_code(j.update_rule).expect("a known update rule");
-        posterior.update_by(rule, ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
+        let labels = j.step.as_ref().map(|s| s.labels.as_slice()).unwrap_or_default();
+        posterior.update_by(rule, labels, ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
     }
     posterior.log_weights().to_vec()
 }
