@@ -3,7 +3,8 @@ runs beside the Rust mechanism (issue 26 §1).
 
 For each case (d, pattern) it times N queries of Algorithm 1 as the paper
 states it, on the same inputs as the Rust side: m teachers' one-hot
-outputs Y (m x d), a posterior whose log-weights span e^-8 .. 1, b = 2^-32.
+outputs Y (m x d) — or, with --vector, also their jittered score vectors
+(vector mode, issue 26 §2) — a posterior whose log-weights span e^-8 .. 1, b = 2^-32.
 Per query:
   w = softmax(log w); X = sqrt(w) * (Y - w^T Y)      (weighted, centred)
   U, S, V^T = svd(X) (thin, m x d)                  C = V diag(S^2) V^T
@@ -29,6 +30,15 @@ PATTERNS = {
     "k3_110v12v6": [12, 6],
     "k8_spread": [6, 5, 4, 4, 3, 3, 2],
 }
+
+
+def jittered_scores(m, d):
+    """Vector mode: the Rust bench's softmax-like scores, mostly agreeing,
+    with a deterministic per-teacher jitter in [0, 0.01)."""
+    i = np.arange(m)[:, None]
+    j = np.arange(d)[None, :]
+    base = np.where(j == 0, 0.8, 0.2 / d)
+    return base + ((i * 7919 + j * 104729) % 1000) / 1e5
 
 
 def labels_of(m, d, dissent):
@@ -68,14 +78,16 @@ def main():
     parser.add_argument("--m", type=int, default=128)
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--d", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--vector", action="store_true", help="also time vector mode on jittered scores")
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     b = 2.0 ** -32
     for d in args.d:
-        for name, dissent in PATTERNS.items():
-            if len(dissent) + 1 > d:
-                continue
-            Y = np.eye(d)[labels_of(args.m, d, dissent)]
+        cases = [(name, np.eye(d)[labels_of(args.m, d, dissent)])
+                 for name, dissent in PATTERNS.items() if len(dissent) + 1 <= d]
+        if args.vector:
+            cases.append(("vector_jittered", jittered_scores(args.m, d)))
+        for name, Y in cases:
             start = rng.uniform(-8.0, 0.0, args.m)
             start -= start.max() + np.log(np.exp(start - start.max()).sum())
             batch = max(1, args.queries // 5)
