@@ -5,6 +5,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    pacpriv::cli::blas::use_best_kernels();
     let cli = pacpriv::cli::Cli::parse();
     let stdout = std::io::stdout();
     match pacpriv::cli::run(cli, &mut stdout.lock()) {

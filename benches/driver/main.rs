@@ -82,6 +82,7 @@ pub enum Command {
 }
 
 fn main() -> ExitCode {
+    pacpriv::cli::blas::use_best_kernels();
     let args = Args::parse();
     let mut out = std::io::stdout().lock();
     match run(args, &mut out) {

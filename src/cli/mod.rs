@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 pub mod admin;
 pub mod audit;
+pub mod blas;
 pub mod budget;
 pub mod connect;
 pub mod health;

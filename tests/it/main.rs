@@ -12,6 +12,7 @@ mod accuracy;
 mod audit;
 mod bench;
 mod bench_store;
+mod blas;
 mod budget;
 mod canaries;
 mod client;
