@@ -18,8 +18,9 @@
 //! have left (random digests): the session's rows are then those of a
 //! session with P prior answers, only the span numbers are smaller.
 
+use super::report::machine;
 use super::scratch::scratch;
-use super::store::{BUDGET, PER_QUERY, key, machine, principals, seal_secret};
+use super::store::{BUDGET, PER_QUERY, key, principals, seal_secret};
 use anyhow::{Context, bail, ensure};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;

@@ -10,8 +10,9 @@
 //! preparation cannot be reused by the sessions and hide their cost.
 
 use super::footprint::Footprint;
+use super::report::machine;
 use super::scratch::scratch;
-use super::store::{BUDGET, PER_QUERY, admin_principals, key, machine, principals, seal_secret};
+use super::store::{BUDGET, PER_QUERY, admin_principals, key, principals, seal_secret};
 use anyhow::{Context, bail, ensure};
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;

@@ -8,8 +8,9 @@
 //! durable path can reach on these cores), and one session asked
 //! sequentially (one fsync per charge: what group commit buys).
 //!
-//! Also owns what the bench subcommands share: the bench principals and
-//! the machine's description (the scratch directory is [`super::scratch`]).
+//! Also owns what the store-backed bench subcommands share: the bench
+//! principals and keys (the scratch directory is [`super::scratch`], the
+//! machine's description [`super::report::machine`]).
 
 use super::scratch::scratch;
 use anyhow::{Context, bail, ensure};
@@ -124,7 +125,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let [group, sequential, math] = &runs;
 
     writeln!(out, "pacpriv-bench store")?;
-    writeln!(out, "machine: {}", machine())?;
+    writeln!(out, "machine: {}", super::report::machine())?;
     let place = match &args.postgres_url {
         Some(_) => "postgres (a transaction per step)".to_owned(),
         None => format!(
@@ -455,14 +456,4 @@ pub(super) fn principals(n: usize) -> anyhow::Result<Vec<PrincipalConfig>> {
 pub(super) fn admin_principals(n: usize) -> anyhow::Result<Vec<PrincipalRecord>> {
     let now = now_unix();
     Ok(principals(n)?.iter().map(|p| PrincipalRecord { origin: Origin::Admin, ..p.record(now) }).collect())
-}
-
-/// The CPU model and how many cores this process may use.
-pub(super) fn machine() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| c.lines().find_map(|l| Some(l.strip_prefix("model name")?.split_once(':')?.1.trim().to_owned())))
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{model}, {cores} cores available")
 }

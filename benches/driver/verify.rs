@@ -104,7 +104,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
     let per_step = |t: Duration| t.as_secs_f64() * 1e6 / args.steps as f64;
     writeln!(out, "### `pacpriv verify` on {} journaled steps (m = {m}, d = {d}, label mode)\n", args.steps)?;
-    writeln!(out, "{}; export on {fs}, {:.1} MiB.\n", super::store::machine(), bytes as f64 / 1048576.0)?;
+    writeln!(out, "{}; export on {fs}, {:.1} MiB.\n", super::report::machine(), bytes as f64 / 1048576.0)?;
     writeln!(out, "| | total | per step | ratio |")?;
     writeln!(out, "|---|---:|---:|---:|")?;
     writeln!(
