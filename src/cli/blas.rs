@@ -5,7 +5,7 @@
 //! and CI install (0.3.21) does not recognise every current CPU — on the
 //! virtualised AVX-512 Xeons these benchmarks ran on it falls back to its
 //! Prescott (SSE3) kernels, where GEMM is ~3× and a vector-mode answer at
-//! d = 1000 ~1.7× slower (`BENCHMARKS.md`, issue 26 §2). `OPENBLAS_CORETYPE`
+//! d = 1000 ~1.9× slower (`BENCHMARKS.md`, issue 26 §2). `OPENBLAS_CORETYPE`
 //! overrides the choice, but is read only at load time, so a binary that
 //! wants it set runs itself again with it: [`use_best_kernels`], the first
 //! thing `main` does.
