@@ -17,8 +17,9 @@
 //!   (`tests/cluster`), one JSON line per query;
 //! - `verify` ([`verify`]): `pacpriv verify` on a real journal of N steps,
 //!   against the mechanism's time for the same steps;
-//! - `math` ([`math`]): label-mode privacy math per query against the
-//!   paper's numpy path (`benches/numpy/paper_path.py`), in one run.
+//! - `math` ([`math`]): privacy math per query (label mode; vector mode
+//!   with `--vector`) against the paper's numpy path
+//!   (`benches/numpy/paper_path.py`), in one run.
 //!
 //! Benchmarks log only warnings by default (`RUST_LOG` overrides): the
 //! service logs every answer at `info`, which would measure the terminal.
@@ -76,8 +77,9 @@ pub enum Command {
     /// `pacpriv verify` on a journal of N real steps (100 000 by default),
     /// against the time the mechanism took to answer them.
     Verify(verify::Args),
-    /// Label-mode privacy math per query against the paper's numpy path
-    /// (`benches/numpy/paper_path.py`) on the same inputs, in one run.
+    /// Privacy math per query (label mode; vector mode with `--vector`)
+    /// against the paper's numpy path (`benches/numpy/paper_path.py`) on
+    /// the same inputs, in one run.
     Math(math::Args),
 }
 

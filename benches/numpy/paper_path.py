@@ -1,5 +1,5 @@
 """The paper's per-query path in numpy: the baseline `pacpriv-bench math`
-runs beside the Rust mechanism (issue 26 §1).
+runs beside the Rust mechanism (issue 26 §1 and, with --vector, §2).
 
 For each case (d, pattern) it times N queries of Algorithm 1 as the paper
 states it, on the same inputs as the Rust side: m teachers' one-hot

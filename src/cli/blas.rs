@@ -65,12 +65,12 @@ pub fn use_best_kernels() {
     let Some(core) = core_to_request(std::env::var_os(CORETYPE), best_core()) else {
         return;
     };
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
         let mut args = std::env::args_os();
         let mut command = std::process::Command::new(exe);
         if let Some(arg0) = args.next() {

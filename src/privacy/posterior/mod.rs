@@ -230,8 +230,12 @@ impl Posterior {
     /// As [`Posterior::update`], and [`PrivacyError::Shape`] if two subsets
     /// of one group have different ℓ; the posterior is then unchanged.
     pub fn update_grouped(&mut self, groups: &Groups, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
-        if log_lik.len() != self.len() || groups.of().len() != self.len() {
+        if log_lik.len() != self.len() {
             return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
+        }
+        if groups.of().len() != self.len() {
+            // E.g. a journaled grouped step without labels to group by.
+            return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: groups.of().len() });
         }
         let mut group_lik: Vec<Option<f64>> = vec![None; groups.count()];
         for (&g, &l) in groups.of().iter().zip(log_lik) {
