@@ -6,7 +6,9 @@
 //! # Owns
 //! [`CacheWrite`] (one change to a session's cached answers),
 //! [`CacheProbe`] (a query a read looks for) and [`CacheRows`] (what a
-//! read found), and [`squash`], the one form both backends write.
+//! read found), [`squash`], the one form both backends write, and the
+//! tail form ([`append_ops`], [`read_ops`]) in which the embedded store
+//! keeps a session's newest changes inside its record.
 //!
 //! # Invariants
 //! - Cache writes are committed in the transaction of the session record
@@ -14,14 +16,17 @@
 //!   that released it, and a step never without the answer it cached.
 //! - Each owner's answers are numbered in the order they were answered;
 //!   the session record keeps each owner's span (oldest … next − 1), so
-//!   the rows of a session are exactly its spans. The store reads only an
-//!   answer's owner, number and digest; what was released is the session's.
+//!   the rows of a session are exactly its spans, once its tail (if any)
+//!   is applied after them in order. The store reads only an answer's
+//!   owner, number and digest; what was released is the session's.
 //! - Under `refuse`, an evicted answer leaves `(owner, first 8 bytes of its
 //!   digest)` behind for the life of the session, under its number (the
 //!   embedded store overwrites the answer's row with it; a database that
 //!   looks evictions up by digest keys it by prefix).
 
 use super::record::CachedAnswerRecord;
+use crate::proto::store::{TailEviction, TailOp, TailRemembered, tail_op::Op};
+use prost::Message;
 
 /// One change to a session's cached answers.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,6 +115,34 @@ impl Squashed {
     pub fn is_empty(&self) -> bool {
         self.evict.is_empty() && self.insert.is_empty() && self.remember.is_empty()
     }
+}
+
+/// Appends `writes` to `out` as length-delimited `TailOp` messages (the
+/// form of a session record's cache tail, which grows by appending).
+pub fn append_ops<'a>(writes: impl IntoIterator<Item = &'a CacheWrite>, out: &mut Vec<u8>) {
+    for w in writes {
+        let op = match w {
+            CacheWrite::Insert(answer) => Op::Insert(answer.clone()),
+            &CacheWrite::Evict { owner, seq, remember } => Op::Evict(TailEviction { owner, seq, remember }),
+            &CacheWrite::Remember { owner, seq, prefix } => Op::Remember(TailRemembered { owner, seq, prefix }),
+        };
+        // Writing into a Vec cannot run out of room.
+        let _ = TailOp { op: Some(op) }.encode_length_delimited(out);
+    }
+}
+
+/// The writes [`append_ops`] appended, in order; `None` for malformed
+/// bytes.
+pub fn read_ops(mut bytes: &[u8]) -> Option<Vec<CacheWrite>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        out.push(match TailOp::decode_length_delimited(&mut bytes).ok()?.op? {
+            Op::Insert(answer) => CacheWrite::Insert(answer),
+            Op::Evict(TailEviction { owner, seq, remember }) => CacheWrite::Evict { owner, seq, remember },
+            Op::Remember(TailRemembered { owner, seq, prefix }) => CacheWrite::Remember { owner, seq, prefix },
+        });
+    }
+    Some(out)
 }
 
 /// `writes` (in the order they happened) as [`Squashed`].

@@ -7,7 +7,7 @@
 //! and a batch commits atomically; when a record's ticket resolves, every
 //! earlier record of that session is durable too.
 
-use super::answers::{CacheRows, squash};
+use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
 use super::cell::Change;
 use super::record::{Journaled, chain_order, encode_principal};
 use super::{
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
+pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
 /// Journal events by (session, sequence number).
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal_events");
@@ -30,14 +30,26 @@ const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principal
 /// A session's answers by (session, owner, number): [`CACHED`] and a
 /// `CachedAnswer` message while cached; [`EVICTED`] and the digest prefix
 /// once evicted under `refuse` (the row is overwritten in place; under
-/// `charge` it is deleted). One table keyed by number, so a step touches
-/// the two ends of its owner's range — the answer it adds, the one it
-/// evicts — and nothing keyed by a random digest (a session held here
-/// looks its cache up in memory, never in the table).
-const ANSWERS: TableDefinition<(&str, u64, u64), &[u8]> = TableDefinition::new("answer_cache");
+/// `charge` it is deleted). One table keyed by number, so moving a
+/// session's tail here (see [`TAIL_BYTES`]) touches the two ends of each
+/// owner's range — the answers it adds, the ones it evicts — and nothing
+/// keyed by a random digest (a session held here looks its cache up in
+/// memory, never in the table).
+pub(super) const ANSWERS: TableDefinition<(&str, u64, u64), &[u8]> = TableDefinition::new("answer_cache");
 /// [`ANSWERS`] value tags.
 const CACHED: u8 = 0;
 const EVICTED: u8 = 1;
+
+/// How many bytes of cache changes (its tail) a session record may carry
+/// before they move to [`ANSWERS`]: ~55 label-mode steps of an answer in
+/// and one out. A commit rewrites whole pages, so changes kept in the
+/// record's value cost little beyond the page the record costs anyway,
+/// while changes written to [`ANSWERS`] cost the two ends of the owner's
+/// range and their branch page: the tail pays those once per ~55 steps
+/// instead of once per commit (`BENCHMARKS.md`, issue 27). A record stays
+/// under ~5.3 KiB; a change larger than this (an answer with a long
+/// published vector) moves at once.
+pub(super) const TAIL_BYTES: usize = 4096;
 
 /// Most records folded into one commit.
 const MAX_BATCH: usize = 4096;
@@ -200,22 +212,42 @@ impl EmbeddedStore {
     /// Backend or corrupt data.
     pub fn load_cache(&self, session: &str) -> Result<CacheRows, StoreError> {
         let txn = self.db.begin_read().map_err(backend)?;
-        let (mut entries, mut evicted) = (Vec::new(), Vec::new());
+        let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
+        let (mut entries, mut evicted) = (std::collections::BTreeMap::new(), Vec::new());
         if let Some(table) = open_in(&txn, ANSWERS)? {
-            let corrupt =
-                || StoreError::Corrupt { session: session.into(), reason: "undecodable cached answer".into() };
             for item in table.range((session, 0, 0)..=(session, u64::MAX, u64::MAX)).map_err(backend)? {
                 let (key, value) = item.map_err(backend)?;
+                let (_, owner, seq) = key.value();
                 match value.value().split_first() {
-                    Some((&CACHED, answer)) => entries.push(super::cached_answer(session, answer)?),
-                    Some((&EVICTED, prefix)) => {
-                        let prefix = <[u8; 8]>::try_from(prefix).map_err(|_| corrupt())?;
-                        evicted.push((key.value().1, u64::from_le_bytes(prefix)));
+                    Some((&CACHED, answer)) => {
+                        drop(entries.insert((owner, seq), super::cached_answer(session, answer)?))
                     }
-                    _ => return Err(corrupt()),
+                    Some((&EVICTED, prefix)) => {
+                        let prefix = <[u8; 8]>::try_from(prefix).map_err(|_| corrupt("undecodable cached answer"))?;
+                        evicted.push((owner, u64::from_le_bytes(prefix)));
+                    }
+                    _ => return Err(corrupt("undecodable cached answer")),
                 }
             }
         }
+        // The changes the record carries come after the rows.
+        let tail = match open_in(&txn, SESSIONS)? {
+            Some(t) => t.get(session).map_err(backend)?.map(|v| stored_tail(session, v.value())).transpose()?,
+            None => None,
+        };
+        for op in tail_ops(session, &tail.unwrap_or_default())? {
+            match op {
+                CacheWrite::Insert(answer) => drop(entries.insert((answer.owner, answer.seq), answer)),
+                CacheWrite::Evict { owner, seq, remember } => {
+                    let gone = entries.remove(&(owner, seq)).ok_or_else(|| corrupt("evicted answer missing"))?;
+                    if remember {
+                        evicted.push((owner, prefix(&gone.digest)));
+                    }
+                }
+                CacheWrite::Remember { owner, prefix, .. } => evicted.push((owner, prefix)),
+            }
+        }
+        let entries = entries.into_values().collect();
         Ok(CacheRows { entries, evicted, probed: None })
     }
 
@@ -440,16 +472,37 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
     {
         let mut sessions = txn.open_table(SESSIONS).map_err(backend)?;
         let mut journal = txn.open_table(JOURNAL).map_err(backend)?;
-        // Later records of a session overwrite earlier ones in the same
-        // batch: they arrive in version order.
-        for w in batch {
-            sessions.insert(w.session.as_str(), w.record.encode().as_slice()).map_err(backend)?;
-            for entry in &w.change.journal {
-                journal.insert((w.session.as_str(), entry.version), entry.encode().as_slice()).map_err(backend)?;
+        // Opened only when a tail moves there: redb creates a table when
+        // opened for writing.
+        let mut answers = None;
+        for (key, writes) in by_session(batch) {
+            // Later records of a session supersede earlier ones: they
+            // arrive in version order. Its cache changes all apply.
+            let Some(last) = writes.last() else { continue };
+            let value = if last.record.cache_owners.is_empty() && writes.iter().all(|w| w.change.cache.is_empty()) {
+                // Never cached anything: no tail to carry.
+                last.record.encode()
+            } else {
+                let stored = sessions.get(key).map_err(backend)?.map(|v| stored_tail(key, v.value())).transpose()?;
+                let mut tail = stored.unwrap_or_default();
+                append_ops(writes.iter().flat_map(|w| &w.change.cache), &mut tail);
+                if tail.len() <= TAIL_BYTES {
+                    last.record.encode_with_tail(tail)
+                } else {
+                    let table = match &mut answers {
+                        Some(table) => table,
+                        None => answers.insert(txn.open_table(ANSWERS).map_err(backend)?),
+                    };
+                    write_cache(table, key, &squash(&tail_ops(key, &tail)?))?;
+                    last.record.encode()
+                }
+            };
+            sessions.insert(key, value.as_slice()).map_err(backend)?;
+            for entry in writes.iter().flat_map(|w| &w.change.journal) {
+                journal.insert((key, entry.version), entry.encode().as_slice()).map_err(backend)?;
             }
         }
-        // Opened only when there is one: redb creates a table when opened
-        // for writing, and most deployments journal nothing.
+        // Opened only when there is one: most deployments journal nothing.
         if batch.iter().any(|w| !w.change.events.is_empty()) {
             let mut events = txn.open_table(EVENTS).map_err(backend)?;
             for w in batch {
@@ -460,24 +513,46 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
                 }
             }
         }
-        if batch.iter().any(|w| !w.change.cache.is_empty()) {
-            let mut answers = txn.open_table(ANSWERS).map_err(backend)?;
-            for w in batch {
-                write_cache(&mut answers, &w.session, &squash(&w.change.cache))?;
-            }
-        }
     }
     // Default durability is Immediate: commit returns after fsync.
     txn.commit().map_err(backend)
 }
 
-/// Applies one write's cache changes (see [`squash`]). An eviction of a
-/// row that is not there means the record's spans and the table disagree:
-/// the commit fails rather than forget what a repeat must be refused for.
+/// `batch` by session, in order of first appearance, each session's
+/// writes in the order they came.
+fn by_session(batch: &[Write]) -> Vec<(&str, Vec<&Write>)> {
+    let mut at = HashMap::new();
+    let mut out: Vec<(&str, Vec<&Write>)> = Vec::new();
+    for w in batch {
+        let i = *at.entry(w.session.as_str()).or_insert_with(|| {
+            out.push((w.session.as_str(), Vec::new()));
+            out.len() - 1
+        });
+        out[i].1.push(w);
+    }
+    out
+}
+
+/// The cache tail of `session`'s stored record, as stored.
+fn stored_tail(session: &str, record: &[u8]) -> Result<Vec<u8>, StoreError> {
+    super::record::cache_tail(record)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+}
+
+/// The cache changes in `session`'s stored tail, in order.
+fn tail_ops(session: &str, tail: &[u8]) -> Result<Vec<CacheWrite>, StoreError> {
+    read_ops(tail)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable cache tail".into() })
+}
+
+/// Applies a session's cache changes to [`ANSWERS`] (see
+/// [`super::answers::squash`]). An eviction of a row that is not there
+/// means the record's spans and the table disagree: the commit fails
+/// rather than forget what a repeat must be refused for.
 fn write_cache(
     answers: &mut redb::Table<'_, (&'static str, u64, u64), &'static [u8]>,
     session: &str,
-    writes: &super::answers::Squashed,
+    writes: &Squashed,
 ) -> Result<(), StoreError> {
     let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
     let evicted = |prefix: u64| [&[EVICTED][..], &prefix.to_le_bytes()].concat();
@@ -488,9 +563,7 @@ fn write_cache(
         if remember {
             let digest = super::cached_answer(session, answer)?.digest;
             drop(gone);
-            answers
-                .insert((session, owner, seq), evicted(super::answers::prefix(&digest)).as_slice())
-                .map_err(backend)?;
+            answers.insert((session, owner, seq), evicted(prefix(&digest)).as_slice()).map_err(backend)?;
         }
     }
     for answer in &writes.insert {

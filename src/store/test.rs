@@ -166,3 +166,110 @@ fn bulk_provisioning_fails_as_one_by_one_would_and_stores_nothing() -> Result<()
     }
     Ok(())
 }
+
+/// Issue 27: the embedded store keeps a session's newest cache changes in
+/// its record and moves them to the answers table once they fill
+/// `TAIL_BYTES`. Whatever the split, a read finds exactly what the writes
+/// said — after every write, and after reopening — and the record stays
+/// bounded. Two owners, `refuse` for owner 0 and `charge` for
+/// owner 1, capacity 32, a format-2 eviction moved in first, steps with no cache
+/// change, and writes that insert and evict the same answers.
+#[test]
+fn cache_changes_read_back_the_same_wherever_they_are_kept() -> Result<(), StoreError> {
+    let dir = tempfile::tempdir().map_err(|e| StoreError::Backend(e.to_string()))?;
+    let path = dir.path().join("state.redb");
+    let store = EmbeddedStore::open(&path)?;
+    let mut model = CacheModel::default();
+    for step in 0..600 {
+        let (rows, owner) = match step {
+            300 => (40, 0),
+            450 => (40, 1),
+            _ if step % 7 == 3 => (0, 0),
+            _ => (1, u64::from(step % 3 == 0)),
+        };
+        let (record, change) = model.step(rows, owner);
+        store.enqueue("alice", record, change)?.wait()?;
+        assert_eq!(CacheModel::read(&store)?, model.expected(), "after step {step}");
+    }
+    drop(store);
+    let store = EmbeddedStore::open(&path)?;
+    assert_eq!(CacheModel::read(&store)?, model.expected(), "after reopening");
+    drop(store);
+    // Most changes moved to the table; the record never grew past its tail.
+    use redb::{ReadableDatabase as _, ReadableTableMetadata as _};
+    let backend = |e: redb::Error| StoreError::Backend(e.to_string());
+    let db = redb::Database::open(&path).map_err(|e| backend(e.into()))?;
+    let txn = db.begin_read().map_err(|e| backend(e.into()))?;
+    let rows = txn.open_table(embedded::ANSWERS).map_err(|e| backend(e.into()))?;
+    assert!(rows.len().map_err(|e| backend(e.into()))? > 100, "the tail moved to the table");
+    let sessions = txn.open_table(embedded::SESSIONS).map_err(|e| backend(e.into()))?;
+    let bytes = sessions.get("alice").map_err(|e| backend(e.into()))?.map(|v| v.value().len());
+    let plain = model.step(0, 0).0.encode().len();
+    assert!(bytes.is_some_and(|b| b <= plain + embedded::TAIL_BYTES + 8), "{bytes:?} bytes");
+    Ok(())
+}
+
+/// What a session's cache writes should leave behind: each owner's FIFO
+/// of capacity 32 and the prefixes remembered (owner 0 only).
+#[derive(Default)]
+struct CacheModel {
+    version: u64,
+    spans: [(u64, u64); 2],
+    cached: std::collections::BTreeMap<(u64, u64), record::CachedAnswerRecord>,
+    evicted: Vec<(u64, u64)>,
+}
+
+impl CacheModel {
+    const CAPACITY: u64 = 32;
+
+    /// The next step's record and cache writes: `rows` new answers of
+    /// `owner` (the first step also moves in a format-2 eviction).
+    fn step(&mut self, rows: usize, owner: u64) -> (SessionRecord, cell::Change) {
+        use sha2::{Digest, Sha256};
+        let mut cache = Vec::new();
+        if self.version == 0 {
+            cache.push(CacheWrite::Remember { owner: 0, seq: 0, prefix: 77 });
+            self.evicted.push((0, 77));
+            self.spans[0] = (1, 1);
+        }
+        let o = owner as usize;
+        for _ in 0..rows {
+            let seq = self.spans[o].1;
+            self.spans[o].1 += 1;
+            let digest = Sha256::digest([owner.to_le_bytes(), seq.to_le_bytes()].concat()).to_vec();
+            let answer = record::CachedAnswerRecord { digest, owner, seq, label: 3, ..Default::default() };
+            self.cached.insert((owner, seq), answer.clone());
+            cache.push(CacheWrite::Insert(answer));
+            if self.spans[o].1 - self.spans[o].0 > Self::CAPACITY {
+                let oldest = self.spans[o].0;
+                self.spans[o].0 += 1;
+                let gone = self.cached.remove(&(owner, oldest)).map(|a| answers::prefix(&a.digest));
+                cache.push(CacheWrite::Evict { owner, seq: oldest, remember: owner == 0 });
+                self.evicted.extend(gone.filter(|_| owner == 0).map(|p| (0, p)));
+            }
+        }
+        self.version += 1;
+        let cache_owners = (0..2)
+            .map(|o| record::CacheOwnerRecord {
+                owner: o,
+                oldest: self.spans[o as usize].0,
+                next: self.spans[o as usize].1,
+            })
+            .collect();
+        (SessionRecord { cache_owners, ..record(self.version) }, cell::Change { steps: 1, cache, ..Default::default() })
+    }
+
+    fn expected(&self) -> (Vec<record::CachedAnswerRecord>, Vec<(u64, u64)>) {
+        let mut evicted = self.evicted.clone();
+        evicted.sort_unstable();
+        (self.cached.values().cloned().collect(), evicted)
+    }
+
+    fn read(store: &EmbeddedStore) -> Result<(Vec<record::CachedAnswerRecord>, Vec<(u64, u64)>), StoreError> {
+        let rows = store.load_cache("alice")?;
+        let (mut entries, mut evicted) = (rows.entries, rows.evicted);
+        entries.sort_by_key(|a| (a.owner, a.seq));
+        evicted.sort_unstable();
+        Ok((entries, evicted))
+    }
+}

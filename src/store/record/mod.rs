@@ -52,6 +52,11 @@ pub const FORMAT: u32 = 2;
 /// of mixed releases never answer a repeat afresh.
 pub const SESSION_FORMAT: u32 = 3;
 
+/// The format of a session record that carries a cache tail (the
+/// embedded store's newest cache changes, `super::embedded`); one without
+/// is still written as [`SESSION_FORMAT`].
+pub const TAIL_FORMAT: u32 = 4;
+
 /// [`MARK`] then `message`.
 fn seal(message: &impl Message) -> Vec<u8> {
     let mut out = Vec::with_capacity(MARK.len() + message.encoded_len());
@@ -127,8 +132,17 @@ impl SessionRecord {
 
     /// The byte form ([`MARK`], format [`SESSION_FORMAT`]).
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_with_tail(Vec::new())
+    }
+
+    /// The byte form carrying `tail` (cache changes in the form of
+    /// [`super::answers::append_ops`]): format [`TAIL_FORMAT`] if there
+    /// are any, else as [`SessionRecord::encode`]. Read it back with
+    /// [`cache_tail`]; [`SessionRecord::decode`] skips it.
+    pub fn encode_with_tail(&self, tail: Vec<u8>) -> Vec<u8> {
         seal(&schema::SessionRecord {
-            format: SESSION_FORMAT,
+            format: if tail.is_empty() { SESSION_FORMAT } else { TAIL_FORMAT },
+            cache_tail: tail,
             version: self.version,
             spent: self.spent,
             limit: self.limit,
@@ -144,7 +158,7 @@ impl SessionRecord {
 
     /// Reads any format a release has written; `None` for malformed bytes.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        match open(bytes, |m: &schema::SessionRecord| m.format == FORMAT || m.format == SESSION_FORMAT) {
+        match open(bytes, |m: &schema::SessionRecord| [FORMAT, SESSION_FORMAT, TAIL_FORMAT].contains(&m.format)) {
             Ok(m) => m.map(|m| SessionRecord {
                 version: m.version,
                 log_weights: m.log_weights,
@@ -159,6 +173,16 @@ impl SessionRecord {
             }),
             Err(unmarked) => legacy::session(unmarked),
         }
+    }
+}
+
+/// The cache tail of a session record's bytes (empty for a record without
+/// one, of any format), without decoding the rest; `None` for malformed
+/// bytes.
+pub fn cache_tail(bytes: &[u8]) -> Option<Vec<u8>> {
+    match open(bytes, |_: &schema::SessionRecordTail| true) {
+        Ok(m) => m.map(|m| m.cache_tail),
+        Err(_unmarked) => Some(Vec::new()),
     }
 }
 

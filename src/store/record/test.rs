@@ -157,7 +157,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
 fn unknown_formats_and_malformed_bytes_are_refused() {
     let r = alice();
     let mut message = crate::proto::store::SessionRecord::decode(&r.encode()[MARK.len()..]).expect("decodes");
-    message.format = SESSION_FORMAT + 1;
+    message.format = TAIL_FORMAT + 1;
     let mut future = MARK.to_vec();
     future.extend_from_slice(&message.encode_to_vec());
     assert_eq!(SessionRecord::decode(&future), None);
