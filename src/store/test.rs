@@ -209,6 +209,9 @@ fn cache_changes_read_back_the_same_wherever_they_are_kept() -> Result<(), Store
     Ok(())
 }
 
+/// A session's cached answers and remembered evictions, sorted.
+type CacheState = (Vec<record::CachedAnswerRecord>, Vec<(u64, u64)>);
+
 /// What a session's cache writes should leave behind: each owner's FIFO
 /// of capacity 32 and the prefixes remembered (owner 0 only).
 #[derive(Default)]
@@ -259,13 +262,13 @@ impl CacheModel {
         (SessionRecord { cache_owners, ..record(self.version) }, cell::Change { steps: 1, cache, ..Default::default() })
     }
 
-    fn expected(&self) -> (Vec<record::CachedAnswerRecord>, Vec<(u64, u64)>) {
+    fn expected(&self) -> CacheState {
         let mut evicted = self.evicted.clone();
         evicted.sort_unstable();
         (self.cached.values().cloned().collect(), evicted)
     }
 
-    fn read(store: &EmbeddedStore) -> Result<(Vec<record::CachedAnswerRecord>, Vec<(u64, u64)>), StoreError> {
+    fn read(store: &EmbeddedStore) -> Result<CacheState, StoreError> {
         let rows = store.load_cache("alice")?;
         let (mut entries, mut evicted) = (rows.entries, rows.evicted);
         entries.sort_by_key(|a| (a.owner, a.seq));
