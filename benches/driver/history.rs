@@ -17,6 +17,10 @@
 //! and the rest are inserted as the evicted-query rows those steps would
 //! have left (random digests): the session's rows are then those of a
 //! session with P prior answers, only the span numbers are smaller.
+//!
+//! `record_bytes` is the session's stored record at the end of the run:
+//! on the embedded store with the cache tail it carries then (0–4 KiB,
+//! depending on where the run stopped).
 
 use super::report::machine;
 use super::scratch::scratch;
@@ -248,7 +252,10 @@ async fn point(
     if answered != stepped + args.steps {
         bail!("{name}: the session's ledger answered {answered}, but {} answers returned", stepped + args.steps);
     }
-    let record = store.load(&session).await?.map_or(0, |r| r.encode().len());
+    let record = match &store {
+        Store::Embedded(e) => e.stored_len(&session)?.unwrap_or(0),
+        Store::Postgres(_) => store.load(&session).await?.map_or(0, |r| r.encode().len()),
+    };
     Ok(Point { name: name.to_owned(), prior, stepped, charges: args.steps, seconds, bytes, record })
 }
 

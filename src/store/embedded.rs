@@ -205,6 +205,16 @@ impl EmbeddedStore {
         super::session_record(session, bytes.value()).map(Some)
     }
 
+    /// Bytes of a session's stored record as it is now, cache tail
+    /// included (what a commit rewrites for it; `None`: no record).
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn stored_len(&self, session: &str) -> Result<Option<usize>, StoreError> {
+        let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
+        Ok(table.get(session).map_err(backend)?.map(|v| v.value().len()))
+    }
+
     /// Every cached answer and remembered eviction of a session (what a
     /// resumed session holds in memory).
     ///
