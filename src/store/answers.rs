@@ -192,4 +192,18 @@ mod test {
             squash(&[CacheWrite::Insert(answer(1, 5, 7)), CacheWrite::Evict { owner: 1, seq: 5, remember: false }]);
         assert!(forgotten.is_empty(), "{forgotten:?}");
     }
+
+    #[test]
+    fn a_tail_reads_back_the_writes_appended_in_order_and_refuses_garbage() {
+        let first = [CacheWrite::Remember { owner: 2, seq: 0, prefix: u64::MAX }, CacheWrite::Insert(answer(1, 5, 7))];
+        let second = [CacheWrite::Evict { owner: 1, seq: 5, remember: true }, CacheWrite::Insert(answer(1, 6, 8))];
+        let mut tail = Vec::new();
+        append_ops(&first, &mut tail);
+        append_ops(&second, &mut tail);
+        assert_eq!(read_ops(&tail), Some([first, second].concat()));
+        assert_eq!(read_ops(&[]), Some(Vec::new()));
+        assert_eq!(read_ops(&tail[..tail.len() - 1]), None, "a cut tail");
+        assert_eq!(read_ops(&[0x02, 0xFF, 0xFF]), None);
+        assert_eq!(read_ops(&[0x00]), None, "an op that is none of the three");
+    }
 }
