@@ -167,6 +167,15 @@ SELECT $1, owner, prefix FROM gone WHERE remember
 UNION SELECT $1, owner, prefix FROM unnest($9::bigint[], $10::bytea[]) AS r(owner, prefix)
 ON CONFLICT DO NOTHING";
 
+/// A step's new record, if the row is still at the version it read.
+const UPDATE_RECORD: &str = "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4";
+
+/// One journal entry.
+const INSERT_JOURNAL: &str = "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)";
+
+/// One journal event.
+const INSERT_EVENT: &str = "INSERT INTO pacpriv_journal_events (session, seq, event) VALUES ($1, $2, $3)";
+
 /// A session's journal, in version order.
 const LOAD_JOURNAL: &str = "SELECT entry FROM pacpriv_journal WHERE session = $1 ORDER BY version";
 
@@ -361,7 +370,8 @@ impl PgStore {
     ) -> Result<(Option<SessionRecord>, CacheRows), StoreError> {
         let client = self.client().await?;
         let (digests, owners, prefixes) = probe_params(probes);
-        let row = client.query_opt(LOAD_PROBED, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+        let statement = client.prepare_cached(LOAD_PROBED).await.map_err(backend)?;
+        let row = client.query_opt(&statement, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
         let Some(row) = row else { return Ok((None, CacheRows::none_found(probes))) };
         Ok((record_of(session, row.get(0))?, cache_rows(session, probes, row.get(1), row.get(2))?))
     }
@@ -513,7 +523,10 @@ impl PgStore {
         let started = std::time::Instant::now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
-        let row = match tx.query_opt(LOCK, &[&session]).await.map_err(backend)? {
+        // The statements of every step, prepared once per connection: a
+        // statement given as text costs a round trip to parse it each time.
+        let lock = tx.prepare_cached(LOCK).await.map_err(backend)?;
+        let row = match tx.query_opt(&lock, &[&session]).await.map_err(backend)? {
             Some(row) => row,
             None => {
                 // A fresh session: make the row so FOR UPDATE has something
@@ -525,7 +538,7 @@ impl PgStore {
                 )
                 .await
                 .map_err(backend)?;
-                tx.query_one(LOCK, &[&session]).await.map_err(backend)?
+                tx.query_one(&lock, &[&session]).await.map_err(backend)?
             }
         };
         let version: i64 = row.get(0);
@@ -534,7 +547,8 @@ impl PgStore {
             CacheRows::none_found(probes)
         } else {
             let (digests, owners, prefixes) = probe_params(probes);
-            let row = tx.query_one(PROBE, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+            let probe = tx.prepare_cached(PROBE).await.map_err(backend)?;
+            let row = tx.query_one(&probe, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
             cache_rows(session, probes, row.get(0), row.get(1))?
         };
         let (write, result) = apply(current, cache).await?;
@@ -547,37 +561,26 @@ impl PgStore {
         if i64::try_from(steps).ok().and_then(|s| version.checked_add(s)) != Some(next_version) {
             return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
         }
-        let updated = tx
-            .execute(
-                "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4",
-                &[&session, &next_version, &next.encode(), &version],
-            )
-            .await
-            .map_err(backend)?;
+        let update = tx.prepare_cached(UPDATE_RECORD).await.map_err(backend)?;
+        let updated =
+            tx.execute(&update, &[&session, &next_version, &next.encode(), &version]).await.map_err(backend)?;
         if updated != 1 {
             return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
         }
         for entry in journal {
             let entry_version = i64::try_from(entry.version).map_err(backend)?;
-            tx.execute(
-                "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)",
-                &[&session, &entry_version, &entry.encode()],
-            )
-            .await
-            .map_err(backend)?;
+            let insert = tx.prepare_cached(INSERT_JOURNAL).await.map_err(backend)?;
+            tx.execute(&insert, &[&session, &entry_version, &entry.encode()]).await.map_err(backend)?;
         }
         for event in events {
             let seq = i64::try_from(event.seq).map_err(backend)?;
-            tx.execute(
-                "INSERT INTO pacpriv_journal_events (session, seq, event) VALUES ($1, $2, $3)",
-                &[&session, &seq, &event.encode_sealed()],
-            )
-            .await
-            .map_err(backend)?;
+            let insert = tx.prepare_cached(INSERT_EVENT).await.map_err(backend)?;
+            tx.execute(&insert, &[&session, &seq, &event.encode_sealed()]).await.map_err(backend)?;
         }
         let cache = squash(&cache);
         if !cache.is_empty() {
-            tx.execute(WRITE_CACHE, &cache_params(session, &cache)?.refs()).await.map_err(backend)?;
+            let write = tx.prepare_cached(WRITE_CACHE).await.map_err(backend)?;
+            tx.execute(&write, &cache_params(session, &cache)?.refs()).await.map_err(backend)?;
         }
         // Everything above failed with the transaction rolled back (nothing
         // charged); a failed COMMIT is ambiguous — it may have committed.

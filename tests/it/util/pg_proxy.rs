@@ -1,6 +1,8 @@
 //! A TCP proxy in front of a test's PostgreSQL that sees what pacpriv
-//! sends: it counts the statements that read a session row, and, when
-//! armed, cuts one connection right after a `COMMIT` has been executed.
+//! sends: it counts the statements that read a session row (executions,
+//! whether sent as text or as a prepared statement bound again), and,
+//! when armed, cuts one connection right after a `COMMIT` has been
+//! executed.
 //! It runs on a runtime of its own thread: a test's runtime may block
 //! while `pacpriv serve` starts, and that start goes through the proxy.
 
@@ -65,7 +67,7 @@ impl PgProxy {
         self.state.cuts.load(Ordering::SeqCst)
     }
 
-    /// Statements sent so far that read a session row.
+    /// Executions so far of statements that read a session row.
     pub fn session_reads(&self) -> usize {
         self.state.session_reads.load(Ordering::SeqCst)
     }
@@ -84,6 +86,62 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
     haystack.windows(needle.len()).filter(|w| *w == needle).count()
 }
 
+/// The client's side of the wire protocol, message by message: counts the
+/// executions of statements that read a session row — a simple query
+/// ('Q') by its text, an extended-protocol execution by the statement its
+/// Bind ('B') names, whose text came in a Parse ('P'), perhaps long before.
+#[derive(Default)]
+struct Frontend {
+    buffered: Vec<u8>,
+    started: bool,
+    /// Prepared statement name → whether it reads a session row.
+    statements: std::collections::HashMap<Vec<u8>, bool>,
+}
+
+impl Frontend {
+    /// Feeds bytes from the client; returns the session reads they
+    /// completed.
+    fn feed(&mut self, bytes: &[u8]) -> usize {
+        self.buffered.extend_from_slice(bytes);
+        let mut reads = 0;
+        loop {
+            // Before the startup message: no type byte (an SSL or GSS
+            // request, 8 bytes, comes first and keeps us waiting).
+            let header = if self.started { 5 } else { 4 };
+            if self.buffered.len() < header {
+                return reads;
+            }
+            let len_at = header - 4;
+            let len = u32::from_be_bytes(self.buffered[len_at..header].try_into().expect("4 bytes")) as usize;
+            let end = len_at + len;
+            if self.buffered.len() < end {
+                return reads;
+            }
+            let message: Vec<u8> = self.buffered.drain(..end).collect();
+            if !self.started {
+                self.started = len != 8;
+                continue;
+            }
+            let body = &message[5..];
+            let mut fields = body.split(|&b| b == 0);
+            match message[0] {
+                b'Q' => reads += count(body, SESSION_READ),
+                b'P' => {
+                    let name = fields.next().unwrap_or_default().to_vec();
+                    let query = fields.next().unwrap_or_default();
+                    self.statements.insert(name, count(query, SESSION_READ) > 0);
+                }
+                b'B' => {
+                    let _portal = fields.next();
+                    let name = fields.next().unwrap_or_default();
+                    reads += usize::from(self.statements.get(name).copied().unwrap_or(false));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Relays one connection, counting session reads; after forwarding an
 /// armed `COMMIT` (a simple query: 'Q', length, "COMMIT\0"), PostgreSQL's
 /// reply that carries its `CommandComplete` ("COMMIT\0") means it has
@@ -98,17 +156,12 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     let s = Arc::clone(&shared);
     let upstream = tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
-        // The last bytes of the previous read, so a statement split across
-        // two reads is still counted once.
-        let mut seen: Vec<u8> = Vec::new();
+        let mut frontend = Frontend::default();
         while let Ok(n) = from_client.read(&mut buf).await {
             if n == 0 {
                 break;
             }
-            let before = count(&seen, SESSION_READ);
-            seen.extend_from_slice(&buf[..n]);
-            s.session_reads.fetch_add(count(&seen, SESSION_READ) - before, Ordering::SeqCst);
-            seen.drain(..seen.len().saturating_sub(SESSION_READ.len() - 1));
+            s.session_reads.fetch_add(frontend.feed(&buf[..n]), Ordering::SeqCst);
             // Armed before the COMMIT leaves, so its reply cannot slip
             // through; only that reply is cut (see above).
             if buf[..n].windows(7).any(|w| w == b"COMMIT\0") && s.armed.swap(false, Ordering::SeqCst) {
