@@ -148,27 +148,30 @@ const LOAD_PROBED: &str = concat!("SELECT record, ", probed!(), " FROM pacpriv_s
 /// The cache rows of some probes, read under the session's row lock.
 const PROBE: &str = concat!("SELECT ", probed!());
 
-/// One step's cache writes (see [`squash`]): evicted rows deleted, their
-/// prefixes remembered where asked, new answers inserted, migrated
-/// evictions remembered.
-const WRITE_CACHE: &str = "
+/// A step's new record, if the row is still at the version it read.
+const UPDATE_RECORD: &str = "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4";
+
+/// [`UPDATE_RECORD`] with the step's cache writes (see [`squash`]) in the
+/// same statement, one round trip: evicted rows deleted, their prefixes
+/// remembered where asked, new answers inserted, migrated evictions
+/// remembered. Its row count is the UPDATE's.
+const UPDATE_RECORD_AND_CACHE: &str = "
 WITH gone AS (
     DELETE FROM pacpriv_answer_cache c
-    USING unnest($2::bigint[], $3::bigint[], $4::bool[]) AS e(owner, seq, remember)
+    USING unnest($5::bigint[], $6::bigint[], $7::bool[]) AS e(owner, seq, remember)
     WHERE c.session = $1 AND c.owner = e.owner AND c.seq = e.seq
     RETURNING c.owner, substring(c.digest FROM 1 FOR 8) AS prefix, e.remember
 ), kept AS (
     INSERT INTO pacpriv_answer_cache (session, owner, seq, digest, answer)
-    SELECT $1, owner, seq, digest, answer FROM unnest($5::bigint[], $6::bigint[], $7::bytea[], $8::bytea[])
+    SELECT $1, owner, seq, digest, answer FROM unnest($8::bigint[], $9::bigint[], $10::bytea[], $11::bytea[])
         AS a(owner, seq, digest, answer)
+), remembered AS (
+    INSERT INTO pacpriv_answer_cache_evicted (session, owner, prefix)
+    SELECT $1, owner, prefix FROM gone WHERE remember
+    UNION SELECT $1, owner, prefix FROM unnest($12::bigint[], $13::bytea[]) AS r(owner, prefix)
+    ON CONFLICT DO NOTHING
 )
-INSERT INTO pacpriv_answer_cache_evicted (session, owner, prefix)
-SELECT $1, owner, prefix FROM gone WHERE remember
-UNION SELECT $1, owner, prefix FROM unnest($9::bigint[], $10::bytea[]) AS r(owner, prefix)
-ON CONFLICT DO NOTHING";
-
-/// A step's new record, if the row is still at the version it read.
-const UPDATE_RECORD: &str = "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4";
+UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4";
 
 /// One journal entry.
 const INSERT_JOURNAL: &str = "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)";
@@ -509,7 +512,9 @@ impl PgStore {
     /// written. The row is locked by the first statement (it is created
     /// only for a fresh session) and the probes are read by the next (so
     /// they see every step committed before the lock was granted): a step
-    /// is two reads, one write per kind of change and the commit.
+    /// is two reads, one write of the record with its cache changes, one
+    /// per journal entry and event, and the commit — each a prepared
+    /// statement, one round trip.
     ///
     /// # Errors
     /// `apply`'s error, or the store's (then nothing may be released).
@@ -561,9 +566,17 @@ impl PgStore {
         if i64::try_from(steps).ok().and_then(|s| version.checked_add(s)) != Some(next_version) {
             return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
         }
-        let update = tx.prepare_cached(UPDATE_RECORD).await.map_err(backend)?;
-        let updated =
-            tx.execute(&update, &[&session, &next_version, &next.encode(), &version]).await.map_err(backend)?;
+        let record = next.encode();
+        let row: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&session, &next_version, &record, &version];
+        let cache = squash(&cache);
+        let updated = if cache.is_empty() {
+            let update = tx.prepare_cached(UPDATE_RECORD).await.map_err(backend)?;
+            tx.execute(&update, &row).await.map_err(backend)?
+        } else {
+            let update = tx.prepare_cached(UPDATE_RECORD_AND_CACHE).await.map_err(backend)?;
+            let params = cache_params(&cache)?;
+            tx.execute(&update, &[&row[..], &params.refs()[..]].concat()).await.map_err(backend)?
+        };
         if updated != 1 {
             return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
         }
@@ -576,11 +589,6 @@ impl PgStore {
             let seq = i64::try_from(event.seq).map_err(backend)?;
             let insert = tx.prepare_cached(INSERT_EVENT).await.map_err(backend)?;
             tx.execute(&insert, &[&session, &seq, &event.encode_sealed()]).await.map_err(backend)?;
-        }
-        let cache = squash(&cache);
-        if !cache.is_empty() {
-            let write = tx.prepare_cached(WRITE_CACHE).await.map_err(backend)?;
-            tx.execute(&write, &cache_params(session, &cache)?.refs()).await.map_err(backend)?;
         }
         // Everything above failed with the transaction rolled back (nothing
         // charged); a failed COMMIT is ambiguous — it may have committed.
@@ -628,10 +636,10 @@ fn cache_rows(
     Ok(CacheRows { entries, evicted, probed: Some(probes.to_vec()) })
 }
 
-/// [`WRITE_CACHE`]'s parameters, one array per column. Owners, and
-/// prefixes, are u64s kept bit for bit in BIGINT / 8 bytes.
-struct CacheParams<'a> {
-    session: &'a str,
+/// [`UPDATE_RECORD_AND_CACHE`]'s cache parameters ($5 on), one array per
+/// column. Owners, and prefixes, are u64s kept bit for bit in BIGINT /
+/// 8 bytes.
+struct CacheParams {
     evict_owner: Vec<i64>,
     evict_seq: Vec<i64>,
     evict_remember: Vec<bool>,
@@ -643,10 +651,9 @@ struct CacheParams<'a> {
     remember_prefix: Vec<Vec<u8>>,
 }
 
-impl CacheParams<'_> {
-    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
+impl CacheParams {
+    fn refs(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 9] {
         [
-            &self.session,
             &self.evict_owner,
             &self.evict_seq,
             &self.evict_remember,
@@ -660,10 +667,9 @@ impl CacheParams<'_> {
     }
 }
 
-fn cache_params<'a>(session: &'a str, c: &Squashed) -> Result<CacheParams<'a>, StoreError> {
+fn cache_params(c: &Squashed) -> Result<CacheParams, StoreError> {
     let seq = |s: u64| i64::try_from(s).map_err(backend);
     Ok(CacheParams {
-        session,
         evict_owner: c.evict.iter().map(|e| e.0 as i64).collect(),
         evict_seq: c.evict.iter().map(|e| seq(e.1)).collect::<Result<_, _>>()?,
         evict_remember: c.evict.iter().map(|e| e.2).collect(),
