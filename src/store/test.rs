@@ -1,9 +1,10 @@
 use super::*;
+use crate::privacy::posterior::Form;
 
 fn record(version: u64) -> SessionRecord {
     SessionRecord {
         version,
-        log_weights: vec![-0.5, -1e250, 0.0, -f64::MIN_POSITIVE],
+        posterior: Form::Log(vec![-0.5, -1e250, 0.0, -f64::MIN_POSITIVE]),
         spent: 0.1 * version as f64,
         limit: 1.0,
         answered: version,

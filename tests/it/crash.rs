@@ -87,7 +87,7 @@ async fn no_received_answer_is_lost_across_kill_9() {
             ledger.record(Nats::new(j.charge).expect("charge")).expect("fits");
         }
         assert_eq!(ledger.spent().get(), record.spent, "{p}: ledger equals the journal's charges");
-        assert_eq!(replay(M, &journal), record.log_weights, "{p}: posterior equals replaying the journal");
+        assert_eq!(replay(M, &journal), record.posterior, "{p}: posterior equals replaying the journal");
         cache_matches_journal(&store, p, &record, &journal);
         steps += journal.len();
     }

@@ -229,7 +229,7 @@ async fn teacher_faults_never_release_a_partial_answer_or_charge_a_failed_query(
     let told: HashMap<&str, f64> = answered.iter().map(|(s, r)| (s.id.as_str(), r.mi_charged)).collect();
     assert_eq!(journaled, told, "journal = the answered queries with their charges");
     assert_eq!(record.answered, answered.len() as u64);
-    assert_eq!(replay(M, &journal), record.log_weights, "posterior = replaying the answered queries");
+    assert_eq!(replay(M, &journal), record.posterior, "posterior = replaying the answered queries");
     let failed: HashSet<&str> = sent.iter().filter(|s| s.result.is_err()).map(|s| s.id.as_str()).collect();
     assert!(failed.iter().all(|id| !journaled.contains_key(id)));
 

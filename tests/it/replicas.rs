@@ -43,7 +43,7 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
     assert_eq!(record.version as usize, QUERIES, "one version per answer, none applied twice");
     assert_eq!(journal.len(), QUERIES);
     assert_eq!(record.spent, QUERIES as f64 / 256.0, "total charge equals answers");
-    assert_eq!(replay(M, &journal), record.log_weights, "posterior equals replaying the answers");
+    assert_eq!(replay(M, &journal), record.posterior, "posterior equals replaying the answers");
     // Both replicas report the same account.
     for c in &clients {
         let b = crate::util::budget(&mut c.clone(), "demo-key").await;

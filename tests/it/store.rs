@@ -6,6 +6,7 @@ use crate::util::{Postgres, Process, budget, client, digit, image, predict, repl
 use pacpriv::privacy::Nats;
 use pacpriv::privacy::ledger::Policy;
 use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
+use pacpriv::privacy::posterior::Form;
 use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv::session::{Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
 use pacpriv::store::{
@@ -95,7 +96,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let record = store.load("alice").await.expect("load").expect("alice has a record");
     let journal = store.journal("alice").await.expect("journal");
     assert_eq!(journal.iter().map(|j| j.version).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
-    assert_eq!(replay(M, &journal), record.log_weights);
+    assert_eq!(replay(M, &journal), record.posterior);
     assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), record.spent);
 
     // The answer cache is durable session state: a repeat is answered from
@@ -313,7 +314,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
 
     let record = store.load("alice").await.expect("load").expect("the old record");
     assert_eq!((record.version, record.answered, record.charged), (3, 3, 2));
-    assert_eq!(record.log_weights[..3], [-0.5, -1e250, 0.0]);
+    assert_eq!(record.posterior.values()[..3], [-0.5, -1e250, 0.0]);
     assert!(record.cache.is_some_and(|c| c.entries.len() == 2 && c.evicted.len() == 1));
     let journal = store.journal("alice").await.expect("journal");
     assert_eq!((journal[0].version, journal[0].query_id.as_str()), (1, "q1"));
@@ -476,14 +477,15 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
     let store = reopen().await;
     let record = store.load("alice").await.expect("load").expect("alice");
     assert!(record.cache.is_none(), "the record keeps no cache once written");
-    // The old release's steps (per-subset renormalisation) and the new one
-    // (grouped) replay to the stored posterior bit for bit, each by its
-    // rule. (The PostgreSQL copy of the fixture holds the records only.)
+    // The old release's steps (per-subset renormalisation, log form) and
+    // the new one (linear form) replay to the stored posterior bit for bit,
+    // each by its rule. (The PostgreSQL copy of the fixture holds the records only.)
     if matches!(store, Store::Embedded(_)) {
         let journal = store.journal("alice").await.expect("journal");
         let rules: Vec<u32> = journal.iter().map(|j| j.update_rule).collect();
-        assert_eq!(rules, [0, 0, 0, 0, 1], "four old steps, then the new query's");
-        assert_eq!(replay(M, &journal), record.log_weights);
+        assert_eq!(rules, [0, 0, 0, 0, 2], "four old steps, then the new query's");
+        assert!(matches!(record.posterior, Form::Linear(_)), "the new step left linear weights");
+        assert_eq!(replay(M, &journal), record.posterior);
     }
     assert_eq!(record.cache_owners.len(), 1);
     // Numbers 0 and 1 went to the old record's evictions, 2 and 3 to its

@@ -6,7 +6,7 @@
 //! {"session":"alice","version":1,"query_id":"…","charge":…,"step":{…},"log_likelihood":[…],"chain":"…"}
 //! {"session":"alice","event":1,"after_version":1,"kind":"cache_hit","query_id":"…","step":{…},…,"chain":"…"}
 //! …every entry and event of alice, in chain order…
-//! {"session":"alice","record":{"version":…,"spent":…,"log_weights":[…],"journal_head":"…",…}}
+//! {"session":"alice","record":{"version":…,"spent":…,"log_weights":[…] or "weights":[…],"journal_head":"…",…}}
 //! …the next session…
 //! ```
 //!
@@ -169,9 +169,12 @@ pub struct RecordLine {
     pub answered: u64,
     /// Answers charged.
     pub charged: u64,
-    /// The posterior's log-weights.
+    /// The posterior's log-weights (empty when it is in linear form).
     #[serde(with = "floats")]
     pub log_weights: Vec<f64>,
+    /// The posterior's linear weights (absent when it is in log form).
+    #[serde(default, with = "floats", skip_serializing_if = "Vec::is_empty")]
+    pub weights: Vec<f64>,
     /// The chain hash of the last entry or event, hex (empty: none).
     pub journal_head: String,
     /// Events journaled.
@@ -276,13 +279,15 @@ impl StepLine {
 impl RecordLine {
     /// The line of `record`.
     pub fn of(record: &SessionRecord) -> Self {
+        let (log_weights, weights) = record.posterior.to_fields();
         RecordLine {
             version: record.version,
             spent: record.spent,
             limit: record.limit,
             answered: record.answered,
             charged: record.charged,
-            log_weights: record.log_weights.clone(),
+            log_weights,
+            weights,
             journal_head: record.journal_head.map(|h| hex(&h)).unwrap_or_default(),
             journal_events: record.journal_events,
         }

@@ -24,7 +24,7 @@ pub mod format;
 use crate::cli::plural;
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::{SessionState, TeacherOutputs};
-use crate::privacy::posterior::{Posterior, UpdateRule};
+use crate::privacy::posterior::{Form, Posterior, UpdateRule};
 use crate::privacy::replay::{self, Recorded};
 use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::JournalEntry;
@@ -399,10 +399,8 @@ impl Replaying {
                 l.charged()
             ));
         }
-        let replayed = state.posterior.log_weights();
-        if replayed.len() != record.log_weights.len()
-            || replayed.iter().zip(&record.log_weights).any(|(a, b)| !same(*a, *b))
-        {
+        let stored = Form::from_fields(record.log_weights.clone(), record.weights.clone());
+        if !stored.is_some_and(|f| f.same_bits(state.posterior.form())) {
             return Err("its record's posterior is not the one its journal replays to".into());
         }
         Ok(Verified {

@@ -28,8 +28,10 @@ use super::{Nats, PrivacyError};
 use ndarray::{Array1, Array2, ArrayView1};
 use ndarray_linalg::{Eigh, UPLO};
 
-/// Relative error allowance for weights obtained by exponentiating
-/// normalised log-weights (|log w| ≤ 745 ⇒ relative error ≤ 745·2⁻⁵³).
+/// Relative error allowance for class probabilities: from log form,
+/// exponentials of normalised log-weights (|log w| ≤ 745 ⇒ relative error
+/// ≤ 745·2⁻⁵³); in either form, sums of m non-negative terms and one
+/// division (≤ (m + 1)·2⁻⁵³, below the margin for m < 9 000).
 pub const WEIGHT_ROUNDING: f64 = 1e-12;
 
 /// Largest tolerated |1ᵀu_j| for a label-mode noise direction.
@@ -44,11 +46,12 @@ pub const OBSERVER_RELATIVE_FLOOR: f64 = 1e-12;
 pub struct LabelCalibration {
     classes: Vec<usize>,
     /// The teachers grouped by label in order of first appearance (the
-    /// groups of [`UpdateRule::Grouped`](super::posterior::UpdateRule::Grouped)),
-    /// and each group's position in `classes` and posterior log-mass.
+    /// groups of [`UpdateRule::Linear`](super::posterior::UpdateRule::Linear)),
+    /// and each group's position in `classes` and mass
+    /// ([`Posterior::group_masses`]).
     groups: Groups,
     group_position: Vec<usize>,
-    log_masses: Vec<f64>,
+    masses: Vec<f64>,
     p: Vec<f64>,
     noise: Noise,
 }
@@ -87,8 +90,8 @@ pub fn calibrate(
     let group_position: Vec<usize> =
         first_seen.iter().map(|y| classes_seen.binary_search(y).unwrap_or_default()).collect(); // every class is in the sorted set
 
-    let log_masses = posterior.group_log_masses(&groups);
-    let p = class_probabilities(&log_masses, &group_position);
+    let masses = posterior.group_masses(&groups);
+    let p = class_probabilities(&masses, &group_position);
 
     let noise = match k {
         1 => Noise::none(classes),
@@ -107,7 +110,7 @@ pub fn calibrate(
             Noise::certified(classes, classes_seen.clone(), u, &q, 0.0, b)?
         }
     };
-    Ok(LabelCalibration { classes: classes_seen, groups, group_position, log_masses, p, noise })
+    Ok(LabelCalibration { classes: classes_seen, groups, group_position, masses, p, noise })
 }
 
 impl LabelCalibration {
@@ -227,15 +230,22 @@ impl LabelCalibration {
     /// Each teacher's entry of a per-class vector (indexed by position in
     /// [`classes`](Self::classes)).
     fn per_teacher(&self, per_class: ArrayView1<'_, f64>) -> Array1<f64> {
-        self.groups.of().iter().map(|&g| per_class[self.group_position[g]]).collect()
+        let per_group = self.per_group(per_class);
+        self.groups.of().iter().map(|&g| per_group[g]).collect()
+    }
+
+    /// Each group's entry of a per-class vector.
+    fn per_group(&self, per_class: ArrayView1<'_, f64>) -> Vec<f64> {
+        self.group_position.iter().map(|&at| per_class[at]).collect()
     }
 
     /// Applies Eq. 4 for the release drawn around `center` to `posterior`
-    /// (the one this calibration was made under) by the grouped rule
-    /// ([`super::posterior::UpdateRule::Grouped`], one group per label):
-    /// k exponentials, reusing the class masses computed for p. Bit for bit
-    /// what [`Posterior::update_grouped`] makes of the teachers' labels and
-    /// the returned [`teacher_log_likelihoods`](Self::teacher_log_likelihoods),
+    /// (the one this calibration was made under) by the linear rule
+    /// ([`super::posterior::UpdateRule::Linear`], one group per label):
+    /// k exponentials and m multiplies, reusing the class masses computed
+    /// for p. Bit for bit what
+    /// [`Posterior::update_by`] makes of the teachers' labels and the
+    /// returned [`teacher_log_likelihoods`](Self::teacher_log_likelihoods),
     /// which is what replay runs. The same work whatever `center` is.
     ///
     /// # Errors
@@ -247,9 +257,9 @@ impl LabelCalibration {
         draw: &NoiseDraw,
     ) -> Result<Array1<f64>, PrivacyError> {
         let per_class = self.class_log_likelihoods(center, draw);
-        let group_lik: Vec<f64> = self.group_position.iter().map(|&at| per_class[at]).collect();
-        posterior.update_groups(&self.groups, &group_lik, &self.log_masses)?;
-        Ok(self.per_teacher(per_class.view()))
+        let group_lik = self.per_group(per_class.view());
+        posterior.update_linear(&self.groups, &group_lik, &self.masses)?;
+        Ok(self.groups.of().iter().map(|&g| group_lik[g]).collect())
     }
 }
 
@@ -264,16 +274,15 @@ pub fn check_labels(labels: &[usize], classes: usize) -> Result<(), PrivacyError
     }
 }
 
-/// p_c = Σ_{i: y_i = c} w_i from each class's log-mass (group g sits at
-/// position `position[g]`), normalised by their sum so that Σ p = 1 as
-/// C = diag(p) − ppᵀ assumes: k exponentials around the largest mass. A
-/// class whose mass underflows here holds < 2⁻¹⁰²² of the largest: the
+/// p_c = Σ_{i: y_i = c} w_i from each class's mass up to a common factor
+/// ([`Posterior::group_masses`]; group g sits at position `position[g]`),
+/// normalised by their sum so that Σ p = 1 as C = diag(p) − ppᵀ assumes. A
+/// class whose mass underflowed holds < 2⁻¹⁰²² of the largest: the
 /// variance floor covers it (`docs/privacy-core.md` §2).
-fn class_probabilities(log_masses: &[f64], position: &[usize]) -> Vec<f64> {
-    let max = log_masses.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let mut p = vec![0.0; log_masses.len()];
-    for (&lm, &at) in log_masses.iter().zip(position) {
-        p[at] = (lm - max).exp();
+fn class_probabilities(masses: &[f64], position: &[usize]) -> Vec<f64> {
+    let mut p = vec![0.0; masses.len()];
+    for (&mass, &at) in masses.iter().zip(position) {
+        p[at] = mass;
     }
     let total: f64 = p.iter().sum();
     p.iter_mut().for_each(|x| *x /= total);
@@ -291,8 +300,26 @@ fn eigenbasis(p: &[f64]) -> Result<Array2<f64>, PrivacyError> {
     let mut c = h.t().dot(&hp);
     let outer = qtp.view().insert_axis(ndarray::Axis(1)).dot(&qtp.view().insert_axis(ndarray::Axis(0)));
     c -= &outer;
-    let (_, v) = c.eigh(UPLO::Lower)?;
+    let v = if k == 3 { symmetric_2x2_eigenvectors(c[[0, 0]], c[[1, 0]], c[[1, 1]]) } else { c.eigh(UPLO::Lower)?.1 };
     Ok(h.dot(&v))
+}
+
+/// The eigenvectors of [[a, b], [b, d]] as columns: the Jacobi rotation
+/// that diagonalises it (Golub & Van Loan, *Matrix Computations*, 4th ed.,
+/// Alg. 8.5.1), orthonormal to rounding. k = 3 needs only this, and a
+/// LAPACK call costs more than the rest of the answer; the certificate
+/// checks whatever basis is used, so its accuracy is utility's concern,
+/// never privacy's.
+fn symmetric_2x2_eigenvectors(a: f64, b: f64, d: f64) -> Array2<f64> {
+    let (cos, sin) = if b == 0.0 {
+        (1.0, 0.0)
+    } else {
+        let tau = (d - a) / (2.0 * b);
+        let t = if tau >= 0.0 { 1.0 / (tau + tau.hypot(1.0)) } else { -1.0 / (-tau + tau.hypot(1.0)) };
+        let cos = 1.0 / t.hypot(1.0);
+        (cos, t * cos)
+    };
+    ndarray::array![[cos, sin], [-sin, cos]]
 }
 
 /// The Helmert basis of 1^⊥ in ℝᵏ: column j is

@@ -272,7 +272,7 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
             let draw = cal.noise().sample(rng);
             let (label, noisy, published, evidence) = release_label(&cal, center, &draw);
             let log_lik = cal.update_posterior(&mut posterior, center, &draw)?;
-            (label, noisy, published, log_lik, UpdateRule::Grouped, cal.noise().mi_bound(), Some(evidence))
+            (label, noisy, published, log_lik, UpdateRule::Linear, cal.noise().mi_bound(), Some(evidence))
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;

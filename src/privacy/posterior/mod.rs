@@ -6,43 +6,55 @@
 //! transcript; this module keeps that posterior.
 //!
 //! # Invariants
-//! - Stored as natural-log weights normalised so that log Σ exp = 0: every
-//!   log-weight is finite or −∞, never NaN or +∞, and at least one is finite.
-//! - Every weight is strictly positive in exact arithmetic (a Gaussian
-//!   likelihood never vanishes); a weight that underflows when exponentiated
-//!   is still a member of the support. Only a log-weight that *overflows*
-//!   (below −1.8·10³⁰⁸, a weight under e^(−10³⁰⁸)) saturates to −∞, i.e. weight
-//!   0: its contribution to any covariance is far below the variance floor,
-//!   and saturating instead of failing keeps the update infallible after
-//!   the draw, so no error can depend on which subset is secret
-//!   (`docs/accounting.md` §1.5).
-//! - Updates add log-likelihoods and renormalise with log-sum-exp; nothing is
-//!   exponentiated before normalising.
-//! - Two rules compute the renormaliser L = log Σ_i exp(log w_i + ℓ_i)
-//!   ([`UpdateRule`]); they agree to rounding and differ in the last bits.
-//!   A journal records which rule each step used, because `pacpriv verify`
-//!   replays the posterior bit for bit (`docs/privacy-core.md` §5).
+//! - Held in one of two [`Form`]s, and a store keeps the form as it is:
+//!   natural-log weights normalised so that log Σ exp = 0 (the prior,
+//!   vector mode, and label mode before 2026-11-26), or linear weights up
+//!   to a common factor (label mode's [`UpdateRule::Linear`]).
+//! - Log form: every log-weight is finite or −∞, never NaN or +∞, and at
+//!   least one is finite. A weight that underflows when exponentiated is
+//!   still a member of the support; only a log-weight that *overflows*
+//!   (below −1.8·10³⁰⁸) saturates to −∞, i.e. weight 0: its contribution
+//!   to any covariance is far below the variance floor, and saturating
+//!   instead of failing keeps the update infallible after the draw, so no
+//!   error can depend on which subset is secret (`docs/accounting.md` §1.5).
+//! - Linear form: every weight is finite and ≥ 0, at least one is > 0, and
+//!   each update rescales so that the largest is ≈ 1. A weight below
+//!   2⁻¹⁰⁷⁴ of the largest is 0 and stays 0 — the same saturation, at a
+//!   relative weight the variance floor covers (`docs/privacy-core.md` §5).
+//! - The update rules ([`UpdateRule`]) agree to rounding and differ in the
+//!   last bits. A journal records which rule each step used, because
+//!   `pacpriv verify` replays the posterior bit for bit
+//!   (`docs/privacy-core.md` §5).
 
 use super::PrivacyError;
 use ndarray::{Array1, ArrayView1};
 
-/// How Eq. 4's renormaliser L = log Σ_i exp(log w_i + ℓ_i) is computed.
+/// How Eq. 4 is applied.
 ///
-/// Label mode gives every teacher with the same label the same ℓ, so L only
-/// needs each group's log-mass and one exponential per group
-/// ([`UpdateRule::Grouped`]). The rules are equal in exact arithmetic; a
-/// journal names the one each step used so that replay reproduces it.
+/// Label mode gives every teacher with the same label the same ℓ, so the
+/// renormaliser only needs each group's mass ([`UpdateRule::Grouped`]), and
+/// in linear form an update is one exponential per group and one multiply
+/// per subset ([`UpdateRule::Linear`]). The rules are equal in exact
+/// arithmetic; a journal names the one each step used so that replay
+/// reproduces it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum UpdateRule {
-    /// Log-sum-exp over every subset (m exponentials). Every step journaled
-    /// before the grouped rule existed, and vector mode.
+    /// Log form, log-sum-exp over every subset (m exponentials). Every step
+    /// journaled before the grouped rule existed, and vector mode.
     #[default]
     PerSubset,
-    /// Subsets grouped by a public key (label mode: the teacher's label),
-    /// numbered by first appearance, every subset of a group with the same
-    /// ℓ; L = log Σ_g exp(ℓ_g + log-mass_g), the log-masses from
-    /// [`Posterior::group_log_masses`].
+    /// Log form, subsets grouped by a public key (label mode: the teacher's
+    /// label), numbered by first appearance, every subset of a group with
+    /// the same ℓ; L = log Σ_g exp(ℓ_g + log-mass_g). Label mode from
+    /// 2026-11-25 to 2026-11-26.
     Grouped,
+    /// Linear form, the groups of [`UpdateRule::Grouped`]: w_i ← w_i·f_g
+    /// with f_g = exp(ℓ_g − c) for subset i's group g, where c = max over
+    /// groups with weight of (ℓ_g + log of the group's largest weight), so
+    /// the largest new weight is ≈ 1 ([`Posterior::update_linear`]). A
+    /// log-form posterior is first converted (w_i = exp(log w_i − max)).
+    /// Label mode since 2026-11-26.
+    Linear,
 }
 
 impl UpdateRule {
@@ -51,6 +63,7 @@ impl UpdateRule {
         match self {
             UpdateRule::PerSubset => 0,
             UpdateRule::Grouped => 1,
+            UpdateRule::Linear => 2,
         }
     }
 
@@ -59,8 +72,54 @@ impl UpdateRule {
         match code {
             0 => Some(UpdateRule::PerSubset),
             1 => Some(UpdateRule::Grouped),
+            2 => Some(UpdateRule::Linear),
             _ => None,
         }
+    }
+}
+
+/// The exact numbers a posterior is held in. A store writes them as they
+/// are, and resuming from them continues bit for bit where the session
+/// left off.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Form {
+    /// log P(s_i), normalised: log Σ exp = 0.
+    Log(Vec<f64>),
+    /// P(s_i) = w_i / Σ_j w_j.
+    Linear(Vec<f64>),
+}
+
+impl Form {
+    /// The numbers, whichever form.
+    pub fn values(&self) -> &[f64] {
+        match self {
+            Form::Log(v) | Form::Linear(v) => v,
+        }
+    }
+
+    /// (log-weights, weights), one of them empty: the two fields a record
+    /// or an export keeps the form in.
+    pub fn to_fields(&self) -> (Vec<f64>, Vec<f64>) {
+        match self {
+            Form::Log(v) => (v.clone(), Vec::new()),
+            Form::Linear(v) => (Vec::new(), v.clone()),
+        }
+    }
+
+    /// The form kept in those two fields; `None` unless exactly one of
+    /// them holds numbers.
+    pub fn from_fields(log_weights: Vec<f64>, weights: Vec<f64>) -> Option<Self> {
+        match (log_weights.is_empty(), weights.is_empty()) {
+            (false, true) => Some(Form::Log(log_weights)),
+            (true, false) => Some(Form::Linear(weights)),
+            _ => None,
+        }
+    }
+
+    /// The same form with the same bits (−0.0 ≠ 0.0, NaN = NaN).
+    pub fn same_bits(&self, other: &Form) -> bool {
+        let bits = |f: &Form| f.values().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        std::mem::discriminant(self) == std::mem::discriminant(other) && bits(self) == bits(other)
     }
 }
 
@@ -101,10 +160,10 @@ impl Groups {
     }
 }
 
-/// A normalised posterior over m subsets, as log-weights.
+/// A normalised posterior over m subsets.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Posterior {
-    log_w: Array1<f64>,
+    form: Form,
 }
 
 impl Posterior {
@@ -116,40 +175,60 @@ impl Posterior {
         if m == 0 {
             return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
         }
-        Ok(Posterior { log_w: Array1::from_elem(m, -(m as f64).ln()) })
+        Ok(Posterior { form: Form::Log(vec![-(m as f64).ln(); m]) })
     }
 
-    /// A posterior from unnormalised log-weights (e.g. read back from a store).
+    /// A posterior from unnormalised log-weights.
     ///
     /// # Errors
     /// [`PrivacyError::NonFinite`] if any log-weight is NaN or +∞ or all are
     /// −∞, [`PrivacyError::Domain`] if empty.
-    pub fn from_log_weights(log_w: Vec<f64>) -> Result<Self, PrivacyError> {
+    pub fn from_log_weights(mut log_w: Vec<f64>) -> Result<Self, PrivacyError> {
         check_log_weights(&log_w)?;
-        let mut p = Posterior { log_w: Array1::from(log_w) };
-        p.normalise();
-        Ok(p)
+        let lse = log_sum_exp(log_w.iter().copied());
+        log_w.iter_mut().for_each(|x| *x -= lse);
+        Ok(Posterior { form: Form::Log(log_w) })
     }
 
-    /// Exactly the given normalised log-weights, as written by a store:
-    /// resuming must not renormalise, or the restored session would drift
-    /// (in the last bits) from the one that released the answers.
+    /// Exactly the given form, as written by a store: resuming must not
+    /// renormalise, or the restored session would drift (in the last bits)
+    /// from the one that released the answers.
     ///
     /// # Errors
     /// As [`Posterior::from_log_weights`], and [`PrivacyError::Domain`] if
-    /// the weights do not sum to 1 (within 1e−9 in log space).
-    pub fn restore(log_w: Vec<f64>) -> Result<Self, PrivacyError> {
-        check_log_weights(&log_w)?;
-        let lse = log_sum_exp(log_w.iter().copied());
-        if lse.abs() > 1e-9 {
-            return Err(PrivacyError::Domain(format!("stored posterior is not normalised (log-sum {lse:e})")));
+    /// log-weights do not sum to 1 (within 1e−9 in log space);
+    /// [`PrivacyError::NonFinite`] if linear weights are negative, NaN or
+    /// ∞, or all 0.
+    pub fn restore(form: Form) -> Result<Self, PrivacyError> {
+        match &form {
+            Form::Log(log_w) => {
+                check_log_weights(log_w)?;
+                let lse = log_sum_exp(log_w.iter().copied());
+                if lse.abs() > 1e-9 {
+                    return Err(PrivacyError::Domain(format!("stored posterior is not normalised (log-sum {lse:e})")));
+                }
+            }
+            Form::Linear(w) => {
+                if w.is_empty() {
+                    return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
+                }
+                if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !w.iter().any(|x| *x > 0.0) {
+                    return Err(PrivacyError::NonFinite("posterior weights"));
+                }
+            }
         }
-        Ok(Posterior { log_w: Array1::from(log_w) })
+        Ok(Posterior { form })
+    }
+
+    /// The numbers the posterior is held in, for a store and for comparing
+    /// two posteriors bit for bit.
+    pub fn form(&self) -> &Form {
+        &self.form
     }
 
     /// Number of subsets m.
     pub fn len(&self) -> usize {
-        self.log_w.len()
+        self.form.values().len()
     }
 
     /// Always false: a posterior has at least one subset.
@@ -158,24 +237,70 @@ impl Posterior {
     }
 
     /// Normalised log-weights, log P_t(s_i).
-    pub fn log_weights(&self) -> ArrayView1<'_, f64> {
-        self.log_w.view()
+    pub fn log_weights(&self) -> Array1<f64> {
+        match &self.form {
+            Form::Log(log_w) => Array1::from(log_w.clone()),
+            Form::Linear(w) => {
+                let log_total = w.iter().sum::<f64>().ln();
+                w.iter().map(|x| x.ln() - log_total).collect()
+            }
+        }
     }
 
-    /// Normalised weights P_t(s_i); tiny ones may underflow to 0.
+    /// Normalised weights P_t(s_i); in log form tiny ones may underflow to 0.
     pub fn weights(&self) -> Array1<f64> {
-        self.log_w.mapv(f64::exp)
+        match &self.form {
+            Form::Log(log_w) => log_w.iter().map(|x| x.exp()).collect(),
+            Form::Linear(w) => {
+                let total: f64 = w.iter().sum();
+                w.iter().map(|x| x / total).collect()
+            }
+        }
     }
 
-    /// log Σ_{i ∈ members} w_i: the log-probability of a set of subsets.
+    /// log Σ_{i ∈ members} P(s_i): the log-probability of a set of subsets.
     /// Returns −∞ for an empty set.
     pub fn log_mass(&self, members: impl IntoIterator<Item = usize>) -> f64 {
-        let xs: Vec<f64> = members.into_iter().map(|i| self.log_w[i]).collect();
-        log_sum_exp(xs.iter().copied())
+        match &self.form {
+            Form::Log(log_w) => log_sum_exp(members.into_iter().map(|i| log_w[i]).collect::<Vec<_>>()),
+            Form::Linear(w) => {
+                let part: f64 = members.into_iter().map(|i| w[i]).sum();
+                part.ln() - w.iter().sum::<f64>().ln()
+            }
+        }
     }
 
-    /// Applies Eq. 4: log w_i += log_lik_i, then renormalises. A sum that
-    /// overflows to −∞ saturates there (weight 0, see the module invariants).
+    /// Σ_{i ∈ g} P(s_i) for every group g, up to a common positive factor
+    /// (divide by their sum for probabilities): the masses of the linear
+    /// weights, a log-form posterior's as it converts to them
+    /// (w_i = exp(log w_i − max log w), m exponentials). A function of the
+    /// posterior and the groups alone; the largest is > 0, and a group
+    /// below 2⁻¹⁰⁷⁴ of the largest weight has mass 0.
+    pub fn group_masses(&self, groups: &Groups) -> Vec<f64> {
+        // Four partial sums per group, so that consecutive subsets of one
+        // group do not wait on each other's addition.
+        let mut lanes = vec![[0.0f64; 4]; groups.count()];
+        for (j, (&g, &x)) in groups.of().iter().zip(self.linear_weights().iter()).enumerate() {
+            lanes[g][j % 4] += x;
+        }
+        lanes.iter().map(|l| (l[0] + l[1]) + (l[2] + l[3])).collect()
+    }
+
+    /// The linear form's numbers (converted from log form:
+    /// w_i = exp(log w_i − max log w)).
+    fn linear_weights(&self) -> std::borrow::Cow<'_, [f64]> {
+        match &self.form {
+            Form::Linear(w) => std::borrow::Cow::Borrowed(w),
+            Form::Log(log_w) => {
+                let max = log_w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                std::borrow::Cow::Owned(log_w.iter().map(|lw| (lw - max).exp()).collect())
+            }
+        }
+    }
+
+    /// Applies Eq. 4 by [`UpdateRule::PerSubset`]: log w_i += log_lik_i,
+    /// then renormalises; the result is in log form. A sum that overflows to
+    /// −∞ saturates there (weight 0, see the module invariants).
     ///
     /// The caller passes the log-likelihood of the release under each subset
     /// (−½ (r − M(s_i))ᵀ Σ⁺ (r − M(s_i)) up to a common constant, ≤ 0 for
@@ -191,45 +316,50 @@ impl Posterior {
         if log_lik.len() != self.len() {
             return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
         }
-        if log_lik.iter().any(|x| x.is_nan() || *x == f64::INFINITY) {
-            return Err(PrivacyError::NonFinite("posterior update"));
-        }
+        check_likelihoods(log_lik.iter())?;
         // −∞ + anything finite or −∞ is −∞: saturation needs no special case.
-        let mut next = &self.log_w + &log_lik;
+        let mut next: Vec<f64> = self.log_form().iter().zip(log_lik).map(|(lw, l)| lw + l).collect();
         let lse = log_sum_exp(next.iter().copied());
         if !lse.is_finite() {
             return Err(PrivacyError::NonFinite("posterior update"));
         }
-        next.mapv_inplace(|x| x - lse);
-        self.log_w = next;
+        next.iter_mut().for_each(|x| *x -= lse);
+        self.form = Form::Log(next);
         Ok(())
     }
 
-    /// Applies Eq. 4 with the renormaliser computed as `rule` says; `keys`
-    /// (label mode: the teachers' labels) define the groups of
-    /// [`UpdateRule::Grouped`] and are not read otherwise.
+    /// Applies Eq. 4 by `rule`; `keys` (label mode: the teachers' labels)
+    /// define the groups of [`UpdateRule::Grouped`] and
+    /// [`UpdateRule::Linear`] and are not read otherwise. This is how replay
+    /// applies a journaled step: each group's ℓ is its members'.
     ///
     /// # Errors
-    /// As [`Posterior::update_grouped`].
+    /// As [`Posterior::update`], [`PrivacyError::TeacherCount`] if the keys
+    /// do not fit, and [`PrivacyError::Shape`] if two subsets of one group
+    /// have different ℓ; the posterior is then unchanged.
     pub fn update_by<K: PartialEq>(
         &mut self,
         rule: UpdateRule,
         keys: &[K],
         log_lik: ArrayView1<'_, f64>,
     ) -> Result<(), PrivacyError> {
+        if rule == UpdateRule::PerSubset {
+            return self.update(log_lik);
+        }
+        let groups = Groups::by_key(keys);
+        let group_lik = self.group_likelihoods(&groups, log_lik)?;
         match rule {
-            UpdateRule::PerSubset => self.update(log_lik),
-            UpdateRule::Grouped => self.update_grouped(&Groups::by_key(keys), log_lik),
+            UpdateRule::Grouped => self.update_grouped(&groups, &group_lik),
+            _ => {
+                let masses = self.group_masses(&groups);
+                self.update_linear(&groups, &group_lik, &masses)
+            }
         }
     }
 
-    /// Eq. 4 under [`UpdateRule::Grouped`] from a per-subset vector, as
-    /// replay applies a journaled step: each group's ℓ is its members'.
-    ///
-    /// # Errors
-    /// As [`Posterior::update`], and [`PrivacyError::Shape`] if two subsets
-    /// of one group have different ℓ; the posterior is then unchanged.
-    pub fn update_grouped(&mut self, groups: &Groups, log_lik: ArrayView1<'_, f64>) -> Result<(), PrivacyError> {
+    /// Each group's ℓ from a per-subset vector, refusing a group whose
+    /// members were given different values.
+    fn group_likelihoods(&self, groups: &Groups, log_lik: ArrayView1<'_, f64>) -> Result<Vec<f64>, PrivacyError> {
         if log_lik.len() != self.len() {
             return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: log_lik.len() });
         }
@@ -247,71 +377,121 @@ impl Posterior {
                 }
             }
         }
-        let group_lik: Vec<f64> = group_lik.into_iter().map(|l| l.unwrap_or_default()).collect(); // every group has a member
-        let masses = self.group_log_masses(groups);
-        self.update_groups(groups, &group_lik, &masses)
+        Ok(group_lik.into_iter().map(|l| l.unwrap_or_default()).collect()) // every group has a member
     }
 
-    /// log Σ_{i ∈ g} w_i for every group g: around the group's largest
-    /// log-weight, summed in subset order, so the value is a function of the
-    /// posterior and the groups alone. −∞ for a group whose weights are all 0.
-    pub fn group_log_masses(&self, groups: &Groups) -> Vec<f64> {
-        let k = groups.count();
-        let mut max = vec![f64::NEG_INFINITY; k];
-        for (&g, &lw) in groups.of().iter().zip(&self.log_w) {
-            max[g] = max[g].max(lw);
-        }
-        let mut sum = vec![0.0; k];
-        for (&g, &lw) in groups.of().iter().zip(&self.log_w) {
-            if max[g] != f64::NEG_INFINITY {
-                sum[g] += (lw - max[g]).exp();
-            }
-        }
-        max.iter().zip(&sum).map(|(&m, &s)| if m == f64::NEG_INFINITY { m } else { m + s.ln() }).collect()
-    }
-
-    /// Eq. 4 under [`UpdateRule::Grouped`] when the groups are known:
-    /// `group_lik[g]` is the log-likelihood of every subset in g and
-    /// `log_masses` what [`Posterior::group_log_masses`] returned for
-    /// `groups` on this posterior. log w_i += ℓ_g − L with
-    /// L = log Σ_g exp(ℓ_g + log-mass_g): k exponentials instead of m.
+    /// Eq. 4 by [`UpdateRule::Grouped`]: `group_lik[g]` is the
+    /// log-likelihood of every subset in g. log w_i += ℓ_g − L with
+    /// L = log Σ_g exp(ℓ_g + log-mass_g), each log-mass taken around the
+    /// group's own largest weight so that a group far below the largest
+    /// weight is not lost. The result is in log form.
     ///
     /// # Errors
     /// As [`Posterior::update`]; the posterior is then unchanged.
-    pub fn update_groups(
-        &mut self,
-        groups: &Groups,
-        group_lik: &[f64],
-        log_masses: &[f64],
-    ) -> Result<(), PrivacyError> {
-        if groups.of().len() != self.len() {
-            return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: groups.of().len() });
-        }
-        if group_lik.len() != groups.count() || log_masses.len() != groups.count() {
-            return Err(PrivacyError::Shape(format!(
-                "{} groups with {} likelihoods and {} masses",
-                groups.count(),
-                group_lik.len(),
-                log_masses.len()
-            )));
-        }
-        if group_lik.iter().any(|x| x.is_nan() || *x == f64::INFINITY) {
-            return Err(PrivacyError::NonFinite("posterior update"));
-        }
-        let lse = log_sum_exp(group_lik.iter().zip(log_masses).map(|(l, m)| l + m));
+    pub fn update_grouped(&mut self, groups: &Groups, group_lik: &[f64]) -> Result<(), PrivacyError> {
+        self.check_groups(groups, group_lik)?;
+        let log_w = self.log_form();
+        let log_masses = group_log_masses(&log_w, groups);
+        let lse = log_sum_exp(group_lik.iter().zip(&log_masses).map(|(l, m)| l + m));
         if !lse.is_finite() {
             return Err(PrivacyError::NonFinite("posterior update"));
         }
-        for (lw, &g) in self.log_w.iter_mut().zip(groups.of()) {
-            *lw = (*lw + group_lik[g]) - lse;
-        }
+        let next = log_w.iter().zip(groups.of()).map(|(lw, &g)| (lw + group_lik[g]) - lse).collect();
+        self.form = Form::Log(next);
         Ok(())
     }
 
-    fn normalise(&mut self) {
-        let lse = log_sum_exp(self.log_w.iter().copied());
-        self.log_w.mapv_inplace(|x| x - lse);
+    /// Eq. 4 by [`UpdateRule::Linear`]: `group_lik[g]` is the
+    /// log-likelihood of every subset in g and `masses` what
+    /// [`Posterior::group_masses`] returned for `groups` on this posterior.
+    /// With c = max over groups with mass > 0 of ℓ_g + log mass_g and
+    /// f_g = exp(min(ℓ_g − c, 700)) (0 for a group without mass),
+    /// w_i ← w_i·f_g: k exponentials and logarithms and m multiplies. Every
+    /// new group mass is ≤ 1 and the largest ≈ 1, so the largest weight is
+    /// in [1/m, 1] and a weight only underflows below 2⁻¹⁰⁷⁴·m of it. (The
+    /// cap at e⁷⁰⁰ only binds for a group whose mass is below e⁻⁷⁰⁰ of the
+    /// largest, which it then keeps even smaller; without it f_g could
+    /// overflow.) If no subset with weight has a finite ℓ — impossible for
+    /// the mechanism's likelihoods, which are finite in label mode — the
+    /// weights stay as they are rather than fail after the draw. The result
+    /// is in linear form; a log-form posterior is converted first, as
+    /// [`Posterior::group_masses`] converts it.
+    ///
+    /// # Errors
+    /// [`PrivacyError::TeacherCount`] / [`PrivacyError::Shape`] if the
+    /// groups, likelihoods or masses do not fit, [`PrivacyError::NonFinite`]
+    /// for a NaN or +∞ likelihood; the posterior is then unchanged.
+    pub fn update_linear(&mut self, groups: &Groups, group_lik: &[f64], masses: &[f64]) -> Result<(), PrivacyError> {
+        self.check_groups(groups, group_lik)?;
+        if masses.len() != groups.count() {
+            return Err(PrivacyError::Shape(format!("{} groups with {} masses", groups.count(), masses.len())));
+        }
+        let c = masses
+            .iter()
+            .zip(group_lik)
+            .filter(|(mass, _)| **mass > 0.0)
+            .map(|(mass, l)| l + mass.ln())
+            .fold(f64::NEG_INFINITY, f64::max);
+        let mut w = match std::mem::replace(&mut self.form, Form::Linear(Vec::new())) {
+            Form::Linear(w) => w,
+            log => Posterior { form: log }.linear_weights().into_owned(),
+        };
+        if c.is_finite() {
+            let factor: Vec<f64> = masses
+                .iter()
+                .zip(group_lik)
+                .map(|(mass, l)| if *mass > 0.0 { (l - c).min(700.0).exp() } else { 0.0 })
+                .collect();
+            for (x, &g) in w.iter_mut().zip(groups.of()) {
+                *x *= factor[g];
+            }
+        }
+        self.form = Form::Linear(w);
+        Ok(())
     }
+
+    fn check_groups(&self, groups: &Groups, group_lik: &[f64]) -> Result<(), PrivacyError> {
+        if groups.of().len() != self.len() {
+            return Err(PrivacyError::TeacherCount { posterior: self.len(), teachers: groups.of().len() });
+        }
+        if group_lik.len() != groups.count() {
+            return Err(PrivacyError::Shape(format!("{} groups with {} likelihoods", groups.count(), group_lik.len())));
+        }
+        check_likelihoods(group_lik.iter())
+    }
+
+    /// The log form's numbers (computed from linear weights: log w_i − log Σ w).
+    fn log_form(&self) -> std::borrow::Cow<'_, [f64]> {
+        match &self.form {
+            Form::Log(log_w) => std::borrow::Cow::Borrowed(log_w),
+            Form::Linear(_) => std::borrow::Cow::Owned(self.log_weights().to_vec()),
+        }
+    }
+}
+
+/// log Σ_{i ∈ g} w_i for every group g: around the group's largest
+/// log-weight, summed in subset order, so the value is a function of the
+/// log-weights and the groups alone. −∞ for a group whose weights are all 0.
+fn group_log_masses(log_w: &[f64], groups: &Groups) -> Vec<f64> {
+    let k = groups.count();
+    let mut max = vec![f64::NEG_INFINITY; k];
+    for (&g, &lw) in groups.of().iter().zip(log_w) {
+        max[g] = max[g].max(lw);
+    }
+    let mut sum = vec![0.0; k];
+    for (&g, &lw) in groups.of().iter().zip(log_w) {
+        if max[g] != f64::NEG_INFINITY {
+            sum[g] += (lw - max[g]).exp();
+        }
+    }
+    max.iter().zip(&sum).map(|(&m, &s)| if m == f64::NEG_INFINITY { m } else { m + s.ln() }).collect()
+}
+
+fn check_likelihoods<'a>(mut log_lik: impl Iterator<Item = &'a f64>) -> Result<(), PrivacyError> {
+    if log_lik.any(|x| x.is_nan() || *x == f64::INFINITY) {
+        return Err(PrivacyError::NonFinite("posterior update"));
+    }
+    Ok(())
 }
 
 fn check_log_weights(log_w: &[f64]) -> Result<(), PrivacyError> {

@@ -65,7 +65,7 @@ fn overflowing_log_weights_saturate_to_minus_infinity() -> Result<(), PrivacyErr
     assert_eq!(lw[1], f64::NEG_INFINITY);
     assert!((lw[0] - lw[2] - 1.0).abs() < 1e-15);
     assert!(log_sum_exp(lw.iter().copied()).abs() < 1e-15);
-    assert_eq!(Posterior::restore(lw.clone())?, p);
+    assert_eq!(Posterior::restore(Form::Log(lw.clone()))?, p);
     assert_eq!(Posterior::from_log_weights(vec![0.0, f64::NEG_INFINITY])?.weights()[1], 0.0);
     // A saturated subset stays out whatever later likelihoods say.
     p.update(array![-3.0, 0.0, -3.0].view())?;
@@ -77,12 +77,40 @@ fn overflowing_log_weights_saturate_to_minus_infinity() -> Result<(), PrivacyErr
 fn restore_is_bit_exact_and_refuses_unnormalised_weights() -> Result<(), PrivacyError> {
     let mut p = Posterior::uniform(5)?;
     p.update(ndarray::array![0.3, -1.7, 2.2, -1e3, 0.1].view())?;
-    let restored = Posterior::restore(p.log_weights().to_vec())?;
-    assert_eq!(restored, p);
-    assert!(Posterior::restore(vec![0.0, 0.0]).is_err());
-    assert!(Posterior::restore(vec![f64::NEG_INFINITY, f64::NEG_INFINITY]).is_err());
-    assert!(Posterior::restore(vec![f64::NAN, 0.0]).is_err());
+    assert!(matches!(p.form(), Form::Log(_)));
+    assert_eq!(Posterior::restore(p.form().clone())?, p);
+    assert!(Posterior::restore(Form::Log(vec![0.0, 0.0])).is_err());
+    assert!(Posterior::restore(Form::Log(vec![f64::NEG_INFINITY, f64::NEG_INFINITY])).is_err());
+    assert!(Posterior::restore(Form::Log(vec![f64::NAN, 0.0])).is_err());
+    assert!(Posterior::restore(Form::Log(vec![])).is_err());
     Ok(())
+}
+
+#[test]
+fn restore_keeps_linear_weights_as_they_are_and_refuses_impossible_ones() -> Result<(), PrivacyError> {
+    let mut p = Posterior::uniform(4)?;
+    p.update_by(UpdateRule::Linear, &[0, 0, 1, 2], array![-0.25, -0.25, -3.0, -1e-9].view())?;
+    let Form::Linear(w) = p.form().clone() else { panic!("a linear step leaves linear weights") };
+    assert_eq!(Posterior::restore(Form::Linear(w))?, p);
+    // Linear weights need not sum to 1, only be a posterior up to a factor.
+    assert!(Posterior::restore(Form::Linear(vec![3.0, 0.0, 1e-300]))?.weights()[0] > 0.99);
+    for bad in [vec![], vec![0.0, 0.0], vec![1.0, -1e-300], vec![1.0, f64::NAN], vec![f64::INFINITY, 1.0]] {
+        assert!(Posterior::restore(Form::Linear(bad.clone())).is_err(), "{bad:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn forms_round_trip_through_their_two_fields() {
+    for form in [Form::Log(vec![-0.5, f64::NEG_INFINITY]), Form::Linear(vec![1.0, 0.0])] {
+        let (log_w, w) = form.to_fields();
+        let back = Form::from_fields(log_w, w).expect("one field holds numbers");
+        assert!(back.same_bits(&form));
+    }
+    assert_eq!(Form::from_fields(vec![], vec![]), None);
+    assert_eq!(Form::from_fields(vec![0.0], vec![1.0]), None);
+    assert!(!Form::Log(vec![0.0]).same_bits(&Form::Linear(vec![0.0])));
+    assert!(!Form::Linear(vec![0.0]).same_bits(&Form::Linear(vec![-0.0])));
 }
 
 #[test]
@@ -95,11 +123,11 @@ fn groups_are_numbered_by_first_appearance() {
 
 #[test]
 fn update_rule_codes_round_trip_and_unknown_ones_are_refused() {
-    for rule in [UpdateRule::PerSubset, UpdateRule::Grouped] {
+    for rule in [UpdateRule::PerSubset, UpdateRule::Grouped, UpdateRule::Linear] {
         assert_eq!(UpdateRule::from_code(rule.code()), Some(rule));
     }
     assert_eq!(UpdateRule::default().code(), 0, "entries without the field were per-subset");
-    assert_eq!(UpdateRule::from_code(2), None);
+    assert_eq!(UpdateRule::from_code(3), None);
 }
 
 /// A group whose weights all underflow relative to the largest weight must
@@ -109,7 +137,7 @@ fn update_rule_codes_round_trip_and_unknown_ones_are_refused() {
 fn grouped_update_keeps_groups_far_below_the_largest_weight() -> Result<(), PrivacyError> {
     let start = Posterior::from_log_weights(vec![0.0, -800.0, -801.0])?;
     let mut grouped = start.clone();
-    grouped.update_grouped(&Groups::by_key(&[0, 1, 1]), array![-1000.0, 0.0, 0.0].view())?;
+    grouped.update_by(UpdateRule::Grouped, &[0, 1, 1], array![-1000.0, 0.0, 0.0].view())?;
     let mut legacy = start;
     legacy.update(array![-1000.0, 0.0, 0.0].view())?;
     // Both rules round ℓ + log w − L at magnitude 10³: ulps of 10³ apart.
@@ -120,29 +148,62 @@ fn grouped_update_keeps_groups_far_below_the_largest_weight() -> Result<(), Priv
     Ok(())
 }
 
+/// In linear form a group e⁻⁷⁰⁰ below the largest weight is still
+/// there, and comes back exactly as Bayes' rule says when the release
+/// favours it; one below 2⁻¹⁰⁷⁴ of the largest is 0 (saturated).
 #[test]
-fn grouped_update_refuses_what_the_per_subset_rule_refuses() -> Result<(), PrivacyError> {
-    let mut p = Posterior::from_log_weights(vec![0.0, -1.0, f64::NEG_INFINITY])?;
-    let before = p.clone();
-    let groups = Groups::by_key(&[0, 1, 2]);
-    assert!(p.update_grouped(&groups, array![0.0, f64::NAN, 0.0].view()).is_err());
-    assert!(p.update_grouped(&groups, array![0.0, f64::INFINITY, 0.0].view()).is_err());
-    assert!(p.update_grouped(&groups, array![0.0, 0.0].view()).is_err());
-    assert!(matches!(
-        p.update_grouped(&Groups::by_key(&[0, 1]), array![0.0, 0.0, 0.0].view()),
-        Err(PrivacyError::TeacherCount { posterior: 3, teachers: 2 })
-    ));
+fn linear_update_keeps_groups_far_below_the_largest_weight() -> Result<(), PrivacyError> {
+    let start = Posterior::from_log_weights(vec![0.0, -700.0, -701.0, -800.0])?;
+    let ll = array![-1000.0, 0.0, 0.0, 0.0];
+    let mut linear = start.clone();
+    linear.update_by(UpdateRule::Linear, &[0, 1, 1, 2], ll.view())?;
+    let mut legacy = start;
+    legacy.update(ll.view())?;
+    let (lin, log) = (linear.log_weights(), legacy.log_weights());
+    for i in 0..3 {
+        assert!((lin[i] - log[i]).abs() < 1e-11, "{i}: {} vs {}", lin[i], log[i]);
+    }
+    assert_eq!(lin[3], f64::NEG_INFINITY, "e⁻⁸⁰⁰ of the largest weight is below 2⁻¹⁰⁷⁴");
+    assert!((linear.weights().sum() - 1.0).abs() < 1e-15);
+    let Form::Linear(w) = linear.form() else { panic!("a linear step leaves linear weights") };
+    let largest = w.iter().copied().fold(0.0, f64::max);
+    assert!((0.25..=1.0 + 1e-12).contains(&largest), "the largest new weight is in [1/m, 1]: {w:?}");
+    Ok(())
+}
+
+#[test]
+fn grouped_updates_refuse_what_the_per_subset_rule_refuses() -> Result<(), PrivacyError> {
+    for rule in [UpdateRule::Grouped, UpdateRule::Linear] {
+        let mut p = Posterior::from_log_weights(vec![0.0, -1.0, f64::NEG_INFINITY])?;
+        let before = p.clone();
+        let keys = [0, 1, 2];
+        assert!(p.update_by(rule, &keys, array![0.0, f64::NAN, 0.0].view()).is_err());
+        assert!(p.update_by(rule, &keys, array![0.0, f64::INFINITY, 0.0].view()).is_err());
+        assert!(p.update_by(rule, &keys, array![0.0, 0.0].view()).is_err());
+        assert!(matches!(
+            p.update_by(rule, &[0, 1], array![0.0, 0.0, 0.0].view()),
+            Err(PrivacyError::TeacherCount { posterior: 3, teachers: 2 })
+        ));
+        // One group, two likelihoods: not a grouped step.
+        assert!(p.update_by(rule, &[0, 1, 1], array![0.0, -1.0, -2.0].view()).is_err());
+        let pairs = Groups::by_key(&[0, 1, 1]);
+        assert!(p.update_linear(&pairs, &[0.0], &p.group_masses(&pairs)).is_err());
+        assert!(p.update_linear(&pairs, &[0.0, 0.0], &[1.0]).is_err());
+        assert_eq!(p, before, "{rule:?}");
+        // A subset already at weight 0 stays there; the rest renormalise.
+        p.update_by(rule, &keys, array![-1.0, 0.0, 0.0].view())?;
+        let lw = p.log_weights();
+        assert_eq!(lw[2], f64::NEG_INFINITY, "{rule:?}");
+        assert!((lw[0] - lw[1]).abs() < 1e-15, "{rule:?}");
+    }
+    // Every subset with weight ruled out: the grouped rule refuses; the
+    // linear one, which runs after the draw, keeps the weights.
     let none_left = array![f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0];
-    assert!(p.update_grouped(&groups, none_left.view()).is_err(), "no subset left");
-    // One group, two likelihoods: not a grouped step.
-    assert!(p.update_grouped(&Groups::by_key(&[0, 1, 1]), array![0.0, -1.0, -2.0].view()).is_err());
-    let pairs = Groups::by_key(&[0, 1, 1]);
-    assert!(p.update_groups(&pairs, &[0.0], &p.group_log_masses(&pairs)).is_err());
-    assert_eq!(p, before);
-    // A subset already at weight 0 stays there; the rest renormalise.
-    p.update_grouped(&groups, array![-1.0, 0.0, 0.0].view())?;
-    assert_eq!(p.log_weights()[2], f64::NEG_INFINITY);
-    assert!((p.log_weights()[0] - p.log_weights()[1]).abs() < 1e-15);
+    let mut p = Posterior::from_log_weights(vec![0.0, -1.0, f64::NEG_INFINITY])?;
+    assert!(p.update_by(UpdateRule::Grouped, &[0, 1, 2], none_left.view()).is_err(), "no subset left");
+    let before = p.weights();
+    p.update_by(UpdateRule::Linear, &[0, 1, 2], none_left.view())?;
+    assert!(p.weights().iter().zip(&before).all(|(a, b)| (a - b).abs() < 1e-15));
     Ok(())
 }
 
@@ -166,15 +227,54 @@ proptest! {
         let start_lw = start.log_weights().to_vec();
         let ll: Array1<f64> = key.iter().map(|&g| lik[g]).collect();
         let mut grouped = start.clone();
-        grouped.update_grouped(&Groups::by_key(&key), ll.view())?;
+        grouped.update_by(UpdateRule::Grouped, &key, ll.view())?;
         let mut legacy = start;
         legacy.update(ll.view())?;
         // Both rules round log w + ℓ − L at the magnitude of its terms.
         let largest = |xs: &mut dyn Iterator<Item = f64>| xs.filter(|x| x.is_finite()).fold(0.0f64, |a, x| a.max(x.abs()));
         let scale = 1.0 + largest(&mut lik.iter().copied()) + largest(&mut start_lw.iter().copied());
         for (g, l) in grouped.log_weights().iter().zip(legacy.log_weights()) {
-            prop_assert!(g == l || (g - l).abs() <= 1e-14 * scale, "{} vs {}", g, l);
+            prop_assert!(*g == l || (g - l).abs() <= 1e-14 * scale, "{} vs {}", g, l);
         }
         prop_assert!(log_sum_exp(grouped.log_weights().iter().copied()).abs() <= 1e-14 * scale);
+    }
+
+    /// The linear rule is Bayes' rule too: wherever the exact weight is
+    /// within e⁻⁷⁰⁰ of the largest it agrees with log-sum-exp to rounding,
+    /// far below that it is 0, and applied again to the restored result
+    /// it gives the same bits as applied to the original.
+    #[test]
+    fn linear_update_agrees_with_the_per_subset_rule(
+        (log_w, key, lik, lik2) in (1usize..=128, 1usize..=8).prop_flat_map(|(m, k)| (
+            proptest::collection::vec(proptest::prop_oneof![-690.0f64..0.0, Just(0.0), Just(f64::NEG_INFINITY)], m),
+            proptest::collection::vec(0..k, m),
+            proptest::collection::vec(proptest::prop_oneof![-1e6f64..0.0, -40.0f64..0.0, Just(0.0)], k),
+            proptest::collection::vec(-40.0f64..0.0, k),
+        ))
+    ) {
+        proptest::prop_assume!(log_w.iter().any(|x| x.is_finite()));
+        let start = Posterior::from_log_weights(log_w)?;
+        let start_lw = start.log_weights().to_vec();
+        let ll: Array1<f64> = key.iter().map(|&g| lik[g]).collect();
+        let mut linear = start.clone();
+        linear.update_by(UpdateRule::Linear, &key, ll.view())?;
+        let mut legacy = start;
+        legacy.update(ll.view())?;
+        let largest = |xs: &mut dyn Iterator<Item = f64>| xs.filter(|x| x.is_finite()).fold(0.0f64, |a, x| a.max(x.abs()));
+        let scale = 1.0 + largest(&mut lik.iter().copied()) + largest(&mut start_lw.iter().copied());
+        let top = legacy.log_weights().iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        for (g, l) in linear.log_weights().iter().zip(legacy.log_weights()) {
+            if l > top - 700.0 {
+                prop_assert!((g - l).abs() <= 1e-13 * scale, "{} vs {}", g, l);
+            } else if l < top - 760.0 {
+                prop_assert!(*g == f64::NEG_INFINITY || *g < top - 700.0, "{} vs {}", g, l);
+            }
+        }
+        prop_assert!((linear.weights().sum() - 1.0).abs() <= 1e-13);
+        let mut resumed = Posterior::restore(linear.form().clone())?;
+        let ll2: Array1<f64> = key.iter().map(|&g| lik2[g]).collect();
+        linear.update_by(UpdateRule::Linear, &key, ll2.view())?;
+        resumed.update_by(UpdateRule::Linear, &key, ll2.view())?;
+        prop_assert!(resumed.form().same_bits(linear.form()));
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::privacy::posterior::Form;
 use crate::store::SessionRecord;
 use crate::store::answers::squash;
 use crate::store::record::EvictedRecord;
@@ -267,7 +268,7 @@ fn the_unmarked_cache_layout_is_read_with_its_evidence_rounded_down() {
     old.extend_from_slice(&1u32.to_le_bytes());
     old.extend_from_slice(&42u64.to_le_bytes());
     let record = SessionRecord::decode(&old).expect("format 1 decodes");
-    assert_eq!((record.version, record.spent, record.log_weights.clone()), (7, 0.25, vec![-0.5]));
+    assert_eq!((record.version, record.spent, record.posterior.clone()), (7, 0.25, Form::Log(vec![-0.5])));
     let cache = AnswerCache::migrated(record.cache.as_ref().expect("cache kept")).expect("valid cache");
     let Lookup::Hit(c) = cache.lookup(&digest.into()) else { panic!("entry lost") };
     assert_eq!((c.label, c.unanimous, c.published.clone()), (3, false, Some(vec![0.25, 0.75])));

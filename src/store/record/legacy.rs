@@ -9,6 +9,7 @@
 //! a layout byte 2 (entries partitioned by owner).
 
 use super::schema;
+use crate::privacy::posterior::Form;
 use crate::store::principal::{Origin, PrincipalRecord};
 
 /// Reads little-endian values from the front of a byte slice (the rest
@@ -50,7 +51,7 @@ pub(super) fn session(bytes: &[u8]) -> Option<super::SessionRecord> {
         limit: r.f64()?,
         answered: r.u64()?,
         charged: r.u64()?,
-        log_weights: r.floats()?,
+        posterior: Form::Log(r.floats()?),
         cache: None,
         cache_owners: Vec::new(),
         journal_head: None,

@@ -23,7 +23,7 @@ mod legacy;
 use super::principal::{Origin, PrincipalRecord};
 use crate::privacy::ledger::{Ledger, Policy};
 use crate::privacy::mechanism::SessionState;
-use crate::privacy::posterior::Posterior;
+use crate::privacy::posterior::{Form, Posterior};
 use crate::privacy::{Nats, PrivacyError};
 use crate::proto::store as schema;
 use prost::Message;
@@ -78,8 +78,8 @@ fn open<M: Message + Default>(bytes: &[u8], known: impl Fn(&M) -> bool) -> Resul
 pub struct SessionRecord {
     /// Answered queries so far (0: fresh).
     pub version: u64,
-    /// Posterior log-weights.
-    pub log_weights: Vec<f64>,
+    /// The posterior, in the form the session holds it.
+    pub posterior: Form,
     /// MI spent.
     pub spent: f64,
     /// Session limit when written.
@@ -108,7 +108,7 @@ impl SessionRecord {
             journal_head: None,
             journal_events: 0,
             version,
-            log_weights: state.posterior.log_weights().to_vec(),
+            posterior: state.posterior.form().clone(),
             spent: state.ledger.spent().get(),
             limit: state.ledger.limit().get(),
             answered: state.ledger.answered(),
@@ -125,7 +125,7 @@ impl SessionRecord {
     /// Values outside their domain (a corrupt record).
     pub fn restore(&self, per_query: Nats, limit: Nats, policy: Policy) -> Result<SessionState, PrivacyError> {
         Ok(SessionState {
-            posterior: Posterior::restore(self.log_weights.clone())?,
+            posterior: Posterior::restore(self.posterior.clone())?,
             ledger: Ledger::restore(per_query, limit, policy, Nats::new(self.spent)?, self.answered, self.charged)?,
         })
     }
@@ -140,6 +140,7 @@ impl SessionRecord {
     /// are any, else as [`SessionRecord::encode`]. Read it back with
     /// [`cache_tail`]; [`SessionRecord::decode`] skips it.
     pub fn encode_with_tail(&self, tail: Vec<u8>) -> Vec<u8> {
+        let (log_weights, weights) = self.posterior.to_fields();
         seal(&schema::SessionRecord {
             format: if tail.is_empty() { SESSION_FORMAT } else { TAIL_FORMAT },
             cache_tail: tail,
@@ -148,7 +149,8 @@ impl SessionRecord {
             limit: self.limit,
             answered: self.answered,
             charged: self.charged,
-            log_weights: self.log_weights.clone(),
+            log_weights,
+            weights,
             cache: self.cache.clone(),
             journal_head: self.journal_head.map(|h| h.to_vec()).unwrap_or_default(),
             journal_events: self.journal_events,
@@ -159,17 +161,19 @@ impl SessionRecord {
     /// Reads any format a release has written; `None` for malformed bytes.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
         match open(bytes, |m: &schema::SessionRecord| [FORMAT, SESSION_FORMAT, TAIL_FORMAT].contains(&m.format)) {
-            Ok(m) => m.map(|m| SessionRecord {
-                version: m.version,
-                log_weights: m.log_weights,
-                spent: m.spent,
-                limit: m.limit,
-                answered: m.answered,
-                charged: m.charged,
-                cache: m.cache,
-                journal_head: m.journal_head.as_slice().try_into().ok(),
-                journal_events: m.journal_events,
-                cache_owners: m.cache_owners,
+            Ok(m) => m.and_then(|m| {
+                Some(SessionRecord {
+                    version: m.version,
+                    posterior: Form::from_fields(m.log_weights, m.weights)?,
+                    spent: m.spent,
+                    limit: m.limit,
+                    answered: m.answered,
+                    charged: m.charged,
+                    cache: m.cache,
+                    journal_head: m.journal_head.as_slice().try_into().ok(),
+                    journal_events: m.journal_events,
+                    cache_owners: m.cache_owners,
+                })
             }),
             Err(unmarked) => legacy::session(unmarked),
         }

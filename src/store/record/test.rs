@@ -33,7 +33,7 @@ fn alice() -> SessionRecord {
     assert_eq!(cache.evicted.len(), 1);
     SessionRecord {
         version: 3,
-        log_weights: vec![-0.5, -1e250, 0.0, f64::NEG_INFINITY],
+        posterior: Form::Log(vec![-0.5, -1e250, 0.0, f64::NEG_INFINITY]),
         spent: 3.0 * 2f64.powi(-20),
         limit: 2f64.powi(-10),
         answered: 3,
@@ -84,8 +84,20 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
     assert_eq!(SessionRecord::decode(&bytes), Some(r.clone()));
     let bare = SessionRecord { cache: None, ..r.clone() };
     assert_eq!(SessionRecord::decode(&bare.encode()), Some(bare));
-    let chained = SessionRecord { journal_head: Some([7; 32]), ..r };
+    let chained = SessionRecord { journal_head: Some([7; 32]), ..r.clone() };
     assert_eq!(SessionRecord::decode(&chained.encode()), Some(chained));
+    // A linear-form posterior comes back in linear form, bit for bit.
+    let linear = SessionRecord { posterior: Form::Linear(vec![1.0, 0.0, 5e-324, 0.75]), ..r.clone() };
+    let back = SessionRecord::decode(&linear.encode()).expect("decodes");
+    assert!(back.posterior.same_bits(&linear.posterior));
+    assert_eq!(back, linear);
+    // Both forms, or neither: not a record any release wrote.
+    let (log_weights, weights) = (vec![0.0], vec![1.0]);
+    for (log_weights, weights) in [(log_weights, weights), (vec![], vec![])] {
+        let both =
+            schema::SessionRecord { format: SESSION_FORMAT, version: 1, log_weights, weights, ..Default::default() };
+        assert_eq!(SessionRecord::decode(&seal(&both)), None);
+    }
     let mut j = JournalEntry {
         version: 3,
         query_id: "q-ü".into(),

@@ -421,14 +421,14 @@ fn is_root() -> bool {
 
 /// The posterior a session's journal implies: the prior over `m` subsets
 /// updated with every journaled log-likelihood vector, in order.
-pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> Vec<f64> {
+pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> pacpriv::privacy::posterior::Form {
     let mut posterior = pacpriv::privacy::posterior::Posterior::uniform(m).expect("prior");
     for j in journal.iter().filter(|j| !j.log_likelihood.is_empty()) {
         let rule = pacpriv::privacy::posterior::UpdateRule::from_code(j.update_rule).expect("a known update rule");
         let labels = j.step.as_ref().map(|s| s.labels.as_slice()).unwrap_or_default();
         posterior.update_by(rule, labels, ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
     }
-    posterior.log_weights().to_vec()
+    posterior.form().clone()
 }
 
 /// b of [`small_demo`]: 2^-8, a power of two, so sums of charges are exact.
