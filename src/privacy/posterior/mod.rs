@@ -18,9 +18,10 @@
 //!   instead of failing keeps the update infallible after the draw, so no
 //!   error can depend on which subset is secret (`docs/accounting.md` §1.5).
 //! - Linear form: every weight is finite and ≥ 0, at least one is > 0, and
-//!   each update rescales so that the largest is ≈ 1. A weight below
-//!   2⁻¹⁰⁷⁴ of the largest is 0 and stays 0 — the same saturation, at a
-//!   relative weight the variance floor covers (`docs/privacy-core.md` §5).
+//!   each update rescales so that the largest group mass is ≈ 1. A weight
+//!   below 2⁻¹⁰⁷⁴·m of the largest is 0 and stays 0 — the same saturation,
+//!   at a relative weight the variance floor covers (`docs/privacy-core.md`
+//!   §5).
 //! - The update rules ([`UpdateRule`]) agree to rounding and differ in the
 //!   last bits. A journal records which rule each step used, because
 //!   `pacpriv verify` replays the posterior bit for bit
@@ -50,8 +51,8 @@ pub enum UpdateRule {
     Grouped,
     /// Linear form, the groups of [`UpdateRule::Grouped`]: w_i ← w_i·f_g
     /// with f_g = exp(ℓ_g − c) for subset i's group g, where c = max over
-    /// groups with weight of (ℓ_g + log of the group's largest weight), so
-    /// the largest new weight is ≈ 1 ([`Posterior::update_linear`]). A
+    /// groups with weight of (ℓ_g + log of the group's mass), so the
+    /// largest new group mass is ≈ 1 ([`Posterior::update_linear`]). A
     /// log-form posterior is first converted (w_i = exp(log w_i − max)).
     /// Label mode since 2026-11-26.
     Linear,
@@ -198,7 +199,7 @@ impl Posterior {
     /// As [`Posterior::from_log_weights`], and [`PrivacyError::Domain`] if
     /// log-weights do not sum to 1 (within 1e−9 in log space);
     /// [`PrivacyError::NonFinite`] if linear weights are negative, NaN or
-    /// ∞, or all 0.
+    /// ∞, all 0, or sum to ∞.
     pub fn restore(form: Form) -> Result<Self, PrivacyError> {
         match &form {
             Form::Log(log_w) => {
@@ -212,7 +213,8 @@ impl Posterior {
                 if w.is_empty() {
                     return Err(PrivacyError::Domain("a posterior needs at least one subset".into()));
                 }
-                if w.iter().any(|x| !x.is_finite() || *x < 0.0) || !w.iter().any(|x| *x > 0.0) {
+                let bad = |x: &f64| !x.is_finite() || *x < 0.0;
+                if w.iter().any(bad) || !w.iter().any(|x| *x > 0.0) || !w.iter().sum::<f64>().is_finite() {
                     return Err(PrivacyError::NonFinite("posterior weights"));
                 }
             }
@@ -274,8 +276,7 @@ impl Posterior {
     /// (divide by their sum for probabilities): the masses of the linear
     /// weights, a log-form posterior's as it converts to them
     /// (w_i = exp(log w_i − max log w), m exponentials). A function of the
-    /// posterior and the groups alone; the largest is > 0, and a group
-    /// below 2⁻¹⁰⁷⁴ of the largest weight has mass 0.
+    /// posterior and the groups alone; the largest is > 0.
     pub fn group_masses(&self, groups: &Groups) -> Vec<f64> {
         // Four partial sums per group, so that consecutive subsets of one
         // group do not wait on each other's addition.
@@ -432,6 +433,7 @@ impl Posterior {
             .filter(|(mass, _)| **mass > 0.0)
             .map(|(mass, l)| l + mass.ln())
             .fold(f64::NEG_INFINITY, f64::max);
+        // Taken out of the posterior rather than copied; a log form converts.
         let mut w = match std::mem::replace(&mut self.form, Form::Linear(Vec::new())) {
             Form::Linear(w) => w,
             log => Posterior { form: log }.linear_weights().into_owned(),
