@@ -149,13 +149,21 @@ const LOAD_PROBED: &str = concat!("SELECT record, ", probed!(), " FROM pacpriv_s
 const PROBE: &str = concat!("SELECT ", probed!());
 
 /// A step's new record, if the row is still at the version it read.
-const UPDATE_RECORD: &str = "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4";
+macro_rules! update_record {
+    () => {
+        "UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4"
+    };
+}
 
-/// [`UPDATE_RECORD`] with the step's cache writes (see [`squash`]) in the
-/// same statement, one round trip: evicted rows deleted, their prefixes
-/// remembered where asked, new answers inserted, migrated evictions
-/// remembered. Its row count is the UPDATE's.
-const UPDATE_RECORD_AND_CACHE: &str = "
+/// [`update_record!`] alone, for a step without cache changes.
+const UPDATE_RECORD: &str = update_record!();
+
+/// [`update_record!`] with the step's cache writes (see [`squash`]) in
+/// the same statement, one round trip: evicted rows deleted, their
+/// prefixes remembered where asked, new answers inserted, migrated
+/// evictions remembered. Its row count is the UPDATE's.
+const UPDATE_RECORD_AND_CACHE: &str = concat!(
+    "
 WITH gone AS (
     DELETE FROM pacpriv_answer_cache c
     USING unnest($5::bigint[], $6::bigint[], $7::bool[]) AS e(owner, seq, remember)
@@ -171,7 +179,9 @@ WITH gone AS (
     UNION SELECT $1, owner, prefix FROM unnest($12::bigint[], $13::bytea[]) AS r(owner, prefix)
     ON CONFLICT DO NOTHING
 )
-UPDATE pacpriv_sessions SET version = $2, record = $3 WHERE session = $1 AND version = $4";
+",
+    update_record!()
+);
 
 /// One journal entry.
 const INSERT_JOURNAL: &str = "INSERT INTO pacpriv_journal (session, version, entry) VALUES ($1, $2, $3)";
@@ -580,15 +590,19 @@ impl PgStore {
         if updated != 1 {
             return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
         }
-        for entry in journal {
-            let entry_version = i64::try_from(entry.version).map_err(backend)?;
+        if !journal.is_empty() {
             let insert = tx.prepare_cached(INSERT_JOURNAL).await.map_err(backend)?;
-            tx.execute(&insert, &[&session, &entry_version, &entry.encode()]).await.map_err(backend)?;
+            for entry in journal {
+                let entry_version = i64::try_from(entry.version).map_err(backend)?;
+                tx.execute(&insert, &[&session, &entry_version, &entry.encode()]).await.map_err(backend)?;
+            }
         }
-        for event in events {
-            let seq = i64::try_from(event.seq).map_err(backend)?;
+        if !events.is_empty() {
             let insert = tx.prepare_cached(INSERT_EVENT).await.map_err(backend)?;
-            tx.execute(&insert, &[&session, &seq, &event.encode_sealed()]).await.map_err(backend)?;
+            for event in events {
+                let seq = i64::try_from(event.seq).map_err(backend)?;
+                tx.execute(&insert, &[&session, &seq, &event.encode_sealed()]).await.map_err(backend)?;
+            }
         }
         // Everything above failed with the transaction rolled back (nothing
         // charged); a failed COMMIT is ambiguous — it may have committed.

@@ -230,13 +230,17 @@ impl LabelCalibration {
     /// Each teacher's entry of a per-class vector (indexed by position in
     /// [`classes`](Self::classes)).
     fn per_teacher(&self, per_class: ArrayView1<'_, f64>) -> Array1<f64> {
-        let per_group = self.per_group(per_class);
-        self.groups.of().iter().map(|&g| per_group[g]).collect()
+        self.spread(&self.per_group(per_class))
     }
 
     /// Each group's entry of a per-class vector.
     fn per_group(&self, per_class: ArrayView1<'_, f64>) -> Vec<f64> {
         self.group_position.iter().map(|&at| per_class[at]).collect()
+    }
+
+    /// Each teacher's entry of a per-group vector.
+    fn spread(&self, per_group: &[f64]) -> Array1<f64> {
+        self.groups.of().iter().map(|&g| per_group[g]).collect()
     }
 
     /// Applies Eq. 4 for the release drawn around `center` to `posterior`
@@ -259,7 +263,7 @@ impl LabelCalibration {
         let per_class = self.class_log_likelihoods(center, draw);
         let group_lik = self.per_group(per_class.view());
         posterior.update_linear(&self.groups, &group_lik, &self.masses)?;
-        Ok(self.groups.of().iter().map(|&g| group_lik[g]).collect())
+        Ok(self.spread(&group_lik))
     }
 }
 

@@ -344,14 +344,16 @@ impl Posterior {
         keys: &[K],
         log_lik: ArrayView1<'_, f64>,
     ) -> Result<(), PrivacyError> {
-        if rule == UpdateRule::PerSubset {
-            return self.update(log_lik);
-        }
-        let groups = Groups::by_key(keys);
-        let group_lik = self.group_likelihoods(&groups, log_lik)?;
         match rule {
-            UpdateRule::Grouped => self.update_grouped(&groups, &group_lik),
-            _ => {
+            UpdateRule::PerSubset => self.update(log_lik),
+            UpdateRule::Grouped => {
+                let groups = Groups::by_key(keys);
+                let group_lik = self.group_likelihoods(&groups, log_lik)?;
+                self.update_grouped(&groups, &group_lik)
+            }
+            UpdateRule::Linear => {
+                let groups = Groups::by_key(keys);
+                let group_lik = self.group_likelihoods(&groups, log_lik)?;
                 let masses = self.group_masses(&groups);
                 self.update_linear(&groups, &group_lik, &masses)
             }
