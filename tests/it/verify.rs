@@ -150,6 +150,53 @@ fn the_export_verifies_and_tampering_is_named(file: &Path) {
     let refusal = carols(&honest, "exhausted");
     let unjustified = rechained(dir, &honest, refusal, event(|e| e.step.limit = 1.0));
     fails_at(&unjustified, refusal + 1, "a budget refusal, although");
+
+    a_release_at_the_clamp_is_not_passed_unchecked(dir, &honest);
+}
+
+/// Issue 40 §1: a release published at the ±2²⁰ clamp stands for every
+/// value beyond it, so the recorded posterior update cannot be checked
+/// against it. A forger who puts one there and records log-likelihoods
+/// that collapse the posterior onto one teacher (after which releases with
+/// almost no noise would verify) is refused at that line; a step that is
+/// merely unverifiable is listed under `--allow-unchecked`, not passed
+/// silently.
+fn a_release_at_the_clamp_is_not_passed_unchecked(dir: &Path, honest: &[String]) {
+    // The demo session's steps that drew noise (contested: an Eq. 4 update).
+    let noisy = |l: &&String| {
+        l.contains("\"session\":\"demo\"") && l.contains("\"log_likelihood\":[") && !l.contains("\"log_likelihood\":[]")
+    };
+    let first = honest.iter().position(|l| noisy(&l)).expect("a noisy step");
+    let last = honest.iter().rposition(|l| noisy(&l)).expect("a noisy step");
+    assert!(first < last, "the run drew noise at least twice");
+    let clamped = |e: &mut format::EntryLine| {
+        let label = e.step.label as usize;
+        e.step.published[label] = 1_048_576.0;
+    };
+    let collapse = rechained(dir, honest, first, |line| {
+        if let Line::Entry(e) = line {
+            clamped(e);
+            // Every teacher that said what the last one said keeps its
+            // weight; the rest get e^(−10³⁰⁰).
+            let last = *e.step.labels.last().expect("teachers");
+            e.log_likelihood = e.step.labels.iter().map(|&l| if l == last { 0.0 } else { -1e300 }).collect();
+        }
+    });
+    fails_at(&collapse, first + 1, "clamp on coordinate");
+
+    // The last one clamped, its update untouched: nothing later depends on
+    // it but the record, which still matches.
+    let unverifiable = rechained(dir, honest, last, |line| {
+        if let Line::Entry(e) = line {
+            clamped(e)
+        }
+    });
+    fails_at(&unverifiable, last + 1, "--allow-unchecked lists such steps");
+    let o = pacpriv(&["verify", "--allow-unchecked", &unverifiable.display().to_string()]);
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}{report}", String::from_utf8_lossy(&o.stderr));
+    assert!(report.contains("verified with 1 unchecked: 43 steps"), "{report}");
+    assert!(report.lines().any(|l| l == format!("{}:{}", unverifiable.display(), last + 1)), "{report}");
 }
 
 /// `lines` with line `k` changed by `change` and every later hash of its

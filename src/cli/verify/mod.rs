@@ -15,9 +15,13 @@
 //! repeat repeats an answered query); and the session's stored record
 //! equals the replayed end state bit for bit (posterior, spent, counts,
 //! chain head, events). The first record that does not match is named by
-//! its line and
-//! the command exits with 65 (`EX_DATAERR`). Argument:
-//! `docs/accounting.md` §9.
+//! its line and the command exits with 65 (`EX_DATAERR`).
+//!
+//! What cannot be checked is not passed: a step whose release sits at the
+//! clamp on a noisy coordinate leaves its posterior update unchecked
+//! ([`crate::privacy::replay::Replayed::unchecked`]), and such a step fails
+//! like a mismatch unless `--allow-unchecked` is given, which lists every
+//! such line instead. Argument: `docs/accounting.md` §9.
 
 pub mod format;
 
@@ -42,6 +46,12 @@ pub struct Args {
     /// standard input.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// Accept steps whose posterior update cannot be checked (a release at
+    /// the ±2^20 clamp) and list their lines, instead of failing at the
+    /// first one. What those steps applied to the posterior is then taken
+    /// on trust.
+    #[arg(long)]
+    pub allow_unchecked: bool,
 }
 
 /// The first record that does not match.
@@ -75,6 +85,9 @@ pub struct Verified {
     pub limit: f64,
     /// The largest ½·tr(Σ⁺C)/b of any step.
     pub worst_certificate: f64,
+    /// The lines of its steps whose posterior update could not be checked
+    /// (only with `--allow-unchecked`; otherwise the first one fails).
+    pub unchecked: Vec<usize>,
 }
 
 /// Checks `args.file`, prints one line per session and a total.
@@ -83,12 +96,13 @@ pub struct Verified {
 /// [`Failed`] for the first record that does not match; I/O.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let name = args.file.display().to_string();
+    let allow = args.allow_unchecked;
     let sessions = if name == "-" {
-        check(std::io::stdin().lock(), &name)?
+        check(std::io::stdin().lock(), &name, allow)?
     } else {
         let file =
             std::fs::File::open(&args.file).map_err(|e| anyhow::anyhow!("cannot read the export {name}: {e}"))?;
-        check(std::io::BufReader::new(file), &name)?
+        check(std::io::BufReader::new(file), &name, allow)?
     };
     writeln!(
         out,
@@ -106,19 +120,34 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let events: u64 = sessions.iter().map(|s| s.cache_hits + s.refusals).sum();
     let n = sessions.len();
     let (s, e) = (plural(n as u64), plural(events));
-    writeln!(
-        out,
-        "verified: {steps} steps and {events} event{e} of {n} session{s}; every charge, certificate, posterior, \
-         cache hit and refusal re-derived"
-    )?;
+    let unchecked: Vec<String> =
+        sessions.iter().flat_map(|s| &s.unchecked).map(|line| format!("{name}:{line}")).collect();
+    if unchecked.is_empty() {
+        writeln!(
+            out,
+            "verified: {steps} steps and {events} event{e} of {n} session{s}; every charge, certificate, \
+             posterior, cache hit and refusal re-derived"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "verified with {} unchecked: {steps} steps and {events} event{e} of {n} session{s}; every charge, \
+             certificate, cache hit and refusal re-derived, but the posterior updates of these steps were taken \
+             on trust (their release sits at the ±2^20 clamp):\n{}",
+            unchecked.len(),
+            unchecked.join("\n")
+        )?;
+    }
     Ok(())
 }
 
-/// Checks an export read from `reader` (called `file` in messages).
+/// Checks an export read from `reader` (called `file` in messages);
+/// `allow_unchecked` lists the steps whose update cannot be checked in
+/// [`Verified::unchecked`] instead of failing at the first.
 ///
 /// # Errors
 /// [`Failed`] for the first line that does not match.
-pub fn check(reader: impl BufRead, file: &str) -> Result<Vec<Verified>, Failed> {
+pub fn check(reader: impl BufRead, file: &str, allow_unchecked: bool) -> Result<Vec<Verified>, Failed> {
     let fail = |line: usize, what: String| Failed { file: file.to_owned(), line, what };
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
@@ -133,10 +162,18 @@ pub fn check(reader: impl BufRead, file: &str) -> Result<Vec<Verified>, Failed> 
             (1, _) => return Err(fail(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT))),
             (_, Line::Header(_)) => return Err(fail(n, "a second header".into())),
             (_, Line::Entry(e)) => {
-                replaying(&mut current, &done, &e.session)
-                    .map_err(|what| fail(n, what))?
-                    .step(&e)
-                    .map_err(|what| fail(n, format!("session {:?} version {}: {what}", e.session, e.version)))?
+                let at = |what| fail(n, format!("session {:?} version {}: {what}", e.session, e.version));
+                let c = replaying(&mut current, &done, &e.session).map_err(|what| fail(n, what))?;
+                if let Some(coordinate) = c.step(&e).map_err(at)? {
+                    if !allow_unchecked {
+                        return Err(at(format!(
+                            "the release is published at the ±2^20 clamp on coordinate {coordinate}, where the \
+                             noise lies, so its exact value and the posterior update recorded with it cannot be \
+                             checked (--allow-unchecked lists such steps instead of failing)"
+                        )));
+                    }
+                    c.unchecked.push(n);
+                }
             }
             (_, Line::Event(e)) => replaying(&mut current, &done, &e.session)
                 .map_err(|what| fail(n, what))?
@@ -200,6 +237,8 @@ struct Replaying {
     answered: HashMap<Vec<u8>, (u32, Vec<f64>)>,
     limit: f64,
     worst: f64,
+    /// Lines of steps whose update was applied unchecked.
+    unchecked: Vec<usize>,
 }
 
 impl Replaying {
@@ -215,6 +254,7 @@ impl Replaying {
             answered: HashMap::new(),
             limit: 0.0,
             worst: 0.0,
+            unchecked: Vec::new(),
         }
     }
 
@@ -296,8 +336,10 @@ impl Replaying {
         Ok(())
     }
 
-    /// Checks entry `e` (the next one of this session) and applies it.
-    fn step(&mut self, e: &EntryLine) -> Result<(), String> {
+    /// Checks entry `e` (the next one of this session) and applies it;
+    /// `Some(coordinate)` if its posterior update could not be checked
+    /// ([`replay::Replayed::unchecked`]).
+    fn step(&mut self, e: &EntryLine) -> Result<Option<usize>, String> {
         if e.version != self.version + 1 {
             return Err(if self.version == 0 {
                 format!(
@@ -353,7 +395,7 @@ impl Replaying {
         self.state = Some(state);
         self.head = chain;
         self.version = e.version;
-        Ok(())
+        Ok(replayed.unchecked)
     }
 
     /// Compares the stored record with the replayed end state.
@@ -384,6 +426,7 @@ impl Replaying {
                 spent: record.spent,
                 limit: record.limit,
                 worst_certificate: 0.0,
+                unchecked: self.unchecked,
             });
         };
         let l = &state.ledger;
@@ -412,6 +455,7 @@ impl Replaying {
             spent: l.spent().get(),
             limit: self.limit,
             worst_certificate: self.worst,
+            unchecked: self.unchecked,
         })
     }
 }

@@ -15,8 +15,16 @@
 //!   Eq. 4 log-likelihood vector is that of the published release:
 //!   ℓ_i = −½ (r − x_i)ᵀ Σ⁺ (r − x_i) for every teacher i, within what the
 //!   2⁻³² grid can move it (the server evaluates ℓ at the exact r, which
-//!   never leaves it; [`tolerance`] bounds the difference);
-//! - the released label is the argmax of the published release.
+//!   never leaves it; [`observed`] bounds the difference);
+//! - every published value is on the grid and within the clamp, and the
+//!   released label is the argmax of the published release.
+//!
+//! A release coordinate the noise covers that sits *at* the clamp (±2²⁰)
+//! stands for every value beyond it, so the exact r there is unknown and ℓ
+//! cannot be checked: any recorded ℓ would fit. Such a step is not passed
+//! silently: its other checks still run, it is applied as recorded, and
+//! [`Replayed::unchecked`] says so, for the caller to refuse or report
+//! (`pacpriv verify` fails on it unless told to list such steps instead).
 //!
 //! Then it applies the recorded vector to the posterior exactly as the
 //! server did (Eq. 4), so the replayed posterior is the server's bit for
@@ -107,6 +115,18 @@ pub enum Mismatch {
         /// How far the grid can move it.
         tolerance: f64,
     },
+    /// A published value is not a grid value within the clamp (or not a
+    /// number): no release the server makes looks like it.
+    #[error(
+        "published value {value:e} at coordinate {coordinate} is not a multiple of 2^-32 within ±2^20: no release \
+         is published so"
+    )]
+    OffGrid {
+        /// The coordinate.
+        coordinate: usize,
+        /// What was published.
+        value: f64,
+    },
     /// The released label is not the argmax of the published release.
     #[error("released label {recorded}, but the published release's argmax is {expected}")]
     Label {
@@ -124,6 +144,10 @@ pub struct Replayed {
     pub mi_bound: f64,
     /// Whether all teachers agreed.
     pub unanimous: bool,
+    /// The noise covers a coordinate published at the clamp (±2²⁰), so the
+    /// recorded log-likelihoods were applied without being checked: the
+    /// first such coordinate.
+    pub unchecked: Option<usize>,
 }
 
 /// Checks `step` against `state` (the session before it) and applies it.
@@ -140,6 +164,11 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
     let outputs: &TeacherOutputs = &gridded;
     if step.published.len() != outputs.dim() {
         return Err(Mismatch::Outputs(format!("{} published values for d = {}", step.published.len(), outputs.dim())));
+    }
+    if let Some((coordinate, &value)) =
+        step.published.iter().enumerate().find(|(_, v)| grid::q(**v, PUBLISHED_CLAMP).to_bits() != v.to_bits())
+    {
+        return Err(Mismatch::OffGrid { coordinate, value });
     }
     let expected = mechanism::argmax(step.published.iter().copied());
     if step.label != expected {
@@ -165,7 +194,7 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
             return Err(Mismatch::NotExact("a log-likelihood vector was applied".into()));
         }
         state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
-        return Ok(Replayed { mi_bound: 0.0, unanimous });
+        return Ok(Replayed { mi_bound: 0.0, unanimous, unchecked: None });
     }
 
     let b = state.ledger.per_query();
@@ -184,13 +213,16 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
         )));
     }
     let r: Array1<f64> = noise.coords().iter().map(|&c| step.published[c]).collect();
-    let h = grid_error(&r);
-    for (teacher, (centre, &recorded)) in centres.iter().zip(step.log_likelihood).enumerate() {
-        let (derived, tolerance) = observed(&noise, &(&r - centre).view(), h);
-        // Written so that a NaN on either side fails too.
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        if !((recorded - derived).abs() <= tolerance) {
-            return Err(Mismatch::LogLikelihood { teacher, recorded, derived, tolerance });
+    let unchecked = r.iter().position(|v| v.abs() >= PUBLISHED_CLAMP).map(|i| noise.coords()[i]);
+    if unchecked.is_none() {
+        let h = grid_error(&r);
+        for (teacher, (centre, &recorded)) in centres.iter().zip(step.log_likelihood).enumerate() {
+            let (derived, tolerance) = observed(&noise, &(&r - centre).view(), h);
+            // Written so that a NaN on either side fails too.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            if !((recorded - derived).abs() <= tolerance) {
+                return Err(Mismatch::LogLikelihood { teacher, recorded, derived, tolerance });
+            }
         }
     }
 
@@ -205,7 +237,7 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
         .map_err(|e| Mismatch::Outputs(format!("the recorded log-likelihoods cannot be applied: {e}")))?;
     state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
     state.posterior = posterior;
-    Ok(Replayed { mi_bound: noise.mi_bound(), unanimous })
+    Ok(Replayed { mi_bound: noise.mi_bound(), unanimous, unchecked })
 }
 
 /// Σ calibrated to `state`'s posterior, as the mechanism calibrates it, and
@@ -251,11 +283,9 @@ fn check_support(noise: &Noise, outputs: &TeacherOutputs, published: &[f64]) -> 
 
 /// How far a published coordinate can be from the exact release it was
 /// rounded from: half a grid step, plus the round-off of forming r − x
-/// from it; unbounded where the grid clamped it.
+/// from it. Only for a release inside the clamp: at the clamp the distance
+/// is unbounded, and the caller does not check ℓ.
 fn grid_error(r: &Array1<f64>) -> f64 {
-    if r.iter().any(|v| v.abs() >= PUBLISHED_CLAMP) {
-        return f64::INFINITY;
-    }
     let scale = r.iter().fold(1.0f64, |a, v| a.max(v.abs()));
     0.5 * PUBLISHED_GRID + 8.0 * r.len() as f64 * f64::EPSILON * scale
 }

@@ -63,7 +63,9 @@ fn run(start: &SessionState, queries: Vec<TeacherOutputs>, secret: usize, seed: 
 fn replay_all(start: &SessionState, entries: &[Entry]) -> Result<SessionState, (usize, Mismatch)> {
     let mut s = start.clone();
     for (i, e) in entries.iter().enumerate() {
-        replay(&mut s, &e.recorded()).map_err(|m| (i, m))?;
+        let replayed = replay(&mut s, &e.recorded()).map_err(|m| (i, m))?;
+        // The mechanism never publishes at the clamp at these scales.
+        assert_eq!(replayed.unchecked, None, "step {i}");
     }
     Ok(s)
 }
@@ -230,4 +232,44 @@ fn a_step_past_the_limit_is_over_budget() {
     };
     assert!(replay(&mut s, &entry.recorded()).is_ok());
     assert!(matches!(replay(&mut s, &entry.recorded()), Err(Mismatch::OverBudget(_))));
+}
+
+#[test]
+fn a_published_value_off_the_grid_or_past_the_clamp_is_refused() {
+    let (start, _) = labelled_run();
+    for bad in [0.25 + 2f64.powi(-40), f64::NAN, f64::INFINITY, 2f64.powi(21), -0.0] {
+        let mut forged = labelled_run().1;
+        forged[3].published[0] = bad;
+        let e = replay_all(&start, &forged).expect_err("refused");
+        assert!(matches!(e, (3, Mismatch::OffGrid { coordinate: 0, .. })), "{bad:e}: {e:?}");
+    }
+}
+
+/// Issue 40 §1's forgery: one noisy coordinate published at the clamp,
+/// where any ℓ fits, and log-likelihoods of −10³⁰⁰ for every teacher but
+/// one, which would collapse the posterior onto that teacher and let later
+/// releases carry almost no noise. Replay cannot check ℓ there, and says so.
+#[test]
+fn a_release_at_the_clamp_is_reported_unchecked_not_passed() {
+    let (start, entries) = labelled_run();
+    let mut s = start.clone();
+    for e in &entries[..3] {
+        assert_eq!(replay(&mut s, &e.recorded()).expect("honest").unchecked, None);
+    }
+    let mut forged = labelled_run().1;
+    let step = &mut forged[3];
+    // Teachers 0..8 say [0, 0, 1, 2, 2, 2, 3, 2]: only teacher 6 says 3.
+    step.published[step.label] = crate::privacy::grid::PUBLISHED_CLAMP;
+    step.log_likelihood = (0..8).map(|i| if i == 6 { 0.0 } else { -1e300 }).collect();
+    let replayed = replay(&mut s, &step.recorded()).expect("applied, unchecked");
+    assert_eq!(replayed.unchecked, Some(step.label));
+    assert!(s.posterior.weights()[6] > 1.0 - 1e-12, "the forgery collapsed the posterior: {:?}", s.posterior.weights());
+
+    // The same release one grid step inside the clamp is checked, and the
+    // forged update is caught.
+    let mut inside = labelled_run().1;
+    let step = &mut inside[3];
+    step.published[step.label] = crate::privacy::grid::PUBLISHED_CLAMP - crate::privacy::grid::PUBLISHED_GRID;
+    step.log_likelihood = (0..8).map(|i| if i == 6 { 0.0 } else { -1e300 }).collect();
+    assert!(matches!(replay_all(&start, &inside), Err((3, Mismatch::LogLikelihood { .. }))));
 }
