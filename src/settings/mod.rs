@@ -974,9 +974,11 @@ impl RawStore {
                         ),
                     ));
                 }
+                let tls = PgTls { mode: self.postgres_sslmode, root_cert };
+                tls.url_for(&self.postgres_url).map_err(|e| err("store.postgres_url", e))?;
                 let link = PgLink {
                     max_connections: self.max_connections,
-                    tls: PgTls { mode: self.postgres_sslmode, root_cert },
+                    tls,
                     timeout: Duration::from_millis(self.postgres_timeout_ms),
                 };
                 Ok(StoreSettings::Postgres { url: self.postgres_url, link })

@@ -195,3 +195,46 @@ fn the_postgres_timeout_is_read_and_bounded_below() -> Result<(), SettingsError>
     assert!(e.to_string().contains("store.postgres_timeout_ms"), "{e}");
     Ok(())
 }
+
+/// Issue 40 §6: an `sslmode` in the URL is never overridden by the
+/// setting's default: a URL that asks for TLS the setting does not give is
+/// refused, naming both keys; one the setting meets or exceeds is taken
+/// without its `sslmode` (the setting decides the connection).
+#[test]
+fn a_url_sslmode_the_setting_does_not_meet_is_refused() {
+    let with = |url: &str, mode: &str| {
+        load(&[
+            ("PACPRIV__STORE__BACKEND", "postgres"),
+            ("PACPRIV__STORE__POSTGRES_URL", url),
+            ("PACPRIV__STORE__POSTGRES_SSLMODE", mode),
+            ("PACPRIV__STORE__POSTGRES_SSLROOTCERT", "Cargo.toml"),
+        ])
+    };
+    for (url, mode) in [
+        ("postgres://pacpriv@db/pacpriv?sslmode=require", "disable"),
+        ("postgresql://pacpriv@db/pacpriv?connect_timeout=3&sslmode=verify-full", "require"),
+        ("host=db user=pacpriv sslmode=verify-ca", "require"),
+        ("postgres://pacpriv@db/pacpriv?sslmode=prefer", "require"),
+        ("host=db sslmode=allow", "verify-full"),
+    ] {
+        let e = with(url, mode).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("store.postgres_url") && e.contains("store.postgres_sslmode"), "{url} / {mode}: {e:?}");
+    }
+    for (url, mode) in [
+        ("postgres://pacpriv@db/pacpriv?sslmode=require", "require"),
+        ("postgres://pacpriv@db/pacpriv?sslmode=require", "verify-full"),
+        ("postgres://pacpriv@db/pacpriv?sslmode=disable", "disable"),
+        ("host=db sslmode=verify-full user=pacpriv", "verify-full"),
+    ] {
+        assert!(with(url, mode).is_ok(), "{url} / {mode}");
+    }
+    let tls = PgTls { mode: SslMode::VerifyFull, root_cert: None };
+    for (url, without) in [
+        ("postgres://u@db/x?sslmode=verify-full", "postgres://u@db/x"),
+        ("postgres://u@db/x?a=1&sslmode=require&b=2", "postgres://u@db/x?a=1&b=2"),
+        ("host=db sslmode=require user=u", "host=db user=u"),
+        ("postgres://u@db/x", "postgres://u@db/x"),
+    ] {
+        assert_eq!(tls.url_for(url).as_deref(), Ok(without), "{url}");
+    }
+}

@@ -8,6 +8,11 @@
 //!   certificate file, whatever name it carries;
 //! - `verify-full`: as verify-ca, and it must name the host of
 //!   `store.postgres_url`.
+//!
+//! The mode is this setting's alone: an `sslmode` written into the URL is
+//! checked against it ([`PgTls::url_for`]) and never silently overridden,
+//! so a URL that asks for TLS cannot end up in plaintext because the
+//! setting kept its default.
 
 use super::StoreError;
 use rustls::client::WebPkiServerVerifier;
@@ -19,8 +24,9 @@ use rustls_pki_types::pem::PemObject;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// `store.postgres_sslmode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+/// `store.postgres_sslmode`, from the weakest to the strictest (the order
+/// [`PgTls::url_for`] compares by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SslMode {
     /// Plaintext.
@@ -57,6 +63,39 @@ pub struct PgTls {
 impl PgTls {
     /// Plaintext.
     pub const DISABLE: PgTls = PgTls { mode: SslMode::Disable, root_cert: None };
+
+    /// `url` without the `sslmode` it may name (tokio-postgres knows only
+    /// some of libpq's modes, and the mode here is this setting's), once
+    /// that `sslmode` is found to ask for no more than `self.mode`.
+    ///
+    /// # Errors
+    /// What to change, naming both keys, when the URL asks for a stricter
+    /// mode than the setting, or for one that may fall back to plaintext
+    /// (`allow`, `prefer`), which pacpriv never does.
+    pub fn url_for(&self, url: &str) -> Result<String, String> {
+        let (rest, asked) = split_sslmode(url);
+        let Some(asked) = asked else { return Ok(rest) };
+        let wanted = match asked.as_str() {
+            "disable" => SslMode::Disable,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            other => {
+                return Err(format!(
+                    "store.postgres_url names sslmode={other}, which may fall back to plaintext; pacpriv never does: \
+                     remove it from the URL and set store.postgres_sslmode (require, verify-ca or verify-full)"
+                ));
+            }
+        };
+        if wanted > self.mode {
+            return Err(format!(
+                "store.postgres_url names sslmode={asked} but store.postgres_sslmode = {}: the connection would be \
+                 weaker than the URL asks; set store.postgres_sslmode = {asked} (and remove it from the URL)",
+                self.mode.as_str()
+            ));
+        }
+        Ok(rest)
+    }
 
     /// The rustls client configuration, or `None` for `disable`.
     ///
@@ -105,6 +144,32 @@ impl PgTls {
         }
         Ok(roots)
     }
+}
+
+/// `url` without its `sslmode` parameter, and that parameter's value: in
+/// the URL form (`postgres://…?a=1&sslmode=require`) or libpq's key/value
+/// form (`host=db sslmode=require`).
+fn split_sslmode(url: &str) -> (String, Option<String>) {
+    let mut mode = None;
+    let mut keep = |part: &str| match part.strip_prefix("sslmode=") {
+        Some(value) => {
+            mode = Some(value.to_owned());
+            false
+        }
+        None => true,
+    };
+    let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        match url.split_once('?') {
+            Some((base, query)) => {
+                let query: Vec<&str> = query.split('&').filter(|p| keep(p)).collect();
+                if query.is_empty() { base.to_owned() } else { format!("{base}?{}", query.join("&")) }
+            }
+            None => url.to_owned(),
+        }
+    } else {
+        url.split_whitespace().filter(|p| keep(p)).collect::<Vec<_>>().join(" ")
+    };
+    (rest, mode)
 }
 
 /// `verify-ca`: the chain is verified, the name is not.

@@ -271,6 +271,7 @@ impl PgStore {
     /// `link.tls` refuses), failed migrations.
     pub async fn connect(url: &str, link: &PgLink) -> Result<Self, StoreError> {
         let tls = &link.tls;
+        let url = tls.url_for(url).map_err(backend)?;
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
         bound_waits(&mut config, link.timeout);

@@ -361,6 +361,28 @@ async fn postgres_over_tls_verifies_what_the_sslmode_says() {
     let e = connect(&by_ip, tls(SslMode::VerifyFull, &ca_file)).await.expect_err("127.0.0.1 is not localhost");
     assert!(e.contains("store.postgres_sslmode = verify-full") && e.contains("not valid for name"), "{e}");
 
+    // Issue 40 §6: a URL that asks for TLS is never connected in
+    // plaintext because the setting kept its default: refused before any
+    // connection, naming both keys; met by the setting, it connects (the
+    // setting decides how).
+    let asks = format!("{by_ip}?sslmode=require");
+    let e = connect(&asks, PgTls::DISABLE).await.expect_err("sslmode=require under disable");
+    assert!(e.contains("sslmode=require") && e.contains("store.postgres_sslmode = disable"), "{e}");
+    connect(&asks, PgTls { mode: SslMode::Require, root_cert: None }).await.expect("require, as the URL asks");
+    let full = format!("{by_name}?sslmode=verify-full");
+    connect(&full, tls(SslMode::VerifyFull, &ca_file)).await.expect("a libpq mode tokio-postgres cannot parse");
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+        .arg("serve")
+        .envs(small_demo(&[
+            ("PACPRIV__STORE__BACKEND", "postgres".into()),
+            ("PACPRIV__STORE__POSTGRES_URL", asks.clone()),
+        ]))
+        .output()
+        .expect("pacpriv runs");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(64), "{said}");
+    assert!(said.contains("store.postgres_url") && said.contains("store.postgres_sslmode = disable"), "{said}");
+
     // The service itself, configured through the same keys, answers.
     let server = Process::serve(
         None,
