@@ -107,7 +107,7 @@ pub async fn start(
     let listener = TcpListener::bind("127.0.0.1:0").await.context("binding the proxy's listener")?;
     let addr = listener.local_addr()?;
     anyhow::ensure!(settings.tls.is_none(), "the proxy baseline runs plaintext on loopback");
-    let server = pacpriv::net::builder(settings.max_concurrent_streams)
+    let server = pacpriv::net::builder(&settings.limits)
         .add_service(service)
         // Accepted exactly as the service accepts (TCP_NODELAY): the
         // baseline must not wait for delayed ACKs the privatizer does not.

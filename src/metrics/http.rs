@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// The OpenMetrics text format `prometheus-client` writes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -22,15 +23,8 @@ async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
     }
 }
 
-/// Serves `/metrics` on `listener` until `shutdown` resolves.
-///
-/// # Errors
-/// The listener failed.
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+/// Serves `/metrics` on `listener` within `limits` until `stop`.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, limits: crate::net::Limits, stop: CancellationToken) {
     let app = Router::new().route("/metrics", get(scrape)).with_state(metrics);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    crate::net::http::serve(listener, app, &limits, stop).await;
 }

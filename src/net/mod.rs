@@ -1,12 +1,48 @@
 //! Listening sockets, the same way for every server pacpriv runs (its own
 //! listeners, the demo teachers, the benchmark's proxy), in plaintext or
-//! through [`tls`]; and the per-connection limits every gRPC listener
-//! gets ([`builder`]).
+//! through [`tls`]; and the limits every listener gets ([`Limits`]): gRPC
+//! through [`builder`], HTTP through [`http::serve`].
 
+pub mod http;
 pub mod tls;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::net::TcpListener;
+
+/// What one client may hold of a listener (`server.*` settings; the
+/// configuration reference says why each default is what it is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// gRPC: calls in flight on one connection (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); further calls wait.
+    pub max_concurrent_streams: u32,
+    /// HTTP: connections open at once; further clients wait unaccepted.
+    pub max_connections: usize,
+    /// HTTP: how long a request's headers may take to arrive (and how long
+    /// a kept-alive connection may idle).
+    pub header_read: Duration,
+    /// gRPC: how long a call may take to produce its response; HTTP: how
+    /// long an authenticated request's body may take to arrive.
+    pub request: Duration,
+    /// gRPC: how often an HTTP/2 PING checks an idle connection's peer…
+    pub keepalive_interval: Duration,
+    /// …and how long its answer may take before the connection is closed.
+    pub keepalive_timeout: Duration,
+}
+
+impl Limits {
+    /// The shipped defaults (`config/default.toml`), for servers that take
+    /// no configuration (tests, benchmarks).
+    pub const DEFAULT: Limits = Limits {
+        max_concurrent_streams: 128,
+        max_connections: 1024,
+        header_read: Duration::from_secs(10),
+        request: Duration::from_secs(60),
+        keepalive_interval: Duration::from_secs(30),
+        keepalive_timeout: Duration::from_secs(10),
+    };
+}
 
 /// A listener could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -38,10 +74,17 @@ pub fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming 
     tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// A gRPC server builder allowing each connection `max_streams` calls in
-/// flight. TLS, when configured, is the listener's ([`tls_incoming`]).
-pub fn builder(max_streams: u32) -> tonic::transport::Server {
-    tonic::transport::Server::builder().max_concurrent_streams(max_streams)
+/// A gRPC server builder with `limits`: calls in flight per connection,
+/// HTTP/2 keep-alive (a peer that stops answering PINGs is disconnected)
+/// and the per-call timeout (DEADLINE_EXCEEDED; a client's shorter
+/// `grpc-timeout` still wins). TLS, when configured, is the listener's
+/// ([`tls_incoming`]).
+pub fn builder(limits: &Limits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .timeout(limits.request)
 }
 
 /// How long a client may take to complete the TLS handshake.

@@ -113,8 +113,9 @@ pub struct Settings {
     pub max_message_bytes: usize,
     /// Most rows (examples) in one request.
     pub max_batch_rows: usize,
-    /// Most concurrent HTTP/2 streams (calls) per client connection.
-    pub max_concurrent_streams: u32,
+    /// What one client may hold of a listener: streams per connection,
+    /// connections, timeouts, keep-alive.
+    pub limits: crate::net::Limits,
     /// Per-principal query rate limit; `None`: unlimited.
     pub rate_limit: Option<RateQuota>,
     /// The private predictor's model name on the Open Inference Protocol;
@@ -303,6 +304,11 @@ struct RawServer {
     max_message_bytes: usize,
     max_batch_rows: usize,
     max_concurrent_streams: u32,
+    max_connections: usize,
+    header_read_timeout_ms: u64,
+    request_timeout_ms: u64,
+    keepalive_interval_ms: u64,
+    keepalive_timeout_ms: u64,
     rate_limit_per_second: u32,
     rate_limit_burst: u32,
     #[serde(deserialize_with = "choice")]
@@ -777,6 +783,25 @@ impl RawServer {
         if self.max_concurrent_streams == 0 {
             return Err(err("server.max_concurrent_streams", "must be at least 1"));
         }
+        if self.max_connections == 0 {
+            return Err(err("server.max_connections", "must be at least 1"));
+        }
+        let ms = std::time::Duration::from_millis;
+        let within = |key: &str, value: u64, min: u64, max: u64| {
+            if (min..=max).contains(&value) {
+                Ok(ms(value))
+            } else {
+                Err(err(key, format!("must be between {min} and {max} (milliseconds)")))
+            }
+        };
+        let limits = crate::net::Limits {
+            max_concurrent_streams: self.max_concurrent_streams,
+            max_connections: self.max_connections,
+            header_read: within("server.header_read_timeout_ms", self.header_read_timeout_ms, 100, 600_000)?,
+            request: within("server.request_timeout_ms", self.request_timeout_ms, 1000, 3_600_000)?,
+            keepalive_interval: within("server.keepalive_interval_ms", self.keepalive_interval_ms, 1000, 3_600_000)?,
+            keepalive_timeout: within("server.keepalive_timeout_ms", self.keepalive_timeout_ms, 100, 600_000)?,
+        };
         if self.drain_grace_ms > 600_000 {
             return Err(err("server.drain_grace_ms", "at most 600000 (ten minutes)"));
         }
@@ -800,7 +825,7 @@ impl RawServer {
             health_listen: optional_addr("server.health_listen", &self.health_listen)?,
             max_message_bytes: self.max_message_bytes,
             max_batch_rows: self.max_batch_rows,
-            max_concurrent_streams: self.max_concurrent_streams,
+            limits,
             rate_limit,
             http_listen: optional_addr("server.http_listen", &self.http_listen)?,
             drain_grace: std::time::Duration::from_millis(self.drain_grace_ms),
@@ -817,7 +842,7 @@ struct Server {
     health_listen: Option<SocketAddr>,
     max_message_bytes: usize,
     max_batch_rows: usize,
-    max_concurrent_streams: u32,
+    limits: crate::net::Limits,
     rate_limit: Option<RateQuota>,
     inference_model: Option<String>,
     http_listen: Option<SocketAddr>,
@@ -1033,7 +1058,7 @@ impl Raw {
             listen: server.listen,
             max_message_bytes: server.max_message_bytes,
             max_batch_rows: server.max_batch_rows,
-            max_concurrent_streams: server.max_concurrent_streams,
+            limits: server.limits,
             rate_limit: server.rate_limit,
             http_listen: server.http_listen.filter(|_| server.inference_model.is_some()),
             drain_grace: server.drain_grace,

@@ -89,12 +89,6 @@ pub enum ServeError {
     /// A gRPC listener.
     #[error("gRPC listener: {0}")]
     Grpc(#[from] tonic::transport::Error),
-    /// The metrics listener.
-    #[error("metrics listener: {0}")]
-    Metrics(#[from] std::io::Error),
-    /// The Open Inference Protocol's HTTP listener.
-    #[error("HTTP listener: {0}")]
-    Http(std::io::Error),
     /// A listener's task panicked or was cancelled.
     #[error("listener task: {0}")]
     Task(String),
@@ -215,7 +209,7 @@ pub async fn serve(
     });
     let tls = settings.tls.as_ref().map(|t| ServerTls::load(&t.files())).transpose()?.map(Arc::new);
     let (listener, addr) = bind(settings.listen).await?;
-    let client = net::builder(settings.max_concurrent_streams)
+    let client = net::builder(&settings.limits)
         .add_service(health_service.clone())
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
@@ -226,18 +220,23 @@ pub async fn serve(
     if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
         let (listener, bound) = bind(listen).await?;
         http_addr = Some(bound);
-        let router = inference::http::router(Arc::clone(&app), model, settings.max_message_bytes);
-        let done = stop.clone().cancelled_owned();
+        let router =
+            inference::http::router(Arc::clone(&app), model, settings.max_message_bytes, settings.limits.request);
+        let limits = settings.limits;
+        let stop = stop.clone();
         servers.push(match &tls {
             Some(tls) => {
                 let connections = tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone());
-                let server = axum::serve(TlsListener::new(connections, bound), router).with_graceful_shutdown(done);
-                Box::pin(async move { server.await.map_err(ServeError::Http) })
+                let listener = TlsListener::new(connections, bound);
+                Box::pin(async move {
+                    net::http::serve(listener, router, &limits, stop).await;
+                    Ok(())
+                })
             }
-            None => {
-                let server = axum::serve(listener, router).with_graceful_shutdown(done);
-                Box::pin(async move { server.await.map_err(ServeError::Http) })
-            }
+            None => Box::pin(async move {
+                net::http::serve(listener, router, &limits, stop).await;
+                Ok(())
+            }),
         });
     }
 
@@ -246,7 +245,7 @@ pub async fn serve(
         let (listener, bound) = bind(admin.listen).await?;
         admin_addr = Some(bound);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
-        let server = net::builder(settings.max_concurrent_streams)
+        let server = net::builder(&settings.limits)
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
             .add_service(service);
@@ -269,8 +268,11 @@ pub async fn serve(
     if let Some(listen) = settings.metrics.listen {
         let (listener, bound) = bind(listen).await?;
         metrics_addr = Some(bound);
-        let server = metrics::http::serve(listener, metrics, stop.clone().cancelled_owned());
-        servers.push(Box::pin(async move { Ok(server.await?) }));
+        let server = metrics::http::serve(listener, metrics, settings.limits, stop.clone());
+        servers.push(Box::pin(async move {
+            server.await;
+            Ok(())
+        }));
     }
 
     tracing::info!(%addr, http = ?http_addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,

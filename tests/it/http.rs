@@ -3,9 +3,10 @@
 //! failure an HTTP code with a JSON body carrying the gRPC status's
 //! reason. (tritonclient.http, with binary tensors, is in `interop`.)
 
-use crate::util::{B, Process, budget, client, digit, key_hash, small_demo};
+use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, small_demo};
 use serde_json::{Value, json};
 use std::process::Command;
+use std::time::Duration;
 
 /// What `curl` got back.
 struct Reply {
@@ -134,4 +135,103 @@ async fn over_http_teachers_down_is_503_and_the_rate_limit_is_429_with_retry_aft
     let limited = curl("POST", &infer, &["x-api-key: demo-key"], Some(&body));
     assert_eq!((limited.code, &limited.body["reason"]), (429, &json!("RATE_LIMITED")), "{}", limited.body);
     assert!(limited.headers.contains("retry-after: 1"), "{}", limited.headers);
+}
+
+/// Issue 40 §2: a client that opens many connections and never finishes
+/// them — idle, half a header, or an authenticated body trickled a byte at
+/// a time — holds each only until its timeout, and never keeps other
+/// clients out: gRPC is not touched, and an HTTP query waits at most for
+/// slots to free. A body whose credential names no one is refused unread,
+/// however large it says it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_and_hostile_connections_are_closed_and_other_clients_still_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__SERVER__MAX_CONNECTIONS", "8".into()),
+            ("PACPRIV__SERVER__HEADER_READ_TIMEOUT_MS", "1000".into()),
+            ("PACPRIV__SERVER__REQUEST_TIMEOUT_MS", "2000".into()),
+        ]),
+    );
+    let http = server.listener("http");
+    let infer = "POST /v2/models/private/infer HTTP/1.1\r\nHost: pacpriv\r\n";
+
+    // An unauthenticated body of 1 GB: the 401 comes back at once, with
+    // not one byte of the body sent, and the connection is closed.
+    let mut unknown = TcpStream::connect(&http).await.expect("connect");
+    let head =
+        format!("{infer}x-api-key: not-a-key\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n");
+    unknown.write_all(head.as_bytes()).await.expect("headers sent");
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), unknown.read_to_end(&mut reply))
+        .await
+        .expect("answered and closed without the body")
+        .expect("read");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    assert!(reply.contains("UNAUTHENTICATED"), "{reply}");
+
+    // Three times the connection cap of hostile connections.
+    let mut hostile = Vec::new();
+    for n in 0..24 {
+        let mut s = TcpStream::connect(&http).await.expect("connect");
+        match n % 3 {
+            0 => {} // idle
+            1 => s.write_all(format!("{infer}x-api-key: alice").as_bytes()).await.expect("half a header"),
+            _ => {
+                let head = format!("{infer}x-api-key: alice-key\r\nContent-Length: 1000\r\n\r\n{{");
+                s.write_all(head.as_bytes()).await.expect("headers and a byte");
+            }
+        }
+        hostile.push(s);
+    }
+    // gRPC is answered at once; HTTP once the hostile connections' time is up.
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("grpc-meanwhile", &digit(7))).await.expect("gRPC answered");
+    let base = format!("http://{http}");
+    let started = std::time::Instant::now();
+    let ok = tokio::task::spawn_blocking(move || {
+        curl(
+            "POST",
+            &format!("{base}/v2/models/private/infer"),
+            &["x-api-key: alice-key"],
+            Some(&request(&[digit(8)], &["label"])),
+        )
+    })
+    .await
+    .expect("curl");
+    assert_eq!(ok.code, 200, "{}", ok.body);
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+
+    // Every hostile connection was closed by the server (EOF, perhaps
+    // after a 408), while the client was still holding it open and the
+    // trickling ones still sending a byte every 200 ms.
+    let mut timed_out = 0;
+    for (n, mut s) in hostile.into_iter().enumerate() {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(15), async {
+            loop {
+                if n % 3 == 2 && s.write_all(b" ").await.is_err() {
+                    return;
+                }
+                match tokio::time::timeout(Duration::from_millis(200), s.read_buf(&mut rest)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return,
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        if closed.is_err() {
+            timed_out += 1;
+        }
+        let said = String::from_utf8_lossy(&rest);
+        if n % 3 == 2 {
+            assert!(said.is_empty() || said.starts_with("HTTP/1.1 408"), "connection {n}: {said}");
+        }
+    }
+    assert_eq!(timed_out, 0, "hostile connections the server left open");
+    let mut c = client(&server.addr).await;
+    assert_eq!(budget(&mut c, "alice-key").await.answered, 2, "only the two real queries were charged");
 }

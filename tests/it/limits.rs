@@ -100,8 +100,11 @@ async fn a_query_past_its_deadline_is_abandoned_and_costs_nothing() {
     let teachers = Process::teachers_at(16, 1, "127.0.0.1:0");
     let proxy = FaultyTeachers::start(&teachers.addr).await;
     write_config(&cfg, 16, |_| proxy.endpoint.clone());
-    let env =
-        [("PACPRIV__TEACHERS__DEADLINE_MS", "5000".to_owned()), ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned())];
+    let env = [
+        ("PACPRIV__TEACHERS__DEADLINE_MS", "5000".to_owned()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__SERVER__REQUEST_TIMEOUT_MS", "1000".to_owned()),
+    ];
     let server = Process::serve(Some(&cfg), &env);
     assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
     let mut c = client(&server.addr).await;
@@ -117,6 +120,14 @@ async fn a_query_past_its_deadline_is_abandoned_and_costs_nothing() {
     // Long after the teachers have answered, the abandoned query is still
     // neither answered nor charged.
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    let b = budget(&mut c, "demo-key").await;
+    assert_eq!((b.answered, b.spent), (0, 0.0));
+
+    // A client that sets no deadline meets the server's own
+    // (server.request_timeout_ms, issue 40 §2): the same, nothing charged.
+    let e = c.predict(with_key(image("no deadline", &digit(9)), "demo-key")).await.expect_err("server timeout");
+    assert!(matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled), "{e:?}");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     let b = budget(&mut c, "demo-key").await;
     assert_eq!((b.answered, b.spent), (0, 0.0));
 

@@ -31,9 +31,8 @@ use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferReq
 use crate::server::status::{self, ServiceError};
 use crate::server::{App, auth, predict};
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -41,15 +40,28 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::Code;
 use tracing::Instrument;
 
 /// Triton's binary tensor extension: the length of the JSON part of a body.
 const HEADER_LENGTH: &str = "inference-header-content-length";
 
-/// The routes of the private model `model` over `app`; bodies above
-/// `max_bytes` are refused (413) before they are read.
-pub fn router(app: Arc<App>, model: String, max_bytes: usize) -> Router {
+/// How an inference request's body is read: only once its credential is
+/// known to name a principal, at most `max_bytes`
+/// (`server.max_message_bytes`; 413), within `timeout`
+/// (`server.request_timeout_ms`; 408).
+#[derive(Clone, Copy)]
+struct BodyLimits {
+    max_bytes: usize,
+    timeout: Duration,
+}
+
+/// The routes of the private model `model` over `app`; an inference body
+/// is read only after its credential is checked, at most `max_bytes` of it
+/// (larger ones are refused, 413, without being read when their
+/// Content-Length says so) and within `timeout` (408).
+pub fn router(app: Arc<App>, model: String, max_bytes: usize, timeout: Duration) -> Router {
     let service = Arc::new(InferenceService::new(app, model));
     Router::new()
         .route("/v2/health/live", get(|| async { Json(json!({ "live": true })) }))
@@ -61,7 +73,7 @@ pub fn router(app: Arc<App>, model: String, max_bytes: usize) -> Router {
         .route("/v2/models/{model}/versions/{version}/ready", get(model_ready))
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
-        .layer(DefaultBodyLimit::max(max_bytes))
+        .layer(Extension(BodyLimits { max_bytes, timeout }))
         .with_state(service)
 }
 
@@ -122,34 +134,26 @@ async fn model_ready(State(s): State<Arc<InferenceService>>, Path(p): Path<Model
 
 async fn infer(
     State(s): State<Arc<InferenceService>>,
+    Extension(limits): Extension<BodyLimits>,
     Path(p): Path<ModelPath>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let span = crate::server::rpc_span(Rpc::HttpInfer, &crate::trace::Headers(&headers));
-    infer_traced(s, p, headers, body).instrument(span).await
+    infer_traced(s, limits, p, headers, body).instrument(span).await
 }
 
 async fn infer_traced(
     s: Arc<InferenceService>,
+    limits: BodyLimits,
     p: ModelPath,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let app = &s.app;
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => {
-            app.metrics.service.query(Outcome::Invalid);
-            let message = format!(
-                "the request body could not be read ({rejection}); bodies are limited to server.max_message_bytes: \
-                 send fewer rows per request"
-            );
-            let body = json!({ "error": message, "reason": status::reason::INVALID_INPUT, "charged": false });
-            return (rejection.status(), Json(body)).into_response();
-        }
-    };
-    // The same credential check as gRPC's, on the same headers.
+    // The same credential check as gRPC's, on the same headers, before a
+    // byte of the body is read: an unknown client cannot make the server
+    // buffer (or wait for) anything.
     let credentials = tonic::Request::from_parts(
         tonic::metadata::MetadataMap::from_headers(headers.clone()),
         tonic::Extensions::default(),
@@ -158,6 +162,14 @@ async fn infer_traced(
     let handle = match auth::querier(app, &credentials).await {
         Ok(h) => h,
         Err(status) => return error(status),
+    };
+    let body = match read_body(&headers, body, limits).await {
+        Ok(body) => body,
+        Err((code, message)) => {
+            app.metrics.service.query(Outcome::Invalid);
+            let body = json!({ "error": message, "reason": status::reason::INVALID_INPUT, "charged": false });
+            return (code, Json(body)).into_response();
+        }
     };
     let parsed = s
         .names(&p.model, &p.version)
@@ -173,6 +185,39 @@ async fn infer_traced(
     match predict::handle(app, &handle, request, Rpc::HttpInfer).await {
         Ok(answer) => write_response(&infer.respond(&s.model, answer), &binary),
         Err(e) => error(e.into()),
+    }
+}
+
+/// The whole body within `limits`: one whose Content-Length is over the
+/// limit is refused unread; one that grows past it, or does not arrive in
+/// time, is refused where it stands.
+async fn read_body(headers: &HeaderMap, body: Body, limits: BodyLimits) -> Result<Bytes, (StatusCode, String)> {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than server.max_message_bytes ({} bytes): send fewer rows per request",
+                limits.max_bytes
+            ),
+        )
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max_bytes)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) => {
+            Err(too_large())
+        }
+        Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, format!("the request body could not be read ({e})"))),
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within server.request_timeout_ms ({} ms); nothing was charged",
+                limits.timeout.as_millis()
+            ),
+        )),
     }
 }
 
