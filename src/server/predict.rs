@@ -179,16 +179,18 @@ pub async fn step(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Tr
 }
 
 /// Phase 2 for a query of a stream, which authenticated once when it
-/// opened: the principal must still be active, so a revocation stops an
-/// open stream before its next charge.
+/// opened: its credential must still name the same active principal, and
+/// the step is charged against that principal's budget as it is now — so a
+/// revocation, a rotated key or a budget cut (a reload, the admin API, or
+/// another replica) reaches an open stream before its next charge.
 ///
 /// # Errors
-/// Revoked (UNAUTHENTICATED), as [`step`].
+/// Revoked or rotated (UNAUTHENTICATED), as [`step`].
 pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    if let Err(e) = app.sessions.ensure_active(handle.principal()).await {
-        return Err(asked.fail(e));
+    match app.sessions.recheck(handle).await {
+        Ok(current) => step(app, &current, asked).await,
+        Err(e) => Err(asked.fail(e)),
     }
-    step(app, handle, asked).await
 }
 
 /// Phase 3: the response, once the step is durable.

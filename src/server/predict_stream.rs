@@ -10,8 +10,10 @@
 //!   session's math sees the queries in the order the client sent them;
 //! - a sender task waits for each step's durability, in order, and sends.
 //!
-//! The principal is authenticated when the stream opens and checked again
-//! before each step, so revoking it stops the stream at its next query.
+//! The principal is authenticated when the stream opens and its credential
+//! checked again before each step, against the budget in force then, so
+//! revoking it or rotating its key stops the stream at its next query, and
+//! a budget cut applies from that query on.
 //! The stream stops at the first failure, reported as its status; every
 //! response sent before it was answered and charged. A client that stops
 //! reading stops the steps within [`DEPTH`] + 1 answers: those are charged

@@ -575,6 +575,10 @@ pub struct Handle {
     principal: Arc<str>,
     scope: Scope,
     session: Arc<Session>,
+    /// What the caller presented, so that a long-lived caller (a stream)
+    /// can be checked again against the registry as it is now
+    /// ([`Sessions::recheck`]): a rotated key stops working there too.
+    presented: registry::Presented,
 }
 
 impl Handle {

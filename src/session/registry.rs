@@ -44,6 +44,25 @@ pub enum Credential<'a> {
     Certificate(&'a str),
 }
 
+/// A credential as kept after authentication: the key's digest (never the
+/// key), or the certificate's CN.
+#[derive(Clone, Debug)]
+pub(super) enum Presented {
+    /// SHA-256 of the API key.
+    Key([u8; 32]),
+    /// The verified client certificate's subject CN.
+    Certificate(Arc<str>),
+}
+
+impl From<Credential<'_>> for Presented {
+    fn from(credential: Credential<'_>) -> Self {
+        match credential {
+            Credential::ApiKey(key) => Presented::Key(Sha256::digest(key.as_bytes()).into()),
+            Credential::Certificate(cn) => Presented::Certificate(cn.into()),
+        }
+    }
+}
+
 /// A principal and its current account.
 #[derive(Clone, Debug)]
 pub struct Account {
@@ -191,8 +210,8 @@ impl Sessions {
         Ok(())
     }
 
-    fn handle(&self, name: &str, session: Arc<Session>) -> Handle {
-        Handle { principal: name.into(), scope: self.scope, session }
+    fn handle(&self, name: &str, session: Arc<Session>, presented: Presented) -> Handle {
+        Handle { principal: name.into(), scope: self.scope, session, presented }
     }
 
     fn read_local(local: &RwLock<Local>) -> Result<std::sync::RwLockReadGuard<'_, Local>, SessionError> {
@@ -205,47 +224,50 @@ impl Sessions {
     /// [`SessionError::Unauthenticated`] (unknown, revoked), or
     /// [`SessionError::Registry`] when PostgreSQL cannot be asked.
     pub async fn authenticate(&self, credential: Credential<'_>) -> Result<Handle, SessionError> {
-        let digest = match credential {
-            Credential::ApiKey(key) => Some(<[u8; 32]>::from(Sha256::digest(key.as_bytes()))),
-            Credential::Certificate(_) => None,
-        };
+        self.lookup(Presented::from(credential)).await
+    }
+
+    /// `handle` (authenticated earlier, e.g. when its stream opened) as the
+    /// registry has it now: its credential must still name the same active
+    /// principal — a rotated or removed key, or a revoked principal, stops
+    /// an open stream at its next query — and the session comes with the
+    /// principal's current budget, so a cut reaches the stream too.
+    ///
+    /// # Errors
+    /// [`SessionError::Unauthenticated`] when the credential no longer
+    /// names this principal, or [`SessionError::Registry`] when PostgreSQL
+    /// cannot be asked.
+    pub async fn recheck(&self, handle: &Handle) -> Result<Handle, SessionError> {
+        let now = self.lookup(handle.presented.clone()).await?;
+        if now.principal != handle.principal {
+            return Err(SessionError::Unauthenticated);
+        }
+        Ok(now)
+    }
+
+    async fn lookup(&self, presented: Presented) -> Result<Handle, SessionError> {
         if let Some(local) = &self.local {
             let local = Self::read_local(local)?;
-            let name = match (credential, digest) {
-                (_, Some(d)) => local.by_key.get(&d).map(String::as_str),
-                (Credential::Certificate(cn), None) => Some(cn),
-                (Credential::ApiKey(_), None) => None,
+            let name = match &presented {
+                Presented::Key(digest) => local.by_key.get(digest).map(String::as_str),
+                Presented::Certificate(cn) => Some(&**cn),
             };
             return match name.and_then(|n| local.principals.get(n)) {
-                Some((record, session)) if record.active() => Ok(self.handle(&record.name, Arc::clone(session))),
+                Some((record, session)) if record.active() => {
+                    Ok(self.handle(&record.name, Arc::clone(session), presented))
+                }
                 _ => Err(SessionError::Unauthenticated),
             };
         }
-        let record = match (credential, digest) {
-            (_, Some(d)) => self.store.principal_by_key(&d).await,
-            (Credential::Certificate(cn), None) => self.store.principal(cn).await,
-            (Credential::ApiKey(_), None) => Ok(None),
+        let record = match &presented {
+            Presented::Key(digest) => self.store.principal_by_key(digest).await,
+            Presented::Certificate(cn) => self.store.principal(cn).await,
         }
         .map_err(SessionError::Registry)?;
         match record {
-            Some(r) if r.active() => Ok(self.handle(&r.name, self.session_for(&r)?)),
+            Some(r) if r.active() => Ok(self.handle(&r.name, self.session_for(&r)?, presented)),
             _ => Err(SessionError::Unauthenticated),
         }
-    }
-
-    /// Whether `name` (authenticated earlier, e.g. when its stream
-    /// opened) is still active: revocation stops an open stream at its
-    /// next query.
-    ///
-    /// # Errors
-    /// [`SessionError::Unauthenticated`] once revoked, or
-    /// [`SessionError::Registry`] when PostgreSQL cannot be asked.
-    pub async fn ensure_active(&self, name: &str) -> Result<(), SessionError> {
-        let active = match &self.local {
-            Some(local) => Self::read_local(local)?.principals.get(name).is_some_and(|(r, _)| r.active()),
-            None => self.store.principal(name).await.map_err(SessionError::Registry)?.is_some_and(|r| r.active()),
-        };
-        if active { Ok(()) } else { Err(SessionError::Unauthenticated) }
     }
 
     /// Provisions a new principal with `budget` and a fresh random API key,

@@ -50,7 +50,7 @@ fn err(key: &str, message: impl Into<String>) -> SettingsError {
 }
 
 /// Where the teachers come from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum TeacherSource {
     /// Train the demo ensemble and serve it in-process on loopback.
     Demo {
@@ -73,7 +73,7 @@ pub enum TeacherSource {
 }
 
 /// Which store keeps the sessions.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum StoreSettings {
     /// A redb file on this node.
     Embedded {
@@ -176,7 +176,7 @@ pub struct Settings {
 }
 
 /// `[telemetry]`: OpenTelemetry traces over OTLP, off by default.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TelemetrySettings {
     /// The collector's OTLP/gRPC endpoint (`http://…:4317`, plaintext: an
     /// agent or sidecar); `None`: off.
@@ -186,7 +186,7 @@ pub struct TelemetrySettings {
 }
 
 /// TLS files (PEM) for the client and admin listeners.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TlsSettings {
     /// Certificate chain.
     pub cert_file: PathBuf,
@@ -212,7 +212,7 @@ impl TlsSettings {
 }
 
 /// The `pacpriv.v1.Admin` listener.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AdminSettings {
     /// Where it listens.
     pub listen: SocketAddr,
@@ -221,7 +221,7 @@ pub struct AdminSettings {
 }
 
 /// The Prometheus `/metrics` endpoint.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MetricsSettings {
     /// HTTP listen address; `None`: no endpoint.
     pub listen: Option<SocketAddr>,

@@ -279,7 +279,7 @@ pub async fn serve(
         scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
     cancel_on_error.disarm();
     let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
-    let reloader = reload::Reloader::new(app, tls);
+    let reloader = reload::Reloader::new(app, tls, settings.clone());
     Ok(Started {
         addr,
         http: http_addr,

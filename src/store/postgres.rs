@@ -30,7 +30,7 @@ use tokio_postgres::NoTls;
 
 /// How a replica reaches its database (`store.max_connections`,
 /// `store.postgres_sslmode`/`postgres_sslrootcert`, `store.postgres_timeout_ms`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PgLink {
     /// Pool size.
     pub max_connections: usize,

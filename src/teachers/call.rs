@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 /// What to ask each teacher for and how long to wait.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CallPolicy {
     /// Per-attempt deadline.
     pub deadline: Duration,

@@ -102,4 +102,108 @@ async fn sighup_reloads_principals_keys_budgets_rate_limits_and_certificates() {
     assert_eq!(ask(&mut fresh, "kc", 9).await, Ok(B), "carol still answers");
     assert_eq!(ask(&mut fresh, "kb", 10).await, Err(Code::Unauthenticated), "bob is still revoked");
     assert_eq!(sample(&scrape(&metrics), "pacpriv_config_reloads_total{outcome=\"applied\"}"), Some(1.0));
+
+    // What a certificate is taken to mean is read at start: changing it is
+    // refused, not logged as applied and ignored (issue 40 §5).
+    let mtls =
+        format!("[tls]\nprincipal_from_cert = true\nclient_ca_file = \"{}\"\n", new_certs.join("ca.pem").display());
+    std::fs::write(&file, config(&new_certs, &next, 1).replace("[tls]\n", &mtls)).expect("config");
+    reload(&server, &metrics, "rejected", 2.0).await;
+    let logs = server.logs();
+    assert!(logs.contains("a running server cannot take") && logs.contains("tls.principal_from_cert"), "{logs}");
+}
+
+/// A stream's next query, and whether it was answered (the error code if not).
+async fn next_on(
+    tx: &tokio::sync::mpsc::Sender<pacpriv::proto::pacpriv::PredictRequest>,
+    responses: &mut tonic::Streaming<pacpriv::proto::pacpriv::PredictResponse>,
+    n: u32,
+) -> Result<f64, Code> {
+    tx.send(image(&format!("s{n}"), &digit(200 + n))).await.expect("queued");
+    match responses.message().await {
+        Ok(Some(r)) => Ok(r.mi_charged),
+        Ok(None) => Err(Code::Ok),
+        Err(e) => Err(e.code()),
+    }
+}
+
+/// Opens a stream with `key` on `addr`.
+async fn open_stream(
+    addr: &str,
+    key: &str,
+) -> (
+    tokio::sync::mpsc::Sender<pacpriv::proto::pacpriv::PredictRequest>,
+    tonic::Streaming<pacpriv::proto::pacpriv::PredictResponse>,
+) {
+    let mut c = crate::util::client(addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let responses = c.predict_stream(with_key(stream, key)).await.expect("stream opens").into_inner();
+    (tx, responses)
+}
+
+/// Issue 40 §5: what a reload changes reaches streams already open — a
+/// rotated key stops one at its next query, a budget cut applies from its
+/// next query — on either store; and a reload that changes what needs a
+/// restart (the admin token, `tls.principal_from_cert`, a listener) is
+/// rejected whole, naming the keys, before anything (a new principal) is
+/// provisioned.
+async fn a_reload_reaches_open_streams_and_refuses_what_needs_a_restart(store: &[(&'static str, String)]) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("pacpriv.toml");
+    let principals = |list: &[(&str, &str, f64)], extra: &str| {
+        let mut s = format!("[admin]\nkey_sha256 = \"{}\"\n\n{extra}", key_hash(crate::util::ADMIN_TOKEN));
+        for (name, key, budget) in list {
+            s.push_str(&format!("[principals.{name}]\nkey_sha256 = \"{}\"\nbudget_mi = {budget}\n\n", key_hash(key)));
+        }
+        s
+    };
+    std::fs::write(&file, principals(&[("alice", "ka", 1.0), ("bob", "kb", 1.0)], "")).expect("config");
+    let mut env =
+        vec![("PACPRIV__DEMO__MODELS", "16".to_owned()), ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned())];
+    env.extend_from_slice(store);
+    let server = Process::serve(Some(&file), &env);
+    let metrics = server.listener("metrics");
+
+    let (alice, mut alice_answers) = open_stream(&server.addr, "ka").await;
+    let (bob, mut bob_answers) = open_stream(&server.addr, "kb").await;
+    assert_eq!(next_on(&alice, &mut alice_answers, 1).await, Ok(B));
+    assert_eq!(next_on(&bob, &mut bob_answers, 2).await, Ok(B));
+
+    // Alice's key rotated; bob's budget cut to what he has spent.
+    std::fs::write(&file, principals(&[("alice", "ka-2", 1.0), ("bob", "kb", B)], "")).expect("config");
+    reload(&server, &metrics, "applied", 1.0).await;
+    assert_eq!(next_on(&alice, &mut alice_answers, 3).await, Err(Code::Unauthenticated), "the rotated key, mid-stream");
+    assert_eq!(next_on(&bob, &mut bob_answers, 4).await, Err(Code::ResourceExhausted), "the cut budget, mid-stream");
+    let mut c = crate::util::client(&server.addr).await;
+    assert_eq!(crate::util::budget(&mut c, "kb").await.answered, 1, "nothing past the cut was charged");
+    assert_eq!(ask(&mut c, "ka-2", 5).await, Ok(B), "the new key works");
+
+    // Restart-only changes, with a new principal beside them: rejected
+    // whole, naming each key; the new principal was never provisioned.
+    let mut changed = principals(&[("alice", "ka-2", 1.0), ("bob", "kb", B), ("dave", "kd", 1.0)], "");
+    changed = changed.replace(&key_hash(crate::util::ADMIN_TOKEN), &key_hash("another-admin-token"));
+    changed.push_str("[server]\ndrain_grace_ms = 1\n");
+    std::fs::write(&file, changed).expect("config");
+    reload(&server, &metrics, "rejected", 1.0).await;
+    let logs = server.logs();
+    assert!(logs.contains("admin (key_sha256, listen)") && logs.contains("server.drain_grace_ms"), "{logs}");
+    assert_eq!(ask(&mut c, "kd", 6).await, Err(Code::Unauthenticated), "dave was not provisioned");
+    assert!(server.admin_cli(&["list"]).status.success(), "the running admin token still works");
+    assert_eq!(sample(&scrape(&metrics), "pacpriv_config_reloads_total{outcome=\"applied\"}"), Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_reaches_open_streams_on_the_embedded_store() {
+    a_reload_reaches_open_streams_and_refuses_what_needs_a_restart(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_reaches_open_streams_on_postgres() {
+    let pg = crate::util::Postgres::start();
+    a_reload_reaches_open_streams_and_refuses_what_needs_a_restart(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".into()),
+        ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+    ])
+    .await;
 }
