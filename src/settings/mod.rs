@@ -35,6 +35,19 @@ pub const MAX_FEATURES: usize = 1 << 20;
 /// 4 MiB message limit of most inference servers.
 pub const MAX_BATCH: usize = 1024;
 
+/// An upper bound on the encoded size of a response to `rows` rows of
+/// `d`-class releases, with the noisy vectors when `noisy`, in either
+/// protocol (`PredictResponse`, `ModelInferResponse` in contents or raw
+/// form): per row, its fixed fields (≤ 64 bytes) and d doubles with their
+/// framing; once more for a response's top-level copy of its first row;
+/// and 2 KiB for the rest (ids ≤ 128 bytes, the model name, the budget,
+/// the OIP parameters). `server::inference::test` checks it against
+/// encoded worst cases.
+pub fn largest_response(rows: usize, d: usize, noisy: bool) -> usize {
+    let row = 64 + if noisy { 8 * d + 16 } else { 0 };
+    2048 + (rows + 1) * row
+}
+
 /// A configuration problem, naming the key.
 #[derive(Debug, thiserror::Error)]
 #[error("config key `{key}`: {message}")]
@@ -1046,6 +1059,37 @@ impl Raw {
         let (mode, input_shape) = self.model.validate()?;
         let fanout = self.teachers.validate(self.demo)?;
         let admin = self.admin.validate()?;
+        // Nothing is charged that cannot be delivered (issue 40 §3): the
+        // rows of one request all stay in the answer cache, so a retry
+        // after a withheld answer, or a repeat within the batch, finds
+        // them; and the largest response fits the encode limit.
+        if server.max_batch_rows > privacy.cache.capacity {
+            return Err(err(
+                "server.max_batch_rows",
+                format!(
+                    "{} rows per request, but privacy.answer_cache_entries keeps {} answers: a larger batch would \
+                     evict its own rows, so a retry after a withheld answer would be refused or charged again; raise \
+                     privacy.answer_cache_entries or lower server.max_batch_rows",
+                    server.max_batch_rows, privacy.cache.capacity
+                ),
+            ));
+        }
+        let largest = largest_response(server.max_batch_rows, mode.dim(), privacy.release_noisy_vector);
+        if largest > server.max_message_bytes {
+            return Err(err(
+                "server.max_message_bytes",
+                format!(
+                    "{} bytes, but a response to {} rows (server.max_batch_rows) of d = {} classes{} can take up to \
+                     {largest} bytes: it would be charged and then not delivered; raise server.max_message_bytes or \
+                     lower server.max_batch_rows{}",
+                    server.max_message_bytes,
+                    server.max_batch_rows,
+                    mode.dim(),
+                    if privacy.release_noisy_vector { " with their noisy vectors" } else { "" },
+                    if privacy.release_noisy_vector { " (or turn privacy.release_noisy_vector off)" } else { "" },
+                ),
+            ));
+        }
         if self.principals.is_empty() && admin.is_none() {
             return Err(err(
                 "principals",

@@ -139,3 +139,57 @@ async fn a_query_past_its_deadline_is_abandoned_and_costs_nothing() {
     let r = c.predict(req).await.expect("answered within its deadline").into_inner();
     assert_eq!(r.budget.map(|b| (b.answered, b.spent)), Some((1, B)));
 }
+
+/// Issue 40 §3: nothing is charged that cannot be delivered. A
+/// configuration whose largest batch would evict its own rows from the
+/// answer cache, or whose largest response would not fit the encode limit,
+/// is refused at start naming the keys; and under the shipped limits a
+/// batch as large as the cache repeats its first row in its last for free,
+/// even after the cache was filled by earlier answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_could_be_charged_and_not_delivered_is_refused_at_start() {
+    let check = |env: &[(&'static str, String)]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+            .args(["serve", "--check"])
+            .envs(small_demo(env))
+            .output()
+            .expect("pacpriv runs");
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, said) = check(&[
+        ("PACPRIV__SERVER__MAX_BATCH_ROWS", "65".into()),
+        ("PACPRIV__PRIVACY__ANSWER_CACHE_ENTRIES", "64".into()),
+    ]);
+    assert_eq!(code, Some(64), "{said}");
+    assert!(said.contains("server.max_batch_rows") && said.contains("privacy.answer_cache_entries"), "{said}");
+    let (code, said) = check(&[
+        ("PACPRIV__SERVER__MAX_BATCH_ROWS", "4096".into()),
+        ("PACPRIV__PRIVACY__ANSWER_CACHE_ENTRIES", "4096".into()),
+        ("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into()),
+    ]);
+    assert_eq!(code, Some(64), "{said}");
+    assert!(said.contains("server.max_message_bytes") && said.contains("privacy.release_noisy_vector"), "{said}");
+    assert_eq!(
+        check(&[("PACPRIV__PRIVACY__RELEASE_NOISY_VECTOR", "true".into())]).0,
+        Some(0),
+        "the shipped limits fit"
+    );
+
+    let server = Process::serve(None, &small_demo(&[("PACPRIV__PRINCIPALS__ALICE__BUDGET_MI", "100".into())]));
+    let mut c = client(&server.addr).await;
+    for n in 0..64 {
+        predict(&mut c, "alice-key", image(&format!("fill{n}"), &digit(1000 + n))).await.expect("answered");
+    }
+    let before = budget(&mut c, "alice-key").await;
+    // 64 rows, new examples but the last, which repeats the first.
+    let mut pixels: Vec<f32> = (0..63).flat_map(|n| digit(2000 + n)).collect();
+    pixels.extend(digit(2000));
+    let mut batch = image("batch", &pixels);
+    batch.input.as_mut().expect("input").shape = vec![64, 64];
+    let r = predict(&mut c, "alice-key", batch).await.expect("answered");
+    assert_eq!(r.rows.len(), 64);
+    assert!(r.rows[63].cached && r.rows[63].mi_charged == 0.0, "{:?}", r.rows[63]);
+    assert_eq!(r.rows[63].label, r.rows[0].label);
+    let after = budget(&mut c, "alice-key").await;
+    assert_eq!(after.charged - before.charged, 63, "the repeated row was free");
+}

@@ -1,4 +1,4 @@
-use super::model_infer::{CONFIDENCE_ALPHA, Infer, LABEL, NOISY};
+use super::model_infer::{CONFIDENCE_ALPHA, Infer, LABEL, MI_CHARGED, NOISY};
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest};
@@ -135,4 +135,58 @@ fn malformed_requests_say_what_to_change() {
     assert!(invalid(extra_raw).contains("raw_input_contents"));
     assert!(invalid(request(false, &["probabilities"])).contains("\"label\""));
     assert!(invalid(request(false, &[LABEL, LABEL])).contains("twice"));
+}
+
+/// `settings::largest_response`, which start-up holds against
+/// `server.max_message_bytes` (issue 40 §3), bounds what either protocol
+/// encodes for the largest values every field can take.
+#[test]
+fn the_largest_response_bound_holds_for_both_protocols() {
+    use prost::Message;
+    for (rows, d, noisy) in
+        [(1, 2, false), (1, 10, true), (64, 10, true), (4096, 10, false), (7, 1000, true), (1, 32768, true)]
+    {
+        let row = RowAnswer {
+            label: u32::MAX,
+            unanimous: true,
+            mi_charged: f64::MAX,
+            confident: Some(true),
+            noisy: if noisy { vec![f64::MAX; d] } else { vec![] },
+            cached: true,
+        };
+        let budget = Budget {
+            principal: "p".repeat(crate::session::registry::MAX_NAME_LEN),
+            spent: f64::MAX,
+            limit: f64::MAX,
+            remaining: f64::MAX,
+            per_query: f64::MAX,
+            mia_bound: f64::MAX,
+            answered: u64::MAX,
+            charged: u64::MAX,
+            scope: "per_principal".into(),
+            policy: "unanimous_only".into(),
+            ..Default::default()
+        };
+        let answer = PredictResponse {
+            query_id: "q".repeat(128),
+            label: row.label,
+            unanimous: true,
+            mi_charged: f64::MAX,
+            budget: Some(budget),
+            confident: Some(true),
+            noisy: row.noisy.clone(),
+            cached: true,
+            rows: vec![row; rows],
+        };
+        let bound = crate::settings::largest_response(rows, d, noisy);
+        assert!(answer.encoded_len() <= bound, "Predict, {rows} × {d}: {} > {bound}", answer.encoded_len());
+        let wanted: &[&str] = if noisy { &[LABEL, NOISY, MI_CHARGED] } else { &[LABEL, MI_CHARGED] };
+        for raw in [false, true] {
+            let mut req = request(raw, wanted);
+            req.id = "i".repeat(128);
+            let (_, infer) = Infer::parse(req).expect("valid");
+            let encoded = infer.respond(&"m".repeat(128), answer.clone()).encoded_len();
+            assert!(encoded <= bound, "ModelInfer (raw {raw}), {rows} × {d}: {encoded} > {bound}");
+        }
+    }
 }
