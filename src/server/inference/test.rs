@@ -165,7 +165,6 @@ fn the_largest_response_bound_holds_for_both_protocols() {
             charged: u64::MAX,
             scope: "per_principal".into(),
             policy: "unanimous_only".into(),
-            ..Default::default()
         };
         let answer = PredictResponse {
             query_id: "q".repeat(128),
