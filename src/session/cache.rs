@@ -244,6 +244,17 @@ impl AnswerCache {
         Lookup::Miss
     }
 
+    /// The number `key`'s held entry has in its owner's order, and the
+    /// number the owner's next entry will get: with capacity c, an entry
+    /// numbered s is still held after the owner's next n inserts iff
+    /// s + c ≥ next + n — what lets a request's cost tell, before any draw,
+    /// whether its own earlier rows will evict an answer a later row
+    /// repeats.
+    pub fn numbers(&self, key: &CacheKey) -> (Option<u64>, u64) {
+        let held = self.entries.get(&key.digest).map(|e| e.seq);
+        (held, self.owners.get(&key.owner).map_or(0, |s| s.next))
+    }
+
     /// Keeps `answer` for `key` (a query just answered afresh, after a
     /// [`Lookup::Miss`]), evicting the owner's oldest entries beyond
     /// `settings.capacity`. Other owners' entries are never touched; a key

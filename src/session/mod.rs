@@ -31,8 +31,9 @@ use crate::privacy::{Nats, PrivacyError, report};
 use crate::store::cell::{Cell, Change, State};
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{CacheProbe, CacheRows, CacheWrite, JournalEntry, JournalEvent, SessionRecord, StoreError, Ticket};
-use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, Owner, QueryDigest};
+use cache::{AnswerCache, CacheKey, CacheSettings, Cached, Lookup, OnEvicted, Owner, QueryDigest};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub mod cache;
@@ -150,6 +151,15 @@ pub enum SessionError {
     /// Nothing changed; a retry is answered correctly.
     #[error("the session's answer cache changed while this query was in flight; nothing was charged, retry it")]
     CacheMoved,
+    /// A row of a multi-row request failed after earlier rows had drawn
+    /// their noise: the request is refused whole and rolled back, and the
+    /// cause is not shown (it was computed on a posterior those draws had
+    /// moved; the log names its kind).
+    #[error("row {row} of this request could not be answered, so none was: nothing was charged or released")]
+    RowFailed {
+        /// The row, from 0.
+        row: usize,
+    },
     /// No principal of that name.
     #[error("no principal named {0:?}")]
     UnknownPrincipal(String),
@@ -297,6 +307,17 @@ fn cache_of(key: &str, record: Option<&SessionRecord>, rows: CacheRows) -> Resul
     cache.ok_or_else(|| {
         SessionError::Store(StoreError::Corrupt { session: key.into(), reason: "undecodable answer cache".into() })
     })
+}
+
+impl SessionError {
+    /// The variant's name, for logs that must not carry its details.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SessionError::Privacy(_) => "privacy",
+            SessionError::Store(_) | SessionError::Withheld(_) | SessionError::Registry(_) => "store",
+            _ => "session",
+        }
+    }
 }
 
 /// One privacy session: its state, where the store keeps it.
@@ -516,6 +537,17 @@ fn answer_all(
                     (v.state, v.version, v.head, v.events) = (state, version, head, events);
                     v.cache.rollback(at);
                 }
+                // Every refusal that does not depend on the draw was found
+                // by `cost`; what fails after earlier rows drew says nothing
+                // that was computed from them.
+                if change.steps > 0 {
+                    tracing::error!(
+                        row = i,
+                        kind = e.kind(),
+                        "a row failed after earlier rows drew; request refused whole"
+                    );
+                    return Err((Some(i), SessionError::RowFailed { row: i }));
+                }
                 return Err((Some(i), e));
             }
         };
@@ -536,25 +568,60 @@ fn answer_all(
 /// What answering `rows` on `v` will charge: the charge for its teachers'
 /// agreement of every row that is not answered from the cache (neither
 /// cached before nor a repeat of an earlier row of `rows`, when the cache
-/// is on). A repeat of an evicted answer is refused here, before anything
-/// is drawn.
+/// is on).
+///
+/// Every refusal that does not depend on the draw is found here, before
+/// anything is drawn or any posterior moves (issue 40 §4): a repeat of an
+/// evicted answer, or of one that this request's own earlier rows will
+/// evict; a repeat asking for a noisy vector that was not kept; a row whose
+/// cached answer vanished since the preflight (no outputs were fetched for
+/// it); outputs that do not fit; a contested row under `unanimous_only`.
 fn cost(params: &SessionParams, v: &Versioned, rows: &[(Option<TeacherOutputs>, Asking)]) -> Result<Nats, Refused> {
     let ledger = &v.state.ledger;
-    let mut seen = std::collections::HashSet::new();
+    let capacity = params.cache.capacity as u64;
+    // Per owner, the inserts this request's rows make before the current
+    // row; per digest, the number an earlier row's answer will get.
+    let mut inserts: HashMap<Owner, u64> = HashMap::new();
+    let mut fresh: HashMap<QueryDigest, u64> = HashMap::new();
     let mut need = 0.0;
     for (i, (outputs, asking)) in rows.iter().enumerate() {
+        let refuse = |e: SessionError| Err((Some(i), e));
         if let Some(key) = &asking.key {
-            match v.cache.lookup(key) {
-                Lookup::Hit(_) => continue,
-                Lookup::Evicted => return Err((Some(i), SessionError::EvictedRepeat)),
-                Lookup::Miss if params.cache.capacity > 0 && !seen.insert(key.digest) => continue,
-                Lookup::Miss => {}
+            let (held, next) = v.cache.numbers(key);
+            let later = inserts.get(&key.owner).copied().unwrap_or(0);
+            let still_held = |seq: u64| seq + capacity >= next + later;
+            let found = match v.cache.lookup(key) {
+                Lookup::Hit(c) => {
+                    if asking.return_noisy && c.published.is_none() {
+                        return refuse(SessionError::NoisyNotKept);
+                    }
+                    held
+                }
+                Lookup::Evicted => return refuse(SessionError::EvictedRepeat),
+                Lookup::Miss => fresh.get(&key.digest).copied(),
+            };
+            match found {
+                Some(seq) if still_held(seq) => continue,
+                // Evicted by this request's own earlier rows: refused as
+                // any evicted repeat, or answered afresh under "charge".
+                Some(_) if params.cache.on_evicted == OnEvicted::Refuse => {
+                    return refuse(SessionError::EvictedRepeat);
+                }
+                _ => {}
+            }
+            if capacity > 0 {
+                fresh.insert(key.digest, next + later);
+                *inserts.entry(key.owner).or_default() += 1;
             }
         }
-        // Without outputs the step refuses (CACHE_MOVED) before any charge.
-        if let Some(o) = outputs {
-            need += ledger.charge_for(o.unanimous()).get();
+        // The preflight saw an answer that is gone now: no teacher was asked.
+        let Some(o) = outputs else { return refuse(SessionError::CacheMoved) };
+        o.validate().map_err(|e| (Some(i), e.into()))?;
+        let unanimous = o.unanimous();
+        if !unanimous && ledger.policy() == Policy::UnanimousOnly {
+            return refuse(PrivacyError::Contested.into());
         }
+        need += ledger.charge_for(unanimous).get();
     }
     Nats::new(need).map_err(|e| (None, e.into()))
 }

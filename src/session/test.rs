@@ -21,7 +21,12 @@ async fn sessions_in(
 ) -> Result<Sessions, Box<dyn std::error::Error>> {
     let ps = [principal("alice", "ka", 0.3)?, principal("bob", "kb", 0.3)?];
     let store = Store::Embedded(Arc::new(EmbeddedStore::open(&dir.join("state.redb"))?));
-    let params = SessionParams {
+    Ok(Sessions::new(&ps, scope, Nats::new(0.5)?, params(policy)?, &store).await?)
+}
+
+/// The sessions' parameters: m = 4, b = 0.125, journal on, [`CACHE`].
+fn params(policy: Policy) -> Result<SessionParams, PrivacyError> {
+    Ok(SessionParams {
         per_query: Nats::new(0.125)?,
         policy,
         m: 4,
@@ -29,8 +34,7 @@ async fn sessions_in(
         journal: true,
         cache: CACHE,
         calibration: Default::default(),
-    };
-    Ok(Sessions::new(&ps, scope, Nats::new(0.5)?, params, &store).await?)
+    })
 }
 
 async fn sessions(scope: Scope, policy: Policy) -> Result<(Sessions, tempfile::TempDir), Box<dyn std::error::Error>> {
@@ -487,5 +491,46 @@ async fn a_budget_cut_below_the_spending_still_repeats_cached_answers() -> TestR
     assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Known);
     let (again, _) = ask(&alice, None, keyed(1.0, false, None)).await?;
     assert!(again.cached && again.charge == Nats::ZERO);
+    Ok(())
+}
+
+/// Issue 40 §4: every refusal that does not depend on the draw — a noisy
+/// vector that was not kept, an answer gone since the preflight, an answer
+/// the request's own earlier rows evict — is found by the request's cost,
+/// before its first row draws (so neither the refusal's timing nor its
+/// text can follow from secret-centred draws), and the request changes
+/// nothing.
+#[tokio::test]
+async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestResult {
+    let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Contested).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let unanimous = || TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
+    // The cache (capacity 2) holds 1.0 (noisy vector not kept), then 2.0.
+    ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
+    ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
+    // A new contested row first: it would draw if it were stepped.
+    let fresh = || (Some(split()), keyed(7.0, false, None));
+    let cases: [(Vec<(Option<TeacherOutputs>, Asking)>, fn(&SessionError) -> bool); 3] = [
+        (vec![fresh(), (None, keyed(2.0, true, None))], |e| matches!(e, SessionError::NoisyNotKept)),
+        (vec![fresh(), (None, keyed(9.0, false, None))], |e| matches!(e, SessionError::CacheMoved)),
+        // Row 0's answer evicts 1.0, the oldest: row 1 repeats it.
+        (vec![fresh(), (None, keyed(1.0, false, None))], |e| matches!(e, SessionError::EvictedRepeat)),
+    ];
+    let p = params(Policy::Contested)?;
+    for (rows, expected) in cases {
+        let before = (alice.budget().await?, posterior_of(&alice).await?);
+        let found = alice.session.read(&[], |v| cost(&p, v, &rows).map(|_| ())).await?;
+        assert!(matches!(&found, Err((Some(1), e)) if expected(e)), "{found:?}");
+        let refused = alice.begin(rows).await.err().ok_or("refused")?;
+        assert!(expected(&refused), "{refused:?}");
+        assert_eq!((alice.budget().await?, posterior_of(&alice).await?), before);
+    }
+    // Under "charge", the row whose answer its own request evicts is
+    // priced as new before any draw, and answered so.
+    let mut charge = params(Policy::Contested)?;
+    charge.cache.on_evicted = OnEvicted::Charge;
+    let rows = vec![fresh(), (Some(split()), keyed(1.0, false, None))];
+    let need = alice.session.read(&[], |v| cost(&charge, v, &rows).map_err(|(_, e)| e)).await??;
+    assert_eq!(need.get(), 0.25);
     Ok(())
 }
