@@ -510,7 +510,8 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
     ask(&alice, Some(unanimous()), keyed(2.0, false, None)).await?;
     // A new contested row first: it would draw if it were stepped.
     let fresh = || (Some(split()), keyed(7.0, false, None));
-    let cases: [(Vec<(Option<TeacherOutputs>, Asking)>, fn(&SessionError) -> bool); 3] = [
+    type Case = (Vec<(Option<TeacherOutputs>, Asking)>, fn(&SessionError) -> bool);
+    let cases: [Case; 3] = [
         (vec![fresh(), (None, keyed(2.0, true, None))], |e| matches!(e, SessionError::NoisyNotKept)),
         (vec![fresh(), (None, keyed(9.0, false, None))], |e| matches!(e, SessionError::CacheMoved)),
         // Row 0's answer evicts 1.0, the oldest: row 1 repeats it.
