@@ -153,16 +153,35 @@ impl From<ServiceError> for Status {
             // answer: the step ran, but could not be confirmed durable, so
             // it is withheld. Its record keeps the answer: a retry of the
             // same query receives it once durable, charged nothing more.
-            ServiceError::Session(e @ SessionError::Withheld(_)) => {
-                with_reason(Code::Unavailable, e.to_string(), STORE_UNAVAILABLE, true, &[])
-            }
-            ServiceError::Session(e @ SessionError::Store(_)) => plain(Code::Unavailable, STORE_UNAVAILABLE, &e),
+            // A store failure tells the client its kind only: the detail
+            // (host, database, the backend's message) is in the log.
+            ServiceError::Session(SessionError::Withheld(e)) => with_reason(
+                Code::Unavailable,
+                format!(
+                    "the answer could not be confirmed durable and was withheld ({}); it may have been charged — \
+                     retry the same query (same input and options) to receive this answer without a second charge",
+                    e.public()
+                ),
+                STORE_UNAVAILABLE,
+                true,
+                &[],
+            ),
+            ServiceError::Session(SessionError::Store(e)) => with_reason(
+                Code::Unavailable,
+                format!(
+                    "the session store is unavailable ({}); nothing was answered or charged, the query can be retried",
+                    e.public()
+                ),
+                STORE_UNAVAILABLE,
+                false,
+                &[],
+            ),
             ServiceError::Session(SessionError::Registry(
                 e @ (StoreError::PrincipalExists { .. } | StoreError::KeyInUse { .. }),
             )) => plain(Code::AlreadyExists, ALREADY_EXISTS, &e),
-            ServiceError::Session(e @ SessionError::Registry(_)) => with_reason(
+            ServiceError::Session(SessionError::Registry(e)) => with_reason(
                 Code::Unavailable,
-                format!("{e}; nothing was answered or charged"),
+                format!("the principal registry is unavailable ({}); nothing was answered or charged", e.public()),
                 STORE_UNAVAILABLE,
                 false,
                 &[],
@@ -213,11 +232,12 @@ pub fn outcome(e: &ServiceError) -> Outcome {
 fn teacher_status(e: FanoutError) -> Status {
     use reason::{TEACHER_OUTPUT_INVALID, TEACHERS_UNAVAILABLE};
     match e {
-        FanoutError::Unreachable { attempts, reason, .. } => with_reason(
+        // Not the teacher's own message: what a teacher says is the
+        // operator's to read (the log, pacpriv_teacher_errors_total).
+        FanoutError::Unreachable { attempts, .. } => with_reason(
             Code::Unavailable,
             format!(
-                "a teacher did not answer after {attempts} attempt(s) ({reason}); nothing was charged, the query can \
-                 be retried"
+                "a teacher did not answer after {attempts} attempt(s); nothing was charged, the query can be retried"
             ),
             TEACHERS_UNAVAILABLE,
             false,
@@ -236,9 +256,16 @@ fn teacher_status(e: FanoutError) -> Status {
             false,
             &[],
         ),
-        e @ (FanoutError::Stopped | FanoutError::Endpoint { .. } | FanoutError::Connection { .. }) => with_reason(
+        e @ FanoutError::Stopped => with_reason(
             Code::Unavailable,
             format!("{e}; nothing was charged, the query can be retried"),
+            TEACHERS_UNAVAILABLE,
+            false,
+            &[],
+        ),
+        FanoutError::Endpoint { .. } | FanoutError::Connection { .. } => with_reason(
+            Code::Unavailable,
+            "a teacher endpoint could not be used; nothing was charged, the query can be retried".into(),
             TEACHERS_UNAVAILABLE,
             false,
             &[],

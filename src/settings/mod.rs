@@ -62,6 +62,49 @@ fn err(key: &str, message: impl Into<String>) -> SettingsError {
     SettingsError { key: key.to_owned(), message: message.into() }
 }
 
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSettings::Embedded { path } => f.debug_struct("Embedded").field("path", path).finish(),
+            StoreSettings::Postgres { url, link } => {
+                f.debug_struct("Postgres").field("url", &redacted_url(url)).field("link", link).finish()
+            }
+        }
+    }
+}
+
+/// A PostgreSQL URL with its password (`user:PASSWORD@`, `password=…`)
+/// replaced by `***`, for messages and `Debug`.
+pub fn redacted_url(url: &str) -> String {
+    if let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) {
+        let scheme = &url[..url.len() - rest.len()];
+        let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
+        let authority = match authority.rsplit_once('@') {
+            Some((user, host)) => match user.split_once(':') {
+                Some((name, _)) => format!("{name}:***@{host}"),
+                None => authority.to_owned(),
+            },
+            None => authority.to_owned(),
+        };
+        let tail: Vec<String> = tail
+            .split('&')
+            .map(|p| {
+                if let Some((k, _)) = p.split_once('=').filter(|(k, _)| k.ends_with("password")) {
+                    format!("{k}=***")
+                } else {
+                    p.to_owned()
+                }
+            })
+            .collect();
+        let slash = if rest.contains('/') { "/" } else { "" };
+        return format!("{scheme}{authority}{slash}{}", tail.join("&"));
+    }
+    url.split_whitespace()
+        .map(|p| if p.starts_with("password=") { "password=***".to_owned() } else { p.to_owned() })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Where the teachers come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TeacherSource {
@@ -85,8 +128,8 @@ pub enum TeacherSource {
     Remote(Teachers),
 }
 
-/// Which store keeps the sessions.
-#[derive(Clone, Debug, PartialEq)]
+/// Which store keeps the sessions. `Debug` hides the URL's password.
+#[derive(Clone, PartialEq)]
 pub enum StoreSettings {
     /// A redb file on this node.
     Embedded {
@@ -414,6 +457,7 @@ struct RawTeachers {
     layout: Layout,
     remote: Vec<RawRemote>,
     stacked: RawStacked,
+    allow_plaintext_credentials: bool,
 }
 
 /// One entry of `teachers.remote`: a model, and how to reach its endpoint
@@ -441,6 +485,8 @@ struct RawRemote {
 
 /// TLS and headers towards a teacher endpoint.
 struct RawConnection {
+    /// `teachers.allow_plaintext_credentials`.
+    plaintext_ok: bool,
     ca_file: String,
     cert_file: String,
     key_file: String,
@@ -537,6 +583,16 @@ impl RawConnection {
                 return Err(err(&format!("{hkey}.name"), "must not be empty"));
             }
             headers.push(Header { name, value: format!("{}{secret}", h.prefix), source });
+        }
+        if tls.is_none() && !headers.is_empty() && !self.plaintext_ok {
+            return Err(err(
+                &format!("{key}.headers"),
+                format!(
+                    "endpoint {endpoint} is plaintext http://: its headers (credentials) would cross the network \
+                     unencrypted; use https:// with ca_file, or set teachers.allow_plaintext_credentials = true where \
+                     the network itself is private (loopback, an encrypting mesh)"
+                ),
+            ));
         }
         Ok(Connection { tls, headers })
     }
@@ -934,6 +990,7 @@ impl RawTeachers {
                 }
                 teacher_count("teachers.stacked.models", st.models)?;
                 let connection = RawConnection {
+                    plaintext_ok: self.allow_plaintext_credentials,
                     ca_file: st.ca_file,
                     cert_file: st.cert_file,
                     key_file: st.key_file,
@@ -951,6 +1008,7 @@ impl RawTeachers {
                 let mut specs = Vec::with_capacity(self.remote.len());
                 for (i, r) in self.remote.into_iter().enumerate() {
                     let connection = RawConnection {
+                        plaintext_ok: self.allow_plaintext_credentials,
                         ca_file: r.ca_file,
                         cert_file: r.cert_file,
                         key_file: r.key_file,

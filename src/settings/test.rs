@@ -238,3 +238,27 @@ fn a_url_sslmode_the_setting_does_not_meet_is_refused() {
         assert_eq!(tls.url_for(url).as_deref(), Ok(without), "{url}");
     }
 }
+
+/// Issue 40 §7: `Debug` of the settings shows no password of the store's
+/// URL and no teacher's client key.
+#[test]
+fn debug_hides_passwords_and_keys() {
+    for (url, secret) in [
+        ("postgres://pacpriv:hunter2@db:5432/pacpriv?sslmode=disable", "hunter2"),
+        ("postgresql://u:hunter2@db/x?password=hunter3", "hunter"),
+        ("host=db user=u password=hunter2 dbname=x", "hunter2"),
+    ] {
+        let store = StoreSettings::Postgres { url: url.into(), link: PgLink::plain(1) };
+        let shown = format!("{store:?}");
+        assert!(!shown.contains(secret) && shown.contains("***"), "{shown}");
+        assert!(shown.contains("db"), "the rest stays readable: {shown}");
+    }
+    let tls = ClientTls {
+        ca_file: "ca.pem".into(),
+        ca_pem: b"CA".to_vec(),
+        identity: Some((b"CERT".to_vec(), b"PRIVATE-KEY-BYTES".to_vec())),
+        server_name: None,
+    };
+    let shown = format!("{tls:?}");
+    assert!(!shown.contains("PRIVATE") && !shown.contains("80, 82, 73"), "{shown}");
+}

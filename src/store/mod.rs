@@ -95,6 +95,23 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What a client may be told of this failure: its kind, never the
+    /// database's host or name, a path, or the backend's own message (the
+    /// log has those).
+    pub fn public(&self) -> &'static str {
+        match self {
+            StoreError::Backend(_) => "the database could not be reached or refused the transaction",
+            StoreError::Corrupt { .. } => "a stored record could not be read",
+            StoreError::TeacherSetChanged { .. } | StoreError::SecretConflict { .. } => {
+                "the store does not match this server's configuration"
+            }
+            StoreError::PrincipalExists { .. } => "that principal name is taken",
+            StoreError::KeyInUse { .. } => "that key is taken",
+            StoreError::WriterGone => "the store's writer is not running",
+            StoreError::Unconfirmed(_) => "the commit could not be confirmed",
+        }
+    }
+
     /// Whether a step whose write failed this way may have been charged:
     /// its record reached the store (or the in-memory session) and may be,
     /// or become after a restart, durable.

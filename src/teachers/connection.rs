@@ -29,8 +29,9 @@ pub struct Connection {
     pub headers: Vec<Header>,
 }
 
-/// TLS towards a teacher endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// TLS towards a teacher endpoint. `Debug` shows where the CA came from
+/// and whether a client identity is set, never the key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClientTls {
     /// Where the CA came from (for messages).
     pub ca_file: PathBuf,
@@ -52,6 +53,16 @@ pub struct Header {
     pub value: String,
     /// Where the value came from, e.g. `env TEACHER_TOKEN` (for messages).
     pub source: String,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca_file", &self.ca_file)
+            .field("identity", &self.identity.as_ref().map(|_| "<client certificate and key>"))
+            .field("server_name", &self.server_name)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Header {

@@ -197,6 +197,12 @@ async fn teacher_faults_never_release_a_partial_answer_or_charge_a_failed_query(
             other => panic!("{}: unexpected status {other:?}: {}", s.id, e.message()),
         }
         assert!(e.message().contains("nothing was charged"), "{}: {}", s.id, e.message());
+        // Issue 40 §7: what a client is told names no teacher, endpoint or
+        // teacher's own message (the log does, for the operator).
+        let endpoints = [proxy.endpoint.as_str(), &direct[0].addr, &direct[1].addr];
+        for leak in endpoints.into_iter().chain(["127.0.0.1", "digits-", "status:", "transport error"]) {
+            assert!(!e.message().contains(leak), "{}: {leak:?} in {}", s.id, e.message());
+        }
     }
     let answered: Vec<(&Sent, &PredictResponse)> =
         sent.iter().filter_map(|s| s.result.as_ref().ok().map(|r| (s, r))).collect();

@@ -46,6 +46,10 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
     assert_eq!((info.reason.as_str(), info.domain.as_str()), ("STORE_UNAVAILABLE", "pacpriv"));
     assert_eq!(info.metadata.get("charged").map(String::as_str), Some("true"), "{info:?}");
     assert!(first.message().contains("retry the same query"), "{}", first.message());
+    // Issue 40 §7: the client learns the failure's kind, not where the
+    // database is; the operator's log has the detail.
+    let place = cutter.url.split('@').nth(1).and_then(|p| p.split('/').next()).expect("host:port");
+    assert!(!first.message().contains(place) && !first.message().contains("127.0.0.1"), "{}", first.message());
     assert_eq!(budget(&mut c, "alice-key").await.charged, 2, "the cut step committed: its charge stands");
     // ... and asking again gets the answer that charge paid for, free.
     let again = predict(&mut c, "alice-key", image("q1", &digit(1))).await.expect("answered on retry");

@@ -113,4 +113,24 @@ async fn teachers_behind_tls_client_certificates_and_a_bearer_token() {
     // So is a secret whose variable is not set.
     let stderr = failed_start(&good, &[]);
     assert!(stderr.contains("teachers.remote[0].headers[0].value_env") && stderr.contains("TEACHER_TOKEN"), "{stderr}");
+
+    // Issue 40 §7: credentials towards a plaintext endpoint are refused,
+    // by key, unless the operator says the network is private.
+    let header = r#"headers = [{ name = "Authorization", prefix = "Bearer ", value_env = "TEACHER_TOKEN" }]"#;
+    let plaintext = dir.path().join("plaintext.toml");
+    let plain = written.replace("https://", "http://").replace("\" },", &format!("\", {header} }},"));
+    std::fs::write(&plaintext, plain).expect("config");
+    let stderr = failed_start(&plaintext, &[("TEACHER_TOKEN", TOKEN)]);
+    assert!(
+        stderr.contains("teachers.remote[0].headers") && stderr.contains("teachers.allow_plaintext_credentials"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+    let o = Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+        .args(["serve", "--check", "--config", &plaintext.display().to_string()])
+        .env("TEACHER_TOKEN", TOKEN)
+        .env("PACPRIV__TEACHERS__ALLOW_PLAINTEXT_CREDENTIALS", "true")
+        .output()
+        .expect("pacpriv runs");
+    assert!(o.status.success(), "allowed explicitly: {}", String::from_utf8_lossy(&o.stderr));
 }
