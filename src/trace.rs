@@ -6,10 +6,15 @@
 //! to every teacher call ([`inject`]).
 //!
 //! Spans: one per RPC (`rpc`), one per query (`query`: principal and query
-//! id), one per teacher batch and per teacher call (`teacher_call`: the
-//! model, every teacher alike).
+//! id), one per teacher batch (a root of its own, linked to each query it
+//! serves) and per teacher call (`teacher_call`: the model, every teacher
+//! alike).
 //!
 //! # Invariants
+//! - A client's trace context is a hint, not an instruction: every request
+//!   is traced when export is on (the client's `sampled` flag cannot turn
+//!   it off), and only `traceparent` is read — a client's `tracestate` is
+//!   neither kept nor sent on to teachers.
 //! - A span's fields and events are those the logs already carry: never
 //!   the secret index, the noise or the posterior (`tests/it/telemetry.rs`
 //!   scans the exported spans as `hygiene` scans the logs).
@@ -72,20 +77,39 @@ pub fn install(json: bool, otlp_endpoint: Option<&str>, service_name: &str) -> R
         .build()
         .map_err(|e| TraceError(e.to_string()))?;
     let resource = opentelemetry_sdk::Resource::builder().with_service_name(service_name.to_owned()).build();
-    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
+    // Not parent-based: whether a request is traced is the operator's
+    // choice (export on), not the client's traceparent flags.
+    let provider = SdkTracerProvider::builder()
+        .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build();
     let spans = tracing_opentelemetry::layer().with_tracer(provider.tracer("pacpriv"));
     opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
     let _ = tracing_subscriber::registry().with(logs).with(spans).with(filter).try_init();
     Ok(Some(Exporting(provider)))
 }
 
-/// Makes the trace context the client sent (`traceparent`, `tracestate`
-/// among `headers`: HTTP headers or gRPC metadata) the parent of `span`;
-/// nothing when none was sent or export is off.
+/// Makes the trace context the client sent (its `traceparent` among
+/// `headers`: HTTP headers or gRPC metadata; not its `tracestate`) the
+/// parent of `span`; nothing when none was sent or export is off.
 pub fn adopt_parent(span: &Span, headers: &dyn Extractor) {
-    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(headers));
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&ParentOnly(headers)));
     // Fails only when no OpenTelemetry layer is installed: export is off.
     let _ = span.set_parent(parent);
+}
+
+/// A client's headers with only `traceparent` visible.
+struct ParentOnly<'a>(&'a dyn Extractor);
+
+impl Extractor for ParentOnly<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        if key.eq_ignore_ascii_case("traceparent") { self.0.get(key) } else { None }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().into_iter().filter(|k| k.eq_ignore_ascii_case("traceparent")).collect()
+    }
 }
 
 /// HTTP request headers, as trace context.

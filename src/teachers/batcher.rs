@@ -106,11 +106,12 @@ async fn collect(core: Arc<impl AskBatch>, mut queue: mpsc::Receiver<Pending>, b
 
 async fn ask(core: Arc<impl AskBatch>, batch: Vec<Pending>) {
     let rows: Vec<Arc<[f64]>> = batch.iter().map(|p| Arc::clone(&p.features)).collect();
-    let span = match batch.first() {
-        Some(first) => tracing::info_span!(parent: &first.span, "teacher_batch", rows = rows.len()),
-        None => tracing::Span::none(),
-    };
-    for pending in batch.iter().skip(1) {
+    // A batch serves several queries, perhaps of several principals: its
+    // span is a root of its own, linked to every query's span, so no
+    // principal's trace holds (or, through the teachers' traceparent,
+    // hands on) a call made for others.
+    let span = tracing::info_span!(parent: None, "teacher_batch", rows = rows.len());
+    for pending in &batch {
         span.follows_from(&pending.span);
     }
     match tracing::Instrument::instrument(core.ask(&rows), span).await {

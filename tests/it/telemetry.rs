@@ -1,7 +1,9 @@
 //! OpenTelemetry traces: spans exported over OTLP to an in-process
 //! collector (the real OTLP/gRPC service), the client's W3C `traceparent`
-//! as their root and passed on to every teacher call, and — as `hygiene`
-//! does for the logs — nothing in them that depends on the secret index.
+//! as their root (whatever its sampled flag), the teacher batch a root of
+//! its own linked to the query and passed on to every teacher call (the
+//! client's `tracestate` never is), and — as `hygiene` does for the logs —
+//! nothing in them that depends on the secret index.
 
 use crate::util::faulty::{FaultyTeachers, write_config};
 use crate::util::{Process, client, digit, image, key_hash, with_key};
@@ -100,14 +102,25 @@ async fn traced_query(teachers: &str, secret: usize) -> (Vec<Span>, HashMap<Stri
     );
     let mut c = client(&server.addr).await;
     let mut request = with_key(image("traced-1", &digit(5)), "alice-key");
-    let parent = format!("00-{TRACE_ID}-00f067aa0ba902b7-01");
+    // Flagged "not sampled", with a tracestate: neither is the client's to
+    // decide (issue 40 §8).
+    let parent = format!("00-{TRACE_ID}-00f067aa0ba902b7-00");
     request.metadata_mut().insert("traceparent", parent.parse().expect("ascii"));
+    request.metadata_mut().insert("tracestate", "client=private-state".parse().expect("ascii"));
     c.predict(request).await.expect("answered");
     let trace: Vec<u8> = (0..16).map(|i| u8::from_str_radix(&TRACE_ID[2 * i..2 * i + 2], 16).expect("hex")).collect();
-    // The RPC's span ends last, after the response: once it is in, so
-    // is every other span of the trace (they end before it).
-    collector.wait_for(&trace, "teacher_call", M).await;
-    let spans = collector.wait_for(&trace, "rpc", 1).await;
+    // The RPC's span ends last, after the response: once it is in, so is
+    // every other span of the client's trace (they end before it).
+    let mut spans = collector.wait_for(&trace, "rpc", 1).await;
+    // The teacher batch is a trace of its own, linked to the query.
+    let batch = loop {
+        let all = collector.0.lock().expect("spans").clone();
+        if let Some(b) = all.iter().find(|s| s.name == "teacher_batch" && s.links.iter().any(|l| l.trace_id == trace)) {
+            break b.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    spans.extend(collector.wait_for(&batch.trace_id, "teacher_call", M).await);
     (spans, proxy.traceparents())
 }
 
@@ -119,8 +132,9 @@ async fn spans_follow_the_clients_trace_to_every_teacher_and_never_show_the_secr
         let (spans, traceparents) = traced_query(&teachers.addr, secret).await;
         let by_name = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
 
-        // The client's trace is the root: the RPC span's parent is the
-        // client's span, and the query and teacher calls are in the trace.
+        // The client's trace is the root, though it asked not to be
+        // sampled: the RPC span's parent is the client's span, and the
+        // query is in the trace.
         let rpc = by_name("rpc");
         assert_eq!(rpc.len(), 1, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
         assert_eq!(hex(&rpc[0].parent_span_id), "00f067aa0ba902b7");
@@ -128,15 +142,27 @@ async fn spans_follow_the_clients_trace_to_every_teacher_and_never_show_the_secr
         assert_eq!(query.len(), 1);
         let q = attributes(query[0]);
         assert_eq!((q["principal"].as_str(), q["query_id"].as_str()), ("alice", "traced-1"));
+        // The teacher batch, which may serve other principals' queries
+        // too, sits in no client's trace: a root, linked to the query.
+        let batch = by_name("teacher_batch");
+        assert_eq!(batch.len(), 1);
+        assert!(batch[0].parent_span_id.is_empty() && hex(&batch[0].trace_id) != TRACE_ID, "{:?}", batch[0]);
+        assert!(batch[0].links.iter().any(|l| l.span_id == query[0].span_id), "linked to the query");
         let calls = by_name("teacher_call");
+        assert!(calls.iter().all(|c| c.trace_id == batch[0].trace_id), "the calls are the batch's");
         let mut models: Vec<String> = calls.iter().map(|s| attributes(s)["model"].clone()).collect();
         models.sort();
         assert_eq!(models, (0..M).map(|i| format!("digits-{i:03}")).collect::<Vec<_>>(), "one call span per teacher");
 
-        // Every teacher received the trace context, in this trace.
+        // Every teacher received the batch's trace context, and never the
+        // client's tracestate.
         assert_eq!(traceparents.len(), M, "{traceparents:?}");
+        let batch_trace = format!("00-{}-", hex(&batch[0].trace_id));
         for (model, seen) in &traceparents {
-            assert!(seen.iter().all(|t| t.starts_with(&format!("00-{TRACE_ID}-"))), "{model}: {seen:?}");
+            assert!(
+                seen.iter().all(|t| t.starts_with(&batch_trace) && !t.contains("private-state")),
+                "{model}: {seen:?}"
+            );
         }
 
         // Hygiene: nothing exported names the secret or carries noise.

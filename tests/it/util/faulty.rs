@@ -97,7 +97,8 @@ struct State {
     slow: Mutex<HashMap<String, Duration>>,
     /// Model name → `ModelInfer` calls received.
     calls: Mutex<HashMap<String, u64>>,
-    /// The `traceparent` of every `ModelInfer` call, by model.
+    /// The `traceparent` of every `ModelInfer` call (and its `tracestate`,
+    /// if any), by model.
     traceparents: Mutex<HashMap<String, Vec<String>>>,
     /// Replies corrupted, by kind.
     corrupted: Mutex<HashMap<Corruption, u64>>,
@@ -217,7 +218,12 @@ impl GrpcInferenceService for Proxy {
     }
 
     async fn model_infer(&self, r: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
-        let traceparent = r.metadata().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let header = |name: &str| r.metadata().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        // A tracestate, when one is sent, is recorded after the traceparent.
+        let traceparent = header("traceparent").map(|t| match header("tracestate") {
+            Some(state) => format!("{t} tracestate={state}"),
+            None => t,
+        });
         let r = r.into_inner();
         if let Some(t) = traceparent {
             self.state.traceparents.lock().expect("traceparents").entry(r.model_name.clone()).or_default().push(t);
