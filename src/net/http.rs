@@ -10,13 +10,21 @@
 //!   also closes an idle kept-alive connection), or the connection is
 //!   closed: a client trickling a partial header holds its slot no longer;
 //! - one request in flight per connection (HTTP/1.1 answers a connection's
-//!   requests in order; pipelined requests wait for the one before).
+//!   requests in order; pipelined requests wait for the one before);
+//! - a response the client does not read for `header_read` (its window
+//!   closed, the write stalled) ends the connection ([`Stall`]): a client
+//!   that pipelines requests and never reads the answers holds its slot no
+//!   longer than one that never finishes its headers.
 //!
 //! Bodies are bounded where they are read (the request timeout and size
 //! limit of `server::inference::http`), after the credential is checked.
 
 use super::Limits;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -44,6 +52,7 @@ where
             (io, _) = listener.accept() => io,
         };
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let io = Stall { io, limit: limits.header_read, since: None };
         let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
         let stop = stop.clone();
         connections.spawn(async move {
@@ -60,4 +69,56 @@ where
     }
     connections.close();
     connections.wait().await;
+}
+
+/// A connection whose writes fail once they have been stalled (the peer
+/// not reading) for `limit`.
+struct Stall<IO> {
+    io: IO,
+    limit: Duration,
+    /// When the current stall ends the connection.
+    since: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<IO> Stall<IO> {
+    /// `ready` as is, clearing the stall; or, while pending, an error once
+    /// the stall has lasted `limit`.
+    fn watch<T>(&mut self, cx: &mut Context<'_>, ready: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if ready.is_ready() {
+            self.since = None;
+            return ready;
+        }
+        let limit = self.limit;
+        let since = self.since.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match since.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client stopped reading its responses",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Stall<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Stall<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let ready = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, ready)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let ready = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, ready)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let ready = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, ready)
+    }
 }

@@ -31,19 +31,6 @@ pub struct Limits {
     pub keepalive_timeout: Duration,
 }
 
-impl Limits {
-    /// The shipped defaults (`config/default.toml`), for servers that take
-    /// no configuration (tests, benchmarks).
-    pub const DEFAULT: Limits = Limits {
-        max_concurrent_streams: 128,
-        max_connections: 1024,
-        header_read: Duration::from_secs(10),
-        request: Duration::from_secs(60),
-        keepalive_interval: Duration::from_secs(30),
-        keepalive_timeout: Duration::from_secs(10),
-    };
-}
-
 /// A listener could not be bound.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {reason}")]
@@ -97,15 +84,24 @@ pub type TlsConnection = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 /// for `alpn` at the time it is accepted, until `stop`. Handshakes run
 /// concurrently (a slow client holds up no one) and fail alone: a client
 /// with a wrong certificate is dropped and logged, the listener goes on.
+/// At most `pending` connections are in a handshake or waiting for the
+/// server to take them; beyond that, clients wait unaccepted.
 pub fn tls_incoming(
     listener: TcpListener,
     tls: std::sync::Arc<tls::ServerTls>,
     alpn: tls::Alpn,
     stop: tokio_util::sync::CancellationToken,
+    pending: usize,
 ) -> tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(pending));
     tokio::spawn(async move {
         loop {
+            let slot = tokio::select! {
+                () = stop.cancelled() => return,
+                slot = std::sync::Arc::clone(&slots).acquire_owned() => slot,
+            };
+            let Ok(slot) = slot else { return };
             let accepted = tokio::select! {
                 () = stop.cancelled() => return,
                 accepted = listener.accept() => accepted,
@@ -114,6 +110,8 @@ pub fn tls_incoming(
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx) = (tls.acceptor(alpn), tx.clone());
             tokio::spawn(async move {
+                // Held through the handshake and the hand-over.
+                let _slot = slot;
                 match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
                     Ok(Ok(connection)) => {
                         let _ = tx.send(Ok(connection)).await;

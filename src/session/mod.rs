@@ -617,7 +617,8 @@ fn cost(params: &SessionParams, v: &Versioned, rows: &[(Option<TeacherOutputs>, 
         // The preflight saw an answer that is gone now: no teacher was asked.
         let Some(o) = outputs else { return refuse(SessionError::CacheMoved) };
         o.validate().map_err(|e| (Some(i), e.into()))?;
-        let unanimous = o.unanimous();
+        // Unanimity as the mechanism judges it: on the release grid.
+        let unanimous = o.on_grid().unanimous();
         if !unanimous && ledger.policy() == Policy::UnanimousOnly {
             return refuse(PrivacyError::Contested.into());
         }

@@ -533,5 +533,11 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
     let rows = vec![fresh(), (Some(split()), keyed(1.0, false, None))];
     let need = alice.session.read(&[], |v| cost(&charge, v, &rows).map_err(|(_, e)| e)).await??;
     assert_eq!(need.get(), 0.25);
+    // Unanimity is judged as the mechanism judges it, on the release grid:
+    // vectors 10⁻¹² apart are one release, free under contested.
+    let close = ndarray::Array2::from_shape_fn((4, 3), |(i, j)| j as f64 + i as f64 * 1e-12);
+    let rows = vec![(Some(TeacherOutputs::Vectors(close)), keyed(8.0, false, None))];
+    let need = alice.session.read(&[], |v| cost(&p, v, &rows).map_err(|(_, e)| e)).await??;
+    assert_eq!(need.get(), 0.0);
     Ok(())
 }

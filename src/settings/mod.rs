@@ -73,36 +73,41 @@ impl std::fmt::Debug for StoreSettings {
     }
 }
 
-/// A PostgreSQL URL with its password (`user:PASSWORD@`, `password=…`)
-/// replaced by `***`, for messages and `Debug`.
+/// A PostgreSQL URL with its password replaced by `***`, for `Debug`:
+/// the user-info's password (up to the last `@`, since a password may hold
+/// `/` or `?`), every query parameter whose key mentions "pass" or is
+/// percent-encoded, and in libpq's key/value form everything from the
+/// first `password` on.
 pub fn redacted_url(url: &str) -> String {
-    if let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) {
-        let scheme = &url[..url.len() - rest.len()];
-        let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
-        let authority = match authority.rsplit_once('@') {
-            Some((user, host)) => match user.split_once(':') {
-                Some((name, _)) => format!("{name}:***@{host}"),
-                None => authority.to_owned(),
-            },
-            None => authority.to_owned(),
+    let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) else {
+        return match url.find("password") {
+            Some(i) => format!("{}password=***", &url[..i]),
+            None => url.to_owned(),
         };
-        let tail: Vec<String> = tail
-            .split('&')
-            .map(|p| {
-                if let Some((k, _)) = p.split_once('=').filter(|(k, _)| k.ends_with("password")) {
-                    format!("{k}=***")
-                } else {
-                    p.to_owned()
-                }
-            })
-            .collect();
-        let slash = if rest.contains('/') { "/" } else { "" };
-        return format!("{scheme}{authority}{slash}{}", tail.join("&"));
-    }
-    url.split_whitespace()
-        .map(|p| if p.starts_with("password=") { "password=***".to_owned() } else { p.to_owned() })
-        .collect::<Vec<_>>()
-        .join(" ")
+    };
+    let scheme = &url[..url.len() - rest.len()];
+    let (user, host) = match rest.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => (format!("{name}:***@"), host),
+            None => (format!("{user}@"), host),
+        },
+        None => (String::new(), rest),
+    };
+    let host = match host.split_once('?') {
+        Some((path, query)) => {
+            let hidden = |key: &str| key.to_ascii_lowercase().contains("pass") || key.contains('%');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if hidden(k) => format!("{k}=***"),
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => host.to_owned(),
+    };
+    format!("{scheme}{user}{host}")
 }
 
 /// Where the teachers come from.

@@ -216,6 +216,8 @@ fn a_url_sslmode_the_setting_does_not_meet_is_refused() {
         ("host=db user=pacpriv sslmode=verify-ca", "require"),
         ("postgres://pacpriv@db/pacpriv?sslmode=prefer", "require"),
         ("host=db sslmode=allow", "verify-full"),
+        ("postgres://pacpriv@db/pacpriv?ssl%6Dode=require", "disable"),
+        ("host=db sslmode = require", "disable"),
     ] {
         let e = with(url, mode).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("store.postgres_url") && e.contains("store.postgres_sslmode"), "{url} / {mode}: {e:?}");
@@ -247,6 +249,10 @@ fn debug_hides_passwords_and_keys() {
         ("postgres://pacpriv:hunter2@db:5432/pacpriv?sslmode=disable", "hunter2"),
         ("postgresql://u:hunter2@db/x?password=hunter3", "hunter"),
         ("host=db user=u password=hunter2 dbname=x", "hunter2"),
+        ("host=db user=u password = 'hunter 2'", "hunter"),
+        ("postgres://u:hunter/2@db/x", "hunter"),
+        ("postgres://u:p@db?password=hunter2", "hunter2"),
+        ("postgres://u@db/x?pass%77ord=hunter2", "hunter2"),
     ] {
         let store = StoreSettings::Postgres { url: url.into(), link: PgLink::plain(1) };
         let shown = format!("{store:?}");

@@ -214,7 +214,7 @@ pub async fn serve(
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
         .add_optional_service(inference);
-    servers.push(grpc(client, listener, tls.as_ref(), &stop));
+    servers.push(grpc(client, listener, tls.as_ref(), settings.limits.max_connections, &stop));
 
     let mut http_addr = None;
     if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
@@ -226,7 +226,8 @@ pub async fn serve(
         let stop = stop.clone();
         servers.push(match &tls {
             Some(tls) => {
-                let connections = tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone());
+                let connections =
+                    tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone(), limits.max_connections);
                 let listener = TlsListener::new(connections, bound);
                 Box::pin(async move {
                     net::http::serve(listener, router, &limits, stop).await;
@@ -249,7 +250,7 @@ pub async fn serve(
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
             .add_service(service);
-        servers.push(grpc(server, listener, tls.as_ref(), &stop));
+        servers.push(grpc(server, listener, tls.as_ref(), settings.limits.max_connections, &stop));
     } else {
         tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
     }
@@ -291,18 +292,19 @@ pub async fn serve(
     })
 }
 
-/// Serves `router` on `listener` — through TLS when `tls` is set — until
-/// `stop` is cancelled.
+/// Serves `router` on `listener` — through TLS when `tls` is set, with at
+/// most `pending` handshakes waiting — until `stop` is cancelled.
 fn grpc(
     router: tonic::transport::server::Router,
     listener: tokio::net::TcpListener,
     tls: Option<&Arc<ServerTls>>,
+    pending: usize,
     stop: &CancellationToken,
 ) -> Serving {
     let done = stop.clone().cancelled_owned();
     match tls {
         Some(tls) => {
-            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone());
+            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone(), pending);
             let server = router.serve_with_incoming_shutdown(ReceiverStream::new(connections), done);
             Box::pin(async move { Ok(server.await?) })
         }

@@ -74,6 +74,14 @@ impl PgTls {
     /// (`allow`, `prefer`), which pacpriv never does.
     pub fn url_for(&self, url: &str) -> Result<String, String> {
         let (rest, asked) = split_sslmode(url);
+        // What tokio-postgres itself reads from the rest: an sslmode this
+        // scan did not see (percent-encoded, spaced) must not pass either.
+        let parsed: Option<tokio_postgres::Config> = rest.parse().ok();
+        if parsed.is_some_and(|c| c.get_ssl_mode() != tokio_postgres::config::SslMode::Prefer) {
+            return Err("store.postgres_url names an sslmode in a form pacpriv does not read; remove it and set \
+                        store.postgres_sslmode"
+                .into());
+        }
         let Some(asked) = asked else { return Ok(rest) };
         let wanted = match asked.as_str() {
             "disable" => SslMode::Disable,

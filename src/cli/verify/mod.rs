@@ -132,8 +132,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(
             out,
             "verified with {} unchecked: {steps} steps and {events} event{e} of {n} session{s}; every charge, \
-             certificate, cache hit and refusal re-derived, but the posterior updates of these steps were taken \
-             on trust (their release sits at the ±2^20 clamp):\n{}",
+             cache hit and refusal re-derived, but the posterior updates of these steps were taken on trust (their \
+             release sits at the ±2^20 clamp), and every certificate after them rests on those updates:\n{}",
             unchecked.len(),
             unchecked.join("\n")
         )?;
