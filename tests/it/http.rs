@@ -232,6 +232,25 @@ async fn slow_and_hostile_connections_are_closed_and_other_clients_still_answere
         }
     }
     assert_eq!(timed_out, 0, "hostile connections the server left open");
+
+    // A client that pipelines requests and never reads the answers: once
+    // its window is full the server's writes stall, and after the header
+    // timeout the connection is closed (the writes below fail) instead of
+    // holding its slot for good.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("small window");
+    let mut greedy = socket.connect(http.parse().expect("addr")).await.expect("connect");
+    let get = "GET /v2/health/live HTTP/1.1\r\nHost: pacpriv\r\n\r\n".repeat(1000);
+    let closed = tokio::time::timeout(Duration::from_secs(30), async {
+        for _ in 0..2000 {
+            if greedy.write_all(get.as_bytes()).await.is_err() {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(closed, Ok(true), "a client that never reads is disconnected");
     let mut c = client(&server.addr).await;
     assert_eq!(budget(&mut c, "alice-key").await.answered, 2, "only the two real queries were charged");
 }
