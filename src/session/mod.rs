@@ -609,7 +609,9 @@ fn cost(params: &SessionParams, v: &Versioned, rows: &[(Option<TeacherOutputs>, 
                 }
                 _ => {}
             }
-            if capacity > 0 {
+            // Only a later row of this request can meet it (a one-row
+            // request allocates nothing here).
+            if capacity > 0 && i + 1 < rows.len() {
                 fresh.insert(key.digest, next + later);
                 *inserts.entry(key.owner).or_default() += 1;
             }
