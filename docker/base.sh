@@ -9,14 +9,47 @@
 # would be on a machine with a registry (docker/build.sh passes it as the
 # Dockerfile's RUNTIME_BASE). An existing TAG is kept unless REBUILD=1.
 # Needs root (debootstrap) and Debian's `debootstrap` package; about a
-# minute. DEBIAN_MIRROR / DEBIAN_SECURITY_MIRROR override the mirrors.
+# minute.
+#
+# The mirrors are the host's own: the first `deb` source of a release suite
+# and of a `-security` suite in /etc/apt/sources.list and
+# /etc/apt/sources.list.d (one-line and deb822 formats), so the image
+# installs from wherever this machine does — a local or corporate mirror
+# included — and no mirror host is written here. DEBIAN_MIRROR /
+# DEBIAN_SECURITY_MIRROR override them (and are needed on a host that is
+# not Debian); without a security mirror the image has none.
 set -euo pipefail
 
 TAG="${1:-pacpriv-base:bookworm}"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-SECURITY="${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
 
 die() { echo "docker/base.sh: $*" >&2; exit 1; }
+
+# "URI SUITE" for every `deb` source of the host.
+host_sources() {
+    local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
+    for f in "${files[@]}"; do
+        [[ -r "$f" ]] || continue
+        case "$f" in
+        *.sources)
+            # deb822: paragraphs of "Types:", "URIs:", "Suites:" fields.
+            awk 'function flush() { if (deb) for (u in uris) for (s in suites) print uris[u], suites[s];
+                                    deb = 0; delete uris; delete suites }
+                 /^[[:space:]]*$/ { flush(); next }
+                 tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+                 tolower($1) == "uris:" { for (i = 2; i <= NF; i++) uris[i] = $i }
+                 tolower($1) == "suites:" { for (i = 2; i <= NF; i++) suites[i] = $i }
+                 END { flush() }' "$f" ;;
+        *)
+            # One line per source: deb [options] URI SUITE COMPONENT…
+            awk '$1 == "deb" { i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } print $i, $(i + 1) }' "$f" ;;
+        esac
+    done
+}
+
+SOURCES="$(host_sources)"
+MIRROR="${DEBIAN_MIRROR:-$(awk '$2 !~ /-(security|updates|backports)$/ { print $1; exit }' <<<"$SOURCES")}"
+SECURITY="${DEBIAN_SECURITY_MIRROR:-$(awk '$2 ~ /-security$/ { print $1; exit }' <<<"$SOURCES")}"
+[[ -n "$MIRROR" ]] || die "no Debian mirror in this host's apt sources: set DEBIAN_MIRROR (and DEBIAN_SECURITY_MIRROR)"
 
 if [[ -z "${REBUILD:-}" ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
     echo "docker/base.sh: $TAG exists (REBUILD=1 to make it again)" >&2
@@ -33,11 +66,11 @@ debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR" >"$ROOTFS.log" 2>&1 \
     || { tail -20 "$ROOTFS.log" >&2; rm -f "$ROOTFS.log"; die "debootstrap failed"; }
 rm -f "$ROOTFS.log"
 
-cat >"$ROOTFS/etc/apt/sources.list" <<SOURCES
-deb $MIRROR bookworm main
-deb $MIRROR bookworm-updates main
-deb $SECURITY bookworm-security main
-SOURCES
+{
+    echo "deb $MIRROR bookworm main"
+    echo "deb $MIRROR bookworm-updates main"
+    [[ -z "$SECURITY" ]] || echo "deb $SECURITY bookworm-security main"
+} >"$ROOTFS/etc/apt/sources.list"
 # What the official slim images do: no package lists or downloaded .debs
 # in the image, no documentation from packages installed later.
 rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/cache/apt/archives/*.deb

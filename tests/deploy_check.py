@@ -36,7 +36,7 @@ K8S_MIN_VERSION = "1.27.0"
 
 # Core kinds: schema-validated. Custom resources: structure-checked here.
 CORE_KINDS = {"ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget"}
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "Cluster"}
 
 # config key -> container port name that serves it.
 LISTENERS = {

@@ -14,9 +14,18 @@
 //! replica cut off from the database answers UNAVAILABLE within seconds
 //! instead of hanging; and the server ends a transaction left idle that
 //! long (`idle_in_transaction_session_timeout`), so a replica that vanished
-//! holding a session's row lock stops blocking the other replicas. Either
-//! way the transaction rolls back (nothing charged) unless COMMIT was
-//! already sent, which stays ambiguous ([`StoreError::Unconfirmed`]).
+//! holding a session's row lock stops blocking the other replicas. A
+//! server that answers TCP but not the step — a COMMIT waiting for a
+//! synchronous standby that is gone, a row lock held by such a COMMIT — is
+//! bounded by the same timeout around the whole step. Either way the
+//! transaction rolls back (nothing charged) unless COMMIT was already
+//! sent, which stays ambiguous ([`StoreError::Unconfirmed`]), and the
+//! connection is closed rather than pooled again.
+//!
+//! On a highly-available PostgreSQL the URL names every node with
+//! `target_session_attrs=read-write` (deploy/README.md): each new
+//! connection goes to the node that accepts writes, so after a failover
+//! the replicas follow the new primary once the old connections fail.
 
 use super::answers::{CacheProbe, CacheRows, Squashed, squash};
 use super::cell::Change;
@@ -257,8 +266,10 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 /// A connection pool to one database.
 pub struct PgStore {
     pool: Pool,
-    /// Host/database for messages (no password).
+    /// Hosts/database for messages (no password).
     location: String,
+    /// How long a step's transaction may take, COMMIT included.
+    timeout: Duration,
     metrics: StoreMetrics,
 }
 
@@ -275,11 +286,8 @@ impl PgStore {
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
         bound_waits(&mut config, link.timeout);
-        let location = format!(
-            "postgres {:?}/{}",
-            config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default(),
-            config.get_dbname().unwrap_or("")
-        );
+        let hosts: Vec<String> = config.get_hosts().iter().map(|h| format!("{h:?}")).collect();
+        let location = format!("postgres {}/{}", hosts.join(","), config.get_dbname().unwrap_or(""));
         let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match tls.client_config()? {
             None => {
@@ -307,7 +315,7 @@ impl PgStore {
             backend(format!("connecting to {location}{hint}: {}", error_chain(&e)))
         })?;
         migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
-        Ok(PgStore { pool, location, metrics: StoreMetrics::default() })
+        Ok(PgStore { pool, location, timeout: link.timeout, metrics: StoreMetrics::default() })
     }
 
     /// Records each step's transaction (latency, one record) in `metrics`.
@@ -535,82 +543,132 @@ impl PgStore {
         F: FnOnce(Option<SessionRecord>, CacheRows) -> Fut,
         Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Change)>, T), E>>,
     {
-        const LOCK: &str = "SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE";
         let started = std::time::Instant::now();
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(backend)?;
-        // The statements of every step, prepared once per connection: a
-        // statement given as text costs a round trip to parse it each time.
-        let lock = tx.prepare_cached(LOCK).await.map_err(backend)?;
-        let row = match tx.query_opt(&lock, &[&session]).await.map_err(backend)? {
-            Some(row) => row,
-            None => {
-                // A fresh session: make the row so FOR UPDATE has something
-                // to lock; another replica's concurrent insert is fine.
-                tx.execute(
-                    "INSERT INTO pacpriv_sessions (session, version, record) VALUES ($1, 0, '') \
-                     ON CONFLICT (session) DO NOTHING",
-                    &[&session],
-                )
-                .await
-                .map_err(backend)?;
-                tx.query_one(&lock, &[&session]).await.map_err(backend)?
+        let mut committing = false;
+        let transaction = step_on(&mut client, session, probes, apply, &mut committing);
+        let failure = match tokio::time::timeout(self.timeout, transaction).await {
+            Ok(Ok(result)) => {
+                self.metrics.commit(started.elapsed().as_secs_f64(), 1);
+                return Ok(result);
             }
+            Ok(Err(Failed::Apply(e))) => return Err(e),
+            Ok(Err(Failed::Store(e))) => e,
+            // A server that answers TCP but not the transaction: a lock
+            // held by a step that cannot commit, or a COMMIT waiting for a
+            // synchronous standby that is gone (deploy/README.md).
+            Err(_) if committing => StoreError::Unconfirmed(format!("no reply to COMMIT within {:?}", self.timeout)),
+            Err(_) => backend(format!("{}: no reply within {:?}", self.location, self.timeout)),
         };
-        let version: i64 = row.get(0);
-        let current = record_of(session, row.get(1))?;
-        let cache = if probes.is_empty() {
-            CacheRows::none_found(probes)
-        } else {
-            let (digests, owners, prefixes) = probe_params(probes);
-            let probe = tx.prepare_cached(PROBE).await.map_err(backend)?;
-            let row = tx.query_one(&probe, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
-            cache_rows(session, probes, row.get(0), row.get(1))?
-        };
-        let (write, result) = apply(current, cache).await?;
-        let Some((next, Change { steps, journal, events, cache })) = write else {
-            // Nothing to write (a cached answer read under the lock):
-            // committed state, released as it is.
-            return Ok(result);
-        };
-        let next_version = i64::try_from(next.version).map_err(backend)?;
-        if i64::try_from(steps).ok().and_then(|s| version.checked_add(s)) != Some(next_version) {
-            return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
-        }
-        let record = next.encode();
-        let row: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&session, &next_version, &record, &version];
-        let cache = squash(&cache);
-        let updated = if cache.is_empty() {
-            let update = tx.prepare_cached(UPDATE_RECORD).await.map_err(backend)?;
-            tx.execute(&update, &row).await.map_err(backend)?
-        } else {
-            let update = tx.prepare_cached(UPDATE_RECORD_AND_CACHE).await.map_err(backend)?;
-            let params = cache_params(&cache)?;
-            tx.execute(&update, &[&row[..], &params.refs()[..]].concat()).await.map_err(backend)?
-        };
-        if updated != 1 {
-            return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
-        }
-        if !journal.is_empty() {
-            let insert = tx.prepare_cached(INSERT_JOURNAL).await.map_err(backend)?;
-            for entry in journal {
-                let entry_version = i64::try_from(entry.version).map_err(backend)?;
-                tx.execute(&insert, &[&session, &entry_version, &entry.encode()]).await.map_err(backend)?;
-            }
-        }
-        if !events.is_empty() {
-            let insert = tx.prepare_cached(INSERT_EVENT).await.map_err(backend)?;
-            for event in events {
-                let seq = i64::try_from(event.seq).map_err(backend)?;
-                tx.execute(&insert, &[&session, &seq, &event.encode_sealed()]).await.map_err(backend)?;
-            }
-        }
-        // Everything above failed with the transaction rolled back (nothing
-        // charged); a failed COMMIT is ambiguous — it may have committed.
-        tx.commit().await.map_err(|e| StoreError::Unconfirmed(e.to_string()))?;
-        self.metrics.commit(started.elapsed().as_secs_f64(), 1);
-        Ok(result)
+        // Neither this connection nor the idle ones are reused: this one
+        // may still be waiting for the reply given up on above, and all of
+        // them lead to a server that just failed a step — after a failover,
+        // the old primary, which may hold them open but never commit again.
+        // New connections go to whichever host accepts writes now.
+        drop(deadpool_postgres::Object::take(client));
+        self.pool.retain(|_, _| false);
+        Err(failure.into())
     }
+}
+
+/// Why [`step_on`] failed: the store, or the caller's `apply`.
+enum Failed<E> {
+    Store(StoreError),
+    Apply(E),
+}
+
+impl<E> From<StoreError> for Failed<E> {
+    fn from(e: StoreError) -> Self {
+        Failed::Store(e)
+    }
+}
+
+/// [`PgStore::step`]'s transaction on `client`; `committing` is set once
+/// COMMIT is sent (from then on a failure is [`StoreError::Unconfirmed`]).
+async fn step_on<T, E, F, Fut>(
+    client: &mut deadpool_postgres::Object,
+    session: &str,
+    probes: &[CacheProbe],
+    apply: F,
+    committing: &mut bool,
+) -> Result<T, Failed<E>>
+where
+    F: FnOnce(Option<SessionRecord>, CacheRows) -> Fut,
+    Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Change)>, T), E>>,
+{
+    const LOCK: &str = "SELECT version, record FROM pacpriv_sessions WHERE session = $1 FOR UPDATE";
+    let tx = client.transaction().await.map_err(backend)?;
+    // The statements of every step, prepared once per connection: a
+    // statement given as text costs a round trip to parse it each time.
+    let lock = tx.prepare_cached(LOCK).await.map_err(backend)?;
+    let row = match tx.query_opt(&lock, &[&session]).await.map_err(backend)? {
+        Some(row) => row,
+        None => {
+            // A fresh session: make the row so FOR UPDATE has something
+            // to lock; another replica's concurrent insert is fine.
+            tx.execute(
+                "INSERT INTO pacpriv_sessions (session, version, record) VALUES ($1, 0, '') \
+                     ON CONFLICT (session) DO NOTHING",
+                &[&session],
+            )
+            .await
+            .map_err(backend)?;
+            tx.query_one(&lock, &[&session]).await.map_err(backend)?
+        }
+    };
+    let version: i64 = row.get(0);
+    let current = record_of(session, row.get(1))?;
+    let cache = if probes.is_empty() {
+        CacheRows::none_found(probes)
+    } else {
+        let (digests, owners, prefixes) = probe_params(probes);
+        let probe = tx.prepare_cached(PROBE).await.map_err(backend)?;
+        let row = tx.query_one(&probe, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+        cache_rows(session, probes, row.get(0), row.get(1))?
+    };
+    let (write, result) = apply(current, cache).await.map_err(Failed::Apply)?;
+    let Some((next, Change { steps, journal, events, cache })) = write else {
+        // Nothing to write (a cached answer read under the lock):
+        // committed state, released as it is.
+        return Ok(result);
+    };
+    let next_version = i64::try_from(next.version).map_err(backend)?;
+    if i64::try_from(steps).ok().and_then(|s| version.checked_add(s)) != Some(next_version) {
+        return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
+    }
+    let record = next.encode();
+    let row: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&session, &next_version, &record, &version];
+    let cache = squash(&cache);
+    let updated = if cache.is_empty() {
+        let update = tx.prepare_cached(UPDATE_RECORD).await.map_err(backend)?;
+        tx.execute(&update, &row).await.map_err(backend)?
+    } else {
+        let update = tx.prepare_cached(UPDATE_RECORD_AND_CACHE).await.map_err(backend)?;
+        let params = cache_params(&cache)?;
+        tx.execute(&update, &[&row[..], &params.refs()[..]].concat()).await.map_err(backend)?
+    };
+    if updated != 1 {
+        return Err(backend(format!("session {session:?} moved past version {version} concurrently")).into());
+    }
+    if !journal.is_empty() {
+        let insert = tx.prepare_cached(INSERT_JOURNAL).await.map_err(backend)?;
+        for entry in journal {
+            let entry_version = i64::try_from(entry.version).map_err(backend)?;
+            tx.execute(&insert, &[&session, &entry_version, &entry.encode()]).await.map_err(backend)?;
+        }
+    }
+    if !events.is_empty() {
+        let insert = tx.prepare_cached(INSERT_EVENT).await.map_err(backend)?;
+        for event in events {
+            let seq = i64::try_from(event.seq).map_err(backend)?;
+            tx.execute(&insert, &[&session, &seq, &event.encode_sealed()]).await.map_err(backend)?;
+        }
+    }
+    // Everything above failed with the transaction rolled back (nothing
+    // charged); a failed COMMIT is ambiguous — it may have committed.
+    *committing = true;
+    tx.commit().await.map_err(|e| StoreError::Unconfirmed(e.to_string()))?;
+    Ok(result)
 }
 
 /// The record in a session row's `record` column: none in a row just made
@@ -705,9 +763,13 @@ fn bound_waits(config: &mut tokio_postgres::Config, timeout: Duration) {
         Some(given) if !given.trim().is_empty() => format!("{given} -c idle_in_transaction_session_timeout={ms}"),
         _ => format!("-c idle_in_transaction_session_timeout={ms}"),
     };
+    // A URL's own connect_timeout stands: with several hosts it bounds
+    // each, and the pool's create timeout (`timeout`) bounds them all.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(timeout);
+    }
     config
         .options(options)
-        .connect_timeout(timeout)
         .tcp_user_timeout(timeout)
         .keepalives(true)
         .keepalives_idle(timeout)

@@ -53,16 +53,22 @@ pub struct Db {
 }
 
 impl Db {
-    pub fn read(project: &Project, db: &str) -> Db {
+    /// Database `db` on the PostgreSQL container `service`.
+    pub fn read(project: &Project, service: &str, db: &str) -> Db {
         let mut sessions = BTreeMap::new();
-        for row in project.sql(db, "SELECT session, encode(record, 'hex') FROM pacpriv_sessions WHERE version > 0") {
+        for row in
+            project.sql(service, db, "SELECT session, encode(record, 'hex') FROM pacpriv_sessions WHERE version > 0")
+        {
             let record =
                 SessionRecord::decode(&unhex(&row[1])).unwrap_or_else(|| panic!("session {} undecodable", row[0]));
             sessions.insert(row[0].clone(), record);
         }
         let mut journal: BTreeMap<String, Vec<JournalEntry>> = BTreeMap::new();
-        let rows =
-            project.sql(db, "SELECT session, encode(entry, 'hex') FROM pacpriv_journal ORDER BY session, version");
+        let rows = project.sql(
+            service,
+            db,
+            "SELECT session, encode(entry, 'hex') FROM pacpriv_journal ORDER BY session, version",
+        );
         for row in rows {
             let entry =
                 JournalEntry::decode(&unhex(&row[1])).unwrap_or_else(|| panic!("journal of {} undecodable", row[0]));

@@ -82,6 +82,12 @@ impl Project {
         id
     }
 
+    /// The name Compose gives `service`'s (one) container, known without
+    /// asking it.
+    pub fn container_name(&self, service: &str) -> String {
+        format!("{}_{service}_1", self.name)
+    }
+
     /// The name Docker gave `network` of this project.
     pub fn network(&self, network: &str) -> String {
         format!("{}_{network}", self.name)
@@ -112,11 +118,12 @@ impl Project {
         Load { child: cmd.spawn().expect("docker-compose run loadgen"), started: Instant::now() }
     }
 
-    /// `psql` in the database container: rows of `sql`, columns split on
-    /// spaces.
-    pub fn sql(&self, db: &str, sql: &str) -> Vec<Vec<String>> {
-        let out = run(&mut self
-            .compose(&["exec", "-T", "postgres", "psql", "-U", "pacpriv", "-d", db, "-At", "-F", " ", "-c", sql]));
+    /// `psql` in the database container `service`: rows of `sql`, columns
+    /// split on spaces.
+    pub fn sql(&self, service: &str, db: &str, sql: &str) -> Vec<Vec<String>> {
+        let out =
+            run(&mut self
+                .compose(&["exec", "-T", service, "psql", "-U", "pacpriv", "-d", db, "-At", "-F", " ", "-c", sql]));
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| !l.is_empty())

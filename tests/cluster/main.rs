@@ -24,6 +24,7 @@
 mod certificate;
 mod check;
 mod compose;
+mod ha;
 
 use check::{Counts, Db, Seen};
 use compose::{Project, run};
@@ -119,6 +120,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
     build_images();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
+    project.set("PACPRIV_POSTGRES_URL", "postgres://pacpriv@postgres/pacpriv");
     let mut services = vec!["postgres", "pacpriv-teachers"];
     services.extend(REPLICAS);
     let mut up = vec!["up", "-d"];
@@ -135,7 +137,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
             let (faults, lines) = phase(&project, fault, &format!("r{round}-{fault:?}"));
             let before = seen.len();
             seen.extend(lines);
-            let charges = check::accounts_agree(&Db::read(&project, "pacpriv"), &seen, B, &per_principal);
+            let charges = check::accounts_agree(&Db::read(&project, "postgres", "pacpriv"), &seen, B, &per_principal);
             figures.push(Figures { phase: format!("{fault:?}"), faults, counts: Counts::of(&seen[before..], charges) });
         }
     }
@@ -145,7 +147,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
     // Racing for the last unit: race_0 can pay for 20.5 answers.
     let before = seen.len();
     seen.extend(race(&project, "race_0-key", "race-pp"));
-    let db = Db::read(&project, "pacpriv");
+    let db = Db::read(&project, "postgres", "pacpriv");
     let charges = check::accounts_agree(&db, &seen, B, &per_principal);
     assert_eq!(
         db.sessions["race_0"].answered, 20,
@@ -159,13 +161,13 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
 
     // The same under scope = "global" (a fresh database): 30.5 b for all.
     project.set("PACPRIV_SCOPE", "global");
-    project.set("PACPRIV_DB", "pacpriv_global");
+    project.set("PACPRIV_POSTGRES_URL", "postgres://pacpriv@postgres/pacpriv_global");
     let mut recreate = vec!["up", "-d", "--force-recreate", "--no-deps"];
     recreate.extend(REPLICAS);
     run(&mut project.compose(&recreate));
     project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
     let global_seen = race(&project, "race_1-key,race_2-key,load_0-key", "race-global");
-    let db = Db::read(&project, "pacpriv_global");
+    let db = Db::read(&project, "postgres", "pacpriv_global");
     let charges = check::accounts_agree(&db, &global_seen, B, &|_| "*global*".into());
     assert_eq!(
         db.sessions["*global*"].answered, 30,
@@ -379,12 +381,25 @@ fn race(project: &Project, keys: &str, prefix: &str) -> Vec<Seen> {
     seen
 }
 
+/// The load generator's arguments: `CLIENTS` clients with `keys` through
+/// all three replicas for `seconds`, then `extra`.
 fn load_args(keys: &str, prefix: &str, seconds: u64, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> =
-        ["--keys", keys, "--clients", &CLIENTS.to_string(), "--prefix", prefix, "--seconds", &seconds.to_string()]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+    let targets = REPLICAS.map(|r| format!("{r}:50051")).join(",");
+    let mut args: Vec<String> = [
+        "--targets",
+        &targets,
+        "--keys",
+        keys,
+        "--clients",
+        &CLIENTS.to_string(),
+        "--prefix",
+        prefix,
+        "--seconds",
+        &seconds.to_string(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     args
 }

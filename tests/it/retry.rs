@@ -88,6 +88,77 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
     }
 }
 
+/// Issue 41: on a strict synchronous primary whose standbys are gone, a
+/// COMMIT waits for a confirmation that does not come. The step is bounded
+/// by `store.postgres_timeout_ms` all the same: the answer is withheld
+/// (`charged = "true"`: the COMMIT may yet land), a next query of the same
+/// session — blocked by the waiting COMMIT's row lock — is refused with
+/// nothing charged instead of hanging, and once a standby confirms (here:
+/// the requirement lifted) the retry receives the answer that charge paid
+/// for, charged once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_no_standby_confirms_is_withheld_then_retrieved_once() {
+    let pg = Postgres::start();
+    let env = small_demo(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+        ("PACPRIV__STORE__POSTGRES_TIMEOUT_MS", "1000".to_owned()),
+        ("PACPRIV__PRIVACY__POLICY", "paper".to_owned()),
+    ]);
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("warm-up", &digit(0))).await.expect("answered");
+
+    let (admin, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    require_standbys(&admin, &pg.url, "gone_standby").await;
+
+    let status = |e: &tonic::Status| {
+        let info = e.get_error_details().error_info().cloned().expect("ErrorInfo");
+        (e.code(), info.reason, info.metadata.get("charged").cloned())
+    };
+    let first = predict(&mut c, "alice-key", image("q1", &digit(1))).await.expect_err("no standby confirms");
+    assert_eq!(status(&first), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("true".into())), "{first:?}");
+    let second = predict(&mut c, "alice-key", image("q2", &digit(2))).await.expect_err("the row is locked");
+    assert_eq!(status(&second), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("false".into())), "{second:?}");
+
+    require_standbys(&admin, &pg.url, "").await;
+    // The waiting COMMIT completes: q1's charge stands, q2's never began.
+    let mut account = budget(&mut c, "alice-key").await;
+    for _ in 0..100 {
+        if account.charged == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        account = budget(&mut c, "alice-key").await;
+    }
+    assert_eq!(account.charged, 2, "warm-up and q1: the COMMIT that waited landed");
+    let again = predict(&mut c, "alice-key", image("q1", &digit(1))).await.expect("answered on retry");
+    assert!(again.cached && again.mi_charged == 0.0, "the retry receives the answer q1's charge paid for: {again:?}");
+    let q2 = predict(&mut c, "alice-key", image("q2", &digit(2))).await.expect("answered on retry");
+    assert!(!q2.cached && q2.mi_charged > 0.0, "q2 was never charged: answered afresh {q2:?}");
+    assert_eq!(budget(&mut c, "alice-key").await.charged, 3, "one charge per query");
+}
+
+/// Sets `synchronous_standby_names` to `names` and waits until new
+/// sessions see it (the server reloads on a signal).
+async fn require_standbys(admin: &tokio_postgres::Client, url: &str, names: &str) {
+    admin
+        .batch_execute(&format!("ALTER SYSTEM SET synchronous_standby_names = '{names}'"))
+        .await
+        .expect("ALTER SYSTEM");
+    admin.batch_execute("SELECT pg_reload_conf()").await.expect("reload");
+    loop {
+        let (fresh, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connects");
+        tokio::spawn(connection);
+        let row = fresh.query_one("SHOW synchronous_standby_names", &[]).await.expect("SHOW");
+        if row.get::<_, String>(0) == names {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// `request` serialized as hex, for the Python client (which sends the key
 /// as metadata itself).
 fn hex_of(request: pacpriv::proto::pacpriv::PredictRequest) -> String {

@@ -1,0 +1,428 @@
+//! Issue 41: the three replicas on a highly-available PostgreSQL — three
+//! nodes under Patroni with synchronous replication and three etcd members
+//! (compose.yaml's `ha` profile; deploy/README.md) — under load through:
+//! the primary killed (automatic failover), the killed node back (it
+//! rejoins as a standby), a planned switchover, the primary cut off from
+//! etcd and from its standbys while the replicas still reach it (split
+//! brain: it must stop committing), the primary killed while a replica is
+//! too, and every standby gone (commits wait: `synchronous_mode_strict`).
+//!
+//! After every phase the accounts are checked as on one database
+//! ([`check::accounts_agree`]), on whichever node is the primary by then:
+//! every answer a client received has its charge there, whatever node it
+//! was committed on. `PACPRIV_CLUSTER_ROUNDS=N` repeats the phases.
+
+use super::{HEALTHY_WITHIN, LOAD_KEYS, REPLICAS, build_images, engine_answers, load_args, prepare, unix_ms};
+use crate::check::{self, Counts, Db, Seen};
+use crate::compose::{Project, run};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const NODES: [&str; 3] = ["pg-1", "pg-2", "pg-3"];
+/// The replicas' `store.postgres_url`: every node, by its fixed address
+/// (compose.yaml), the one that accepts writes, one second per host.
+const URL: &str = "postgres://pacpriv@pg-1,pg-2,pg-3/pacpriv\
+                   ?hostaddr=10.241.40.21,10.241.40.22,10.241.40.23\
+                   &target_session_attrs=read-write&connect_timeout=1";
+const PATRONICTL: [&str; 3] = ["patronictl", "-c", "/etc/patroni/patroni.yml"];
+/// How long the cluster may take to have a primary and a synchronous
+/// standby again (Patroni's ttl is 10 s; a rejoin may rewind).
+const SETTLES_WITHIN: Duration = Duration::from_secs(90);
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// `docker kill` of the primary node.
+    KillPrimary,
+    /// The node killed before started again: it rejoins as a standby.
+    Rejoin,
+    /// `patronictl switchover` to the synchronous standby.
+    Switchover,
+    /// The primary's `dcs` network cut (etcd and the standbys gone, the
+    /// replicas still there), healed once another node leads.
+    Partition,
+    /// The primary and a replica killed together; the replica started
+    /// during the failover, the old primary after it.
+    Combined,
+    /// Both standbys stopped for a while, then started.
+    NoStandby,
+}
+
+/// One row of the README's table.
+struct Figures {
+    fault: Fault,
+    /// Milliseconds from the fault to a new primary's promotion (Patroni's
+    /// history), or for NoStandby how long commits had no standby.
+    unwritable_ms: Option<u64>,
+    counts: Counts,
+    /// p99 latency of the answers to queries sent during the fault window.
+    p99_ms: u64,
+}
+
+#[test]
+fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
+    if !engine_answers() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    prepare(dir.path());
+    build_images();
+    build_ha_image();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
+    project.set("PACPRIV_POSTGRES_URL", URL);
+    let mut up = vec!["--profile", "ha", "up", "-d", "etcd-1", "etcd-2", "etcd-3"];
+    up.extend(NODES);
+    run(&mut project.compose(&up));
+    settled(&project, &[]);
+    let mut up = vec!["up", "-d", "pacpriv-teachers"];
+    up.extend(REPLICAS);
+    run(&mut project.compose(&up));
+    project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
+
+    let rounds: usize = std::env::var("PACPRIV_CLUSTER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let per_principal = |key: &str| key.trim_end_matches("-key").to_owned();
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut figures = Vec::new();
+    for round in 0..rounds {
+        for fault in
+            [Fault::KillPrimary, Fault::Rejoin, Fault::Switchover, Fault::Partition, Fault::Combined, Fault::NoStandby]
+        {
+            let (unwritable_ms, p99_ms, lines) = phase(&project, fault, &format!("ha{round}-{fault:?}"));
+            let before = seen.len();
+            seen.extend(lines);
+            let primary = settled(&project, &[]);
+            let charges =
+                check::accounts_agree(&Db::read(&project, &primary, "pacpriv"), &seen, super::B, &per_principal);
+            figures.push(Figures { fault, unwritable_ms, counts: Counts::of(&seen[before..], charges), p99_ms });
+        }
+    }
+    report(&figures);
+}
+
+/// The Patroni image (on the test's PostgreSQL image, which
+/// [`build_images`] made).
+fn build_ha_image() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    run(Command::new("docker")
+        .env("DOCKER_BUILDKIT", "0")
+        .args(["build", "-q", "-t", "pacpriv-patroni:local"])
+        .arg(root.join("tests/cluster/patroni")));
+}
+
+/// One fault under load: when no node could commit (ms), the p99 latency
+/// of answers in the fault window, the load generator's lines.
+fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, u64, Vec<Seen>) {
+    let seconds = match fault {
+        Fault::Rejoin | Fault::Switchover => 40,
+        Fault::KillPrimary | Fault::NoStandby => 50,
+        Fault::Partition | Fault::Combined => 60,
+    };
+    let load = project.load(&load_args(LOAD_KEYS, prefix, seconds, &[]));
+    let t0 = load.started;
+    let at = |secs: u64| std::thread::sleep((t0 + Duration::from_secs(secs)).saturating_duration_since(Instant::now()));
+    at(5);
+    let primary = settled(project, &[]);
+    let from = unix_ms();
+    let mut standby_gone = None;
+    match fault {
+        Fault::KillPrimary => {
+            run(&mut project.compose(&["kill", "-s", "SIGKILL", &primary]));
+        }
+        Fault::Rejoin => {
+            let down: Vec<&str> = NODES.iter().copied().filter(|n| !running(project, n)).collect();
+            assert_eq!(down.len(), 1, "Rejoin follows KillPrimary: one node down, not {down:?}");
+            run(&mut project.compose(&["start", down[0]]));
+        }
+        Fault::Switchover => {
+            let candidate = member_with_role(project, "sync_standby");
+            let mut cmd = project.compose(&["exec", "-T", &primary]);
+            cmd.args(PATRONICTL).args(["switchover", "--leader", &primary, "--candidate", &candidate, "--force"]);
+            run(&mut cmd);
+        }
+        Fault::Partition => {
+            let container = project.container(&primary);
+            let dcs = project.network("dcs");
+            run(Command::new("docker").args(["network", "disconnect", &dcs, &container]));
+            let next = new_primary(project, &primary);
+            eprintln!("Partition: {primary} cut off from etcd and its standbys; {next} leads");
+            let ip = format!("10.241.41.2{}", &primary[3..]);
+            run(Command::new("docker").args(["network", "connect", "--ip", &ip, &dcs, &container]));
+        }
+        Fault::Combined => {
+            run(&mut project.compose(&["kill", "-s", "SIGKILL", &primary, "pacpriv-2"]));
+            at(9);
+            // Mid-failover: no node accepts writes until Patroni's ttl.
+            start_like_a_kubelet(project, "pacpriv-2");
+            // Back only once another node leads: a node restarted within
+            // the ttl would simply keep its leadership.
+            new_primary(project, &primary);
+            run(&mut project.compose(&["start", &primary]));
+        }
+        Fault::NoStandby => {
+            let standbys: Vec<&str> = NODES.iter().copied().filter(|n| *n != primary).collect();
+            let mut stop = vec!["stop", "-t", "10"];
+            stop.extend(&standbys);
+            run(&mut project.compose(&stop));
+            let gone = unix_ms();
+            at(20);
+            let mut start = vec!["start"];
+            start.extend(&standbys);
+            run(&mut project.compose(&start));
+            standby_gone = Some((gone, unix_ms()));
+        }
+    }
+    let now = settled(project, &[]);
+    let to = unix_ms();
+    let took = t0.elapsed();
+    let seen: Vec<Seen> = load.finish().iter().map(Seen::of).collect();
+    assert!(
+        took + Duration::from_secs(4) < Duration::from_secs(seconds),
+        "{fault:?}: the fault and recovery took {took:?} of the {seconds} s of load, too little left to see recovery"
+    );
+    eprintln!("{fault:?}: primary {primary} before, {now} after, settled {took:?} into the load");
+    match fault {
+        Fault::KillPrimary | Fault::Switchover | Fault::Partition | Fault::Combined => {
+            assert_ne!(now, primary, "{fault:?}: another node leads")
+        }
+        Fault::Rejoin | Fault::NoStandby => assert_eq!(now, primary, "{fault:?}: the primary stays"),
+    }
+    for replica in REPLICAS {
+        let again = seen.iter().any(|s| s.answered() && s.target.starts_with(replica) && s.sent_ms > to);
+        assert!(again, "{fault:?}: {replica} answered nothing after the cluster settled");
+    }
+    let unwritable = if let Some((gone, back)) = standby_gone {
+        // Strict synchronous mode: with no standby, nothing is answered
+        // (a commit waits for one; the replicas time out, UNAVAILABLE).
+        let released: Vec<&str> = seen
+            .iter()
+            .filter(|s| s.answered() && s.done_ms > gone + 1000 && s.done_ms < back)
+            .map(|s| s.query_id.as_str())
+            .collect();
+        assert!(released.is_empty(), "answered with no synchronous standby: {released:?}");
+        // Held back, not lost: the replica's STORE_UNAVAILABLE comes after
+        // store.postgres_timeout_ms (5 s), so these clients' 3 s deadline
+        // usually passes first; either way they retry.
+        let held = seen.iter().any(|s| !s.retried.is_empty() && s.sent_ms > gone && s.sent_ms < back);
+        assert!(held, "no query was held back while no standby could confirm a commit");
+        Some(back - gone)
+    } else {
+        promoted_at(project).filter(|&t| t > from).map(|t| t - from)
+    };
+    let mut latencies: Vec<u64> = seen
+        .iter()
+        .filter(|s| s.answered() && s.sent_ms >= from && s.sent_ms <= to)
+        .map(|s| s.done_ms - s.sent_ms)
+        .collect();
+    latencies.sort_unstable();
+    let p99 = latencies.get((latencies.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
+    (unwritable, p99, seen)
+}
+
+/// Starts `replica` and waits until it is ready, starting it again each
+/// time it exits — as Kubernetes restarts a container — since a replica
+/// that starts while no node accepts writes exits (its start-up migrates
+/// the schema).
+fn start_like_a_kubelet(project: &Project, replica: &str) {
+    let name = project.container_name(replica);
+    let deadline = Instant::now() + HEALTHY_WITHIN;
+    run(&mut project.compose(&["start", replica]));
+    loop {
+        let out =
+            run(Command::new("docker").args(["inspect", "-f", "{{.State.Status}} {{.State.Health.Status}}", &name]));
+        let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if state == "running healthy" {
+            return;
+        }
+        if state.starts_with("exited") {
+            eprintln!("{replica} exited at start (no writable database yet): started again");
+            std::thread::sleep(Duration::from_secs(1));
+            run(&mut project.compose(&["start", replica]));
+        }
+        assert!(Instant::now() < deadline, "{replica} not ready within {HEALTHY_WITHIN:?}:\n{}", project.logs(replica));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Patroni's view of one node.
+struct Member {
+    name: String,
+    role: String,
+    state: String,
+    timeline: u64,
+}
+
+/// The members as the first node that answers sees them (Patroni's
+/// `GET /cluster` on the node itself), skipping `avoid`.
+fn members(project: &Project, avoid: &[&str]) -> Option<Vec<Member>> {
+    for node in NODES.iter().filter(|n| !avoid.contains(n) && running(project, n)) {
+        let url = "http://127.0.0.1:8008/cluster";
+        let name = project.container_name(node);
+        let Ok(out) = Command::new("docker").args(["exec", &name, "curl", "-fsS", "-m", "2", url]).output() else {
+            continue;
+        };
+        let Ok(cluster) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else { continue };
+        let list = cluster["members"].as_array()?;
+        return Some(
+            list.iter()
+                .map(|m| Member {
+                    name: m["name"].as_str().unwrap_or_default().to_owned(),
+                    role: m["role"].as_str().unwrap_or_default().to_owned(),
+                    state: m["state"].as_str().unwrap_or_default().to_owned(),
+                    timeline: m["timeline"].as_u64().unwrap_or(0),
+                })
+                .collect(),
+        );
+    }
+    None
+}
+
+/// Waits until a running node leads, every running node is a running
+/// member on its timeline, and one is its synchronous standby; the leader.
+fn settled(project: &Project, avoid: &[&str]) -> String {
+    let deadline = Instant::now() + SETTLES_WITHIN;
+    loop {
+        if let Some(members) = members(project, avoid) {
+            let up: Vec<&str> = NODES.iter().copied().filter(|n| running(project, n)).collect();
+            // etcd still names a killed leader until its key expires.
+            let leader = members.iter().find(|m| m.role == "leader" && m.state == "running" && up.contains(&&*m.name));
+            if let Some(leader) = leader {
+                let joined = up.iter().all(|n| {
+                    members.iter().any(|m| m.name == *n && m.state == "running" && m.timeline == leader.timeline)
+                });
+                if joined && members.iter().any(|m| m.role == "sync_standby") {
+                    return leader.name.clone();
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no settled Patroni cluster within {SETTLES_WITHIN:?}:\n{}", logs(project));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The leader other than `old`, once there is one (`old` cut off).
+fn new_primary(project: &Project, old: &str) -> String {
+    let deadline = Instant::now() + SETTLES_WITHIN;
+    loop {
+        let members = members(project, &[old]).unwrap_or_default();
+        if let Some(m) = members.iter().find(|m| m.role == "leader" && m.state == "running" && m.name != old) {
+            return m.name.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node took over from {old} within {SETTLES_WITHIN:?}:\n{}",
+            logs(project)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn member_with_role(project: &Project, role: &str) -> String {
+    let members = members(project, &[]).expect("patronictl list");
+    members.into_iter().find(|m| m.role == role).map(|m| m.name).unwrap_or_else(|| panic!("no {role}"))
+}
+
+/// Whether `node`'s container runs.
+fn running(project: &Project, node: &str) -> bool {
+    let name = project.container_name(node);
+    let out = run(Command::new("docker").args(["inspect", "-f", "{{.State.Running}}", &name]));
+    String::from_utf8_lossy(&out.stdout).trim() == "true"
+}
+
+/// When the latest timeline began (Patroni's history), Unix milliseconds.
+fn promoted_at(project: &Project) -> Option<u64> {
+    let primary = settled(project, &[]);
+    let mut cmd = project.compose(&["exec", "-T", &primary]);
+    cmd.args(PATRONICTL).args(["history", "-f", "json"]);
+    let out = run(&mut cmd);
+    let history: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
+    let stamp = history.last()?["Timestamp"].as_str()?.to_owned();
+    let out = run(Command::new("date").args(["-d", &stamp, "+%s%3N"]));
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn logs(project: &Project) -> String {
+    NODES.iter().map(|n| project.logs(n)).collect::<Vec<_>>().join("\n")
+}
+
+fn report(figures: &[Figures]) {
+    eprintln!(
+        "\n| fault | no writable primary (s) | queries | answered | retrieved on retry | retried attempts (by status) | charges checked | lost | p99 of answers in the fault window (ms) |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|---|---|");
+    for f in figures {
+        let c = &f.counts;
+        let retried: Vec<String> = c.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();
+        let total: u64 = c.retried.values().sum();
+        let unwritable = f.unwritable_ms.map_or("0".to_owned(), |ms| format!("{:.1}", ms as f64 / 1000.0));
+        eprintln!(
+            "| {:?} | {unwritable} | {} | {} | {} | {total} ({}) | {} | 0 | {} |",
+            f.fault,
+            c.queries,
+            c.answered,
+            c.retrieved,
+            retried.join(", "),
+            c.charges,
+            f.p99_ms
+        );
+    }
+}
+
+/// Issue 41 §6, a benchmark (BENCHMARKS.md): durable charges per second
+/// through one, two and three replicas, on the single node and on the
+/// Patroni cluster (synchronous replication). 24 clients over the six load
+/// sessions, each sending as fast as it is answered, for 15 s a setting.
+#[test]
+#[ignore = "a benchmark: cargo test --release --test cluster -- --ignored --nocapture charges_per_second"]
+fn charges_per_second_on_one_node_and_on_ha() {
+    if !engine_answers() {
+        return;
+    }
+    const SECONDS: u64 = 15;
+    let dir = tempfile::tempdir().expect("temp dir");
+    prepare(dir.path());
+    build_images();
+    build_ha_image();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
+    let mut up = vec!["--profile", "ha", "up", "-d", "postgres", "pacpriv-teachers", "etcd-1", "etcd-2", "etcd-3"];
+    up.extend(NODES);
+    run(&mut project.compose(&up));
+    settled(&project, &[]);
+    let mut rows = Vec::new();
+    for (database, url) in [("one node", "postgres://pacpriv@postgres/pacpriv"), ("Patroni, synchronous", URL)] {
+        project.set("PACPRIV_POSTGRES_URL", url);
+        let mut recreate = vec!["up", "-d", "--force-recreate", "--no-deps"];
+        recreate.extend(REPLICAS);
+        run(&mut project.compose(&recreate));
+        project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
+        for n in 1..=REPLICAS.len() {
+            let targets = REPLICAS[..n].iter().map(|r| format!("{r}:50051")).collect::<Vec<_>>().join(",");
+            let prefix = format!("tput-{}-{n}", rows.len());
+            let seconds = SECONDS.to_string();
+            let args = [
+                "--targets",
+                &targets,
+                "--keys",
+                LOAD_KEYS,
+                "--prefix",
+                &prefix,
+                "--seconds",
+                &seconds,
+                "--clients",
+                "24",
+                "--rate",
+                "10000",
+            ]
+            .map(str::to_owned);
+            let seen: Vec<Seen> = project.load(&args).finish().iter().map(Seen::of).collect();
+            let charged = seen.iter().filter(|s| s.answered() && !s.cached).count();
+            rows.push((database, n, charged as f64 / SECONDS as f64));
+        }
+    }
+    eprintln!("\n| database | replicas | durable charges/s | vs one node, same replicas |\n|---|---|---|---|");
+    for (database, n, rate) in &rows {
+        let single = rows.iter().find(|(d, m, _)| *d == "one node" && m == n).map_or(f64::NAN, |r| r.2);
+        eprintln!("| {database} | {n} | {rate:.0} | {:.2}× |", rate / single);
+    }
+}
