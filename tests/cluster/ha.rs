@@ -345,18 +345,19 @@ fn logs(project: &Project) -> String {
     NODES.iter().map(|n| project.logs(n)).collect::<Vec<_>>().join("\n")
 }
 
+/// The figures as the README's table, on standard error and in
+/// `target/tmp/cluster-ha-figures.md` (a passing test's output is not shown).
 fn report(figures: &[Figures]) {
-    eprintln!(
-        "\n| fault | no writable primary (s) | queries | answered | retrieved on retry | retried attempts (by status) | charges checked | lost | p99 of answers in the fault window (ms) |"
+    let mut table = String::from(
+        "| fault | no writable primary (s) | queries | answered | retrieved on retry | retried attempts (by status) | charges checked | lost | p99 of answers in the fault window (ms) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
-    eprintln!("|---|---|---|---|---|---|---|---|---|");
     for f in figures {
         let c = &f.counts;
         let retried: Vec<String> = c.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();
         let total: u64 = c.retried.values().sum();
         let unwritable = f.unwritable_ms.map_or("0".to_owned(), |ms| format!("{:.1}", ms as f64 / 1000.0));
-        eprintln!(
-            "| {:?} | {unwritable} | {} | {} | {} | {total} ({}) | {} | 0 | {} |",
+        table += &format!(
+            "| {:?} | {unwritable} | {} | {} | {} | {total} ({}) | {} | 0 | {} |\n",
             f.fault,
             c.queries,
             c.answered,
@@ -366,63 +367,6 @@ fn report(figures: &[Figures]) {
             f.p99_ms
         );
     }
-}
-
-/// Issue 41 §6, a benchmark (BENCHMARKS.md): durable charges per second
-/// through one, two and three replicas, on the single node and on the
-/// Patroni cluster (synchronous replication). 24 clients over the six load
-/// sessions, each sending as fast as it is answered, for 15 s a setting.
-#[test]
-#[ignore = "a benchmark: cargo test --release --test cluster -- --ignored --nocapture charges_per_second"]
-fn charges_per_second_on_one_node_and_on_ha() {
-    if !engine_answers() {
-        return;
-    }
-    const SECONDS: u64 = 15;
-    let dir = tempfile::tempdir().expect("temp dir");
-    prepare(dir.path());
-    build_images();
-    build_ha_image();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
-    let mut up = vec!["--profile", "ha", "up", "-d", "postgres", "pacpriv-teachers", "etcd-1", "etcd-2", "etcd-3"];
-    up.extend(NODES);
-    run(&mut project.compose(&up));
-    settled(&project, &[]);
-    let mut rows = Vec::new();
-    for (database, url) in [("one node", "postgres://pacpriv@postgres/pacpriv"), ("Patroni, synchronous", URL)] {
-        project.set("PACPRIV_POSTGRES_URL", url);
-        let mut recreate = vec!["up", "-d", "--force-recreate", "--no-deps"];
-        recreate.extend(REPLICAS);
-        run(&mut project.compose(&recreate));
-        project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
-        for n in 1..=REPLICAS.len() {
-            let targets = REPLICAS[..n].iter().map(|r| format!("{r}:50051")).collect::<Vec<_>>().join(",");
-            let prefix = format!("tput-{}-{n}", rows.len());
-            let seconds = SECONDS.to_string();
-            let args = [
-                "--targets",
-                &targets,
-                "--keys",
-                LOAD_KEYS,
-                "--prefix",
-                &prefix,
-                "--seconds",
-                &seconds,
-                "--clients",
-                "24",
-                "--rate",
-                "10000",
-            ]
-            .map(str::to_owned);
-            let seen: Vec<Seen> = project.load(&args).finish().iter().map(Seen::of).collect();
-            let charged = seen.iter().filter(|s| s.answered() && !s.cached).count();
-            rows.push((database, n, charged as f64 / SECONDS as f64));
-        }
-    }
-    eprintln!("\n| database | replicas | durable charges/s | vs one node, same replicas |\n|---|---|---|---|");
-    for (database, n, rate) in &rows {
-        let single = rows.iter().find(|(d, m, _)| *d == "one node" && m == n).map_or(f64::NAN, |r| r.2);
-        eprintln!("| {database} | {n} | {rate:.0} | {:.2}× |", rate / single);
-    }
+    eprintln!("\n{table}");
+    let _ = std::fs::write(Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-ha-figures.md"), table);
 }
