@@ -46,15 +46,15 @@ host_sources() {
     done
 }
 
+if [[ -z "${REBUILD:-}" ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
+    echo "docker/base.sh: $TAG exists (REBUILD=1 to make it again)" >&2
+    exit 0
+fi
 SOURCES="$(host_sources)"
 MIRROR="${DEBIAN_MIRROR:-$(awk '$2 !~ /-(security|updates|backports)$/ { print $1; exit }' <<<"$SOURCES")}"
 SECURITY="${DEBIAN_SECURITY_MIRROR:-$(awk '$2 ~ /-security$/ { print $1; exit }' <<<"$SOURCES")}"
 [[ -n "$MIRROR" ]] || die "no Debian mirror in this host's apt sources: set DEBIAN_MIRROR (and DEBIAN_SECURITY_MIRROR)"
 
-if [[ -z "${REBUILD:-}" ]] && docker image inspect "$TAG" >/dev/null 2>&1; then
-    echo "docker/base.sh: $TAG exists (REBUILD=1 to make it again)" >&2
-    exit 0
-fi
 command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
 [[ "$(id -u)" -eq 0 ]] || die "debootstrap needs root (run as root or with sudo)"
 

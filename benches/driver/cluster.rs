@@ -178,7 +178,10 @@ impl Client {
         let mut n = 0u64;
         loop {
             let due = start + self.interval.mul_f64(n as f64);
-            if due >= self.stop_new {
+            // A client behind its schedule (answers slower than `rate`)
+            // still stops starting queries at `seconds`: it sends as fast
+            // as it is answered, never piling up a backlog to burst.
+            if due >= self.stop_new || Instant::now() >= self.stop_new {
                 return;
             }
             tokio::time::sleep_until(due.into()).await;

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Whether a Docker engine answers; if not, why.
@@ -14,6 +16,14 @@ pub fn engine() -> Result<(), String> {
         Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_owned()),
         Err(e) => Err(format!("cannot run `docker`: {e}")),
     }
+}
+
+/// The cluster tests' turn: one project at a time (their networks have
+/// fixed subnets, and two would share the two cores). Poison is ignored:
+/// a test that failed has torn its project down.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Whether container `id`'s health check reports healthy within `within`.
@@ -52,9 +62,12 @@ pub struct Project {
 }
 
 impl Project {
-    pub fn new(file: &Path, dir: &Path) -> Project {
+    /// A project of its own (named for this process and a count), run
+    /// only while `_turn` — [`one_at_a_time`]'s guard — is held.
+    pub fn new(file: &Path, dir: &Path, _turn: &MutexGuard<'static, ()>) -> Project {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
         Project {
-            name: format!("pacpriv-cluster-{}", std::process::id()),
+            name: format!("pacpriv-cluster-{}-{}", std::process::id(), COUNT.fetch_add(1, Ordering::Relaxed)),
             file: file.to_owned(),
             vars: vec![("PACPRIV_CLUSTER_DIR".into(), dir.display().to_string())],
         }

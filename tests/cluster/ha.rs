@@ -14,7 +14,7 @@
 
 use super::{HEALTHY_WITHIN, LOAD_KEYS, REPLICAS, build_images, engine_answers, load_args, prepare, unix_ms};
 use crate::check::{self, Counts, Db, Seen};
-use crate::compose::{Project, run};
+use crate::compose::{self, Project, run};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -64,12 +64,13 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
     if !engine_answers() {
         return;
     }
+    let turn = compose::one_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     prepare(dir.path());
     build_images();
     build_ha_image();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
+    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), &turn);
     project.set("PACPRIV_POSTGRES_URL", URL);
     let mut up = vec!["--profile", "ha", "up", "-d", "etcd-1", "etcd-2", "etcd-3"];
     up.extend(NODES);
@@ -369,4 +370,67 @@ fn report(figures: &[Figures]) {
     }
     eprintln!("\n{table}");
     let _ = std::fs::write(Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-ha-figures.md"), table);
+}
+
+/// Issue 41 §6, a benchmark (BENCHMARKS.md): durable charges per second
+/// through one, two and three replicas, on the single node and on the
+/// Patroni cluster (synchronous replication). 24 clients over the six load
+/// sessions, each sending its next query as soon as the last is answered,
+/// for 20 s a setting.
+#[test]
+#[ignore = "a benchmark: cargo test --release --test cluster -- --ignored --nocapture charges_per_second"]
+fn charges_per_second_on_one_node_and_on_ha() {
+    if !engine_answers() {
+        return;
+    }
+    const SECONDS: u64 = 20;
+    let turn = compose::one_at_a_time();
+    let dir = tempfile::tempdir().expect("temp dir");
+    prepare(dir.path());
+    build_images();
+    build_ha_image();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), &turn);
+    let mut up = vec!["--profile", "ha", "up", "-d", "postgres", "pacpriv-teachers", "etcd-1", "etcd-2", "etcd-3"];
+    up.extend(NODES);
+    run(&mut project.compose(&up));
+    settled(&project, &[]);
+    let mut rows = Vec::new();
+    for (database, url) in [("one node", "postgres://pacpriv@postgres/pacpriv"), ("Patroni, synchronous", URL)] {
+        project.set("PACPRIV_POSTGRES_URL", url);
+        let mut recreate = vec!["up", "-d", "--force-recreate", "--no-deps"];
+        recreate.extend(REPLICAS);
+        run(&mut project.compose(&recreate));
+        project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
+        for n in 1..=REPLICAS.len() {
+            let targets = REPLICAS[..n].iter().map(|r| format!("{r}:50051")).collect::<Vec<_>>().join(",");
+            let prefix = format!("tput-{}-{n}", rows.len());
+            let seconds = SECONDS.to_string();
+            let args = [
+                "--targets",
+                &targets,
+                "--keys",
+                LOAD_KEYS,
+                "--prefix",
+                &prefix,
+                "--seconds",
+                &seconds,
+                "--clients",
+                "24",
+                "--rate",
+                "100000",
+            ]
+            .map(str::to_owned);
+            let seen: Vec<Seen> = project.load(&args).finish().iter().map(Seen::of).collect();
+            let first = seen.iter().map(|s| s.sent_ms).min().unwrap_or(0);
+            let last = seen.iter().map(|s| s.done_ms).max().unwrap_or(0);
+            let charged = seen.iter().filter(|s| s.answered() && !s.cached).count();
+            rows.push((database, n, charged as f64 * 1000.0 / (last - first).max(1) as f64));
+        }
+    }
+    eprintln!("\n| database | replicas | durable charges/s | against one node, same replicas |\n|---|---|---|---|");
+    for (database, n, rate) in &rows {
+        let single = rows.iter().find(|(d, m, _)| *d == "one node" && m == n).map_or(f64::NAN, |r| r.2);
+        eprintln!("| {database} | {n} | {rate:.0} | {:.2}× |", rate / single);
+    }
 }

@@ -71,6 +71,7 @@ fn the_image_serves_the_readmes_first_query() {
     if !engine_answers() {
         return;
     }
+    let _turn = compose::one_at_a_time();
     build_images();
     let out =
         run(Command::new("docker").args(["run", "-d", "--rm", "-p", "127.0.0.1::50051", "pacpriv:local", "serve"]));
@@ -115,11 +116,12 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
     if !engine_answers() {
         return;
     }
+    let turn = compose::one_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     prepare(dir.path());
     build_images();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path());
+    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), &turn);
     project.set("PACPRIV_POSTGRES_URL", "postgres://pacpriv@postgres/pacpriv");
     let mut services = vec!["postgres", "pacpriv-teachers"];
     services.extend(REPLICAS);
