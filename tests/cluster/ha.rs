@@ -204,7 +204,8 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, u64, Ve
         // Held back, not lost: the replica's STORE_UNAVAILABLE comes after
         // store.postgres_timeout_ms (5 s), so these clients' 3 s deadline
         // usually passes first; either way they retry.
-        let held = seen.iter().any(|s| !s.retried.is_empty() && s.sent_ms > gone && s.sent_ms < back);
+        // (Each client waits for its query, so these were sent before.)
+        let held = seen.iter().any(|s| !s.retried.is_empty() && s.sent_ms < back && s.done_ms > gone + 1000);
         assert!(held, "no query was held back while no standby could confirm a commit");
         Some(back - gone)
     } else {
