@@ -55,8 +55,10 @@ struct Figures {
     /// history), or for NoStandby how long commits had no standby.
     unwritable_ms: Option<u64>,
     counts: Counts,
-    /// p99 latency of the answers to queries sent during the fault window.
+    /// p99 and maximum latency of the answers to queries in flight during
+    /// the fault window (from the fault until the cluster settled).
     p99_ms: u64,
+    max_ms: u64,
 }
 
 #[test]
@@ -75,7 +77,7 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
     let mut up = vec!["--profile", "ha", "up", "-d", "etcd-1", "etcd-2", "etcd-3"];
     up.extend(NODES);
     run(&mut project.compose(&up));
-    settled(&project, &[]);
+    settled(&project);
     let mut up = vec!["up", "-d", "pacpriv-teachers"];
     up.extend(REPLICAS);
     run(&mut project.compose(&up));
@@ -89,13 +91,19 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
         for fault in
             [Fault::KillPrimary, Fault::Rejoin, Fault::Switchover, Fault::Partition, Fault::Combined, Fault::NoStandby]
         {
-            let (unwritable_ms, p99_ms, lines) = phase(&project, fault, &format!("ha{round}-{fault:?}"));
+            let (unwritable_ms, (p99_ms, max_ms), lines) = phase(&project, fault, &format!("ha{round}-{fault:?}"));
             let before = seen.len();
             seen.extend(lines);
-            let primary = settled(&project, &[]);
+            let primary = settled(&project);
             let charges =
                 check::accounts_agree(&Db::read(&project, &primary, "pacpriv"), &seen, super::B, &per_principal);
-            figures.push(Figures { fault, unwritable_ms, counts: Counts::of(&seen[before..], charges), p99_ms });
+            figures.push(Figures {
+                fault,
+                unwritable_ms,
+                counts: Counts::of(&seen[before..], charges),
+                p99_ms,
+                max_ms,
+            });
         }
     }
     report(&figures);
@@ -111,9 +119,10 @@ fn build_ha_image() {
         .arg(root.join("tests/cluster/patroni")));
 }
 
-/// One fault under load: when no node could commit (ms), the p99 latency
-/// of answers in the fault window, the load generator's lines.
-fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, u64, Vec<Seen>) {
+/// One fault under load: when no node could commit (ms), the p99 and
+/// maximum latency of answers in the fault window, the load generator's
+/// lines.
+fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u64), Vec<Seen>) {
     let seconds = match fault {
         Fault::Rejoin | Fault::Switchover => 40,
         Fault::KillPrimary | Fault::NoStandby => 50,
@@ -123,7 +132,7 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, u64, Ve
     let t0 = load.started;
     let at = |secs: u64| std::thread::sleep((t0 + Duration::from_secs(secs)).saturating_duration_since(Instant::now()));
     at(5);
-    let primary = settled(project, &[]);
+    let primary = settled(project);
     let from = unix_ms();
     let mut standby_gone = None;
     match fault {
@@ -173,7 +182,7 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, u64, Ve
             standby_gone = Some((gone, unix_ms()));
         }
     }
-    let now = settled(project, &[]);
+    let now = settled(project);
     let to = unix_ms();
     let took = t0.elapsed();
     let seen: Vec<Seen> = load.finish().iter().map(Seen::of).collect();
@@ -211,14 +220,16 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, u64, Ve
     } else {
         promoted_at(project).filter(|&t| t > from).map(|t| t - from)
     };
+    // Answers to queries in flight at any time in the fault window.
     let mut latencies: Vec<u64> = seen
         .iter()
-        .filter(|s| s.answered() && s.sent_ms >= from && s.sent_ms <= to)
+        .filter(|s| s.answered() && s.sent_ms <= to && s.done_ms >= from)
         .map(|s| s.done_ms - s.sent_ms)
         .collect();
     latencies.sort_unstable();
     let p99 = latencies.get((latencies.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
-    (unwritable, p99, seen)
+    let max = latencies.last().copied().unwrap_or(0);
+    (unwritable, (p99, max), seen)
 }
 
 /// Starts `replica` and waits until it is ready, starting it again each
@@ -281,10 +292,10 @@ fn members(project: &Project, avoid: &[&str]) -> Option<Vec<Member>> {
 
 /// Waits until a running node leads, every running node is a running
 /// member on its timeline, and one is its synchronous standby; the leader.
-fn settled(project: &Project, avoid: &[&str]) -> String {
+fn settled(project: &Project) -> String {
     let deadline = Instant::now() + SETTLES_WITHIN;
     loop {
-        if let Some(members) = members(project, avoid) {
+        if let Some(members) = members(project, &[]) {
             let up: Vec<&str> = NODES.iter().copied().filter(|n| running(project, n)).collect();
             // etcd still names a killed leader until its key expires.
             let leader = members.iter().find(|m| m.role == "leader" && m.state == "running" && up.contains(&&*m.name));
@@ -333,7 +344,7 @@ fn running(project: &Project, node: &str) -> bool {
 
 /// When the latest timeline began (Patroni's history), Unix milliseconds.
 fn promoted_at(project: &Project) -> Option<u64> {
-    let primary = settled(project, &[]);
+    let primary = settled(project);
     let mut cmd = project.compose(&["exec", "-T", &primary]);
     cmd.args(PATRONICTL).args(["history", "-f", "json"]);
     let out = run(&mut cmd);
@@ -351,7 +362,7 @@ fn logs(project: &Project) -> String {
 /// `target/tmp/cluster-ha-figures.md` (a passing test's output is not shown).
 fn report(figures: &[Figures]) {
     let mut table = String::from(
-        "| fault | no writable primary (s) | queries | answered | retrieved on retry | retried attempts (by status) | charges checked | lost | p99 of answers in the fault window (ms) |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| fault | no writable primary (s) | queries | answered | retrieved on retry | retried attempts (by status) | charges checked | lost | p99 / max of answers in the fault window (ms) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for f in figures {
         let c = &f.counts;
@@ -359,14 +370,15 @@ fn report(figures: &[Figures]) {
         let total: u64 = c.retried.values().sum();
         let unwritable = f.unwritable_ms.map_or("0".to_owned(), |ms| format!("{:.1}", ms as f64 / 1000.0));
         table += &format!(
-            "| {:?} | {unwritable} | {} | {} | {} | {total} ({}) | {} | 0 | {} |\n",
+            "| {:?} | {unwritable} | {} | {} | {} | {total} ({}) | {} | 0 | {} / {} |\n",
             f.fault,
             c.queries,
             c.answered,
             c.retrieved,
             retried.join(", "),
             c.charges,
-            f.p99_ms
+            f.p99_ms,
+            f.max_ms
         );
     }
     eprintln!("\n{table}");
@@ -395,7 +407,7 @@ fn charges_per_second_on_one_node_and_on_ha() {
     let mut up = vec!["--profile", "ha", "up", "-d", "postgres", "pacpriv-teachers", "etcd-1", "etcd-2", "etcd-3"];
     up.extend(NODES);
     run(&mut project.compose(&up));
-    settled(&project, &[]);
+    settled(&project);
     let mut rows = Vec::new();
     for (database, url) in [("one node", "postgres://pacpriv@postgres/pacpriv"), ("Patroni, synchronous", URL)] {
         project.set("PACPRIV_POSTGRES_URL", url);
