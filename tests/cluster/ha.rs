@@ -12,7 +12,7 @@
 //! every answer a client received has its charge there, whatever node it
 //! was committed on. `PACPRIV_CLUSTER_ROUNDS=N` repeats the phases.
 
-use super::{HEALTHY_WITHIN, LOAD_KEYS, REPLICAS, build_images, engine_answers, load_args, prepare, unix_ms};
+use super::{HEALTHY_WITHIN, LOAD_KEYS, REPLICAS, engine_answers, load_args, unix_ms};
 use crate::check::{self, Counts, Db, Seen};
 use crate::compose::{self, Project, run};
 use std::path::Path;
@@ -67,12 +67,8 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
         return;
     }
     let turn = compose::one_at_a_time();
-    let dir = tempfile::tempdir().expect("temp dir");
-    prepare(dir.path());
-    build_images();
+    let (_dir, mut project) = super::project(&turn);
     build_ha_image();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), &turn);
     project.set("PACPRIV_POSTGRES_URL", URL);
     let mut up = vec!["--profile", "ha", "up", "-d", "etcd-1", "etcd-2", "etcd-3"];
     up.extend(NODES);
@@ -110,7 +106,7 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
 }
 
 /// The Patroni image (on the test's PostgreSQL image, which
-/// [`build_images`] made).
+/// [`super::build_images`] made).
 fn build_ha_image() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     run(Command::new("docker")
@@ -398,12 +394,8 @@ fn charges_per_second_on_one_node_and_on_ha() {
     }
     const SECONDS: u64 = 20;
     let turn = compose::one_at_a_time();
-    let dir = tempfile::tempdir().expect("temp dir");
-    prepare(dir.path());
-    build_images();
+    let (_dir, mut project) = super::project(&turn);
     build_ha_image();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), &turn);
     let mut up = vec!["--profile", "ha", "up", "-d", "postgres", "pacpriv-teachers", "etcd-1", "etcd-2", "etcd-3"];
     up.extend(NODES);
     run(&mut project.compose(&up));

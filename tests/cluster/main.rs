@@ -117,11 +117,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
         return;
     }
     let turn = compose::one_at_a_time();
-    let dir = tempfile::tempdir().expect("temp dir");
-    prepare(dir.path());
-    build_images();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), &turn);
+    let (_dir, mut project) = project(&turn);
     project.set("PACPRIV_POSTGRES_URL", "postgres://pacpriv@postgres/pacpriv");
     let mut services = vec!["postgres", "pacpriv-teachers"];
     services.extend(REPLICAS);
@@ -178,6 +174,17 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
     figures.push(Figures { phase: "race, global".into(), faults: 0, counts: Counts::of(&global_seen, charges) });
 
     report(&figures, &memory);
+}
+
+/// A project of `compose.yaml` for as long as `turn` is held, with the
+/// files it mounts (in the returned directory) and the images built.
+fn project(turn: &std::sync::MutexGuard<'static, ()>) -> (tempfile::TempDir, Project) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    prepare(dir.path());
+    build_images();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let project = Project::new(&root.join("tests/cluster/compose.yaml"), dir.path(), turn);
+    (dir, project)
 }
 
 /// The files the containers mount: the ConfigMap's pacpriv.toml, the
