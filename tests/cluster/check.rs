@@ -109,6 +109,13 @@ impl Counts {
             charges,
         }
     }
+
+    /// The retried attempts for the README's tables: "N (status n, …)".
+    pub fn retried_summary(&self) -> String {
+        let total: u64 = self.retried.values().sum();
+        let each: Vec<String> = self.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();
+        format!("{total} ({})", each.join(", "))
+    }
 }
 
 /// Checks `db` against everything the clients of this database received

@@ -12,7 +12,7 @@
 //! every answer a client received has its charge there, whatever node it
 //! was committed on. `PACPRIV_CLUSTER_ROUNDS=N` repeats the phases.
 
-use super::{HEALTHY_WITHIN, LOAD_KEYS, REPLICAS, engine_answers, load_args, unix_ms};
+use super::{HEALTHY_WITHIN, LOAD_KEYS, REPLICAS, engine_answers, load_args, rounds, unix_ms};
 use crate::check::{self, Counts, Db, Seen};
 use crate::compose::{self, Project, run};
 use std::path::Path;
@@ -79,7 +79,7 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
     run(&mut project.compose(&up));
     project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
 
-    let rounds: usize = std::env::var("PACPRIV_CLUSTER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let rounds = rounds();
     let per_principal = |key: &str| key.trim_end_matches("-key").to_owned();
     let mut seen: Vec<Seen> = Vec::new();
     let mut figures = Vec::new();
@@ -87,10 +87,10 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
         for fault in
             [Fault::KillPrimary, Fault::Rejoin, Fault::Switchover, Fault::Partition, Fault::Combined, Fault::NoStandby]
         {
-            let (unwritable_ms, (p99_ms, max_ms), lines) = phase(&project, fault, &format!("ha{round}-{fault:?}"));
+            let (unwritable_ms, (p99_ms, max_ms), lines, primary) =
+                phase(&project, fault, &format!("ha{round}-{fault:?}"));
             let before = seen.len();
             seen.extend(lines);
-            let primary = settled(&project);
             let charges =
                 check::accounts_agree(&Db::read(&project, &primary, "pacpriv"), &seen, super::B, &per_principal);
             figures.push(Figures {
@@ -117,8 +117,8 @@ fn build_ha_image() {
 
 /// One fault under load: when no node could commit (ms), the p99 and
 /// maximum latency of answers in the fault window, the load generator's
-/// lines.
-fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u64), Vec<Seen>) {
+/// lines, the primary once the cluster settled.
+fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u64), Vec<Seen>, String) {
     let seconds = match fault {
         Fault::Rejoin | Fault::Switchover => 40,
         Fault::KillPrimary | Fault::NoStandby => 50,
@@ -214,7 +214,7 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
         assert!(held, "no query was held back while no standby could confirm a commit");
         Some(back - gone)
     } else {
-        promoted_at(project).filter(|&t| t > from).map(|t| t - from)
+        promoted_at(project, &now).filter(|&t| t > from).map(|t| t - from)
     };
     // Answers to queries in flight at any time in the fault window.
     let mut latencies: Vec<u64> = seen
@@ -225,7 +225,7 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
     latencies.sort_unstable();
     let p99 = latencies.get((latencies.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0);
     let max = latencies.last().copied().unwrap_or(0);
-    (unwritable, (p99, max), seen)
+    (unwritable, (p99, max), seen, now)
 }
 
 /// Starts `replica` and waits until it is ready, starting it again each
@@ -338,10 +338,10 @@ fn running(project: &Project, node: &str) -> bool {
     String::from_utf8_lossy(&out.stdout).trim() == "true"
 }
 
-/// When the latest timeline began (Patroni's history), Unix milliseconds.
-fn promoted_at(project: &Project) -> Option<u64> {
-    let primary = settled(project);
-    let mut cmd = project.compose(&["exec", "-T", &primary]);
+/// When the latest timeline began (Patroni's history, asked of `primary`),
+/// Unix milliseconds.
+fn promoted_at(project: &Project, primary: &str) -> Option<u64> {
+    let mut cmd = project.compose(&["exec", "-T", primary]);
     cmd.args(PATRONICTL).args(["history", "-f", "json"]);
     let out = run(&mut cmd);
     let history: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
@@ -362,16 +362,14 @@ fn report(figures: &[Figures]) {
     );
     for f in figures {
         let c = &f.counts;
-        let retried: Vec<String> = c.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();
-        let total: u64 = c.retried.values().sum();
         let unwritable = f.unwritable_ms.map_or("0".to_owned(), |ms| format!("{:.1}", ms as f64 / 1000.0));
         table += &format!(
-            "| {:?} | {unwritable} | {} | {} | {} | {total} ({}) | {} | 0 | {} / {} |\n",
+            "| {:?} | {unwritable} | {} | {} | {} | {} | {} | 0 | {} / {} |\n",
             f.fault,
             c.queries,
             c.answered,
             c.retrieved,
-            retried.join(", "),
+            c.retried_summary(),
             c.charges,
             f.p99_ms,
             f.max_ms

@@ -126,7 +126,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
     run(&mut project.compose(&up));
     project.wait_healthy(&REPLICAS, HEALTHY_WITHIN);
 
-    let rounds: usize = std::env::var("PACPRIV_CLUSTER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let rounds = rounds();
     let per_principal = |key: &str| key.trim_end_matches("-key").to_owned();
     let mut seen: Vec<Seen> = Vec::new();
     let mut figures = Vec::new();
@@ -421,17 +421,15 @@ fn report(figures: &[Figures], memory: &str) {
     eprintln!("|---|---|---|---|---|---|---|---|---|");
     for f in figures {
         let c = &f.counts;
-        let retried: Vec<String> = c.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();
-        let total: u64 = c.retried.values().sum();
         eprintln!(
-            "| {} | {} | {} | {} | {} | {} | {total} ({}) | {} | 0 |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | 0 |",
             f.phase,
             f.faults,
             c.queries,
             c.answered,
             c.retrieved,
             c.refused,
-            retried.join(", "),
+            c.retried_summary(),
             c.charges
         );
     }
@@ -444,6 +442,11 @@ fn memory(project: &Project) -> String {
     let mut cmd = Command::new("docker");
     cmd.args(["stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}"]).args(&ids);
     String::from_utf8_lossy(&run(&mut cmd).stdout).trim().to_owned()
+}
+
+/// `PACPRIV_CLUSTER_ROUNDS`: how many times the fault phases run (1).
+fn rounds() -> usize {
+    std::env::var("PACPRIV_CLUSTER_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
 fn unix_ms() -> u64 {
