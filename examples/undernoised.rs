@@ -7,8 +7,8 @@
 //! `pacpriv`, so the tests get it); the image copies only `pacpriv`, and the
 //! `pacpriv` binary has no way to select this calibration.
 
-use pacpriv::privacy::mechanism::Calibration;
-use pacpriv::settings::Settings;
+use pacpriv_privacy::mechanism::Calibration;
+use pacpriv_service::settings::Settings;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -434,23 +434,34 @@ def check_build_inputs(ctx: Context) -> str:
             copied.add(src.strip("./").split("/")[0] if src not in (".", "./") else ".")
     if "." in copied:
         return "COPY . (whole context)"
-    needed = {"Cargo.toml", "Cargo.lock", "src"}
-    if (ctx.root / "build.rs").is_file():
-        needed.add("build.rs")
-        for m in re.finditer(r'"([A-Za-z0-9_.-]+)/[^"]*"', (ctx.root / "build.rs").read_text()):
-            if (ctx.root / m.group(1)).exists():
-                needed.add(m.group(1))
+    root = ctx.root.resolve()
     manifest = tomllib.loads((ctx.root / "Cargo.toml").read_text())
-    for kind, folder in (("bench", "benches"), ("example", "examples"), ("test", "tests")):
-        for t in manifest.get(kind, []):
-            needed.add((t.get("path") or folder).split("/")[0])
-    for rs in (ctx.root / "src").rglob("*.rs"):
-        for m in re.finditer(r'include_(?:str|bytes)!\(\s*"([^"]+)"', rs.read_text()):
-            target = (rs.parent / m.group(1)).resolve()
-            try:
-                needed.add(target.relative_to(ctx.root.resolve()).parts[0])
-            except ValueError:
-                fail(f"{rs.relative_to(ctx.root)} includes {m.group(1)}, outside the repository")
+    # The workspace: the root package and every member crate.
+    packages = [root] + sorted(d.resolve() for g in manifest.get("workspace", {}).get("members", []) for d in root.glob(g))
+
+    def top(path: Path, of: Path) -> str:
+        try:
+            return path.resolve().relative_to(root).parts[0]
+        except ValueError:
+            fail(f"{of.relative_to(root)} reads {path}, outside the repository")
+
+    needed = {"Cargo.toml", "Cargo.lock"}
+    for pkg in packages:
+        needed.add(top(pkg / "Cargo.toml", pkg / "Cargo.toml"))
+        needed.add(top(pkg / "src", pkg / "Cargo.toml"))
+        build = pkg / "build.rs"
+        if build.is_file():
+            needed.add(top(build, build))
+            for m in re.finditer(r'"([A-Za-z0-9_./-]+)"', build.read_text()):
+                if (pkg / m.group(1)).exists():
+                    needed.add(top(pkg / m.group(1), build))
+        package = tomllib.loads((pkg / "Cargo.toml").read_text())
+        for kind, folder in (("bin", "src"), ("bench", "benches"), ("example", "examples"), ("test", "tests")):
+            for t in package.get(kind, []):
+                needed.add(top(pkg / (t.get("path") or folder), pkg / "Cargo.toml"))
+        for rs in (pkg / "src").rglob("*.rs"):
+            for m in re.finditer(r'include_(?:str|bytes)!\(\s*"([^"]+)"', rs.read_text()):
+                needed.add(top(rs.parent / m.group(1), rs))
     missing = sorted(needed - copied)
     expect(not missing, f"the builder stage does not COPY {missing}, which the build reads")
     ignore = ctx.root / ".dockerignore"

@@ -13,8 +13,8 @@
 //! standard error; the test compares the lines with the database.
 
 use anyhow::Context;
-use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
-use pacpriv::proto::pacpriv::{PredictRequest, Tensor};
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv_service::proto::pacpriv::{PredictRequest, Tensor};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;

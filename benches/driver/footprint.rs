@@ -5,8 +5,8 @@
 //! Computed here from public types and what the bench provisioned, so the
 //! library carries no measuring hooks.
 
-use pacpriv::session::{Session, Versioned};
-use pacpriv::store::PrincipalRecord;
+use pacpriv_service::session::{Session, Versioned};
+use pacpriv_service::store::PrincipalRecord;
 use std::sync::{Arc, Mutex};
 
 /// Heap bytes by part, for `principals` idle per-principal sessions.

@@ -9,8 +9,8 @@
 
 use super::observe::{MetricsSource, Snapshot, Window};
 use anyhow::Context;
-use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
-use pacpriv::proto::pacpriv::{PredictRequest, Tensor};
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv_service::proto::pacpriv::{PredictRequest, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -119,7 +119,7 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 /// (each privatizer target starts on an empty store on purpose).
 fn init_quiet_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "warn,pacpriv::session::secret=error".into());
+        .unwrap_or_else(|_| "warn,pacpriv_service::session::secret=error".into());
     // A second initialisation (tests calling run twice) is harmless.
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -12,15 +12,15 @@
 //! batches.
 
 use anyhow::{Context, ensure};
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::{Ledger, Policy};
-use pacpriv::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
-use pacpriv::privacy::posterior::Posterior;
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv_privacy::posterior::Posterior;
 use rand::{RngExt, SeedableRng};
 use std::io::Write;
 use std::time::Instant;
 
-/// The patterns of `benches/privacy.rs` and `paper_path.py`: how many
+/// The patterns of `crates/privacy/benches/privacy.rs` and `paper_path.py`: how many
 /// teachers dissent, per dissenting class; the rest vote class 0.
 const PATTERNS: [(&str, &[usize]); 3] =
     [("k2_120v8", &[8]), ("k3_110v12v6", &[12, 6]), ("k8_spread", &[6, 5, 4, 4, 3, 3, 2])];

@@ -14,7 +14,7 @@
 //! to about 1 %; a thread that exits inside the window takes its time with
 //! it (tokio's idle blocking threads, rarely under load).
 
-use pacpriv::metrics::Metrics;
+use pacpriv_service::metrics::Metrics;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,9 +4,9 @@
 //! runner ([`super::service`]) and the report ([`super::report`]).
 
 use super::load::Run;
-use pacpriv::privacy::ledger::Policy;
-use pacpriv::proto::pacpriv::Budget;
-use pacpriv::session::Scope;
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_service::proto::pacpriv::Budget;
+use pacpriv_service::session::Scope;
 use std::time::Duration;
 
 /// The knobs of one run, with the smoke or full defaults filled in.

@@ -1,20 +1,20 @@
 //! The baseline: a plain fan-out proxy. It serves `pacpriv.v1.Privatizer`
 //! `Predict` (the other RPCs are `UNIMPLEMENTED`) by asking all m teachers
-//! through the same [`teachers::Ensemble`](pacpriv::teachers::Ensemble) the
+//! through the same [`teachers::Ensemble`](pacpriv_service::teachers::Ensemble) the
 //! privatizer builds from the same settings — same endpoints, call policy,
 //! output mode — and answering their majority vote. No authentication, no
 //! privacy step, no store: what is left is the cost of the fan-out itself,
 //! the yardstick the privatizer's throughput is compared with.
 
 use anyhow::{Context, bail};
-use pacpriv::metrics::Metrics;
-use pacpriv::privacy::mechanism::{TeacherOutputs, argmax};
-use pacpriv::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
-use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
-use pacpriv::server::input::InputSpec;
-use pacpriv::server::status::ServiceError;
-use pacpriv::settings::{Settings, TeacherSource};
-use pacpriv::teachers::Ensemble;
+use pacpriv_privacy::mechanism::{TeacherOutputs, argmax};
+use pacpriv_service::metrics::Metrics;
+use pacpriv_service::proto::pacpriv::privatizer_server::{Privatizer, PrivatizerServer};
+use pacpriv_service::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
+use pacpriv_service::server::input::InputSpec;
+use pacpriv_service::server::status::ServiceError;
+use pacpriv_service::settings::{Settings, TeacherSource};
+use pacpriv_service::teachers::Ensemble;
 use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
@@ -107,11 +107,11 @@ pub async fn start(
     let listener = TcpListener::bind("127.0.0.1:0").await.context("binding the proxy's listener")?;
     let addr = listener.local_addr()?;
     anyhow::ensure!(settings.tls.is_none(), "the proxy baseline runs plaintext on loopback");
-    let server = pacpriv::net::builder(&settings.limits)
+    let server = pacpriv_service::net::builder(&settings.limits)
         .add_service(service)
         // Accepted exactly as the service accepts (TCP_NODELAY): the
         // baseline must not wait for delayed ACKs the privatizer does not.
-        .serve_with_incoming_shutdown(pacpriv::net::incoming(listener), shutdown);
+        .serve_with_incoming_shutdown(pacpriv_service::net::incoming(listener), shutdown);
     Ok((addr, server))
 }
 

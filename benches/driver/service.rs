@@ -6,7 +6,7 @@
 //! then each target in turn is started on a fresh runtime and a free
 //! port, and is loaded by N closed-loop clients (`load`, on a
 //! runtime of their own) for a fixed time or number of answers. The
-//! targets are the real service ([`pacpriv::start::serve`], fresh embedded
+//! targets are the real service ([`pacpriv_service::start::serve`], fresh embedded
 //! store, N provisioned principals) and the baseline (`proxy`);
 //! both build their fan-out from the same [`Settings`], so configuration
 //! overrides (the process environment's `PACPRIV__…`, then the target's
@@ -24,17 +24,18 @@ use super::plan::{Kind, Knobs, Measured, TARGETS, Target};
 use super::proxy;
 use super::report::{self, codes, machine};
 use anyhow::{Context, bail};
-use pacpriv::metrics::Metrics;
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::Policy;
-use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
-use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest};
-use pacpriv::session::{PrincipalConfig, Scope};
-use pacpriv::settings::{Settings, StoreSettings, TeacherSource};
-use pacpriv::start;
-use pacpriv::teachers::Teachers;
-use pacpriv::teachers::demo::server::DemoServer;
-use pacpriv::teachers::demo::{self, Ensemble};
+use pacpriv_demo::Trained;
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_service::metrics::Metrics;
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv_service::proto::pacpriv::{Budget, GetBudgetRequest};
+use pacpriv_service::session::{PrincipalConfig, Scope};
+use pacpriv_service::settings::{Settings, StoreSettings, TeacherSource};
+use pacpriv_service::start;
+use pacpriv_service::teachers::Teachers;
+use pacpriv_service::teachers::demo;
+use pacpriv_service::teachers::demo::DemoServer;
 use sha2::{Digest, Sha256};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -131,7 +132,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         .with_context(|| format!("creating --state-dir {}", args.state_dir.display()))?;
 
     eprintln!("training {} demo teachers ...", knobs.models);
-    let ensemble = Ensemble::train(knobs.models, knobs.seed).map_err(anyhow::Error::msg)?;
+    let ensemble = Trained::train(knobs.models, knobs.seed).map_err(anyhow::Error::msg)?;
     let images: Arc<[Vec<f32>]> = ensemble.split.test.iter().map(|e| e.pixels.to_vec()).collect();
     // What every teacher answers for each image, for the checks.
     let teacher_labels = ensemble.labels(&ensemble.split.test);
@@ -218,7 +219,7 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
     s.store = StoreSettings::Embedded { path: store.join("state.redb") };
     // Every answer computed: the clients cycle through the test images, and
     // a cached repeat would skip the fan-out and the math measured here.
-    s.cache = pacpriv::session::cache::CacheSettings::OFF;
+    s.cache = pacpriv_service::session::cache::CacheSettings::OFF;
     // Room for 2^30 answers of b: no run comes near it, so no request is
     // refused for budget.
     let budget = Nats::new(s.per_query.get() * f64::from(1u32 << 30))?;
@@ -439,9 +440,9 @@ impl Drop for StateDir {
 /// `--target`: N clients on one key against a running privatizer; reports
 /// one row and fails only if nothing was answered.
 fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let split = demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
+    let split = pacpriv_demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
     let images: Arc<[Vec<f32>]> = split.test.iter().map(|e| e.pixels.to_vec()).collect();
-    let uri = pacpriv::cli::connect::uri(addr, false)?;
+    let uri = pacpriv_tools::connect::uri(addr, false)?;
     let plan = load::Plan {
         uri,
         keys: vec![Some(key.to_owned()); knobs.principals],

@@ -14,12 +14,12 @@ use super::report::machine;
 use super::scratch::scratch;
 use super::store::{BUDGET, PER_QUERY, admin_principals, key, principals, seal_secret};
 use anyhow::{Context, bail, ensure};
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::Policy;
-use pacpriv::privacy::mechanism::TeacherOutputs;
-use pacpriv::session::{Credential, Scope, SessionParams, Sessions};
-use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv::store::{EmbeddedStore, Store};
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_privacy::mechanism::TeacherOutputs;
+use pacpriv_service::session::{Credential, Scope, SessionParams, Sessions};
+use pacpriv_service::store::embedded::DEFAULT_CACHE_BYTES;
+use pacpriv_service::store::{EmbeddedStore, Store};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -205,7 +205,7 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 fn open(args: &Args, path: &Path) -> anyhow::Result<Arc<EmbeddedStore>> {
-    let metrics = pacpriv::metrics::StoreMetrics::default();
+    let metrics = pacpriv_service::metrics::StoreMetrics::default();
     Ok(Arc::new(match args.cache_mib {
         Some(mib) => EmbeddedStore::open_with_cache(path, metrics, mib << 20)?,
         None => EmbeddedStore::open_with(path, metrics)?,
@@ -221,7 +221,7 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
         m: args.teachers,
         secret,
         journal: false,
-        cache: pacpriv::session::cache::CacheSettings::OFF,
+        cache: pacpriv_service::session::cache::CacheSettings::OFF,
         calibration: Default::default(),
     })
 }

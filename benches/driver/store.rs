@@ -14,18 +14,18 @@
 
 use super::scratch::scratch;
 use anyhow::{Context, bail, ensure};
-use pacpriv::metrics::Metrics;
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::{Ledger, Policy};
-use pacpriv::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
-use pacpriv::privacy::posterior::Posterior;
-use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
-use pacpriv::session::{
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv_privacy::posterior::Posterior;
+use pacpriv_service::metrics::Metrics;
+use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
+use pacpriv_service::session::{
     Asking, Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
 };
-use pacpriv::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv::store::principal::now_unix;
-use pacpriv::store::{EmbeddedStore, Meta, Origin, PgLink, PgStore, PrincipalRecord, SessionRecord, Store};
+use pacpriv_service::store::embedded::DEFAULT_CACHE_BYTES;
+use pacpriv_service::store::principal::now_unix;
+use pacpriv_service::store::{EmbeddedStore, Meta, Origin, PgLink, PgStore, PrincipalRecord, SessionRecord, Store};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::io::Write;

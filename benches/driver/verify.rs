@@ -10,13 +10,13 @@
 
 use super::scratch::scratch;
 use anyhow::{Context, ensure};
-use pacpriv::cli::verify::{self, format};
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::{Ledger, Policy};
-use pacpriv::privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
-use pacpriv::privacy::posterior::Posterior;
-use pacpriv::store::record::JournalStepRecord;
-use pacpriv::store::{JournalEntry, SessionRecord};
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv_privacy::posterior::Posterior;
+use pacpriv_service::store::record::JournalStepRecord;
+use pacpriv_service::store::{JournalEntry, SessionRecord};
+use pacpriv_tools::verify::{self, format};
 use rand::RngExt;
 use std::io::Write;
 use std::time::{Duration, Instant};

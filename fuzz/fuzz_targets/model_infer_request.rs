@@ -1,4 +1,4 @@
-//! libFuzzer target: arbitrary bytes through `pacpriv::fuzz::model_infer_request`.
+//! libFuzzer target: arbitrary bytes through `pacpriv_service::fuzz::model_infer_request`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv::fuzz::model_infer_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv_service::fuzz::model_infer_request(data));

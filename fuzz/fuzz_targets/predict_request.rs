@@ -1,4 +1,4 @@
-//! libFuzzer target: arbitrary bytes through `pacpriv::fuzz::predict_request`.
+//! libFuzzer target: arbitrary bytes through `pacpriv_service::fuzz::predict_request`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv::fuzz::predict_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv_service::fuzz::predict_request(data));

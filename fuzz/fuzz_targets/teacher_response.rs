@@ -1,4 +1,4 @@
-//! libFuzzer target: arbitrary bytes through `pacpriv::fuzz::teacher_response`.
+//! libFuzzer target: arbitrary bytes through `pacpriv_service::fuzz::teacher_response`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv::fuzz::teacher_response(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| pacpriv_service::fuzz::teacher_response(data));

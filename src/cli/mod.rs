@@ -1,24 +1,17 @@
-//! The `pacpriv` command line: one file per subcommand, each with `Args`
+//! The `pacpriv` command line: the subcommands, and which crate runs each.
+//! The servers are here ([`serve`], [`teachers`]); the tools and clients
+//! are `pacpriv_tools`, one module per subcommand, each with `Args`
 //! (parsed and validated by clap) and `run` (applies them).
 //!
-//! `anyhow` is allowed here and in `main.rs` only; everything below returns
-//! typed errors.
+//! `anyhow` is allowed here and in the tools only; the libraries below
+//! return typed errors.
 
 use clap::{Parser, Subcommand};
+use pacpriv_tools::{Resumable, admin, audit, budget, health, label, subsets, tune, utility, verify};
 
-pub mod admin;
-pub mod audit;
 pub mod blas;
-pub mod budget;
-pub mod connect;
-pub mod health;
-pub mod label;
 pub mod serve;
-pub mod subsets;
 pub mod teachers;
-pub mod tune;
-pub mod utility;
-pub mod verify;
 
 /// PAC-private predictions over gRPC, and the tools around them.
 #[derive(Debug, Parser)]
@@ -97,14 +90,6 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     }
 }
 
-/// An error after which running the same command again continues the
-/// work (a labelling job stopped by an exhausted budget, an unavailable
-/// server or an interrupt): `main` exits with 75 (`EX_TEMPFAIL`) for it
-/// instead of 64.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Resumable(pub String);
-
 /// The exit status for an error returned by [`run`]: 75 for [`Resumable`],
 /// 65 (`EX_DATAERR`) for a journal that does not verify, 64 (`EX_USAGE`)
 /// for everything else — bad arguments or configuration, unwritable paths,
@@ -119,16 +104,11 @@ pub fn exit_status(error: &anyhow::Error) -> u8 {
     }
 }
 
-/// The plural ending for `n` of something ("" for one, "s" otherwise).
-fn plural(n: u64) -> &'static str {
-    if n == 1 { "" } else { "s" }
-}
-
 /// Logs to standard error (standard output is for results), filtered by
 /// `RUST_LOG` (default `info`), as JSON lines when `json`; colours only
 /// when standard error is a terminal.
 pub fn init_tracing(json: bool) {
     // Without an OTLP endpoint nothing can fail; a second initialisation
     // (tests calling run twice) keeps the first.
-    let _ = crate::trace::install(json, None, "pacpriv");
+    let _ = pacpriv_service::trace::install(json, None, "pacpriv");
 }

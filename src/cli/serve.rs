@@ -2,9 +2,9 @@
 //! (and, by default, the demo teachers in-process), serve until Ctrl-C or
 //! SIGTERM.
 
-use crate::settings::Settings;
-use crate::start;
 use anyhow::Context;
+use pacpriv_service::settings::Settings;
+use pacpriv_service::start;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -46,7 +46,8 @@ pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn
     runtime.block_on(async {
         let t = &settings.telemetry;
         // Flushes the last spans when dropped, at the end of this block.
-        let _exporting = crate::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
+        let _exporting =
+            pacpriv_service::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
         let started = start::serve(settings, shutdown_signal()).await?;
         writeln!(out, "pacpriv listening on {}", started.addr)?;
         let extra = [

@@ -2,10 +2,10 @@
 //! Inference Protocol on its own, e.g. to run the privatizer against
 //! "remote" teachers, or to evaluate the models.
 
-use crate::net::tls::{ServerTls, TlsFiles};
-use crate::teachers::demo::server::{DemoServer, Guard};
-use crate::teachers::demo::{self, Ensemble};
 use anyhow::Context;
+use pacpriv_demo::Trained;
+use pacpriv_service::net::tls::{ServerTls, TlsFiles};
+use pacpriv_service::teachers::demo::{self, DemoServer, Guard};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ pub struct Args {
     pub seed: u64,
 
     /// L2 penalty of each teacher's fit (`demo.regularisation`).
-    #[arg(long, value_name = "ALPHA", default_value_t = crate::teachers::demo::DEFAULT_REGULARISATION)]
+    #[arg(long, value_name = "ALPHA", default_value_t = pacpriv_demo::DEFAULT_REGULARISATION)]
     pub regularisation: f64,
 
     /// Listen address (port 0: any free port; the bound one is printed).
@@ -72,7 +72,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(out, "wrote {n} held-out images (seed {}) to {}", args.seed, path.display())?;
         return Ok(());
     }
-    let ensemble = Ensemble::train_regularised(args.models, args.seed, args.regularisation)
+    let ensemble = Trained::train_regularised(args.models, args.seed, args.regularisation)
         .map_err(anyhow::Error::msg)
         .context("training the demo teachers")?;
     if args.evaluate {
@@ -138,9 +138,9 @@ fn remote_config(addr: SocketAddr, m: usize, scheme: &str) -> String {
 /// Writes the held-out images of `seed`'s split as CSV (`p0`…`p63`, then
 /// one image per row); returns how many.
 fn export_test(seed: u64, path: &std::path::Path) -> anyhow::Result<usize> {
-    let split = demo::digits::split(seed).map_err(anyhow::Error::msg)?;
+    let split = pacpriv_demo::digits::split(seed).map_err(anyhow::Error::msg)?;
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let header: Vec<String> = (0..demo::digits::FEATURES).map(|j| format!("p{j}")).collect();
+    let header: Vec<String> = (0..pacpriv_demo::digits::FEATURES).map(|j| format!("p{j}")).collect();
     writeln!(w, "{}", header.join(","))?;
     for e in &split.test {
         let row: Vec<String> = e.pixels.iter().map(|p| p.to_string()).collect();
@@ -150,9 +150,9 @@ fn export_test(seed: u64, path: &std::path::Path) -> anyhow::Result<usize> {
     Ok(split.test.len())
 }
 
-fn evaluate(ensemble: &Ensemble, out: &mut dyn Write) -> anyhow::Result<()> {
+fn evaluate(ensemble: &Trained, out: &mut dyn Write) -> anyhow::Result<()> {
     let test = &ensemble.split.test;
-    let accuracy = |t: &demo::Teacher| {
+    let accuracy = |t: &pacpriv_demo::Teacher| {
         let correct = test.iter().filter(|e| t.predict(&e.pixels.map(f64::from)) == e.digit).count();
         correct as f64 / test.len() as f64
     };

@@ -7,7 +7,7 @@
 //! deviation below 1e-6, far too small to move an argmax of a one-hot.
 
 use crate::util::{Process, client, image, predict};
-use pacpriv::teachers::demo::Ensemble;
+use pacpriv_demo::Trained;
 use tokio::task::JoinSet;
 
 /// The seed of config/default.toml's demo and of `pacpriv teachers`.
@@ -18,7 +18,7 @@ const SECRET: usize = 37;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn accuracy_follows_table_3() {
-    let ensemble = Ensemble::train(M, SEED).expect("demo trains");
+    let ensemble = Trained::train(M, SEED).expect("demo trains");
     let test = &ensemble.split.test;
     let pixels: Vec<Vec<f64>> = test.iter().map(|e| e.pixels.iter().map(|&p| f64::from(p)).collect()).collect();
     let serving_correct =

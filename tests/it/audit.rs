@@ -4,8 +4,8 @@
 //! tracks the posterior.
 
 use crate::util::{Process, client, digit, image, pacpriv, predict};
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::report::mia_bound;
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::report::mia_bound;
 
 /// A deployment the adversary can rebuild: 16 demo teachers, secret 5, the
 /// noisy release opted in, a big budget; `b` is the per-query MI.

@@ -9,10 +9,10 @@
 //! `PACPRIV_CRASH_ROUNDS=100 cargo test --release --test it crash -- --nocapture`.
 
 use crate::util::{Process, client, distinct, image, key_hash, predict, replay};
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::{Ledger, Policy};
-use pacpriv::store::answers::prefix;
-use pacpriv::store::{EmbeddedStore, JournalEntry, SessionRecord};
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_service::store::answers::prefix;
+use pacpriv_service::store::{EmbeddedStore, JournalEntry, SessionRecord};
 use rand::RngExt;
 use std::collections::HashMap;
 use std::time::Duration;

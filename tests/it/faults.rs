@@ -25,11 +25,11 @@
 
 use crate::util::faulty::{Corruption, FaultyTeachers, MARKER_FEATURE, write_config};
 use crate::util::{Process, budget, client, distinct, health_becomes, image, predict, replay};
-use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv::proto::inference::model_infer_request::InferInputTensor;
-use pacpriv::proto::inference::{InferTensorContents, ModelInferRequest};
-use pacpriv::proto::pacpriv::PredictResponse;
-use pacpriv::store::EmbeddedStore;
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::inference::model_infer_request::InferInputTensor;
+use pacpriv_service::proto::inference::{InferTensorContents, ModelInferRequest};
+use pacpriv_service::proto::pacpriv::PredictResponse;
+use pacpriv_service::store::EmbeddedStore;
 use rand::RngExt;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -11,10 +11,10 @@
 
 use crate::util::faulty::{Corruption, FaultyTeachers, MARKER_FEATURE, write_config};
 use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, scrape, with_key};
-use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv::proto::inference::model_infer_request::InferInputTensor;
-use pacpriv::proto::inference::{InferTensorContents, ModelInferRequest};
-use pacpriv::proto::pacpriv::PredictRequest;
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::inference::model_infer_request::InferInputTensor;
+use pacpriv_service::proto::inference::{InferTensorContents, ModelInferRequest};
+use pacpriv_service::proto::pacpriv::PredictRequest;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

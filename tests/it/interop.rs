@@ -10,9 +10,9 @@
 
 use crate::util::{B, Peer, Process, budget, client, digit, free_port, image, interop_python, pacpriv_ok, predict};
 use crate::util::{key_hash, sample, scrape, small_demo};
-use pacpriv::proto::inference::ModelReadyRequest;
-use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv::proto::pacpriv::PredictResponse;
+use pacpriv_service::proto::inference::ModelReadyRequest;
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::pacpriv::PredictResponse;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use tonic::Code;

@@ -8,11 +8,11 @@ use crate::util::{
     ADMIN_TOKEN, B, Process, admin_client, bearer, budget, client, digit, image, key_hash, predict, small_demo,
     with_key,
 };
-use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv::proto::inference::infer_parameter::ParameterChoice;
-use pacpriv::proto::inference::model_infer_request::InferInputTensor;
-use pacpriv::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest};
-use pacpriv::proto::pacpriv::{
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::inference::infer_parameter::ParameterChoice;
+use pacpriv_service::proto::inference::model_infer_request::InferInputTensor;
+use pacpriv_service::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest};
+use pacpriv_service::proto::pacpriv::{
     CreatePrincipalRequest, InspectPrincipalRequest, ListPrincipalsRequest, PredictRequest, RevokePrincipalRequest,
 };
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! loopback, on held-out demo digits.
 
 use crate::util::{B, Process, budget, client, held_out, pacpriv, sample, scrape, small_demo, write_csv};
-use pacpriv::teachers::demo::digits::Example;
+use pacpriv_demo::digits::Example;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -367,7 +367,7 @@ async fn labels_over_mutual_tls() {
 }
 
 /// The demo principal's budget from a TLS server, with a client certificate.
-async fn budget_over_tls(server: &Process, ca: &str, cert: &str, key: &str) -> pacpriv::proto::pacpriv::Budget {
+async fn budget_over_tls(server: &Process, ca: &str, cert: &str, key: &str) -> pacpriv_service::proto::pacpriv::Budget {
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
     let read = |p: &str| std::fs::read(p).expect("PEM");
     let tls = ClientTlsConfig::new()
@@ -381,6 +381,6 @@ async fn budget_over_tls(server: &Process, ca: &str, cert: &str, key: &str) -> p
         .connect()
         .await
         .expect("mTLS");
-    let mut c = pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient::new(channel);
+    let mut c = pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient::new(channel);
     budget(&mut c, "demo-key").await
 }

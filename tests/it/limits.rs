@@ -6,7 +6,7 @@ use crate::util::faulty::{FaultyTeachers, write_config};
 use crate::util::{
     B, Process, budget, client, digit, health_becomes, image, key_hash, predict, sample, scrape, small_demo, with_key,
 };
-use pacpriv::proto::pacpriv::PredictRequest;
+use pacpriv_service::proto::pacpriv::PredictRequest;
 use std::time::Duration;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;

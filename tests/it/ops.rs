@@ -7,8 +7,8 @@ use crate::util::{
     ADMIN_TOKEN, B, Process, admin_client, bearer, budget, client, digit, image, key_hash, predict, sample, scrape,
     small_demo, with_key,
 };
-use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
-use pacpriv::proto::pacpriv::{
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv_service::proto::pacpriv::{
     CreatePrincipalRequest, GetBudgetRequest, InspectPrincipalRequest, ListPrincipalsRequest, RevokePrincipalRequest,
 };
 use tonic::Code;

@@ -6,7 +6,7 @@
 
 use crate::ops::certificates;
 use crate::util::{B, Process, digit, image, key_hash, sample, scrape, with_key};
-use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
 use std::path::Path;
 use std::time::Duration;
 use tonic::Code;
@@ -115,8 +115,8 @@ async fn sighup_reloads_principals_keys_budgets_rate_limits_and_certificates() {
 
 /// A stream's next query, and whether it was answered (the error code if not).
 async fn next_on(
-    tx: &tokio::sync::mpsc::Sender<pacpriv::proto::pacpriv::PredictRequest>,
-    responses: &mut tonic::Streaming<pacpriv::proto::pacpriv::PredictResponse>,
+    tx: &tokio::sync::mpsc::Sender<pacpriv_service::proto::pacpriv::PredictRequest>,
+    responses: &mut tonic::Streaming<pacpriv_service::proto::pacpriv::PredictResponse>,
     n: u32,
 ) -> Result<f64, Code> {
     tx.send(image(&format!("s{n}"), &digit(200 + n))).await.expect("queued");
@@ -132,8 +132,8 @@ async fn open_stream(
     addr: &str,
     key: &str,
 ) -> (
-    tokio::sync::mpsc::Sender<pacpriv::proto::pacpriv::PredictRequest>,
-    tonic::Streaming<pacpriv::proto::pacpriv::PredictResponse>,
+    tokio::sync::mpsc::Sender<pacpriv_service::proto::pacpriv::PredictRequest>,
+    tonic::Streaming<pacpriv_service::proto::pacpriv::PredictResponse>,
 ) {
     let mut c = crate::util::client(addr).await;
     let (tx, rx) = tokio::sync::mpsc::channel(4);

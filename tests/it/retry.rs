@@ -11,10 +11,10 @@
 
 use crate::util::pg_proxy::PgProxy;
 use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
-use pacpriv::proto::pacpriv::PredictResponse;
-use pacpriv::session::cache::{AnswerCache, CacheKey, Lookup, QueryDigest};
-use pacpriv::store::CacheProbe;
-use pacpriv::store::{PgLink, PgStore};
+use pacpriv_service::proto::pacpriv::PredictResponse;
+use pacpriv_service::session::cache::{AnswerCache, CacheKey, Lookup, QueryDigest};
+use pacpriv_service::store::CacheProbe;
+use pacpriv_service::store::{PgLink, PgStore};
 use prost::Message;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -161,6 +161,6 @@ async fn require_standbys(admin: &tokio_postgres::Client, url: &str, names: &str
 
 /// `request` serialized as hex, for the Python client (which sends the key
 /// as metadata itself).
-fn hex_of(request: pacpriv::proto::pacpriv::PredictRequest) -> String {
+fn hex_of(request: pacpriv_service::proto::pacpriv::PredictRequest) -> String {
     request.encode_to_vec().iter().map(|b| format!("{b:02x}")).collect()
 }

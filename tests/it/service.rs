@@ -2,7 +2,7 @@
 //! teacher failures, streaming, vector mode.
 
 use crate::util::{B, Process, budget, client, digit, health_becomes, image, key_hash, predict, small_demo, with_key};
-use pacpriv::proto::pacpriv::PredictRequest;
+use pacpriv_service::proto::pacpriv::PredictRequest;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_types::StatusExt;
@@ -111,7 +111,7 @@ async fn bad_input_and_spent_budgets_are_refused_before_any_teacher_is_asked() {
 
     let tensor = |datatype: &str, shape: Vec<i64>, fp32: Vec<f32>, fp64: Vec<f64>| PredictRequest {
         query_id: String::new(),
-        input: Some(pacpriv::proto::pacpriv::Tensor {
+        input: Some(pacpriv_service::proto::pacpriv::Tensor {
             datatype: datatype.into(),
             shape,
             fp32_contents: fp32,
@@ -201,7 +201,8 @@ async fn stream_answers_in_order_and_stops_at_the_first_failure() {
     // The session's steps were taken in request order, not in the order
     // the (batched, concurrent) fan-outs came back.
     server.kill();
-    let journal = pacpriv::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
+    let journal =
+        pacpriv_service::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
     let stepped: Vec<String> = journal.into_iter().map(|j| j.query_id).collect();
     assert_eq!(stepped, (0..GOOD).map(|i| format!("s{i}")).collect::<Vec<_>>());
 }
@@ -324,7 +325,7 @@ async fn a_repeated_query_costs_nothing_and_moves_nothing() {
     }
     let first = first.expect("a contested query among 40");
     let spent = budget(&mut c, "alice-key").await;
-    let same = |r: &pacpriv::proto::pacpriv::PredictResponse| {
+    let same = |r: &pacpriv_service::proto::pacpriv::PredictResponse| {
         assert!(r.cached && r.mi_charged == 0.0, "{r:?}");
         assert_eq!((r.label, r.unanimous, r.confident, &r.noisy), (first.label, false, first.confident, &first.noisy));
     };
@@ -334,7 +335,7 @@ async fn a_repeated_query_costs_nothing_and_moves_nothing() {
     // Another encoding of the same values: FP64 raw bytes, shape [1, 64].
     let raw: Vec<u8> = pixels.iter().flat_map(|&v| f64::from(v).to_le_bytes()).collect();
     let fp64 = PredictRequest {
-        input: Some(pacpriv::proto::pacpriv::Tensor {
+        input: Some(pacpriv_service::proto::pacpriv::Tensor {
             datatype: "FP64".into(),
             shape: vec![1, 64],
             raw_contents: raw,
@@ -366,7 +367,8 @@ async fn a_repeated_query_costs_nothing_and_moves_nothing() {
     drop((c, server));
 
     // One journaled step per fresh answer; no repeat ever reached the posterior.
-    let journal = pacpriv::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
+    let journal =
+        pacpriv_service::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
     let ids: Vec<&str> = journal.iter().map(|j| j.query_id.as_str()).collect();
     assert_eq!(journal.len() as u64, spent.answered + 1, "{ids:?}");
     assert!(ids.iter().all(|id| id.starts_with("try") || *id == "s1"), "{ids:?}");

@@ -3,13 +3,15 @@
 //! service uses.
 
 use crate::util::{Postgres, Process, budget, client, digit, image, predict, replay, small_demo};
-use pacpriv::privacy::Nats;
-use pacpriv::privacy::ledger::Policy;
-use pacpriv::privacy::mechanism::{SecretIndex, TeacherOutputs};
-use pacpriv::privacy::posterior::Form;
-use pacpriv::session::cache::{CacheSettings, OnEvicted, QueryDigest};
-use pacpriv::session::{Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions};
-use pacpriv::store::{
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
+use pacpriv_privacy::posterior::Form;
+use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
+use pacpriv_service::session::{
+    Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions,
+};
+use pacpriv_service::store::{
     EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
 };
 use sha2::{Digest, Sha256};

@@ -8,8 +8,8 @@
 use crate::util::{
     ADMIN_TOKEN, Postgres, Process, client, digit, held_out, image, key_hash, pacpriv, predict, small_demo, write_csv,
 };
-use pacpriv::cli::verify::format::{self, Line};
-use pacpriv::store::JournalEntry;
+use pacpriv_service::store::JournalEntry;
+use pacpriv_tools::verify::format::{self, Line};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;

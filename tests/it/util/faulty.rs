@@ -10,10 +10,12 @@
 //!
 //! It also counts the `ModelInfer` calls each model received.
 
-use pacpriv::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
-use pacpriv::proto::inference::model_infer_response::InferOutputTensor;
-use pacpriv::proto::inference::*;
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::inference::grpc_inference_service_server::{
+    GrpcInferenceService, GrpcInferenceServiceServer,
+};
+use pacpriv_service::proto::inference::model_infer_response::InferOutputTensor;
+use pacpriv_service::proto::inference::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

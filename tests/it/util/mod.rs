@@ -36,8 +36,8 @@ fn succeeded(program: &str, args: &[&str], out: Output) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-use pacpriv::proto::pacpriv::privatizer_client::PrivatizerClient;
-use pacpriv::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse, Tensor};
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
+use pacpriv_service::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse, Tensor};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -263,8 +263,8 @@ pub fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
 }
 
 /// A connected admin API stub.
-pub async fn admin_client(addr: &str) -> pacpriv::proto::pacpriv::admin_client::AdminClient<Channel> {
-    pacpriv::proto::pacpriv::admin_client::AdminClient::connect(format!("http://{addr}"))
+pub async fn admin_client(addr: &str) -> pacpriv_service::proto::pacpriv::admin_client::AdminClient<Channel> {
+    pacpriv_service::proto::pacpriv::admin_client::AdminClient::connect(format!("http://{addr}"))
         .await
         .expect("connects to the admin listener")
 }
@@ -311,7 +311,7 @@ pub async fn budget(c: &mut PrivatizerClient<Channel>, key: &str) -> Budget {
 
 /// The SHA-256 hex of an API key, for `PACPRIV__PRINCIPALS__*__KEY_SHA256`.
 pub fn key_hash(key: &str) -> String {
-    pacpriv::session::key_digest_hex(key)
+    pacpriv_service::session::key_digest_hex(key)
 }
 
 /// A private PostgreSQL server (Debian package `postgresql`) in a temp
@@ -421,10 +421,10 @@ fn is_root() -> bool {
 
 /// The posterior a session's journal implies: the prior over `m` subsets
 /// updated with every journaled log-likelihood vector, in order.
-pub fn replay(m: usize, journal: &[pacpriv::store::JournalEntry]) -> pacpriv::privacy::posterior::Form {
-    let mut posterior = pacpriv::privacy::posterior::Posterior::uniform(m).expect("prior");
+pub fn replay(m: usize, journal: &[pacpriv_service::store::JournalEntry]) -> pacpriv_privacy::posterior::Form {
+    let mut posterior = pacpriv_privacy::posterior::Posterior::uniform(m).expect("prior");
     for j in journal.iter().filter(|j| !j.log_likelihood.is_empty()) {
-        let rule = pacpriv::privacy::posterior::UpdateRule::from_code(j.update_rule).expect("a known update rule");
+        let rule = pacpriv_privacy::posterior::UpdateRule::from_code(j.update_rule).expect("a known update rule");
         let labels = j.step.as_ref().map(|s| s.labels.as_slice()).unwrap_or_default();
         posterior.update_by(rule, labels, ndarray::ArrayView1::from(&j.log_likelihood)).expect("update");
     }
@@ -453,13 +453,13 @@ pub fn distinct(mut pixels: Vec<f32>, n: u32) -> Vec<f32> {
 pub const DEMO_SEED: u64 = 20261123;
 
 /// The first `n` held-out demo examples: never trained on.
-pub fn held_out(n: usize) -> Vec<pacpriv::teachers::demo::digits::Example> {
-    let test = pacpriv::teachers::demo::digits::split(DEMO_SEED).expect("the demo data splits").test;
+pub fn held_out(n: usize) -> Vec<pacpriv_demo::digits::Example> {
+    let test = pacpriv_demo::digits::split(DEMO_SEED).expect("the demo data splits").test;
     test.into_iter().take(n).collect()
 }
 
 /// `examples` as a CSV file with a header, what `pacpriv label` reads.
-pub fn write_csv(path: &std::path::Path, examples: &[pacpriv::teachers::demo::digits::Example]) {
+pub fn write_csv(path: &std::path::Path, examples: &[pacpriv_demo::digits::Example]) {
     let mut text: Vec<String> = vec![(0..64).map(|j| format!("p{j}")).collect::<Vec<_>>().join(",")];
     text.extend(examples.iter().map(|e| e.pixels.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")));
     std::fs::write(path, text.join("\n") + "\n").expect("write CSV");

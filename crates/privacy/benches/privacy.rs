@@ -1,0 +1,95 @@
+//! Per-query privacy math: calibrate + sample + posterior update + ledger,
+//! i.e. one `mechanism::answer`, for m = 128 teachers at d ∈ {2, 10, 100, 1000}
+//! with realistic disagreement patterns (most teachers agree; a few dissent).
+//!
+//! Run: `OPENBLAS_NUM_THREADS=1 cargo bench -p pacpriv-privacy --bench privacy`
+//! Baseline in the same run: `copy_posterior` (cloning the 128 log-weights,
+//! the least any update must do), so the report can state ratios.
+
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
+use chacha20::ChaCha20Rng;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ndarray::Array2;
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_privacy::mechanism::{SecretIndex, SessionState, TeacherOutputs, answer};
+use pacpriv_privacy::posterior::Posterior;
+use rand::{RngExt, SeedableRng};
+use std::hint::black_box;
+use std::time::Duration;
+
+const M: usize = 128;
+
+/// Labels where `dissent[j]` teachers vote for class j+1 and the rest for 0,
+/// with the classes spread over the range so that d matters for indexing.
+fn pattern(d: usize, dissent: &[usize]) -> Vec<usize> {
+    let mut labels = vec![0; M];
+    let mut at = 0;
+    for (j, &n) in dissent.iter().enumerate() {
+        let class = ((j + 1) * 7919) % d;
+        for l in labels.iter_mut().skip(at).take(n) {
+            *l = class;
+        }
+        at += n;
+    }
+    labels
+}
+
+fn session(rng: &mut ChaCha20Rng) -> SessionState {
+    // A posterior some queries in: weights spread over a few orders of magnitude.
+    let log_w = (0..M).map(|_| rng.random_range(-8.0..0.0)).collect();
+    SessionState {
+        posterior: Posterior::from_log_weights(log_w).expect("finite"),
+        ledger: Ledger::new(Nats::new(2f64.powi(-32)).expect("valid"), Nats::new(1e9).expect("valid"), Policy::Paper)
+            .expect("valid"),
+    }
+}
+
+fn label_mode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("label_answer");
+    group.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let secret = SecretIndex::new(M - 1, M).expect("in range");
+    let patterns: [(&str, &[usize]); 4] =
+        [("unanimous", &[]), ("k2_120v8", &[8]), ("k3_110v12v6", &[12, 6]), ("k8_spread", &[6, 5, 4, 4, 3, 3, 2])];
+    for d in [2usize, 10, 100, 1000] {
+        for (name, dissent) in patterns {
+            if dissent.len() + 1 > d {
+                continue;
+            }
+            let outputs = TeacherOutputs::Labels { labels: pattern(d, dissent), classes: d };
+            let mut state = session(&mut rng);
+            group.bench_with_input(BenchmarkId::new(name, d), &outputs, |bench, outputs| {
+                bench.iter(|| answer(&mut state, black_box(outputs), secret, None, &mut rng).expect("answers"))
+            });
+        }
+    }
+    // Baseline: the cheapest possible per-query state change.
+    let state = session(&mut rng);
+    group.bench_function("copy_posterior", |bench| bench.iter(|| black_box(state.posterior.clone())));
+    group.finish();
+}
+
+fn vector_mode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("vector_answer");
+    group.sample_size(10).measurement_time(Duration::from_secs(3));
+    let mut rng = ChaCha20Rng::seed_from_u64(2);
+    let secret = SecretIndex::new(3, M).expect("in range");
+    for d in [10usize, 100, 1000] {
+        // Softmax-like scores: mostly agreeing, with per-teacher jitter.
+        let v = Array2::from_shape_fn(
+            (M, d),
+            |(_, j)| if j == 0 { 0.8 } else { 0.2 / d as f64 } + rng.random_range(0.0..0.01),
+        );
+        let outputs = TeacherOutputs::Vectors(v);
+        let mut state = session(&mut rng);
+        group.bench_with_input(BenchmarkId::new("jittered_scores", d), &outputs, |bench, outputs| {
+            bench.iter(|| answer(&mut state, black_box(outputs), secret, None, &mut rng).expect("answers"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, label_mode, vector_mode);
+criterion_main!(benches);

@@ -1,0 +1,101 @@
+use super::*;
+use chacha20::ChaCha20Rng;
+use ndarray::array;
+use proptest::prelude::*;
+use rand::SeedableRng;
+
+fn b(x: f64) -> Nats {
+    Nats::new(x).expect("valid")
+}
+
+proptest! {
+    /// Theorem 2.4's closed form: with q the exact eigenvalues, ½Σ q/σ = b.
+    #[test]
+    fn theorem_2_4_spends_exactly_b(q in prop::collection::vec(1e-12f64..1.0, 1..50), e in 4i32..40) {
+        let bb = 2f64.powi(-e);
+        let s = theorem_2_4(&q, bb);
+        let mi: f64 = 0.5 * q.iter().zip(&s).map(|(q, s)| q / s).sum::<f64>();
+        prop_assert!((mi - bb).abs() <= 1e-12 * bb);
+        // σ_i ∝ √λ_i: more noise where the teachers disagree more.
+        for i in 1..q.len() {
+            prop_assert_eq!(q[i] > q[i - 1], s[i] > s[i - 1]);
+        }
+    }
+}
+
+#[test]
+fn certified_noise_spends_at_most_b_and_nearly_all_of_it() -> Result<(), PrivacyError> {
+    let u = array![[std::f64::consts::FRAC_1_SQRT_2], [-std::f64::consts::FRAC_1_SQRT_2]];
+    let n = Noise::certified(3, vec![0, 2], u, &[0.375], 0.0, b(2f64.powi(-8)))?;
+    assert!(n.mi_bound() <= 2f64.powi(-8) * (1.0 - CERTIFICATE_MARGIN));
+    assert!(n.mi_bound() >= 2f64.powi(-8) * (1.0 - 2.0 * CALIBRATION_SLACK));
+    // σ = q/(2b) for a single direction.
+    assert!((n.variances()[0] - 0.375 * 128.0).abs() < 1e-6);
+    // Inactive coordinate 1 gets no noise at all.
+    let dense = n.dense();
+    assert_eq!(dense.row(1).iter().map(|x| x.abs()).sum::<f64>(), 0.0);
+    Ok(())
+}
+
+#[test]
+fn zero_signal_directions_get_the_floor_not_zero() -> Result<(), PrivacyError> {
+    let u = Array2::<f64>::eye(2);
+    let n = Noise::certified(2, vec![0, 1], u, &[0.0, 0.25], 0.0, b(1e-3))?;
+    assert_eq!(n.variances()[0], VARIANCE_FLOOR);
+    assert!(n.variances()[1] > 1.0);
+    Ok(())
+}
+
+#[test]
+fn refuses_bad_bases_and_tiny_budgets() {
+    let skew = array![[1.0, 0.1], [0.0, 1.0]];
+    assert!(matches!(
+        Noise::certified(2, vec![0, 1], skew, &[0.1, 0.1], 0.0, b(0.1)),
+        Err(PrivacyError::Uncertified(_))
+    ));
+    let u = Array2::<f64>::eye(1);
+    assert!(matches!(
+        Noise::certified(1, vec![0], u.clone(), &[0.1], 0.0, b(1e-31)),
+        Err(PrivacyError::PerQueryTooSmall { .. })
+    ));
+    assert!(matches!(
+        Noise::certified(1, vec![0], u.clone(), &[f64::NAN], 0.0, b(0.1)),
+        Err(PrivacyError::NonFinite(_))
+    ));
+    assert!(matches!(Noise::certified(1, vec![3], u, &[0.1], 0.0, b(0.1)), Err(PrivacyError::Shape(_))));
+}
+
+#[test]
+fn residual_signal_gets_isotropic_noise_within_its_share() -> Result<(), PrivacyError> {
+    // One basis direction in ℝ³ and a residual outside it.
+    let u = array![[1.0], [0.0], [0.0]];
+    let n = Noise::certified(3, vec![0, 1, 2], u, &[0.2], 1e-6, b(0.01))?;
+    assert!(n.complement() >= 1e-6 / (2.0 * 0.01 * RESIDUAL_SHARE) * 0.999);
+    assert!(n.mi_bound() <= 0.01);
+    // Σ is full rank: range(C) ⊆ range(Σ) whatever C is.
+    let (eig, _) = ndarray_linalg::Eigh::eigh(&n.dense(), ndarray_linalg::UPLO::Lower)?;
+    assert!(eig.iter().all(|&e| e > 0.0));
+    Ok(())
+}
+
+/// The sampler's empirical covariance matches Σ.
+#[test]
+fn samples_have_the_calibrated_covariance() -> Result<(), PrivacyError> {
+    let h = crate::label::helmert(3);
+    let n = Noise::certified(3, vec![0, 1, 2], h, &[0.1, 0.3], 0.0, b(0.5))?;
+    let sigma = n.dense();
+    let mut rng = ChaCha20Rng::seed_from_u64(7);
+    let draws = 40_000;
+    let mut acc = Array2::<f64>::zeros((3, 3));
+    for _ in 0..draws {
+        let z = n.noise_vector(&n.sample(&mut rng));
+        acc += &z.view().insert_axis(ndarray::Axis(1)).dot(&z.view().insert_axis(ndarray::Axis(0)));
+    }
+    acc /= draws as f64;
+    for ((i, j), s) in sigma.indexed_iter() {
+        // Standard error of a covariance estimate ≈ √((Σii Σjj + Σij²)/n).
+        let se = ((sigma[[i, i]] * sigma[[j, j]] + s * s) / draws as f64).sqrt();
+        assert!((acc[[i, j]] - s).abs() < 5.0 * se + 1e-12, "entry {i},{j}: {} vs {s}", acc[[i, j]]);
+    }
+    Ok(())
+}

@@ -1,0 +1,275 @@
+use super::*;
+use crate::ledger::Ledger;
+use crate::mechanism::{SecretIndex, answer};
+use crate::posterior::Posterior;
+use chacha20::ChaCha20Rng;
+use ndarray::Array2;
+use proptest::prelude::*;
+use rand::{RngExt, SeedableRng};
+
+fn state(m: usize, b: f64, policy: Policy) -> SessionState {
+    SessionState {
+        posterior: Posterior::uniform(m).expect("m > 0"),
+        ledger: Ledger::new(Nats::new(b).expect("b"), Nats::new(16.0).expect("limit"), policy).expect("ledger"),
+    }
+}
+
+/// One step as the server journals it.
+struct Entry {
+    outputs: TeacherOutputs,
+    published: Vec<f64>,
+    label: usize,
+    charge: f64,
+    log_likelihood: Vec<f64>,
+    update_rule: UpdateRule,
+}
+
+impl Entry {
+    fn recorded(&self) -> Recorded<'_> {
+        Recorded {
+            outputs: &self.outputs,
+            published: &self.published,
+            label: self.label,
+            charge: self.charge,
+            log_likelihood: &self.log_likelihood,
+            update_rule: self.update_rule,
+        }
+    }
+}
+
+/// Runs the real mechanism on `queries` from the prior; returns the
+/// journal and the server's final state.
+fn run(start: &SessionState, queries: Vec<TeacherOutputs>, secret: usize, seed: u64) -> (Vec<Entry>, SessionState) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let mut server = start.clone();
+    let secret = SecretIndex::new(secret, start.posterior.len()).expect("secret in range");
+    let entries = queries
+        .into_iter()
+        .map(|outputs| {
+            let a = answer(&mut server, &outputs, secret, None, &mut rng).expect("answered");
+            Entry {
+                outputs,
+                published: a.published,
+                label: a.label,
+                charge: a.charge.get(),
+                log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+                update_rule: a.update_rule,
+            }
+        })
+        .collect();
+    (entries, server)
+}
+
+fn replay_all(start: &SessionState, entries: &[Entry]) -> Result<SessionState, (usize, Mismatch)> {
+    let mut s = start.clone();
+    for (i, e) in entries.iter().enumerate() {
+        let replayed = replay(&mut s, &e.recorded()).map_err(|m| (i, m))?;
+        // The mechanism never publishes at the clamp at these scales.
+        assert_eq!(replayed.unchecked, None, "step {i}");
+    }
+    Ok(s)
+}
+
+fn bits(p: &Posterior) -> Vec<u64> {
+    p.log_weights().iter().map(|x| x.to_bits()).collect()
+}
+
+fn label_queries(rng: &mut ChaCha20Rng, m: usize, d: usize, n: usize) -> Vec<TeacherOutputs> {
+    (0..n)
+        .map(|_| {
+            // Mostly agreeing teachers, as real ones are; some unanimous.
+            let common = rng.random_range(0..d);
+            let spread = rng.random_range(0..3);
+            let labels =
+                (0..m).map(|_| if rng.random_range(0..4) < spread { rng.random_range(0..d) } else { common }).collect();
+            TeacherOutputs::Labels { labels, classes: d }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Every step the mechanism takes verifies, and replaying the journal
+    /// reproduces the server's posterior bit for bit and its ledger.
+    #[test]
+    fn real_transcripts_verify_and_replay_exactly(
+        m in 2usize..12, d in 2usize..7, n in 1usize..25, b_exp in 4i32..28, seed in any::<u64>(),
+        paper in any::<bool>(), secret_pick in any::<usize>(),
+    ) {
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let policy = if paper { Policy::Paper } else { Policy::Contested };
+        let start = state(m, 2f64.powi(-b_exp), policy);
+        let (entries, server) = run(&start, label_queries(&mut rng, m, d, n), secret_pick % m, seed);
+        let replayed = replay_all(&start, &entries).map_err(|(i, e)| TestCaseError::fail(format!("step {i}: {e}")))?;
+        prop_assert_eq!(bits(&replayed.posterior), bits(&server.posterior));
+        prop_assert_eq!(replayed.ledger, server.ledger);
+    }
+
+    #[test]
+    fn vector_transcripts_verify(
+        m in 2usize..8, d in 1usize..6, n in 1usize..10, b_exp in 4i32..24, seed in any::<u64>(),
+        secret_pick in any::<usize>(),
+    ) {
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let start = state(m, 2f64.powi(-b_exp), Policy::Contested);
+        let queries = (0..n)
+            .map(|_| TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| rng.random_range(-2.0..2.0))))
+            .collect();
+        let (entries, server) = run(&start, queries, secret_pick % m, seed);
+        let replayed = replay_all(&start, &entries).map_err(|(i, e)| TestCaseError::fail(format!("step {i}: {e}")))?;
+        prop_assert_eq!(bits(&replayed.posterior), bits(&server.posterior));
+    }
+}
+
+fn labelled_run() -> (SessionState, Vec<Entry>) {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    let start = state(8, 2f64.powi(-6), Policy::Contested);
+    let mut queries = label_queries(&mut rng, 8, 4, 12);
+    queries[3] = TeacherOutputs::Labels { labels: vec![0, 0, 1, 2, 2, 2, 3, 2], classes: 4 };
+    queries[5] = TeacherOutputs::Labels { labels: vec![1; 8], classes: 4 };
+    let (entries, _) = run(&start, queries, 2, 7);
+    (start, entries)
+}
+
+#[test]
+fn a_flipped_label_or_charge_is_named_at_its_step() {
+    let (start, mut entries) = labelled_run();
+    let honest = entries[3].label;
+    entries[3].label = (honest + 1) % 4;
+    assert!(matches!(replay_all(&start, &entries), Err((3, Mismatch::Label { .. }))));
+    entries[3].label = honest;
+
+    entries[5].charge = 2f64.powi(-6); // unanimous: free under contested
+    assert!(matches!(replay_all(&start, &entries), Err((5, Mismatch::Charge { .. }))));
+    entries[5].charge = 0.0;
+    entries[3].charge = 0.0; // contested: costs b
+    assert!(matches!(replay_all(&start, &entries), Err((3, Mismatch::Charge { .. }))));
+}
+
+#[test]
+fn a_moved_release_or_update_is_detected() {
+    let (start, entries) = labelled_run();
+    let mut moved = labelled_run().1;
+    // Another release, label kept: the update no longer matches it.
+    let active = [0, 1, 2, 3].into_iter().filter(|&c| c != entries[3].label);
+    for c in active {
+        moved[3].published[c] -= 0.25;
+    }
+    moved[3].published[entries[3].label] += 0.75;
+    assert!(matches!(replay_all(&start, &moved), Err((3, Mismatch::LogLikelihood { .. }))), "moved release");
+
+    // A posterior nudged toward one subset.
+    let mut nudged = labelled_run().1;
+    nudged[3].log_likelihood[2] += 1e-3;
+    assert!(matches!(replay_all(&start, &nudged), Err((3, Mismatch::LogLikelihood { teacher: 2, .. }))));
+
+    // A unanimous step that moved the posterior, or released noise.
+    let mut noisy = labelled_run().1;
+    noisy[5].published[1] = 0.75;
+    assert!(matches!(replay_all(&start, &noisy), Err((5, Mismatch::NotExact(_)))));
+}
+
+#[test]
+fn a_dropped_step_breaks_the_next_one() {
+    let (start, mut entries) = labelled_run();
+    assert!(replay_all(&start, &entries).is_ok());
+    entries.remove(3);
+    // Step 4 (now 3) was calibrated to the posterior after the dropped one.
+    let e = replay_all(&start, &entries).expect_err("dropped step detected");
+    assert!(matches!(e.1, Mismatch::LogLikelihood { .. }), "{e:?}");
+}
+
+#[test]
+fn an_under_noised_release_is_caught() {
+    // The server calibrated to 64·b (an eighth of the noise's scale) but
+    // recorded the charge of b.
+    let b = 2f64.powi(-10);
+    let start = state(8, b, Policy::Contested);
+    let mut cheat = state(8, 64.0 * b, Policy::Contested);
+    let outputs = TeacherOutputs::Labels { labels: vec![0, 0, 1, 1, 1, 2, 2, 0], classes: 3 };
+    let secret = SecretIndex::new(4, 8).expect("secret");
+    let a = answer(&mut cheat, &outputs, secret, None, &mut ChaCha20Rng::seed_from_u64(3)).expect("answered");
+    let entry = Entry {
+        outputs,
+        published: a.published,
+        label: a.label,
+        charge: b,
+        log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+        update_rule: a.update_rule,
+    };
+    let e = replay(&mut start.clone(), &entry.recorded()).expect_err("under-noised step caught");
+    assert!(matches!(e, Mismatch::LogLikelihood { .. }), "{e:?}");
+}
+
+#[test]
+fn unanimous_only_never_answers_a_contested_query() {
+    let start = state(4, 2f64.powi(-8), Policy::UnanimousOnly);
+    let outputs = TeacherOutputs::Labels { labels: vec![0, 0, 1, 0], classes: 2 };
+    let entry = Entry {
+        outputs,
+        published: vec![1.0, 0.0],
+        label: 0,
+        charge: 0.0,
+        log_likelihood: vec![0.0; 4],
+        update_rule: UpdateRule::Grouped,
+    };
+    assert_eq!(replay(&mut start.clone(), &entry.recorded()), Err(Mismatch::ContestedAnswered));
+}
+
+#[test]
+fn a_step_past_the_limit_is_over_budget() {
+    let mut s = state(4, 0.5, Policy::Paper);
+    s.ledger = Ledger::new(Nats::new(0.5).expect("b"), Nats::new(0.75).expect("limit"), Policy::Paper).expect("ledger");
+    let outputs = TeacherOutputs::Labels { labels: vec![1; 4], classes: 2 };
+    let entry = Entry {
+        outputs,
+        published: vec![0.0, 1.0],
+        label: 1,
+        charge: 0.5,
+        log_likelihood: vec![],
+        update_rule: UpdateRule::PerSubset,
+    };
+    assert!(replay(&mut s, &entry.recorded()).is_ok());
+    assert!(matches!(replay(&mut s, &entry.recorded()), Err(Mismatch::OverBudget(_))));
+}
+
+#[test]
+fn a_published_value_off_the_grid_or_past_the_clamp_is_refused() {
+    let (start, _) = labelled_run();
+    for bad in [0.25 + 2f64.powi(-40), f64::NAN, f64::INFINITY, 2f64.powi(21), -0.0] {
+        let mut forged = labelled_run().1;
+        forged[3].published[0] = bad;
+        let e = replay_all(&start, &forged).expect_err("refused");
+        assert!(matches!(e, (3, Mismatch::OffGrid { coordinate: 0, .. })), "{bad:e}: {e:?}");
+    }
+}
+
+/// Issue 40 §1's forgery: one noisy coordinate published at the clamp,
+/// where any ℓ fits, and log-likelihoods of −10³⁰⁰ for every teacher but
+/// one, which would collapse the posterior onto that teacher and let later
+/// releases carry almost no noise. Replay cannot check ℓ there, and says so.
+#[test]
+fn a_release_at_the_clamp_is_reported_unchecked_not_passed() {
+    let (start, entries) = labelled_run();
+    let mut s = start.clone();
+    for e in &entries[..3] {
+        assert_eq!(replay(&mut s, &e.recorded()).expect("honest").unchecked, None);
+    }
+    let mut forged = labelled_run().1;
+    let step = &mut forged[3];
+    // Teachers 0..8 say [0, 0, 1, 2, 2, 2, 3, 2]: only teacher 6 says 3.
+    step.published[step.label] = crate::grid::PUBLISHED_CLAMP;
+    step.log_likelihood = (0..8).map(|i| if i == 6 { 0.0 } else { -1e300 }).collect();
+    let replayed = replay(&mut s, &step.recorded()).expect("applied, unchecked");
+    assert_eq!(replayed.unchecked, Some(step.label));
+    assert!(s.posterior.weights()[6] > 1.0 - 1e-12, "the forgery collapsed the posterior: {:?}", s.posterior.weights());
+
+    // The same release one grid step inside the clamp is checked, and the
+    // forged update is caught.
+    let mut inside = labelled_run().1;
+    let step = &mut inside[3];
+    step.published[step.label] = crate::grid::PUBLISHED_CLAMP - crate::grid::PUBLISHED_GRID;
+    step.log_likelihood = (0..8).map(|i| if i == 6 { 0.0 } else { -1e300 }).collect();
+    assert!(matches!(replay_all(&start, &inside), Err((3, Mismatch::LogLikelihood { .. }))));
+}

@@ -1,0 +1,59 @@
+//! pacpriv-service: the PAC-private prediction service.
+//!
+//! A client's query goes to all m teacher models; the answer released is the
+//! argmax of the secret teacher's output plus Gaussian noise calibrated to how
+//! much the teachers disagree under what this client has already learned
+//! (paper: Zhu, Sridhar, Devadas, *PAC-Private Responses with Adversarial
+//! Composition*, Algorithm 1; the argument end to end: `docs/accounting.md`).
+//! The mathematics is the `pacpriv_privacy` crate; this crate is everything
+//! that turns it into a service.
+//!
+//! # Layout
+//!
+//! From the top of the dependency order down; a module imports only from
+//! the layers below its own (checked with `farm-studio look`: no arrow
+//! runs back up), and from `pacpriv_privacy` and `pacpriv_demo` below this
+//! crate (cargo enforces those: `docs/architecture.md`).
+//!
+//! 1. [`start`]: start-up in one place — builds the store, teachers,
+//!    secret and sessions, binds the listeners, shuts them down.
+//! 2. [`server`]: request handling — auth, input validation, one module
+//!    per RPC, the one error → status mapping.
+//! 3. [`settings`]: configuration, parsed into typed values per section.
+//! 4. [`session`]: principals, their sessions, the answer cache, the
+//!    secret index's lifecycle; applies one step of Algorithm 1 and
+//!    returns once it is durable. [`teachers`]: fan-out to all m teachers
+//!    over the Open Inference Protocol; `teachers::demo` serves the demo
+//!    teachers (`pacpriv_demo`).
+//! 5. [`store`]: durable records (schema'd, versioned) and where a
+//!    session's state lives (`store::cell`) — embedded (redb, group
+//!    commit) or PostgreSQL (row-locked steps, for replicas). [`tensor`]:
+//!    wire tensors to numbers.
+//! 6. the ground floor: [`metrics`], [`net`] (listening sockets), [`trace`] (logs and
+//!    OpenTelemetry spans, trace context in and out), [`proto`] (wire
+//!    protocols and the store's record schema, compiled from `proto/`).
+//!
+//! `fuzz` (feature `fuzzing`, and in `cargo test`) holds the fuzzing entry
+//! points for every parser of peer-chosen bytes (driven by `fuzz/` and by
+//! proptest in CI); it is not part of the product library.
+//!
+//! A request goes `server` (auth, input) → `session` (preflight) →
+//! `teachers` (fan-out) → `session` (`pacpriv_privacy` step, `store` commit) →
+//! `server` (response); `docs/architecture.md` follows one Predict from
+//! the socket to the ledger.
+
+#![forbid(unsafe_code)]
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
+pub mod metrics;
+pub mod net;
+pub mod proto;
+pub mod server;
+pub mod session;
+pub mod settings;
+pub mod start;
+pub mod store;
+pub mod teachers;
+pub mod tensor;
+pub mod trace;

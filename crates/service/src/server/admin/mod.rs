@@ -1,0 +1,130 @@
+//! The `pacpriv.v1.Admin` service, on its own listener: provisioning
+//! principals. Every call must carry the admin token (`authorization:
+//! Bearer <token>`); a client API key is not one, and the client listener
+//! does not serve this service at all.
+//!
+//! A request's path: `AdminService::check_token` → the RPC's file ([`create`],
+//! [`list`], [`inspect`], [`revoke`], [`export`]) → [`super::status`] for any error.
+//! There is no reset and no raise: see `proto/pacpriv/v1/admin.proto`.
+
+pub mod create;
+pub mod export;
+pub mod inspect;
+pub mod list;
+pub mod revoke;
+
+use super::App;
+use super::auth::api_key;
+use super::output;
+use super::status::ServiceError;
+use crate::metrics::ServiceMetrics;
+use crate::proto::pacpriv::admin_server::Admin;
+use crate::proto::pacpriv::{
+    CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, InspectPrincipalRequest,
+    ListPrincipalsRequest, ListPrincipalsResponse, Principal, RevokePrincipalRequest,
+};
+use crate::session::{Account, Sessions};
+use pacpriv_privacy::report;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+use tonic::{Request, Response, Status};
+
+/// The admin service.
+pub struct AdminService {
+    app: Arc<App>,
+    token_sha256: [u8; 32],
+}
+
+impl AdminService {
+    /// Serves `app`'s principals to holders of the token hashing to
+    /// `token_sha256`.
+    pub fn new(app: Arc<App>, token_sha256: [u8; 32]) -> Self {
+        AdminService { app, token_sha256 }
+    }
+
+    /// Checks the admin token, in time independent of where the digests
+    /// differ.
+    fn check_token<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let presented: [u8; 32] = match api_key(request.metadata()) {
+            Some(token) => Sha256::digest(token.as_bytes()).into(),
+            None => return Err(unauthenticated()),
+        };
+        if bool::from(presented.ct_eq(&self.token_sha256)) { Ok(()) } else { Err(unauthenticated()) }
+    }
+}
+
+fn unauthenticated() -> Status {
+    super::status::with_reason(
+        tonic::Code::Unauthenticated,
+        "the admin API needs the admin token as `authorization: Bearer <token>`".into(),
+        super::status::reason::UNAUTHENTICATED,
+        false,
+        &[],
+    )
+}
+
+/// The wire form of an account.
+fn principal_message(sessions: &Sessions, a: &Account) -> Principal {
+    let p = &a.principal;
+    Principal {
+        name: p.name.clone(),
+        origin: p.origin.as_str().to_owned(),
+        budget_mi: p.budget,
+        revoked: !p.active(),
+        created_unix: p.created_unix,
+        revoked_unix: p.revoked_unix,
+        // Under global scope this is the shared session's account.
+        account: Some(output::budget(&p.name, sessions.scope(), &a.budget)),
+        epsilon_equivalent: report::epsilon_equivalent(a.budget.mia_bound),
+    }
+}
+
+/// Keeps the principal gauges in step after a change.
+async fn refresh_gauges(sessions: &Sessions, metrics: &ServiceMetrics) -> Result<(), ServiceError> {
+    metrics.principals(sessions.active_count().await?);
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn create_principal(
+        &self,
+        request: Request<CreatePrincipalRequest>,
+    ) -> Result<Response<CreatePrincipalResponse>, Status> {
+        self.check_token(&request)?;
+        Ok(Response::new(create::apply(&self.app, create::parse(request.into_inner())?).await?))
+    }
+
+    async fn list_principals(
+        &self,
+        request: Request<ListPrincipalsRequest>,
+    ) -> Result<Response<ListPrincipalsResponse>, Status> {
+        self.check_token(&request)?;
+        Ok(Response::new(list::apply(&self.app).await?))
+    }
+
+    async fn inspect_principal(
+        &self,
+        request: Request<InspectPrincipalRequest>,
+    ) -> Result<Response<Principal>, Status> {
+        self.check_token(&request)?;
+        Ok(Response::new(inspect::apply(&self.app, &request.into_inner().name).await?))
+    }
+
+    async fn revoke_principal(&self, request: Request<RevokePrincipalRequest>) -> Result<Response<Principal>, Status> {
+        self.check_token(&request)?;
+        Ok(Response::new(revoke::apply(&self.app, &request.into_inner().name).await?))
+    }
+
+    type ExportJournalStream = export::ChunkStream;
+
+    async fn export_journal(
+        &self,
+        request: Request<ExportJournalRequest>,
+    ) -> Result<Response<Self::ExportJournalStream>, Status> {
+        self.check_token(&request)?;
+        export::parse(&self.app)?;
+        Ok(Response::new(export::apply(self.app.clone())))
+    }
+}

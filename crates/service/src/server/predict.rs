@@ -1,0 +1,251 @@
+//! `Predict`: one private prediction. The pipeline every answer takes, in
+//! three phases that [`predict_stream`](super::predict_stream) also runs
+//! (overlapping across a stream's queries):
+//!
+//! 1. [`ask`]: validate, refuse early if even the cheapest answer no longer
+//!    fits, ask all m teachers (no lock held);
+//! 2. [`step`]: one step of Algorithm 1 on the session, charged, its record
+//!    queued for the store ([`Handle::begin`]);
+//! 3. [`respond`]: wait until that record is durable, then the response.
+
+use super::App;
+use super::input::Query;
+use super::output;
+use super::rate::{Admitted, Over};
+use super::status::{self, ServiceError};
+use crate::metrics::{Rpc, Stage};
+use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
+use crate::session::cache::CacheKey;
+use crate::session::{Asking, Handle, Preflight, Reply, Step};
+use pacpriv_privacy::mechanism::TeacherOutputs;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::{Instrument, Span};
+
+/// A request on its way: its span (principal, query id) and when it
+/// arrived, carried through every phase.
+pub struct Traced<T> {
+    /// What the phase produced.
+    value: T,
+    span: Span,
+    started: Instant,
+}
+
+/// A request that failed in some phase, with its trace.
+pub type Failed = Traced<ServiceError>;
+
+impl Failed {
+    /// Logs the failure and records its outcome and latency; the error.
+    pub fn record(self, app: &App, rpc: Rpc) -> ServiceError {
+        self.span.in_scope(|| tracing::info!(error = %self.value, "not answered"));
+        app.metrics.service.query(status::outcome(&self.value));
+        app.metrics.service.duration(rpc, self.started.elapsed().as_secs_f64());
+        self.value
+    }
+}
+
+impl<T> Traced<T> {
+    fn fail(&self, e: impl Into<ServiceError>) -> Failed {
+        Traced { value: e.into(), span: self.span.clone(), started: self.started }
+    }
+
+    fn then<U>(&self, value: U) -> Traced<U> {
+        Traced { value, span: self.span.clone(), started: self.started }
+    }
+
+    /// The phase's value, and the trace that goes on to the next phase.
+    fn take(self) -> (T, Traced<()>) {
+        (self.value, Traced { value: (), span: self.span, started: self.started })
+    }
+}
+
+/// A validated query the teachers have answered — or, for the rows the
+/// session answered before, did not need to.
+pub struct Asked {
+    query: Query,
+    /// Each row's key in the session's answer cache (this principal's
+    /// partition).
+    keys: Vec<CacheKey>,
+    /// Each row's teacher outputs; `None` for a row the session knows.
+    outputs: Vec<Option<TeacherOutputs>>,
+}
+
+/// A charged step whose record is on its way to the store.
+pub struct Taken {
+    query: Query,
+    step: Step,
+}
+
+/// Answers one request of `rpc` for an authenticated caller, recording its
+/// outcome and latency.
+///
+/// # Errors
+/// Invalid input, exhausted budget, unavailable teachers, a core refusal —
+/// nothing charged — or a failed commit (charged, withheld).
+pub async fn handle(
+    app: &Arc<App>,
+    handle: &Handle,
+    request: PredictRequest,
+    rpc: Rpc,
+) -> Result<PredictResponse, ServiceError> {
+    let result = async {
+        let asked = ask(app, handle, request, app.rate.admit(handle.principal()), Over::Refuse).await?;
+        let taken = step(app, handle, asked).await?;
+        respond(app, handle, taken, rpc).await
+    };
+    result.await.map_err(|f| f.record(app, rpc))
+}
+
+/// Phase 1: given the principal's rate limit's verdict on the request's
+/// first token (a token, or the refusal), validates `request`, takes a
+/// token for each further row (`over`: refused or paced), and asks every
+/// teacher about each row the session has not answered before, unless the
+/// session cannot pay even for the cheapest answers.
+///
+/// # Errors
+/// Rate limited, invalid input, exhausted budget, unavailable teachers
+/// (nothing charged).
+pub async fn ask(
+    app: &Arc<App>,
+    handle: &Handle,
+    request: PredictRequest,
+    admitted: Result<Admitted, ServiceError>,
+    over: Over,
+) -> Result<Traced<Asked>, Failed> {
+    let started = Instant::now();
+    let query = app.input.parse(request);
+    let query_id = query.as_ref().map(|q| q.query_id.clone()).unwrap_or_default();
+    let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
+    let traced = Traced { value: (), span: span.clone(), started };
+    admitted.map_err(|e| traced.fail(e))?;
+    let query = query.map_err(|e| traced.fail(e))?;
+    let keys: Vec<CacheKey> = query.rows.iter().map(|r| handle.cache_key(r.digest)).collect();
+    let outputs = async {
+        app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
+        // One read of the session: a repeat costs nothing and needs no
+        // teacher (its refusal, if its answer was evicted, neither).
+        let found = handle.preflight(&keys, &query.row_id(0)).await?;
+        let admitted = Instant::now();
+        app.metrics.service.stage(Stage::Admission, (admitted - started).as_secs_f64());
+        let fanout = found.contains(&Preflight::Ask);
+        // The rows' fan-outs run at once (and so share the teachers'
+        // batches); any failure fails the request, nothing charged.
+        let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
+            match found {
+                Preflight::Known => Ok(None),
+                Preflight::Ask => Ok::<_, ServiceError>(Some(app.ensemble.query(&row.features).await?)),
+            }
+        });
+        let outputs = futures_util::future::try_join_all(asks).await?;
+        if fanout {
+            app.metrics.service.stage(Stage::Fanout, admitted.elapsed().as_secs_f64());
+        }
+        Ok::<_, ServiceError>(outputs)
+    }
+    .instrument(span)
+    .await
+    .map_err(|e| traced.fail(e))?;
+    Ok(traced.then(Asked { query, keys, outputs }))
+}
+
+/// Phase 2: one step of Algorithm 1 on `handle`'s session for each row
+/// (all or none), charged and queued for the store. A session's steps
+/// happen in the order of these calls.
+///
+/// # Errors
+/// A budget that cannot pay for every row, or a core refusal (nothing
+/// charged).
+pub async fn step(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+    let (Asked { query, keys, outputs }, traced) = asked.take();
+    let rows = keys
+        .into_iter()
+        .zip(outputs)
+        .enumerate()
+        .map(|(i, (key, outputs))| {
+            let asking = Asking {
+                alpha: query.alpha,
+                query_id: query.row_id(i),
+                key: Some(key),
+                return_noisy: query.return_noisy,
+            };
+            (outputs, asking)
+        })
+        .collect();
+    let stepping = Instant::now();
+    let begun = handle.begin(rows).instrument(traced.span.clone()).await;
+    let step = begun.map_err(|e| traced.fail(e))?;
+    app.metrics.service.stage(Stage::Calibration, stepping.elapsed().as_secs_f64());
+    Ok(traced.then(Taken { query, step }))
+}
+
+/// Phase 2 for a query of a stream, which authenticated once when it
+/// opened: its credential must still name the same active principal, and
+/// the step is charged against that principal's budget as it is now — so a
+/// revocation, a rotated key or a budget cut (a reload, the admin API, or
+/// another replica) reaches an open stream before its next charge.
+///
+/// # Errors
+/// Revoked or rotated (UNAUTHENTICATED), as [`step`].
+pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+    match app.sessions.recheck(handle).await {
+        Ok(current) => step(app, &current, asked).await,
+        Err(e) => Err(asked.fail(e)),
+    }
+}
+
+/// Phase 3: the response, once the step is durable.
+///
+/// # Errors
+/// The commit failed: the answer is withheld, its charge stands.
+pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
+    let (Taken { query, step }, traced) = taken.take();
+    let charging = Instant::now();
+    let (replies, view) = step.durable().await.map_err(|e| traced.fail(e))?;
+    app.metrics.service.stage(Stage::DurableCharge, charging.elapsed().as_secs_f64());
+    let charged: f64 = replies.iter().map(|r| r.charge.get()).sum();
+    traced.span.in_scope(|| {
+        tracing::info!(
+            rows = replies.len(),
+            charged,
+            unanimous = replies.iter().filter(|r| r.unanimous).count(),
+            cached = replies.iter().filter(|r| r.cached).count(),
+            spent = view.spent,
+            "answered"
+        );
+    });
+    for r in &replies {
+        app.metrics.service.answered(r.unanimous, r.charge.get(), r.cached);
+    }
+    app.metrics.service.budget(handle.session_name(), view.spent, view.limit, view.mia_bound);
+    app.metrics.service.duration(rpc, traced.started.elapsed().as_secs_f64());
+    let rows = replies
+        .into_iter()
+        .map(|r| row_answer(r, query.return_noisy))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| traced.fail(e))?;
+    let first = rows.first().cloned().unwrap_or_default();
+    Ok(PredictResponse {
+        query_id: query.query_id,
+        label: first.label,
+        unanimous: first.unanimous,
+        mi_charged: charged,
+        budget: Some(output::budget(handle.principal(), handle.scope(), &view)),
+        confident: first.confident,
+        noisy: first.noisy,
+        cached: first.cached,
+        rows,
+    })
+}
+
+/// One row's answer on the wire.
+fn row_answer(reply: Reply, return_noisy: bool) -> Result<RowAnswer, ServiceError> {
+    let label = u32::try_from(reply.label).map_err(|_| ServiceError::Internal("label out of range".into()))?;
+    Ok(RowAnswer {
+        label,
+        unanimous: reply.unanimous,
+        mi_charged: reply.charge.get(),
+        confident: reply.confident,
+        noisy: if return_noisy { reply.published } else { Vec::new() },
+        cached: reply.cached,
+    })
+}

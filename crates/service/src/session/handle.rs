@@ -1,0 +1,271 @@
+//! An authenticated caller's [`Handle`] on its session: the preflight (one
+//! read), the step under the cell's lock, and the [`Step`] whose answers
+//! are reachable only once durable.
+//!
+//! # Invariants
+//! - The lock is held only around the math, never across the teacher
+//!   fan-out nor the fsync.
+//! - An answer leaves only through [`Step::durable`].
+
+use super::Scope;
+use super::cache::{CacheKey, Lookup, Owner, QueryDigest};
+use super::error::SessionError;
+use super::registry;
+use super::state::{BudgetView, Session};
+use super::step::{Asking, Reply, step_all};
+use crate::store::cell::Change;
+use crate::store::record::EventKind;
+use crate::store::{CacheProbe, Ticket};
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::mechanism::TeacherOutputs;
+use std::sync::Arc;
+
+/// `session`'s current account (one read).
+pub(super) async fn account_of(session: &Session) -> Result<BudgetView, SessionError> {
+    session.read(&[], |v| BudgetView::of(&v.state.ledger)).await
+}
+
+/// What the preflight of a query found (one read of the session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preflight {
+    /// The session answered this query before (or refuses it as an evicted
+    /// repeat): no teacher is needed, nor any budget.
+    Known,
+    /// A new query the budget can pay for: ask the teachers.
+    Ask,
+}
+
+/// An authenticated caller and the session it is charged to.
+#[derive(Clone)]
+pub struct Handle {
+    pub(super) principal: Arc<str>,
+    pub(super) scope: Scope,
+    pub(super) session: Arc<Session>,
+    /// What the caller presented, so that a long-lived caller (a stream)
+    /// can be checked again against the registry as it is now
+    /// ([`Sessions::recheck`]): a rotated key stops working there too.
+    pub(super) presented: registry::Presented,
+}
+
+impl Handle {
+    /// The principal's name.
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    /// The session scope.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// The name of the session charged: the principal's, or
+    /// [`GLOBAL_SESSION`] under global scope (the budget gauges' label).
+    pub fn session_name(&self) -> &str {
+        self.session.key()
+    }
+
+    /// The current account.
+    ///
+    /// # Errors
+    /// [`SessionError::Poisoned`] or a store error.
+    pub async fn budget(&self) -> Result<BudgetView, SessionError> {
+        account_of(&self.session).await
+    }
+
+    /// The cache key of an example with digest `digest` asked by this
+    /// caller: the digest itself, or under global scope the digest of this
+    /// principal's asking (see [`QueryDigest::of_principal`]) in this
+    /// principal's own partition of the shared cache.
+    pub fn cache_key(&self, digest: QueryDigest) -> CacheKey {
+        match self.scope {
+            Scope::PerPrincipal => CacheKey::from(digest),
+            Scope::Global => {
+                CacheKey { digest: digest.of_principal(&self.principal), owner: Owner::of(&self.principal) }
+            }
+        }
+    }
+
+    /// Before any teacher is asked, one read of the session: for each of
+    /// a request's rows, whether the session answered `key` before
+    /// ([`Preflight::Known`]: no teacher, no budget), else
+    /// [`Preflight::Ask`] — if even the cheapest possible answers (free
+    /// unanimous ones under `contested`, b each otherwise) of all the new
+    /// rows still fit. Depends on the session's own transcript and public
+    /// state only. With the journal on, a refusal is journaled (as the
+    /// request `query_id`) before it is returned.
+    ///
+    /// # Errors
+    /// [`SessionError::Exhausted`], [`SessionError::Poisoned`] or a store
+    /// error.
+    pub async fn preflight(&self, keys: &[CacheKey], query_id: &str) -> Result<Vec<Preflight>, SessionError> {
+        let probes: Vec<CacheProbe> = keys.iter().map(CacheProbe::from).collect();
+        let found = self
+            .session
+            .read(&probes, |v| {
+                let found: Vec<Preflight> = keys
+                    .iter()
+                    .map(|key| match v.cache.lookup(key) {
+                        Lookup::Miss => Preflight::Ask,
+                        Lookup::Hit(_) | Lookup::Evicted => Preflight::Known,
+                    })
+                    .collect();
+                let new: std::collections::HashSet<_> =
+                    keys.iter().zip(&found).filter(|(_, p)| **p == Preflight::Ask).map(|(k, _)| k.digest).collect();
+                if !new.is_empty() {
+                    let ledger = &v.state.ledger;
+                    let need = Nats::new(ledger.charge_for(true).get() * new.len() as f64)
+                        .map_err(|e| (Nats::ZERO, e.into()))?;
+                    ledger.check(need).map_err(|e| (need, e.into()))?;
+                }
+                Ok::<_, (Nats, SessionError)>(found)
+            })
+            .await?;
+        match found {
+            Ok(found) => Ok(found),
+            Err((need, refused @ SessionError::Exhausted { .. })) if self.session.context().params.journal => {
+                Err(self.journal_exhausted(query_id, need, refused).await)
+            }
+            Err((_, refused)) => Err(refused),
+        }
+    }
+
+    /// Journals the preflight's refusal of request `query_id`, which
+    /// needed `need`, and returns it (or the store's error). Re-checked
+    /// under the session's lock: the event records the ledger it was
+    /// refused on (a limit raised meanwhile leaves the refusal
+    /// unjournaled — it no longer holds).
+    pub(super) async fn journal_exhausted(&self, query_id: &str, need: Nats, refused: SessionError) -> SessionError {
+        let query_id = query_id.to_owned();
+        let journaled = self
+            .session
+            .step(false, Vec::new(), move |v| {
+                let mut change = Change::default();
+                if v.state.ledger.check(need).is_err() {
+                    change.events.push(v.event(EventKind::Exhausted, &query_id, v.terms(None), need.get()));
+                }
+                Ok(((), change))
+            })
+            .await;
+        match journaled {
+            Ok(((), ticket)) => once_journaled(refused, ticket).await,
+            Err(e) => uncharged(e),
+        }
+    }
+
+    /// One step of Algorithm 1 on this session — budget check,
+    /// calibration, noise, posterior and ledger update, atomically — and
+    /// returns only once the step is durable: [`Handle::begin`], then
+    /// [`Step::durable`]. Not cached.
+    ///
+    /// # Errors
+    /// As [`Handle::begin`] and [`Step::durable`].
+    pub async fn answer(
+        &self,
+        outputs: TeacherOutputs,
+        alpha: Option<f64>,
+        query_id: String,
+    ) -> Result<(Reply, BudgetView), SessionError> {
+        let (mut replies, view) =
+            self.begin(vec![(Some(outputs), Asking::uncached(alpha, query_id))]).await?.durable().await?;
+        // One row in, one reply out.
+        let reply = replies.pop().ok_or(SessionError::Poisoned)?;
+        Ok((reply, view))
+    }
+
+    /// Answers a request's rows in order, all or none (see [`step_all`]):
+    /// each with the session's cached answer when this exact query was
+    /// answered before (no charge, no change), otherwise by one step of
+    /// Algorithm 1 on its outputs (`None` only when [`Handle::preflight`]
+    /// found the row [`Preflight::Known`]). Hands the steps' record to the
+    /// store without waiting for it to be durable where the store allows
+    /// (see [`crate::store::cell`]): a caller with several requests of one
+    /// session (a stream) takes the next step while this one's commit is
+    /// under way, and the steps keep the order in which `begin` was
+    /// called. Label-mode steps with few active classes run on the calling
+    /// task (microseconds, see `quick`); the rest run on a blocking thread
+    /// (LAPACK). The replies are only reachable through [`Step::durable`].
+    ///
+    /// # Errors
+    /// [`SessionError::Exhausted`] (the budget cannot pay for every
+    /// charged row), a cache refusal or the core's refusal: nothing
+    /// changed. [`SessionError::Withheld`]: the steps may have happened but
+    /// are withheld.
+    pub async fn begin(&self, rows: Vec<(Option<TeacherOutputs>, Asking)>) -> Result<Step, SessionError> {
+        // A few microseconds of math run here: a hop to a blocking thread
+        // would cost more than the step (BENCHMARKS.md).
+        let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
+        let params = self.session.context().params;
+        let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
+        let (outcome, ticket) = self.session.step(blocking, probes, move |v| step_all(&params, v, &rows)).await?;
+        match outcome {
+            Ok((replies, view)) => Ok(Step { replies, view, ticket }),
+            Err(refused) => Err(once_journaled(refused, ticket).await),
+        }
+    }
+}
+
+/// A refusal, returned once its journal event is durable (`ticket`;
+/// `None`: durable already, or nothing was journaled); a failed write is
+/// a store error, with nothing charged either way.
+pub(super) async fn once_journaled(refused: SessionError, ticket: Option<Ticket>) -> SessionError {
+    match ticket {
+        Some(ticket) => ticket.durable().await.err().map_or(refused, SessionError::Store),
+        None => refused,
+    }
+}
+
+/// A store error met while journaling a refusal: nothing was charged,
+/// whatever the store says about the write.
+pub(super) fn uncharged(e: SessionError) -> SessionError {
+    match e {
+        SessionError::Withheld(e) => SessionError::Store(e),
+        other => other,
+    }
+}
+
+/// Whether a step on `outputs` is cheap enough for an async worker: label
+/// mode with few active classes (an eigendecomposition of at most 7 × 7,
+/// microseconds). Vector mode (a thin SVD of m × d) and many active classes
+/// go to a blocking thread.
+pub(super) fn quick(outputs: &TeacherOutputs) -> bool {
+    pub(super) const MAX_ACTIVE: usize = 8;
+    match outputs {
+        TeacherOutputs::Labels { labels, .. } => {
+            let mut active: Vec<usize> = Vec::with_capacity(MAX_ACTIVE + 1);
+            for &l in labels {
+                if !active.contains(&l) {
+                    active.push(l);
+                    if active.len() > MAX_ACTIVE {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+        TeacherOutputs::Vectors(_) => false,
+    }
+}
+
+/// A request's steps, taken and charged, whose record may not be durable
+/// yet.
+pub struct Step {
+    pub(super) replies: Vec<Reply>,
+    pub(super) view: BudgetView,
+    /// `None`: already durable.
+    pub(super) ticket: Option<Ticket>,
+}
+
+impl Step {
+    /// The answers, one per row, and the account after them, once the
+    /// steps' record (and so every earlier one of the session) is durable.
+    ///
+    /// # Errors
+    /// [`SessionError::Withheld`]: the answers are withheld; they may have
+    /// been charged.
+    pub async fn durable(self) -> Result<(Vec<Reply>, BudgetView), SessionError> {
+        if let Some(ticket) = self.ticket {
+            ticket.durable().await?;
+        }
+        Ok((self.replies, self.view))
+    }
+}

@@ -1,0 +1,93 @@
+//! The journal's hash chain: each step's entry and each refusal's event,
+//! numbered and chained to the head before it, in the form `pacpriv
+//! verify` re-derives from the records alone.
+//!
+//! # Invariants
+//! - Every item is chained to the previous head (`chained`), so a journal
+//!   with an item removed, reordered or edited does not verify.
+//! - An entry records the teachers' outputs on the release grid, as the
+//!   mechanism used them.
+
+use super::cache::CacheKey;
+use super::state::Versioned;
+use super::step::Asking;
+use crate::store::record::{EventKind, JournalStepRecord};
+use crate::store::{JournalEntry, JournalEvent};
+use pacpriv_privacy::mechanism::{Answer, TeacherOutputs};
+
+impl Versioned {
+    /// The terms a journal item records: the query's digest (if any), b,
+    /// the limit and the policy.
+    pub(super) fn terms(&self, key: Option<&CacheKey>) -> JournalStepRecord {
+        let ledger = &self.state.ledger;
+        JournalStepRecord {
+            digest: key.map(|k| k.digest.as_bytes().to_vec()).unwrap_or_default(),
+            per_query: ledger.per_query().get(),
+            limit: ledger.limit().get(),
+            policy: ledger.policy().to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// The journal event `kind` about query `query_id` (with `step`'s
+    /// details; `need`: what an exhausted request needed), numbered and
+    /// chained next.
+    pub(super) fn event(
+        &mut self,
+        kind: EventKind,
+        query_id: &str,
+        step: JournalStepRecord,
+        need: f64,
+    ) -> JournalEvent {
+        self.events += 1;
+        let mut event = JournalEvent {
+            seq: self.events,
+            after_version: self.version,
+            query_id: query_id.to_owned(),
+            kind: kind.as_str().to_owned(),
+            step: Some(step),
+            spent: self.state.ledger.spent().get(),
+            need,
+            ..Default::default()
+        };
+        let chain = event.chained(&self.head);
+        event.chain = chain.to_vec();
+        self.head = chain;
+        event
+    }
+}
+
+/// The journal entry of the step that just took `v` to its version: what
+/// it used and released, in the form `pacpriv verify` re-derives it from
+/// (the teachers' outputs on the release grid, as the mechanism used them).
+pub(super) fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &Asking, answer: &Answer) -> JournalEntry {
+    let mut step = JournalStepRecord {
+        published: answer.published.clone(),
+        label: answer.label as u32,
+        ..v.terms(asking.key.as_ref())
+    };
+    record_outputs(&mut step, outputs);
+    JournalEntry {
+        version: v.version,
+        query_id: asking.query_id.clone(),
+        charge: answer.charge.get(),
+        log_likelihood: answer.log_likelihood.as_ref().map(|l| l.to_vec()).unwrap_or_default(),
+        update_rule: answer.update_rule.code(),
+        step: Some(step),
+        chain: Vec::new(),
+    }
+}
+
+/// Puts the teachers' `outputs`, on the release grid, into `step`.
+pub(super) fn record_outputs(step: &mut JournalStepRecord, outputs: &TeacherOutputs) {
+    match &*outputs.on_grid() {
+        TeacherOutputs::Labels { labels, classes } => {
+            step.classes = *classes as u32;
+            step.labels = labels.iter().map(|&l| l as u32).collect();
+        }
+        TeacherOutputs::Vectors(values) => {
+            step.dim = values.ncols() as u32;
+            step.vectors = values.iter().copied().collect();
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The principal registry: which credentials name which principal, and the
+//! session each principal is charged to. Principals come from the
+//! configuration (re-applied at every start) and from the admin API; both
+//! are kept in the store ([`crate::store::principal`]).
+//!
+//! # Invariants
+//! - A credential is looked up by the SHA-256 of the key, never by the key:
+//!   a lookup's timing can reveal at most how a digest compares, which says
+//!   nothing about the key (a map lookup compares digests, not secrets).
+//! - Revocation is durable before it takes effect in memory, and takes
+//!   effect for every request that authenticates after it returns.
+//! - There is no reset: a principal's session is keyed by its name, names
+//!   are never reused, and revoking keeps the spending on record.
+//! - With the embedded store this process is the only writer, so the
+//!   in-memory registry is authoritative. With PostgreSQL every request
+//!   looks its key up in the database, so a principal created or revoked on
+//!   one replica is seen by all of them at once.
+
+use super::{BudgetView, Handle, PrincipalConfig, Scope, Session, SessionError, SessionParams, Terms};
+use crate::store::cell::Cell;
+use crate::store::principal::now_unix;
+use crate::store::{Origin, PrincipalRecord, Store};
+use pacpriv_privacy::Nats;
+use rand::TryRng;
+use rand::rngs::SysRng;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// The store key of the shared session under global scope (which uses no
+/// per-principal keys, so no principal name can collide with it: names
+/// cannot contain `*`).
+pub const GLOBAL_SESSION: &str = "*global*";
+
+/// Longest principal name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// How a caller says who they are.
+#[derive(Clone, Copy, Debug)]
+pub enum Credential<'a> {
+    /// An API key (`x-api-key` or a bearer token).
+    ApiKey(&'a str),
+    /// The subject CN of a client certificate the TLS layer verified.
+    Certificate(&'a str),
+}
+
+/// A credential as kept after authentication: the key's digest (never the
+/// key), or the certificate's CN.
+#[derive(Clone, Debug)]
+pub(super) enum Presented {
+    /// SHA-256 of the API key.
+    Key([u8; 32]),
+    /// The verified client certificate's subject CN.
+    Certificate(Arc<str>),
+}
+
+impl From<Credential<'_>> for Presented {
+    fn from(credential: Credential<'_>) -> Self {
+        match credential {
+            Credential::ApiKey(key) => Presented::Key(Sha256::digest(key.as_bytes()).into()),
+            Credential::Certificate(cn) => Presented::Certificate(cn.into()),
+        }
+    }
+}
+
+/// A principal and its current account.
+#[derive(Clone, Debug)]
+pub struct Account {
+    /// The stored principal.
+    pub principal: PrincipalRecord,
+    /// Its session's account (the shared one under global scope).
+    pub budget: BudgetView,
+}
+
+/// The embedded store's in-memory registry.
+#[derive(Default)]
+struct Local {
+    /// Every principal, revoked ones too, with its session.
+    principals: HashMap<String, (PrincipalRecord, Arc<Session>)>,
+    /// Active principals' names by key digest.
+    by_key: HashMap<[u8; 32], String>,
+}
+
+/// Every provisioned principal and its session.
+pub struct Sessions {
+    scope: Scope,
+    params: SessionParams,
+    store: Store,
+    /// The one session under global scope.
+    shared: Option<Arc<Session>>,
+    /// Embedded store only (see the module invariants).
+    local: Option<RwLock<Local>>,
+}
+
+impl Sessions {
+    /// Provisions the configured principals in one transaction (inserting
+    /// new ones, updating the key and budget of earlier configured ones;
+    /// on a conflict none is stored), then opens one
+    /// session per stored principal, or one shared session with
+    /// `global_budget`. With the embedded store each resumes from its
+    /// latest durable record (or the uniform prior); with PostgreSQL the
+    /// state is read per query.
+    ///
+    /// # Errors
+    /// An invalid b or budget, an unreadable/corrupt record, or a
+    /// configured principal whose name or key an admin-created one holds.
+    pub async fn new(
+        configured: &[PrincipalConfig],
+        scope: Scope,
+        global_budget: Nats,
+        params: SessionParams,
+        store: &Store,
+    ) -> Result<Self, SessionError> {
+        let now = now_unix();
+        let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
+        // One transaction for all of them: a configuration with many
+        // principals starts in one fsync, and a conflict stores none.
+        for stored in store.provision_all(&records).await.map_err(SessionError::Registry)? {
+            if !stored.active() {
+                tracing::warn!(principal = %stored.name, "configured principal was revoked through the admin API; it stays revoked");
+            }
+        }
+        let mut sessions = Sessions { scope, params, store: store.clone(), shared: None, local: None };
+        sessions.revoke_unconfigured(configured).await?;
+        if scope == Scope::Global {
+            sessions.shared = Some(sessions.open(GLOBAL_SESSION, global_budget)?);
+        }
+        if store.single_writer() {
+            let mut local = Local::default();
+            for record in store.principals().await.map_err(SessionError::Registry)? {
+                sessions.insert_local(&mut local, record)?;
+            }
+            sessions.local = Some(RwLock::new(local));
+        }
+        Ok(sessions)
+    }
+
+    /// Applies a reloaded configuration's principals: new ones provisioned,
+    /// changed keys and budgets of configured ones in force from the next
+    /// request (the old key refused; the spending kept, checked against
+    /// the new budget), configured principals no longer listed revoked
+    /// (for good, as through the admin API). Principals created through the
+    /// admin API are left as they are. Returns the names revoked.
+    ///
+    /// # Errors
+    /// As [`Sessions::new`]; on a provisioning conflict nothing changed.
+    pub async fn reconfigure(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
+        let now = now_unix();
+        let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
+        let stored = self.store.provision_all(&records).await.map_err(SessionError::Registry)?;
+        if let Some(local) = &self.local {
+            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
+            for record in stored {
+                let Some((old, session)) = local.principals.get(&record.name).cloned() else {
+                    self.insert_local(&mut local, record)?;
+                    continue;
+                };
+                let session = if old.budget != record.budget && self.shared.is_none() {
+                    Arc::new(session.retarget(Terms { params: self.params, limit: Nats::new(record.budget)? })?)
+                } else {
+                    session
+                };
+                if old.key_sha256 != record.key_sha256 && local.by_key.get(&old.key_sha256) == Some(&record.name) {
+                    local.by_key.remove(&old.key_sha256);
+                }
+                if record.active() {
+                    local.by_key.insert(record.key_sha256, record.name.clone());
+                }
+                local.principals.insert(record.name.clone(), (record, session));
+            }
+        }
+        self.revoke_unconfigured(configured).await
+    }
+
+    /// Revokes every active configured principal `configured` no longer
+    /// lists; returns their names.
+    async fn revoke_unconfigured(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
+        let listed: std::collections::HashSet<&str> = configured.iter().map(|p| p.name.as_str()).collect();
+        let mut revoked = Vec::new();
+        for r in self.store.principals().await.map_err(SessionError::Registry)? {
+            if r.origin == Origin::Config && r.active() && !listed.contains(r.name.as_str()) {
+                tracing::warn!(principal = %r.name, "configured principal no longer in the configuration: revoked");
+                self.revoke(&r.name).await?;
+                revoked.push(r.name);
+            }
+        }
+        Ok(revoked)
+    }
+
+    /// A session object for `key` with `limit`: resumed from the embedded
+    /// store, or a handle on the PostgreSQL row.
+    fn open(&self, key: &str, limit: Nats) -> Result<Arc<Session>, SessionError> {
+        Ok(Arc::new(Cell::open(&self.store, key, Terms { params: self.params, limit })?))
+    }
+
+    /// The session `record` is charged to.
+    fn session_for(&self, record: &PrincipalRecord) -> Result<Arc<Session>, SessionError> {
+        match &self.shared {
+            Some(shared) => Ok(Arc::clone(shared)),
+            None => self.open(&record.name, Nats::new(record.budget)?),
+        }
+    }
+
+    fn insert_local(&self, local: &mut Local, record: PrincipalRecord) -> Result<(), SessionError> {
+        let session = self.session_for(&record)?;
+        if record.active() {
+            local.by_key.insert(record.key_sha256, record.name.clone());
+        }
+        local.principals.insert(record.name.clone(), (record, session));
+        Ok(())
+    }
+
+    fn handle(&self, name: &str, session: Arc<Session>, presented: Presented) -> Handle {
+        Handle { principal: name.into(), scope: self.scope, session, presented }
+    }
+
+    fn read_local(local: &RwLock<Local>) -> Result<std::sync::RwLockReadGuard<'_, Local>, SessionError> {
+        local.read().map_err(|_| SessionError::Poisoned)
+    }
+
+    /// The active principal a credential names.
+    ///
+    /// # Errors
+    /// [`SessionError::Unauthenticated`] (unknown, revoked), or
+    /// [`SessionError::Registry`] when PostgreSQL cannot be asked.
+    pub async fn authenticate(&self, credential: Credential<'_>) -> Result<Handle, SessionError> {
+        self.lookup(Presented::from(credential)).await
+    }
+
+    /// `handle` (authenticated earlier, e.g. when its stream opened) as the
+    /// registry has it now: its credential must still name the same active
+    /// principal — a rotated or removed key, or a revoked principal, stops
+    /// an open stream at its next query — and the session comes with the
+    /// principal's current budget, so a cut reaches the stream too.
+    ///
+    /// # Errors
+    /// [`SessionError::Unauthenticated`] when the credential no longer
+    /// names this principal, or [`SessionError::Registry`] when PostgreSQL
+    /// cannot be asked.
+    pub async fn recheck(&self, handle: &Handle) -> Result<Handle, SessionError> {
+        let now = self.lookup(handle.presented.clone()).await?;
+        if now.principal != handle.principal {
+            return Err(SessionError::Unauthenticated);
+        }
+        Ok(now)
+    }
+
+    async fn lookup(&self, presented: Presented) -> Result<Handle, SessionError> {
+        if let Some(local) = &self.local {
+            let local = Self::read_local(local)?;
+            let name = match &presented {
+                Presented::Key(digest) => local.by_key.get(digest).map(String::as_str),
+                Presented::Certificate(cn) => Some(&**cn),
+            };
+            return match name.and_then(|n| local.principals.get(n)) {
+                Some((record, session)) if record.active() => {
+                    Ok(self.handle(&record.name, Arc::clone(session), presented))
+                }
+                _ => Err(SessionError::Unauthenticated),
+            };
+        }
+        let record = match &presented {
+            Presented::Key(digest) => self.store.principal_by_key(digest).await,
+            Presented::Certificate(cn) => self.store.principal(cn).await,
+        }
+        .map_err(SessionError::Registry)?;
+        match record {
+            Some(r) if r.active() => Ok(self.handle(&r.name, self.session_for(&r)?, presented)),
+            _ => Err(SessionError::Unauthenticated),
+        }
+    }
+
+    /// Provisions a new principal with `budget` and a fresh random API key,
+    /// durably; returns the record and the key (shown once, stored only as
+    /// its hash).
+    ///
+    /// # Errors
+    /// [`SessionError::InvalidPrincipal`] for a bad name,
+    /// [`SessionError::Registry`] for a taken name or a store failure.
+    pub async fn create(&self, name: &str, budget: Nats) -> Result<(Account, String), SessionError> {
+        check_name(name)?;
+        let key = new_api_key()?;
+        let record = PrincipalRecord {
+            name: name.to_owned(),
+            key_sha256: Sha256::digest(key.as_bytes()).into(),
+            budget: budget.get(),
+            origin: Origin::Admin,
+            created_unix: now_unix(),
+            revoked_unix: None,
+        };
+        let stored = self.store.provision(&record).await.map_err(SessionError::Registry)?;
+        if let Some(local) = &self.local {
+            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
+            self.insert_local(&mut local, stored.clone())?;
+        }
+        tracing::info!(principal = %name, budget = budget.get(), "principal created");
+        Ok((self.account(stored).await?, key))
+    }
+
+    /// Every principal with its account, by name.
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn list(&self) -> Result<Vec<Account>, SessionError> {
+        self.accounts(|_| true).await
+    }
+
+    /// The accounts of the principals `keep` selects, by name in byte
+    /// order (whatever a database's collation would say).
+    async fn accounts(&self, keep: impl Fn(&PrincipalRecord) -> bool) -> Result<Vec<Account>, SessionError> {
+        let mut records = self.store.principals().await.map_err(SessionError::Registry)?;
+        records.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut out = Vec::new();
+        for record in records.into_iter().filter(|r| keep(r)) {
+            out.push(self.account(record).await?);
+        }
+        Ok(out)
+    }
+
+    /// One principal with its account.
+    ///
+    /// # Errors
+    /// [`SessionError::UnknownPrincipal`], store failures.
+    pub async fn inspect(&self, name: &str) -> Result<Account, SessionError> {
+        let record = self.store.principal(name).await.map_err(SessionError::Registry)?;
+        self.account(record.ok_or_else(|| SessionError::UnknownPrincipal(name.to_owned()))?).await
+    }
+
+    /// Revokes `name`: durably first, then in memory, so no request that
+    /// authenticates after this returns is answered. Its spending stays on
+    /// record; revoking twice is harmless.
+    ///
+    /// # Errors
+    /// [`SessionError::UnknownPrincipal`], store failures.
+    pub async fn revoke(&self, name: &str) -> Result<Account, SessionError> {
+        let record = self.store.revoke(name, now_unix()).await.map_err(SessionError::Registry)?;
+        let record = record.ok_or_else(|| SessionError::UnknownPrincipal(name.to_owned()))?;
+        if let Some(local) = &self.local {
+            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
+            local.by_key.remove(&record.key_sha256);
+            if let Some(entry) = local.principals.get_mut(name) {
+                entry.0 = record.clone();
+            }
+        }
+        tracing::info!(principal = %name, "principal revoked");
+        self.account(record).await
+    }
+
+    /// `record` with its session's current account.
+    async fn account(&self, principal: PrincipalRecord) -> Result<Account, SessionError> {
+        let cached = match &self.local {
+            Some(local) => Self::read_local(local)?.principals.get(&principal.name).map(|(_, s)| Arc::clone(s)),
+            None => None,
+        };
+        let session = match cached {
+            Some(s) => s,
+            None => self.session_for(&principal)?,
+        };
+        Ok(Account { budget: super::handle::account_of(&session).await?, principal })
+    }
+
+    /// Every active principal's name and current account (for the budget
+    /// gauges at start-up).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn active_accounts(&self) -> Result<Vec<Account>, SessionError> {
+        self.accounts(PrincipalRecord::active).await
+    }
+
+    /// How many principals may authenticate (no account is read).
+    ///
+    /// # Errors
+    /// Store failures.
+    pub async fn active_count(&self) -> Result<usize, SessionError> {
+        match &self.local {
+            Some(local) => Ok(Self::read_local(local)?.by_key.len()),
+            None => {
+                Ok(self.store.principals().await.map_err(SessionError::Registry)?.iter().filter(|p| p.active()).count())
+            }
+        }
+    }
+
+    /// The session scope.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// Whether every step is journaled (`store.journal`).
+    pub fn journaled(&self) -> bool {
+        self.params.journal
+    }
+
+    /// The key of every session the store holds a record for.
+    ///
+    /// # Errors
+    /// The store could not be read.
+    pub async fn session_keys(&self) -> Result<Vec<String>, SessionError> {
+        self.store.sessions().await.map_err(SessionError::Store)
+    }
+
+    /// Session `key`'s durable record and journal, from one snapshot of
+    /// the store (an answer is released only once durable, so a step still
+    /// in flight is in neither).
+    ///
+    /// # Errors
+    /// The store could not be read, or holds corrupt data.
+    pub async fn journal_of(
+        &self,
+        key: &str,
+    ) -> Result<(Option<crate::store::SessionRecord>, Vec<crate::store::Journaled>), SessionError> {
+        self.store.journal_snapshot(key).await.map_err(SessionError::Store)
+    }
+}
+
+/// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and
+/// store keys, and never `*global*`.
+fn check_name(name: &str) -> Result<(), SessionError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(SessionError::InvalidPrincipal(format!(
+            "principal name {name:?}: use 1 to {MAX_NAME_LEN} letters, digits, '_', '.' or '-'"
+        )))
+    }
+}
+
+/// 256 bits from the OS CSPRNG, hex, with a recognisable prefix (so a
+/// leaked key is easy to grep for in code and logs).
+fn new_api_key() -> Result<String, SessionError> {
+    let mut bytes = [0u8; 32];
+    SysRng.try_fill_bytes(&mut bytes).map_err(|e| SessionError::InvalidPrincipal(format!("OS random source: {e}")))?;
+    Ok(format!("ppk_{}", super::hex(&bytes)))
+}

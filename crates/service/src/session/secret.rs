@@ -1,0 +1,157 @@
+//! The secret subset index s*: established once per deployment and sealed
+//! in the store. On first start it is read from the operator's file or
+//! drawn uniformly from the OS CSPRNG, and written (durably) before any
+//! session exists; every later start reads it back. A start whose teacher
+//! set or operator-provided index disagrees with the store refuses.
+//! Errors never contain the index.
+
+use crate::store::{Meta, Store, StoreError};
+use chacha20::ChaCha20Rng;
+use pacpriv_privacy::mechanism::SecretIndex;
+use rand::rngs::SysRng;
+use rand::{RngExt, SeedableRng};
+use std::path::Path;
+
+/// Why no secret index could be established.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The file could not be read.
+    #[error("cannot read secret index file {path}: {reason}")]
+    Read {
+        /// The configured path.
+        path: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The file does not hold an index below m (its content is not echoed).
+    #[error("secret index file {path} must hold one decimal integer below the number of teachers ({m})")]
+    Invalid {
+        /// The configured path.
+        path: String,
+        /// Number of teachers.
+        m: usize,
+    },
+    /// The OS random source failed.
+    #[error("the OS random source failed: {0}")]
+    Entropy(String),
+    /// The store refused (other teacher set, conflicting index, I/O).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The deployment's s* for `m` teachers described by `teachers`.
+///
+/// # Errors
+/// [`SecretError`].
+pub async fn establish(
+    store: &Store,
+    file: Option<&Path>,
+    m: usize,
+    teachers: &str,
+) -> Result<SecretIndex, SecretError> {
+    let provided = file.map(|f| read(f, m)).transpose()?;
+    let shown = store.location();
+    let meta = match store.meta().await? {
+        Some(meta) => meta,
+        None => {
+            let candidate = match provided {
+                Some(p) => p,
+                None => draw(m)?,
+            };
+            // With replicas starting together the first writer wins and
+            // everyone adopts its index; a candidate that lost was never used.
+            let meta = store.init_meta(&Meta { secret: candidate, teachers: teachers.to_owned() }).await?;
+            // Loud on purpose: a server that answered before but now finds an
+            // empty store (another working directory, a lost volume) would
+            // hand every principal a fresh budget over the same teachers.
+            tracing::warn!(
+                store = %shown,
+                secret = if provided.is_some() { "from privacy.secret_index_file" } else { "drawn from the OS CSPRNG" },
+                "new store: no sessions yet, every principal starts with its full budget; if this deployment has \
+                 answered queries before, stop it — its store is elsewhere (store.path is relative to the working \
+                 directory)"
+            );
+            meta
+        }
+    };
+    if meta.teachers != teachers {
+        return Err(StoreError::TeacherSetChanged {
+            path: shown,
+            stored: meta.teachers,
+            configured: teachers.to_owned(),
+        }
+        .into());
+    }
+    if provided.is_some_and(|p| p != meta.secret) {
+        return Err(StoreError::SecretConflict { path: shown }.into());
+    }
+    SecretIndex::new(meta.secret, m).map_err(|_| SecretError::Invalid { path: shown, m })
+}
+
+fn draw(m: usize) -> Result<usize, SecretError> {
+    let mut rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| SecretError::Entropy(e.to_string()))?;
+    Ok(rng.random_range(0..m))
+}
+
+/// The index held in an operator's secret index file (one decimal integer
+/// below `m`). Also read by `pacpriv audit`, which scores its adversary
+/// against the truth; the error never echoes the file's content.
+///
+/// # Errors
+/// [`SecretError::Read`] or [`SecretError::Invalid`].
+pub fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
+    let shown = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SecretError::Read { path: shown.clone(), reason: e.to_string() })?;
+    match text.trim().parse::<usize>() {
+        Ok(i) if i < m => Ok(i),
+        _ => Err(SecretError::Invalid { path: shown, m }),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    use crate::store::EmbeddedStore;
+    use std::sync::Arc;
+
+    fn open(path: &Path) -> Result<Store, StoreError> {
+        Ok(Store::Embedded(Arc::new(EmbeddedStore::open(path)?)))
+    }
+
+    #[tokio::test]
+    async fn drawn_once_then_kept_and_conflicts_refuse() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("s.redb");
+        let first = {
+            let store = open(&path)?;
+            establish(&store, None, 64, "demo m=64").await?
+        };
+        let store = open(&path)?;
+        assert_eq!(establish(&store, None, 64, "demo m=64").await?, first, "a restart keeps s*");
+        let other = establish(&store, None, 64, "demo m=32").await;
+        assert!(matches!(other, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
+
+        let file = dir.path().join("secret");
+        std::fs::write(&file, format!("{}\n", (first.expose() + 1) % 64))?;
+        let conflict = establish(&store, Some(&file), 64, "demo m=64").await;
+        assert!(matches!(conflict, Err(SecretError::Store(StoreError::SecretConflict { .. }))));
+        std::fs::write(&file, format!("{}", first.expose()))?;
+        assert_eq!(establish(&store, Some(&file), 64, "demo m=64").await?, first);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn operator_file_is_used_on_first_start_and_validated() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = open(&dir.path().join("s.redb"))?;
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "99")?;
+        let e = establish(&store, Some(&file), 8, "t").await.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("below the number of teachers (8)") && !e.contains("99"), "{e}");
+        std::fs::write(&file, "3")?;
+        assert_eq!(establish(&store, Some(&file), 8, "t").await?.expose(), 3);
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! What a session's cell holds ([`Versioned`]): the privacy state
+//! (posterior + ledger), its version, the journal chain's head and the
+//! answer cache; how it is read back from its record and written to one.
+//!
+//! # Invariants
+//! - The version counts steps: it moves exactly when the posterior or the
+//!   ledger does, and a store refuses to write a version twice.
+
+use super::cache::AnswerCache;
+use super::error::SessionError;
+use super::step::SessionParams;
+use crate::store::cell::{Cell, State};
+use crate::store::{CacheRows, CacheWrite, JournalEntry, SessionRecord, StoreError};
+use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_privacy::mechanism::SessionState;
+use pacpriv_privacy::posterior::Posterior;
+use pacpriv_privacy::{Nats, PrivacyError, report};
+
+/// A session's public account, as reported to its principal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetView {
+    /// MI spent, nats.
+    pub spent: f64,
+    /// Limit, nats.
+    pub limit: f64,
+    /// limit − spent, nats.
+    pub remaining: f64,
+    /// b, nats.
+    pub per_query: f64,
+    /// Answers released.
+    pub answered: u64,
+    /// Answers charged.
+    pub charged: u64,
+    /// MIA success bound at `spent`.
+    pub mia_bound: f64,
+    /// Charging policy.
+    pub policy: Policy,
+}
+
+impl BudgetView {
+    pub(super) fn of(ledger: &Ledger) -> Self {
+        BudgetView {
+            spent: ledger.spent().get(),
+            limit: ledger.limit().get(),
+            remaining: ledger.remaining(),
+            per_query: ledger.per_query().get(),
+            answered: ledger.answered(),
+            charged: ledger.charged(),
+            mia_bound: report::mia_bound(ledger.spent()),
+            policy: ledger.policy(),
+        }
+    }
+}
+
+/// A session's state and how many steps produced it: what a
+/// [`Cell`] holds.
+#[derive(Clone)]
+pub struct Versioned {
+    pub(super) state: SessionState,
+    pub(super) version: u64,
+    pub(super) cache: AnswerCache,
+    /// The chain hash of the last journal entry or event (the session's
+    /// genesis hash before the first).
+    pub(super) head: [u8; 32],
+    /// Journal events so far (the last one's sequence number).
+    pub(super) events: u64,
+}
+
+/// What resuming a session needs besides its record.
+pub struct Terms {
+    pub(super) params: SessionParams,
+    /// The session's limit (the principal's budget, or the global one).
+    pub(super) limit: Nats,
+}
+
+impl State for Versioned {
+    type Context = Terms;
+    type Error = SessionError;
+
+    /// The state a record describes, or the uniform prior with an empty
+    /// ledger; checked against m.
+    fn resume(
+        terms: &Terms,
+        key: &str,
+        record: Option<&SessionRecord>,
+        cache: CacheRows,
+    ) -> Result<Self, SessionError> {
+        let p = &terms.params;
+        let (state, version) = match record {
+            Some(r) => (r.restore(p.per_query, terms.limit, p.policy)?, r.version),
+            None => (
+                SessionState {
+                    posterior: Posterior::uniform(p.m)?,
+                    ledger: Ledger::new(p.per_query, terms.limit, p.policy)?,
+                },
+                0,
+            ),
+        };
+        if state.posterior.len() != p.m {
+            return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: p.m }.into());
+        }
+        let cache = cache_of(key, record, cache)?;
+        let head = record.and_then(|r| r.journal_head).unwrap_or_else(|| JournalEntry::genesis(key));
+        let events = record.map_or(0, |r| r.journal_events);
+        Ok(Versioned { state, version, cache, head, events })
+    }
+
+    fn record(&mut self) -> (SessionRecord, Vec<CacheWrite>) {
+        let record = SessionRecord {
+            journal_head: Some(self.head),
+            journal_events: self.events,
+            ..SessionRecord::of(&self.state, self.cache.owners(), self.version)
+        };
+        (record, self.cache.take_writes())
+    }
+
+    fn poisoned() -> SessionError {
+        SessionError::Poisoned
+    }
+
+    /// A new limit (the principal's budget was changed).
+    fn retarget(&mut self, terms: &Terms) {
+        self.state.ledger.set_limit(terms.limit);
+    }
+}
+
+/// Session `key`'s answer cache: the `rows` its `record`'s spans describe,
+/// or a format-2 record's inline cache, to be moved to rows by the
+/// session's next write.
+pub(super) fn cache_of(
+    key: &str,
+    record: Option<&SessionRecord>,
+    rows: CacheRows,
+) -> Result<AnswerCache, SessionError> {
+    let cache = match record {
+        Some(SessionRecord { cache: Some(inline), .. }) => AnswerCache::migrated(inline),
+        Some(r) => AnswerCache::from_rows(&r.cache_owners, rows),
+        None => AnswerCache::from_rows(&[], rows),
+    };
+    cache.ok_or_else(|| {
+        SessionError::Store(StoreError::Corrupt { session: key.into(), reason: "undecodable answer cache".into() })
+    })
+}
+
+/// One privacy session: its state, where the store keeps it.
+pub type Session = Cell<Versioned>;

@@ -1,0 +1,348 @@
+//! One request's step, all or nothing: every row answered from the cache
+//! or by one step of Algorithm 1 on a copy of the session's state, which
+//! replaces the state only once every row is answered ([`answer_all`]).
+//! Works on a [`Versioned`] value alone — no cell, no store, no I/O — so
+//! that it is tested as such; [`super::handle`] runs it under the cell.
+//!
+//! # Invariants
+//! - Before any noise is drawn, the budget covers every row that will be
+//!   charged ([`cost`]); every refusal that does not depend on the draw is
+//!   found there.
+//! - A refusal of any row leaves the state as it was; with the journal on,
+//!   it is journaled as an event.
+
+use super::cache::{CacheKey, CacheSettings, Cached, Lookup, OnEvicted, Owner, QueryDigest};
+use super::error::SessionError;
+use super::journal::{journal_entry, record_outputs};
+use super::state::{BudgetView, Versioned};
+use crate::store::cell::Change;
+use crate::store::record::{EventKind, JournalStepRecord};
+use crate::store::{JournalEntry, JournalEvent};
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_privacy::mechanism::{self, Answer, Calibration, SecretIndex, TeacherOutputs};
+use pacpriv_privacy::{Nats, PrivacyError};
+use std::collections::HashMap;
+
+/// What one answered row leaves in the journal (when it is on).
+pub(super) enum Row {
+    /// Answered from the cache: its event.
+    Cached(Option<JournalEvent>),
+    /// A step: its entry.
+    Stepped(Option<JournalEntry>),
+}
+
+/// Answers `asking` on `v`: from the cache when this exact query was
+/// answered before (nothing changes but the journal), or by one step of
+/// Algorithm 1 on `outputs`.
+pub(super) fn step(
+    params: &SessionParams,
+    v: &mut Versioned,
+    outputs: Option<&TeacherOutputs>,
+    asking: &Asking,
+) -> Result<(Reply, Row), SessionError> {
+    if let Some(key) = &asking.key {
+        match v.cache.lookup(key) {
+            Lookup::Hit(c) => {
+                let reply = Reply::cached(c, asking)?;
+                let event = params.journal.then(|| {
+                    let step = JournalStepRecord {
+                        label: reply.label as u32,
+                        published: reply.published.clone(),
+                        ..v.terms(Some(key))
+                    };
+                    v.event(EventKind::CacheHit, &asking.query_id, step, 0.0)
+                });
+                return Ok((reply, Row::Cached(event)));
+            }
+            Lookup::Evicted => return Err(SessionError::EvictedRepeat),
+            Lookup::Miss => {}
+        }
+    }
+    // The preflight saw an answer that is gone now.
+    let outputs = outputs.ok_or(SessionError::CacheMoved)?;
+    let answer = mechanism::answer_calibrated(
+        &mut v.state,
+        outputs,
+        params.secret,
+        asking.alpha,
+        &mut rand::rng(),
+        params.calibration,
+    )?;
+    if let Some(key) = asking.key {
+        let kept = Cached {
+            label: answer.label,
+            unanimous: answer.unanimous,
+            evidence: answer.evidence,
+            published: asking.return_noisy.then(|| answer.published.clone()),
+        };
+        v.cache.insert(key, kept, params.cache);
+    }
+    v.version += 1;
+    let entry = params.journal.then(|| {
+        let mut entry = journal_entry(v, outputs, asking, &answer);
+        let chain = entry.chained(&v.head);
+        entry.chain = chain.to_vec();
+        v.head = chain;
+        entry
+    });
+    Ok((Reply::fresh(answer), Row::Stepped(entry)))
+}
+
+/// A request's replies and the account after them.
+pub(super) type Answered = (Vec<Reply>, BudgetView);
+
+/// A request's answers, or its refusal.
+pub(super) type Outcome = Result<Answered, SessionError>;
+
+/// A refusal and the row of the request it concerns (`None`: all).
+pub(super) type Refused = (Option<usize>, SessionError);
+
+/// Answers `rows` as [`answer_all`] does. When the journal is on, a
+/// refusal (budget, contested, evicted or noisy-not-kept repeat) is
+/// journaled as an event and returned as the outcome, to be written like
+/// a step; other errors, and every refusal with the journal off, change
+/// nothing.
+pub(super) fn step_all(
+    params: &SessionParams,
+    v: &mut Versioned,
+    rows: &[(Option<TeacherOutputs>, Asking)],
+) -> Result<(Outcome, Change), SessionError> {
+    let (row, error) = match answer_all(params, v, rows) {
+        Ok((done, change)) => return Ok((Ok(done), change)),
+        Err(refused) => refused,
+    };
+    let kind = match &error {
+        SessionError::Exhausted { .. } => EventKind::Exhausted,
+        SessionError::Privacy(PrivacyError::Contested) => EventKind::Contested,
+        SessionError::EvictedRepeat => EventKind::EvictedRepeat,
+        SessionError::NoisyNotKept => EventKind::NoisyNotKept,
+        _ => return Err(error),
+    };
+    let Some((outputs, asking)) = rows.get(row.unwrap_or(0)).filter(|_| params.journal) else { return Err(error) };
+    // An exhausted request is about all its rows: no digest.
+    let mut step = v.terms(row.and(asking.key.as_ref()));
+    if let (EventKind::Contested, Some(outputs)) = (kind, outputs) {
+        record_outputs(&mut step, outputs);
+    }
+    let need = match &error {
+        SessionError::Exhausted { charge, .. } => *charge,
+        _ => 0.0,
+    };
+    let event = v.event(kind, &asking.query_id, step, need);
+    Ok((Err(error), Change { events: vec![event], ..Change::default() }))
+}
+
+/// Answers `rows` in order, all or none: each as [`step`] would, on a copy
+/// of the state that replaces `v` only once every row is answered. Before
+/// any noise is drawn, the budget must cover every row that will be
+/// charged (what [`cost`] counts); a refusal of any row leaves `v` as it
+/// was. Returns the replies, the account after them, and what changed;
+/// or the refusal and the row it concerns (`None`: the whole request).
+pub(super) fn answer_all(
+    params: &SessionParams,
+    v: &mut Versioned,
+    rows: &[(Option<TeacherOutputs>, Asking)],
+) -> Result<(Answered, Change), Refused> {
+    let need = cost(params, v, rows)?;
+    // Cached answers are free even past the limit (a cut budget).
+    if need.get() > 0.0 {
+        v.state.ledger.check(need).map_err(|e| (None, e.into()))?;
+    }
+    // One row needs no undo: a refused step changes nothing. Several keep
+    // what the cache needs to take back rather than copy it whole.
+    let saved = (rows.len() > 1).then(|| (v.state.clone(), v.version, v.head, v.events, v.cache.checkpoint()));
+    let mut replies = Vec::with_capacity(rows.len());
+    let mut change = Change::default();
+    for (i, (outputs, asking)) in rows.iter().enumerate() {
+        let (reply, row) = match step(params, v, outputs.as_ref(), asking) {
+            Ok(done) => done,
+            Err(e) => {
+                if let Some((state, version, head, events, at)) = saved {
+                    (v.state, v.version, v.head, v.events) = (state, version, head, events);
+                    v.cache.rollback(at);
+                }
+                // Every refusal that does not depend on the draw was found
+                // by `cost`; what fails after earlier rows drew says nothing
+                // that was computed from them.
+                if change.steps > 0 {
+                    tracing::error!(
+                        row = i,
+                        kind = e.kind(),
+                        "a row failed after earlier rows drew; request refused whole"
+                    );
+                    return Err((Some(i), SessionError::RowFailed { row: i }));
+                }
+                return Err((Some(i), e));
+            }
+        };
+        replies.push(reply);
+        match row {
+            Row::Cached(event) => change.events.extend(event),
+            Row::Stepped(entry) => {
+                change.steps += 1;
+                change.journal.extend(entry);
+            }
+        }
+    }
+    v.cache.release();
+    let view = BudgetView::of(&v.state.ledger);
+    Ok(((replies, view), change))
+}
+
+/// What answering `rows` on `v` will charge: the charge for its teachers'
+/// agreement of every row that is not answered from the cache (neither
+/// cached before nor a repeat of an earlier row of `rows`, when the cache
+/// is on).
+///
+/// Every refusal that does not depend on the draw is found here, before
+/// anything is drawn or any posterior moves (issue 40 §4): a repeat of an
+/// evicted answer, or of one that this request's own earlier rows will
+/// evict; a repeat asking for a noisy vector that was not kept; a row whose
+/// cached answer vanished since the preflight (no outputs were fetched for
+/// it); outputs that do not fit; a contested row under `unanimous_only`.
+pub(super) fn cost(
+    params: &SessionParams,
+    v: &Versioned,
+    rows: &[(Option<TeacherOutputs>, Asking)],
+) -> Result<Nats, Refused> {
+    let ledger = &v.state.ledger;
+    let capacity = params.cache.capacity as u64;
+    // Per owner, the inserts this request's rows make before the current
+    // row; per digest, the number an earlier row's answer will get.
+    let mut inserts: HashMap<Owner, u64> = HashMap::new();
+    let mut fresh: HashMap<QueryDigest, u64> = HashMap::new();
+    let mut need = 0.0;
+    for (i, (outputs, asking)) in rows.iter().enumerate() {
+        let refuse = |e: SessionError| Err((Some(i), e));
+        if let Some(key) = &asking.key {
+            let (held, next) = v.cache.numbers(key);
+            let later = inserts.get(&key.owner).copied().unwrap_or(0);
+            let still_held = |seq: u64| seq + capacity >= next + later;
+            let found = match v.cache.lookup(key) {
+                Lookup::Hit(c) => {
+                    if asking.return_noisy && c.published.is_none() {
+                        return refuse(SessionError::NoisyNotKept);
+                    }
+                    held
+                }
+                Lookup::Evicted => return refuse(SessionError::EvictedRepeat),
+                Lookup::Miss => fresh.get(&key.digest).copied(),
+            };
+            match found {
+                Some(seq) if still_held(seq) => continue,
+                // Evicted by this request's own earlier rows: refused as
+                // any evicted repeat, or answered afresh under "charge".
+                Some(_) if params.cache.on_evicted == OnEvicted::Refuse => {
+                    return refuse(SessionError::EvictedRepeat);
+                }
+                _ => {}
+            }
+            // Only a later row of this request can meet it (a one-row
+            // request allocates nothing here).
+            if capacity > 0 && i + 1 < rows.len() {
+                fresh.insert(key.digest, next + later);
+                *inserts.entry(key.owner).or_default() += 1;
+            }
+        }
+        // The preflight saw an answer that is gone now: no teacher was asked.
+        let Some(o) = outputs else { return refuse(SessionError::CacheMoved) };
+        o.validate().map_err(|e| (Some(i), e.into()))?;
+        // Unanimity as the mechanism judges it: on the release grid.
+        let unanimous = o.on_grid().unanimous();
+        if !unanimous && ledger.policy() == Policy::UnanimousOnly {
+            return refuse(PrivacyError::Contested.into());
+        }
+        need += ledger.charge_for(unanimous).get();
+    }
+    Nats::new(need).map_err(|e| (None, e.into()))
+}
+
+/// One query as its session sees it.
+#[derive(Clone, Debug)]
+pub struct Asking {
+    /// Confidence level asked for.
+    pub alpha: Option<f64>,
+    /// The client's id (journal).
+    pub query_id: String,
+    /// The query's cache key; `None`: never cached (internal callers).
+    pub key: Option<CacheKey>,
+    /// Whether the noisy vector will be returned (it is kept with the
+    /// cached answer only then).
+    pub return_noisy: bool,
+}
+
+impl Asking {
+    /// A query that is neither looked up nor kept in the cache.
+    pub fn uncached(alpha: Option<f64>, query_id: String) -> Asking {
+        Asking { alpha, query_id, key: None, return_noisy: false }
+    }
+}
+
+/// What a query released: a fresh answer, or the cached one again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// The released label.
+    pub label: usize,
+    /// Whether the teachers were unanimous.
+    pub unanimous: bool,
+    /// MI charged for this reply (zero when cached).
+    pub charge: Nats,
+    /// Prop. 5.1 at the requested α, if one was requested (label mode).
+    pub confident: Option<bool>,
+    /// The published noisy vector (sent only on request).
+    pub published: Vec<f64>,
+    /// Whether this is an earlier answer returned again.
+    pub cached: bool,
+}
+
+impl Reply {
+    pub(super) fn fresh(a: Answer) -> Reply {
+        Reply {
+            label: a.label,
+            unanimous: a.unanimous,
+            charge: a.charge,
+            confident: a.confident,
+            published: a.published,
+            cached: false,
+        }
+    }
+
+    /// `c` again, with the flag at the α this repeat asks for.
+    pub(super) fn cached(c: &Cached, asking: &Asking) -> Result<Reply, SessionError> {
+        if asking.return_noisy && c.published.is_none() {
+            return Err(SessionError::NoisyNotKept);
+        }
+        let confident = match (asking.alpha, c.evidence) {
+            (Some(a), Some(e)) => Some(e.confident(a)?),
+            _ => None,
+        };
+        Ok(Reply {
+            label: c.label,
+            unanimous: c.unanimous,
+            charge: Nats::ZERO,
+            confident,
+            published: c.published.clone().unwrap_or_default(),
+            cached: true,
+        })
+    }
+}
+
+/// What every session of a deployment shares.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionParams {
+    /// b.
+    pub per_query: Nats,
+    /// Charging policy.
+    pub policy: Policy,
+    /// Number of subsets (teachers).
+    pub m: usize,
+    /// s*.
+    pub secret: SecretIndex,
+    /// Journal every step (for audit and replay).
+    pub journal: bool,
+    /// The answer cache.
+    pub cache: CacheSettings,
+    /// What Σ is calibrated to: [`Calibration::Certified`] except in the
+    /// canary audit's deliberately broken test server.
+    pub calibration: Calibration,
+}

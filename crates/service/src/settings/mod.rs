@@ -1,0 +1,335 @@
+//! Service configuration: `config/default.toml` (compiled in), an optional
+//! operator file layered over it, then `PACPRIV__SECTION__KEY` environment
+//! variables; parsed into typed values and validated once at start-up.
+//!
+//! # Invariants
+//! - Every error names the key to fix (`privacy.per_query_mi: …`).
+//! - Unknown keys are errors, so a typo cannot silently keep a default
+//!   (the most dangerous being a budget that was meant to be smaller).
+use crate::session::cache::CacheSettings;
+use crate::session::{PrincipalConfig, Scope};
+use crate::teachers::{Batching, CallPolicy, OutputMode};
+use config::{Config, Environment, File, FileFormat};
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_privacy::mechanism::Calibration;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod admin;
+mod principals;
+mod privacy;
+mod server;
+mod store;
+mod teachers;
+mod telemetry;
+
+pub use admin::{AdminSettings, MetricsSettings};
+use admin::{RawAdmin, RawMetrics};
+use principals::{RawPrincipal, principals};
+use privacy::RawPrivacy;
+pub use server::{MAX_BATCH, MAX_FEATURES, RateQuota, TlsSettings, largest_response};
+use server::{RawServer, RawTls};
+use store::RawStore;
+pub use store::{StoreSettings, redacted_url};
+pub use teachers::TeacherSource;
+use teachers::{RawDemo, RawModel, RawTeachers};
+use telemetry::RawTelemetry;
+pub use telemetry::TelemetrySettings;
+
+/// The shipped defaults, compiled into the binary so `pacpriv serve` works
+/// from any directory.
+pub const DEFAULT_TOML: &str = include_str!("../../../../config/default.toml");
+
+/// A configuration problem, naming the key.
+#[derive(Debug, thiserror::Error)]
+#[error("config key `{key}`: {message}")]
+pub struct SettingsError {
+    /// Dotted key, e.g. `privacy.per_query_mi`.
+    pub key: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+fn err(key: &str, message: impl Into<String>) -> SettingsError {
+    SettingsError { key: key.to_owned(), message: message.into() }
+}
+
+/// Validated settings of `pacpriv serve`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// What Σ is calibrated to. Not a configuration key: always
+    /// [`Calibration::Certified`] when loaded; only the canary audit's
+    /// deliberately broken test server (`examples/undernoised.rs`) sets
+    /// anything else.
+    pub calibration: Calibration,
+    /// Client API listen address.
+    pub listen: SocketAddr,
+    /// Largest accepted request, bytes.
+    pub max_message_bytes: usize,
+    /// Most rows (examples) in one request.
+    pub max_batch_rows: usize,
+    /// What one client may hold of a listener: streams per connection,
+    /// connections, timeouts, keep-alive.
+    pub limits: crate::net::Limits,
+    /// Per-principal query rate limit; `None`: unlimited.
+    pub rate_limit: Option<RateQuota>,
+    /// The private predictor's model name on the Open Inference Protocol;
+    /// `None`: that protocol is not served.
+    pub inference_model: Option<String>,
+    /// The Open Inference Protocol's HTTP/REST listener; `None`: off.
+    pub http_listen: Option<SocketAddr>,
+    /// On SIGTERM: how long to keep answering while reporting NOT_SERVING.
+    pub drain_grace: std::time::Duration,
+    /// Then: how long in-flight requests may take to finish.
+    pub drain_deadline: std::time::Duration,
+    /// JSON logs (production) instead of text.
+    pub log_json: bool,
+    /// b.
+    pub per_query: Nats,
+    /// Charging policy.
+    pub policy: Policy,
+    /// Session scope.
+    pub scope: Scope,
+    /// Limit of the shared session when scope is global.
+    pub global_budget: Nats,
+    /// Operator-provided secret index file, if any.
+    pub secret_index_file: Option<PathBuf>,
+    /// Clients may ask for the (rounded) noisy release, not just its argmax.
+    pub release_noisy_vector: bool,
+    /// The per-session answer cache.
+    pub cache: CacheSettings,
+    /// Where sessions are kept.
+    pub store: StoreSettings,
+    /// Journal every step.
+    pub journal: bool,
+    /// How teacher outputs are read (label or vector, d).
+    pub mode: OutputMode,
+    /// Shape of one example.
+    pub input_shape: Vec<usize>,
+    /// Teachers.
+    pub teachers: TeacherSource,
+    /// Per-teacher call policy.
+    pub call: CallPolicy,
+    /// Dynamic batching of the fan-out.
+    pub batching: Batching,
+    /// How often teacher readiness is probed for the health service.
+    pub health_interval: Duration,
+    /// Principals provisioned in the configuration (the admin API adds
+    /// more at run time).
+    pub principals: Vec<PrincipalConfig>,
+    /// A plaintext listener serving only `grpc.health.v1`, for probes that
+    /// cannot speak TLS (Kubernetes `grpc:` probes).
+    pub health_listen: Option<SocketAddr>,
+    /// TLS for the client and admin listeners; `None`: plaintext.
+    pub tls: Option<TlsSettings>,
+    /// The admin API; `None` when no admin token is configured.
+    pub admin: Option<AdminSettings>,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsSettings,
+    /// OpenTelemetry trace export.
+    pub telemetry: TelemetrySettings,
+}
+
+impl Settings {
+    /// Defaults, then `file` (if any), then the process environment.
+    ///
+    /// # Errors
+    /// A missing or malformed file, an unknown key, or a value outside its
+    /// domain — each naming the key.
+    pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`] with an explicit environment (tests).
+    ///
+    /// # Errors
+    /// As [`Settings::load`].
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, SettingsError> {
+        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(err("--config", format!("{} is not a readable file", path.display())));
+            }
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml));
+        }
+        let env: config::Map<String, String> = env.into_iter().filter(|(k, _)| k.starts_with("PACPRIV__")).collect();
+        builder = builder.add_source(
+            Environment::with_prefix("PACPRIV")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let raw: Raw =
+            builder.build().and_then(Config::try_deserialize).map_err(|e| err(&key_of(&e), e.to_string()))?;
+        raw.validate()
+    }
+}
+
+/// Best-effort key extraction from a `config` error (it names the key in
+/// its message for type errors; "unknown field" errors name the field).
+fn key_of(e: &config::ConfigError) -> String {
+    match e {
+        config::ConfigError::Type { key: Some(k), .. } => k.clone(),
+        config::ConfigError::At { key: Some(k), .. } => k.clone(),
+        _ => "(configuration)".into(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    server: RawServer,
+    privacy: RawPrivacy,
+    store: RawStore,
+    model: RawModel,
+    teachers: RawTeachers,
+    demo: RawDemo,
+    tls: RawTls,
+    admin: RawAdmin,
+    metrics: RawMetrics,
+    telemetry: RawTelemetry,
+    #[serde(default)]
+    principals: BTreeMap<String, RawPrincipal>,
+}
+
+/// An enumerated key: read as a string, then parsed into its enum, so a
+/// value outside the choices is refused with serde's message, which names
+/// the value and every choice (the `config` crate's own enum reading
+/// names neither).
+fn choice<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<T, D::Error> {
+    use serde::de::{Error, IntoDeserializer};
+    let value = String::deserialize(d)?;
+    T::deserialize(value.as_str().into_deserializer()).map_err(|e: serde::de::value::Error| D::Error::custom(e))
+}
+
+fn nats(key: &str, s: &str) -> Result<Nats, SettingsError> {
+    s.parse::<Nats>().map_err(|e| err(key, e.to_string()))
+}
+
+fn addr(key: &str, s: &str) -> Result<SocketAddr, SettingsError> {
+    s.parse().map_err(|_| err(key, format!("{s:?} is not an IP:port address such as 127.0.0.1:50051")))
+}
+
+/// An address, or `None` for the empty string (listener disabled).
+fn optional_addr(key: &str, s: &str) -> Result<Option<SocketAddr>, SettingsError> {
+    if s.trim().is_empty() { Ok(None) } else { addr(key, s).map(Some) }
+}
+
+/// A file that must exist now (so a typo fails at start-up, not at the
+/// first handshake); `None` for the empty string.
+fn optional_file(key: &str, s: &str) -> Result<Option<PathBuf>, SettingsError> {
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(s);
+    if !path.is_file() {
+        return Err(err(key, format!("{s:?} is not a readable file")));
+    }
+    Ok(Some(path))
+}
+
+impl Raw {
+    /// Each section on its own, then what spans sections.
+    fn validate(self) -> Result<Settings, SettingsError> {
+        let privacy = self.privacy.validate()?;
+        let server = self.server.validate()?;
+        let (mode, input_shape) = self.model.validate()?;
+        let fanout = self.teachers.validate(self.demo)?;
+        let admin = self.admin.validate()?;
+        // Nothing is charged that cannot be delivered (issue 40 §3): the
+        // rows of one request all stay in the answer cache, so a retry
+        // after a withheld answer, or a repeat within the batch, finds
+        // them; and the largest response fits the encode limit.
+        if server.max_batch_rows > privacy.cache.capacity {
+            return Err(err(
+                "server.max_batch_rows",
+                format!(
+                    "{} rows per request, but privacy.answer_cache_entries keeps {} answers: a larger batch would \
+                     evict its own rows, so a retry after a withheld answer would be refused or charged again; raise \
+                     privacy.answer_cache_entries or lower server.max_batch_rows",
+                    server.max_batch_rows, privacy.cache.capacity
+                ),
+            ));
+        }
+        let largest = largest_response(server.max_batch_rows, mode.dim(), privacy.release_noisy_vector);
+        if largest > server.max_message_bytes {
+            return Err(err(
+                "server.max_message_bytes",
+                format!(
+                    "{} bytes, but a response to {} rows (server.max_batch_rows) of d = {} classes{} can take up to \
+                     {largest} bytes: it would be charged and then not delivered; raise server.max_message_bytes or \
+                     lower server.max_batch_rows{}",
+                    server.max_message_bytes,
+                    server.max_batch_rows,
+                    mode.dim(),
+                    if privacy.release_noisy_vector { " with their noisy vectors" } else { "" },
+                    if privacy.release_noisy_vector { " (or turn privacy.release_noisy_vector off)" } else { "" },
+                ),
+            ));
+        }
+        if self.principals.is_empty() && admin.is_none() {
+            return Err(err(
+                "principals",
+                "no principal is configured and the admin API is off (admin.key_sha256), so no client could \
+                 authenticate",
+            ));
+        }
+        Ok(Settings {
+            calibration: Calibration::Certified,
+            listen: server.listen,
+            max_message_bytes: server.max_message_bytes,
+            max_batch_rows: server.max_batch_rows,
+            limits: server.limits,
+            rate_limit: server.rate_limit,
+            http_listen: server.http_listen.filter(|_| server.inference_model.is_some()),
+            drain_grace: server.drain_grace,
+            drain_deadline: server.drain_deadline,
+            inference_model: server.inference_model,
+            log_json: server.log_json,
+            per_query: privacy.per_query,
+            policy: privacy.policy,
+            scope: privacy.scope,
+            global_budget: privacy.global_budget,
+            secret_index_file: privacy.secret_index_file,
+            release_noisy_vector: privacy.release_noisy_vector,
+            cache: privacy.cache,
+            journal: self.store.journal,
+            store: self.store.validate()?,
+            mode,
+            input_shape,
+            teachers: fanout.teachers,
+            call: fanout.call,
+            batching: fanout.batching,
+            health_interval: fanout.health_interval,
+            principals: principals(self.principals)?,
+            health_listen: server.health_listen,
+            tls: self.tls.validate()?,
+            admin,
+            metrics: self.metrics.validate()?,
+            telemetry: self.telemetry.validate()?,
+        })
+    }
+}
+
+fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,73 @@
+//! `[privacy]`: the per-query and total budgets, the charging policy, the
+//! session scope, the answer cache and the journal.
+
+use super::{SettingsError, choice, err, nats};
+use crate::session::Scope;
+use crate::session::cache::{CacheSettings, OnEvicted};
+use pacpriv_privacy::Nats;
+use pacpriv_privacy::ledger::Policy;
+use pacpriv_privacy::noise::MIN_PER_QUERY;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPrivacy {
+    pub(super) per_query_mi: String,
+    #[serde(deserialize_with = "choice")]
+    pub(super) policy: Policy,
+    #[serde(deserialize_with = "choice")]
+    pub(super) scope: Scope,
+    pub(super) global_budget_mi: String,
+    pub(super) secret_index_file: String,
+    pub(super) release_noisy_vector: bool,
+    pub(super) answer_cache_entries: usize,
+    #[serde(deserialize_with = "choice")]
+    pub(super) answer_cache_evicted: OnEvicted,
+}
+
+/// Largest `privacy.answer_cache_entries`.
+pub(super) const MAX_CACHE_ENTRIES: usize = 4096;
+
+impl RawPrivacy {
+    pub(super) fn validate(self) -> Result<Privacy, SettingsError> {
+        let per_query = nats("privacy.per_query_mi", &self.per_query_mi)?;
+        if per_query.get() < MIN_PER_QUERY {
+            return Err(err("privacy.per_query_mi", format!("must be at least {MIN_PER_QUERY:e} nats")));
+        }
+        if self.answer_cache_entries > MAX_CACHE_ENTRIES {
+            return Err(err(
+                "privacy.answer_cache_entries",
+                format!("at most {MAX_CACHE_ENTRIES}: the cache is part of every step's durable record"),
+            ));
+        }
+        if self.answer_cache_entries == 0 {
+            return Err(err(
+                "privacy.answer_cache_entries",
+                "at least 1: the cache keeps each answer with the session, which is what lets a client retry a \
+                 query whose answer was withheld without being charged twice",
+            ));
+        }
+        let secret = self.secret_index_file;
+        Ok(Privacy {
+            per_query,
+            policy: self.policy,
+            scope: self.scope,
+            global_budget: nats("privacy.global_budget_mi", &self.global_budget_mi)?,
+            secret_index_file: (!secret.is_empty()).then(|| PathBuf::from(secret)),
+            release_noisy_vector: self.release_noisy_vector,
+            cache: CacheSettings { capacity: self.answer_cache_entries, on_evicted: self.answer_cache_evicted },
+        })
+    }
+}
+
+/// The `[privacy]` section, validated.
+pub(super) struct Privacy {
+    pub(super) per_query: Nats,
+    pub(super) policy: Policy,
+    pub(super) scope: Scope,
+    pub(super) global_budget: Nats,
+    pub(super) secret_index_file: Option<PathBuf>,
+    pub(super) release_noisy_vector: bool,
+    pub(super) cache: CacheSettings,
+}

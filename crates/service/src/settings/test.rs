@@ -1,0 +1,273 @@
+use super::*;
+use crate::store::{PgLink, PgTls, SslMode};
+use crate::teachers::Teachers;
+use crate::teachers::connection::ClientTls;
+
+fn load(env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+    Settings::load_with_env(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+}
+
+#[test]
+fn shipped_default_is_valid_and_serves_the_demo() -> Result<(), SettingsError> {
+    let s = load(&[])?;
+    assert!(matches!(s.teachers, TeacherSource::Demo { models: 128, .. }));
+    assert_eq!(s.per_query.get(), 2f64.powi(-24));
+    assert_eq!(s.input_shape, [64]);
+    assert_eq!(s.principals.len(), 1);
+    assert_eq!(s.principals[0].name, "demo");
+    assert!(matches!(s.teachers, TeacherSource::Demo { canaries: 0, .. }), "no canaries unless asked");
+    Ok(())
+}
+
+/// No key, file or variable reaches the calibration: a loaded configuration
+/// is always certified (only the canary audit's broken test server, which
+/// is Rust code, sets anything else).
+#[test]
+fn a_loaded_configuration_is_always_certified() -> Result<(), SettingsError> {
+    for (var, value) in [("PACPRIV__CALIBRATION", "under_noised"), ("PACPRIV__PRIVACY__CALIBRATION", "x")] {
+        if let Ok(s) = load(&[(var, value)]) {
+            assert_eq!(s.calibration, Calibration::Certified, "{var}");
+        }
+    }
+    assert_eq!(load(&[])?.calibration, Calibration::Certified);
+    Ok(())
+}
+
+#[test]
+fn environment_overrides_scalars_and_adds_principals() -> Result<(), SettingsError> {
+    let s = load(&[
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8"),
+        ("PACPRIV__TEACHERS__DEADLINE_MS", "50"),
+        ("PACPRIV__PRINCIPALS__TINY__KEY_SHA256", &"ab".repeat(32)),
+        ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", "0.01"),
+    ])?;
+    assert_eq!(s.per_query.get(), 2f64.powi(-8));
+    assert_eq!(s.call.deadline, Duration::from_millis(50));
+    let tiny = s.principals.iter().find(|p| p.name == "tiny").map(|p| p.budget.get());
+    assert_eq!(tiny, Some(0.01));
+    Ok(())
+}
+
+#[test]
+fn errors_name_the_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "lots", "privacy.per_query_mi"),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "1e-40", "privacy.per_query_mi"),
+        ("PACPRIV__PRIVACY__SCOPE", "team", "privacy.scope"),
+        ("PACPRIV__MODEL__MODE", "logits", "model.mode"),
+        ("PACPRIV__SERVER__LISTEN", "localhost", "server.listen"),
+        ("PACPRIV__DEMO__MODELS", "7", "demo.models"),
+        ("PACPRIV__DEMO__REGULARISATION", "0", "demo.regularisation"),
+        ("PACPRIV__DEMO__REGULARISATION", "-1", "demo.regularisation"),
+        ("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256", "demo-key", "principals.demo.key_sha256"),
+        ("PACPRIV__TEACHERS__SOURCE", "remote", "teachers.remote"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stack", "teachers.layout"),
+        ("PACPRIV__SERVER__INFERENCE_MODEL", "models/private", "server.inference_model"),
+        ("PACPRIV__TEACHERS__MAX_BATCH", "0", "teachers.max_batch"),
+        ("PACPRIV__TEACHERS__MAX_BATCH", "1025", "teachers.max_batch"),
+        ("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "1001", "teachers.batch_window_ms"),
+        ("PACPRIV__SERVER__MAX_CONCURRENT_STREAMS", "0", "server.max_concurrent_streams"),
+        ("PACPRIV__SERVER__RATE_LIMIT_BURST", "10", "server.rate_limit_burst"),
+    ];
+    for (var, value, key) in cases {
+        match load(&[(var, value)]) {
+            Err(e) => assert!(e.to_string().contains(key), "{var}={value}: {e}"),
+            Ok(_) => panic!("{var}={value} was accepted"),
+        }
+    }
+}
+
+/// Enumerated keys are parsed into enums: a value outside the choices is
+/// refused by parsing, naming the key, the value and the choices.
+#[test]
+fn enumerated_keys_are_refused_by_parsing_with_the_choices() {
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("PACPRIV__PRIVACY__POLICY", "cheap", "privacy.policy", "`contested`"),
+        ("PACPRIV__PRIVACY__SCOPE", "team", "privacy.scope", "`per_principal`"),
+        ("PACPRIV__PRIVACY__ANSWER_CACHE_EVICTED", "forget", "privacy.answer_cache_evicted", "`refuse`"),
+        ("PACPRIV__STORE__BACKEND", "sqlite", "store.backend", "`postgres`"),
+        ("PACPRIV__SERVER__LOG_FORMAT", "xml", "server.log_format", "`json`"),
+        ("PACPRIV__MODEL__MODE", "logits", "model.mode", "`vector`"),
+        ("PACPRIV__TEACHERS__SOURCE", "cloud", "teachers.source", "`remote`"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stack", "teachers.layout", "`per_teacher`"),
+        ("PACPRIV__TEACHERS__INPUT_DATATYPE", "INT8", "teachers.input_datatype", "`FP64`"),
+    ];
+    for (var, value, key, choice) in cases {
+        let e = load(&[(var, value)]).err().map(|e| e.to_string()).unwrap_or_else(|| panic!("{var}={value} accepted"));
+        for part in [key, value, choice] {
+            assert!(e.contains(part), "{var}={value}: the message names {part}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_typo_is_an_error_not_a_silent_default() {
+    let e = load(&[("PACPRIV__PRIVACY__PER_QUERY", "2^-8")]).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("per_query"), "{e}");
+}
+
+#[test]
+fn a_remote_stacked_ensemble_needs_an_endpoint_a_model_and_an_even_m() -> Result<(), SettingsError> {
+    let stacked = [
+        ("PACPRIV__TEACHERS__SOURCE", "remote"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stacked"),
+        ("PACPRIV__TEACHERS__STACKED__ENDPOINT", "http://127.0.0.1:8001"),
+        ("PACPRIV__TEACHERS__STACKED__MODEL", "ensemble"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| load(&[&stacked[..], extra].concat());
+    let s = with(&[("PACPRIV__TEACHERS__STACKED__MODELS", "16")])?;
+    assert!(matches!(s.teachers, TeacherSource::Remote(Teachers::Stacked { models: 16, .. })));
+    let e = with(&[("PACPRIV__TEACHERS__STACKED__MODELS", "15")]).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("teachers.stacked.models"), "{e}");
+    let e = load(&stacked[..2]).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("teachers.stacked"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn a_zero_window_turns_batching_off() -> Result<(), SettingsError> {
+    let s = load(&[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0"), ("PACPRIV__TEACHERS__MAX_BATCH", "8")])?;
+    assert_eq!(s.batching.window, Duration::ZERO);
+    assert_eq!(s.batching.max_batch, 8);
+    Ok(())
+}
+
+#[test]
+fn the_inference_model_is_named_or_turned_off() -> Result<(), SettingsError> {
+    assert_eq!(load(&[])?.inference_model.as_deref(), Some("private"));
+    assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "digits")])?.inference_model.as_deref(), Some("digits"));
+    assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "")])?.inference_model, None);
+    Ok(())
+}
+
+#[test]
+fn rate_limit_is_off_by_default_and_its_burst_defaults_to_the_rate() -> Result<(), SettingsError> {
+    assert_eq!(load(&[])?.rate_limit, None);
+    let q = load(&[("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "50")])?
+        .rate_limit
+        .map(|q| (q.per_second.get(), q.burst.get()));
+    assert_eq!(q, Some((50, 50)));
+    let q = load(&[("PACPRIV__SERVER__RATE_LIMIT_PER_SECOND", "50"), ("PACPRIV__SERVER__RATE_LIMIT_BURST", "200")])?
+        .rate_limit
+        .map(|q| (q.per_second.get(), q.burst.get()));
+    assert_eq!(q, Some((50, 200)));
+    Ok(())
+}
+
+/// docs/configuration.md lists every key of the shipped configuration,
+/// each with its environment variable (scalars) and its default.
+#[test]
+fn the_configuration_reference_lists_every_key() -> Result<(), Box<dyn std::error::Error>> {
+    // Read at run time: docs/ is no input of the build (the image's
+    // builder does not copy it).
+    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md"))?;
+    let shipped = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml)).build()?;
+    let table: BTreeMap<String, config::Value> = shipped.try_deserialize()?;
+    for (section, keys) in table.into_iter().filter(|(s, _)| s != "principals") {
+        for (key, value) in keys.into_table()? {
+            let row = reference
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{section}.{key}` |")))
+                .ok_or_else(|| format!("docs/configuration.md has no row for {section}.{key}"))?;
+            let scalar = !matches!(value.kind, config::ValueKind::Table(_) | config::ValueKind::Array(_));
+            let env = format!("`PACPRIV__{}__{}`", section.to_uppercase(), key.to_uppercase());
+            assert!(!scalar || row.contains(&env), "{section}.{key}: the row does not name {env}");
+            let default = value.to_string();
+            assert!(!scalar || row.contains(&default), "{section}.{key}: the row does not give the default {default}");
+        }
+    }
+    Ok(())
+}
+
+/// A replica waits at most `store.postgres_timeout_ms` on its database,
+/// and never less than a second.
+#[test]
+fn the_postgres_timeout_is_read_and_bounded_below() -> Result<(), SettingsError> {
+    let pg =
+        [("PACPRIV__STORE__BACKEND", "postgres"), ("PACPRIV__STORE__POSTGRES_URL", "postgres://pacpriv@db/pacpriv")];
+    let timeout = |s: Settings| match s.store {
+        StoreSettings::Postgres { link, .. } => Some(link.timeout),
+        StoreSettings::Embedded { .. } => None,
+    };
+    assert_eq!(timeout(load(&pg)?), Some(PgLink::DEFAULT_TIMEOUT));
+    let two_seconds = [pg[0], pg[1], ("PACPRIV__STORE__POSTGRES_TIMEOUT_MS", "2000")];
+    assert_eq!(timeout(load(&two_seconds)?), Some(Duration::from_secs(2)));
+    let Err(e) = load(&[pg[0], pg[1], ("PACPRIV__STORE__POSTGRES_TIMEOUT_MS", "999")]) else {
+        panic!("a timeout under a second was accepted")
+    };
+    assert!(e.to_string().contains("store.postgres_timeout_ms"), "{e}");
+    Ok(())
+}
+
+/// Issue 40 §6: an `sslmode` in the URL is never overridden by the
+/// setting's default: a URL that asks for TLS the setting does not give is
+/// refused, naming both keys; one the setting meets or exceeds is taken
+/// without its `sslmode` (the setting decides the connection).
+#[test]
+fn a_url_sslmode_the_setting_does_not_meet_is_refused() {
+    let with = |url: &str, mode: &str| {
+        load(&[
+            ("PACPRIV__STORE__BACKEND", "postgres"),
+            ("PACPRIV__STORE__POSTGRES_URL", url),
+            ("PACPRIV__STORE__POSTGRES_SSLMODE", mode),
+            ("PACPRIV__STORE__POSTGRES_SSLROOTCERT", "Cargo.toml"),
+        ])
+    };
+    for (url, mode) in [
+        ("postgres://pacpriv@db/pacpriv?sslmode=require", "disable"),
+        ("postgresql://pacpriv@db/pacpriv?connect_timeout=3&sslmode=verify-full", "require"),
+        ("host=db user=pacpriv sslmode=verify-ca", "require"),
+        ("postgres://pacpriv@db/pacpriv?sslmode=prefer", "require"),
+        ("host=db sslmode=allow", "verify-full"),
+        ("postgres://pacpriv@db/pacpriv?ssl%6Dode=require", "disable"),
+        ("host=db sslmode = require", "disable"),
+    ] {
+        let e = with(url, mode).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("store.postgres_url") && e.contains("store.postgres_sslmode"), "{url} / {mode}: {e:?}");
+    }
+    for (url, mode) in [
+        ("postgres://pacpriv@db/pacpriv?sslmode=require", "require"),
+        ("postgres://pacpriv@db/pacpriv?sslmode=require", "verify-full"),
+        ("postgres://pacpriv@db/pacpriv?sslmode=disable", "disable"),
+        ("host=db sslmode=verify-full user=pacpriv", "verify-full"),
+    ] {
+        assert!(with(url, mode).is_ok(), "{url} / {mode}");
+    }
+    let tls = PgTls { mode: SslMode::VerifyFull, root_cert: None };
+    for (url, without) in [
+        ("postgres://u@db/x?sslmode=verify-full", "postgres://u@db/x"),
+        ("postgres://u@db/x?a=1&sslmode=require&b=2", "postgres://u@db/x?a=1&b=2"),
+        ("host=db sslmode=require user=u", "host=db user=u"),
+        ("postgres://u@db/x", "postgres://u@db/x"),
+    ] {
+        assert_eq!(tls.url_for(url).as_deref(), Ok(without), "{url}");
+    }
+}
+
+/// Issue 40 §7: `Debug` of the settings shows no password of the store's
+/// URL and no teacher's client key.
+#[test]
+fn debug_hides_passwords_and_keys() {
+    for (url, secret) in [
+        ("postgres://pacpriv:hunter2@db:5432/pacpriv?sslmode=disable", "hunter2"),
+        ("postgresql://u:hunter2@db/x?password=hunter3", "hunter"),
+        ("host=db user=u password=hunter2 dbname=x", "hunter2"),
+        ("host=db user=u password = 'hunter 2'", "hunter"),
+        ("postgres://u:hunter/2@db/x", "hunter"),
+        ("postgres://u:p@db?password=hunter2", "hunter2"),
+        ("postgres://u@db/x?pass%77ord=hunter2", "hunter2"),
+    ] {
+        let store = StoreSettings::Postgres { url: url.into(), link: PgLink::plain(1) };
+        let shown = format!("{store:?}");
+        assert!(!shown.contains(secret) && shown.contains("***"), "{shown}");
+        assert!(shown.contains("db"), "the rest stays readable: {shown}");
+    }
+    let tls = ClientTls {
+        ca_file: "ca.pem".into(),
+        ca_pem: b"CA".to_vec(),
+        identity: Some((b"CERT".to_vec(), b"PRIVATE-KEY-BYTES".to_vec())),
+        server_name: None,
+    };
+    let shown = format!("{tls:?}");
+    assert!(!shown.contains("PRIVATE") && !shown.contains("80, 82, 73"), "{shown}");
+}

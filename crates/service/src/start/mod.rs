@@ -1,0 +1,471 @@
+//! Start-up, in one place: [`serve`] builds the teachers, the store, the
+//! secret and the sessions that `settings` describe, then binds up to five
+//! listeners, and runs them until shutdown:
+//!
+//! - client (`server.listen`): `pacpriv.v1.Privatizer`, health, reflection,
+//!   and the private model on the Open Inference Protocol
+//!   ([`crate::server::inference`]); TLS/mTLS when configured
+//!   ([`crate::net::tls`]);
+//! - HTTP (`server.http_listen`, with `server.inference_model`): the
+//!   private model on the Open Inference Protocol's REST binding
+//!   ([`crate::server::inference::http`]);
+//! - admin (`admin.listen`, only with an admin token): `pacpriv.v1.Admin`
+//!   ([`crate::server::admin`]), same TLS;
+//! - health (`server.health_listen`, optional): plaintext `grpc.health.v1`
+//!   only, for probes that cannot speak TLS;
+//! - metrics (`metrics.listen`): Prometheus over HTTP ([`crate::metrics`]).
+//!
+//! Shutdown is one [`CancellationToken`]: the signal cancels it, every
+//! listener and background task watches it, and a [`TaskTracker`] waits
+//! for the background tasks (the readiness probe, the demo teachers)
+//! before [`Started::server`] resolves.
+//!
+//! # Invariants
+//! - Nothing is served before the store is open, the secret established
+//!   and every configured principal provisioned.
+//! - The first listener to fail stops the others (cancelling the token)
+//!   and is the error [`Started::server`] returns.
+
+pub mod readiness;
+pub mod reload;
+
+use crate::metrics::{self, Metrics};
+use crate::net::tls::{Alpn, ServerTls, TlsError};
+use crate::net::{self, BindError, TlsListener, bind, incoming, tls_incoming};
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
+use crate::proto::pacpriv::admin_server::AdminServer;
+use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
+use crate::server::input::InputSpec;
+use crate::server::{App, Service, admin, inference, rate};
+use crate::session::secret::{self, SecretError};
+use crate::session::{GLOBAL_SESSION, Scope, SessionParams, Sessions};
+use crate::settings::{Settings, StoreSettings, TeacherSource};
+use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
+use crate::teachers::demo::{self, DemoServer};
+use crate::teachers::{Ensemble, FanoutError, Teachers};
+use pacpriv_demo::Trained;
+use pacpriv_privacy::mechanism::Calibration;
+use sha2::Digest;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Demo training failed.
+    #[error("training the demo teachers failed: {0}")]
+    Demo(String),
+    /// A listener could not be bound.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// Teacher configuration.
+    #[error(transparent)]
+    Teachers(#[from] FanoutError),
+    /// Secret index.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Sessions (budget values, unreadable records).
+    #[error("sessions: {0}")]
+    Sessions(#[from] crate::session::SessionError),
+    /// Reflection descriptor.
+    #[error("reflection: {0}")]
+    Reflection(String),
+    /// TLS files unreadable or unusable.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+}
+
+/// A listener failed while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A gRPC listener.
+    #[error("gRPC listener: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// A listener's task panicked or was cancelled.
+    #[error("listener task: {0}")]
+    Task(String),
+}
+
+/// A running server future.
+type Serving = Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>>;
+
+/// A started service: where each listener is bound, and the future that
+/// runs them all.
+pub struct Started {
+    /// The client API address (useful when configured with port 0).
+    pub addr: SocketAddr,
+    /// The Open Inference Protocol's HTTP/REST address, if enabled.
+    pub http: Option<SocketAddr>,
+    /// The admin API address, if enabled.
+    pub admin: Option<SocketAddr>,
+    /// The plaintext health address, if enabled.
+    pub health: Option<SocketAddr>,
+    /// The `/metrics` address, if enabled.
+    pub metrics: Option<SocketAddr>,
+    /// Runs every listener until `shutdown` resolves; fails if any fails.
+    pub server: Serving,
+    /// Applies a reloaded configuration (SIGHUP).
+    pub reloader: reload::Reloader,
+}
+
+/// Builds everything `settings` describes and binds every listener; the
+/// service stops when `shutdown` resolves.
+///
+/// # Errors
+/// [`StartError`].
+pub async fn serve(
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Started, StartError> {
+    let stop = CancellationToken::new();
+    let background = TaskTracker::new();
+    // The signal is watched from the start; the drain begins once there
+    // is something to drain (below).
+    let signalled = CancellationToken::new();
+    let (signal, stopped) = (signalled.clone(), stop.clone());
+    tokio::spawn(async move {
+        tokio::select! { () = shutdown => signal.cancel(), () = stopped.cancelled() => {} }
+    });
+    // A failed start drops `stop`'s clones below, not the token: cancel
+    // it so the background tasks already spawned end too.
+    let cancel_on_error = stop.clone().drop_guard();
+
+    let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
+    let teachers = match &settings.teachers {
+        TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
+            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
+            start_demo(demo, *listen, *stacked, &background, &stop).await?
+        }
+        TeacherSource::Remote(teachers) => teachers.clone(),
+    };
+    let fingerprint = teacher_fingerprint(&settings.teachers);
+    let ensemble = Ensemble::new(teachers, settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
+    ensemble.check_tls().await?;
+    let m = ensemble.len();
+    let store = open_store(&settings.store, &metrics).await?;
+    let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
+    let params = SessionParams {
+        per_query: settings.per_query,
+        policy: settings.policy,
+        m,
+        secret,
+        journal: settings.journal,
+        cache: settings.cache,
+        calibration: settings.calibration,
+    };
+    if settings.calibration != Calibration::Certified {
+        tracing::error!(
+            calibration = ?settings.calibration,
+            "THIS SERVER IS UNDER-NOISED ON PURPOSE (a test of pacpriv audit --canaries): its answers are not private"
+        );
+    }
+    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
+    let accounts = sessions.active_accounts().await?;
+    metrics.service.principals(accounts.len());
+    for a in &accounts {
+        let session = match sessions.scope() {
+            Scope::PerPrincipal => a.principal.name.as_str(),
+            Scope::Global => GLOBAL_SESSION,
+        };
+        metrics.service.budget(session, a.budget.spent, a.budget.limit, a.budget.mia_bound);
+    }
+    let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
+    let input = InputSpec {
+        shape: settings.input_shape.clone(),
+        release_noisy: settings.release_noisy_vector,
+        max_rows: settings.max_batch_rows,
+    };
+    let app = Arc::new(App {
+        sessions,
+        ensemble,
+        input,
+        principal_from_cert,
+        metrics: Arc::clone(&metrics),
+        ready: false.into(),
+        draining: false.into(),
+        rate: rate::RateLimit::new(settings.rate_limit),
+    });
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    readiness::watch(Arc::clone(&app), health.clone(), settings.health_interval, &background, &stop).await;
+    tokio::spawn(drain(Arc::clone(&app), health, settings.drain_grace, signalled, stop.clone()));
+    let mut servers: Vec<Serving> = Vec::new();
+
+    let privatizer = PrivatizerServer::new(Service::new(Arc::clone(&app)))
+        .max_decoding_message_size(settings.max_message_bytes)
+        .max_encoding_message_size(settings.max_message_bytes);
+    let inference = settings.inference_model.clone().map(|model| {
+        GrpcInferenceServiceServer::new(inference::InferenceService::new(Arc::clone(&app), model))
+            .max_decoding_message_size(settings.max_message_bytes)
+            .max_encoding_message_size(settings.max_message_bytes)
+    });
+    let tls = settings.tls.as_ref().map(|t| ServerTls::load(&t.files())).transpose()?.map(Arc::new);
+    let (listener, addr) = bind(settings.listen).await?;
+    let client = net::builder(&settings.limits)
+        .add_service(health_service.clone())
+        .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
+        .add_service(privatizer)
+        .add_optional_service(inference);
+    servers.push(grpc(client, listener, tls.as_ref(), settings.limits.max_connections, &stop));
+
+    let mut http_addr = None;
+    if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
+        let (listener, bound) = bind(listen).await?;
+        http_addr = Some(bound);
+        let router =
+            inference::http::router(Arc::clone(&app), model, settings.max_message_bytes, settings.limits.request);
+        let limits = settings.limits;
+        let stop = stop.clone();
+        servers.push(match &tls {
+            Some(tls) => {
+                let connections =
+                    tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone(), limits.max_connections);
+                let listener = TlsListener::new(connections, bound);
+                Box::pin(async move {
+                    net::http::serve(listener, router, &limits, stop).await;
+                    Ok(())
+                })
+            }
+            None => Box::pin(async move {
+                net::http::serve(listener, router, &limits, stop).await;
+                Ok(())
+            }),
+        });
+    }
+
+    let mut admin_addr = None;
+    if let Some(admin) = &settings.admin {
+        let (listener, bound) = bind(admin.listen).await?;
+        admin_addr = Some(bound);
+        let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
+        let server = net::builder(&settings.limits)
+            .add_service(health_service.clone())
+            .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
+            .add_service(service);
+        servers.push(grpc(server, listener, tls.as_ref(), settings.limits.max_connections, &stop));
+    } else {
+        tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
+    }
+
+    let mut health_addr = None;
+    if let Some(listen) = settings.health_listen {
+        let (listener, bound) = bind(listen).await?;
+        health_addr = Some(bound);
+        let server = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
+        servers.push(Box::pin(async move { Ok(server.await?) }));
+    }
+
+    let mut metrics_addr = None;
+    if let Some(listen) = settings.metrics.listen {
+        let (listener, bound) = bind(listen).await?;
+        metrics_addr = Some(bound);
+        let server = metrics::http::serve(listener, metrics, settings.limits, stop.clone());
+        servers.push(Box::pin(async move {
+            server.await;
+            Ok(())
+        }));
+    }
+
+    tracing::info!(%addr, http = ?http_addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,
+        scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
+    cancel_on_error.disarm();
+    let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
+    let reloader = reload::Reloader::new(app, tls, settings.clone());
+    Ok(Started {
+        addr,
+        http: http_addr,
+        admin: admin_addr,
+        health: health_addr,
+        metrics: metrics_addr,
+        server,
+        reloader,
+    })
+}
+
+/// Serves `router` on `listener` — through TLS when `tls` is set, with at
+/// most `pending` handshakes waiting — until `stop` is cancelled.
+fn grpc(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::TcpListener,
+    tls: Option<&Arc<ServerTls>>,
+    pending: usize,
+    stop: &CancellationToken,
+) -> Serving {
+    let done = stop.clone().cancelled_owned();
+    match tls {
+        Some(tls) => {
+            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone(), pending);
+            let server = router.serve_with_incoming_shutdown(ReceiverStream::new(connections), done);
+            Box::pin(async move { Ok(server.await?) })
+        }
+        None => {
+            let server = router.serve_with_incoming_shutdown(incoming(listener), done);
+            Box::pin(async move { Ok(server.await?) })
+        }
+    }
+}
+
+/// Once `signalled` (SIGTERM): readiness turns NOT_SERVING at once, the
+/// listeners keep answering for `grace` (while load balancers and endpoint
+/// lists catch up), then `stop` is cancelled: they stop accepting and
+/// finish what is in flight ([`run`]).
+async fn drain(
+    app: Arc<App>,
+    health: tonic_health::server::HealthReporter,
+    grace: std::time::Duration,
+    signalled: CancellationToken,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        () = signalled.cancelled() => {}
+        () = stop.cancelled() => return,
+    }
+    tracing::info!(grace_ms = grace.as_millis() as u64, "shutdown signal: not ready any more, still answering");
+    readiness::drain(&app, &health).await;
+    tokio::select! {
+        () = tokio::time::sleep(grace) => {}
+        () = stop.cancelled() => {}
+    }
+    tracing::info!("drain grace over: no new connections; finishing the requests in flight");
+    stop.cancel();
+}
+
+/// Runs every listener until `stop` is cancelled; the first to fail
+/// cancels it for the others. Once stopped, the listeners finish their
+/// requests in flight — for at most `deadline`, after which the rest are
+/// dropped (an answer is released only once its charge is durable, so a
+/// dropped request was either answered and charged or neither). Then
+/// waits for the background tasks.
+async fn run(
+    servers: Vec<Serving>,
+    stop: CancellationToken,
+    deadline: std::time::Duration,
+    background: TaskTracker,
+) -> Result<(), ServeError> {
+    let mut running: tokio::task::JoinSet<Result<(), ServeError>> = servers.into_iter().collect();
+    let mut outcome = Ok(());
+    let expired = async {
+        stop.cancelled().await;
+        tokio::time::sleep(deadline).await;
+    };
+    tokio::pin!(expired);
+    loop {
+        let done = tokio::select! {
+            done = running.join_next() => done,
+            () = &mut expired => {
+                tracing::warn!(deadline_ms = deadline.as_millis() as u64, listeners = running.len(),
+                    "requests still in flight at the drain deadline: dropping them");
+                running.abort_all();
+                while running.join_next().await.is_some() {}
+                break;
+            }
+        };
+        let Some(done) = done else { break };
+        let result = done.map_err(|e| ServeError::Task(e.to_string())).and_then(|r| r);
+        if let Err(e) = result
+            && outcome.is_ok()
+        {
+            stop.cancel();
+            outcome = Err(e);
+        }
+    }
+    stop.cancel();
+    background.close();
+    background.wait().await;
+    outcome
+}
+
+/// The configured store, opened (and, for PostgreSQL, migrated).
+async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store, StoreError> {
+    Ok(match settings {
+        StoreSettings::Embedded { path } => {
+            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
+        }
+        StoreSettings::Postgres { url, link } => {
+            Store::Postgres(Arc::new(PgStore::connect(url, link).await?.observed(metrics.store.clone())))
+        }
+    })
+}
+
+/// Starts the demo teachers on their own loopback listener (a task of this
+/// runtime, ended by `stop`) and returns how to ask them: m models, or
+/// their stacked one.
+/// What the demo ensemble is trained from.
+struct Demo {
+    models: usize,
+    seed: u64,
+    regularisation: f64,
+    canaries: usize,
+}
+
+async fn start_demo(
+    Demo { models, seed, regularisation, canaries }: Demo,
+    listen: SocketAddr,
+    stacked: bool,
+    background: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<Teachers, StartError> {
+    let started = std::time::Instant::now();
+    let ensemble =
+        tokio::task::spawn_blocking(move || Trained::train_with_canaries(models, seed, regularisation, canaries))
+            .await
+            .map_err(|e| StartError::Demo(e.to_string()))?
+            .map_err(StartError::Demo)?;
+    let (listener, addr) = bind(listen).await?;
+    tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
+    background.spawn(DemoServer::new(ensemble.teachers).serve(listener, stop.clone().cancelled_owned()));
+    Ok(if stacked {
+        Teachers::Stacked { spec: demo::stacked_spec(addr), models }
+    } else {
+        Teachers::PerTeacher(demo::specs(addr, models))
+    })
+}
+
+/// Names the teacher set s* indexes into: the demo's seed and m (however
+/// they are served), or the remote models in order (endpoints may move;
+/// the models may not).
+fn teacher_fingerprint(source: &TeacherSource) -> String {
+    match source {
+        TeacherSource::Demo { models, seed, canaries: 0, .. } => format!("demo digits seed={seed} m={models}"),
+        TeacherSource::Demo { models, seed, canaries, .. } => {
+            format!("demo digits seed={seed} m={models} canaries={canaries}")
+        }
+        TeacherSource::Remote(Teachers::PerTeacher(specs)) => {
+            let names: Vec<String> = specs.iter().map(|s| format!("{}@{}", s.model, s.version)).collect();
+            let digest = sha2::Sha256::digest(names.join("\n").as_bytes());
+            format!("remote m={} models-sha256={}", specs.len(), crate::session::hex(&digest[..8]))
+        }
+        TeacherSource::Remote(Teachers::Stacked { spec, models }) => {
+            format!("remote stacked m={models} model={}@{}", spec.model, spec.version)
+        }
+    }
+}
+
+/// Reflection advertising `service` and health (each listener names only
+/// what it serves).
+fn reflection(
+    service: &str,
+) -> Result<
+    tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+    StartError,
+> {
+    let health = <tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> as tonic::server::NamedService>::NAME;
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name(service)
+        .with_service_name(health)
+        .with_service_name("grpc.reflection.v1.ServerReflection")
+        .build_v1()
+        .map_err(|e| StartError::Reflection(e.to_string()))
+}

@@ -1,0 +1,157 @@
+//! The configured store ([`Store`]): the same operations on either
+//! backend, chosen once at start-up.
+
+use super::embedded::EmbeddedStore;
+use super::error::StoreError;
+use super::meta::Meta;
+use super::postgres::PgStore;
+use super::principal::PrincipalRecord;
+use super::record::{JournalEntry, Journaled, SessionRecord};
+
+/// The configured store. The backend is chosen once, at start-up; what
+/// differs between the two is answered in two places only: `dispatch!`
+/// below (the same operation on either) and [`cell`] (where a session's
+/// state lives).
+#[derive(Clone)]
+pub enum Store {
+    /// One file, one node.
+    Embedded(std::sync::Arc<EmbeddedStore>),
+    /// PostgreSQL, any number of replicas.
+    Postgres(std::sync::Arc<PgStore>),
+}
+
+/// Calls the operation of that name on whichever backend `store` is (the
+/// embedded store's run on the calling thread: redb reads take
+/// microseconds, and its writes here are start-up and admin operations).
+macro_rules! dispatch {
+    ($store:expr, $op:ident($($arg:expr),*)) => {
+        match $store {
+            Store::Embedded(e) => e.$op($($arg),*),
+            Store::Postgres(p) => p.$op($($arg),*).await,
+        }
+    };
+}
+
+impl Store {
+    /// Where the data is, for messages.
+    pub fn location(&self) -> String {
+        match self {
+            Store::Embedded(e) => e.location(),
+            Store::Postgres(p) => p.location().to_owned(),
+        }
+    }
+
+    /// Whether this process is the store's only writer (embedded): then
+    /// what it holds in memory is authoritative. With PostgreSQL other
+    /// replicas write too, so every read goes to the database.
+    pub fn single_writer(&self) -> bool {
+        matches!(self, Store::Embedded(_))
+    }
+
+    /// The deployment record, if one was written.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
+        dispatch!(self, meta())
+    }
+
+    /// Writes `meta` durably unless one is already stored; returns the
+    /// stored one (with several replicas, the first writer's).
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+        dispatch!(self, init_meta(meta))
+    }
+
+    /// A session's latest durable record.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        dispatch!(self, load(session))
+    }
+
+    /// Every provisioned principal, revoked ones included, by name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        dispatch!(self, principals())
+    }
+
+    /// The principal whose key hashes to `key_sha256`, revoked or not.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        dispatch!(self, principal_by_key(key_sha256))
+    }
+
+    /// The principal called `name`, revoked or not.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        dispatch!(self, principal(name))
+    }
+
+    /// Provisions `record` durably and returns what is stored. An
+    /// admin-origin record needs a free name; a config-origin one is
+    /// inserted, or replaces the key and budget of the config-origin record
+    /// of that name (keeping its creation and revocation).
+    ///
+    /// # Errors
+    /// [`StoreError::PrincipalExists`], [`StoreError::KeyInUse`], backend.
+    pub async fn provision(&self, record: &PrincipalRecord) -> Result<PrincipalRecord, StoreError> {
+        let mut stored = self.provision_all(std::slice::from_ref(record)).await?;
+        stored.pop().ok_or_else(|| StoreError::Backend("provisioning one principal stored none".into()))
+    }
+
+    /// Provisions every record of `records` in order, as [`Store::provision`]
+    /// would one after the other, but in one transaction (one fsync): the
+    /// start-up path for the configured principals. All or nothing: on an
+    /// error none of them is stored. Returns what is stored, in order.
+    ///
+    /// # Errors
+    /// As [`Store::provision`], naming the first principal that failed.
+    pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
+        dispatch!(self, provision_all(records))
+    }
+
+    /// Marks `name` revoked (durably) unless it already is; returns the
+    /// stored record, `None` if there is no such principal.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        dispatch!(self, revoke(name, at_unix))
+    }
+
+    /// Every session key with a record, in order.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, sessions())
+    }
+
+    /// A session's record and its journal (entries and events, in chain
+    /// order), from one snapshot of the store: what `pacpriv admin export`
+    /// writes.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
+        dispatch!(self, journal_snapshot(session))
+    }
+
+    /// A session's journal in version order.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        dispatch!(self, journal(session))
+    }
+}

@@ -1,0 +1,614 @@
+//! The embedded store: one redb file, no server to run. A single writer
+//! thread commits everything that queued up while the previous commit was
+//! syncing in one transaction — group commit: one fsync for many sessions.
+//!
+//! Early lock release falls out of the queue order: a session enqueues its
+//! records under its own lock, so they reach the writer in version order,
+//! and a batch commits atomically; when a record's ticket resolves, every
+//! earlier record of that session is durable too.
+
+use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
+use super::cell::Change;
+use super::decode::{self, journal_entry, journal_event};
+use super::error::StoreError;
+use super::meta::Meta;
+use super::principal::{Origin, PrincipalRecord};
+use super::record::{JournalEntry, SessionRecord};
+use super::record::{Journaled, chain_order, encode_principal};
+use super::ticket::Ticket;
+use crate::metrics::StoreMetrics;
+use prost::Message;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, Sender};
+
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
+const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
+/// Journal events by (session, sequence number).
+const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal_events");
+const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
+/// A session's answers by (session, owner, number): [`CACHED`] and a
+/// `CachedAnswer` message while cached; [`EVICTED`] and the digest prefix
+/// once evicted under `refuse` (the row is overwritten in place; under
+/// `charge` it is deleted). One table keyed by number, so moving a
+/// session's tail here (see [`TAIL_BYTES`]) touches the two ends of each
+/// owner's range — the answers it adds, the ones it evicts — and nothing
+/// keyed by a random digest (a session held here looks its cache up in
+/// memory, never in the table).
+pub(super) const ANSWERS: TableDefinition<(&str, u64, u64), &[u8]> = TableDefinition::new("answer_cache");
+/// [`ANSWERS`] value tags.
+const CACHED: u8 = 0;
+const EVICTED: u8 = 1;
+
+/// How many bytes of cache changes (its tail) a session record may carry
+/// before they move to [`ANSWERS`]: ~55 label-mode steps of an answer in
+/// and one out. A commit rewrites whole pages, so changes kept in the
+/// record's value cost little beyond the page the record costs anyway,
+/// while changes written to [`ANSWERS`] cost the two ends of the owner's
+/// range and their branch page: the tail pays those once per ~55 steps
+/// instead of once per commit (`BENCHMARKS.md`, issue 27). A record stays
+/// under ~5.3 KiB; a change larger than this (an answer with a long
+/// published vector) moves at once.
+pub(super) const TAIL_BYTES: usize = 4096;
+
+/// Most records folded into one commit.
+const MAX_BATCH: usize = 4096;
+
+/// redb's page cache, at most: read cache and write buffer together
+/// (redb's own default is 1 GiB). The sessions in memory are
+/// authoritative and the hot path only writes, so cached pages mostly
+/// duplicate what the sessions hold: with 1 GiB, a restart that reads
+/// 100k session records keeps ~170 MB of them cached (+1.6 KiB per idle
+/// session, twice the rest of its cost). Group-commit throughput measured
+/// the same at 4 MiB, 16 MiB and 1 GiB (`pacpriv bench store --cache-mib`).
+pub const DEFAULT_CACHE_BYTES: usize = 16 << 20;
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+struct Write {
+    session: String,
+    record: SessionRecord,
+    change: Change,
+    done: tokio::sync::oneshot::Sender<Result<(), String>>,
+}
+
+/// A redb file and its writer thread.
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    path: PathBuf,
+    // Both `Option` only so `Drop` can close the queue and then join the
+    // writer, releasing the file lock before the store is gone.
+    queue: Option<Sender<Write>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        self.queue = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the file, recovering after a crash if needed, and
+    /// starts the writer.
+    ///
+    /// # Errors
+    /// The file cannot be created, locked or read.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, StoreMetrics::default())
+    }
+
+    /// As [`EmbeddedStore::open`], recording each group commit's latency
+    /// and size in `metrics`.
+    ///
+    /// # Errors
+    /// As [`EmbeddedStore::open`].
+    pub fn open_with(path: &Path, metrics: StoreMetrics) -> Result<Self, StoreError> {
+        Self::open_with_cache(path, metrics, DEFAULT_CACHE_BYTES)
+    }
+
+    /// As [`EmbeddedStore::open_with`], with at most `cache_bytes` of redb
+    /// page cache (read cache and write buffer together).
+    ///
+    /// # Errors
+    /// As [`EmbeddedStore::open`].
+    pub fn open_with_cache(path: &Path, metrics: StoreMetrics, cache_bytes: usize) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
+        }
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
+        let db = Arc::new(db);
+        let (queue, rx) = mpsc::channel();
+        let writer_db = Arc::clone(&db);
+        let writer = std::thread::Builder::new()
+            .name("pacpriv-store-writer".into())
+            .spawn(move || writer(&writer_db, &rx, &metrics))
+            .map_err(backend)?;
+        Ok(EmbeddedStore { db, path: path.to_owned(), queue: Some(queue), writer: Some(writer) })
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's absolute path, for messages (so a log line says which
+    /// file a relative `store.path` meant).
+    pub fn location(&self) -> String {
+        std::path::absolute(&self.path).unwrap_or_else(|_| self.path.clone()).display().to_string()
+    }
+
+    /// `def` in a fresh read transaction, or `None` if nothing was ever
+    /// written to it (redb creates a table on its first write).
+    fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        def: TableDefinition<K, V>,
+    ) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
+        open_in(&self.db.begin_read().map_err(backend)?, def)
+    }
+
+    /// The deployment record, if one was written.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn meta(&self) -> Result<Option<Meta>, StoreError> {
+        let Some(table) = self.read_table(META)? else { return Ok(None) };
+        let secret = table.get("secret").map_err(backend)?.map(|v| v.value().to_vec());
+        let teachers = table.get("teachers").map_err(backend)?.map(|v| v.value().to_vec());
+        match (secret, teachers) {
+            (Some(s), Some(t)) => {
+                let corrupt = || StoreError::Corrupt { session: "(meta)".into(), reason: "unreadable".into() };
+                let secret = <[u8; 8]>::try_from(s.as_slice()).map(u64::from_le_bytes).map_err(|_| corrupt())?;
+                Ok(Some(Meta {
+                    secret: usize::try_from(secret).map_err(|_| corrupt())?,
+                    teachers: String::from_utf8(t).map_err(|_| corrupt())?,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes the deployment record durably unless one exists; returns
+    /// the stored record.
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+        if let Some(existing) = self.meta()? {
+            return Ok(existing);
+        }
+        let txn = self.db.begin_write().map_err(backend)?;
+        {
+            let mut table = txn.open_table(META).map_err(backend)?;
+            table.insert("secret", (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
+            table.insert("teachers", meta.teachers.as_bytes()).map_err(backend)?;
+        }
+        txn.commit().map_err(backend)?;
+        Ok(meta.clone())
+    }
+
+    /// A session's latest durable record.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
+        let Some(bytes) = table.get(session).map_err(backend)? else { return Ok(None) };
+        decode::session_record(session, bytes.value()).map(Some)
+    }
+
+    /// Bytes of a session's stored record as it is now, cache tail
+    /// included (what a commit rewrites for it; `None`: no record).
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn stored_len(&self, session: &str) -> Result<Option<usize>, StoreError> {
+        let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
+        Ok(table.get(session).map_err(backend)?.map(|v| v.value().len()))
+    }
+
+    /// Every cached answer and remembered eviction of a session (what a
+    /// resumed session holds in memory).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn load_cache(&self, session: &str) -> Result<CacheRows, StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
+        let (mut entries, mut evicted) = (std::collections::BTreeMap::new(), Vec::new());
+        if let Some(table) = open_in(&txn, ANSWERS)? {
+            for item in table.range((session, 0, 0)..=(session, u64::MAX, u64::MAX)).map_err(backend)? {
+                let (key, value) = item.map_err(backend)?;
+                let (_, owner, seq) = key.value();
+                match value.value().split_first() {
+                    Some((&CACHED, answer)) => {
+                        drop(entries.insert((owner, seq), decode::cached_answer(session, answer)?))
+                    }
+                    Some((&EVICTED, prefix)) => {
+                        let prefix = <[u8; 8]>::try_from(prefix).map_err(|_| corrupt("undecodable cached answer"))?;
+                        evicted.push((owner, u64::from_le_bytes(prefix)));
+                    }
+                    _ => return Err(corrupt("undecodable cached answer")),
+                }
+            }
+        }
+        // The changes the record carries come after the rows.
+        let tail = match open_in(&txn, SESSIONS)? {
+            Some(t) => t.get(session).map_err(backend)?.map(|v| stored_tail(session, v.value())).transpose()?,
+            None => None,
+        };
+        for op in tail_ops(session, &tail.unwrap_or_default())? {
+            match op {
+                CacheWrite::Insert(answer) => drop(entries.insert((answer.owner, answer.seq), answer)),
+                CacheWrite::Evict { owner, seq, remember } => {
+                    let gone = entries.remove(&(owner, seq)).ok_or_else(|| corrupt("evicted answer missing"))?;
+                    if remember {
+                        evicted.push((owner, prefix(&gone.digest)));
+                    }
+                }
+                CacheWrite::Remember { owner, prefix, .. } => evicted.push((owner, prefix)),
+            }
+        }
+        let entries = entries.into_values().collect();
+        Ok(CacheRows { entries, evicted, probed: None })
+    }
+
+    /// Every session key with a record, in order.
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        let Some(table) = self.read_table(SESSIONS)? else { return Ok(Vec::new()) };
+        table.iter().map_err(backend)?.map(|item| Ok(item.map_err(backend)?.0.value().to_owned())).collect()
+    }
+
+    /// A session's record and its journal (entries and events in chain
+    /// order), read in one transaction (so a step committing meanwhile is
+    /// in both or in neither).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
+        let txn = self.db.begin_read().map_err(backend)?;
+        let record = match open_in(&txn, SESSIONS)? {
+            Some(t) => {
+                t.get(session).map_err(backend)?.map(|b| decode::session_record(session, b.value())).transpose()?
+            }
+            None => None,
+        };
+        let journal = match open_in(&txn, JOURNAL)? {
+            Some(t) => {
+                decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_entry)?
+            }
+            None => Vec::new(),
+        };
+        let events = match open_in(&txn, EVENTS)? {
+            Some(t) => {
+                decode_journal(session, t.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_event)?
+            }
+            None => Vec::new(),
+        };
+        Ok((record, chain_order(journal, events)))
+    }
+
+    /// A session's journal, in version order.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        let Some(table) = self.read_table(JOURNAL)? else { return Ok(Vec::new()) };
+        decode_journal(session, table.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_entry)
+    }
+
+    /// Every principal, by name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(Vec::new()) };
+        table
+            .iter()
+            .map_err(backend)?
+            .map(|item| {
+                let (k, v) = item.map_err(backend)?;
+                decode_principal(k.value(), v.value())
+            })
+            .collect()
+    }
+
+    /// The principal called `name`.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(None) };
+        let value = table.get(name).map_err(backend)?;
+        value.map(|v| decode_principal(name, v.value())).transpose()
+    }
+
+    /// The principal whose key hashes to `key_sha256` (a scan: the
+    /// service looks keys up in its in-memory registry, not here).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        Ok(self.principals()?.into_iter().find(|p| &p.key_sha256 == key_sha256))
+    }
+
+    /// See [`super::Store::provision_all`]: every record in one write
+    /// transaction (one fsync), keys checked against a digest map built
+    /// once, so n principals cost O(n) rather than a table scan each.
+    ///
+    /// # Errors
+    /// As [`super::Store::provision_all`].
+    pub fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let txn = self.db.begin_write().map_err(backend)?;
+        let stored = {
+            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
+            let mut keys = Keys::of(&table)?;
+            records.iter().map(|r| provision_in(&mut table, &mut keys, r)).collect::<Result<Vec<_>, _>>()?
+        };
+        // An error above drops the transaction uncommitted: all or nothing.
+        txn.commit().map_err(backend)?;
+        Ok(stored)
+    }
+
+    /// See [`super::Store::revoke`].
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        let txn = self.db.begin_write().map_err(backend)?;
+        let stored = {
+            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
+            let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
+            let Some(bytes) = existing else { return Ok(None) };
+            let mut record = decode_principal(name, &bytes)?;
+            if record.revoked_unix.is_none() {
+                record.revoked_unix = Some(at_unix);
+                table.insert(name, encode_principal(&record).as_slice()).map_err(backend)?;
+            }
+            record
+        };
+        txn.commit().map_err(backend)?;
+        Ok(Some(stored))
+    }
+
+    /// Queues `record` and what changed with it (journal entries, events,
+    /// cache writes) for the next group commit, all in one transaction.
+    /// Call under the session's lock, so a session's records queue in
+    /// version order.
+    ///
+    /// # Errors
+    /// [`StoreError::WriterGone`].
+    pub fn enqueue(&self, session: &str, record: SessionRecord, change: Change) -> Result<Ticket, StoreError> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.queue
+            .as_ref()
+            .ok_or(StoreError::WriterGone)?
+            .send(Write { session: session.to_owned(), record, change, done })
+            .map_err(|_| StoreError::WriterGone)?;
+        Ok(Ticket(wait))
+    }
+}
+
+/// Every stored principal's name by key digest (revoked ones too: a key
+/// is never handed to a second principal), kept in step with the table
+/// while a provisioning transaction writes to it.
+struct Keys(HashMap<[u8; 32], String>);
+
+impl Keys {
+    fn of(table: &redb::Table<'_, &str, &[u8]>) -> Result<Self, StoreError> {
+        let mut keys = HashMap::new();
+        for item in table.iter().map_err(backend)? {
+            let (k, v) = item.map_err(backend)?;
+            let p = decode_principal(k.value(), v.value())?;
+            keys.insert(p.key_sha256, p.name);
+        }
+        Ok(Keys(keys))
+    }
+}
+
+/// Provisions one record inside an open write transaction (the semantics
+/// of [`super::Store::provision`]), updating `keys` to match.
+fn provision_in(
+    table: &mut redb::Table<'_, &str, &[u8]>,
+    keys: &mut Keys,
+    record: &PrincipalRecord,
+) -> Result<PrincipalRecord, StoreError> {
+    let existing = table.get(record.name.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
+    let (stored, old_key) = match existing {
+        None => (record.clone(), None),
+        Some(bytes) => {
+            let old = decode_principal(&record.name, &bytes)?;
+            if old.origin == Origin::Admin || record.origin == Origin::Admin {
+                return Err(StoreError::PrincipalExists { name: record.name.clone(), origin: old.origin.as_str() });
+            }
+            let old_key = old.key_sha256;
+            (PrincipalRecord { key_sha256: record.key_sha256, budget: record.budget, ..old }, Some(old_key))
+        }
+    };
+    if keys.0.get(&stored.key_sha256).is_some_and(|holder| *holder != stored.name) {
+        return Err(StoreError::KeyInUse { name: stored.name });
+    }
+    table.insert(stored.name.as_str(), encode_principal(&stored).as_slice()).map_err(backend)?;
+    if let Some(old_key) = old_key.filter(|k| *k != stored.key_sha256)
+        && keys.0.get(&old_key).is_some_and(|holder| *holder == stored.name)
+    {
+        keys.0.remove(&old_key);
+    }
+    keys.0.insert(stored.key_sha256, stored.name.clone());
+    Ok(stored)
+}
+
+fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreError> {
+    super::record::decode_principal(name, bytes)
+        .ok_or_else(|| StoreError::Corrupt { session: format!("(principal {name})"), reason: "undecodable".into() })
+}
+
+/// The writer loop: block for one write, take whatever else is queued,
+/// commit all of it with one fsync, answer every ticket.
+fn writer(db: &Database, queue: &Receiver<Write>, metrics: &StoreMetrics) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let started = std::time::Instant::now();
+        let result = commit(db, &batch).map_err(|e| e.to_string());
+        metrics.commit(started.elapsed().as_secs_f64(), batch.len());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, records = batch.len(), "store commit failed; answers withheld");
+        }
+        for w in batch {
+            let _ = w.done.send(result.clone());
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
+    let txn = db.begin_write().map_err(backend)?;
+    {
+        let mut sessions = txn.open_table(SESSIONS).map_err(backend)?;
+        let mut journal = txn.open_table(JOURNAL).map_err(backend)?;
+        // Opened only when a tail moves there: redb creates a table when
+        // opened for writing.
+        let mut answers = None;
+        for (key, writes) in by_session(batch) {
+            // Later records of a session supersede earlier ones: they
+            // arrive in version order. Its cache changes all apply.
+            let Some(last) = writes.last() else { continue };
+            let value = if last.record.cache_owners.is_empty() && writes.iter().all(|w| w.change.cache.is_empty()) {
+                // Never cached anything: no tail to carry.
+                last.record.encode()
+            } else {
+                let stored = sessions.get(key).map_err(backend)?.map(|v| stored_tail(key, v.value())).transpose()?;
+                let mut tail = stored.unwrap_or_default();
+                append_ops(writes.iter().flat_map(|w| &w.change.cache), &mut tail);
+                if tail.len() <= TAIL_BYTES {
+                    last.record.encode_with_tail(tail)
+                } else {
+                    let table = match &mut answers {
+                        Some(table) => table,
+                        None => answers.insert(txn.open_table(ANSWERS).map_err(backend)?),
+                    };
+                    write_cache(table, key, &squash(&tail_ops(key, &tail)?))?;
+                    last.record.encode()
+                }
+            };
+            sessions.insert(key, value.as_slice()).map_err(backend)?;
+            for entry in writes.iter().flat_map(|w| &w.change.journal) {
+                journal.insert((key, entry.version), entry.encode().as_slice()).map_err(backend)?;
+            }
+        }
+        // Opened only when there is one: most deployments journal nothing.
+        if batch.iter().any(|w| !w.change.events.is_empty()) {
+            let mut events = txn.open_table(EVENTS).map_err(backend)?;
+            for w in batch {
+                for event in &w.change.events {
+                    events
+                        .insert((w.session.as_str(), event.seq), event.encode_sealed().as_slice())
+                        .map_err(backend)?;
+                }
+            }
+        }
+    }
+    // Default durability is Immediate: commit returns after fsync.
+    txn.commit().map_err(backend)
+}
+
+/// `batch` by session, in order of first appearance, each session's
+/// writes in the order they came.
+fn by_session(batch: &[Write]) -> Vec<(&str, Vec<&Write>)> {
+    let mut at = HashMap::new();
+    let mut out: Vec<(&str, Vec<&Write>)> = Vec::new();
+    for w in batch {
+        let i = *at.entry(w.session.as_str()).or_insert_with(|| {
+            out.push((w.session.as_str(), Vec::new()));
+            out.len() - 1
+        });
+        out[i].1.push(w);
+    }
+    out
+}
+
+/// The cache tail of `session`'s stored record, as stored.
+fn stored_tail(session: &str, record: &[u8]) -> Result<Vec<u8>, StoreError> {
+    super::record::cache_tail(record)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable record".into() })
+}
+
+/// The cache changes in `session`'s stored tail, in order.
+fn tail_ops(session: &str, tail: &[u8]) -> Result<Vec<CacheWrite>, StoreError> {
+    read_ops(tail)
+        .ok_or_else(|| StoreError::Corrupt { session: session.into(), reason: "undecodable cache tail".into() })
+}
+
+/// Applies a session's cache changes to [`ANSWERS`] (see
+/// [`super::answers::squash`]). An eviction of a row that is not there
+/// means the record's spans and the table disagree: the commit fails
+/// rather than forget what a repeat must be refused for.
+fn write_cache(
+    answers: &mut redb::Table<'_, (&'static str, u64, u64), &'static [u8]>,
+    session: &str,
+    writes: &Squashed,
+) -> Result<(), StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
+    let evicted = |prefix: u64| [&[EVICTED][..], &prefix.to_le_bytes()].concat();
+    for &(owner, seq, remember) in &writes.evict {
+        let gone =
+            answers.remove((session, owner, seq)).map_err(backend)?.ok_or_else(|| corrupt("evicted answer missing"))?;
+        let Some((&CACHED, answer)) = gone.value().split_first() else { return Err(corrupt("evicted answer missing")) };
+        if remember {
+            let digest = decode::cached_answer(session, answer)?.digest;
+            drop(gone);
+            answers.insert((session, owner, seq), evicted(prefix(&digest)).as_slice()).map_err(backend)?;
+        }
+    }
+    for answer in &writes.insert {
+        let value = [&[CACHED][..], &answer.encode_to_vec()].concat();
+        answers.insert((session, answer.owner, answer.seq), value.as_slice()).map_err(backend)?;
+    }
+    for &(owner, seq, prefix) in &writes.remember {
+        answers.insert((session, owner, seq), evicted(prefix).as_slice()).map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// `def` in `txn`, or `None` if nothing was ever written to it (redb
+/// creates a table on its first write).
+fn open_in<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
+    match txn.open_table(def) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(backend(e)),
+    }
+}
+
+/// The entries of one session's journal range, decoded.
+/// Decodes `session`'s journal items in `range` with `decode`
+/// ([`super::journal_entry`] or [`super::journal_event`]).
+fn decode_journal<T>(
+    session: &str,
+    range: redb::Range<'_, (&str, u64), &[u8]>,
+    decode: fn(&str, &[u8]) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    range.map(|item| decode(session, item.map_err(backend)?.1.value())).collect()
+}

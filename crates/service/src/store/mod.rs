@@ -1,0 +1,46 @@
+//! Durable session state: what must survive a crash for the privacy
+//! guarantee to survive it (`docs/accounting.md` §5: an answer released
+//! before its record is durable could be charged to nobody).
+//!
+//! Holds, per session, the posterior log-weights and the ledger with a
+//! version; once per deployment, the sealed secret index and a fingerprint
+//! of the teacher set it belongs to; optionally a journal of every step
+//! (charge and the log-likelihood vector applied) and, in the same hash
+//! chain, every cache hit and refusal (events), so a transcript can be
+//! replayed and audited (`docs/accounting.md` §9).
+//!
+//! # Invariants
+//! - A record is handed to the store *before* its answer is released, and
+//!   the answer waits until that record — and so every earlier record of
+//!   the same session — is durable ([`Ticket::durable`]).
+//! - Versions of a session only grow by one per answered query.
+//! - The secret index is written once and never changes under an existing
+//!   posterior; a start with another teacher set or another index refuses.
+//! - The secret index never appears in an error or a log line.
+
+pub mod answers;
+mod backend;
+pub mod cell;
+mod decode;
+pub mod embedded;
+mod error;
+mod meta;
+pub mod pg_tls;
+pub mod postgres;
+pub mod principal;
+pub mod record;
+mod ticket;
+
+pub use answers::{CacheProbe, CacheRows, CacheWrite};
+pub use backend::Store;
+pub use embedded::EmbeddedStore;
+pub use error::StoreError;
+pub use meta::Meta;
+pub use pg_tls::{PgTls, SslMode};
+pub use postgres::{PgLink, PgStore};
+pub use principal::{Origin, PrincipalRecord};
+pub use record::{JournalEntry, JournalEvent, Journaled, SessionRecord};
+pub use ticket::Ticket;
+
+#[cfg(test)]
+mod test;

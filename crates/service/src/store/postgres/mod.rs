@@ -1,0 +1,501 @@
+//! The PostgreSQL store, for several replicas behind a load balancer: one
+//! row per session, and every step runs in one transaction that locks the
+//! row (`SELECT … FOR UPDATE`), computes from the state it read, and writes
+//! the next version back with an optimistic check (`WHERE version = v`), so
+//! two replicas can never both apply a step to the same version. The answer
+//! is released after COMMIT returns (synchronous commit: durable).
+//!
+//! Plain SQL only (no extensions, no advisory locks), so PostgreSQL-wire
+//! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
+//!
+//! An unresponsive server is bounded by [`PgLink::timeout`] on both ends:
+//! this side's sockets give up on data left unacknowledged that long
+//! (`TCP_USER_TIMEOUT`, keepalives for idle pooled connections), so a
+//! replica cut off from the database answers UNAVAILABLE within seconds
+//! instead of hanging; and the server ends a transaction left idle that
+//! long (`idle_in_transaction_session_timeout`), so a replica that vanished
+//! holding a session's row lock stops blocking the other replicas. A
+//! server that answers TCP but not the step — a COMMIT waiting for a
+//! synchronous standby that is gone, a row lock held by such a COMMIT — is
+//! bounded by the same timeout around the whole step. Either way the
+//! transaction rolls back (nothing charged) unless COMMIT was already
+//! sent, which stays ambiguous ([`StoreError::Unconfirmed`]), and the
+//! connection is closed rather than pooled again.
+//!
+//! On a highly-available PostgreSQL the URL names every node with
+//! `target_session_attrs=read-write` (deploy/README.md): each new
+//! connection goes to the node that accepts writes, so after a failover
+//! the replicas follow the new primary once the old connections fail.
+use super::answers::{CacheProbe, CacheRows};
+use super::cell::Change;
+use super::decode;
+use super::error::StoreError;
+use super::meta::Meta;
+use super::pg_tls::{PgTls, SslMode};
+use super::principal::{Origin, PrincipalRecord};
+use super::record::{JournalEntry, SessionRecord};
+use super::record::{Journaled, chain_order};
+use crate::metrics::StoreMetrics;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+mod schema;
+mod step;
+
+use schema::{LOAD_EVENTS, LOAD_JOURNAL, LOAD_PROBED, LOAD_RECORD, migrate};
+use step::{Failed, cache_rows, probe_params, record_of, step_on};
+
+/// How a replica reaches its database (`store.max_connections`,
+/// `store.postgres_sslmode`/`postgres_sslrootcert`, `store.postgres_timeout_ms`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PgLink {
+    /// Pool size.
+    pub max_connections: usize,
+    /// TLS to the server.
+    pub tls: PgTls,
+    /// How long an unresponsive server or connection is waited for (see
+    /// the module documentation); at least a second.
+    pub timeout: Duration,
+}
+
+impl PgLink {
+    /// `store.postgres_timeout_ms`'s default.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// `max_connections` plaintext connections, the default timeout.
+    #[must_use]
+    pub fn plain(max_connections: usize) -> Self {
+        PgLink { max_connections, tls: PgTls::DISABLE, timeout: Self::DEFAULT_TIMEOUT }
+    }
+}
+
+/// A principal query: the columns [`principal_of`] reads, then `$tail`.
+/// (A literal, not a `format!`, because the key lookup runs per request.)
+macro_rules! select_principals {
+    ($tail:literal) => {
+        concat!("SELECT name, key_sha256, budget, origin, created_unix, revoked_unix FROM pacpriv_principals", $tail)
+    };
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+/// A connection pool to one database.
+pub struct PgStore {
+    pool: Pool,
+    /// Hosts/database for messages (no password).
+    location: String,
+    /// How long a step's transaction may take, COMMIT included.
+    timeout: Duration,
+    metrics: StoreMetrics,
+}
+
+impl PgStore {
+    /// Connects as `link` says and applies the migrations the database
+    /// lacks ([`migrate`]).
+    ///
+    /// # Errors
+    /// An unparsable URL, an unreachable server (or one whose certificate
+    /// `link.tls` refuses), failed migrations.
+    pub async fn connect(url: &str, link: &PgLink) -> Result<Self, StoreError> {
+        let tls = &link.tls;
+        let url = tls.url_for(url).map_err(backend)?;
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
+        bound_waits(&mut config, link.timeout);
+        let hosts: Vec<String> = config.get_hosts().iter().map(|h| format!("{h:?}")).collect();
+        let location = format!("postgres {}/{}", hosts.join(","), config.get_dbname().unwrap_or(""));
+        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match tls.client_config()? {
+            None => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                Manager::from_config(config, NoTls, recycling)
+            }
+            Some(client) => {
+                // Encrypted or nothing: never a silent plaintext fallback.
+                config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                Manager::from_config(config, tokio_postgres_rustls::MakeRustlsConnect::new(client), recycling)
+            }
+        };
+        let pool = Pool::builder(manager)
+            .max_size(link.max_connections)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(link.timeout))
+            .create_timeout(Some(link.timeout))
+            .build()
+            .map_err(backend)?;
+        let mut client = pool.get().await.map_err(|e| {
+            let hint = match tls.mode {
+                SslMode::Disable => String::new(),
+                mode => format!(" (store.postgres_sslmode = {})", mode.as_str()),
+            };
+            backend(format!("connecting to {location}{hint}: {}", error_chain(&e)))
+        })?;
+        migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
+        Ok(PgStore { pool, location, timeout: link.timeout, metrics: StoreMetrics::default() })
+    }
+
+    /// Records each step's transaction (latency, one record) in `metrics`.
+    #[must_use]
+    pub fn observed(mut self, metrics: StoreMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Where the data is, for messages.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| backend(format!("{}: {e}", self.location)))
+    }
+
+    /// The deployment record, if any.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
+        let client = self.client().await?;
+        let row =
+            client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await.map_err(backend)?;
+        row.map(|r| {
+            let secret: i64 = r.get(0);
+            Ok(Meta {
+                secret: usize::try_from(secret).map_err(|_| backend("stored secret index out of range"))?,
+                teachers: r.get(1),
+            })
+        })
+        .transpose()
+    }
+
+    /// Writes `meta` unless another replica already did; returns what is
+    /// stored (the first writer wins).
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+        let client = self.client().await?;
+        let secret = i64::try_from(meta.secret).map_err(|_| backend("secret index out of range"))?;
+        client
+            .execute(
+                "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+                &[&secret, &meta.teachers],
+            )
+            .await
+            .map_err(backend)?;
+        self.meta().await?.ok_or_else(|| backend("meta row missing after insert"))
+    }
+
+    /// A session's latest record.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_opt(LOAD_RECORD, &[&session]).await.map_err(backend)?;
+        row.map(|r| decode::session_record(session, r.get(0))).transpose()
+    }
+
+    /// A session's latest record and the cached answers and remembered
+    /// evictions of `probes`, in one statement.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn load_probed(
+        &self,
+        session: &str,
+        probes: &[CacheProbe],
+    ) -> Result<(Option<SessionRecord>, CacheRows), StoreError> {
+        let client = self.client().await?;
+        let (digests, owners, prefixes) = probe_params(probes);
+        let statement = client.prepare_cached(LOAD_PROBED).await.map_err(backend)?;
+        let row = client.query_opt(&statement, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+        let Some(row) = row else { return Ok((None, CacheRows::none_found(probes))) };
+        Ok((record_of(session, row.get(0))?, cache_rows(session, probes, row.get(1), row.get(2))?))
+    }
+
+    /// Every session key with a record, in order.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query("SELECT session FROM pacpriv_sessions ORDER BY session", &[]).await.map_err(backend)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// A session's record and its journal (entries and events in chain
+    /// order), in one snapshot (a read-only REPEATABLE READ transaction).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(backend)?;
+        let record = tx
+            .query_opt(LOAD_RECORD, &[&session])
+            .await
+            .map_err(backend)?
+            .map(|r| decode::session_record(session, r.get(0)))
+            .transpose()?;
+        let entries = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
+        let events = tx.query(LOAD_EVENTS, &[&session]).await.map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        let entries = decode_journal(session, &entries, decode::journal_entry)?;
+        Ok((record, chain_order(entries, decode_journal(session, &events, decode::journal_event)?)))
+    }
+
+    /// A session's journal, in version order.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
+        decode_journal(session, &rows, decode::journal_entry)
+    }
+
+    /// Every principal, by name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query(select_principals!(" ORDER BY name"), &[]).await.map_err(backend)?;
+        rows.iter().map(principal_of).collect()
+    }
+
+    /// The principal whose key hashes to `key_sha256` (one indexed lookup:
+    /// this runs per request, so that principals created or revoked on any
+    /// replica take effect on every replica at once).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        let key: &[u8] = key_sha256;
+        self.one_principal(select_principals!(" WHERE key_sha256 = $1"), &key).await
+    }
+
+    /// The principal called `name`.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
+        self.one_principal(select_principals!(" WHERE name = $1"), &name).await
+    }
+
+    async fn one_principal(
+        &self,
+        sql: &str,
+        param: &(dyn tokio_postgres::types::ToSql + Sync),
+    ) -> Result<Option<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        client.query_opt(sql, &[param]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
+    }
+
+    /// See [`super::Store::provision_all`]: one transaction, one
+    /// `provision_in` per record, serialised across replicas by a table
+    /// lock that excludes other writers (readers go on, as for
+    /// [`migrate`]). Without it, replicas starting
+    /// together on a fresh database insert the same principal at once, and
+    /// `ON CONFLICT (name)` covers only the name: the second insert fails
+    /// on the key's unique index as if another principal held the key.
+    ///
+    /// # Errors
+    /// As [`super::Store::provision_all`].
+    pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(backend)?;
+        tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
+        let mut stored = Vec::with_capacity(records.len());
+        for record in records {
+            // An error drops `tx`, which rolls back: all or nothing.
+            stored.push(provision_in(&tx, record).await?);
+        }
+        tx.commit().await.map_err(backend)?;
+        Ok(stored)
+    }
+
+    /// See [`super::Store::revoke`].
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE pacpriv_principals SET revoked_unix = $2 WHERE name = $1 AND revoked_unix IS NULL",
+                &[&name, &at_unix],
+            )
+            .await
+            .map_err(backend)?;
+        self.principal(name).await
+    }
+
+    /// One step on `session`, serialised across replicas: locks the row,
+    /// hands the current record (`None`: fresh session) and the cache rows
+    /// of `probes` to `apply`, writes back the record `apply` returns, if
+    /// any, with what changed (its version must be `steps` more; the
+    /// journal entries, events and cache writes), and commits. Only a
+    /// committed step's result is returned; if `apply` fails, nothing is
+    /// written. The row is locked by the first statement (it is created
+    /// only for a fresh session) and the probes are read by the next (so
+    /// they see every step committed before the lock was granted): a step
+    /// is two reads, one write of the record with its cache changes, one
+    /// per journal entry and event, and the commit — each a prepared
+    /// statement, one round trip.
+    ///
+    /// # Errors
+    /// `apply`'s error, or the store's (then nothing may be released).
+    pub async fn step<T, E, F, Fut>(&self, session: &str, probes: &[CacheProbe], apply: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: FnOnce(Option<SessionRecord>, CacheRows) -> Fut,
+        Fut: std::future::Future<Output = Result<(Option<(SessionRecord, Change)>, T), E>>,
+    {
+        let started = std::time::Instant::now();
+        let mut client = self.client().await?;
+        let mut committing = false;
+        let transaction = step_on(&mut client, session, probes, apply, &mut committing);
+        let failure = match tokio::time::timeout(self.timeout, transaction).await {
+            Ok(Ok(result)) => {
+                self.metrics.commit(started.elapsed().as_secs_f64(), 1);
+                return Ok(result);
+            }
+            Ok(Err(Failed::Apply(e))) => return Err(e),
+            Ok(Err(Failed::Store(e))) => e,
+            // A server that answers TCP but not the transaction: a lock
+            // held by a step that cannot commit, or a COMMIT waiting for a
+            // synchronous standby that is gone (deploy/README.md).
+            Err(_) if committing => StoreError::Unconfirmed(format!("no reply to COMMIT within {:?}", self.timeout)),
+            Err(_) => backend(format!("{}: no reply within {:?}", self.location, self.timeout)),
+        };
+        // Neither this connection nor the idle ones are reused: this one
+        // may still be waiting for the reply given up on above, and all of
+        // them lead to a server that just failed a step — after a failover,
+        // the old primary, which may hold them open but never commit again.
+        // New connections go to whichever host accepts writes now.
+        drop(deadpool_postgres::Object::take(client));
+        self.pool.retain(|_, _| false);
+        Err(failure.into())
+    }
+}
+
+/// Bounds every wait on the server by `timeout` (module documentation).
+/// The session option is appended to any the URL gives.
+fn bound_waits(config: &mut tokio_postgres::Config, timeout: Duration) {
+    let ms = timeout.as_millis();
+    let options = match config.get_options() {
+        Some(given) if !given.trim().is_empty() => format!("{given} -c idle_in_transaction_session_timeout={ms}"),
+        _ => format!("-c idle_in_transaction_session_timeout={ms}"),
+    };
+    // A URL's own connect_timeout stands: with several hosts it bounds
+    // each, and the pool's create timeout (`timeout`) bounds them all.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(timeout);
+    }
+    config
+        .options(options)
+        .tcp_user_timeout(timeout)
+        .keepalives(true)
+        .keepalives_idle(timeout)
+        .keepalives_interval((timeout / 4).max(Duration::from_secs(1)))
+        .keepalives_retries(3);
+}
+
+/// `e` and its sources, so a TLS failure says which check failed.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Provisions one record inside `tx` (the semantics of
+/// [`super::Store::provision`]): an insert that loses to an existing name,
+/// then (config origin only) an update of the config-origin row. A unique
+/// violation (another principal's key) aborts the transaction, which the
+/// caller then drops.
+async fn provision_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    record: &PrincipalRecord,
+) -> Result<PrincipalRecord, StoreError> {
+    let key: &[u8] = &record.key_sha256;
+    let origin = record.origin.as_str();
+    let unique = |e: tokio_postgres::Error| {
+        if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+            StoreError::KeyInUse { name: record.name.clone() }
+        } else {
+            backend(e)
+        }
+    };
+    let inserted = tx
+        .execute(
+            "INSERT INTO pacpriv_principals (name, key_sha256, budget, origin, created_unix, revoked_unix) \
+             VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (name) DO NOTHING",
+            &[&record.name, &key, &record.budget, &origin, &record.created_unix],
+        )
+        .await
+        .map_err(unique)?;
+    let current = async || -> Result<Option<PrincipalRecord>, StoreError> {
+        let row = tx.query_opt(select_principals!(" WHERE name = $1"), &[&record.name]).await.map_err(backend)?;
+        row.as_ref().map(principal_of).transpose()
+    };
+    if inserted == 0 {
+        let updated = match record.origin {
+            Origin::Admin => 0,
+            Origin::Config => tx
+                .execute(
+                    "UPDATE pacpriv_principals SET key_sha256 = $2, budget = $3 WHERE name = $1 AND origin = 'config'",
+                    &[&record.name, &key, &record.budget],
+                )
+                .await
+                .map_err(unique)?,
+        };
+        if updated == 0 {
+            let origin = current().await?.map_or(Origin::Admin, |p| p.origin).as_str();
+            return Err(StoreError::PrincipalExists { name: record.name.clone(), origin });
+        }
+    }
+    current().await?.ok_or_else(|| backend("principal row missing after insert"))
+}
+
+fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError> {
+    let name: String = row.get(0);
+    let corrupt = |reason: &str| StoreError::Corrupt { session: format!("(principal {name})"), reason: reason.into() };
+    let key: &[u8] = row.get(1);
+    let origin: &str = row.get(3);
+    Ok(PrincipalRecord {
+        key_sha256: key.try_into().map_err(|_| corrupt("key_sha256 is not 32 bytes"))?,
+        budget: row.get(2),
+        origin: Origin::parse(origin).ok_or_else(|| corrupt("unknown origin"))?,
+        created_unix: row.get(4),
+        revoked_unix: row.get(5),
+        name,
+    })
+}
+
+/// Decodes `session`'s journal items in `rows` (one BYTEA column) with
+/// `decode` ([`super::journal_entry`] or [`super::journal_event`]).
+fn decode_journal<T>(
+    session: &str,
+    rows: &[tokio_postgres::Row],
+    decode: fn(&str, &[u8]) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    rows.iter().map(|r| decode(session, r.get(0))).collect()
+}

@@ -1,0 +1,190 @@
+//! `pacpriv admin`: the admin API from the command line — create, list,
+//! inspect and revoke principals on a running server, and export its
+//! journal for `pacpriv verify`. The admin token is
+//! read from `PACPRIV_ADMIN_TOKEN` (not a flag, so it stays out of shell
+//! history and `ps`).
+
+use super::connect::{TlsArgs, channel};
+use super::verify::format;
+use crate::plural;
+use anyhow::Context;
+use pacpriv_service::proto::pacpriv::admin_client::AdminClient;
+use pacpriv_service::proto::pacpriv::journaled::Item;
+use pacpriv_service::proto::pacpriv::{
+    CreatePrincipalRequest, ExportJournalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
+    RevokePrincipalRequest,
+};
+use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
+use std::io::Write;
+
+/// Arguments of `pacpriv admin`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The admin listener (`admin.listen`).
+    #[arg(long, default_value = "127.0.0.1:50052", value_name = "HOST:PORT")]
+    pub addr: String,
+    /// TLS (`--ca`) and mTLS (`--cert`, `--key`) to the admin listener.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+/// Admin actions.
+#[derive(Debug, clap::Subcommand)]
+pub enum Action {
+    /// Provision a principal; prints its API key once.
+    Create {
+        /// 1 to 64 letters, digits, '_', '.' or '-'.
+        name: String,
+        /// MI budget in nats ("2^-8" or a decimal).
+        #[arg(long)]
+        budget_mi: String,
+    },
+    /// Every principal, one line each.
+    List,
+    /// One principal's account.
+    Inspect {
+        /// Its name.
+        name: String,
+    },
+    /// Stop a principal's key from working, for good.
+    Revoke {
+        /// Its name.
+        name: String,
+    },
+    /// Write every session's journal and record as JSON Lines, for
+    /// `pacpriv verify` (needs `store.journal = true`).
+    Export {
+        /// Where to write it (default: standard output).
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
+}
+
+fn line(p: &Principal) -> String {
+    let a = p.account.clone().unwrap_or_default();
+    format!(
+        "{name}\torigin={origin}\trevoked={revoked}\tspent={spent:e}\tlimit={limit:e}\tremaining={remaining:e}\t\
+         answered={answered}\tmia_bound={mia:.6}\tepsilon={eps:.6}",
+        name = p.name,
+        origin = p.origin,
+        revoked = p.revoked,
+        spent = a.spent,
+        limit = a.limit,
+        remaining = a.remaining,
+        answered = a.answered,
+        mia = a.mia_bound,
+        eps = p.epsilon_equivalent,
+    )
+}
+
+/// What an export wrote.
+struct Exported {
+    entries: u64,
+    events: u64,
+    sessions: u64,
+}
+
+/// Streams the server's journal export to `out` as JSON Lines
+/// ([`crate::verify::format`]).
+async fn export<T>(admin: &mut AdminClient<T>, out: &mut dyn Write) -> anyhow::Result<Exported>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut stream = admin.export_journal(ExportJournalRequest {}).await?.into_inner();
+    serde_json::to_writer(&mut *out, &format::Header { format: format::FORMAT.into() })?;
+    writeln!(out)?;
+    let (mut entries, mut events, mut sessions) = (0, 0, 0);
+    while let Some(chunk) = stream.message().await? {
+        for item in chunk.journal.iter().filter_map(|j| j.item.as_ref()) {
+            let undecodable = || format!("the server sent an undecodable journal item of {:?}", chunk.session);
+            match item {
+                Item::Entry(bytes) => {
+                    let entry = JournalEntry::decode(bytes).with_context(undecodable)?;
+                    serde_json::to_writer(&mut *out, &format::EntryLine::of(&chunk.session, &entry))?;
+                    entries += 1;
+                }
+                Item::Event(bytes) => {
+                    let event = JournalEvent::decode_sealed(bytes).with_context(undecodable)?;
+                    serde_json::to_writer(&mut *out, &format::EventLine::of(&chunk.session, &event))?;
+                    events += 1;
+                }
+            }
+            writeln!(out)?;
+        }
+        if !chunk.record.is_empty() {
+            let record = SessionRecord::decode(&chunk.record)
+                .with_context(|| format!("the server sent an undecodable record of {:?}", chunk.session))?;
+            let line = format::SessionLine { session: chunk.session.clone(), record: format::RecordLine::of(&record) };
+            serde_json::to_writer(&mut *out, &line)?;
+            writeln!(out)?;
+            sessions += 1;
+        }
+    }
+    Ok(Exported { entries, events, sessions })
+}
+
+/// Runs one admin action against `--addr`.
+///
+/// # Errors
+/// No token in the environment, an unreachable server, or the server's
+/// refusal (its message says why).
+pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    let token = std::env::var("PACPRIV_ADMIN_TOKEN")
+        .context("set PACPRIV_ADMIN_TOKEN to the admin token whose SHA-256 is admin.key_sha256")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let value: tonic::metadata::MetadataValue<_> =
+            format!("Bearer {token}").parse().context("the admin token must be printable ASCII")?;
+        let mut admin = AdminClient::with_interceptor(
+            channel(&args.addr, &args.tls, "the admin listener").await?,
+            move |mut req: tonic::Request<()>| {
+                req.metadata_mut().insert("authorization", value.clone());
+                Ok(req)
+            },
+        );
+        match args.action {
+            Action::Create { name, budget_mi } => {
+                let created = admin.create_principal(CreatePrincipalRequest { name, budget_mi }).await?.into_inner();
+                if let Some(p) = &created.principal {
+                    writeln!(out, "{}", line(p))?;
+                }
+                writeln!(out, "api_key={}", created.api_key)?;
+            }
+            Action::List => {
+                for p in admin.list_principals(ListPrincipalsRequest {}).await?.into_inner().principals {
+                    writeln!(out, "{}", line(&p))?;
+                }
+            }
+            Action::Inspect { name } => {
+                let p = admin.inspect_principal(InspectPrincipalRequest { name }).await?.into_inner();
+                writeln!(out, "{}", line(&p))?;
+            }
+            Action::Revoke { name } => {
+                let p = admin.revoke_principal(RevokePrincipalRequest { name }).await?.into_inner();
+                writeln!(out, "{}", line(&p))?;
+            }
+            Action::Export { out: None } => {
+                export(&mut admin, out).await?;
+            }
+            Action::Export { out: Some(path) } => {
+                let file = std::fs::File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
+                let mut file = std::io::BufWriter::new(file);
+                let Exported { entries, events, sessions } = export(&mut admin, &mut file).await?;
+                file.flush().with_context(|| format!("cannot write {}", path.display()))?;
+                let (s, e) = (plural(sessions), plural(events));
+                writeln!(
+                    out,
+                    "exported {entries} journal entries and {events} event{e} of {sessions} session{s} to {}",
+                    path.display()
+                )?;
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,38 @@
+//! pacpriv-tools: the tools and clients of the `pacpriv` binary, one module
+//! per subcommand, each with `Args` (parsed and validated by clap) and `run`
+//! (applies them). The binary's dispatcher (`pacpriv::cli`) routes to them.
+//!
+//! - planning, offline: [`budget`], [`subsets`], [`utility`], [`tune`];
+//! - against a running server: [`label`], [`audit`], [`admin`], [`health`]
+//!   (channels and TLS flags in [`connect`]);
+//! - over an exported journal: [`verify`].
+//!
+//! The only users of `plotters`, `indicatif` and `csv` in the workspace.
+//! `anyhow` is allowed here (command glue); the libraries below return
+//! typed errors.
+
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod audit;
+pub mod budget;
+pub mod connect;
+pub mod health;
+pub mod label;
+pub mod subsets;
+pub mod tune;
+pub mod utility;
+pub mod verify;
+
+/// An error after which running the same command again continues the
+/// work (a labelling job stopped by an exhausted budget, an unavailable
+/// server or an interrupt): `main` exits with 75 (`EX_TEMPFAIL`) for it
+/// instead of 64.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Resumable(pub String);
+
+/// The plural ending for `n` of something ("" for one, "s" otherwise).
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
