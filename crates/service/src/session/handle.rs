@@ -7,13 +7,13 @@
 //!   fan-out nor the fsync.
 //! - An answer leaves only through [`Step::durable`].
 
-use super::Scope;
 use super::cache::{CacheKey, Lookup, Owner, QueryDigest};
+use super::credential::Presented;
 use super::error::SessionError;
-use super::registry;
-use super::state::{BudgetView, Session};
-use super::step::{Asking, Reply, step_all};
-use crate::store::cell::Change;
+use super::query::{Asking, Reply};
+use super::state::{BudgetView, Scope, Session};
+use super::step::step_all;
+use crate::store::Change;
 use crate::store::record::EventKind;
 use crate::store::{CacheProbe, Ticket};
 use pacpriv_privacy::Nats;
@@ -44,7 +44,7 @@ pub struct Handle {
     /// What the caller presented, so that a long-lived caller (a stream)
     /// can be checked again against the registry as it is now
     /// ([`Sessions::recheck`]): a rotated key stops working there too.
-    pub(super) presented: registry::Presented,
+    pub(super) presented: Presented,
 }
 
 impl Handle {
@@ -59,7 +59,7 @@ impl Handle {
     }
 
     /// The name of the session charged: the principal's, or
-    /// [`GLOBAL_SESSION`] under global scope (the budget gauges' label).
+    /// [`GLOBAL_SESSION`](super::GLOBAL_SESSION) under global scope (the budget gauges' label).
     pub fn session_name(&self) -> &str {
         self.session.key()
     }
@@ -172,7 +172,7 @@ impl Handle {
         Ok((reply, view))
     }
 
-    /// Answers a request's rows in order, all or none (see [`step_all`]):
+    /// Answers a request's rows in order, all or none (see `step::step_all`):
     /// each with the session's cached answer when this exact query was
     /// answered before (no charge, no change), otherwise by one step of
     /// Algorithm 1 on its outputs (`None` only when [`Handle::preflight`]

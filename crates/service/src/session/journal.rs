@@ -9,8 +9,8 @@
 //!   mechanism used them.
 
 use super::cache::CacheKey;
+use super::query::Asking;
 use super::state::Versioned;
-use super::step::Asking;
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{JournalEntry, JournalEvent};
 use pacpriv_privacy::mechanism::{Answer, TeacherOutputs};

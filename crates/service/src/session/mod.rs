@@ -23,79 +23,35 @@
 //!   to the mechanism; it is never returned, logged or put in an error.
 //! - Noise comes from [`rand::rng`]: a per-thread ChaCha12 CSPRNG seeded
 //!   from the OS and reseeded from it every 64 KiB of output.
-use pacpriv_privacy::Nats;
-use sha2::{Digest, Sha256};
+//!
+//! # Files, from the bottom up
+//! - `credential`: what a caller presents; `error`: why a session did
+//!   not answer; `state`: what a cell holds ([`Versioned`]), the
+//!   session's parameters and scope; `query`: one row's question and
+//!   answer; [`cache`]: the answer cache;
+//! - `journal`: the hash chain's entries and events;
+//! - `step`: one request, all or nothing, on a state value alone;
+//! - `handle`: the step under the cell's lock, and its durable answers;
+//! - [`registry`]: principals and their sessions; [`secret`]: s*'s
+//!   lifecycle.
 
 pub mod cache;
+mod credential;
 mod error;
 mod handle;
 mod journal;
+mod query;
 pub mod registry;
 pub mod secret;
 mod state;
 mod step;
 
+pub use credential::{Credential, hex, key_digest_hex};
 pub use error::SessionError;
 pub use handle::{Handle, Preflight, Step};
-pub use registry::{Account, Credential, GLOBAL_SESSION, Sessions};
-pub use state::{BudgetView, Session, Terms, Versioned};
-pub use step::{Asking, Reply, SessionParams};
-
-/// Whose transcript a session bounds (`privacy.scope`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scope {
-    /// One session per principal.
-    PerPrincipal,
-    /// One session shared by every principal (holds against collusion).
-    Global,
-}
-
-impl Scope {
-    /// The configuration spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::PerPrincipal => "per_principal",
-            Scope::Global => "global",
-        }
-    }
-}
-
-/// A provisioned principal.
-#[derive(Clone, Debug)]
-pub struct PrincipalConfig {
-    /// Name, used in logs and responses.
-    pub name: String,
-    /// SHA-256 of its API key.
-    pub key_sha256: [u8; 32],
-    /// Its MI budget (its session's limit under per-principal scope).
-    pub budget: Nats,
-}
-
-impl PrincipalConfig {
-    /// Its store record, provisioned by the configuration at `now_unix`.
-    pub fn record(&self, now_unix: i64) -> crate::store::PrincipalRecord {
-        crate::store::PrincipalRecord {
-            name: self.name.clone(),
-            key_sha256: self.key_sha256,
-            budget: self.budget.get(),
-            origin: crate::store::Origin::Config,
-            created_unix: now_unix,
-            revoked_unix: None,
-        }
-    }
-}
-
-/// SHA-256 of a key as 64 lowercase hex digits, the form `key_sha256`
-/// takes in the configuration.
-pub fn key_digest_hex(api_key: &str) -> String {
-    hex(&Sha256::digest(api_key.as_bytes()))
-}
-
-/// Lowercase hex, two digits per byte.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use query::{Asking, Reply};
+pub use registry::{Account, GLOBAL_SESSION, PrincipalConfig, Sessions};
+pub use state::{BudgetView, Scope, Session, SessionParams, Terms, Versioned};
 
 #[cfg(test)]
 mod test;

@@ -16,7 +16,10 @@
 //!   looks its key up in the database, so a principal created or revoked on
 //!   one replica is seen by all of them at once.
 
-use super::{BudgetView, Handle, PrincipalConfig, Scope, Session, SessionError, SessionParams, Terms};
+use super::credential::{Credential, Presented};
+use super::error::SessionError;
+use super::handle::{self, Handle};
+use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
 use crate::store::cell::Cell;
 use crate::store::principal::now_unix;
 use crate::store::{Origin, PrincipalRecord, Store};
@@ -35,30 +38,27 @@ pub const GLOBAL_SESSION: &str = "*global*";
 /// Longest principal name.
 pub const MAX_NAME_LEN: usize = 64;
 
-/// How a caller says who they are.
-#[derive(Clone, Copy, Debug)]
-pub enum Credential<'a> {
-    /// An API key (`x-api-key` or a bearer token).
-    ApiKey(&'a str),
-    /// The subject CN of a client certificate the TLS layer verified.
-    Certificate(&'a str),
-}
-
-/// A credential as kept after authentication: the key's digest (never the
-/// key), or the certificate's CN.
+/// A provisioned principal.
 #[derive(Clone, Debug)]
-pub(super) enum Presented {
-    /// SHA-256 of the API key.
-    Key([u8; 32]),
-    /// The verified client certificate's subject CN.
-    Certificate(Arc<str>),
+pub struct PrincipalConfig {
+    /// Name, used in logs and responses.
+    pub name: String,
+    /// SHA-256 of its API key.
+    pub key_sha256: [u8; 32],
+    /// Its MI budget (its session's limit under per-principal scope).
+    pub budget: Nats,
 }
 
-impl From<Credential<'_>> for Presented {
-    fn from(credential: Credential<'_>) -> Self {
-        match credential {
-            Credential::ApiKey(key) => Presented::Key(Sha256::digest(key.as_bytes()).into()),
-            Credential::Certificate(cn) => Presented::Certificate(cn.into()),
+impl PrincipalConfig {
+    /// Its store record, provisioned by the configuration at `now_unix`.
+    pub fn record(&self, now_unix: i64) -> crate::store::PrincipalRecord {
+        crate::store::PrincipalRecord {
+            name: self.name.clone(),
+            key_sha256: self.key_sha256,
+            budget: self.budget.get(),
+            origin: crate::store::Origin::Config,
+            created_unix: now_unix,
+            revoked_unix: None,
         }
     }
 }
@@ -356,7 +356,7 @@ impl Sessions {
             Some(s) => s,
             None => self.session_for(&principal)?,
         };
-        Ok(Account { budget: super::handle::account_of(&session).await?, principal })
+        Ok(Account { budget: handle::account_of(&session).await?, principal })
     }
 
     /// Every active principal's name and current account (for the budget

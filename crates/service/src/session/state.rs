@@ -7,12 +7,12 @@
 //!   ledger does, and a store refuses to write a version twice.
 
 use super::cache::AnswerCache;
+use super::cache::CacheSettings;
 use super::error::SessionError;
-use super::step::SessionParams;
 use crate::store::cell::{Cell, State};
 use crate::store::{CacheRows, CacheWrite, JournalEntry, SessionRecord, StoreError};
 use pacpriv_privacy::ledger::{Ledger, Policy};
-use pacpriv_privacy::mechanism::SessionState;
+use pacpriv_privacy::mechanism::{Calibration, SecretIndex, SessionState};
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_privacy::{Nats, PrivacyError, report};
 
@@ -144,3 +144,43 @@ pub(super) fn cache_of(
 
 /// One privacy session: its state, where the store keeps it.
 pub type Session = Cell<Versioned>;
+
+/// What every session of a deployment shares.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionParams {
+    /// b.
+    pub per_query: Nats,
+    /// Charging policy.
+    pub policy: Policy,
+    /// Number of subsets (teachers).
+    pub m: usize,
+    /// s*.
+    pub secret: SecretIndex,
+    /// Journal every step (for audit and replay).
+    pub journal: bool,
+    /// The answer cache.
+    pub cache: CacheSettings,
+    /// What Σ is calibrated to: [`Calibration::Certified`] except in the
+    /// canary audit's deliberately broken test server.
+    pub calibration: Calibration,
+}
+
+/// Whose transcript a session bounds (`privacy.scope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One session per principal.
+    PerPrincipal,
+    /// One session shared by every principal (holds against collusion).
+    Global,
+}
+
+impl Scope {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::PerPrincipal => "per_principal",
+            Scope::Global => "global",
+        }
+    }
+}

@@ -11,15 +11,16 @@
 //! - A refusal of any row leaves the state as it was; with the journal on,
 //!   it is journaled as an event.
 
-use super::cache::{CacheKey, CacheSettings, Cached, Lookup, OnEvicted, Owner, QueryDigest};
+use super::cache::{Cached, Lookup, OnEvicted, Owner, QueryDigest};
 use super::error::SessionError;
 use super::journal::{journal_entry, record_outputs};
-use super::state::{BudgetView, Versioned};
-use crate::store::cell::Change;
+use super::query::{Asking, Reply};
+use super::state::{BudgetView, SessionParams, Versioned};
+use crate::store::Change;
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{JournalEntry, JournalEvent};
 use pacpriv_privacy::ledger::Policy;
-use pacpriv_privacy::mechanism::{self, Answer, Calibration, SecretIndex, TeacherOutputs};
+use pacpriv_privacy::mechanism::{self, TeacherOutputs};
 use pacpriv_privacy::{Nats, PrivacyError};
 use std::collections::HashMap;
 
@@ -255,94 +256,4 @@ pub(super) fn cost(
         need += ledger.charge_for(unanimous).get();
     }
     Nats::new(need).map_err(|e| (None, e.into()))
-}
-
-/// One query as its session sees it.
-#[derive(Clone, Debug)]
-pub struct Asking {
-    /// Confidence level asked for.
-    pub alpha: Option<f64>,
-    /// The client's id (journal).
-    pub query_id: String,
-    /// The query's cache key; `None`: never cached (internal callers).
-    pub key: Option<CacheKey>,
-    /// Whether the noisy vector will be returned (it is kept with the
-    /// cached answer only then).
-    pub return_noisy: bool,
-}
-
-impl Asking {
-    /// A query that is neither looked up nor kept in the cache.
-    pub fn uncached(alpha: Option<f64>, query_id: String) -> Asking {
-        Asking { alpha, query_id, key: None, return_noisy: false }
-    }
-}
-
-/// What a query released: a fresh answer, or the cached one again.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
-    /// The released label.
-    pub label: usize,
-    /// Whether the teachers were unanimous.
-    pub unanimous: bool,
-    /// MI charged for this reply (zero when cached).
-    pub charge: Nats,
-    /// Prop. 5.1 at the requested α, if one was requested (label mode).
-    pub confident: Option<bool>,
-    /// The published noisy vector (sent only on request).
-    pub published: Vec<f64>,
-    /// Whether this is an earlier answer returned again.
-    pub cached: bool,
-}
-
-impl Reply {
-    pub(super) fn fresh(a: Answer) -> Reply {
-        Reply {
-            label: a.label,
-            unanimous: a.unanimous,
-            charge: a.charge,
-            confident: a.confident,
-            published: a.published,
-            cached: false,
-        }
-    }
-
-    /// `c` again, with the flag at the α this repeat asks for.
-    pub(super) fn cached(c: &Cached, asking: &Asking) -> Result<Reply, SessionError> {
-        if asking.return_noisy && c.published.is_none() {
-            return Err(SessionError::NoisyNotKept);
-        }
-        let confident = match (asking.alpha, c.evidence) {
-            (Some(a), Some(e)) => Some(e.confident(a)?),
-            _ => None,
-        };
-        Ok(Reply {
-            label: c.label,
-            unanimous: c.unanimous,
-            charge: Nats::ZERO,
-            confident,
-            published: c.published.clone().unwrap_or_default(),
-            cached: true,
-        })
-    }
-}
-
-/// What every session of a deployment shares.
-#[derive(Clone, Copy, Debug)]
-pub struct SessionParams {
-    /// b.
-    pub per_query: Nats,
-    /// Charging policy.
-    pub policy: Policy,
-    /// Number of subsets (teachers).
-    pub m: usize,
-    /// s*.
-    pub secret: SecretIndex,
-    /// Journal every step (for audit and replay).
-    pub journal: bool,
-    /// The answer cache.
-    pub cache: CacheSettings,
-    /// What Σ is calibrated to: [`Calibration::Certified`] except in the
-    /// canary audit's deliberately broken test server.
-    pub calibration: Calibration,
 }

@@ -2,10 +2,12 @@ use super::step::cost;
 use super::*;
 use crate::store::{EmbeddedStore, Origin, Store, StoreError};
 use cache::{CacheKey, CacheSettings, OnEvicted, QueryDigest};
+use pacpriv_privacy::Nats;
 use pacpriv_privacy::PrivacyError;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::{Posterior, UpdateRule};
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, PrivacyError> {

@@ -1,7 +1,7 @@
 //! `[admin]` and `[metrics]`: the admin API's listener and token, and the
 //! Prometheus listener.
 
-use super::{SettingsError, addr, err, optional_addr, parse_sha256};
+use super::parse::{SettingsError, addr, err, optional_addr, parse_sha256};
 use serde::Deserialize;
 use std::net::SocketAddr;
 

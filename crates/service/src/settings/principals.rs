@@ -1,7 +1,7 @@
 //! `[principals.NAME]`: who may ask, each by the SHA-256 of its key and
 //! with its own limit.
 
-use super::{SettingsError, err, nats, parse_sha256};
+use super::parse::{SettingsError, err, nats, parse_sha256};
 use crate::session::PrincipalConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;

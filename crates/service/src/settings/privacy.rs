@@ -1,7 +1,7 @@
 //! `[privacy]`: the per-query and total budgets, the charging policy, the
 //! session scope, the answer cache and the journal.
 
-use super::{SettingsError, choice, err, nats};
+use super::parse::{SettingsError, choice, err, nats};
 use crate::session::Scope;
 use crate::session::cache::{CacheSettings, OnEvicted};
 use pacpriv_privacy::Nats;

@@ -1,7 +1,7 @@
 //! `[server]` and `[server.tls]`: the listeners, request limits, rates,
 //! batching and logging, and the TLS every listener serves.
 
-use super::{SettingsError, addr, choice, err, optional_addr, optional_file};
+use super::parse::{SettingsError, addr, choice, err, optional_addr, optional_file};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;

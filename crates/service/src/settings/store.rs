@@ -1,7 +1,7 @@
 //! `[store]`: where sessions live — the embedded store's file, or
 //! PostgreSQL (URL, TLS, timeouts) — and how a URL is shown in logs.
 
-use super::{SettingsError, choice, err, optional_file};
+use super::parse::{SettingsError, choice, err, optional_file};
 use crate::store::{PgLink, PgTls, SslMode};
 use serde::Deserialize;
 use std::path::PathBuf;

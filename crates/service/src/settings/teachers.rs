@@ -2,8 +2,8 @@
 //! `[demo]`): where the m teachers are, how their outputs are read, and
 //! how each is called.
 
+use super::parse::{SettingsError, addr, choice, err};
 use super::server::{MAX_BATCH, MAX_FEATURES};
-use super::{SettingsError, addr, choice, err};
 use crate::teachers::connection::{ClientTls, Connection, Header};
 use crate::teachers::{Batching, CallPolicy, OutputMode, TeacherSpec, Teachers};
 use serde::Deserialize;

@@ -1,6 +1,6 @@
 //! `[telemetry]`: the OpenTelemetry exporter.
 
-use super::{SettingsError, err};
+use super::parse::{SettingsError, err};
 use serde::Deserialize;
 
 /// `[telemetry]`: OpenTelemetry traces over OTLP, off by default.

@@ -10,7 +10,7 @@ use super::record::{JournalEntry, Journaled, SessionRecord};
 
 /// The configured store. The backend is chosen once, at start-up; what
 /// differs between the two is answered in two places only: `dispatch!`
-/// below (the same operation on either) and [`cell`] (where a session's
+/// below (the same operation on either) and [`cell`](super::cell) (where a session's
 /// state lives).
 #[derive(Clone)]
 pub enum Store {

@@ -29,10 +29,11 @@
 
 use super::answers::{CacheProbe, CacheRows, CacheWrite};
 use super::backend::Store;
+use super::change::Change;
 use super::embedded::EmbeddedStore;
 use super::error::StoreError;
 use super::postgres::PgStore;
-use super::record::{JournalEntry, JournalEvent, SessionRecord};
+use super::record::SessionRecord;
 use super::ticket::Ticket;
 use std::sync::{Arc, Mutex};
 
@@ -67,29 +68,6 @@ pub trait State: Sized + Send + 'static {
     /// blocking thread that panicked): refuse rather than risk a
     /// half-applied step.
     fn poisoned() -> Self::Error;
-}
-
-/// What a step did, for the store: nothing (a cached answer, the
-/// journal off), or steps and journal items to write with the state's
-/// new record.
-#[derive(Debug, Default)]
-pub struct Change {
-    /// How many steps the version moved (one per charged row).
-    pub steps: u64,
-    /// One entry per step, in version order, or none (journal off).
-    pub journal: Vec<JournalEntry>,
-    /// The journal's events (cache hits, refusals), in sequence order.
-    pub events: Vec<JournalEvent>,
-    /// The cache writes to commit with the record, in the order they
-    /// happened (set by the cell from [`State::record`]).
-    pub cache: Vec<CacheWrite>,
-}
-
-impl Change {
-    /// Whether there is nothing to write.
-    pub fn is_none(&self) -> bool {
-        self.steps == 0 && self.events.is_empty() && self.cache.is_empty()
-    }
 }
 
 /// What makes `state` durable after a step that made `change`: its

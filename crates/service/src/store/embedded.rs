@@ -8,7 +8,7 @@
 //! earlier record of that session is durable too.
 
 use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
-use super::cell::Change;
+use super::change::Change;
 use super::decode::{self, journal_entry, journal_event};
 use super::error::StoreError;
 use super::meta::Meta;

@@ -17,10 +17,20 @@
 //! - The secret index is written once and never changes under an existing
 //!   posterior; a start with another teacher set or another index refuses.
 //! - The secret index never appears in an error or a log line.
+//!
+//! # Files, from the bottom up
+//! - `error`, `meta`, [`principal`], `ticket`, `change`: the
+//!   values every backend shares; [`record`]: the records' schema and
+//!   codec, every older format included; [`answers`]: cached answers as
+//!   rows; `decode`: stored bytes back into records;
+//! - [`embedded`] (redb, group commit) and [`postgres`] (row-locked
+//!   steps), the two backends; `backend`: [`Store`], either of them;
+//! - [`cell`]: where a session's state lives, and when a step is durable.
 
 pub mod answers;
 mod backend;
 pub mod cell;
+mod change;
 mod decode;
 pub mod embedded;
 mod error;
@@ -33,6 +43,7 @@ mod ticket;
 
 pub use answers::{CacheProbe, CacheRows, CacheWrite};
 pub use backend::Store;
+pub use change::Change;
 pub use embedded::EmbeddedStore;
 pub use error::StoreError;
 pub use meta::Meta;

@@ -34,13 +34,13 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
                     log_likelihood: vec![],
                     ..Default::default()
                 };
-                store.enqueue("alice", record(v), cell::Change { journal: vec![j], ..Default::default() })
+                store.enqueue("alice", record(v), Change { journal: vec![j], ..Default::default() })
             })
             .collect::<Result<_, _>>()?;
         for t in tickets {
             t.wait()?;
         }
-        store.enqueue("bob", record(1), cell::Change::default())?.wait()?;
+        store.enqueue("bob", record(1), Change::default())?.wait()?;
     }
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(store.meta()?, Some(Meta { secret: 5, teachers: "demo m=8".into() }));
@@ -228,7 +228,7 @@ impl CacheModel {
 
     /// The next step's record and cache writes: `rows` new answers of
     /// `owner` (the first step also moves in a format-2 eviction).
-    fn step(&mut self, rows: usize, owner: u64) -> (SessionRecord, cell::Change) {
+    fn step(&mut self, rows: usize, owner: u64) -> (SessionRecord, Change) {
         use sha2::{Digest, Sha256};
         let mut cache = Vec::new();
         if self.version == 0 {
@@ -260,7 +260,7 @@ impl CacheModel {
                 next: self.spans[o as usize].1,
             })
             .collect();
-        (SessionRecord { cache_owners, ..record(self.version) }, cell::Change { steps: 1, cache, ..Default::default() })
+        (SessionRecord { cache_owners, ..record(self.version) }, Change { steps: 1, cache, ..Default::default() })
     }
 
     fn expected(&self) -> CacheState {

@@ -3,7 +3,7 @@
 //! what the session was charged.
 //!
 //! The server's demo teachers are trained with `demo.canaries` canaries
-//! (random images with their own labels, [`digits::canaries`]), each in
+//! (random images with their own labels, [`digits::canaries`](pacpriv_demo::digits::canaries)), each in
 //! exactly half of the m subsets, so whether a canary is in the secret
 //! subset S* is a fair coin. Teachers that trained on a canary answer it
 //! with its label; the others almost never do. The attack asks each

@@ -27,7 +27,7 @@
 //! connection goes to the node that accepts writes, so after a failover
 //! the replicas follow the new primary once the old connections fail.
 use super::answers::{CacheProbe, CacheRows};
-use super::cell::Change;
+use super::change::Change;
 use super::decode;
 use super::error::StoreError;
 use super::meta::Meta;
@@ -94,7 +94,7 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects as `link` says and applies the migrations the database
-    /// lacks ([`migrate`]).
+    /// lacks (`schema::migrate`).
     ///
     /// # Errors
     /// An unparsable URL, an unreachable server (or one whose certificate
@@ -305,7 +305,7 @@ impl PgStore {
     /// See [`super::Store::provision_all`]: one transaction, one
     /// `provision_in` per record, serialised across replicas by a table
     /// lock that excludes other writers (readers go on, as for
-    /// [`migrate`]). Without it, replicas starting
+    /// `schema::migrate`). Without it, replicas starting
     /// together on a fresh database insert the same principal at once, and
     /// `ON CONFLICT (name)` covers only the name: the second insert fails
     /// on the key's unique index as if another principal held the key.

@@ -7,7 +7,7 @@
 use super::backend;
 use super::schema::{INSERT_EVENT, INSERT_JOURNAL, PROBE, UPDATE_RECORD, UPDATE_RECORD_AND_CACHE};
 use crate::store::answers::{CacheProbe, CacheRows, Squashed, squash};
-use crate::store::cell::Change;
+use crate::store::change::Change;
 use crate::store::decode;
 use crate::store::error::StoreError;
 use crate::store::record::SessionRecord;

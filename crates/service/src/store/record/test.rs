@@ -3,7 +3,7 @@
 //! reads the schema, and imports nothing from `session`).
 
 use super::*;
-use crate::store::{EmbeddedStore, Meta, StoreError};
+use crate::store::{Change, EmbeddedStore, Meta, StoreError};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -158,7 +158,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
     assert_eq!(store.journal("alice")?, (1..=3).map(journal).collect::<Vec<_>>());
     assert!(store.load("*global*")?.is_some(), "the global session");
     let next = SessionRecord { version: 4, ..alice };
-    store.enqueue("alice", next.clone(), crate::store::cell::Change::default())?.wait()?;
+    store.enqueue("alice", next.clone(), Change::default())?.wait()?;
     assert_eq!(store.load("alice")?, Some(next));
     Ok(())
 }
