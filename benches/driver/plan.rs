@@ -23,9 +23,9 @@ pub(super) struct Knobs {
 /// Which server a target starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// The plain fan-out proxy ([`proxy`]).
+    /// The plain fan-out proxy ([`proxy`](crate::proxy)).
     Proxy,
-    /// The real service ([`start::serve`]).
+    /// The real service ([`start::serve`](pacpriv_service::start::serve)).
     Privatizer,
 }
 

@@ -43,7 +43,7 @@ pub struct Handle {
     pub(super) session: Arc<Session>,
     /// What the caller presented, so that a long-lived caller (a stream)
     /// can be checked again against the registry as it is now
-    /// ([`Sessions::recheck`]): a rotated key stops working there too.
+    /// ([`Sessions::recheck`](super::Sessions::recheck)): a rotated key stops working there too.
     pub(super) presented: Presented,
 }
 

@@ -57,17 +57,23 @@ impl Versioned {
     }
 }
 
-/// The journal entry of the step that just took `v` to its version: what
+/// The journal entry of the step that just took `v` to its version — what
 /// it used and released, in the form `pacpriv verify` re-derives it from
-/// (the teachers' outputs on the release grid, as the mechanism used them).
-pub(super) fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &Asking, answer: &Answer) -> JournalEntry {
+/// (the teachers' outputs on the release grid, as the mechanism used them)
+/// — chained next.
+pub(super) fn journal_entry(
+    v: &mut Versioned,
+    outputs: &TeacherOutputs,
+    asking: &Asking,
+    answer: &Answer,
+) -> JournalEntry {
     let mut step = JournalStepRecord {
         published: answer.published.clone(),
         label: answer.label as u32,
         ..v.terms(asking.key.as_ref())
     };
     record_outputs(&mut step, outputs);
-    JournalEntry {
+    let mut entry = JournalEntry {
         version: v.version,
         query_id: asking.query_id.clone(),
         charge: answer.charge.get(),
@@ -75,7 +81,11 @@ pub(super) fn journal_entry(v: &Versioned, outputs: &TeacherOutputs, asking: &As
         update_rule: answer.update_rule.code(),
         step: Some(step),
         chain: Vec::new(),
-    }
+    };
+    let chain = entry.chained(&v.head);
+    entry.chain = chain.to_vec();
+    v.head = chain;
+    entry
 }
 
 /// Puts the teachers' `outputs`, on the release grid, into `step`.

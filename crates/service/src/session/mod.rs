@@ -25,10 +25,10 @@
 //!   from the OS and reseeded from it every 64 KiB of output.
 //!
 //! # Files, from the bottom up
-//! - `credential`: what a caller presents; `error`: why a session did
-//!   not answer; `state`: what a cell holds ([`Versioned`]), the
-//!   session's parameters and scope; `query`: one row's question and
+//! - `credential`: what a caller presents; `error`: why a session did not
 //!   answer; [`cache`]: the answer cache;
+//! - `state`: what a cell holds ([`Versioned`]), the session's parameters
+//!   and scope; `query`: one row's question and answer;
 //! - `journal`: the hash chain's entries and events;
 //! - `step`: one request, all or nothing, on a state value alone;
 //! - `handle`: the step under the cell's lock, and its durable answers;

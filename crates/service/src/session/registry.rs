@@ -16,7 +16,7 @@
 //!   looks its key up in the database, so a principal created or revoked on
 //!   one replica is seen by all of them at once.
 
-use super::credential::{Credential, Presented};
+use super::credential::{Credential, Presented, hex};
 use super::error::SessionError;
 use super::handle::{self, Handle};
 use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
@@ -433,5 +433,5 @@ fn check_name(name: &str) -> Result<(), SessionError> {
 fn new_api_key() -> Result<String, SessionError> {
     let mut bytes = [0u8; 32];
     SysRng.try_fill_bytes(&mut bytes).map_err(|e| SessionError::InvalidPrincipal(format!("OS random source: {e}")))?;
-    Ok(format!("ppk_{}", super::hex(&bytes)))
+    Ok(format!("ppk_{}", hex(&bytes)))
 }

@@ -1,10 +1,13 @@
 //! What a session's cell holds ([`Versioned`]): the privacy state
 //! (posterior + ledger), its version, the journal chain's head and the
-//! answer cache; how it is read back from its record and written to one.
+//! answer cache; how it is read back from its record and written to one;
+//! and what every session of a deployment shares ([`SessionParams`],
+//! [`Scope`]).
 //!
 //! # Invariants
-//! - The version counts steps: it moves exactly when the posterior or the
-//!   ledger does, and a store refuses to write a version twice.
+//! - The version counts steps of Algorithm 1: it moves by one for each
+//!   row answered by the mechanism, and never for an answer from the
+//!   cache or a refusal.
 
 use super::cache::AnswerCache;
 use super::cache::CacheSettings;

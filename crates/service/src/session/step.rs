@@ -79,13 +79,7 @@ pub(super) fn step(
         v.cache.insert(key, kept, params.cache);
     }
     v.version += 1;
-    let entry = params.journal.then(|| {
-        let mut entry = journal_entry(v, outputs, asking, &answer);
-        let chain = entry.chained(&v.head);
-        entry.chain = chain.to_vec();
-        v.head = chain;
-        entry
-    });
+    let entry = params.journal.then(|| journal_entry(v, outputs, asking, &answer));
     Ok((Reply::fresh(answer), Row::Stepped(entry)))
 }
 

@@ -1,5 +1,6 @@
-//! `[privacy]`: the per-query and total budgets, the charging policy, the
-//! session scope, the answer cache and the journal.
+//! `[privacy]`: the per-query and global budgets, the charging policy,
+//! the session scope, the secret index file, the noisy-vector release and
+//! the answer cache.
 
 use super::parse::{SettingsError, choice, err, nats};
 use crate::session::Scope;

@@ -1,5 +1,5 @@
-//! `[server]` and `[server.tls]`: the listeners, request limits, rates,
-//! batching and logging, and the TLS every listener serves.
+//! `[server]` and `[tls]`: the listeners, request limits, rates and
+//! logging, and the TLS every listener serves.
 
 use super::parse::{SettingsError, addr, choice, err, optional_addr, optional_file};
 use serde::Deserialize;

@@ -1,6 +1,6 @@
-//! `[teachers]` (with `[teachers.remote]`, `[teachers.stacked]` or
-//! `[demo]`): where the m teachers are, how their outputs are read, and
-//! how each is called.
+//! `[model]` and `[teachers]` (with its `remote` list, `stacked`, or
+//! `[demo]`): what the model answers, where the m teachers are, how their
+//! outputs are read, and how each is called and batched.
 
 use super::parse::{SettingsError, addr, choice, err};
 use super::server::{MAX_BATCH, MAX_FEATURES};

@@ -10,7 +10,7 @@
 use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
 use super::change::Change;
 use super::decode::{self, journal_entry, journal_event};
-use super::error::StoreError;
+use super::error::{StoreError, backend};
 use super::meta::Meta;
 use super::principal::{Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
@@ -65,10 +65,6 @@ const MAX_BATCH: usize = 4096;
 /// session, twice the rest of its cost). Group-commit throughput measured
 /// the same at 4 MiB, 16 MiB and 1 GiB (`pacpriv bench store --cache-mib`).
 pub const DEFAULT_CACHE_BYTES: usize = 16 << 20;
-
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
 
 struct Write {
     session: String,
@@ -604,7 +600,7 @@ fn open_in<K: redb::Key + 'static, V: redb::Value + 'static>(
 
 /// The entries of one session's journal range, decoded.
 /// Decodes `session`'s journal items in `range` with `decode`
-/// ([`super::journal_entry`] or [`super::journal_event`]).
+/// (`decode::journal_entry` or `decode::journal_event`).
 fn decode_journal<T>(
     session: &str,
     range: redb::Range<'_, (&str, u64), &[u8]>,

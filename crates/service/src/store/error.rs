@@ -87,3 +87,9 @@ impl StoreError {
         matches!(self, StoreError::WriterGone | StoreError::Unconfirmed(_))
     }
 }
+
+/// A [`StoreError::Backend`] carrying the database's own message (both
+/// backends).
+pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}

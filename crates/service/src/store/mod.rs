@@ -19,10 +19,11 @@
 //! - The secret index never appears in an error or a log line.
 //!
 //! # Files, from the bottom up
-//! - `error`, `meta`, [`principal`], `ticket`, `change`: the
-//!   values every backend shares; [`record`]: the records' schema and
-//!   codec, every older format included; [`answers`]: cached answers as
-//!   rows; `decode`: stored bytes back into records;
+//! - `error`, `meta`, [`principal`], `ticket`: values every backend
+//!   shares; [`record`]: the records' schema and codec, every older format
+//!   included; [`answers`]: cached answers as rows; `change`: what one
+//!   step changed; `decode`: stored bytes back into records; [`pg_tls`]:
+//!   PostgreSQL's sslmodes;
 //! - [`embedded`] (redb, group commit) and [`postgres`] (row-locked
 //!   steps), the two backends; `backend`: [`Store`], either of them;
 //! - [`cell`]: where a session's state lives, and when a step is durable.

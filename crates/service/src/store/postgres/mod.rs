@@ -29,7 +29,7 @@
 use super::answers::{CacheProbe, CacheRows};
 use super::change::Change;
 use super::decode;
-use super::error::StoreError;
+use super::error::{StoreError, backend};
 use super::meta::Meta;
 use super::pg_tls::{PgTls, SslMode};
 use super::principal::{Origin, PrincipalRecord};
@@ -76,10 +76,6 @@ macro_rules! select_principals {
     ($tail:literal) => {
         concat!("SELECT name, key_sha256, budget, origin, created_unix, revoked_unix FROM pacpriv_principals", $tail)
     };
-}
-
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 /// A connection pool to one database.
@@ -491,7 +487,7 @@ fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError
 }
 
 /// Decodes `session`'s journal items in `rows` (one BYTEA column) with
-/// `decode` ([`super::journal_entry`] or [`super::journal_event`]).
+/// `decode` (`decode::journal_entry` or `decode::journal_event`).
 fn decode_journal<T>(
     session: &str,
     rows: &[tokio_postgres::Row],

@@ -1,13 +1,13 @@
-//! The PostgreSQL schema: the migrations that make it (each applied once,
-//! in order, in its own transaction, recorded in `pacpriv_migrations`) and
-//! the statements the store runs on it.
+//! The PostgreSQL schema: the numbered migrations that make it (each
+//! applied once, in order, recorded in `pacpriv_schema_migrations`;
+//! [`migrate`] applies the pending ones in one transaction) and the
+//! statements the store runs on it.
 //!
 //! # Invariants
 //! - A migration, once released, is never edited: a change is a new one.
 //! - Statements touch only the tables the migrations create.
 
-use super::backend;
-use crate::store::error::StoreError;
+use crate::store::error::{StoreError, backend};
 
 /// The schema, as numbered migrations: applied in order at start-up, each
 /// once, each recorded in `pacpriv_schema_migrations` in the transaction
@@ -15,7 +15,7 @@ use crate::store::error::StoreError;
 /// next number. Migration 1 is the schema releases created before the
 /// migrations were numbered (hence `IF NOT EXISTS`: such a database is
 /// recorded at 1 and left as it is). Records in `BYTEA` columns carry
-/// their own format ([`super::record`]), so a record format change needs
+/// their own format ([`crate::store::record`]), so a record format change needs
 /// no migration.
 pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
@@ -115,7 +115,7 @@ macro_rules! update_record {
 /// [`update_record!`] alone, for a step without cache changes.
 pub(super) const UPDATE_RECORD: &str = update_record!();
 
-/// [`update_record!`] with the step's cache writes (see [`squash`]) in
+/// [`update_record!`] with the step's cache writes (see [`squash`](crate::store::answers::squash)) in
 /// the same statement, one round trip: evicted rows deleted, their
 /// prefixes remembered where asked, new answers inserted, migrated
 /// evictions remembered. Its row count is the UPDATE's.

@@ -4,12 +4,11 @@
 //! and cache rows, and COMMIT. [`super::PgStore`] bounds it in time and
 //! decides what a failure means ([`Failed`]).
 
-use super::backend;
 use super::schema::{INSERT_EVENT, INSERT_JOURNAL, PROBE, UPDATE_RECORD, UPDATE_RECORD_AND_CACHE};
 use crate::store::answers::{CacheProbe, CacheRows, Squashed, squash};
 use crate::store::change::Change;
 use crate::store::decode;
-use crate::store::error::StoreError;
+use crate::store::error::{StoreError, backend};
 use crate::store::record::SessionRecord;
 use prost::Message;
 
@@ -25,7 +24,7 @@ impl<E> From<StoreError> for Failed<E> {
     }
 }
 
-/// [`PgStore::step`]'s transaction on `client`; `committing` is set once
+/// [`super::PgStore::step`]'s transaction on `client`; `committing` is set once
 /// COMMIT is sent (from then on a failure is [`StoreError::Unconfirmed`]).
 pub(super) async fn step_on<T, E, F, Fut>(
     client: &mut deadpool_postgres::Object,
@@ -120,7 +119,7 @@ pub(super) fn record_of(session: &str, bytes: &[u8]) -> Result<Option<SessionRec
     if bytes.is_empty() { Ok(None) } else { decode::session_record(session, bytes).map(Some) }
 }
 
-/// The probes as [`probed!`]'s parameters: digests, owners, prefixes.
+/// The probes as `probed!` (`schema.rs`)'s parameters: digests, owners, prefixes.
 pub(super) fn probe_params(probes: &[CacheProbe]) -> (Vec<&[u8]>, Vec<i64>, Vec<&[u8]>) {
     let digests = probes.iter().map(|p| p.digest.as_slice()).collect();
     // Owners and prefixes are u64s kept bit for bit in BIGINT / 8 bytes.
@@ -129,7 +128,7 @@ pub(super) fn probe_params(probes: &[CacheProbe]) -> (Vec<&[u8]>, Vec<i64>, Vec<
     (digests, owners, prefixes)
 }
 
-/// What [`probed!`] returned for `probes`: the answers found and the
+/// What `probed!` (`schema.rs`) returned for `probes`: the answers found and the
 /// evictions at the positions found.
 pub(super) fn cache_rows(
     session: &str,
