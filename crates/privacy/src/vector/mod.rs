@@ -87,7 +87,12 @@ pub fn calibrate(
     let (residual, residual_bound) = if r < d {
         let res = &centred - &coef.dot(&basis.t());
         let norm_sq: f64 = res.rows().into_iter().zip(&w).map(|(row, w)| w * row.dot(&row)).sum();
-        (res, inflate(norm_sq))
+        // Never 0: a teacher whose weight is ~1e-300 makes every term of
+        // the bound underflow to 0, which would leave the complement
+        // without noise while its outputs may still differ there by
+        // round-off. The smallest positive bound floors the complement's
+        // variance instead (more noise, a negligible MI term).
+        (res, inflate(norm_sq).max(f64::MIN_POSITIVE))
     } else {
         (Array2::zeros((0, 0)), 0.0)
     };

@@ -43,6 +43,23 @@ fn wrong_shapes_and_values_are_rejected() -> Result<(), PrivacyError> {
     Ok(())
 }
 
+/// A teacher with a weight near 1e-300 whose output differs from the
+/// others' by 1e-6: every term of the residual bound underflows to 0 (the
+/// case proptest found with seed 5691014856312840328, m = 2, d = 3). The
+/// complement still gets noise.
+#[test]
+fn a_residual_bound_lost_to_underflow_still_covers_the_complement() -> Result<(), PrivacyError> {
+    let p = Posterior::from_log_weights(vec![0.0, -690.0]).expect("finite");
+    let mut v = Array2::from_shape_vec((2, 3), vec![0.5, 0.25, 0.125, 0.5, 0.25, 0.125]).expect("2 × 3");
+    v[[1, 0]] += 1e-6;
+    let cal = calibrate(&p, v.view(), b(2f64.powi(-4)))?;
+    let n = cal.noise();
+    assert!(!cal.unanimous() && n.rank() < 3);
+    assert!(n.complement() >= crate::noise::VARIANCE_FLOOR, "complement {}", n.complement());
+    assert!(n.mi_bound() <= 2f64.powi(-4));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
