@@ -1,12 +1,17 @@
 //! The `pacpriv` binary: parse arguments, run (each command installs its
 //! own logging, since `serve` takes the format from its configuration).
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use pacpriv::cli::Cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     pacpriv::cli::blas::use_best_kernels();
-    let cli = pacpriv::cli::Cli::parse();
+    // `--version` names the formats too (`-V`: the release alone); built
+    // once, for the life of the process.
+    let long_version: &'static str = pacpriv::cli::long_version().leak();
+    let matches = Cli::command().long_version(long_version).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let stdout = std::io::stdout();
     match pacpriv::cli::run(cli, &mut stdout.lock()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -90,6 +90,26 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     }
 }
 
+/// What `pacpriv --version` prints: the release, and every format it
+/// writes (and the oldest it still reads), so that an operator can tell
+/// whether two releases can share a store or read each other's exports.
+pub fn long_version() -> String {
+    use pacpriv_service::store::{postgres, record};
+    format!(
+        "{version}\n\
+         store records: sessions format {session} ({tail} with a cache tail), \
+         journal entries, events and principals format {format}; reads every format from 1\n\
+         PostgreSQL schema: migration {schema}\n\
+         journal export: {export}",
+        version = env!("CARGO_PKG_VERSION"),
+        session = record::SESSION_FORMAT,
+        tail = record::TAIL_FORMAT,
+        format = record::FORMAT,
+        schema = postgres::SCHEMA_VERSION,
+        export = verify::format::FORMAT,
+    )
+}
+
 /// The exit status for an error returned by [`run`]: 75 for [`Resumable`],
 /// 65 (`EX_DATAERR`) for a journal that does not verify, 64 (`EX_USAGE`)
 /// for everything else — bad arguments or configuration, unwritable paths,

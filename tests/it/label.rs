@@ -141,9 +141,11 @@ async fn labels_held_out_digits_keeping_mostly_correct_confident_answers() {
     assert!(answers.iter().all(|a| a["unanimous"] == false || a["confident"] == true));
     assert!(unanimous > 0);
     assert_eq!(field(&report, "answered"), "60 this run, 60 of 60 rows in total");
-    let fraction = number_after(field(&report, "kept"), "(") / 100.0;
-    assert!(fraction > 0.0 && fraction <= 1.0, "{report}");
-    assert_eq!(fraction, (kept.len() as f64 / 60.0 * 1e4).round() / 1e4, "{report}");
+    // Compared in percent, as printed: dividing by 100 first would differ
+    // from the rounded fraction in the last bit for some counts (10 of 60).
+    let percent = number_after(field(&report, "kept"), "(");
+    assert!(percent > 0.0 && percent <= 100.0, "{report}");
+    assert_eq!(percent, (kept.len() as f64 / 60.0 * 1e4).round() / 1e2, "{report}");
     assert!(10 * correct >= 9 * kept.len(), "{correct} of {} kept labels are right", kept.len());
 
     let mut c = client(&server.addr).await;

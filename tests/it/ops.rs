@@ -308,3 +308,24 @@ async fn mtls_certificate_names_the_principal_and_health_stays_plaintext() {
         .expect("pacpriv health runs");
     assert!(!out.status.success(), "nothing listens on port 1");
 }
+
+/// `pacpriv --version` names the release and every format it writes, as
+/// the store and the exporter define them; `-V` the release alone.
+#[test]
+fn version_names_the_release_and_the_formats_it_writes() {
+    use pacpriv_service::store::{postgres, record};
+    let long = crate::util::pacpriv(&["--version"]);
+    assert!(long.status.success(), "{}", String::from_utf8_lossy(&long.stderr));
+    let text = String::from_utf8_lossy(&long.stdout);
+    for expected in [
+        format!("pacpriv {}", env!("CARGO_PKG_VERSION")),
+        format!("sessions format {} ({} with a cache tail)", record::SESSION_FORMAT, record::TAIL_FORMAT),
+        format!("principals format {}", record::FORMAT),
+        format!("PostgreSQL schema: migration {}", postgres::SCHEMA_VERSION),
+        format!("journal export: {}", pacpriv_tools::verify::format::FORMAT),
+    ] {
+        assert!(text.contains(&expected), "`pacpriv --version` lacks {expected:?}:\n{text}");
+    }
+    let short = crate::util::pacpriv(&["-V"]);
+    assert_eq!(String::from_utf8_lossy(&short.stdout).trim(), format!("pacpriv {}", env!("CARGO_PKG_VERSION")));
+}

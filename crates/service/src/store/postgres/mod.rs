@@ -43,6 +43,8 @@ use tokio_postgres::NoTls;
 mod schema;
 mod step;
 
+pub use schema::SCHEMA_VERSION;
+
 use schema::{LOAD_EVENTS, LOAD_JOURNAL, LOAD_PROBED, LOAD_RECORD, migrate};
 use step::{Failed, cache_rows, probe_params, record_of, step_on};
 

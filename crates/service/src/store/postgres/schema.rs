@@ -9,6 +9,10 @@
 
 use crate::store::error::{StoreError, backend};
 
+/// The schema version this release migrates a database to: the last
+/// migration's number (`pacpriv --version` names it).
+pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
 /// The schema, as numbered migrations: applied in order at start-up, each
 /// once, each recorded in `pacpriv_schema_migrations` in the transaction
 /// that applied it. A shipped migration is never edited: a change is the
@@ -179,7 +183,7 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
     tx.batch_execute("LOCK TABLE pacpriv_schema_migrations IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
     let row = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM pacpriv_schema_migrations", &[]).await;
     let applied: i32 = row.map_err(backend)?.get(0);
-    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    let known = SCHEMA_VERSION;
     if applied > known {
         return Err(backend(format!(
             "the database schema is at migration {applied}, newer than this release knows ({known}); \
