@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README quick start as a script: build, start `pacpriv serve` on the
+# The README quick start as a script, then the book (tests/book.py): build,
+# start `pacpriv serve` on the
 # built-in defaults (loopback, any free port), talk to it with the stock
 # Python gRPC client (tests/smoke_client.py), stop it with SIGTERM.
 #
@@ -174,5 +175,14 @@ if ((server_rc != 0)); then
     die "server exited with status $server_rc after SIGTERM"
 fi
 checks=$((checks + 1)) # the clean shutdown
+
+# 10. The book (docs/): it builds, its links and pictures hold, and every
+#     command and configuration snippet in it (and in the README) runs
+#     against the real binary — each page on the default ports, so after
+#     the server above has stopped. The tritonclient examples use the
+#     interoperability tests' venv.
+tests/interop_venv.sh >/dev/null || die "the interop venv (tritonclient) could not be built"
+python3 tests/book.py || die "the book check failed"
+checks=$((checks + 1))
 
 echo "smoke: OK — $checks checks passed, $answers answers, demo spent $spent nats ($((SECONDS - started))s)"

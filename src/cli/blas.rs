@@ -16,7 +16,7 @@
 //! - An `OPENBLAS_CORETYPE` already in the environment (an operator's, or
 //!   the one this module set) is left alone: at most one re-execution.
 //! - Only kernel selection changes: the calibration certifies whatever
-//!   basis LAPACK returns (`docs/privacy-core.md` §2), and `pacpriv verify`
+//!   basis LAPACK returns (`docs/assurance/privacy-core.md` §2), and `pacpriv verify`
 //!   replays the journaled Eq. 4 vector, not a recomputed one, so a
 //!   verifier on other kernels reaches the same posterior bit for bit.
 

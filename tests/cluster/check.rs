@@ -82,7 +82,7 @@ fn unhex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex from encode()")).collect()
 }
 
-/// Totals of one check, for the README's table.
+/// Totals of one check, for the table in docs/assurance/reliability.md.
 #[derive(Default, Clone)]
 pub struct Counts {
     pub queries: usize,
@@ -110,7 +110,7 @@ impl Counts {
         }
     }
 
-    /// The retried attempts for the README's tables: "N (status n, …)".
+    /// The retried attempts for the table in docs/assurance/reliability.mds: "N (status n, …)".
     pub fn retried_summary(&self) -> String {
         let total: u64 = self.retried.values().sum();
         let each: Vec<String> = self.retried.iter().map(|(status, n)| format!("{status} {n}")).collect();

@@ -48,7 +48,7 @@ enum Fault {
     NoStandby,
 }
 
-/// One row of the README's table.
+/// One row of the table in docs/assurance/reliability.md.
 struct Figures {
     fault: Fault,
     /// Milliseconds from the fault to a new primary's promotion (Patroni's
@@ -354,7 +354,7 @@ fn logs(project: &Project) -> String {
     NODES.iter().map(|n| project.logs(n)).collect::<Vec<_>>().join("\n")
 }
 
-/// The figures as the README's table, on standard error and in
+/// The figures as the table in docs/assurance/reliability.md, on standard error and in
 /// `target/tmp/cluster-ha-figures.md` (a passing test's output is not shown).
 fn report(figures: &[Figures]) {
     let mut table = String::from(

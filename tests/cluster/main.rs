@@ -54,7 +54,7 @@ enum Fault {
     Combined,
 }
 
-/// One row of the README's table.
+/// One row of the table in docs/assurance/reliability.md.
 struct Figures {
     phase: String,
     faults: usize,
@@ -413,7 +413,7 @@ fn load_args(keys: &str, prefix: &str, seconds: u64, extra: &[&str]) -> Vec<Stri
     args
 }
 
-/// The figures as the README's table, and each replica's memory.
+/// The figures as the table in docs/assurance/reliability.md, and each replica's memory.
 fn report(figures: &[Figures], memory: &str) {
     eprintln!(
         "\n| phase | faults | queries | answered | retrieved on retry | refused (budget) | retried attempts (by status) | charges checked | lost |"

@@ -4,7 +4,7 @@
 //! descriptors are sampled. Checked: no query fails, the account counts
 //! every fresh answer, and neither memory nor descriptors keep growing (bounds
 //! far above what a healthy run uses, far below what a leak reaches in
-//! ten minutes). Prints the figures README's "Reliability" section quotes.
+//! ten minutes). Prints the figures docs/assurance/reliability.md quotes.
 //!
 //! CI runs 20 s. The long soak is opt-in:
 //! `PACPRIV_SOAK_SECONDS=600 cargo test --release --test it soak -- --nocapture`.

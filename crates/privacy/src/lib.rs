@@ -6,8 +6,8 @@
 //!
 //! Paper: Zhu, Sridhar, Devadas, "PAC-Private Responses with Adversarial
 //! Composition". The argument for each
-//! module is written out in `docs/privacy-core.md`.
-//! How they compose into the session-level guarantee: `docs/accounting.md`.
+//! module is written out in `docs/assurance/privacy-core.md`.
+//! How they compose into the session-level guarantee: `docs/assurance/accounting.md`.
 //!
 //! | module | paper | owns |
 //! |---|---|---|

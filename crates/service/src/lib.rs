@@ -4,7 +4,7 @@
 //! argmax of the secret teacher's output plus Gaussian noise calibrated to how
 //! much the teachers disagree under what this client has already learned
 //! (paper: Zhu, Sridhar, Devadas, *PAC-Private Responses with Adversarial
-//! Composition*, Algorithm 1; the argument end to end: `docs/accounting.md`).
+//! Composition*, Algorithm 1; the argument end to end: `docs/assurance/accounting.md`).
 //! The mathematics is the `pacpriv_privacy` crate; this crate is everything
 //! that turns it into a service.
 //!

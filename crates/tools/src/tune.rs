@@ -24,7 +24,7 @@
 //!   trained on their subsets as `serve` trains them; no private example is
 //!   scored. Choosing λ does depend on the teachers, as any retraining of
 //!   them does; the guarantee of each answer is unchanged (§1 of
-//!   `docs/accounting.md` allows any mechanism per step).
+//!   `docs/assurance/accounting.md` allows any mechanism per step).
 
 use super::budget::{PerQuery, parse_nats, parse_per_query};
 use super::utility::sim::{self, Votes};

@@ -1,5 +1,5 @@
 //! The confidence filter of paper Prop. 5.1 (proof: Appendix B.3;
-//! `docs/privacy-core.md` §7).
+//! `docs/assurance/privacy-core.md` §7).
 //!
 //! For a release r ~ N(e_y, Σ) with known Σ and released label ỹ = argmax r,
 //! keep ỹ iff for every other *active* class j
@@ -12,7 +12,7 @@
 //! (measured: 6.8 % at α = 5 % with k = 3, see the test). A union bound over
 //! the k − 1 values ỹ might take repairs it: we use Φ⁻¹(1 − α/(k − 1)), which is
 //! the paper's threshold for k = 2 and guarantees Pr(kept ∧ wrong) ≤ α for
-//! every k. (Argument: `docs/privacy-core.md` §7.)
+//! every k. (Argument: `docs/assurance/privacy-core.md` §7.)
 //!
 //! Inactive classes are
 //! excluded with certainty (no subset with positive weight predicts them),
@@ -45,7 +45,7 @@ pub fn threshold(alpha: f64) -> Result<f64, PrivacyError> {
 /// LAPACK leaves there would otherwise multiply the grid error by 1/v for a
 /// tiny variance v. Any fixed direction a ∈ range(Σ) gives a statistic that
 /// is N(0, 1) under the true class, so dropping them keeps the test valid
-/// (`docs/privacy-core.md` §7).
+/// (`docs/assurance/privacy-core.md` §7).
 pub const DIRECTION_FLOOR: f64 = 1e-9;
 
 /// What the test needs of one release, for every α: a lower bound on the

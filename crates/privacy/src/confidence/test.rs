@@ -75,7 +75,7 @@ fn mislabelled_answers_are_kept_at_most_alpha_of_the_time() -> Result<(), Privac
     Ok(())
 }
 
-// ---- docs/accounting.md §2: the flag is post-processing of (Q(r), Σ) ----
+// ---- docs/assurance/accounting.md §2: the flag is post-processing of (Q(r), Σ) ----
 
 use ndarray::{Array1, Array2};
 use ndarray_linalg::Solve;

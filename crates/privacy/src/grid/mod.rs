@@ -1,5 +1,5 @@
 //! The grid Q on which a release may leave the process (argument:
-//! `docs/privacy-core.md` §8, `docs/accounting.md` §2).
+//! `docs/assurance/privacy-core.md` §8, `docs/assurance/accounting.md` §2).
 //!
 //! Q(x) = ⌊x·2³² + ½⌋·2⁻³² after clamping x to ±2²⁰: the nearest multiple
 //! of 2⁻³², ties rounded up (toward +∞). One rule, everywhere a value is

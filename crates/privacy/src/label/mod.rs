@@ -1,7 +1,7 @@
 //! Label-mode calibration: every teacher answers with a label, the released
 //! output is the one-hot vector of the secret teacher's label plus noise
 //! (paper §4.2.4 "output stabilization", Theorem 2.4; argument in
-//! `docs/privacy-core.md` §3).
+//! `docs/assurance/privacy-core.md` §3).
 //!
 //! Under weights w the one-hot outputs are categorical with
 //! p_c = Σ_{i: y_i = c} w_i, so C = diag(p) − ppᵀ exactly. Only the k active
@@ -282,7 +282,7 @@ pub fn check_labels(labels: &[usize], classes: usize) -> Result<(), PrivacyError
 /// ([`Posterior::group_masses`]; group g sits at position `position[g]`),
 /// normalised by their sum so that Σ p = 1 as C = diag(p) − ppᵀ assumes. A
 /// class whose mass underflowed holds < 2⁻¹⁰²² of the largest: the
-/// variance floor covers it (`docs/privacy-core.md` §2).
+/// variance floor covers it (`docs/assurance/privacy-core.md` §2).
 fn class_probabilities(masses: &[f64], position: &[usize]) -> Vec<f64> {
     let mut p = vec![0.0; masses.len()];
     for (&mass, &at) in masses.iter().zip(position) {

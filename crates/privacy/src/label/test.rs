@@ -229,7 +229,7 @@ proptest! {
     }
 }
 
-// ---- docs/accounting.md §4–5: noise calibrated to the wrong posterior ----
+// ---- docs/assurance/accounting.md §4–5: noise calibrated to the wrong posterior ----
 
 /// ½·tr(Σ⁺C_q) for the calibration's Σ and the output covariance C_q of the
 /// active classes under class probabilities `q` (dense, like [`dense_mi`]).
@@ -265,7 +265,7 @@ fn class_mass(cal: &LabelCalibration, w: &Array1<f64>) -> Vec<f64> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
-    /// The misspecification bound of docs/accounting.md §4: noise calibrated
+    /// The misspecification bound of docs/assurance/accounting.md §4: noise calibrated
     /// to posterior P but facing the true posterior Q leaks at most
     /// ρ·b with ρ = max_s Q(s)/P(s), because C_Q ⪯ ρ·C_P. Checked densely
     /// for random P, Q and labels with the implementation's Σ.
@@ -288,7 +288,7 @@ proptest! {
     }
 }
 
-/// The example of docs/accounting.md §4–5: m = 128, one teacher dissents,
+/// The example of docs/assurance/accounting.md §4–5: m = 128, one teacher dissents,
 /// the noise is calibrated to the uniform prior (a fresh or reset session),
 /// but the adversary's true posterior puts ½ on the dissenter and ½ on one
 /// agreeing subset. One release then leaks ≈ 31·b, not b — exactly computed
@@ -323,7 +323,7 @@ fn noise_calibrated_to_a_stale_posterior_leaks_far_more_than_b() -> Result<(), P
     Ok(())
 }
 
-/// docs/accounting.md §2, why the opt-in noisy vector must be rounded: the
+/// docs/assurance/accounting.md §2, why the opt-in noisy vector must be rounded: the
 /// unrounded release names its centre in its low-order bits. With two
 /// active classes the noise is ±z, so r_c = fl(1 + z) and r_o = −z exactly:
 /// r_c = fl(1 − r_o) always holds, r_o = fl(1 − r_c) only when 1 + z happened

@@ -1,7 +1,7 @@
 //! The MI ledger of one session: what has been spent, what the limit is, and
 //! whether the next answer may be released (paper Theorem 3.3; the
-//! `contested` policy's argument is in `docs/privacy-core.md` §6).
-//! The whole accounting argument, end to end: `docs/accounting.md`.
+//! `contested` policy's argument is in `docs/assurance/privacy-core.md` §6).
+//! The whole accounting argument, end to end: `docs/assurance/accounting.md`.
 //!
 //! Theorem 3.3: with noise calibrated to the current posterior, the MI
 //! between the secret and the whole transcript is at most Σ_t b_t. The
@@ -18,7 +18,7 @@
 //!   as under `contested`); any other query is refused before anything is
 //!   drawn or charged ([`super::mechanism::answer`]). Whether all m
 //!   teachers agree is a function of the m outputs, not of which subset is
-//!   secret, so the refusal reveals nothing (`docs/accounting.md` §3).
+//!   secret, so the refusal reveals nothing (`docs/assurance/accounting.md` §3).
 //!
 //! # Invariants
 //! - `spent` only grows, and only by [`Ledger::record`].

@@ -67,7 +67,7 @@ proptest! {
     }
 }
 
-// ---- docs/accounting.md §1.4 and §3: the ledger's arithmetic ----
+// ---- docs/assurance/accounting.md §1.4 and §3: the ledger's arithmetic ----
 
 use crate::conservative::add_up;
 

@@ -1,6 +1,6 @@
 //! One step of Algorithm 1, applied atomically to a session's state: budget
 //! check → calibrate Σ_t to P_{t−1} → release M_t(S) + N(0, Σ_t) → update
-//! the posterior (Eq. 4) and the ledger. Argument: `docs/privacy-core.md` §5.
+//! the posterior (Eq. 4) and the ledger. Argument: `docs/assurance/privacy-core.md` §5.
 //!
 //! # Invariants
 //! - Either the answer is returned *and* both the posterior and the ledger

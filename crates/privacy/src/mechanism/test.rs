@@ -200,7 +200,7 @@ fn a_session_composes_linearly_and_stays_useful() -> Result<(), PrivacyError> {
     Ok(())
 }
 
-// ---- docs/accounting.md: properties of one step and of a whole session ----
+// ---- docs/assurance/accounting.md: properties of one step and of a whole session ----
 
 use crate::conservative::add_up;
 
@@ -241,7 +241,7 @@ struct PublicOutcome {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
-    /// docs/accounting.md §3: a unanimous step releases the common output
+    /// docs/assurance/accounting.md §3: a unanimous step releases the common output
     /// exactly, draws no randomness, leaves P_t = P_{t−1} bit for bit, and
     /// costs 0 under `contested` and b under `paper` — where b does not fit,
     /// `paper` refuses and nothing changes.
@@ -303,7 +303,7 @@ proptest! {
         prop_assert_eq!(rng.next_u64(), untouched.next_u64(), "an exact answer draws no noise");
     }
 
-    /// docs/accounting.md §1.5 and §2: given the same posterior, teacher
+    /// docs/assurance/accounting.md §1.5 and §2: given the same posterior, teacher
     /// outputs, ledger and generator, every secret index gets the same
     /// refusal, charge, unanimity, certified bound (≤ b(1 − 10⁻⁸), ≤ the
     /// charge), ledger, noise vector z and amount of randomness drawn. Only
@@ -381,7 +381,7 @@ proptest! {
         }
     }
 
-    /// docs/accounting.md §1 and §3, along whole sessions: on every path,
+    /// docs/assurance/accounting.md §1 and §3, along whole sessions: on every path,
     /// each answered step's certified per-step bound is at most its charge,
     /// a unanimous step leaves the posterior bit for bit, spent is the
     /// rounded-up sum of the charges, and Σ_t (per-step bound) ≤ Σ_t c_t ≤
@@ -450,7 +450,7 @@ fn gauss(y: f64, mean: f64, var: f64) -> f64 {
     (-(y - mean).powi(2) / (2.0 * var)).exp() / (2.0 * std::f64::consts::PI * var).sqrt()
 }
 
-/// docs/accounting.md §4: two principals with separate sessions (each a
+/// docs/assurance/accounting.md §4: two principals with separate sessions (each a
 /// fresh, uniform posterior over m = 4 subsets, one answer of b = 0.01
 /// each) who collude *adaptively* — B's query depends on A's answer — learn
 /// more than the sum of their budgets about the secret from the two
@@ -654,7 +654,7 @@ fn adversarial_value() -> impl Strategy<Value = f64> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// docs/accounting.md §1.5 (and §3 for `unanimous_only`'s CONTESTED
+    /// docs/assurance/accounting.md §1.5 (and §3 for `unanimous_only`'s CONTESTED
     /// refusals): over adversarial posteriors and teacher outputs, under
     /// both the `contested` and `unanimous_only` policies, along a session,
     /// every step's status — answered or which error — and its charge are

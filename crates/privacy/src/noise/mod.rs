@@ -1,5 +1,5 @@
 //! A calibrated Gaussian noise covariance Σ with its certificate, and the
-//! sampler (paper Theorem 2.4; argument in `docs/privacy-core.md` §2–3).
+//! sampler (paper Theorem 2.4; argument in `docs/assurance/privacy-core.md` §2–3).
 //!
 //! Theorem 2.4: if the output covariance C has eigenpairs (λ_j, u_j), noise
 //! with variance σ_j = √λ_j · (Σ_l √λ_l) / (2b) along u_j gives

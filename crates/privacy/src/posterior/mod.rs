@@ -16,16 +16,16 @@
 //!   (below −1.8·10³⁰⁸) saturates to −∞, i.e. weight 0: its contribution
 //!   to any covariance is far below the variance floor, and saturating
 //!   instead of failing keeps the update infallible after the draw, so no
-//!   error can depend on which subset is secret (`docs/accounting.md` §1.5).
+//!   error can depend on which subset is secret (`docs/assurance/accounting.md` §1.5).
 //! - Linear form: every weight is finite and ≥ 0, at least one is > 0, and
 //!   each update rescales so that the largest group mass is ≈ 1. A weight
 //!   below 2⁻¹⁰⁷⁴·m of the largest is 0 and stays 0 — the same saturation,
-//!   at a relative weight the variance floor covers (`docs/privacy-core.md`
+//!   at a relative weight the variance floor covers (`docs/assurance/privacy-core.md`
 //!   §5).
 //! - The update rules ([`UpdateRule`]) agree to rounding and differ in the
 //!   last bits. A journal records which rule each step used, because
 //!   `pacpriv verify` replays the posterior bit for bit
-//!   (`docs/privacy-core.md` §5).
+//!   (`docs/assurance/privacy-core.md` §5).
 
 use super::PrivacyError;
 use ndarray::{Array1, ArrayView1};

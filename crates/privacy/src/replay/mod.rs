@@ -2,7 +2,7 @@
 //! the teachers' outputs, the published release and the session's state
 //! before it — without the secret index or the draw: what `pacpriv verify`
 //! runs for every entry of an exported journal (argument:
-//! `docs/accounting.md` §9).
+//! `docs/assurance/accounting.md` §9).
 //!
 //! For each step it checks:
 //! - the charge is the policy's for the outputs' agreement, fits the

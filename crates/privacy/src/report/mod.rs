@@ -34,7 +34,7 @@
 //!   mechanism is (ε, δ)-DP for neighbouring datasets.
 //!
 //! The B it takes is a bound on I(S; V). For a session that is its limit
-//! (I(S; V) ≤ 𝔼(spent) ≤ limit, `docs/accounting.md` §1.6); `mia_bound(spent)`
+//! (I(S; V) ≤ 𝔼(spent) ≤ limit, `docs/assurance/accounting.md` §1.6); `mia_bound(spent)`
 //! of the realised `spent` is valid for an attacker that stops at a fixed
 //! charge, not one that stops adaptively (§1.7).
 //!

@@ -2,7 +2,7 @@
 //! (scores, regression outputs): paper §2.1 remark — SVD of the weighted,
 //! centred m × d output matrix — with the same Theorem 2.4 formula, the same
 //! certificate and the same posterior update as label mode (argument in
-//! `docs/privacy-core.md` §4).
+//! `docs/assurance/privacy-core.md` §4).
 //!
 //! With X = diag(√w)(V − 1μᵀ), C = XᵀX. The right singular vectors of X
 //! give the basis U (d × r, r = min(m, d)); each direction's variance comes

@@ -6,7 +6,7 @@
 //! takes, and checks what that code promises.
 //!
 //! Two drivers call these: the cargo-fuzz targets in `fuzz/` (libFuzzer,
-//! coverage-guided, nightly; README "Reliability" has the command and
+//! coverage-guided, nightly; docs/assurance/reliability.md has the command and
 //! figures) and the proptest fallback in [`test`], which `cargo test` runs
 //! in CI with structured generators (huge and negative dimensions, wrong
 //! datatypes, raw contents of the wrong size, NaN).

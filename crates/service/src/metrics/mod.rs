@@ -14,7 +14,7 @@
 //!   same whatever s* is; budget gauges show what each principal is already
 //!   told in its responses; a step's calibration time depends on the
 //!   posterior and the outputs, never on which teacher's output the noise
-//!   is centred on (`docs/accounting.md` §1.5).
+//!   is centred on (`docs/assurance/accounting.md` §1.5).
 //! - Label values come from closed sets (outcomes, RPCs, stages, error
 //!   kinds), from the m configured teacher names, or from principal names — at most
 //!   `metrics.max_principal_series` of them; the rest are only counted.

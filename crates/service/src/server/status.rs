@@ -13,7 +13,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 /// The stable `google.rpc.ErrorInfo` reasons every error status carries
 /// (domain [`DOMAIN`]), with metadata `charged` = `"true"` / `"false"`.
-/// Listed in `proto/pacpriv/v1/privatizer.proto` and the README; a client
+/// Listed in `proto/pacpriv/v1/privatizer.proto` and docs/clients/grpc.md; a client
 /// may switch on them. `charged = "true"` only ever means "this query may
 /// have been charged": retry the same query (same principal, input and
 /// options) to receive its answer without a second charge.

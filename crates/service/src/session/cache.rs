@@ -2,7 +2,7 @@
 //! session's stored release instead of fresh noise.
 //!
 //! Returning a stored answer is post-processing of a release already
-//! charged (`docs/accounting.md` §2, "Repeated queries"): it costs nothing, leaves the
+//! charged (`docs/assurance/accounting.md` §2, "Repeated queries"): it costs nothing, leaves the
 //! posterior alone and reveals nothing new. Asking the same question again
 //! and again therefore cannot average the noise away.
 //!
@@ -31,7 +31,7 @@
 //!   per evicted query), so a repeat of it is refused, never answered with
 //!   fresh noise. Nothing one owner does changes what another owner's
 //!   lookups return: under global scope the shared budget is the only
-//!   state principals share (`docs/accounting.md` §2, §4).
+//!   state principals share (`docs/assurance/accounting.md` §2, §4).
 //! - Each owner's entries are numbered in answer order, and the session
 //!   record keeps only each owner's span of numbers: a step writes the
 //!   entry it added and the one it evicted, never the history.

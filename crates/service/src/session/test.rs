@@ -238,7 +238,7 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
     Ok(())
 }
 
-/// docs/accounting.md §4: under per-principal scope each session's
+/// docs/assurance/accounting.md §4: under per-principal scope each session's
 /// posterior — the belief its noise is calibrated to — moves only with its
 /// own principal's answers; under global scope everyone's answers move the
 /// one shared posterior.
@@ -262,7 +262,7 @@ async fn per_principal_sessions_calibrate_to_their_own_transcript_only() -> Test
     Ok(())
 }
 
-/// docs/accounting.md §5: the store *is* the accounting. Delete it and the
+/// docs/assurance/accounting.md §5: the store *is* the accounting. Delete it and the
 /// same teachers face fresh budgets and a uniform posterior — nothing in
 /// the process remembers the answers already given.
 #[tokio::test]

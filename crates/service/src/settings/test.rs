@@ -154,13 +154,13 @@ fn rate_limit_is_off_by_default_and_its_burst_defaults_to_the_rate() -> Result<(
     Ok(())
 }
 
-/// docs/configuration.md lists every key of the shipped configuration,
+/// docs/operations/configuration.md lists every key of the shipped configuration,
 /// each with its environment variable (scalars) and its default.
 #[test]
 fn the_configuration_reference_lists_every_key() -> Result<(), Box<dyn std::error::Error>> {
     // Read at run time: docs/ is no input of the build (the image's
     // builder does not copy it).
-    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md"))?;
+    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations/configuration.md"))?;
     let shipped = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml)).build()?;
     let table: BTreeMap<String, config::Value> = shipped.try_deserialize()?;
     for (section, keys) in table.into_iter().filter(|(s, _)| s != "principals") {
@@ -168,7 +168,7 @@ fn the_configuration_reference_lists_every_key() -> Result<(), Box<dyn std::erro
             let row = reference
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{section}.{key}` |")))
-                .ok_or_else(|| format!("docs/configuration.md has no row for {section}.{key}"))?;
+                .ok_or_else(|| format!("docs/operations/configuration.md has no row for {section}.{key}"))?;
             let scalar = !matches!(value.kind, config::ValueKind::Table(_) | config::ValueKind::Array(_));
             let env = format!("`PACPRIV__{}__{}`", section.to_uppercase(), key.to_uppercase());
             assert!(!scalar || row.contains(&env), "{section}.{key}: the row does not name {env}");

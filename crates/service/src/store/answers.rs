@@ -1,7 +1,7 @@
 //! A session's cached answers as the store keeps them: in their own
 //! tables beside the session record, not inside it, so a step writes what
 //! it changed — one answer in, one out — however long the session has
-//! lived (issue 27; `docs/accounting.md` §5).
+//! lived (issue 27; `docs/assurance/accounting.md` §5).
 //!
 //! # Owns
 //! [`CacheWrite`] (one change to a session's cached answers),

@@ -1,5 +1,5 @@
 //! Durable session state: what must survive a crash for the privacy
-//! guarantee to survive it (`docs/accounting.md` §5: an answer released
+//! guarantee to survive it (`docs/assurance/accounting.md` §5: an answer released
 //! before its record is durable could be charged to nobody).
 //!
 //! Holds, per session, the posterior log-weights and the ledger with a
@@ -7,7 +7,7 @@
 //! of the teacher set it belongs to; optionally a journal of every step
 //! (charge and the log-likelihood vector applied) and, in the same hash
 //! chain, every cache hit and refusal (events), so a transcript can be
-//! replayed and audited (`docs/accounting.md` §9).
+//! replayed and audited (`docs/assurance/accounting.md` §9).
 //!
 //! # Invariants
 //! - A record is handed to the store *before* its answer is released, and

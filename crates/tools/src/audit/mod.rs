@@ -170,9 +170,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 request(if k == 0 { format!("audit-{t}") } else { format!("audit-{t}-again-{k}") }, &universe[u])
             })
             .collect();
-        let mut request = tonic::Request::new(tokio_stream::iter(requests));
-        request.metadata_mut().insert("x-api-key", key.clone());
-        let mut responses = client.predict_stream(request).await.context("PredictStream")?.into_inner();
+        // The stream from request `from` on: opened again after a query the
+        // server asked to retry.
+        let open = |from: usize| {
+            let mut request = tonic::Request::new(tokio_stream::iter(requests[from..].to_vec()));
+            request.metadata_mut().insert("x-api-key", key.clone());
+            request
+        };
+        let mut responses = client.predict_stream(open(0)).await.context("PredictStream")?.into_inner();
 
         let mut posterior = Posterior::uniform(models)?;
         let score = |posterior: &Posterior| {
@@ -183,11 +188,27 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let mut rows = vec![Checkpoint { queries: 0, spent: start.spent, bound: start.mia_bound, expected, accuracy }];
         let mut next_mark = marks.iter().peekable();
         let mut cached = 0u64;
+        // The last release received for each universe point: a cached answer
+        // equal to it repeats what the adversary has already seen.
+        let mut observed: std::collections::HashMap<usize, Vec<f64>> = std::collections::HashMap::new();
         'queries: for (t, &u) in order.iter().enumerate() {
             let mut first: Option<Vec<f64>> = None;
             let mut budget = Budget::default();
-            for _ in 0..repeat {
-                let response = match responses.message().await {
+            for k in 0..repeat {
+                let response = loop {
+                    match responses.message().await {
+                        // A repeat whose cached answer moved while it was in
+                        // flight (the stream's own earlier queries evicted it):
+                        // nothing was charged, and the status ended the stream,
+                        // so ask again from this request on.
+                        Err(status) if cache_moved(&status) => {
+                            let from = t * repeat + k;
+                            responses = client.predict_stream(open(from)).await.context("PredictStream")?.into_inner();
+                        }
+                        other => break other,
+                    }
+                };
+                let response = match response {
                     Ok(Some(r)) => r,
                     Ok(None) => bail!("the server ended the stream after {t} answers"),
                     Err(status) if t > 0 && status.code() == tonic::Code::ResourceExhausted => {
@@ -211,11 +232,19 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 budget = response.budget.unwrap_or_default();
                 if response.cached {
                     // The same release again: nothing to learn (checked).
-                    if first.as_ref().is_some_and(|f| *f != response.noisy) {
-                        bail!("query {t}: a cached answer differs from the release it repeats");
+                    if let Some(f) = &first {
+                        if *f != response.noisy {
+                            bail!("query {t}: a cached answer differs from the release it repeats");
+                        }
+                        cached += 1;
+                        continue;
                     }
-                    cached += 1;
-                    continue;
+                    if observed.get(&u) == Some(&response.noisy) {
+                        cached += 1;
+                        continue;
+                    }
+                    // A release this tool never received: the step ran while
+                    // the stream was being reopened. New to the adversary.
                 }
                 attack::observe_label_release(
                     &mut posterior,
@@ -225,6 +254,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                     &response.noisy,
                     PUBLISHED_GRID / 2.0,
                 )?;
+                observed.insert(u, response.noisy.clone());
                 first = Some(response.noisy);
             }
             if next_mark.peek() == Some(&&(t + 1)) {
@@ -300,6 +330,13 @@ pub(crate) fn check_fresh(b: &Budget) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// UNAVAILABLE with reason CACHE_MOVED: retry, nothing was charged.
+fn cache_moved(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    status.code() == tonic::Code::Unavailable
+        && status.get_error_details().error_info().is_some_and(|i| i.reason == "CACHE_MOVED")
 }
 
 pub(crate) fn stream_error(status: tonic::Status) -> anyhow::Error {

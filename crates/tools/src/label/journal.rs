@@ -9,7 +9,7 @@
 //! - A journal is only ever continued for the same rows (same count,
 //!   length and [`super::dataset::Fingerprint`]) and the same α.
 //! - A last line without its newline is an answer torn by a crash: it is
-//!   dropped (that answer was paid for and is lost; see the README). Any
+//!   dropped (that answer was paid for and is lost; see docs/tools/label.md). Any
 //!   other unreadable line is an error, never silently skipped.
 
 use serde::{Deserialize, Serialize};

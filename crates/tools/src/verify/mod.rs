@@ -21,7 +21,7 @@
 //! clamp on a noisy coordinate leaves its posterior update unchecked
 //! ([`pacpriv_privacy::replay::Replayed::unchecked`]), and such a step fails
 //! like a mismatch unless `--allow-unchecked` is given, which lists every
-//! such line instead. Argument: `docs/accounting.md` §9.
+//! such line instead. Argument: `docs/assurance/accounting.md` §9.
 
 pub mod format;
 

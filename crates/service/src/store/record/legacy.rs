@@ -87,7 +87,7 @@ fn cache(r: &mut Reader<'_>) -> Option<schema::AnswerCache> {
             // The unmarked layout's evidence came from the *unrounded*
             // release: round its statistic down to a multiple of 2⁻¹⁰, so
             // repeats no longer give away its low-order bits (only ever
-            // less confident than before; docs/accounting.md §8).
+            // less confident than before; docs/assurance/accounting.md §8).
             let min_t = if unmarked { (min_t * 1024.0).floor() / 1024.0 } else { min_t };
             Some(schema::Evidence { min_t, k: r.u32()? })
         } else {
