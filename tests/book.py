@@ -201,7 +201,7 @@ def commands(block):
     return out
 
 
-NUMBER = re.compile(r"[-+]?(\d[\d,]*\.?\d*(e[-+]?\d+)?|\.\d+)", re.I)
+NUMBER = re.compile(r"\d(?:[\d,]*\d)?(?:\.\d*)?(?:e[-+]?\d+)?|\.\d+", re.I)
 
 
 def mask(line):

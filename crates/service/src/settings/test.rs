@@ -160,7 +160,8 @@ fn rate_limit_is_off_by_default_and_its_burst_defaults_to_the_rate() -> Result<(
 fn the_configuration_reference_lists_every_key() -> Result<(), Box<dyn std::error::Error>> {
     // Read at run time: docs/ is no input of the build (the image's
     // builder does not copy it).
-    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations/configuration.md"))?;
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations/configuration.md"))?;
     let shipped = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml)).build()?;
     let table: BTreeMap<String, config::Value> = shipped.try_deserialize()?;
     for (section, keys) in table.into_iter().filter(|(s, _)| s != "principals") {
