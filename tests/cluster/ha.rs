@@ -119,10 +119,15 @@ fn build_ha_image() {
 /// maximum latency of answers in the fault window, the load generator's
 /// lines, the primary once the cluster settled.
 fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u64), Vec<Seen>, String) {
+    // Load long enough to see every replica answer after the fault's
+    // recovery: Combined (a failover, a replica restarted mid-failover and
+    // the old primary rejoining through pg_rewind) has settled as late as
+    // 58 s into the load on a 2-core CI machine.
     let seconds = match fault {
         Fault::Rejoin | Fault::Switchover => 40,
         Fault::KillPrimary | Fault::NoStandby => 50,
-        Fault::Partition | Fault::Combined => 60,
+        Fault::Partition => 60,
+        Fault::Combined => 90,
     };
     let load = project.load(&load_args(LOAD_KEYS, prefix, seconds, &[]));
     let t0 = load.started;
