@@ -308,9 +308,13 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (usize, Vec<Seen>) {
         fault_took + Duration::from_secs(4) < Duration::from_secs(seconds),
         "{fault:?}: the faults took {fault_took:?} of the {seconds} s of load, too little left to see recovery"
     );
-    if !cuts.is_empty() {
+    if matches!(fault, Fault::Partition) {
         // The cut-off replica said so (its database timeout), rather than
-        // leaving clients to their own deadlines.
+        // leaving clients to their own deadlines. Checked on the cut alone:
+        // in Combined the same cut overlaps a killed replica and a database
+        // restart, clients' 3 s deadlines run out before the replica's 5 s
+        // database timeout more often than not, and a run can see none
+        // (a fresh-clone CI run did; its charges all checked out).
         let said = seen.iter().any(|s| s.retried.contains_key("Unavailable/STORE_UNAVAILABLE"));
         assert!(
             said,
