@@ -62,6 +62,13 @@ pub async fn channel(addr: &str, tls: &TlsArgs, what: &str) -> anyhow::Result<Ch
     endpoint.connect().await.with_context(|| format!("connecting to {what} at {uri}"))
 }
 
+/// The `google.rpc.ErrorInfo` reason of a status, if it carries one: what
+/// the server says happened (`BUDGET_EXHAUSTED`, `CACHE_MOVED`, …).
+pub(crate) fn reason(status: &tonic::Status) -> Option<String> {
+    use tonic_types::StatusExt;
+    status.get_error_details().error_info().map(|i| i.reason.clone())
+}
+
 #[cfg(test)]
 mod test {
     use super::uri;

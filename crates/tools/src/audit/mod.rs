@@ -334,9 +334,7 @@ pub(crate) fn check_fresh(b: &Budget) -> anyhow::Result<()> {
 
 /// UNAVAILABLE with reason CACHE_MOVED: retry, nothing was charged.
 fn cache_moved(status: &tonic::Status) -> bool {
-    use tonic_types::StatusExt;
-    status.code() == tonic::Code::Unavailable
-        && status.get_error_details().error_info().is_some_and(|i| i.reason == "CACHE_MOVED")
+    status.code() == tonic::Code::Unavailable && connect::reason(status).as_deref() == Some("CACHE_MOVED")
 }
 
 pub(crate) fn stream_error(status: tonic::Status) -> anyhow::Error {

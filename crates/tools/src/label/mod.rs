@@ -293,12 +293,6 @@ fn answer_of(row: u64, r: &PredictResponse) -> Answer {
     }
 }
 
-/// The `google.rpc.ErrorInfo` reason of a status, if it carries one.
-fn reason(status: &Status) -> Option<String> {
-    use tonic_types::StatusExt;
-    status.get_error_details().error_info().map(|i| i.reason.clone())
-}
-
 /// Codes after which the same request may succeed later.
 fn transient(code: Code) -> bool {
     matches!(
@@ -539,7 +533,7 @@ impl Job<'_> {
                     }
                     answer
                 }
-                Err(status) if reason(&status).as_deref() == Some("CONTESTED") => {
+                Err(status) if connect::reason(&status).as_deref() == Some("CONTESTED") => {
                     Answer { row: next, label: 0, confident: false, unanimous: false, mi_charged: 0.0, contested: true }
                 }
                 Err(status) => {
