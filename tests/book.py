@@ -23,16 +23,17 @@ links to the repository's `clients/`, `examples/`, `data/`, `config/` and
 `proto/`, with `target/release` first on PATH (so `pacpriv` is the binary
 just built): `sh` blocks line by line, `console` blocks command by command
 with the output shown under each command compared to what it printed, a
-`python` block by the interpreter named, and a `toml` block through
-`pacpriv serve --check --config`. `server` starts `pacpriv serve` on its
-built-in defaults first (with the variables given), as the README's serve
-command does, in that working directory, and keeps it for the page's next
-block if the variables are the same; a command line that starts
-`pacpriv serve … &` itself is waited for until it reports SERVING.
+`python` block by the page's `python3` (or the interpreter named), and a
+`toml` block through `pacpriv serve --check --config`. `server` first runs
+the README's serve command verbatim (with the variables given, and the
+store in the page's directory), and keeps it for the page's next block if
+the variables are the same; a command line that starts `pacpriv serve … &`
+itself is waited for until it reports SERVING.
 Output comparison: numbers are masked (they carry the noise and the
 secret), `…` in a shown line matches anything, and the shown lines must
 appear in order among those printed; `output=exact` compares verbatim.
-A command whose shown output starts with `error:` must fail; every other
+A command whose shown output has a line starting `error:` must fail
+(unless it ends in `echo "exit $?"`, which shows the status); every other
 command must succeed.
 """
 import argparse
