@@ -1,6 +1,11 @@
-"""Issue 26 §3's matrix: privatizer vs proxy at several client counts, in
-both teacher layouts, RUNS times each; prints the median throughput ratio,
-the lowest, and the p99 latency ratio per cell as Markdown.
+"""Issue 26 §3's matrix, restated by issue 44 §1: privatizer vs proxy at
+several client counts, in both teacher layouts, RUNS times each; prints the
+median throughput ratio, the lowest, the p99 latency ratio and the share of
+unanimous answers per cell as Markdown.
+
+The privatizer runs under --policy (default `contested`, where a unanimous
+answer is free and leaves without waiting for the disk); `paper` charges
+every answer, so every answer waits for its group commit.
 
 Each run is one `pacpriv-bench service` invocation (proxy and privatizer
 measured back to back against the same teachers, as that bench does), so
@@ -12,6 +17,8 @@ Run (from the repository root, after `cargo build --release`):
 """
 
 import argparse
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -32,6 +39,12 @@ def rows(report):
     return out
 
 
+def unanimous(report, target):
+    """The share of `target`'s answers the teachers were unanimous on, in %."""
+    m = re.search(rf"Unanimous answers .*?[:,] {re.escape(target)} ([0-9.]+) %", report)
+    return float(m.group(1)) if m else float("nan")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--clients", default="1,8,32,64,128")
@@ -39,7 +52,9 @@ def main():
     p.add_argument("--seconds", default="5")
     p.add_argument("--state-dir", default=".")
     p.add_argument("--bench", default="target/release/pacpriv-bench")
+    p.add_argument("--policy", default="contested", choices=["paper", "contested"])
     a = p.parse_args()
+    env = dict(os.environ, PACPRIV__PRIVACY__POLICY=a.policy)
     targets = ",".join(t for pair in LAYOUTS.values() for t in pair)
     results = {}  # (layout, clients) -> [(throughput ratio, p99 ratio)]
     for n in [int(c) for c in a.clients.split(",")]:
@@ -47,26 +62,32 @@ def main():
             report = subprocess.run(
                 [a.bench, "service", "--only", targets, "--principals", str(n), "--seconds", a.seconds,
                  "--state-dir", a.state_dir],
-                check=True, capture_output=True, text=True).stdout
+                check=True, capture_output=True, text=True, env=env).stdout
             got = rows(report)
             for layout, (proxy, priv) in LAYOUTS.items():
                 if proxy not in got or priv not in got:
                     sys.exit(f"run {run} at {n} clients reported no {proxy}/{priv} row:\n{report}")
                 ratio = got[priv][0] / got[proxy][0]
                 p99 = got[priv][1] / got[proxy][1]
-                results.setdefault((layout, n), []).append((ratio, p99))
+                share = unanimous(report, priv)
+                results.setdefault((layout, n), []).append((ratio, p99, share))
                 print(f"# {layout} {n} clients run {run + 1}: throughput {ratio:.3f}x, p99 {p99:.3f}x "
-                      f"(proxy {got[proxy][0]:.0f}/s, privatizer {got[priv][0]:.0f}/s)", flush=True)
+                      f"(proxy {got[proxy][0]:.0f}/s, privatizer {got[priv][0]:.0f}/s), "
+                      f"unanimous {share:.1f} %", flush=True)
+    print()
+    print(f"policy = {a.policy}")
     print()
     print(f"| layout | clients | privatizer / proxy, median of {a.runs} | lowest | goal ≥ 0.95×, none < 0.9× "
-          f"| p99 ratio, median | goal ≤ 1.2× |")
-    print("|---|---:|---:|---:|---|---:|---|")
+          f"| p99 ratio, median | goal ≤ 1.2× | unanimous answers |")
+    print("|---|---:|---:|---:|---|---:|---|---:|")
     for (layout, n), xs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        med = statistics.median(r for r, _ in xs)
-        low = min(r for r, _ in xs)
-        p99 = statistics.median(q for _, q in xs)
+        med = statistics.median(r for r, _, _ in xs)
+        low = min(r for r, _, _ in xs)
+        p99 = statistics.median(q for _, q, _ in xs)
+        share = statistics.median(u for _, _, u in xs)
         ok = "met" if med >= 0.95 and low >= 0.9 else "missed"
-        print(f"| {layout} | {n} | {med:.2f}× | {low:.2f}× | {ok} | {p99:.2f}× | {'met' if p99 <= 1.2 else 'missed'} |")
+        print(f"| {layout} | {n} | {med:.2f}× | {low:.2f}× | {ok} | {p99:.2f}× | {'met' if p99 <= 1.2 else 'missed'} "
+              f"| {share:.1f} % |")
 
 
 if __name__ == "__main__":

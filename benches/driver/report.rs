@@ -87,6 +87,18 @@ pub(super) fn service(
             writeln!(out, "\nErrors of {}: {}.", target.name, codes(&m.run))?;
         }
     }
+    // Under `contested` a unanimous answer is free and leaves without
+    // waiting for the disk (issue 44 §1): the share says how much of the
+    // stream that is.
+    let shares: Vec<String> = results
+        .iter()
+        .filter_map(|(t, m)| {
+            let answers = m.run.clients.iter().flat_map(|c| &c.answers);
+            let (all, unanimous) = answers.fold((0usize, 0usize), |(n, u), a| (n + 1, u + usize::from(a.unanimous)));
+            (all > 0).then(|| format!("{} {:.1} %", t.name, 100.0 * unanimous as f64 / all as f64))
+        })
+        .collect();
+    writeln!(out, "\nUnanimous answers (all teachers agreed; warm-up included): {}.", shares.join(", "))?;
     let throughput = |name: &str| results.iter().find(|(t, _)| t.name == name).map(|(_, m)| m.run.throughput());
     let ratios: Vec<String> = RATIOS
         .iter()

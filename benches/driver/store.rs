@@ -300,7 +300,7 @@ async fn durable(
                 let handle = &handles[session_of(task, n, tasks, handles.len())];
                 let key = (cached > 0).then(|| QueryDigest::of(&[task as f64, n as f64]).into());
                 let asking = Asking { key, ..Asking::uncached(None, String::new()) };
-                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.durable().await?;
+                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.release().await?;
                 n += 1;
             }
             Ok::<u64, SessionError>(n)

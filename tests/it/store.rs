@@ -110,10 +110,10 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         return_noisy: true,
     };
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
-    let (first, _) = bob.begin(vec![(Some(outputs(3)), keyed())]).await.expect("step").durable().await.expect("fresh");
+    let (first, _) = bob.begin(vec![(Some(outputs(3)), keyed())]).await.expect("step").release().await.expect("fresh");
     let first = &first[0];
     assert!(!first.cached);
-    let (again, view) = bob.begin(vec![(None, keyed())]).await.expect("step").durable().await.expect("cached");
+    let (again, view) = bob.begin(vec![(None, keyed())]).await.expect("step").release().await.expect("cached");
     let again = &again[0];
     assert!(again.cached && again.charge.get() == 0.0 && again.label == first.label);
     assert_eq!((again.published.clone(), view.answered), (first.published.clone(), 1));
@@ -125,7 +125,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         bob.preflight(&[QueryDigest::of(&[1.0, 2.0]).into()], "q").await.expect("preflight"),
         [Preflight::Known]
     );
-    let (after, view) = bob.begin(vec![(None, keyed())]).await.expect("step").durable().await.expect("cached");
+    let (after, view) = bob.begin(vec![(None, keyed())]).await.expect("step").release().await.expect("cached");
     assert_eq!((&after[0], view.answered), (again, 1));
     assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");
 
@@ -139,14 +139,14 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     bob.begin(vec![(Some(outputs(0)), asking(0)), (Some(outputs(1)), asking(1))])
         .await
         .expect("two rows")
-        .durable()
+        .release()
         .await
         .expect("durable")
         .0
         .iter()
         .for_each(|r| labels.push(r.label));
     for n in 2..6 {
-        let (r, _) = bob.begin(vec![(Some(outputs(n)), asking(n))]).await.expect("step").durable().await.expect("ok");
+        let (r, _) = bob.begin(vec![(Some(outputs(n)), asking(n))]).await.expect("step").release().await.expect("ok");
         labels.push(r[0].label);
     }
     drop((bob, s, store));
@@ -158,7 +158,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         assert!(matches!(bob.begin(vec![(None, asking(n))]).await, Err(SessionError::EvictedRepeat)), "e{n}");
     }
     for (n, &label) in labels.iter().enumerate().skip(2) {
-        let (r, _) = bob.begin(vec![(None, asking(n))]).await.expect("hit").durable().await.expect("durable");
+        let (r, _) = bob.begin(vec![(None, asking(n))]).await.expect("hit").release().await.expect("durable");
         assert!(r[0].cached && r[0].label == label, "e{n}: {:?}", r[0]);
     }
     assert_eq!(bob.budget().await.expect("budget").answered, 7, "six more steps, no hit charged");
@@ -467,7 +467,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
             for &x in cached {
                 let want = released.get(&(session, key(x).digest.as_bytes().to_vec())).copied();
                 let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
-                let got = step.expect("a cached answer").durable().await.expect("durable").0[0].clone();
+                let got = step.expect("a cached answer").release().await.expect("durable").0[0].clone();
                 assert!(got.cached && got.charge.get() == 0.0, "{session} {who} [{x}]: {got:?}");
                 assert_eq!(Some(got.label), want, "{session} {who} [{x}]: the label the old release released");
             }
@@ -478,7 +478,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
             if scope == Scope::PerPrincipal {
                 for &(x, label) in new {
                     let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
-                    assert_eq!(step.expect("hit").durable().await.expect("durable").0[0].label, label);
+                    assert_eq!(step.expect("hit").release().await.expect("durable").0[0].label, label);
                 }
             }
         }
@@ -494,7 +494,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
         .begin(vec![(Some(outputs(4)), Asking { key: Some(four), ..ask(4.0, true) })])
         .await
         .expect("a new query")
-        .durable()
+        .release()
         .await
         .expect("durable");
     drop((alice, s, store));

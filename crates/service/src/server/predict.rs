@@ -6,7 +6,8 @@
 //!    fits, ask all m teachers (no lock held);
 //! 2. [`step`]: one step of Algorithm 1 on the session, charged, its record
 //!    queued for the store ([`Handle::begin`]);
-//! 3. [`respond`]: wait until that record is durable, then the response.
+//! 3. [`respond`]: wait until the record the answers depend on is durable
+//!    (none, for free answers: `store::Release`), then the response.
 
 use super::App;
 use super::input::Query;
@@ -193,14 +194,14 @@ pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) ->
     }
 }
 
-/// Phase 3: the response, once the step is durable.
+/// Phase 3: the response, once the step may be released.
 ///
 /// # Errors
 /// The commit failed: the answer is withheld, its charge stands.
 pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
     let (Taken { query, step }, traced) = taken.take();
     let charging = Instant::now();
-    let (replies, view) = step.durable().await.map_err(|e| traced.fail(e))?;
+    let (replies, view) = step.release().await.map_err(|e| traced.fail(e))?;
     app.metrics.service.stage(Stage::DurableCharge, charging.elapsed().as_secs_f64());
     let charged: f64 = replies.iter().map(|r| r.charge.get()).sum();
     traced.span.in_scope(|| {

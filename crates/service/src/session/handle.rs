@@ -1,11 +1,12 @@
 //! An authenticated caller's [`Handle`] on its session: the preflight (one
 //! read), the step under the cell's lock, and the [`Step`] whose answers
-//! are reachable only once durable.
+//! are reachable only once what they were charged is durable.
 //!
 //! # Invariants
 //! - The lock is held only around the math, never across the teacher
 //!   fan-out nor the fsync.
-//! - An answer leaves only through [`Step::durable`].
+//! - An answer leaves only through [`Step::release`], which waits for the
+//!   durable record its [`Release`](crate::store::Release) names.
 
 use super::cache::{CacheKey, Lookup, Owner, QueryDigest};
 use super::credential::Presented;
@@ -154,11 +155,11 @@ impl Handle {
 
     /// One step of Algorithm 1 on this session — budget check,
     /// calibration, noise, posterior and ledger update, atomically — and
-    /// returns only once the step is durable: [`Handle::begin`], then
-    /// [`Step::durable`]. Not cached.
+    /// returns only once the step may be released: [`Handle::begin`], then
+    /// [`Step::release`]. Not cached.
     ///
     /// # Errors
-    /// As [`Handle::begin`] and [`Step::durable`].
+    /// As [`Handle::begin`] and [`Step::release`].
     pub async fn answer(
         &self,
         outputs: TeacherOutputs,
@@ -166,7 +167,7 @@ impl Handle {
         query_id: String,
     ) -> Result<(Reply, BudgetView), SessionError> {
         let (mut replies, view) =
-            self.begin(vec![(Some(outputs), Asking::uncached(alpha, query_id))]).await?.durable().await?;
+            self.begin(vec![(Some(outputs), Asking::uncached(alpha, query_id))]).await?.release().await?;
         // One row in, one reply out.
         let reply = replies.pop().ok_or(SessionError::Poisoned)?;
         Ok((reply, view))
@@ -183,7 +184,7 @@ impl Handle {
     /// under way, and the steps keep the order in which `begin` was
     /// called. Label-mode steps with few active classes run on the calling
     /// task (microseconds, see `quick`); the rest run on a blocking thread
-    /// (LAPACK). The replies are only reachable through [`Step::durable`].
+    /// (LAPACK). The replies are only reachable through [`Step::release`].
     ///
     /// # Errors
     /// [`SessionError::Exhausted`] (the budget cannot pay for every
@@ -251,18 +252,22 @@ pub(super) fn quick(outputs: &TeacherOutputs) -> bool {
 pub struct Step {
     pub(super) replies: Vec<Reply>,
     pub(super) view: BudgetView,
-    /// `None`: already durable.
+    /// What the answers wait for; `None`: nothing (durable already, or
+    /// free answers: see [`Release`](crate::store::Release)).
     pub(super) ticket: Option<Ticket>,
 }
 
 impl Step {
-    /// The answers, one per row, and the account after them, once the
-    /// steps' record (and so every earlier one of the session) is durable.
+    /// The answers, one per row, and the account after them, once they may
+    /// leave: for a charged step, once its record (and so every earlier
+    /// one of the session) is durable; for a cached noisy answer, once the
+    /// session's last charged record is; for exact unanimous answers that
+    /// charged nothing, at once (their record goes with the next commit).
     ///
     /// # Errors
     /// [`SessionError::Withheld`]: the answers are withheld; they may have
     /// been charged.
-    pub async fn durable(self) -> Result<(Vec<Reply>, BudgetView), SessionError> {
+    pub async fn release(self) -> Result<(Vec<Reply>, BudgetView), SessionError> {
         if let Some(ticket) = self.ticket {
             ticket.durable().await?;
         }

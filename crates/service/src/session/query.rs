@@ -3,6 +3,7 @@
 
 use super::cache::{CacheKey, Cached};
 use super::error::SessionError;
+use crate::store::Release;
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::mechanism::Answer;
 
@@ -45,6 +46,20 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// When this reply may leave (`docs/assurance/accounting.md` §5): an
+    /// exact unanimous answer that charged nothing, or a cached one, at
+    /// once — it says nothing about the secret and moved no posterior; a
+    /// cached noisy answer once the charge that bought it is durable; a
+    /// charged one once its own charge is.
+    pub(super) fn release(&self) -> Release {
+        match (self.unanimous, self.cached) {
+            (true, true) => Release::Free,
+            (true, false) if self.charge.get() == 0.0 => Release::Free,
+            (false, true) => Release::AfterCharges,
+            _ => Release::Durable,
+        }
+    }
+
     pub(super) fn fresh(a: Answer) -> Reply {
         Reply {
             label: a.label,

@@ -16,8 +16,8 @@ use super::error::SessionError;
 use super::journal::{journal_entry, record_outputs};
 use super::query::{Asking, Reply};
 use super::state::{BudgetView, SessionParams, Versioned};
-use crate::store::Change;
 use crate::store::record::{EventKind, JournalStepRecord};
+use crate::store::{Change, Release};
 use crate::store::{JournalEntry, JournalEvent};
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{self, TeacherOutputs};
@@ -147,7 +147,7 @@ pub(super) fn answer_all(
     // what the cache needs to take back rather than copy it whole.
     let saved = (rows.len() > 1).then(|| (v.state.clone(), v.version, v.head, v.events, v.cache.checkpoint()));
     let mut replies = Vec::with_capacity(rows.len());
-    let mut change = Change::default();
+    let mut change = Change { release: Release::Free, ..Change::default() };
     for (i, (outputs, asking)) in rows.iter().enumerate() {
         let (reply, row) = match step(params, v, outputs.as_ref(), asking) {
             Ok(done) => done,
@@ -170,6 +170,7 @@ pub(super) fn answer_all(
                 return Err((Some(i), e));
             }
         };
+        change.release = change.release.max(reply.release());
         replies.push(reply);
         match row {
             Row::Cached(event) => change.events.extend(event),

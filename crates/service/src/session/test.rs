@@ -292,7 +292,7 @@ fn keyed(example: f64, return_noisy: bool, alpha: Option<f64>) -> Asking {
 }
 
 async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<(Reply, BudgetView), SessionError> {
-    let (mut replies, view) = h.begin(vec![(outputs, asking)]).await?.durable().await?;
+    let (mut replies, view) = h.begin(vec![(outputs, asking)]).await?.release().await?;
     assert_eq!(replies.len(), 1);
     Ok((replies.remove(0), view))
 }
@@ -331,6 +331,62 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
     let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
     assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first }, "the cache survives a restart");
     assert_eq!((view.answered, posterior_of(&alice).await?), (1, posterior));
+    Ok(())
+}
+
+/// Issue 44 §1: while the disk is stalled, an exact unanimous answer that
+/// charged nothing (`contested`) and a cached repeat of it leave at once; a
+/// charged answer waits for its charge, and so does a cached repeat of it,
+/// whose charge is not durable yet. Once the disk moves, every record —
+/// the free ones too — is durable.
+#[tokio::test]
+async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait() -> TestResult {
+    use futures_util::FutureExt;
+    let dir = tempfile::tempdir()?;
+    let unanimous = || Some(TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 });
+    {
+        let store = Arc::new(EmbeddedStore::open(&dir.path().join("state.redb"))?);
+        let ps = [principal("alice", "ka", 0.3)?];
+        let s = Sessions::new(
+            &ps,
+            Scope::PerPrincipal,
+            Nats::new(0.5)?,
+            params(Policy::Contested)?,
+            &Store::Embedded(Arc::clone(&store)),
+        )
+        .await?;
+        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        let stall = store.stall()?;
+        let step = alice.begin(vec![(unanimous(), keyed(1.0, false, None))]).await?;
+        let (free, _) = step.release().now_or_never().ok_or("a free answer waited for the disk")??;
+        assert!(free[0].unanimous && free[0].charge.get() == 0.0 && !free[0].cached);
+
+        let charged = alice.begin(vec![(Some(split()), keyed(2.0, false, None))]).await?;
+        let mut charged = Box::pin(charged.release());
+        assert!(charged.as_mut().now_or_never().is_none(), "a charged answer left before its charge was durable");
+        let repeat = alice.begin(vec![(None, keyed(2.0, false, None))]).await?;
+        let mut repeat = Box::pin(repeat.release());
+        assert!(repeat.as_mut().now_or_never().is_none(), "a cached noisy answer left before its charge was durable");
+        // A refusal is journaled and waits too; a free repeat does not.
+        let again = alice.begin(vec![(None, keyed(1.0, false, None))]).await?;
+        let (again, _) = again.release().now_or_never().ok_or("a cached unanimous answer waited for the disk")??;
+        assert!(again[0].cached && again[0].label == 2);
+
+        stall.abort()?;
+        let (charged, view) = charged.await?;
+        assert!(charged[0].charge.get() == 0.125 && view.answered == 2);
+        let (repeat, _) = repeat.await?;
+        assert_eq!(repeat[0].label, charged[0].label);
+    }
+    // Every step reached the disk: both answers are cached after a
+    // restart, and the one charge is on the ledger.
+    let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    for example in [1.0, 2.0] {
+        assert_eq!(preflight(&alice, QueryDigest::of(&[example]).into()).await?, Preflight::Known);
+    }
+    let view = alice.budget().await?;
+    assert_eq!((view.answered, view.charged, view.spent), (2, 1, 0.125));
     Ok(())
 }
 
@@ -460,13 +516,13 @@ async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
         assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Ask, "no row was kept");
         // Two new rows, the first repeated: two charges, the repeat is the
         // first row's answer again.
-        let (replies, view) = alice.begin(rows(&[1.0, 2.0, 1.0], true)).await?.durable().await?;
+        let (replies, view) = alice.begin(rows(&[1.0, 2.0, 1.0], true)).await?.release().await?;
         let charges: Vec<f64> = replies.iter().map(|r| r.charge.get()).collect();
         assert_eq!(charges, [0.125, 0.125, 0.0]);
         assert!(replies[2].cached && replies[2].label == replies[0].label);
         assert_eq!((view.spent, view.answered, view.charged), (0.25, 2, 2));
         // Cached rows are free when nothing new fits any more ...
-        let (replies, _) = alice.begin(rows(&[2.0, 1.0], false)).await?.durable().await?;
+        let (replies, _) = alice.begin(rows(&[2.0, 1.0], false)).await?.release().await?;
         assert!(replies.iter().all(|r| r.cached && r.charge == Nats::ZERO));
         // ... but one new row among them refuses the whole request.
         let mixed = vec![(None, keyed(2.0, false, None)), (Some(split()), keyed(4.0, false, None))];

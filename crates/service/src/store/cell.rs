@@ -14,10 +14,12 @@
 //! [`crate::session`] reads and steps a [`Cell`] without knowing which.
 //!
 //! # Invariants
-//! - A step that changed nothing (a cached answer) still queues the
-//!   unchanged record in memory, so its answer is released only once the
-//!   step that produced it is durable; in the database it read committed
-//!   state under the row lock, which is durable already.
+//! - In this process, a step's answers wait for the ticket its
+//!   [`Release`] names: a charged step's own record; for a cached noisy
+//!   answer, the session's last charged record (the step that produced it
+//!   may still be committing); for a free answer, nothing. In the database
+//!   every step is durable when it returns: a cached answer was read from
+//!   committed state under the row lock.
 //! - A step's closure runs once, on state no other step of the session
 //!   sees half-applied.
 //! - Every record handed to the store carries the cache writes made since
@@ -29,7 +31,7 @@
 
 use super::answers::{CacheProbe, CacheRows, CacheWrite};
 use super::backend::Store;
-use super::change::Change;
+use super::change::{Change, Release};
 use super::embedded::EmbeddedStore;
 use super::error::StoreError;
 use super::postgres::PgStore;
@@ -93,22 +95,39 @@ enum Place<S> {
 
 /// A state held in this process, and the store that makes it durable.
 struct Held<S> {
-    state: Mutex<S>,
+    state: Mutex<Latest<S>>,
     store: Arc<EmbeddedStore>,
 }
 
+/// A held state and the ticket of its last record whose answers had to
+/// wait for it ([`Release::Durable`]): what a cached noisy answer waits for.
+struct Latest<S> {
+    state: S,
+    charged: Option<Ticket>,
+}
+
 impl<S: State> Held<S> {
-    /// Applies `apply` and queues the result under the lock.
+    /// Applies `apply` and queues the result under the lock; returns the
+    /// ticket its answers wait for, as the step's [`Release`] says.
     fn step<T>(
         &self,
         key: &str,
         apply: impl FnOnce(&mut S) -> Result<(T, Change), S::Error>,
     ) -> Result<(T, Option<Ticket>), S::Error> {
-        let mut state = self.state.lock().map_err(|_| S::poisoned())?;
-        let (value, change) = apply(&mut state)?;
-        let (record, change) = durable_form(&mut *state, change);
+        let mut latest = self.state.lock().map_err(|_| S::poisoned())?;
+        let (value, change) = apply(&mut latest.state)?;
+        let release = change.release;
+        let (record, change) = durable_form(&mut latest.state, change);
         let ticket = self.store.enqueue(key, record, change)?;
-        Ok((value, Some(ticket)))
+        let wait = match release {
+            Release::Durable => {
+                latest.charged = Some(ticket.clone());
+                Some(ticket)
+            }
+            Release::AfterCharges => latest.charged.clone().filter(|t| !t.is_durable()),
+            Release::Free => None,
+        };
+        Ok((value, wait))
     }
 }
 
@@ -129,7 +148,10 @@ impl<S: State> Cell<S> {
                     _ => CacheRows::default(),
                 };
                 let state = S::resume(&context, key, record.as_ref(), cache)?;
-                Place::Memory(Arc::new(Held { state: Mutex::new(state), store: Arc::clone(e) }))
+                Place::Memory(Arc::new(Held {
+                    state: Mutex::new(Latest { state, charged: None }),
+                    store: Arc::clone(e),
+                }))
             }
             Store::Postgres(p) => Place::Database(Arc::clone(p)),
         };
@@ -156,7 +178,7 @@ impl<S: State> Cell<S> {
     pub fn retarget(&self, context: S::Context) -> Result<Self, S::Error> {
         let place = match &self.place {
             Place::Memory(held) => {
-                held.state.lock().map_err(|_| S::poisoned())?.retarget(&context);
+                held.state.lock().map_err(|_| S::poisoned())?.state.retarget(&context);
                 Place::Memory(Arc::clone(held))
             }
             Place::Database(store) => Place::Database(Arc::clone(store)),
@@ -171,7 +193,7 @@ impl<S: State> Cell<S> {
     /// The state cannot be read.
     pub async fn read<T>(&self, probes: &[CacheProbe], look: impl FnOnce(&S) -> T) -> Result<T, S::Error> {
         match &self.place {
-            Place::Memory(held) => Ok(look(&*held.state.lock().map_err(|_| S::poisoned())?)),
+            Place::Memory(held) => Ok(look(&held.state.lock().map_err(|_| S::poisoned())?.state)),
             Place::Database(store) => {
                 let (record, cache) = store.load_probed(&self.key, probes).await?;
                 Ok(look(&S::resume(&self.context, &self.key, record.as_ref(), cache)?))

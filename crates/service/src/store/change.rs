@@ -18,6 +18,27 @@ pub struct Change {
     /// The cache writes to commit with the record, in the order they
     /// happened (set by the cell from [`State::record`](super::cell::State::record)).
     pub cache: Vec<CacheWrite>,
+    /// When the step's answers may leave, relative to the record's commit.
+    pub release: Release,
+}
+
+/// When a step's answers may leave (`docs/assurance/accounting.md` §5):
+/// a charged answer only once its charge is durable; an answer that
+/// charged nothing and moved no posterior without waiting for the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Release {
+    /// At once: nothing in it was charged, moved a posterior, or depends
+    /// on an answer that did (exact unanimous answers under `contested`,
+    /// fresh or cached). A crash may drop its record: what that loses is
+    /// said in `docs/assurance/accounting.md` §5.
+    Free,
+    /// Once the session's last charged record is durable: it re-releases
+    /// a cached noisy answer, whose own step may still be committing.
+    AfterCharges,
+    /// Once this record is durable: it charged, moved a posterior or
+    /// journaled a refusal. What every step does unless it says otherwise.
+    #[default]
+    Durable,
 }
 
 impl Change {

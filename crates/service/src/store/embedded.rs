@@ -15,7 +15,7 @@ use super::meta::Meta;
 use super::principal::{Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order, encode_principal};
-use super::ticket::Ticket;
+use super::ticket::{Outcome, Ticket};
 use crate::metrics::StoreMetrics;
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -70,7 +70,7 @@ struct Write {
     session: String,
     record: SessionRecord,
     change: Change,
-    done: tokio::sync::oneshot::Sender<Result<(), String>>,
+    done: tokio::sync::watch::Sender<Outcome>,
 }
 
 /// A redb file and its writer thread.
@@ -381,6 +381,16 @@ impl EmbeddedStore {
         Ok(Some(stored))
     }
 
+    /// Holds the file's write lock until the transaction is dropped: the
+    /// writer's next commit waits for it (a stalled disk, for tests).
+    ///
+    /// # Errors
+    /// The transaction cannot begin.
+    #[cfg(test)]
+    pub(crate) fn stall(&self) -> Result<redb::WriteTransaction, StoreError> {
+        self.db.begin_write().map_err(backend)
+    }
+
     /// Queues `record` and what changed with it (journal entries, events,
     /// cache writes) for the next group commit, all in one transaction.
     /// Call under the session's lock, so a session's records queue in
@@ -389,13 +399,13 @@ impl EmbeddedStore {
     /// # Errors
     /// [`StoreError::WriterGone`].
     pub fn enqueue(&self, session: &str, record: SessionRecord, change: Change) -> Result<Ticket, StoreError> {
-        let (done, wait) = tokio::sync::oneshot::channel();
+        let (done, wait) = Ticket::new();
         self.queue
             .as_ref()
             .ok_or(StoreError::WriterGone)?
             .send(Write { session: session.to_owned(), record, change, done })
             .map_err(|_| StoreError::WriterGone)?;
-        Ok(Ticket(wait))
+        Ok(wait)
     }
 }
 
@@ -471,7 +481,7 @@ fn writer(db: &Database, queue: &Receiver<Write>, metrics: &StoreMetrics) {
             tracing::error!(error = %e, records = batch.len(), "store commit failed; answers withheld");
         }
         for w in batch {
-            let _ = w.done.send(result.clone());
+            w.done.send_replace(Some(result.clone()));
         }
     }
 }

@@ -11,8 +11,10 @@
 //!
 //! # Invariants
 //! - A record is handed to the store *before* its answer is released, and
-//!   the answer waits until that record — and so every earlier record of
-//!   the same session — is durable ([`Ticket::durable`]).
+//!   a charged answer waits until that record — and so every earlier
+//!   record of the same session — is durable ([`Ticket::durable`]). Only
+//!   an answer that charged nothing and moved no posterior leaves without
+//!   waiting ([`Release`]).
 //! - Versions of a session only grow by one per answered query.
 //! - The secret index is written once and never changes under an existing
 //!   posterior; a start with another teacher set or another index refuses.
@@ -44,7 +46,7 @@ mod ticket;
 
 pub use answers::{CacheProbe, CacheRows, CacheWrite};
 pub use backend::Store;
-pub use change::Change;
+pub use change::{Change, Release};
 pub use embedded::EmbeddedStore;
 pub use error::StoreError;
 pub use meta::Meta;

@@ -68,7 +68,7 @@ where
         cache_rows(session, probes, row.get(0), row.get(1))?
     };
     let (write, result) = apply(current, cache).await.map_err(Failed::Apply)?;
-    let Some((next, Change { steps, journal, events, cache })) = write else {
+    let Some((next, Change { steps, journal, events, cache, .. })) = write else {
         // Nothing to write (a cached answer read under the lock):
         // committed state, released as it is.
         return Ok(result);
