@@ -53,7 +53,8 @@ fn label_mode(c: &mut Criterion) {
     let secret = SecretIndex::new(M - 1, M).expect("in range");
     let patterns: [(&str, &[usize]); 4] =
         [("unanimous", &[]), ("k2_120v8", &[8]), ("k3_110v12v6", &[12, 6]), ("k8_spread", &[6, 5, 4, 4, 3, 3, 2])];
-    for d in [2usize, 10, 100, 1000] {
+    // 32 768: a huge label space (issue 44 §4), beside `pacpriv-bench math --d 32768`.
+    for d in [2usize, 10, 100, 1000, 32_768] {
         for (name, dissent) in patterns {
             if dissent.len() + 1 > d {
                 continue;

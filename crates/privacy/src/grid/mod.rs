@@ -68,11 +68,14 @@ pub fn centre(x: f64) -> f64 {
 /// grid within ±[`CENTRE_CLAMP`] ([`centre`] makes it so; a one-hot vector
 /// is).
 pub fn publish(centre: ArrayView1<'_, f64>, z: &Array1<f64>) -> Vec<f64> {
-    centre
-        .iter()
-        .zip(z)
-        .map(|(&c, &z)| (c + q(z, PUBLISHED_CLAMP + CENTRE_CLAMP)).clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP))
-        .collect()
+    centre.iter().zip(z).map(|(&c, &z)| publish_one(c, z)).collect()
+}
+
+/// One coordinate of [`publish`]: Q(c + z) for a grid centre `c`. Where
+/// c = 0 and z = 0 it is exactly +0.0, so a release whose noise lives on a
+/// few coordinates needs [`publish_one`] only there (label mode).
+pub fn publish_one(c: f64, z: f64) -> f64 {
+    (c + q(z, PUBLISHED_CLAMP + CENTRE_CLAMP)).clamp(-PUBLISHED_CLAMP, PUBLISHED_CLAMP)
 }
 
 #[cfg(test)]

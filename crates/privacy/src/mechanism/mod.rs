@@ -247,9 +247,17 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
         // posterior is unchanged. Only the ledger moves.
         state.ledger.record(charge)?;
         let noisy = exact_release(outputs);
-        let published = grid::to_grid(noisy.view());
+        let (label, published) = match outputs {
+            // A one-hot vector is on the grid already: Q leaves it as it
+            // is, and its argmax is its label (O(1) in d, not O(d)).
+            TeacherOutputs::Labels { labels, .. } => (labels.first().copied().unwrap_or_default(), noisy.to_vec()),
+            TeacherOutputs::Vectors(_) => {
+                let published = grid::to_grid(noisy.view());
+                (argmax(published.iter().copied()), published)
+            }
+        };
         return Ok(Answer {
-            label: argmax(published.iter().copied()),
+            label,
             unanimous,
             charge,
             mi_bound: 0.0,
@@ -338,18 +346,39 @@ type LabelRelease = (usize, Array1<f64>, Vec<f64>, confidence::Evidence);
 /// `grid::publish(e_y*, z)`, i.e. from Q of the exact release; the
 /// unrounded r (whose low bits depend on which coordinate held the 1) is
 /// kept only for Eq. 4 and the tests.
+///
+/// z is 0 outside the active classes, so Q(r) is exactly +0.0 there: only
+/// the k active coordinates are computed, and a huge label space (d =
+/// 32 768) costs two zeroed d-vectors, not d roundings (issue 44 §4).
 fn release_label(cal: &LabelCalibration, center: usize, draw: &NoiseDraw) -> LabelRelease {
-    let y = one_hot(cal.classes()[center], cal.noise().dim());
-    let published = grid::publish(y.view(), &cal.noise().noise_vector(draw));
-    let mut noisy = Array1::zeros(cal.noise().dim());
-    for (&c, v) in cal.classes().iter().zip(&cal.release_block(center, draw)) {
-        noisy[c] = *v;
+    let d = cal.noise().dim();
+    let z = cal.noise().block(draw);
+    let mut noisy = Array1::zeros(d);
+    let mut published = vec![0.0; d];
+    // The best active class so far: (position, value).
+    let mut best: Option<(usize, f64)> = None;
+    for (a, &c) in cal.classes().iter().enumerate() {
+        let y = if a == center { 1.0 } else { 0.0 };
+        let z = z.get(a).copied().unwrap_or(0.0);
+        noisy[c] = y + z;
+        let value = grid::publish_one(y, z);
+        published[c] = value;
+        if best.is_none_or(|(_, v)| value > v) {
+            best = Some((a, value));
+        }
     }
     // The active block of r sums to 1 (noise ⊥ 1) and gridding moves each
     // value by at most 2⁻³³, so its maximum is > 0 = every inactive
-    // coordinate: the argmax is an active class.
-    let label = argmax(published.iter().copied());
-    let released = cal.classes().binary_search(&label).unwrap_or_default();
+    // coordinate, and the classes are sorted: the first active maximum is
+    // the argmax of the whole vector. Should it ever not be positive, the
+    // whole vector decides.
+    let (label, released) = match best {
+        Some((a, v)) if v > 0.0 => (cal.classes()[a], a),
+        _ => {
+            let label = argmax(published.iter().copied());
+            (label, cal.classes().binary_search(&label).unwrap_or_default())
+        }
+    };
     let evidence = confidence::Evidence::of(cal.noise(), &published, released);
     (label, noisy, published, evidence)
 }

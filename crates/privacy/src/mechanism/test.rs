@@ -557,6 +557,41 @@ fn a_clamped_label_release_does_not_name_the_centre() -> Result<(), PrivacyError
     Ok(())
 }
 
+/// Issue 44 §4: the label release computes only the k active coordinates.
+/// It must be bit for bit the dense definition — Q(e_y* + z) over all d
+/// coordinates, its first argmax, r = e_y* + z — for any label space,
+/// budget (clamped releases included) and centre.
+#[test]
+fn the_sparse_label_release_is_the_dense_one() -> Result<(), PrivacyError> {
+    let mut rng = ChaCha20Rng::seed_from_u64(44);
+    for step in 0..400 {
+        let d = [3, 10, 1000, 32_768][step % 4];
+        let k = 2 + step % 7;
+        let m = 16;
+        let classes: Vec<usize> = (0..k).map(|_| rng.random_range(0..d)).collect();
+        let labels: Vec<usize> = (0..m).map(|i| classes[i % k]).collect();
+        let log_w: Vec<f64> = (0..m).map(|_| rng.random_range(-6.0..0.0)).collect();
+        let posterior = Posterior::from_log_weights(log_w)?;
+        let b = if step % 5 == 0 { crate::noise::MIN_PER_QUERY } else { 2f64.powi(-(step as i32 % 30) - 1) };
+        let cal = label::calibrate(&posterior, &labels, d, n(b))?;
+        let draw = cal.noise().sample(&mut rng);
+        for center in 0..cal.classes().len() {
+            let (label, noisy, published, evidence) = release_label(&cal, center, &draw);
+            let y = one_hot(cal.classes()[center], d);
+            let z = cal.noise().noise_vector(&draw);
+            let dense = crate::grid::publish(y.view(), &z);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&published), bits(&dense), "step {step}, centre {center}");
+            assert_eq!(label, argmax(dense.iter().copied()), "step {step}, centre {center}");
+            assert_eq!(noisy, &y + &z, "step {step}, centre {center}");
+            let released = cal.classes().binary_search(&label).unwrap_or(usize::MAX);
+            let want = crate::confidence::Evidence::of(cal.noise(), &dense, released);
+            assert_eq!((evidence.min_t().to_bits(), evidence.k()), (want.min_t().to_bits(), want.k()));
+        }
+    }
+    Ok(())
+}
+
 // ---- issue 21: a client observes nothing beyond the charged, gridded release ----
 
 /// Two draws whose unrounded releases differ below the grid but publish the

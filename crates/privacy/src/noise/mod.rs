@@ -217,18 +217,24 @@ impl Noise {
     /// The noise vector z in the full d-dimensional output space.
     pub fn noise_vector(&self, draw: &NoiseDraw) -> Array1<f64> {
         let mut z = Array1::zeros(self.dim);
+        for (&c, v) in self.coords.iter().zip(self.block(draw)) {
+            z[c] = v;
+        }
+        z
+    }
+
+    /// z on [`coords`](Self::coords) only, in their order: every other
+    /// coordinate of z is exactly 0. O(|coords|·r), independent of d.
+    pub fn block(&self, draw: &NoiseDraw) -> Array1<f64> {
         if self.coords.is_empty() {
-            return z;
+            return Array1::zeros(0);
         }
         let coef = &draw.std_coef * &self.variances.mapv(f64::sqrt);
         let mut block = self.basis.dot(&coef);
         if !draw.residual.is_empty() {
             block += &draw.residual;
         }
-        for (&c, v) in self.coords.iter().zip(block) {
-            z[c] = v;
-        }
-        z
+        block
     }
 
     /// −½ (r − x)ᵀ Σ⁺ (r − x) for a candidate output x, where the release is
