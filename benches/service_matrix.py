@@ -39,6 +39,22 @@ def rows(report):
     return out
 
 
+def cpu(report):
+    """target -> (service, store writer) CPU µs per answer, from the bench's
+    table of the kernel's per-thread accounting."""
+    out = {}
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 11 and cells[0] in {t for pair in LAYOUTS.values() for t in pair}:
+            try:
+                service = float(cells[2].split()[0])
+                writer = float(cells[3].split()[0]) if cells[3] != "–" else 0.0
+            except ValueError:
+                continue
+            out[cells[0]] = (service, writer)
+    return out
+
+
 def unanimous(report, target):
     """The share of `target`'s answers the teachers were unanimous on, in %."""
     m = re.search(rf"Unanimous answers .*?[:,] {re.escape(target)} ([0-9.]+) %", report)
@@ -56,7 +72,8 @@ def main():
     a = p.parse_args()
     env = dict(os.environ, PACPRIV__PRIVACY__POLICY=a.policy)
     targets = ",".join(t for pair in LAYOUTS.values() for t in pair)
-    results = {}  # (layout, clients) -> [(throughput ratio, p99 ratio)]
+    results = {}  # (layout, clients) -> [(throughput ratio, p99 ratio, unanimous %)]
+    cpus = {}  # (layout, clients) -> [(proxy service µs, privatizer service µs, store writer µs)]
     for n in [int(c) for c in a.clients.split(",")]:
         for run in range(a.runs):
             report = subprocess.run(
@@ -71,6 +88,9 @@ def main():
                 p99 = got[priv][1] / got[proxy][1]
                 share = unanimous(report, priv)
                 results.setdefault((layout, n), []).append((ratio, p99, share))
+                used = cpu(report)
+                if proxy in used and priv in used:
+                    cpus.setdefault((layout, n), []).append((used[proxy][0], used[priv][0], used[priv][1]))
                 print(f"# {layout} {n} clients run {run + 1}: throughput {ratio:.3f}x, p99 {p99:.3f}x "
                       f"(proxy {got[proxy][0]:.0f}/s, privatizer {got[priv][0]:.0f}/s), "
                       f"unanimous {share:.1f} %", flush=True)
@@ -88,6 +108,21 @@ def main():
         ok = "met" if med >= 0.95 and low >= 0.9 else "missed"
         print(f"| {layout} | {n} | {med:.2f}× | {low:.2f}× | {ok} | {p99:.2f}× | {'met' if p99 <= 1.2 else 'missed'} "
               f"| {share:.1f} % |")
+
+    print()
+    print(f"CPU µs per answer, median of {a.runs} (the kernel's per-thread accounting: the service's runtime threads, "
+          "and the privatizer's store writer):")
+    print()
+    print("| layout | clients | proxy service | privatizer service | privatizer / proxy | goal ≤ 1.25× "
+          "| store writer |")
+    print("|---|---:|---:|---:|---:|---|---:|")
+    for (layout, n), xs in sorted(cpus.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        prox = statistics.median(p for p, _, _ in xs)
+        priv = statistics.median(q for _, q, _ in xs)
+        writer = statistics.median(w for _, _, w in xs)
+        ratio = statistics.median(q / p for p, q, _ in xs if p > 0)
+        print(f"| {layout} | {n} | {prox:.1f} | {priv:.1f} | {ratio:.2f}× | {'met' if ratio <= 1.25 else 'missed'} "
+              f"| {writer:.1f} |")
 
 
 if __name__ == "__main__":

@@ -139,14 +139,14 @@ fn cpu_table(results: &[(&Target, Measured)], out: &mut dyn Write) -> anyhow::Re
             .iter()
             .map(|g| match seen.cpu.as_ref().and_then(|u| u.get(g)) {
                 Some(secs) if answered > 0 && total > 0.0 => {
-                    format!("{:.2} ({:.0} %)", 1e3 * secs / answered as f64, 100.0 * secs / total)
+                    format!("{:.1} ({:.0} %)", 1e6 * secs / answered as f64, 100.0 * secs / total)
                 }
                 Some(_) | None => "–".into(),
             })
             .collect();
         let (per_answer, busy) = if answered > 0 && total > 0.0 {
             let busy = 100.0 * total / (m.run.elapsed.as_secs_f64() * cpus).max(f64::MIN_POSITIVE);
-            (format!("{:.2}", 1e3 * total / answered as f64), format!("{busy:.0} %"))
+            (format!("{:.1}", 1e6 * total / answered as f64), format!("{busy:.0} %"))
         } else {
             ("–".into(), "–".into())
         };
@@ -162,13 +162,13 @@ fn cpu_table(results: &[(&Target, Measured)], out: &mut dyn Write) -> anyhow::Re
     }
     writeln!(
         out,
-        "\nWhere the time went in each measured window: CPU ms per answer by component (share of the process's CPU \
-         time), how busy the CPUs were, mean queries per fan-out (per teacher call), and for the privatizer mean \
+        "\nWhere the time went in each measured window: CPU µs per answer by component, from the kernel's per-thread \
+         accounting (/proc; share of the process's CPU time), how busy the CPUs were, mean queries per fan-out (per teacher call), and for the privatizer mean \
          session records per store commit and commits (fsyncs) per second:\n"
     )?;
     writeln!(
         out,
-        "| target | {} | CPU ms/answer | CPUs busy | queries/fan-out | records/commit | commits/s |",
+        "| target | {} | CPU µs/answer | CPUs busy | queries/fan-out | records/commit | commits/s |",
         groups.join(" | ")
     )?;
     writeln!(out, "|---|{}---:|---:|---:|---:|---:|", "---:|".repeat(groups.len()))?;

@@ -76,6 +76,11 @@ pub struct Args {
     /// many, every step rewrites a record carrying a full cache.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub cached: usize,
+    /// Before the timed window, every session answers `--cached` fresh
+    /// queries of its own (untimed), so that every measured step finds
+    /// its session's cache full: it inserts one answer and evicts one.
+    #[arg(long, requires = "cached")]
+    pub fill: bool,
     /// redb page cache, MiB (default: the store's).
     #[arg(long, value_name = "MIB")]
     pub cache_mib: Option<usize>,
@@ -279,14 +284,22 @@ async fn durable(
         }
     };
     let mut handles = Vec::with_capacity(sessions);
-    // What the sessions had answered before (a database shared by the runs).
-    let mut before = 0;
     for i in 0..sessions {
-        let handle = registry.authenticate(Credential::ApiKey(&key(i))).await?;
-        before += handle.budget().await?.answered;
-        handles.push(handle);
+        handles.push(registry.authenticate(Credential::ApiKey(&key(i))).await?);
     }
     let outputs = contested(args);
+    // Every key of this run is new to the store, even in a database that
+    // earlier runs (or this invocation's other run) left answers in.
+    let salt: f64 = rand::rng().random_range(0.0..1.0);
+    if args.fill {
+        fill(&handles, &outputs, args.cached, salt).await?;
+    }
+    // What the sessions had answered before (a database shared by the
+    // runs, the fill).
+    let mut before = 0;
+    for handle in &handles {
+        before += handle.budget().await?.answered;
+    }
     let stop = Arc::new(Stop::new(limit, args.count));
     let started = Instant::now();
     let mut set = JoinSet::new();
@@ -298,7 +311,7 @@ async fn durable(
             let mut n = 0u64;
             while stop.go() {
                 let handle = &handles[session_of(task, n, tasks, handles.len())];
-                let key = (cached > 0).then(|| QueryDigest::of(&[task as f64, n as f64]).into());
+                let key = (cached > 0).then(|| QueryDigest::of(&[task as f64, n as f64, salt]).into());
                 let asking = Asking { key, ..Asking::uncached(None, String::new()) };
                 handle.begin(vec![(Some(outputs.clone()), asking)]).await?.release().await?;
                 n += 1;
@@ -317,6 +330,30 @@ async fn durable(
     }
     let answered = Some(answered - before);
     Ok(Run { name, sessions, tasks, charges, seconds, commits: Some(commits(&metrics)?), answered })
+}
+
+/// Fills every session's answer cache: `cached` fresh queries each, one
+/// task per session, with keys the timed loops never use (negative).
+/// `salt`: the run's, as in the timed loops' keys.
+async fn fill(handles: &[Handle], outputs: &TeacherOutputs, cached: usize, salt: f64) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut set = JoinSet::new();
+    for (i, handle) in handles.iter().enumerate() {
+        let (handle, outputs) = (handle.clone(), outputs.clone());
+        set.spawn(async move {
+            for j in 0..cached {
+                let key = Some(QueryDigest::of(&[-1.0 - i as f64, j as f64, salt]).into());
+                let asking = Asking { key, ..Asking::uncached(None, String::new()) };
+                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.release().await?;
+            }
+            Ok::<(), SessionError>(())
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.context("a fill task panicked")??;
+    }
+    eprintln!("filled {} caches of {cached} in {:.1} s", handles.len(), started.elapsed().as_secs_f64());
+    Ok(())
 }
 
 /// Provisions bench principals `0..n` through the admin path, those not

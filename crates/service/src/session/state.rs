@@ -42,6 +42,12 @@ pub struct BudgetView {
 
 impl BudgetView {
     pub(super) fn of(ledger: &Ledger) -> Self {
+        Self::with_bound(ledger, report::mia_bound(ledger.spent()))
+    }
+
+    /// The view of `ledger` whose MIA bound is `mia_bound` (computed from
+    /// its `spent` by the caller).
+    fn with_bound(ledger: &Ledger, mia_bound: f64) -> Self {
         BudgetView {
             spent: ledger.spent().get(),
             limit: ledger.limit().get(),
@@ -49,7 +55,7 @@ impl BudgetView {
             per_query: ledger.per_query().get(),
             answered: ledger.answered(),
             charged: ledger.charged(),
-            mia_bound: report::mia_bound(ledger.spent()),
+            mia_bound,
             policy: ledger.policy(),
         }
     }
@@ -67,6 +73,25 @@ pub struct Versioned {
     pub(super) head: [u8; 32],
     /// Journal events so far (the last one's sequence number).
     pub(super) events: u64,
+    /// The MIA bound of the last `spent` a view was made of, as (spent,
+    /// bound): a free answer leaves `spent` as it was, and the bound's
+    /// root-finding is the budget view's only non-trivial cost.
+    pub(super) bound: Option<(f64, f64)>,
+}
+
+impl Versioned {
+    /// The account now, as [`BudgetView::of`], with the MIA bound
+    /// recomputed only when `spent` moved since the last view.
+    pub(super) fn view(&mut self) -> BudgetView {
+        let ledger = &self.state.ledger;
+        let spent = ledger.spent();
+        let bound = match self.bound {
+            Some((at, bound)) if at.to_bits() == spent.get().to_bits() => bound,
+            _ => report::mia_bound(spent),
+        };
+        self.bound = Some((spent.get(), bound));
+        BudgetView::with_bound(ledger, bound)
+    }
 }
 
 /// What resuming a session needs besides its record.
@@ -105,7 +130,7 @@ impl State for Versioned {
         let cache = cache_of(key, record, cache)?;
         let head = record.and_then(|r| r.journal_head).unwrap_or_else(|| JournalEntry::genesis(key));
         let events = record.map_or(0, |r| r.journal_events);
-        Ok(Versioned { state, version, cache, head, events })
+        Ok(Versioned { state, version, cache, head, events, bound: None })
     }
 
     fn record(&mut self) -> (SessionRecord, Vec<CacheWrite>) {

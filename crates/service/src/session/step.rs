@@ -181,8 +181,7 @@ pub(super) fn answer_all(
         }
     }
     v.cache.release();
-    let view = BudgetView::of(&v.state.ledger);
-    Ok(((replies, view), change))
+    Ok(((replies, v.view()), change))
 }
 
 /// What answering `rows` on `v` will charge: the charge for its teachers'

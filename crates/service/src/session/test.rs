@@ -358,7 +358,8 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         let alice = s.authenticate(Credential::ApiKey("ka")).await?;
         let stall = store.stall()?;
         let step = alice.begin(vec![(unanimous(), keyed(1.0, false, None))]).await?;
-        let (free, _) = step.release().now_or_never().ok_or("a free answer waited for the disk")??;
+        let (free, view) = step.release().now_or_never().ok_or("a free answer waited for the disk")??;
+        assert_eq!(view.mia_bound, 0.5, "nothing spent, nothing learnt");
         assert!(free[0].unanimous && free[0].charge.get() == 0.0 && !free[0].cached);
 
         let charged = alice.begin(vec![(Some(split()), keyed(2.0, false, None))]).await?;
@@ -375,6 +376,8 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         stall.abort()?;
         let (charged, view) = charged.await?;
         assert!(charged[0].charge.get() == 0.125 && view.answered == 2);
+        // The bound follows `spent`, also where the last view was a free answer's.
+        assert_eq!(view.mia_bound, pacpriv_privacy::report::mia_bound(Nats::new(0.125)?));
         let (repeat, _) = repeat.await?;
         assert_eq!(repeat[0].label, charged[0].label);
     }
