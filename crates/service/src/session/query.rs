@@ -46,16 +46,17 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// When this reply may leave (`docs/assurance/accounting.md` §5): an
-    /// exact unanimous answer that charged nothing, or a cached one, at
-    /// once — it says nothing about the secret and moved no posterior; a
-    /// cached noisy answer once the charge that bought it is durable; a
-    /// charged one once its own charge is.
-    pub(super) fn release(&self) -> Release {
+    /// When this reply may leave (`docs/assurance/accounting.md` §5).
+    /// `unanimous_free`: the policy charges unanimous answers nothing.
+    /// An exact unanimous answer leaves at once when neither it nor the
+    /// step that produced it was charged — it says nothing about the
+    /// secret and moved no posterior; a cached answer whose step was
+    /// charged (noisy, or unanimous under `paper`) once the session's
+    /// charges are durable; a charged one once its own charge is.
+    pub(super) fn release(&self, unanimous_free: bool) -> Release {
         match (self.unanimous, self.cached) {
-            (true, true) => Release::Free,
-            (true, false) if self.charge.get() == 0.0 => Release::Free,
-            (false, true) => Release::AfterCharges,
+            (true, _) if unanimous_free && self.charge.get() == 0.0 => Release::Free,
+            (_, true) => Release::AfterCharges,
             _ => Release::Durable,
         }
     }

@@ -170,7 +170,7 @@ pub(super) fn answer_all(
                 return Err((Some(i), e));
             }
         };
-        change.release = change.release.max(reply.release());
+        change.release = change.release.max(reply.release(v.state.ledger.charge_for(true).get() == 0.0));
         replies.push(reply);
         match row {
             Row::Cached(event) => change.events.extend(event),

@@ -1,6 +1,6 @@
 use super::step::cost;
 use super::*;
-use crate::store::{EmbeddedStore, Origin, Store, StoreError};
+use crate::store::{EmbeddedStore, Origin, Release, Store, StoreError};
 use cache::{CacheKey, CacheSettings, OnEvicted, QueryDigest};
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::PrivacyError;
@@ -368,10 +368,21 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         let repeat = alice.begin(vec![(None, keyed(2.0, false, None))]).await?;
         let mut repeat = Box::pin(repeat.release());
         assert!(repeat.as_mut().now_or_never().is_none(), "a cached noisy answer left before its charge was durable");
-        // A refusal is journaled and waits too; a free repeat does not.
+        // A free repeat does not wait; a journaled refusal (the noisy
+        // vector of an answer kept without it) and a batch with one
+        // charged row do.
         let again = alice.begin(vec![(None, keyed(1.0, false, None))]).await?;
         let (again, _) = again.release().now_or_never().ok_or("a cached unanimous answer waited for the disk")??;
         assert!(again[0].cached && again[0].label == 2);
+        let mut refused = Box::pin(alice.begin(vec![(None, keyed(1.0, true, None))]));
+        assert!(refused.as_mut().now_or_never().is_none(), "a journaled refusal returned before its event was durable");
+        let mixed =
+            alice.begin(vec![(Some(split()), keyed(4.0, false, None)), (unanimous(), keyed(3.0, false, None))]).await?;
+        let mut mixed = Box::pin(mixed.release());
+        assert!(
+            mixed.as_mut().now_or_never().is_none(),
+            "a batch with a charged row left before its charge was durable"
+        );
 
         stall.abort()?;
         let (charged, view) = charged.await?;
@@ -380,6 +391,8 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         assert_eq!(view.mia_bound, pacpriv_privacy::report::mia_bound(Nats::new(0.125)?));
         let (repeat, _) = repeat.await?;
         assert_eq!(repeat[0].label, charged[0].label);
+        assert!(matches!(refused.await, Err(SessionError::NoisyNotKept)));
+        assert_eq!(mixed.await?.0.len(), 2);
     }
     // Every step reached the disk: both answers are cached after a
     // restart, and the one charge is on the ledger.
@@ -389,7 +402,43 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         assert_eq!(preflight(&alice, QueryDigest::of(&[example]).into()).await?, Preflight::Known);
     }
     let view = alice.budget().await?;
-    assert_eq!((view.answered, view.charged, view.spent), (2, 1, 0.125));
+    assert_eq!((view.answered, view.charged, view.spent), (4, 2, 0.25));
+    Ok(())
+}
+
+/// Under `paper` a unanimous answer is charged b: it waits for its
+/// charge, and so does a cached repeat of it while that charge is not
+/// durable.
+#[tokio::test]
+async fn under_paper_unanimous_answers_and_their_repeats_wait_for_the_charge() -> TestResult {
+    use futures_util::FutureExt;
+    assert!(
+        Release::Free < Release::AfterCharges && Release::AfterCharges < Release::Durable,
+        "a batch waits for its strictest row"
+    );
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(EmbeddedStore::open(&dir.path().join("state.redb"))?);
+    let ps = [principal("alice", "ka", 0.3)?];
+    let s = Sessions::new(
+        &ps,
+        Scope::PerPrincipal,
+        Nats::new(0.5)?,
+        params(Policy::Paper)?,
+        &Store::Embedded(Arc::clone(&store)),
+    )
+    .await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let stall = store.stall()?;
+    let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
+    let first = alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?;
+    let mut first = Box::pin(first.release());
+    assert!(first.as_mut().now_or_never().is_none(), "a unanimous answer charged b left before its charge");
+    let repeat = alice.begin(vec![(None, keyed(1.0, false, None))]).await?;
+    let mut repeat = Box::pin(repeat.release());
+    assert!(repeat.as_mut().now_or_never().is_none(), "its repeat left before the charge was durable");
+    stall.abort()?;
+    assert_eq!(first.await?.0[0].charge.get(), 0.125);
+    assert!(repeat.await?.0[0].cached);
     Ok(())
 }
 

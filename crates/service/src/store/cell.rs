@@ -15,9 +15,11 @@
 //!
 //! # Invariants
 //! - In this process, a step's answers wait for the ticket its
-//!   [`Release`] names: a charged step's own record; for a cached noisy
-//!   answer, the session's last charged record (the step that produced it
-//!   may still be committing); for a free answer, nothing. In the database
+//!   [`Release`] names: a charged step's own record; for a cached answer
+//!   of a charged step, nothing if the session's last charged record is
+//!   durable, else its own record, which commits after that one (the step
+//!   that produced the answer may still be committing, or its commit may
+//!   have failed); for a free answer, nothing. In the database
 //!   every step is durable when it returns: a cached answer was read from
 //!   committed state under the row lock.
 //! - A step's closure runs once, on state no other step of the session
@@ -100,7 +102,7 @@ struct Held<S> {
 }
 
 /// A held state and the ticket of its last record whose answers had to
-/// wait for it ([`Release::Durable`]): what a cached noisy answer waits for.
+/// wait for it: what a cached charged answer waits for, if anything.
 struct Latest<S> {
     state: S,
     charged: Option<Ticket>,
@@ -124,8 +126,14 @@ impl<S: State> Held<S> {
                 latest.charged = Some(ticket.clone());
                 Some(ticket)
             }
-            Release::AfterCharges => latest.charged.clone().filter(|t| !t.is_durable()),
-            Release::Free => None,
+            // The last charged record is not durable yet (or its commit
+            // failed): wait for this one, which commits after it and
+            // carries the whole state, charge included.
+            Release::AfterCharges if latest.charged.as_ref().is_some_and(|t| !t.is_durable()) => {
+                latest.charged = Some(ticket.clone());
+                Some(ticket)
+            }
+            Release::AfterCharges | Release::Free => None,
         };
         Ok((value, wait))
     }

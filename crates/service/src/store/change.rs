@@ -25,15 +25,17 @@ pub struct Change {
 /// When a step's answers may leave (`docs/assurance/accounting.md` §5):
 /// a charged answer only once its charge is durable; an answer that
 /// charged nothing and moved no posterior without waiting for the disk.
+/// Ordered from no wait to the longest: a request waits for its strictest
+/// row (`max`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Release {
-    /// At once: nothing in it was charged, moved a posterior, or depends
-    /// on an answer that did (exact unanimous answers under `contested`,
-    /// fresh or cached). A crash may drop its record: what that loses is
-    /// said in `docs/assurance/accounting.md` §5.
+    /// At once: nothing in it was charged, moved a posterior, or repeats
+    /// an answer that was (exact unanimous answers under `contested` or
+    /// `unanimous_only`, fresh or cached). A crash may drop its record:
+    /// what that loses is said in `docs/assurance/accounting.md` §5.
     Free,
-    /// Once the session's last charged record is durable: it re-releases
-    /// a cached noisy answer, whose own step may still be committing.
+    /// Once the session's charges are durable: it repeats a cached answer
+    /// whose step was charged, which may still be committing.
     AfterCharges,
     /// Once this record is durable: it charged, moved a posterior or
     /// journaled a refusal. What every step does unless it says otherwise.
