@@ -92,5 +92,43 @@ fn vector_mode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, label_mode, vector_mode);
+/// The pieces of vector mode in the m × m Gram space (issue 44 §3), each
+/// timed alone on the jittered scores' weighted, centred m × d matrix X,
+/// beside the thin SVD of X that `vector::calibrate` runs today: the Gram
+/// matrix K = XXᵀ (one m × d × m product), two ways to eigendecompose the
+/// 128 × 128 K (LAPACK `dsyev` through `eigh`; `gesdd` through `svddc`,
+/// whose singular vectors of a symmetric PSD matrix are its eigenvectors),
+/// and the d-wide directions XᵀW (one d × m × m product).
+fn gram_pieces(c: &mut Criterion) {
+    use ndarray_linalg::{Eigh, JobSvd, SVDDC, UPLO};
+    let mut group = c.benchmark_group("gram_pieces");
+    group.sample_size(10).measurement_time(Duration::from_secs(3));
+    let mut rng = ChaCha20Rng::seed_from_u64(3);
+    for d in [1000usize, 10_000] {
+        let v = Array2::from_shape_fn(
+            (M, d),
+            |(_, j)| if j == 0 { 0.8 } else { 0.2 / d as f64 } + rng.random_range(0.0..0.01),
+        );
+        let mean = v.mean_axis(ndarray::Axis(0)).expect("rows");
+        let x = (&v - &mean.insert_axis(ndarray::Axis(0))) / (M as f64).sqrt();
+        let k = x.dot(&x.t());
+        let (_, w) = k.eigh(UPLO::Lower).expect("eigh");
+        group.bench_with_input(BenchmarkId::new("svd_of_x", d), &x, |bench, x| {
+            bench.iter(|| black_box(x).svddc(JobSvd::Some).expect("svd"))
+        });
+        group.bench_with_input(BenchmarkId::new("gram_k", d), &x, |bench, x| bench.iter(|| black_box(x).dot(&x.t())));
+        group.bench_with_input(BenchmarkId::new("eigh_k", d), &k, |bench, k| {
+            bench.iter(|| black_box(k).eigh(UPLO::Lower).expect("eigh"))
+        });
+        group.bench_with_input(BenchmarkId::new("svddc_k", d), &k, |bench, k| {
+            bench.iter(|| black_box(k).svddc(JobSvd::All).expect("svd"))
+        });
+        group.bench_with_input(BenchmarkId::new("directions_xtw", d), &(x.clone(), w.clone()), |bench, (x, w)| {
+            bench.iter(|| black_box(x).t().dot(w))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, label_mode, vector_mode, gram_pieces);
 criterion_main!(benches);
