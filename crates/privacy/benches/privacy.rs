@@ -1,6 +1,8 @@
 //! Per-query privacy math: calibrate + sample + posterior update + ledger,
-//! i.e. one `mechanism::answer`, for m = 128 teachers at d ∈ {2, 10, 100, 1000}
-//! with realistic disagreement patterns (most teachers agree; a few dissent).
+//! i.e. one `mechanism::answer`, for m = 128 teachers at d ∈ {2, 10, 100,
+//! 1000, 32 768} with realistic disagreement patterns (most teachers agree;
+//! a few dissent); vector mode; and the pieces of a Gram-space vector mode
+//! (`gram_pieces`, issue 44 §3).
 //!
 //! Run: `OPENBLAS_NUM_THREADS=1 cargo bench -p pacpriv-privacy --bench privacy`
 //! Baseline in the same run: `copy_posterior` (cloning the 128 log-weights,

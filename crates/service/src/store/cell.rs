@@ -121,6 +121,11 @@ impl<S: State> Held<S> {
         let release = change.release;
         let (record, change) = durable_form(&mut latest.state, change);
         let ticket = self.store.enqueue(key, record, change)?;
+        // A durable ticket says nothing any more: dropped here, so a
+        // session keeps at most one (~100 B) between its steps.
+        if latest.charged.as_ref().is_some_and(Ticket::is_durable) {
+            latest.charged = None;
+        }
         let wait = match release {
             Release::Durable => {
                 latest.charged = Some(ticket.clone());
@@ -129,7 +134,7 @@ impl<S: State> Held<S> {
             // The last charged record is not durable yet (or its commit
             // failed): wait for this one, which commits after it and
             // carries the whole state, charge included.
-            Release::AfterCharges if latest.charged.as_ref().is_some_and(|t| !t.is_durable()) => {
+            Release::AfterCharges if latest.charged.is_some() => {
                 latest.charged = Some(ticket.clone());
                 Some(ticket)
             }

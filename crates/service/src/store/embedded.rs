@@ -15,7 +15,7 @@ use super::meta::Meta;
 use super::principal::{Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order, encode_principal};
-use super::ticket::{Outcome, Ticket};
+use super::ticket::{Done, Ticket};
 use crate::metrics::StoreMetrics;
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -70,7 +70,7 @@ struct Write {
     session: String,
     record: SessionRecord,
     change: Change,
-    done: tokio::sync::watch::Sender<Outcome>,
+    done: Done,
 }
 
 /// A redb file and its writer thread.
@@ -481,7 +481,7 @@ fn writer(db: &Database, queue: &Receiver<Write>, metrics: &StoreMetrics) {
             tracing::error!(error = %e, records = batch.len(), "store commit failed; answers withheld");
         }
         for w in batch {
-            w.done.send_replace(Some(result.clone()));
+            w.done.report(&result);
         }
     }
 }
