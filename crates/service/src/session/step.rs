@@ -147,7 +147,10 @@ pub(super) fn answer_all(
     // what the cache needs to take back rather than copy it whole.
     let saved = (rows.len() > 1).then(|| (v.state.clone(), v.version, v.head, v.events, v.cache.checkpoint()));
     let mut replies = Vec::with_capacity(rows.len());
-    let mut change = Change { release: Release::Free, ..Change::default() };
+    // With the journal on, every answer waits for its entry or event: the
+    // journal holds every release that left (`accounting.md` §9).
+    let least = if params.journal { Release::Durable } else { Release::Free };
+    let mut change = Change { release: least, ..Change::default() };
     for (i, (outputs, asking)) in rows.iter().enumerate() {
         let (reply, row) = match step(params, v, outputs.as_ref(), asking) {
             Ok(done) => done,

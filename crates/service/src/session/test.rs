@@ -334,8 +334,45 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
     Ok(())
 }
 
-/// Issue 44 §1: while the disk is stalled, an exact unanimous answer that
-/// charged nothing (`contested`) and a cached repeat of it leave at once; a
+/// Alice's session over a fresh embedded store in `dir` whose disk is
+/// stalled until the returned transaction is dropped or aborted.
+async fn stalled(
+    dir: &std::path::Path,
+    policy: Policy,
+    journal: bool,
+) -> Result<(Sessions, Handle, redb::WriteTransaction), Box<dyn std::error::Error>> {
+    let store = Arc::new(EmbeddedStore::open(&dir.join("state.redb"))?);
+    let ps = [principal("alice", "ka", 0.3)?];
+    let params = SessionParams { journal, ..params(policy)? };
+    let s =
+        Sessions::new(&ps, Scope::PerPrincipal, Nats::new(0.5)?, params, &Store::Embedded(Arc::clone(&store))).await?;
+    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let stall = store.stall()?;
+    Ok((s, alice, stall))
+}
+
+/// With the journal on, every answer waits for its entry or event — the
+/// journal holds every release that left — and so does a refusal.
+#[tokio::test]
+async fn with_the_journal_on_even_free_answers_wait_for_their_entry() -> TestResult {
+    use futures_util::FutureExt;
+    let dir = tempfile::tempdir()?;
+    let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, true).await?;
+    let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
+    let free = alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?;
+    let mut free = Box::pin(free.release());
+    assert!(free.as_mut().now_or_never().is_none(), "a free answer left before its journal entry was durable");
+    let mut refused = Box::pin(alice.begin(vec![(None, keyed(1.0, true, None))]));
+    assert!(refused.as_mut().now_or_never().is_none(), "a journaled refusal returned before its event was durable");
+    stall.abort()?;
+    assert!(free.await?.0[0].unanimous);
+    assert!(matches!(refused.await, Err(SessionError::NoisyNotKept)));
+    Ok(())
+}
+
+/// Issue 44 §1 (journal off, the default): while the disk is stalled, an
+/// exact unanimous answer that charged nothing (`contested`) and a cached
+/// repeat of it leave at once; a
 /// charged answer waits for its charge, and so does a cached repeat of it,
 /// whose charge is not durable yet. Once the disk moves, every record —
 /// the free ones too — is durable.
@@ -345,18 +382,7 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
     let dir = tempfile::tempdir()?;
     let unanimous = || Some(TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 });
     {
-        let store = Arc::new(EmbeddedStore::open(&dir.path().join("state.redb"))?);
-        let ps = [principal("alice", "ka", 0.3)?];
-        let s = Sessions::new(
-            &ps,
-            Scope::PerPrincipal,
-            Nats::new(0.5)?,
-            params(Policy::Contested)?,
-            &Store::Embedded(Arc::clone(&store)),
-        )
-        .await?;
-        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
-        let stall = store.stall()?;
+        let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, false).await?;
         let step = alice.begin(vec![(unanimous(), keyed(1.0, false, None))]).await?;
         let (free, view) = step.release().now_or_never().ok_or("a free answer waited for the disk")??;
         assert_eq!(view.mia_bound, 0.5, "nothing spent, nothing learnt");
@@ -368,14 +394,10 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         let repeat = alice.begin(vec![(None, keyed(2.0, false, None))]).await?;
         let mut repeat = Box::pin(repeat.release());
         assert!(repeat.as_mut().now_or_never().is_none(), "a cached noisy answer left before its charge was durable");
-        // A free repeat does not wait; a journaled refusal (the noisy
-        // vector of an answer kept without it) and a batch with one
-        // charged row do.
+        // A free repeat does not wait; a batch with one charged row does.
         let again = alice.begin(vec![(None, keyed(1.0, false, None))]).await?;
         let (again, _) = again.release().now_or_never().ok_or("a cached unanimous answer waited for the disk")??;
         assert!(again[0].cached && again[0].label == 2);
-        let mut refused = Box::pin(alice.begin(vec![(None, keyed(1.0, true, None))]));
-        assert!(refused.as_mut().now_or_never().is_none(), "a journaled refusal returned before its event was durable");
         let mixed =
             alice.begin(vec![(Some(split()), keyed(4.0, false, None)), (unanimous(), keyed(3.0, false, None))]).await?;
         let mut mixed = Box::pin(mixed.release());
@@ -391,7 +413,6 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         assert_eq!(view.mia_bound, pacpriv_privacy::report::mia_bound(Nats::new(0.125)?));
         let (repeat, _) = repeat.await?;
         assert_eq!(repeat[0].label, charged[0].label);
-        assert!(matches!(refused.await, Err(SessionError::NoisyNotKept)));
         assert_eq!(mixed.await?.0.len(), 2);
     }
     // Every step reached the disk: both answers are cached after a
@@ -417,18 +438,7 @@ async fn under_paper_unanimous_answers_and_their_repeats_wait_for_the_charge() -
         "a batch waits for its strictest row"
     );
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(EmbeddedStore::open(&dir.path().join("state.redb"))?);
-    let ps = [principal("alice", "ka", 0.3)?];
-    let s = Sessions::new(
-        &ps,
-        Scope::PerPrincipal,
-        Nats::new(0.5)?,
-        params(Policy::Paper)?,
-        &Store::Embedded(Arc::clone(&store)),
-    )
-    .await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
-    let stall = store.stall()?;
+    let (_s, alice, stall) = stalled(dir.path(), Policy::Paper, false).await?;
     let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
     let first = alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?;
     let mut first = Box::pin(first.release());

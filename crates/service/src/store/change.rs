@@ -31,7 +31,8 @@ pub struct Change {
 pub enum Release {
     /// At once: nothing in it was charged, moved a posterior, or repeats
     /// an answer that was (exact unanimous answers under `contested` or
-    /// `unanimous_only`, fresh or cached). A crash may drop its record:
+    /// `unanimous_only`, fresh or cached), and the journal is off (with it
+    /// on, every answer waits for its entry). A crash may drop its record:
     /// what that loses is said in `docs/assurance/accounting.md` §5.
     Free,
     /// Once the session's charges are durable: it repeats a cached answer
