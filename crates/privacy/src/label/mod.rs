@@ -142,12 +142,9 @@ impl LabelCalibration {
     /// The release r = e_{y*} + z restricted to the active classes, where
     /// `center` is the position of the secret teacher's label.
     pub fn release_block(&self, center: usize, draw: &NoiseDraw) -> Array1<f64> {
-        let mut r = Array1::zeros(self.classes.len());
-        r[center] = 1.0;
-        if self.noise.rank() > 0 {
-            let coef = &draw.std_coef * &self.noise.variances().mapv(f64::sqrt);
-            r += &self.noise.basis().dot(&coef);
-        }
+        // The noise lives on the active classes, in their order.
+        let mut r = if self.noise.rank() > 0 { self.noise.block(draw) } else { Array1::zeros(self.classes.len()) };
+        r[center] += 1.0;
         r
     }
 

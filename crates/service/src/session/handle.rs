@@ -259,10 +259,12 @@ pub struct Step {
 
 impl Step {
     /// The answers, one per row, and the account after them, once they may
-    /// leave: for a charged step, once its record (and so every earlier
-    /// one of the session) is durable; for a cached noisy answer, once the
-    /// session's last charged record is; for exact unanimous answers that
-    /// charged nothing, at once (their record goes with the next commit).
+    /// leave, as the step's [`Release`](crate::store::Release) says: for a
+    /// charged step, once its record (and so every earlier one of the
+    /// session) is durable; for a cached answer whose step was charged,
+    /// once the session's last charged record is; for exact unanimous
+    /// answers that charged nothing, at once (their record goes with the
+    /// next commit).
     ///
     /// # Errors
     /// [`SessionError::Withheld`]: the answers are withheld; they may have

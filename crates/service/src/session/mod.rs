@@ -14,10 +14,10 @@
 //!   (microseconds), never across the teacher fan-out, nor across the
 //!   fsync (early lock release; see the cell).
 //! - An answer is reachable only through [`Step::release`]: a charged one
-//!   after its record is durable, a cached noisy one after the step that
-//!   produced it ([`cache`]); only an answer that charged nothing and
-//!   moved no posterior (exact unanimous, under `contested` or from the
-//!   cache) leaves before its record is written.
+//!   after its record is durable, a cached one whose step was charged
+//!   after that step's record ([`cache`]); only an exact unanimous answer
+//!   that charged nothing (fresh or cached, under `contested` or
+//!   `unanimous_only`, journal off) leaves before its record is written.
 //! - A query the session answered before is answered from its [`cache`]:
 //!   no charge, no noise, no change; which queries hit depends on the
 //!   session's own transcript, never on the secret.

@@ -1,13 +1,16 @@
-use super::step::cost;
+use super::step::{Answered, cost};
 use super::*;
 use crate::store::{EmbeddedStore, Origin, Release, Store, StoreError};
 use cache::{CacheKey, CacheSettings, OnEvicted, QueryDigest};
+use futures_util::FutureExt;
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::PrivacyError;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::{Posterior, UpdateRule};
 use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, PrivacyError> {
@@ -351,17 +354,27 @@ async fn stalled(
     Ok((s, alice, stall))
 }
 
+/// `step`'s release, checked not to have happened yet: `what` waits for
+/// the stalled disk.
+fn held_back(step: Step, what: &str) -> Pin<Box<impl Future<Output = Result<Answered, SessionError>>>> {
+    let mut release = Box::pin(step.release());
+    assert!(release.as_mut().now_or_never().is_none(), "{what} left before its record was durable");
+    release
+}
+
+/// `step`'s release, which must not wait for the stalled disk.
+fn released_now(step: Step, what: &str) -> Result<Answered, Box<dyn std::error::Error>> {
+    Ok(step.release().now_or_never().ok_or(format!("{what} waited for the disk"))??)
+}
+
 /// With the journal on, every answer waits for its entry or event — the
 /// journal holds every release that left — and so does a refusal.
 #[tokio::test]
 async fn with_the_journal_on_even_free_answers_wait_for_their_entry() -> TestResult {
-    use futures_util::FutureExt;
     let dir = tempfile::tempdir()?;
     let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, true).await?;
     let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
-    let free = alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?;
-    let mut free = Box::pin(free.release());
-    assert!(free.as_mut().now_or_never().is_none(), "a free answer left before its journal entry was durable");
+    let free = held_back(alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?, "a free answer");
     let mut refused = Box::pin(alice.begin(vec![(None, keyed(1.0, true, None))]));
     assert!(refused.as_mut().now_or_never().is_none(), "a journaled refusal returned before its event was durable");
     stall.abort()?;
@@ -372,39 +385,28 @@ async fn with_the_journal_on_even_free_answers_wait_for_their_entry() -> TestRes
 
 /// Issue 44 §1 (journal off, the default): while the disk is stalled, an
 /// exact unanimous answer that charged nothing (`contested`) and a cached
-/// repeat of it leave at once; a
-/// charged answer waits for its charge, and so does a cached repeat of it,
-/// whose charge is not durable yet. Once the disk moves, every record —
+/// repeat of it leave at once; a charged answer waits for its charge, and
+/// so does a cached repeat of it, whose charge is not durable yet. Once the disk moves, every record —
 /// the free ones too — is durable.
 #[tokio::test]
 async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait() -> TestResult {
-    use futures_util::FutureExt;
     let dir = tempfile::tempdir()?;
     let unanimous = || Some(TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 });
     {
         let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, false).await?;
-        let step = alice.begin(vec![(unanimous(), keyed(1.0, false, None))]).await?;
-        let (free, view) = step.release().now_or_never().ok_or("a free answer waited for the disk")??;
+        let (free, view) =
+            released_now(alice.begin(vec![(unanimous(), keyed(1.0, false, None))]).await?, "a free answer")?;
         assert_eq!(view.mia_bound, 0.5, "nothing spent, nothing learnt");
         assert!(free[0].unanimous && free[0].charge.get() == 0.0 && !free[0].cached);
 
-        let charged = alice.begin(vec![(Some(split()), keyed(2.0, false, None))]).await?;
-        let mut charged = Box::pin(charged.release());
-        assert!(charged.as_mut().now_or_never().is_none(), "a charged answer left before its charge was durable");
-        let repeat = alice.begin(vec![(None, keyed(2.0, false, None))]).await?;
-        let mut repeat = Box::pin(repeat.release());
-        assert!(repeat.as_mut().now_or_never().is_none(), "a cached noisy answer left before its charge was durable");
+        let charged = held_back(alice.begin(vec![(Some(split()), keyed(2.0, false, None))]).await?, "a charged answer");
+        let repeat = held_back(alice.begin(vec![(None, keyed(2.0, false, None))]).await?, "a cached noisy answer");
         // A free repeat does not wait; a batch with one charged row does.
-        let again = alice.begin(vec![(None, keyed(1.0, false, None))]).await?;
-        let (again, _) = again.release().now_or_never().ok_or("a cached unanimous answer waited for the disk")??;
+        let (again, _) =
+            released_now(alice.begin(vec![(None, keyed(1.0, false, None))]).await?, "a cached unanimous answer")?;
         assert!(again[0].cached && again[0].label == 2);
-        let mixed =
-            alice.begin(vec![(Some(split()), keyed(4.0, false, None)), (unanimous(), keyed(3.0, false, None))]).await?;
-        let mut mixed = Box::pin(mixed.release());
-        assert!(
-            mixed.as_mut().now_or_never().is_none(),
-            "a batch with a charged row left before its charge was durable"
-        );
+        let rows = vec![(Some(split()), keyed(4.0, false, None)), (unanimous(), keyed(3.0, false, None))];
+        let mixed = held_back(alice.begin(rows).await?, "a batch with a charged row");
 
         stall.abort()?;
         let (charged, view) = charged.await?;
@@ -415,8 +417,8 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
         assert_eq!(repeat[0].label, charged[0].label);
         assert_eq!(mixed.await?.0.len(), 2);
     }
-    // Every step reached the disk: both answers are cached after a
-    // restart, and the one charge is on the ledger.
+    // Every step reached the disk: the answers are cached after a restart,
+    // and both charges are on the ledger.
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
     let alice = s.authenticate(Credential::ApiKey("ka")).await?;
     for example in [1.0, 2.0] {
@@ -432,7 +434,6 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
 /// durable.
 #[tokio::test]
 async fn under_paper_unanimous_answers_and_their_repeats_wait_for_the_charge() -> TestResult {
-    use futures_util::FutureExt;
     assert!(
         Release::Free < Release::AfterCharges && Release::AfterCharges < Release::Durable,
         "a batch waits for its strictest row"
@@ -440,12 +441,9 @@ async fn under_paper_unanimous_answers_and_their_repeats_wait_for_the_charge() -
     let dir = tempfile::tempdir()?;
     let (_s, alice, stall) = stalled(dir.path(), Policy::Paper, false).await?;
     let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
-    let first = alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?;
-    let mut first = Box::pin(first.release());
-    assert!(first.as_mut().now_or_never().is_none(), "a unanimous answer charged b left before its charge");
-    let repeat = alice.begin(vec![(None, keyed(1.0, false, None))]).await?;
-    let mut repeat = Box::pin(repeat.release());
-    assert!(repeat.as_mut().now_or_never().is_none(), "its repeat left before the charge was durable");
+    let first =
+        held_back(alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?, "a unanimous answer charged b");
+    let repeat = held_back(alice.begin(vec![(None, keyed(1.0, false, None))]).await?, "its cached repeat");
     stall.abort()?;
     assert_eq!(first.await?.0[0].charge.get(), 0.125);
     assert!(repeat.await?.0[0].cached);
