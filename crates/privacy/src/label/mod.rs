@@ -22,7 +22,7 @@
 //! and any rounding in the centre ū_j only makes it larger — an upper bound
 //! of the exact quadratic form, as [`Noise::certified`] requires.
 
-use super::noise::{Noise, NoiseDraw};
+use super::noise::{Noise, NoiseDraw, Orthonormal};
 use super::posterior::{Groups, Posterior};
 use super::{Nats, PrivacyError};
 use ndarray::{Array1, Array2, ArrayView1};
@@ -100,14 +100,14 @@ pub fn calibrate(
                 Array2::from_shape_vec((2, 1), vec![std::f64::consts::FRAC_1_SQRT_2, -std::f64::consts::FRAC_1_SQRT_2])
                     .map_err(|e| PrivacyError::Shape(e.to_string()))?;
             let q = 2.0 * p[0] * p[1] * (1.0 + WEIGHT_ROUNDING);
-            Noise::certified(classes, classes_seen.clone(), u, &[q], 0.0, b)?
+            Noise::certified(classes, classes_seen.clone(), Orthonormal::check(u)?, &[q], 0.0, b)?
         }
         _ => {
             let u = eigenbasis(&p)?;
             check_orthogonal_to_ones(&u)?;
             let q: Vec<f64> =
                 (0..k - 1).map(|j| weighted_variance(&p, u.column(j)) * (1.0 + WEIGHT_ROUNDING)).collect();
-            Noise::certified(classes, classes_seen.clone(), u, &q, 0.0, b)?
+            Noise::certified(classes, classes_seen.clone(), Orthonormal::check(u)?, &q, 0.0, b)?
         }
     };
     Ok(LabelCalibration { classes: classes_seen, groups, group_position, masses, p, noise })

@@ -56,6 +56,66 @@ pub const RESIDUAL_SHARE: f64 = 1e-3;
 /// Largest tolerated deviation of UᵀU from the identity.
 pub const ORTHONORMALITY_TOLERANCE: f64 = 1e-10;
 
+/// A basis U (n × r) whose columns were checked to be orthonormal, with a
+/// bound η ≥ ‖UᵀU − I‖₂ that the certificate charges for (module doc,
+/// *Near-orthonormal bases*). The only way to hand a basis to
+/// [`Noise::certified`].
+#[derive(Clone, Debug)]
+pub struct Orthonormal {
+    u: Array2<f64>,
+    eta: f64,
+}
+
+impl Orthonormal {
+    /// Checks that every entry of UᵀU is within [`ORTHONORMALITY_TOLERANCE`]
+    /// of the identity's and bounds ‖UᵀU − I‖₂ by the computed Frobenius
+    /// norm plus the rounding of the product (each entry of fl(UᵀU) is
+    /// within n·2⁻⁵³·‖u_i‖‖u_j‖ of the exact one).
+    ///
+    /// # Errors
+    /// [`PrivacyError::Uncertified`] if the columns are further from
+    /// orthonormal than the tolerance.
+    pub fn check(u: Array2<f64>) -> Result<Self, PrivacyError> {
+        let (n, r) = u.dim();
+        let gram = u.t().dot(&u);
+        let (mut worst, mut frobenius_sq) = (0.0, 0.0);
+        for ((i, j), g) in gram.indexed_iter() {
+            let e = (g - if i == j { 1.0 } else { 0.0 }).abs();
+            worst = f64::max(worst, e);
+            frobenius_sq += e * e;
+        }
+        if worst > ORTHONORMALITY_TOLERANCE || worst.is_nan() {
+            return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
+        }
+        let rounding = (n * r) as f64 * f64::EPSILON * (1.0 + ORTHONORMALITY_TOLERANCE);
+        Ok(Orthonormal { u, eta: (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6) })
+    }
+
+    /// The checked matrix.
+    pub fn matrix(&self) -> &Array2<f64> {
+        &self.u
+    }
+
+    /// The bound η ≥ ‖UᵀU − I‖₂.
+    pub fn eta(&self) -> f64 {
+        self.eta
+    }
+
+    /// Upper bounds for the exact form in the *orthogonal* decomposition
+    /// along span(U), from bounds `q` of u_jᵀCu_j and `residual` of
+    /// ‖X(I − UUᵀ)‖²_F (C = XᵀX): with κ = η/(1 − η) and s = Σ_l q_l,
+    /// q_j ↦ (√q_j + κ√s)² and residual ↦ (√residual + κ√((1 + η)s))²
+    /// (argument in `docs/assurance/privacy-core.md` §2). Identity for an
+    /// exactly orthonormal U; a relative change of ~2κ·√(s/q_j) otherwise.
+    fn charge(&self, q: &[f64], residual: f64) -> (Vec<f64>, f64) {
+        let kappa = self.eta / (1.0 - self.eta);
+        let spread = kappa * q.iter().sum::<f64>().sqrt();
+        let q = q.iter().map(|q| (q.sqrt() + spread).powi(2)).collect();
+        let residual = if residual > 0.0 { (residual.sqrt() + spread * (1.0 + self.eta).sqrt()).powi(2) } else { 0.0 };
+        (q, residual)
+    }
+}
+
 /// Noise Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ) on a block of output coordinates,
 /// certified against the exact output covariance C.
 #[derive(Clone, Debug)]
@@ -101,10 +161,10 @@ impl Noise {
     /// # Arguments
     /// - `dim`: output dimension d.
     /// - `coords`: the output coordinates the noise lives on (sorted).
-    /// - `basis`: |coords| × r with orthonormal columns u_j.
+    /// - `basis`: |coords| × r, checked orthonormal columns u_j.
     /// - `q`: for each u_j an *upper bound* on u_jᵀ C u_j for the exact C.
-    /// - `residual`: an upper bound on tr((I − UUᵀ) C) within `coords`;
-    ///   0 only when the signal provably lies in span(U).
+    /// - `residual`: an upper bound on ‖X(I − UUᵀ)‖²_F (C = XᵀX) within
+    ///   `coords`; 0 only when the signal provably lies in span(U).
     ///
     /// # Errors
     /// [`PrivacyError::PerQueryTooSmall`] for b < [`MIN_PER_QUERY`],
@@ -114,7 +174,7 @@ impl Noise {
     pub fn certified(
         dim: usize,
         coords: Vec<usize>,
-        basis: Array2<f64>,
+        basis: Orthonormal,
         q: &[f64],
         residual: f64,
         b: Nats,
@@ -123,10 +183,10 @@ impl Noise {
         if b < MIN_PER_QUERY {
             return Err(PrivacyError::PerQueryTooSmall { value: b, min: MIN_PER_QUERY });
         }
-        if basis.nrows() != coords.len() || basis.ncols() != q.len() || coords.iter().any(|&c| c >= dim) {
+        if basis.u.nrows() != coords.len() || basis.u.ncols() != q.len() || coords.iter().any(|&c| c >= dim) {
             return Err(PrivacyError::Shape(format!(
                 "basis {:?} for {} coordinates and {} quadratic forms in dimension {dim}",
-                basis.dim(),
+                basis.u.dim(),
                 coords.len(),
                 q.len()
             )));
@@ -134,7 +194,8 @@ impl Noise {
         if q.iter().chain([&residual]).any(|x| !x.is_finite() || *x < 0.0) {
             return Err(PrivacyError::NonFinite("quadratic forms of C"));
         }
-        check_orthonormal(&basis)?;
+        let (q, residual) = basis.charge(q, residual);
+        let q = q.as_slice();
 
         let b_cal = b * (1.0 - CALIBRATION_SLACK);
         let (b_main, b_res) =
@@ -142,7 +203,7 @@ impl Noise {
         let complement = if residual > 0.0 { (residual / (2.0 * b_res)).max(VARIANCE_FLOOR) } else { 0.0 };
         let variances = Array1::from(theorem_2_4(q, b_main)) + complement;
 
-        let mut noise = Noise { dim, coords, basis, variances, complement, mi_bound: f64::INFINITY };
+        let mut noise = Noise { dim, coords, basis: basis.u, variances, complement, mi_bound: f64::INFINITY };
         let certified = b * (1.0 - CERTIFICATE_MARGIN);
         // Round-off only ever adds noise: scale everything up until certified.
         for _ in 0..4 {
@@ -295,16 +356,6 @@ fn certificate(q: &[f64], residual: f64, variances: &Array1<f64>, complement: f6
     let main: f64 = q.iter().zip(variances).map(|(q, v)| q / v).sum();
     let rest = if residual > 0.0 { residual / complement } else { 0.0 };
     0.5 * (main + rest)
-}
-
-fn check_orthonormal(basis: &Array2<f64>) -> Result<(), PrivacyError> {
-    let gram = basis.t().dot(basis);
-    let worst = gram.indexed_iter().map(|((i, j), g)| (g - if i == j { 1.0 } else { 0.0 }).abs()).fold(0.0, f64::max);
-    if worst <= ORTHONORMALITY_TOLERANCE {
-        Ok(())
-    } else {
-        Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")))
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,10 @@ use ndarray::array;
 use proptest::prelude::*;
 use rand::SeedableRng;
 
+fn basis(u: Array2<f64>) -> Orthonormal {
+    Orthonormal::check(u).expect("orthonormal")
+}
+
 fn b(x: f64) -> Nats {
     Nats::new(x).expect("valid")
 }
@@ -26,7 +30,7 @@ proptest! {
 #[test]
 fn certified_noise_spends_at_most_b_and_nearly_all_of_it() -> Result<(), PrivacyError> {
     let u = array![[std::f64::consts::FRAC_1_SQRT_2], [-std::f64::consts::FRAC_1_SQRT_2]];
-    let n = Noise::certified(3, vec![0, 2], u, &[0.375], 0.0, b(2f64.powi(-8)))?;
+    let n = Noise::certified(3, vec![0, 2], basis(u), &[0.375], 0.0, b(2f64.powi(-8)))?;
     assert!(n.mi_bound() <= 2f64.powi(-8) * (1.0 - CERTIFICATE_MARGIN));
     assert!(n.mi_bound() >= 2f64.powi(-8) * (1.0 - 2.0 * CALIBRATION_SLACK));
     // σ = q/(2b) for a single direction.
@@ -39,37 +43,39 @@ fn certified_noise_spends_at_most_b_and_nearly_all_of_it() -> Result<(), Privacy
 
 #[test]
 fn zero_signal_directions_get_the_floor_not_zero() -> Result<(), PrivacyError> {
-    let u = Array2::<f64>::eye(2);
-    let n = Noise::certified(2, vec![0, 1], u, &[0.0, 0.25], 0.0, b(1e-3))?;
+    // η = 0 (a basis known exactly orthonormal), so the floor is all q = 0 gets.
+    let exact = Orthonormal { u: Array2::<f64>::eye(2), eta: 0.0 };
+    let n = Noise::certified(2, vec![0, 1], exact, &[0.0, 0.25], 0.0, b(1e-3))?;
     assert_eq!(n.variances()[0], VARIANCE_FLOOR);
     assert!(n.variances()[1] > 1.0);
+    // The checked identity carries the rounding allowance of UᵀU: a zero
+    // direction is then charged (κ·√Σq)², ~10⁻¹⁵ of the other's variance.
+    let n = Noise::certified(2, vec![0, 1], basis(Array2::eye(2)), &[0.0, 0.25], 0.0, b(1e-3))?;
+    assert!(n.variances()[0] >= VARIANCE_FLOOR && n.variances()[0] < 1e-12 * n.variances()[1]);
     Ok(())
 }
 
 #[test]
 fn refuses_bad_bases_and_tiny_budgets() {
     let skew = array![[1.0, 0.1], [0.0, 1.0]];
-    assert!(matches!(
-        Noise::certified(2, vec![0, 1], skew, &[0.1, 0.1], 0.0, b(0.1)),
-        Err(PrivacyError::Uncertified(_))
-    ));
+    assert!(matches!(Orthonormal::check(skew), Err(PrivacyError::Uncertified(_))));
     let u = Array2::<f64>::eye(1);
     assert!(matches!(
-        Noise::certified(1, vec![0], u.clone(), &[0.1], 0.0, b(1e-31)),
+        Noise::certified(1, vec![0], basis(u.clone()), &[0.1], 0.0, b(1e-31)),
         Err(PrivacyError::PerQueryTooSmall { .. })
     ));
     assert!(matches!(
-        Noise::certified(1, vec![0], u.clone(), &[f64::NAN], 0.0, b(0.1)),
+        Noise::certified(1, vec![0], basis(u.clone()), &[f64::NAN], 0.0, b(0.1)),
         Err(PrivacyError::NonFinite(_))
     ));
-    assert!(matches!(Noise::certified(1, vec![3], u, &[0.1], 0.0, b(0.1)), Err(PrivacyError::Shape(_))));
+    assert!(matches!(Noise::certified(1, vec![3], basis(u), &[0.1], 0.0, b(0.1)), Err(PrivacyError::Shape(_))));
 }
 
 #[test]
 fn residual_signal_gets_isotropic_noise_within_its_share() -> Result<(), PrivacyError> {
     // One basis direction in ℝ³ and a residual outside it.
     let u = array![[1.0], [0.0], [0.0]];
-    let n = Noise::certified(3, vec![0, 1, 2], u, &[0.2], 1e-6, b(0.01))?;
+    let n = Noise::certified(3, vec![0, 1, 2], basis(u), &[0.2], 1e-6, b(0.01))?;
     assert!(n.complement() >= 1e-6 / (2.0 * 0.01 * RESIDUAL_SHARE) * 0.999);
     assert!(n.mi_bound() <= 0.01);
     // Σ is full rank: range(C) ⊆ range(Σ) whatever C is.
@@ -82,7 +88,7 @@ fn residual_signal_gets_isotropic_noise_within_its_share() -> Result<(), Privacy
 #[test]
 fn samples_have_the_calibrated_covariance() -> Result<(), PrivacyError> {
     let h = crate::label::helmert(3);
-    let n = Noise::certified(3, vec![0, 1, 2], h, &[0.1, 0.3], 0.0, b(0.5))?;
+    let n = Noise::certified(3, vec![0, 1, 2], basis(h), &[0.1, 0.3], 0.0, b(0.5))?;
     let sigma = n.dense();
     let mut rng = ChaCha20Rng::seed_from_u64(7);
     let draws = 40_000;
@@ -98,4 +104,45 @@ fn samples_have_the_calibrated_covariance() -> Result<(), PrivacyError> {
         assert!((acc[[i, j]] - s).abs() < 5.0 * se + 1e-12, "entry {i},{j}: {} vs {s}", acc[[i, j]]);
     }
     Ok(())
+}
+
+proptest! {
+    /// The charge for a basis that is not exactly orthonormal (module doc,
+    /// *Near-orthonormal bases*): for the covariance the sampler really
+    /// draws, Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ)², the exact tr(Σ⁻¹C) stays
+    /// below Σ_j q̃_j/v_j + ρ̃/f. Skews far beyond the tolerance (η up to
+    /// 0.2) so that the inequality, not round-off, is what is tested.
+    #[test]
+    fn the_charge_covers_a_skewed_basis(seed in any::<u64>(), skew in 0.0f64..0.1, f in 1e-3f64..1.0) {
+        use rand::RngExt;
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let (n, r, m) = (5, 3, 4);
+        // Orthonormal columns, then a skew: u₁ ← (u₁ + s·u₂)/‖·‖.
+        let a = Array2::from_shape_fn((n, r), |_| rng.random_range(-1.0..1.0));
+        let (q_factor, _) = ndarray_linalg::QR::qr(&a).expect("qr");
+        let mut u = q_factor.slice_axis(ndarray::Axis(1), (0..r).into()).to_owned();
+        let tilted = &u.column(0) + &(&u.column(1) * skew);
+        let norm = tilted.dot(&tilted).sqrt();
+        u.column_mut(0).assign(&(tilted / norm));
+        let gram = u.t().dot(&u) - Array2::<f64>::eye(r);
+        let eta = gram.iter().map(|x| x * x).sum::<f64>().sqrt() * 1.001;
+        let basis = Orthonormal { u: u.clone(), eta };
+
+        let x = Array2::from_shape_fn((m, n), |_| rng.random_range(-1.0..1.0));
+        let c = x.t().dot(&x);
+        let q: Vec<f64> = (0..r).map(|j| u.column(j).dot(&c.dot(&u.column(j)))).collect();
+        let res = &x - &x.dot(&u).dot(&u.t());
+        let residual = res.iter().map(|x| x * x).sum::<f64>();
+        let (q_charged, residual_charged) = basis.charge(&q, residual);
+
+        let v: Vec<f64> = (0..r).map(|_| rng.random_range(0.1..2.0)).collect();
+        let scaled = &u * &ndarray::Array1::from(v.clone()).insert_axis(ndarray::Axis(0));
+        let p_perp = Array2::<f64>::eye(n) - u.dot(&u.t());
+        let sigma = scaled.dot(&u.t()) + p_perp.dot(&p_perp) * f;
+        // tr(Σ⁻¹C) = Σ_k e_kᵀCe_k/σ_k over Σ's eigenpairs.
+        let (sig, e) = ndarray_linalg::Eigh::eigh(&sigma, ndarray_linalg::UPLO::Lower).expect("symmetric");
+        let exact: f64 = (0..n).map(|k| e.column(k).dot(&c.dot(&e.column(k))) / sig[k]).sum();
+        let charged: f64 = q_charged.iter().zip(&v).map(|(q, v)| q / v).sum::<f64>() + residual_charged / f;
+        prop_assert!(exact <= charged * (1.0 + 1e-9), "exact {exact} > charged {charged} at η = {eta}");
+    }
 }

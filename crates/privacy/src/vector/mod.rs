@@ -15,9 +15,10 @@
 //! One thin SVD of m × d (LAPACK `gesdd`) and O(m·d·r) products: milliseconds
 //! at d = 1000; callers run it off the async executor.
 
-use super::noise::{Noise, NoiseDraw};
+use super::noise::{Noise, NoiseDraw, Orthonormal};
 use super::posterior::Posterior;
 use super::{Nats, PrivacyError};
+use ndarray::linalg::general_mat_mul;
 use ndarray::{Array1, Array2, ArrayView2, Axis};
 use ndarray_linalg::{JobSvd, SVDDC};
 
@@ -30,6 +31,7 @@ pub struct VectorCalibration {
     /// Teacher outputs outside the basis, (V − 1μᵀ)(I − UUᵀ), m × d (empty when r = d).
     residual: Array2<f64>,
     noise: Noise,
+    source: Basis,
 }
 
 /// Calibrates vector-mode noise for the m × d teacher outputs under
@@ -44,6 +46,16 @@ pub fn calibrate(
     outputs: ArrayView2<'_, f64>,
     b: Nats,
 ) -> Result<VectorCalibration, PrivacyError> {
+    calibrate_using(posterior, outputs, b, true)
+}
+
+/// [`calibrate`], with the Gram path allowed or not (tests compare the two).
+fn calibrate_using(
+    posterior: &Posterior,
+    outputs: ArrayView2<'_, f64>,
+    b: Nats,
+    allow_gram: bool,
+) -> Result<VectorCalibration, PrivacyError> {
     let (m, d) = outputs.dim();
     if m != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: m });
@@ -57,6 +69,7 @@ pub fn calibrate(
             residual: Array2::zeros((0, 0)),
             outputs,
             noise: Noise::none(d),
+            source: Basis::Unanimous,
         });
     }
 
@@ -65,27 +78,30 @@ pub fn calibrate(
     let mu = w.dot(&outputs);
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
-    let x = &centred * &sqrt_w.view().insert_axis(Axis(1));
-    let (_, _, vt) = x.svddc(JobSvd::Some)?;
-    let vt = vt.ok_or_else(|| PrivacyError::Linalg("SVD returned no right singular vectors".into()))?;
-    let basis = vt.t().to_owned();
-    let r = basis.ncols();
+    let gram = if allow_gram { gram_basis(&centred, &sqrt_w)? } else { None };
+    let (basis, source) = match gram {
+        Some(basis) => (basis, Basis::Gram),
+        None => (svd_basis(&(&centred * &sqrt_w.view().insert_axis(Axis(1))))?, Basis::Svd),
+    };
+    let r = basis.matrix().ncols();
 
     // Upper bounds of the exact quadratic forms (see module doc): computed
     // norms plus a rounding allowance γ‖X‖_F, plus what underflowed weights
     // (each < 2⁻¹⁰²²) could hide.
     let gamma = 4.0 * (d + r + 4) as f64 * f64::EPSILON;
-    let x_norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
-    let max_dev = centred.rows().into_iter().map(|row| row.dot(&row)).fold(0.0, f64::max);
+    let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
+    let x_norm = deviations.iter().zip(&w).map(|(dev, w)| w * dev).sum::<f64>().sqrt();
+    let max_dev = deviations.iter().copied().fold(0.0, f64::max);
     let hidden = underflowed as f64 * f64::MIN_POSITIVE * max_dev;
     let inflate =
         |norm_sq: f64| ((norm_sq.sqrt() + gamma * x_norm).powi(2) + hidden) * (1.0 + super::label::WEIGHT_ROUNDING);
 
-    let coef = centred.dot(&basis);
+    let coef = centred.dot(basis.matrix());
     let q: Vec<f64> =
         coef.columns().into_iter().map(|col| inflate(col.iter().zip(&w).map(|(c, w)| w * c * c).sum())).collect();
     let (residual, residual_bound) = if r < d {
-        let res = &centred - &coef.dot(&basis.t());
+        let mut res = centred;
+        general_mat_mul(-1.0, &coef, &basis.matrix().t(), 1.0, &mut res);
         let norm_sq: f64 = res.rows().into_iter().zip(&w).map(|(row, w)| w * row.dot(&row)).sum();
         // Never 0: a teacher whose weight is ~1e-300 makes every term of
         // the bound underflow to 0, which would leave the complement
@@ -98,7 +114,80 @@ pub fn calibrate(
     };
 
     let noise = Noise::certified(d, (0..d).collect(), basis, &q, residual_bound, b)?;
-    Ok(VectorCalibration { outputs, coef, residual, noise })
+    Ok(VectorCalibration { outputs, coef, residual, noise, source })
+}
+
+/// Which decomposition found the noise basis (the certificate does not
+/// depend on it; benchmarks and tests report it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// No noise: every teacher gave the same vector.
+    Unanimous,
+    /// Right singular vectors of X (LAPACK `gesdd` on m × d).
+    Svd,
+    /// Eigenvectors of K = XXᵀ mapped to ℝ^d (`gram_basis`).
+    Gram,
+}
+
+/// Right singular vectors of X: r = min(m, d) directions.
+fn svd_basis(x: &Array2<f64>) -> Result<Orthonormal, PrivacyError> {
+    let (_, _, vt) = x.svddc(JobSvd::Some)?;
+    let vt = vt.ok_or_else(|| PrivacyError::Linalg("SVD returned no right singular vectors".into()))?;
+    Orthonormal::check(vt.reversed_axes())
+}
+
+/// Directions kept from K's spectrum: eigenvalues at least this share of
+/// the largest. Below it the eigenvectors of K (whose rounding is
+/// ~d·2⁻⁵³·‖X‖²) map to directions too far from orthonormal.
+const GRAM_KEEP: f64 = 1e-6;
+
+/// How much of the signal the Gram basis may leave outside itself: the
+/// isotropic noise that covers it on all d coordinates must stay below
+/// this share of the noise along the basis (see [`gram_basis`]).
+const GRAM_LEFT_OUT: f64 = 1e-6;
+
+/// The basis from the m × m Gram matrix K = XXᵀ (issue 44 §3): when d is
+/// well above m, one m × d × m product and an m × m eigendecomposition
+/// cost a fraction of the thin SVD of X. With K = WΛWᵀ, u_j = Xᵀw_j/‖Xᵀw_j‖
+/// is X's right singular vector for λ_j.
+///
+/// `None` (use the SVD) when d ≤ 2m, when K's spectrum would leave out
+/// more signal than [`GRAM_LEFT_OUT`] allows — what is left out gets
+/// isotropic noise of Σ_{dropped}λ/(2·10⁻³·b) on every coordinate, against
+/// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
+/// the orthonormality check. So the choice can cost time, never privacy:
+/// whichever basis is returned goes through the same certificate.
+fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Result<Option<Orthonormal>, PrivacyError> {
+    let (m, d) = centred.dim();
+    if d <= 2 * m {
+        return Ok(None);
+    }
+    // X = diag(√w)·centred is never formed: K = diag(√w)(centred·centredᵀ)diag(√w)
+    // and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide scaling each.
+    let mut k = centred.dot(&centred.t());
+    for ((i, j), kij) in k.indexed_iter_mut() {
+        *kij *= sqrt_w[i] * sqrt_w[j];
+    }
+    let (w, lambda, _) = k.svddc(JobSvd::Some)?;
+    let mut w = w.ok_or_else(|| PrivacyError::Linalg("SVD of the Gram matrix returned no vectors".into()))?;
+    let top = lambda.first().copied().unwrap_or(0.0);
+    if top <= 0.0 {
+        return Ok(None);
+    }
+    let kept = lambda.iter().take_while(|&&l| l >= GRAM_KEEP * top).count();
+    let left_out: f64 = lambda.iter().skip(kept).sum();
+    let along: f64 = lambda.iter().take(kept).map(|l| l.sqrt()).sum();
+    // d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b)
+    if d as f64 * left_out > GRAM_LEFT_OUT * super::noise::RESIDUAL_SHARE * along * along {
+        return Ok(None);
+    }
+    w *= &sqrt_w.view().insert_axis(Axis(1));
+    let mut basis = centred.t().dot(&w.slice_axis(Axis(1), (..kept).into()));
+    for mut col in basis.columns_mut() {
+        let norm = col.dot(&col).sqrt();
+        col /= norm;
+    }
+    Ok(Orthonormal::check(basis).ok())
 }
 
 /// Teacher vectors must have at least one column and only finite values.
@@ -119,6 +208,11 @@ impl VectorCalibration {
     /// True when every teacher gave exactly the same vector.
     pub fn unanimous(&self) -> bool {
         self.noise.is_exact()
+    }
+
+    /// Which decomposition found the noise basis.
+    pub fn basis_source(&self) -> Basis {
+        self.source
     }
 
     /// The certified noise.

@@ -81,3 +81,67 @@ proptest! {
         }
     }
 }
+
+/// `pacpriv-bench math --vector`'s scores: m = 128 teachers, mostly
+/// agreeing, with a deterministic per-teacher jitter in [0, 0.01).
+fn jittered_scores(m: usize, d: usize) -> Array2<f64> {
+    Array2::from_shape_fn((m, d), |(i, j)| {
+        let base = if j == 0 { 0.8 } else { 0.2 / d as f64 };
+        base + ((i * 7919 + j * 104_729) % 1000) as f64 / 1e5
+    })
+}
+
+fn spread_posterior(m: usize, spread: f64, seed: u64) -> Posterior {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    Posterior::from_log_weights((0..m).map(|_| rng.random_range(-spread..0.0)).collect()).expect("finite")
+}
+
+/// Issue 44 §3: with d ≫ m and weights within e⁸ of each other, the basis
+/// comes from the 128 × 128 Gram matrix, and the noise is the SVD path's:
+/// the same variances along the same directions, up to round-off.
+#[test]
+fn the_gram_basis_gives_the_svd_paths_noise() -> Result<(), PrivacyError> {
+    let (m, d, bb) = (128, 1000, 2f64.powi(-32));
+    let v = jittered_scores(m, d);
+    let p = spread_posterior(m, 8.0, 1);
+    let gram = calibrate(&p, v.view(), b(bb))?;
+    let svd = calibrate_using(&p, v.view(), b(bb), false)?;
+    assert_eq!((gram.basis_source(), svd.basis_source()), (Basis::Gram, Basis::Svd));
+    for cal in [&gram, &svd] {
+        assert!(cal.noise().mi_bound() <= bb * (1.0 - crate::noise::CERTIFICATE_MARGIN));
+    }
+    // Σ along each of X's singular directions: u_jᵀ Σ u_j from each path.
+    let (gn, sn) = (gram.noise(), svd.noise());
+    let top = sn.variances()[0];
+    for j in 0..gn.rank() {
+        let u = sn.basis().column(j);
+        let along = |n: &Noise| {
+            let c = n.basis().t().dot(&u);
+            c.iter().zip(n.variances()).map(|(c, v)| c * c * (v - n.complement())).sum::<f64>() + n.complement()
+        };
+        let (g, s) = (along(gn), along(sn));
+        assert!((g - s).abs() <= 1e-6 * top, "direction {j}: {g:e} vs {s:e}");
+    }
+    // What the Gram path leaves out (the centring's null direction) is
+    // round-off: its isotropic noise is far below every kept variance.
+    assert!(gn.complement() <= 1e-9 * gn.variances().iter().copied().fold(f64::INFINITY, f64::min));
+    Ok(())
+}
+
+/// A posterior that has concentrated (weights over e⁻¹⁰⁰…1) spreads K's
+/// spectrum past what the Gram basis can resolve: the SVD serves it.
+#[test]
+fn a_concentrated_posterior_falls_back_to_the_svd() -> Result<(), PrivacyError> {
+    let (m, d) = (128, 1000);
+    let cal = calibrate(&spread_posterior(m, 100.0, 2), jittered_scores(m, d).view(), b(2f64.powi(-32)))?;
+    assert_eq!(cal.basis_source(), Basis::Svd);
+    Ok(())
+}
+
+/// d ≤ 2m: the Gram matrix would not be smaller than the SVD's work.
+#[test]
+fn few_outputs_use_the_svd() -> Result<(), PrivacyError> {
+    let cal = calibrate(&spread_posterior(8, 1.0, 3), jittered_scores(8, 16).view(), b(2f64.powi(-32)))?;
+    assert_eq!(cal.basis_source(), Basis::Svd);
+    Ok(())
+}
