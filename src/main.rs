@@ -6,7 +6,7 @@ use pacpriv::cli::Cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    pacpriv::cli::blas::use_best_kernels();
+    pacpriv::cli::startup::tune_process();
     // `--version` names the formats too (`-V`: the release alone); built
     // once, for the life of the process.
     let long_version: &'static str = pacpriv::cli::long_version().leak();

@@ -84,7 +84,7 @@ pub enum Command {
 }
 
 fn main() -> ExitCode {
-    pacpriv::cli::blas::use_best_kernels();
+    pacpriv::cli::startup::tune_process();
     let args = Args::parse();
     let mut out = std::io::stdout().lock();
     match run(args, &mut out) {

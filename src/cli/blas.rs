@@ -7,14 +7,13 @@
 //! Prescott (SSE3) kernels, where GEMM is ~3× and a vector-mode answer at
 //! d = 1000 ~1.9× slower (`BENCHMARKS.md`, issue 26 §2). `OPENBLAS_CORETYPE`
 //! overrides the choice, but is read only at load time, so a binary that
-//! wants it set runs itself again with it: [`use_best_kernels`], the first
-//! thing `main` does.
+//! wants it set runs itself again with it ([`super::startup`]).
 //!
 //! # Invariants
 //! - Never asks for kernels whose instructions the CPU or the OS lack
 //!   (`is_x86_feature_detected!` checks both).
 //! - An `OPENBLAS_CORETYPE` already in the environment (an operator's, or
-//!   the one this module set) is left alone: at most one re-execution.
+//!   the one this module asked for) is left alone.
 //! - Only kernel selection changes: the calibration certifies whatever
 //!   basis LAPACK returns (`docs/assurance/privacy-core.md` §2), and `pacpriv verify`
 //!   replays the journaled Eq. 4 vector, not a recomputed one, so a
@@ -46,38 +45,12 @@ pub fn best_core() -> Option<&'static str> {
     None
 }
 
-/// What [`use_best_kernels`] would set, given the current value of
+/// What the start-up re-execution should set, given the current value of
 /// `OPENBLAS_CORETYPE` (`None`: unset) and the CPU's best core.
 pub fn core_to_request(current: Option<OsString>, best: Option<&'static str>) -> Option<&'static str> {
     match current {
         Some(_) => None,
         None => best,
-    }
-}
-
-/// Runs this binary again, with the same arguments and environment plus
-/// `OPENBLAS_CORETYPE` = [`best_core`], unless the variable is already set
-/// or there is nothing better to ask for. Returns only when it did not
-/// re-execute — including when the exec itself failed, in which case the
-/// process carries on with the kernels OpenBLAS chose (slower, not wrong).
-/// Call it first in `main`, before any thread or runtime starts.
-pub fn use_best_kernels() {
-    let Some(core) = core_to_request(std::env::var_os(CORETYPE), best_core()) else {
-        return;
-    };
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let mut args = std::env::args_os();
-        let mut command = std::process::Command::new(exe);
-        if let Some(arg0) = args.next() {
-            command.arg0(arg0);
-        }
-        // `exec` returns only on failure; then carry on as we are.
-        let _failed = command.args(args).env(CORETYPE, core).exec();
     }
 }
 

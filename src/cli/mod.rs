@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use pacpriv_tools::{Resumable, admin, audit, budget, health, label, subsets, tune, utility, verify};
 
 pub mod blas;
+pub mod malloc;
 pub mod serve;
+pub mod startup;
 pub mod teachers;
 
 /// PAC-private predictions over gRPC, and the tools around them.

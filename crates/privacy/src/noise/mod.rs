@@ -57,8 +57,8 @@ pub const RESIDUAL_SHARE: f64 = 1e-3;
 pub const ORTHONORMALITY_TOLERANCE: f64 = 1e-10;
 
 /// A basis U (n × r) whose columns were checked to be orthonormal, with a
-/// bound η ≥ ‖UᵀU − I‖₂ that the certificate charges for (module doc,
-/// *Near-orthonormal bases*). The only way to hand a basis to
+/// bound η ≥ ‖UᵀU − I‖₂ that the certificate charges for
+/// (`docs/assurance/privacy-core.md` §2). The only way to hand a basis to
 /// [`Noise::certified`].
 #[derive(Clone, Debug)]
 pub struct Orthonormal {
@@ -84,7 +84,7 @@ impl Orthonormal {
             worst = f64::max(worst, e);
             frobenius_sq += e * e;
         }
-        if worst > ORTHONORMALITY_TOLERANCE || worst.is_nan() {
+        if !(worst <= ORTHONORMALITY_TOLERANCE && frobenius_sq.is_finite()) {
             return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
         }
         let rounding = (n * r) as f64 * f64::EPSILON * (1.0 + ORTHONORMALITY_TOLERANCE);
@@ -101,18 +101,16 @@ impl Orthonormal {
         self.eta
     }
 
-    /// Upper bounds for the exact form in the *orthogonal* decomposition
-    /// along span(U), from bounds `q` of u_jᵀCu_j and `residual` of
-    /// ‖X(I − UUᵀ)‖²_F (C = XᵀX): with κ = η/(1 − η) and s = Σ_l q_l,
-    /// q_j ↦ (√q_j + κ√s)² and residual ↦ (√residual + κ√((1 + η)s))²
-    /// (argument in `docs/assurance/privacy-core.md` §2). Identity for an
-    /// exactly orthonormal U; a relative change of ~2κ·√(s/q_j) otherwise.
-    fn charge(&self, q: &[f64], residual: f64) -> (Vec<f64>, f64) {
+    /// Upper bounds of the quadratic forms the certificate needs when U is
+    /// only nearly orthonormal: q_j ↦ (√q_j + κ√Σ_l q_l)², κ = η/(1 − η)
+    /// (argument in `docs/assurance/privacy-core.md` §2, *Bases that are
+    /// nearly orthonormal*). The residual bound needs no charge. For an
+    /// SVD or Gram basis (η ~ 10⁻¹¹) this is a relative change of
+    /// ~2κ·√(Σq/q_j): nothing for the directions that carry the signal.
+    fn charge(&self, q: &[f64]) -> Vec<f64> {
         let kappa = self.eta / (1.0 - self.eta);
         let spread = kappa * q.iter().sum::<f64>().sqrt();
-        let q = q.iter().map(|q| (q.sqrt() + spread).powi(2)).collect();
-        let residual = if residual > 0.0 { (residual.sqrt() + spread * (1.0 + self.eta).sqrt()).powi(2) } else { 0.0 };
-        (q, residual)
+        q.iter().map(|q| (q.sqrt() + spread).powi(2)).collect()
     }
 }
 
@@ -194,7 +192,7 @@ impl Noise {
         if q.iter().chain([&residual]).any(|x| !x.is_finite() || *x < 0.0) {
             return Err(PrivacyError::NonFinite("quadratic forms of C"));
         }
-        let (q, residual) = basis.charge(q, residual);
+        let q = basis.charge(q);
         let q = q.as_slice();
 
         let b_cal = b * (1.0 - CALIBRATION_SLACK);

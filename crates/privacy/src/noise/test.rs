@@ -106,14 +106,28 @@ fn samples_have_the_calibrated_covariance() -> Result<(), PrivacyError> {
     Ok(())
 }
 
+/// tr(Σ⁻¹C) for the covariance the sampler really draws from a basis U,
+/// variances v and complement f: Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ)².
+fn sampled_trace(u: &Array2<f64>, v: &[f64], f: f64, c: &Array2<f64>) -> f64 {
+    let n = u.nrows();
+    let scaled = u * &ndarray::Array1::from(v.to_vec()).insert_axis(ndarray::Axis(0));
+    let p_perp = Array2::<f64>::eye(n) - u.dot(&u.t());
+    let sigma = scaled.dot(&u.t()) + p_perp.dot(&p_perp) * f;
+    // tr(Σ⁻¹C) = Σ_k e_kᵀCe_k/σ_k over Σ's eigenpairs.
+    let (sig, e) = ndarray_linalg::Eigh::eigh(&sigma, ndarray_linalg::UPLO::Lower).expect("symmetric");
+    (0..n).map(|k| e.column(k).dot(&c.dot(&e.column(k))) / sig[k]).sum()
+}
+
 proptest! {
-    /// The charge for a basis that is not exactly orthonormal (module doc,
-    /// *Near-orthonormal bases*): for the covariance the sampler really
-    /// draws, Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ)², the exact tr(Σ⁻¹C) stays
-    /// below Σ_j q̃_j/v_j + ρ̃/f. Skews far beyond the tolerance (η up to
-    /// 0.2) so that the inequality, not round-off, is what is tested.
+    /// The charge for a basis that is not exactly orthonormal
+    /// (`privacy-core.md` §2): for the covariance the sampler really
+    /// draws, the exact tr(Σ⁻¹C) stays below Σ_j q̃_j/v_j + ρ/f with ρ the
+    /// uncharged ‖X(I − UUᵀ)‖²_F. Skews far beyond the tolerance (η up to
+    /// 0.2) so that the inequality, not round-off, is what is tested; half
+    /// the cases put the signal inside span(U) with a tiny f, where a
+    /// direction whose own q_j is 0 still sees its neighbour's signal.
     #[test]
-    fn the_charge_covers_a_skewed_basis(seed in any::<u64>(), skew in 0.0f64..0.1, f in 1e-3f64..1.0) {
+    fn the_charge_covers_a_skewed_basis(seed in any::<u64>(), skew in 0.0f64..0.1, f in 1e-3f64..1.0, inside in any::<bool>()) {
         use rand::RngExt;
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let (n, r, m) = (5, 3, 4);
@@ -128,21 +142,75 @@ proptest! {
         let eta = gram.iter().map(|x| x * x).sum::<f64>().sqrt() * 1.001;
         let basis = Orthonormal { u: u.clone(), eta };
 
-        let x = Array2::from_shape_fn((m, n), |_| rng.random_range(-1.0..1.0));
+        // Signal anywhere, or only along the original u₂ (then u₁'s own
+        // q is small and the tilt is all that reaches it).
+        let x = if inside {
+            let coef = Array2::from_shape_fn((m, 1), |_| rng.random_range(-1.0..1.0));
+            coef.dot(&q_factor.column(1).insert_axis(ndarray::Axis(0)))
+        } else {
+            Array2::from_shape_fn((m, n), |_| rng.random_range(-1.0..1.0))
+        };
+        let f = if inside { f * 1e-9 } else { f };
         let c = x.t().dot(&x);
-        let q: Vec<f64> = (0..r).map(|j| u.column(j).dot(&c.dot(&u.column(j)))).collect();
+        // (Exact zeros come out as ±10⁻¹⁷; a caller's bound is never negative.)
+        let q: Vec<f64> = (0..r).map(|j| u.column(j).dot(&c.dot(&u.column(j))).max(0.0)).collect();
         let res = &x - &x.dot(&u).dot(&u.t());
         let residual = res.iter().map(|x| x * x).sum::<f64>();
-        let (q_charged, residual_charged) = basis.charge(&q, residual);
+        let q_charged = basis.charge(&q);
 
-        let v: Vec<f64> = (0..r).map(|_| rng.random_range(0.1..2.0)).collect();
-        let scaled = &u * &ndarray::Array1::from(v.clone()).insert_axis(ndarray::Axis(0));
-        let p_perp = Array2::<f64>::eye(n) - u.dot(&u.t());
-        let sigma = scaled.dot(&u.t()) + p_perp.dot(&p_perp) * f;
-        // tr(Σ⁻¹C) = Σ_k e_kᵀCe_k/σ_k over Σ's eigenpairs.
-        let (sig, e) = ndarray_linalg::Eigh::eigh(&sigma, ndarray_linalg::UPLO::Lower).expect("symmetric");
-        let exact: f64 = (0..n).map(|k| e.column(k).dot(&c.dot(&e.column(k))) / sig[k]).sum();
-        let charged: f64 = q_charged.iter().zip(&v).map(|(q, v)| q / v).sum::<f64>() + residual_charged / f;
+        let v: Vec<f64> = q_charged.iter().map(|q| q.sqrt().max(1e-300) + rng.random_range(0.0..1.0)).collect();
+        let exact = sampled_trace(&u, &v, f, &c);
+        let charged: f64 = q_charged.iter().zip(&v).map(|(q, v)| q / v).sum::<f64>() + residual / f;
         prop_assert!(exact <= charged * (1.0 + 1e-9), "exact {exact} > charged {charged} at η = {eta}");
     }
+
+    /// `Orthonormal::check`'s η bounds the spectral norm of UᵀU − I, which
+    /// is what the charge's argument needs.
+    #[test]
+    fn eta_bounds_the_spectral_deviation(seed in any::<u64>(), n in 2usize..40, tilt in 0.0f64..1e-11) {
+        use rand::RngExt;
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let r = (n / 2).max(1);
+        let a = Array2::from_shape_fn((n, r), |_| rng.random_range(-1.0..1.0));
+        let (q_factor, _) = ndarray_linalg::QR::qr(&a).expect("qr");
+        let mut u = q_factor.slice_axis(ndarray::Axis(1), (0..r).into()).to_owned();
+        u.mapv_inplace(|x| x * (1.0 + tilt * rng.random_range(-1.0..1.0)));
+        let basis = Orthonormal::check(u.clone()).expect("within tolerance");
+        let deviation = u.t().dot(&u) - Array2::<f64>::eye(r);
+        let (eig, _) = ndarray_linalg::Eigh::eigh(&deviation, ndarray_linalg::UPLO::Lower).expect("symmetric");
+        let spectral = eig.iter().fold(0.0f64, |a, e| a.max(e.abs()));
+        prop_assert!(basis.eta() >= spectral, "η {} < ‖UᵀU − I‖₂ {spectral}", basis.eta());
+    }
+}
+
+/// The case a per-direction charge (q_j(1 + κ)²) gets badly wrong: u₁ = e₁
+/// sees none of the signal (q₁ = 0, so its variance would be the 10⁻²⁵⁰
+/// floor) but u₂ leans into it, and C's mass along e₂ reaches the sampled
+/// noise through u₁. Through `Noise::certified`, the exact ½tr(Σ⁻¹C) of
+/// what is drawn stays within b.
+#[test]
+fn a_direction_without_signal_is_charged_for_its_neighbours() -> Result<(), PrivacyError> {
+    let lean = 0.05f64;
+    let u = array![[1.0, lean], [0.0, (1.0 - lean * lean).sqrt()], [0.0, 0.0]];
+    let eta = (2.0 * lean * lean).sqrt() * 1.001; // ‖UᵀU − I‖_F
+    let mut c = Array2::<f64>::zeros((3, 3));
+    c[[1, 1]] = 1.0;
+    let q = [0.0, 1.0 - lean * lean];
+    let residual = 0.0; // the signal lies in span(U)
+    let bb = 0.5;
+    let n = Noise::certified(3, vec![0, 1, 2], Orthonormal { u: u.clone(), eta }, &q, residual, b(bb))?;
+    assert!(n.variances()[0] > 1e-6, "u₁ got {:e}", n.variances()[0]);
+    // Σ on span(U) only (f = 0): invert it on that plane.
+    let plane = u.slice_axis(ndarray::Axis(0), (0..2).into()).to_owned();
+    let sigma = plane.dot(&Array2::from_diag(&n.variances())).dot(&plane.t());
+    let det = sigma[[0, 0]] * sigma[[1, 1]] - sigma[[0, 1]] * sigma[[1, 0]];
+    let exact = 0.5 * sigma[[0, 0]] / det * c[[1, 1]]; // (Σ⁻¹)₁₁ · C₁₁
+    assert!(exact <= bb, "½tr(Σ⁻¹C) = {exact} > b = {bb}");
+    Ok(())
+}
+
+#[test]
+fn a_basis_with_nan_is_refused() {
+    let u = array![[f64::NAN], [0.0]];
+    assert!(matches!(Orthonormal::check(u), Err(PrivacyError::Uncertified(_))));
 }

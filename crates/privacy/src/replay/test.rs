@@ -108,7 +108,8 @@ proptest! {
 
     #[test]
     fn vector_transcripts_verify(
-        m in 2usize..8, d in 1usize..6, n in 1usize..10, b_exp in 4i32..24, seed in any::<u64>(),
+        // d > 2m: the Gram-space basis (vector::gram_basis) as well as the SVD.
+        m in 2usize..8, d in 1usize..40, n in 1usize..10, b_exp in 4i32..24, seed in any::<u64>(),
         secret_pick in any::<usize>(),
     ) {
         let mut rng = ChaCha20Rng::seed_from_u64(seed);

@@ -78,7 +78,7 @@ fn calibrate_using(
     let mu = w.dot(&outputs);
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
-    let gram = if allow_gram { gram_basis(&centred, &sqrt_w)? } else { None };
+    let gram = if allow_gram { gram_basis(&centred, &sqrt_w) } else { None };
     let (basis, source) = match gram {
         Some(basis) => (basis, Basis::Gram),
         None => (svd_basis(&(&centred * &sqrt_w.view().insert_axis(Axis(1))))?, Basis::Svd),
@@ -157,10 +157,10 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 /// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
 /// the orthonormality check. So the choice can cost time, never privacy:
 /// whichever basis is returned goes through the same certificate.
-fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Result<Option<Orthonormal>, PrivacyError> {
+fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Option<Orthonormal> {
     let (m, d) = centred.dim();
     if d <= 2 * m {
-        return Ok(None);
+        return None;
     }
     // X = diag(√w)·centred is never formed: K = diag(√w)(centred·centredᵀ)diag(√w)
     // and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide scaling each.
@@ -168,26 +168,36 @@ fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Result<Option<Orth
     for ((i, j), kij) in k.indexed_iter_mut() {
         *kij *= sqrt_w[i] * sqrt_w[j];
     }
-    let (w, lambda, _) = k.svddc(JobSvd::Some)?;
-    let mut w = w.ok_or_else(|| PrivacyError::Linalg("SVD of the Gram matrix returned no vectors".into()))?;
+    // A LAPACK failure here only costs the SVD.
+    let Ok((Some(mut w), lambda, _)) = k.svddc(JobSvd::Some) else {
+        return None;
+    };
+    // Below this, GRAM_KEEP·top underflows and directions of no signal
+    // would be kept (the SVD serves such inputs).
     let top = lambda.first().copied().unwrap_or(0.0);
-    if top <= 0.0 {
-        return Ok(None);
+    if top < f64::MIN_POSITIVE / GRAM_KEEP {
+        return None;
     }
     let kept = lambda.iter().take_while(|&&l| l >= GRAM_KEEP * top).count();
     let left_out: f64 = lambda.iter().skip(kept).sum();
     let along: f64 = lambda.iter().take(kept).map(|l| l.sqrt()).sum();
     // d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b)
     if d as f64 * left_out > GRAM_LEFT_OUT * super::noise::RESIDUAL_SHARE * along * along {
-        return Ok(None);
+        return None;
     }
     w *= &sqrt_w.view().insert_axis(Axis(1));
     let mut basis = centred.t().dot(&w.slice_axis(Axis(1), (..kept).into()));
-    for mut col in basis.columns_mut() {
-        let norm = col.dot(&col).sqrt();
-        col /= norm;
+    // Column norms in one pass over the rows (the basis is d × r, row-major).
+    let mut norms = Array1::<f64>::zeros(kept);
+    for row in basis.rows() {
+        norms.zip_mut_with(&row, |n, x| *n += x * x);
     }
-    Ok(Orthonormal::check(basis).ok())
+    if !norms.iter().all(|n| n.is_normal()) {
+        return None;
+    }
+    let inverse = norms.mapv(|n| 1.0 / n.sqrt());
+    basis *= &inverse.view().insert_axis(Axis(0));
+    Orthonormal::check(basis).ok()
 }
 
 /// Teacher vectors must have at least one column and only finite values.

@@ -1,8 +1,12 @@
-//! The binaries pick OpenBLAS's widest kernels for the CPU they run on
-//! (`pacpriv::cli::blas`): a real process, its kernels as OpenBLAS itself
-//! reports them at load (`OPENBLAS_VERBOSE=2` prints `Core: …`).
+//! What the binaries set in their own environment at start-up
+//! (`pacpriv::cli::startup`): OpenBLAS's widest kernels for the CPU, as
+//! OpenBLAS itself reports them at load (`OPENBLAS_VERBOSE=2` prints
+//! `Core: …`), and glibc's allocator thresholds, as the running server's
+//! environment shows them.
 
+use crate::util::Process;
 use pacpriv::cli::blas::{CORETYPE, best_core};
+use pacpriv::cli::malloc::{TUNABLES, tunables};
 use std::process::Command;
 
 /// The core OpenBLAS last reported loading with, and the command's stdout.
@@ -39,5 +43,23 @@ fn binaries_run_on_the_widest_kernels_their_cpu_allows_unless_the_operator_chose
     let (bench_core, _) = kernels_of(env!("CARGO_BIN_EXE_pacpriv-bench"), &["--help"], None);
     if let Some(best) = best_core() {
         assert_eq!(bench_core, best);
+    }
+}
+
+/// The server runs with the allocator thresholds that keep vector-mode
+/// arrays between answers (`pacpriv::cli::malloc`), read from its own
+/// `/proc/PID/environ` after the re-execution. (An operator's own
+/// `GLIBC_TUNABLES` is kept: `malloc`'s unit test.)
+#[test]
+fn the_server_runs_with_the_allocator_thresholds() {
+    assert!(std::env::var_os(TUNABLES).is_none(), "run the tests without {TUNABLES} in the environment");
+    let server = Process::serve(None, &[]);
+    let environ = std::fs::read(format!("/proc/{}/environ", server.pid())).expect("the server's environment");
+    // glibc parses GLIBC_TUNABLES in place at load, leaving a NUL where
+    // each ':' was, so look for each setting rather than the whole value.
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(environ.contains(&format!("{TUNABLES}=")), "no {TUNABLES} in the server's environment");
+    for setting in tunables().split(':') {
+        assert!(environ.contains(setting), "{setting} not in the server's environment: {environ:?}");
     }
 }
