@@ -167,6 +167,9 @@ fn numpy(args: &Args) -> anyhow::Result<Vec<Case>> {
         .args((args.vector > 0).then_some("--vector"))
         .env("OPENBLAS_NUM_THREADS", "1")
         .env("OMP_NUM_THREADS", "1")
+        // numpy as its users run it: glibc's default thresholds, not the
+        // ones this binary started itself with (`pacpriv::cli::malloc`).
+        .env_remove(pacpriv::cli::malloc::TUNABLES)
         .output()
         .with_context(|| format!("running {} {script}", args.python))?;
     ensure!(
