@@ -21,6 +21,10 @@
 //!   agreement (~10⁻⁹ relative) measured between the certified value and an
 //!   independent high-precision evaluation of ½·tr(Σ⁺C), so the floating-point
 //!   error of the certificate itself cannot carry the true value past b.
+//! - The basis arrives as an [`Orthonormal`], checked to
+//!   [`ORTHONORMALITY_TOLERANCE`], and the certificate charges for its
+//!   η ≥ ‖UᵀU − I‖₂ (`privacy-core.md` §2, *Bases that are nearly
+//!   orthonormal*): no step assumes U exactly orthonormal.
 //! - Every direction has variance ≥ [`VARIANCE_FLOOR`] > 0, so range(Σ)
 //!   always contains the span of the basis (never clamped down to zero).
 //! - Where the caller reports signal outside the basis (residual > 0), the

@@ -1,19 +1,24 @@
 //! Vector-mode calibration for teachers whose released output is a vector
-//! (scores, regression outputs): paper §2.1 remark — SVD of the weighted,
-//! centred m × d output matrix — with the same Theorem 2.4 formula, the same
-//! certificate and the same posterior update as label mode (argument in
-//! `docs/assurance/privacy-core.md` §4).
+//! (scores, regression outputs): paper §2.1 remark — the principal
+//! directions of the weighted, centred m × d output matrix — with the same
+//! Theorem 2.4 formula, the same certificate and the same posterior update
+//! as label mode (argument in `docs/assurance/privacy-core.md` §4).
 //!
-//! With X = diag(√w)(V − 1μᵀ), C = XᵀX. The right singular vectors of X
-//! give the basis U (d × r, r = min(m, d)); each direction's variance comes
-//! from an upper bound of ‖X u_j‖², the exact quadratic form. When r < d the
-//! signal left outside span(U) by round-off is bounded from above and covered
-//! by isotropic noise on the complement (a [`RESIDUAL_SHARE`](super::noise::RESIDUAL_SHARE)
-//! of b), so range(C) ⊆ range(Σ) holds without trusting the SVD's rank.
+//! With X = diag(√w)(V − 1μᵀ), C = XᵀX. The basis U (d × r) is X's right
+//! singular vectors, found either by the thin SVD of X or, when d > 2m, from
+//! the eigenvectors of the m × m Gram matrix K = XXᵀ ([`Basis`]); each
+//! direction's variance comes from an upper bound of ‖X u_j‖², the exact
+//! quadratic form. When r < d the signal left outside span(U) is bounded
+//! from above and covered by isotropic noise on the complement (a
+//! [`RESIDUAL_SHARE`](super::noise::RESIDUAL_SHARE) of b), so range(C) ⊆
+//! range(Σ) holds without trusting either decomposition's rank.
 //!
 //! # Runtime
-//! One thin SVD of m × d (LAPACK `gesdd`) and O(m·d·r) products: milliseconds
-//! at d = 1000; callers run it off the async executor.
+//! d ≤ 2m: one thin SVD of m × d (LAPACK `gesdd`) and three O(m·d·r)
+//! products. d > 2m: K (one m × d × m product), `gesdd` on K (m × m), the
+//! d-wide directions, the orthonormality check, the coefficients and the
+//! residual (four more): ~0.5–0.6× the SVD path's time at d = 1000 and
+//! 10 000. Milliseconds at d = 1000; callers run it off the async executor.
 
 use super::noise::{Noise, NoiseDraw, Orthonormal};
 use super::posterior::Posterior;
