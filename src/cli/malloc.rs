@@ -5,10 +5,11 @@
 //! returns. glibc serves blocks above its mmap threshold (128 KiB, raised
 //! as large blocks are freed) with fresh `mmap`s, and gives the top of the
 //! heap back to the kernel once more than its trim threshold is free. So
-//! every answer faulted its arrays in again, page by page: ~2 000 page
-//! faults and ~2 ms of a 7.5 ms answer at d = 1000 (`BENCHMARKS.md`, issue
-//! 44 §3). With the thresholds below, freed arrays stay in the heap and
-//! the next answer reuses them.
+//! every answer faulted its arrays in again, page by page: 3 million page
+//! faults over 300 answers at d = 1000 and 10 000, and 8.5 against 6.0 ms
+//! per answer at d = 1000
+//! (`BENCHMARKS.md`, issue 44 §3). With the thresholds below, freed arrays
+//! stay in the heap and the next answer reuses them.
 //!
 //! # Invariants
 //! - Set through `GLIBC_TUNABLES`, which glibc reads only at load time, so
@@ -17,7 +18,10 @@
 //!   one asked for here) is left alone, whatever it sets.
 //! - Only where memory comes from changes, never what is computed. The
 //!   cost is resident memory: up to [`TRIM_THRESHOLD`] of freed heap per
-//!   arena may stay mapped instead of going back to the kernel.
+//!   arena (glibc makes up to 8 per core as threads contend) may stay
+//!   mapped instead of going back to the kernel. Measured with one answer
+//!   at a time, the peak was unchanged; many concurrent vector-mode
+//!   answers on different blocking threads have not been measured.
 
 use std::ffi::OsString;
 

@@ -5,13 +5,17 @@
 //! `main` does, runs the binary again with them when they are missing.
 //!
 //! # Invariants
-//! - At most one re-execution: the second process finds every variable it
-//!   would ask for already set (an unset `OPENBLAS_CORETYPE` stays unset
-//!   only where there is no better core to ask for, and then nothing is
-//!   asked for again).
+//! - At most one re-execution: the second process carries [`REEXECUTED`]
+//!   and never runs itself again, even where the loader drops a variable it
+//!   was given (glibc removes `GLIBC_TUNABLES` for setuid binaries and
+//!   binaries with file capabilities).
 //! - An operator's own setting of either variable is kept.
 //! - If the re-execution fails, the process carries on as it is: slower,
 //!   never different in what it computes.
+
+/// Set in the environment of the re-executed process, so it never runs
+/// itself again.
+pub const REEXECUTED: &str = "PACPRIV_REEXECUTED";
 
 /// Runs this binary again, with the same arguments and environment plus
 /// whatever of `OPENBLAS_CORETYPE` and `GLIBC_TUNABLES` is missing, unless
@@ -19,6 +23,9 @@
 /// the exec itself failed. Call it first in `main`, before any thread or
 /// runtime starts.
 pub fn tune_process() {
+    if std::env::var_os(REEXECUTED).is_some() {
+        return;
+    }
     let core = super::blas::core_to_request(std::env::var_os(super::blas::CORETYPE), super::blas::best_core());
     let tunables = super::malloc::tunables_to_request(std::env::var_os(super::malloc::TUNABLES));
     if core.is_none() && tunables.is_none() {
@@ -35,7 +42,7 @@ pub fn tune_process() {
         if let Some(arg0) = args.next() {
             command.arg0(arg0);
         }
-        command.args(args);
+        command.args(args).env(REEXECUTED, "1");
         if let Some(core) = core {
             command.env(super::blas::CORETYPE, core);
         }

@@ -15,7 +15,7 @@
 //! | [`conservative`] | — | arithmetic that rounds privacy loss up |
 //! | [`noise`] | Thm 2.4 | a calibrated covariance Σ, its certificate, sampling |
 //! | [`label`] | Thm 2.4, §4.2.4 | label-mode calibration (k active classes) |
-//! | [`vector`] | Thm 2.4, §2.1 remark | vector-mode calibration (weighted SVD) |
+//! | [`vector`] | Thm 2.4, §2.1 remark | vector-mode calibration (weighted SVD or m × m Gram matrix) |
 //! | [`posterior`] | Eq. 4, Lemma 3.2 | the belief over the m subsets |
 //! | [`ledger`] | Thm 3.3 | MI spent, budget, refusal |
 //! | [`mechanism`] | Algorithm 1 | teacher outputs in, one answered query out, applied atomically |

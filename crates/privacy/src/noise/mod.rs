@@ -91,8 +91,17 @@ impl Orthonormal {
         if !(worst <= ORTHONORMALITY_TOLERANCE && frobenius_sq.is_finite()) {
             return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
         }
+        // ‖E‖₂ ≤ ‖E‖_F; the computed entries are within n·2⁻⁵³·‖u_i‖‖u_j‖ of
+        // the exact ones, so the Frobenius norm moves by at most n·r·2⁻⁵³·(1 + tol)
+        // (allowed twice over); the last factor covers summing and the root.
         let rounding = (n * r) as f64 * f64::EPSILON * (1.0 + ORTHONORMALITY_TOLERANCE);
-        Ok(Orthonormal { u, eta: (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6) })
+        let eta = (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6);
+        // The charge needs η < 1; this many columns this close to orthonormal
+        // always meet it unless r·n is ~10¹⁵.
+        if eta >= 0.5 {
+            return Err(PrivacyError::Uncertified(format!("noise basis too large to certify (η = {eta:e})")));
+        }
+        Ok(Orthonormal { u, eta })
     }
 
     /// The checked matrix.
@@ -108,9 +117,11 @@ impl Orthonormal {
     /// Upper bounds of the quadratic forms the certificate needs when U is
     /// only nearly orthonormal: q_j ↦ (√q_j + κ√Σ_l q_l)², κ = η/(1 − η)
     /// (argument in `docs/assurance/privacy-core.md` §2, *Bases that are
-    /// nearly orthonormal*). The residual bound needs no charge. For an
-    /// SVD or Gram basis (η ~ 10⁻¹¹) this is a relative change of
-    /// ~2κ·√(Σq/q_j): nothing for the directions that carry the signal.
+    /// nearly orthonormal*). The residual bound needs no charge. η is
+    /// mostly the rounding allowance n·r·2⁻⁵² (2.8·10⁻¹⁰ at d = 10 000,
+    /// r = 127), and Σ_j √q̃_j grows by at most r·κ·√Σq: every variance
+    /// scales up by ≲ 4·10⁻⁸ there, while a direction that carries no
+    /// signal of its own is charged its neighbours' κ²·Σq.
     fn charge(&self, q: &[f64]) -> Vec<f64> {
         let kappa = self.eta / (1.0 - self.eta);
         let spread = kappa * q.iter().sum::<f64>().sqrt();

@@ -156,9 +156,12 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 /// cost a fraction of the thin SVD of X. With K = WΛWᵀ, u_j = Xᵀw_j/‖Xᵀw_j‖
 /// is X's right singular vector for λ_j.
 ///
-/// `None` (use the SVD) when d ≤ 2m, when K's spectrum would leave out
-/// more signal than [`GRAM_LEFT_OUT`] allows — what is left out gets
-/// isotropic noise of Σ_{dropped}λ/(2·10⁻³·b) on every coordinate, against
+/// `None` (use the SVD) when d ≤ 2m, when LAPACK fails on K, when K's
+/// largest eigenvalue is too small for [`GRAM_KEEP`] to be a normal
+/// number, when a mapped column's squared norm is not a normal number,
+/// when K's spectrum would leave out more signal than [`GRAM_LEFT_OUT`]
+/// allows — what is left out gets isotropic noise of
+/// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total, against
 /// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
 /// the orthonormality check. So the choice can cost time, never privacy:
 /// whichever basis is returned goes through the same certificate.
@@ -186,7 +189,7 @@ fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Option<Orthonormal
     let kept = lambda.iter().take_while(|&&l| l >= GRAM_KEEP * top).count();
     let left_out: f64 = lambda.iter().skip(kept).sum();
     let along: f64 = lambda.iter().take(kept).map(|l| l.sqrt()).sum();
-    // d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b)
+    // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b).
     if d as f64 * left_out > GRAM_LEFT_OUT * super::noise::RESIDUAL_SHARE * along * along {
         return None;
     }

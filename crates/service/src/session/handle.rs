@@ -226,7 +226,8 @@ pub(super) fn uncharged(e: SessionError) -> SessionError {
 
 /// Whether a step on `outputs` is cheap enough for an async worker: label
 /// mode with few active classes (an eigendecomposition of at most 7 × 7,
-/// microseconds). Vector mode (a thin SVD of m × d) and many active classes
+/// microseconds). Vector mode (milliseconds: a thin SVD of m × d, or an
+/// m × m Gram matrix and four m × d × m products) and many active classes
 /// go to a blocking thread.
 pub(super) fn quick(outputs: &TeacherOutputs) -> bool {
     pub(super) const MAX_ACTIVE: usize = 8;
