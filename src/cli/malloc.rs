@@ -17,11 +17,12 @@
 //! - A `GLIBC_TUNABLES` already in the environment (an operator's, or the
 //!   one asked for here) is left alone, whatever it sets.
 //! - Only where memory comes from changes, never what is computed. The
-//!   cost is resident memory: up to [`TRIM_THRESHOLD`] of freed heap per
-//!   arena (glibc makes up to 8 per core as threads contend) may stay
-//!   mapped instead of going back to the kernel. Measured with one answer
-//!   at a time, the peak was unchanged; many concurrent vector-mode
-//!   answers on different blocking threads have not been measured.
+//!   cost is resident memory after a burst: each glibc arena (up to 8 per
+//!   core, as threads contend) keeps up to [`TRIM_THRESHOLD`] of what it
+//!   freed, so the process stays near the high-water mark of its
+//!   concurrent vector-mode answers instead of falling back after them.
+//!   The peak itself does not change (eight threads of calibrations at
+//!   d = 1 000, 3 000 and 10 000: `BENCHMARKS.md`, issue 44 §3).
 
 use std::ffi::OsString;
 
@@ -33,8 +34,11 @@ pub const TUNABLES: &str = "GLIBC_TUNABLES";
 pub const MMAP_THRESHOLD: usize = 32 << 20;
 
 /// Free memory at the top of a heap is returned to the kernel only above
-/// this: 64 MiB, room for a d = 10 000 answer's arrays twice over.
-pub const TRIM_THRESHOLD: usize = 64 << 20;
+/// this: 32 MiB. Enough that a d = 1 000 answer's arrays (a few MiB) and
+/// most of a d = 10 000 answer's (~45 MiB at its peak) stay between
+/// answers; small enough that a thread done with a large answer returns
+/// most of it (measured at 64 MiB, eight finished threads kept 380 MB).
+pub const TRIM_THRESHOLD: usize = 32 << 20;
 
 /// The `GLIBC_TUNABLES` value the binaries run with.
 pub fn tunables() -> String {
@@ -60,7 +64,7 @@ mod test {
         assert_eq!(tunables_to_request(Some(OsString::new())), None);
         assert_eq!(
             tunables_to_request(None).as_deref(),
-            Some("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864")
+            Some("glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=33554432")
         );
     }
 }

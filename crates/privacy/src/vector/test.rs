@@ -133,7 +133,8 @@ fn the_gram_basis_gives_the_svd_paths_noise() -> Result<(), PrivacyError> {
 #[test]
 fn a_concentrated_posterior_falls_back_to_the_svd() -> Result<(), PrivacyError> {
     let (m, d) = (128, 1000);
-    let cal = calibrate(&spread_posterior(m, 100.0, 2), jittered_scores(m, d).view(), b(2f64.powi(-32)))?;
+    let v = jittered_scores(m, d);
+    let cal = calibrate(&spread_posterior(m, 100.0, 2), v.view(), b(2f64.powi(-32)))?;
     assert_eq!(cal.basis_source(), Basis::Svd);
     Ok(())
 }
@@ -141,7 +142,8 @@ fn a_concentrated_posterior_falls_back_to_the_svd() -> Result<(), PrivacyError> 
 /// d ≤ 2m: the Gram matrix would not be smaller than the SVD's work.
 #[test]
 fn few_outputs_use_the_svd() -> Result<(), PrivacyError> {
-    let cal = calibrate(&spread_posterior(8, 1.0, 3), jittered_scores(8, 16).view(), b(2f64.powi(-32)))?;
+    let v = jittered_scores(8, 16);
+    let cal = calibrate(&spread_posterior(8, 1.0, 3), v.view(), b(2f64.powi(-32)))?;
     assert_eq!(cal.basis_source(), Basis::Svd);
     Ok(())
 }
