@@ -56,7 +56,7 @@ pub fn calibrate<'a>(
 }
 
 /// [`calibrate`], with the Gram path allowed or not (tests compare the two).
-fn calibrate_using<'a>(
+pub(crate) fn calibrate_using<'a>(
     posterior: &Posterior,
     outputs: ArrayView2<'a, f64>,
     b: Nats,
