@@ -326,7 +326,8 @@ proptest! {
             (0..m).map(|_| if draw.random_bool(0.2) { -700.0 } else { draw.random_range(-20.0..0.0) }).collect();
         let all_agree = draw.random_bool(0.2);
         let outputs = if vector {
-            let d = draw.random_range(1..=4);
+            // d > 2m takes the Gram-space basis (vector::gram_basis), d ≤ 2m the SVD.
+            let d = draw.random_range(1..=40);
             TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| {
                 if all_agree { 0.5 } else { draw.random_range(0.0..1.0) }
             }))
