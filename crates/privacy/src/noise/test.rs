@@ -179,7 +179,7 @@ proptest! {
         let deviation = u.t().dot(&u) - Array2::<f64>::eye(r);
         let (eig, _) = ndarray_linalg::Eigh::eigh(&deviation, ndarray_linalg::UPLO::Lower).expect("symmetric");
         let spectral = eig.iter().fold(0.0f64, |a, e| a.max(e.abs()));
-        prop_assert!(basis.eta() >= spectral, "η {} < ‖UᵀU − I‖₂ {spectral}", basis.eta());
+        prop_assert!(basis.eta >= spectral, "η {} < ‖UᵀU − I‖₂ {spectral}", basis.eta);
     }
 }
 
