@@ -98,7 +98,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let reader = std::io::BufReader::new(std::fs::File::open(&path)?);
-    let verified = verify::check(reader, &path.display().to_string(), false)?;
+    let verified = verify::check(reader, &path.display().to_string(), verify::Options::default())?;
     let verifying = started.elapsed();
     ensure!(verified.len() == 1 && verified[0].steps == args.steps, "verified {verified:?}");
 

@@ -58,8 +58,10 @@ pub enum Command {
     Utility(utility::Args),
     /// Check an exported journal (`pacpriv admin export`) from its records
     /// alone: hash chain, every charge, certificate and posterior update,
-    /// and each session's stored account. Exits 65 naming the first
-    /// record that does not match.
+    /// each session's stored account, and a statistical audit that the
+    /// releases carry the calibrated noise. Exits 65 naming every record
+    /// and session that does not pass.
+    #[command(after_long_help = verify::EXAMPLES)]
     Verify(verify::Args),
     /// Choose the per-query budget b and the demo teachers' regularisation
     /// for a target total budget, by simulated privatized accuracy on

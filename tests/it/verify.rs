@@ -289,3 +289,161 @@ async fn export_says_when_the_journal_is_off() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("store.journal = true"), "{err}");
 }
+
+/// Issue 52 §1–2: a dishonest operator who draws the noise from c²·Σ (or
+/// adds none) and journals consistently — each ℓ that of what it
+/// published under the calibrated Σ, so every per-step check passes — is
+/// caught by the noise audit, naming the session; an honest session of as
+/// many steps passes, and the report shows the statistic.
+#[test]
+fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("dishonest.jsonl");
+    // m = 16 teachers, 3 classes per query: 2 degrees of freedom a step;
+    // c = 0.5 is expected by ~32 steps (m = 16, α = 10⁻⁶), all but
+    // certainly by 64; no noise at all within 4.
+    let sessions = [("honest", None, 64), ("halved", Some(0.5), 64), ("silent", Some(0.0), 4)];
+    forge(&file, &sessions);
+    let o = verify(&file);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(65), "{out}{err}");
+    for caught in ["halved", "silent"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("session {caught:?}: its releases carry less noise than calibrated"))),
+            "{caught}: {err}"
+        );
+    }
+    assert!(!err.contains("\"honest\""), "{err}");
+
+    // The honest session alone verifies, and the table shows its audit.
+    let honest = dir.path().join("honest.jsonl");
+    forge(&honest, &sessions[..1]);
+    let o = verify(&honest);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let row = out.lines().find(|l| l.starts_with("honest\t64\t128\t")).expect("the audit's row");
+    assert!(row.contains("\tpass\t0 unanimous steps, 0 clamped steps"), "{row}");
+
+    // α must be a probability.
+    let o = pacpriv(&["verify", "--noise-alpha", "2", &honest.display().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not a probability strictly between 0 and 1"), "{err}");
+}
+
+/// Issue 52 §4: a vector-mode export written by a server on one set of
+/// OpenBLAS kernels (the CPU's widest, chosen at start) verifies, with the
+/// same report, on the baseline SSE3 kernels (`OPENBLAS_CORETYPE=Prescott`)
+/// and on the widest ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_export_verifies_the_same_on_other_openblas_kernels() {
+    let server = Process::serve(
+        None,
+        &journaled(&[
+            ("PACPRIV__MODEL__MODE", "vector".to_owned()),
+            ("PACPRIV__TEACHERS__OUTPUT_NAME", "probabilities".to_owned()),
+        ]),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("journal.jsonl");
+    label_and_export(&server, dir.path(), &file).await;
+    let reports: Vec<String> = ["Prescott", "Haswell"]
+        .iter()
+        .map(|core| {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+                .args(["verify", &file.display().to_string()])
+                .env("OPENBLAS_CORETYPE", core)
+                .env("OPENBLAS_VERBOSE", "2")
+                .output()
+                .expect("pacpriv verify runs");
+            let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            assert!(o.status.success(), "{core}: {out}{err}");
+            assert!(err.contains(&format!("Core: {core}")), "OpenBLAS did not take {core}: {err}");
+            assert!(out.contains("verified: 43 steps and 3 events of 3 sessions"), "{core}: {out}");
+            out.into_owned()
+        })
+        .collect();
+    assert_eq!(reports[0], reports[1], "the verdict depends on the kernels");
+}
+
+/// Writes an export of label-mode sessions run by a test-only mechanism:
+/// the real calibration, posterior update and ledger, with the draw
+/// scaled by c (`None`: honest). Never part of a binary.
+fn forge(file: &Path, sessions: &[(&str, Option<f64>, usize)]) {
+    use chacha20::ChaCha20Rng;
+    use pacpriv_privacy::ledger::{Ledger, Policy};
+    use pacpriv_privacy::posterior::Posterior;
+    use pacpriv_privacy::{Nats, grid, label, mechanism};
+    use rand::{RngExt, SeedableRng};
+
+    let (m, classes) = (16, 10);
+    let b = 2f64.powi(-8);
+    let mut lines = vec![format!("{{\"format\":\"{}\"}}", format::FORMAT)];
+    for (n, &(session, c, steps)) in sessions.iter().enumerate() {
+        let mut rng = ChaCha20Rng::seed_from_u64(52 + n as u64);
+        let secret = rng.random_range(0..m);
+        let mut posterior = Posterior::uniform(m).expect("m");
+        let limit = b * steps as f64;
+        let mut ledger =
+            Ledger::new(Nats::new(b).expect("b"), Nats::new(limit).expect("limit"), Policy::Contested).expect("ledger");
+        for version in 1..=steps {
+            // Three classes, the teachers shuffled among them.
+            let mut labels: Vec<usize> = (0..m).map(|i| [2, 5, 7][i % 3]).collect();
+            for i in (1..m).rev() {
+                labels.swap(i, rng.random_range(0..=i));
+            }
+            let cal = label::calibrate(&posterior, &labels, classes, Nats::new(b).expect("b")).expect("calibrates");
+            let centre = cal.position_of_teacher(secret).expect("the secret teacher's class");
+            let mut draw = cal.noise().sample(&mut rng);
+            draw.std_coef *= c.unwrap_or(1.0);
+            let z = cal.noise().block(&draw);
+            let mut published = vec![0.0; classes];
+            for (a, &class) in cal.classes().iter().enumerate() {
+                published[class] = grid::publish_one(if a == centre { 1.0 } else { 0.0 }, z[a]);
+            }
+            let ll = cal.update_posterior(&mut posterior, centre, &draw).expect("update");
+            let charge = ledger.charge_for(false);
+            ledger.record(charge).expect("fits");
+            let entry = format::EntryLine {
+                session: session.to_owned(),
+                version: version as u64,
+                query_id: format!("q{version}"),
+                charge: charge.get(),
+                step: format::StepLine {
+                    per_query: b,
+                    limit,
+                    policy: "contested".into(),
+                    classes: classes as u32,
+                    labels: labels.iter().map(|&l| l as u32).collect(),
+                    label: mechanism::argmax(published.iter().copied()) as u32,
+                    published,
+                    ..format::StepLine::default()
+                },
+                log_likelihood: ll.to_vec(),
+                update_rule: pacpriv_privacy::posterior::UpdateRule::Linear.code(),
+                chain: String::new(),
+            };
+            lines.push(serde_json::to_string(&entry).expect("json"));
+        }
+        let (log_weights, weights) = posterior.form().to_fields();
+        let record = format::SessionLine {
+            session: session.to_owned(),
+            record: format::RecordLine {
+                version: steps as u64,
+                spent: ledger.spent().get(),
+                limit,
+                answered: ledger.answered(),
+                charged: ledger.charged(),
+                log_weights,
+                weights,
+                journal_head: String::new(),
+                journal_events: 0,
+            },
+        };
+        lines.push(serde_json::to_string(&record).expect("json"));
+    }
+    write(file, &lines);
+    // Every hash, from the first line on.
+    let chained = rechained(file.parent().expect("dir"), &lines, 1, |_| ());
+    std::fs::rename(chained, file).expect("rename");
+}

@@ -20,6 +20,7 @@
 //! | [`ledger`] | Thm 3.3 | MI spent, budget, refusal |
 //! | [`mechanism`] | Algorithm 1 | teacher outputs in, one answered query out, applied atomically |
 //! | [`replay`] | Algorithm 1, Eq. 4 | re-deriving a journaled step from its public record (`pacpriv verify`) |
+//! | [`noise_audit`] | Thm 2.4, Ville | the sequential test that releases carried the calibrated noise (`pacpriv verify`) |
 //! | [`report`] | Eq. 2, §2.2 | MIA bound, ε-equivalent, planning |
 //! | [`grid`] | — | the 2⁻³² grid a release leaves on, computed without the centre's rounding |
 //! | [`confidence`] | Prop. 5.1 | the confidence filter |
@@ -50,6 +51,7 @@ pub mod ledger;
 pub mod mechanism;
 pub mod nats;
 pub mod noise;
+pub mod noise_audit;
 pub mod posterior;
 pub mod replay;
 pub mod report;

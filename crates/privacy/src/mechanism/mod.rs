@@ -219,6 +219,40 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
     rng: &mut R,
     calibration: Calibration,
 ) -> Result<Answer, PrivacyError> {
+    answer_drawn(state, outputs, secret, alpha, rng, calibration, |_| ())
+}
+
+/// BROKEN ON PURPOSE, tests only: [`answer`] with the noise drawn from
+/// c²·Σ instead of Σ, and everything else — the journaled ℓ (that of the
+/// actual release under the calibrated Σ), the posterior, the charge —
+/// exactly as the real mechanism: the dishonest operator that the noise
+/// audit ([`super::noise_audit`]) exists to catch. Never compiled into a
+/// binary.
+#[cfg(test)]
+pub(crate) fn answer_scaled<R: CryptoRng + ?Sized>(
+    state: &mut SessionState,
+    outputs: &TeacherOutputs,
+    secret: SecretIndex,
+    rng: &mut R,
+    c: f64,
+) -> Result<Answer, PrivacyError> {
+    answer_drawn(state, outputs, secret, None, rng, Calibration::Certified, |draw| {
+        draw.std_coef *= c;
+        draw.residual *= c;
+    })
+}
+
+/// [`answer_calibrated`] with `reshape` applied to the draw: the identity
+/// everywhere but in [`answer_scaled`].
+fn answer_drawn<R: CryptoRng + ?Sized>(
+    state: &mut SessionState,
+    outputs: &TeacherOutputs,
+    secret: SecretIndex,
+    alpha: Option<f64>,
+    rng: &mut R,
+    calibration: Calibration,
+    reshape: impl FnOnce(&mut NoiseDraw),
+) -> Result<Answer, PrivacyError> {
     if outputs.len() != state.posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: state.posterior.len(), teachers: outputs.len() });
     }
@@ -277,14 +311,16 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
             let center =
                 cal.position_of_teacher(s).ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
-            let draw = cal.noise().sample(rng);
+            let mut draw = cal.noise().sample(rng);
+            reshape(&mut draw);
             let (label, noisy, published, evidence) = release_label(&cal, center, &draw);
             let log_lik = cal.update_posterior(&mut posterior, center, &draw)?;
             (label, noisy, published, log_lik, UpdateRule::Linear, cal.noise().mi_bound(), Some(evidence))
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
-            let draw = cal.noise().sample(rng);
+            let mut draw = cal.noise().sample(rng);
+            reshape(&mut draw);
             let noisy = cal.release(s, &draw);
             let published = grid::publish(v.row(s), &cal.noise().noise_vector(&draw));
             let log_lik = cal.teacher_log_likelihoods(s, &draw);

@@ -57,6 +57,26 @@ pub const CALIBRATION_SLACK: f64 = 2e-8;
 /// Share of b spent on isotropic noise outside the basis (vector mode).
 pub const RESIDUAL_SHARE: f64 = 1e-3;
 
+/// How far the round-off of projecting a release may move the difference of
+/// two subsets' Eq. 4 log-likelihoods, in nats, at the variance ratio
+/// [`dynamic_range_floor`] allows.
+pub const ROUNDING_PIN: f64 = 1e-5;
+
+/// The least ratio of any variance of a block of n coordinates to the
+/// block's largest (issue 52 §3). Projecting δ = r − x onto the basis errs
+/// by up to γ‖δ‖ (γ = 4(n + 2)·2⁻⁵³), which moves δᵀΣ⁺δ by up to
+/// 2γ‖δ‖‖Σ⁺δ‖ ≈ 2γ·√n·√(v_max/v_min) for honest noise: with variances
+/// spanning 10²⁰ (a weak direction, or the complement at its round-off
+/// size) round-off, not the release, decides the posterior update, and no
+/// verifier can check it. Raising every variance to at least
+/// v_max·(8γ√n / [`ROUNDING_PIN`])² bounds that term by ~[`ROUNDING_PIN`]/4:
+/// more noise, never less, and at most ~10⁻³·√v_max in standard deviation
+/// (n = 10 000; 10⁻⁶ at n = 128, 10⁻⁸ at n = 10).
+pub fn dynamic_range_floor(n: usize) -> f64 {
+    let gamma = 4.0 * (n + 2) as f64 * f64::EPSILON;
+    (8.0 * gamma * (n as f64).sqrt() / ROUNDING_PIN).powi(2)
+}
+
 /// Largest tolerated deviation of UᵀU from the identity.
 pub const ORTHONORMALITY_TOLERANCE: f64 = 1e-10;
 
@@ -187,6 +207,30 @@ impl Noise {
         residual: f64,
         b: Nats,
     ) -> Result<Self, PrivacyError> {
+        Self::certified_with_floor(dim, coords, basis, q, residual, b, 0.0)
+    }
+
+    /// [`Noise::certified`] with the complement's variance at least
+    /// `complement_floor` when there is a complement (residual > 0). More
+    /// noise than the certificate needs, never less: vector mode raises it
+    /// until the 2⁻³² grid pins the posterior update
+    /// ([`super::vector`], `docs/assurance/privacy-core.md` §9).
+    ///
+    /// # Errors
+    /// As [`Noise::certified`]; [`PrivacyError::NonFinite`] for a NaN or
+    /// negative floor.
+    pub fn certified_with_floor(
+        dim: usize,
+        coords: Vec<usize>,
+        basis: Orthonormal,
+        q: &[f64],
+        residual: f64,
+        b: Nats,
+        complement_floor: f64,
+    ) -> Result<Self, PrivacyError> {
+        if !(complement_floor.is_finite() && complement_floor >= 0.0) {
+            return Err(PrivacyError::NonFinite("complement floor"));
+        }
         let b = b.get();
         if b < MIN_PER_QUERY {
             return Err(PrivacyError::PerQueryTooSmall { value: b, min: MIN_PER_QUERY });
@@ -208,8 +252,14 @@ impl Noise {
         let b_cal = b * (1.0 - CALIBRATION_SLACK);
         let (b_main, b_res) =
             if residual > 0.0 { (b_cal * (1.0 - RESIDUAL_SHARE), b_cal * RESIDUAL_SHARE) } else { (b_cal, 0.0) };
-        let complement = if residual > 0.0 { (residual / (2.0 * b_res)).max(VARIANCE_FLOOR) } else { 0.0 };
-        let variances = Array1::from(theorem_2_4(q, b_main)) + complement;
+        let complement =
+            if residual > 0.0 { (residual / (2.0 * b_res)).max(VARIANCE_FLOOR).max(complement_floor) } else { 0.0 };
+        let mut variances = Array1::from(theorem_2_4(q, b_main)) + complement;
+        // No variance too far below the largest for round-off to leave the
+        // posterior update checkable (dynamic_range_floor): more noise only.
+        let least = variances.iter().fold(complement, |a, &v| a.max(v)) * dynamic_range_floor(coords.len());
+        variances.mapv_inplace(|v| v.max(least));
+        let complement = if complement > 0.0 { complement.max(least) } else { 0.0 };
 
         let mut noise = Noise { dim, coords, basis: basis.u, variances, complement, mi_bound: f64::INFINITY };
         let certified = b * (1.0 - CERTIFICATE_MARGIN);

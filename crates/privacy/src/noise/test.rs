@@ -46,8 +46,9 @@ fn zero_signal_directions_get_the_floor_not_zero() -> Result<(), PrivacyError> {
     // η = 0 (a basis known exactly orthonormal), so the floor is all q = 0 gets.
     let exact = Orthonormal { u: Array2::<f64>::eye(2), eta: 0.0 };
     let n = Noise::certified(2, vec![0, 1], exact, &[0.0, 0.25], 0.0, b(1e-3))?;
-    assert_eq!(n.variances()[0], VARIANCE_FLOOR);
-    assert!(n.variances()[1] > 1.0);
+    // The floor: no variance below dynamic_range_floor of the largest.
+    assert_eq!(n.variances()[0], n.variances()[1] * dynamic_range_floor(2));
+    assert!(n.variances()[0] > VARIANCE_FLOOR && n.variances()[1] > 1.0);
     // The checked identity carries the rounding allowance of UᵀU: a zero
     // direction is then charged (κ·√Σq)², ~10⁻¹⁵ of the other's variance.
     let n = Noise::certified(2, vec![0, 1], basis(Array2::eye(2)), &[0.0, 0.25], 0.0, b(1e-3))?;

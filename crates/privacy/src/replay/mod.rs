@@ -13,18 +13,29 @@
 //!   ½·tr(Σ⁺C) ≤ b; the release is centred where Σ allows (coordinates
 //!   Σ does not cover equal the common centre exactly); and the recorded
 //!   Eq. 4 log-likelihood vector is that of the published release:
-//!   ℓ_i = −½ (r − x_i)ᵀ Σ⁺ (r − x_i) for every teacher i, within what the
-//!   2⁻³² grid can move it (the server evaluates ℓ at the exact r, which
-//!   never leaves it; [`observed`] bounds the difference);
+//!   ℓ_i = −½ (r − x_i)ᵀ Σ⁺ (r − x_i) for every teacher i, up to a
+//!   constant common to every teacher (every update rule ignores it, and
+//!   it is all that differs between the two vector-mode bases or two
+//!   machines' kernels) and within what the 2⁻³² grid can move it (the
+//!   server evaluates ℓ at the exact r, which never leaves it);
 //! - every published value is on the grid and within the clamp, and the
-//!   released label is the argmax of the published release.
+//!   released label is the argmax of the published release;
+//! - and it hands the noise audit ([`noise_audit`]) the step's residuals
+//!   under every candidate subset.
 //!
-//! A release coordinate the noise covers that sits *at* the clamp (±2²⁰)
-//! stands for every value beyond it, so the exact r there is unknown and ℓ
-//! cannot be checked: any recorded ℓ would fit. Such a step is not passed
-//! silently: its other checks still run, it is applied as recorded, and
-//! [`Replayed::unchecked`] says so, for the caller to refuse or report
-//! (`pacpriv verify` fails on it unless told to list such steps instead).
+//! What cannot be checked is not passed silently ([`Unchecked`]): a
+//! release coordinate the noise covers that sits *at* the clamp (±2²⁰)
+//! stands for every value beyond it, so any recorded ℓ would fit; and a
+//! direction whose variance is too small for the grid lets the tolerance
+//! on ℓ grow past [`LOG_LIKELIHOOD_TOLERANCE`]. Such a step's other checks
+//! still run, it is applied as recorded, and [`Replayed::unchecked`] says
+//! so, for the caller to refuse or report (`pacpriv verify` fails on it
+//! unless told to list such steps instead).
+//!
+//! In vector mode with d > 2m the server's kernels may have found the
+//! basis through the other decomposition than the verifier's; a step that
+//! does not match on the verifier's is checked on the other before it is
+//! called a mismatch (`privacy-core.md` §9).
 //!
 //! Then it applies the recorded vector to the posterior exactly as the
 //! server did (Eq. 4), so the replayed posterior is the server's bit for
@@ -39,6 +50,7 @@ use super::label;
 use super::ledger::Policy;
 use super::mechanism::{self, SessionState, TeacherOutputs};
 use super::noise::Noise;
+use super::noise_audit;
 use super::posterior::UpdateRule;
 use super::vector;
 use super::{Nats, PrivacyError};
@@ -100,17 +112,21 @@ pub enum Mismatch {
         /// The common centre.
         expected: f64,
     },
-    /// The recorded Eq. 4 vector is not the published release's.
+    /// The recorded Eq. 4 vector is not the published release's, up to a
+    /// constant common to every teacher.
     #[error(
-        "the posterior update does not match the release: teacher {teacher}'s log-likelihood is recorded as \
-         {recorded:e}, the published release gives {derived:e} (± {tolerance:e})"
+        "the posterior update does not match the release: teacher {teacher}'s log-likelihood relative to teacher \
+         {reference}'s is recorded as {recorded:e}, the published release gives {derived:e} (± {tolerance:e})"
     )]
     LogLikelihood {
         /// Which teacher.
         teacher: usize,
-        /// Recorded.
+        /// The teacher both are taken relative to (the most likely after
+        /// the step).
+        reference: usize,
+        /// Recorded, relative to the reference.
         recorded: f64,
-        /// Derived from the published release.
+        /// Derived from the published release, relative to the reference.
         derived: f64,
         /// How far the grid can move it.
         tolerance: f64,
@@ -137,17 +153,78 @@ pub enum Mismatch {
     },
 }
 
-/// What a verified step certified.
+/// Largest tolerance, in nats, with which a recorded ℓ_i − ℓ_ref counts as
+/// checked. A forger free to move every teacher's ℓ within τ moves each
+/// weight ratio by at most e^{2τ}, so the next C by at most that factor in
+/// the PSD order, and the next step's true MI stays within e^{2τ}·b ≈
+/// 1.002·b of its certificate (`privacy-core.md` §9). Beyond it, the grid
+/// no longer pins the update: the step is [`Unchecked::Tolerance`].
+pub const LOG_LIKELIHOOD_TOLERANCE: f64 = 1e-3;
+
+/// A teacher whose weight after the step is below e^{−1000} of the most
+/// likely teacher's, for every release the grid allows, has weight 0 in
+/// every calibration (e^{−745} underflows; the linear form keeps 0 for
+/// ever), so a wide tolerance on its ℓ does not leave the step unchecked.
+pub const NEGLIGIBLE: f64 = 1000.0;
+
+/// Why a step's posterior update was applied without being checked.
 #[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Unchecked {
+    /// The noise covers a coordinate published at the clamp (±2²⁰): the
+    /// exact release there is unknown.
+    Clamp {
+        /// The first such coordinate.
+        coordinate: usize,
+    },
+    /// The grid can move a teacher's ℓ by more than
+    /// [`LOG_LIKELIHOOD_TOLERANCE`]: a direction's variance is too small
+    /// for the 2⁻³² grid to pin the update (a collapsed direction).
+    Tolerance {
+        /// The first teacher whose tolerance is too wide.
+        teacher: usize,
+        /// Its tolerance, nats.
+        tolerance: f64,
+    },
+}
+
+impl std::fmt::Display for Unchecked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unchecked::Clamp { coordinate } => write!(
+                f,
+                "the release is published at the ±2^20 clamp on coordinate {coordinate}, where the noise lies, so \
+                 its exact value and the posterior update recorded with it cannot be checked"
+            ),
+            Unchecked::Tolerance { teacher, tolerance } => write!(
+                f,
+                "the 2^-32 grid can move teacher {teacher}'s log-likelihood by up to {tolerance:e} nats (more than \
+                 {LOG_LIKELIHOOD_TOLERANCE:e}): a noise direction's variance is too small for the published release \
+                 to pin the posterior update, so it cannot be checked"
+            ),
+        }
+    }
+}
+
+/// What a verified step certified.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Replayed {
     /// ½·tr(Σ⁺C) of the recalibrated Σ (0 for an exact answer).
     pub mi_bound: f64,
     /// Whether all teachers agreed.
     pub unanimous: bool,
-    /// The noise covers a coordinate published at the clamp (±2²⁰), so the
-    /// recorded log-likelihoods were applied without being checked: the
-    /// first such coordinate.
-    pub unchecked: Option<usize>,
+    /// Why the recorded log-likelihoods were applied without being checked,
+    /// if they were.
+    pub unchecked: Option<Unchecked>,
+    /// What the step contributes to the noise audit (`None` for an exact
+    /// answer).
+    pub evidence: Option<noise_audit::StepEvidence>,
+    /// How far, in nats, the recorded ℓ_i − ℓ_ref of a teacher that is not
+    /// negligible could be from the true one and still pass: the largest
+    /// tolerance checked (0 for an exact answer; at most
+    /// [`LOG_LIKELIHOOD_TOLERANCE`] unless the step is unchecked). Summed
+    /// over a session it bounds how far the replayed posterior can be from
+    /// the true one (`privacy-core.md` §9).
+    pub slack: f64,
 }
 
 /// Checks `step` against `state` (the session before it) and applies it.
@@ -155,6 +232,16 @@ pub struct Replayed {
 /// # Errors
 /// The first [`Mismatch`] found; `state` is then unchanged.
 pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed, Mismatch> {
+    replay_on(state, step, vector::Path::Auto)
+}
+
+/// [`replay`] with the verifier's first choice of vector-mode basis forced
+/// (tests stand in for a verifier whose kernels chose the other path).
+pub(crate) fn replay_on(
+    state: &mut SessionState,
+    step: &Recorded<'_>,
+    first: vector::Path,
+) -> Result<Replayed, Mismatch> {
     let outputs = step.outputs;
     if outputs.len() != state.posterior.len() {
         return Err(Mismatch::Outputs(format!("{} teachers for {} subsets", outputs.len(), state.posterior.len())));
@@ -194,37 +281,39 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
             return Err(Mismatch::NotExact("a log-likelihood vector was applied".into()));
         }
         state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
-        return Ok(Replayed { mi_bound: 0.0, unanimous, unchecked: None });
+        return Ok(Replayed { mi_bound: 0.0, unanimous, unchecked: None, evidence: None, slack: 0.0 });
     }
 
     let b = state.ledger.per_query();
-    let (noise, centres) = calibrate(state, outputs, b).map_err(|e| Mismatch::Uncertified(e.to_string()))?;
-    // Written so that a NaN bound fails too.
-    #[allow(clippy::neg_cmp_op_on_partial_ord)]
-    if !(noise.mi_bound() <= b.get()) {
-        return Err(Mismatch::Uncertified(format!("½·tr(Σ⁺C) = {:e} > b = {:e}", noise.mi_bound(), b.get())));
-    }
-    check_support(&noise, outputs, step.published)?;
-    if step.log_likelihood.len() != centres.len() {
+    let calibrated = calibrate(state, outputs, b, first)?;
+    check_support(&calibrated.noise, outputs, step.published)?;
+    if step.log_likelihood.len() != calibrated.centres.len() {
         return Err(Mismatch::Outputs(format!(
             "{} log-likelihoods for {} teachers",
             step.log_likelihood.len(),
-            centres.len()
+            calibrated.centres.len()
         )));
     }
-    let r: Array1<f64> = noise.coords().iter().map(|&c| step.published[c]).collect();
-    let unchecked = r.iter().position(|v| v.abs() >= PUBLISHED_CLAMP).map(|i| noise.coords()[i]);
-    if unchecked.is_none() {
-        let h = grid_error(&r);
-        for (teacher, (centre, &recorded)) in centres.iter().zip(step.log_likelihood).enumerate() {
-            let (derived, tolerance) = observed(&noise, &(&r - centre).view(), h);
-            // Written so that a NaN on either side fails too.
-            #[allow(clippy::neg_cmp_op_on_partial_ord)]
-            if !((recorded - derived).abs() <= tolerance) {
-                return Err(Mismatch::LogLikelihood { teacher, recorded, derived, tolerance });
-            }
-        }
-    }
+    let r: Array1<f64> = calibrated.noise.coords().iter().map(|&c| step.published[c]).collect();
+    let clamped = r.iter().position(|v| v.abs() >= PUBLISHED_CLAMP).map(|i| calibrated.noise.coords()[i]);
+    let (calibrated, (unchecked, slack)) = match clamped {
+        Some(coordinate) => (calibrated, (Some(Unchecked::Clamp { coordinate }), 0.0)),
+        None => match check_log_likelihood(state, &calibrated, &r, step.log_likelihood) {
+            Ok(checked) => (calibrated, checked),
+            // The server's kernels may have chosen the other basis than
+            // ours (near the Gram path's thresholds): follow it before
+            // calling the step a mismatch.
+            Err(mismatch) => match other_path(state, outputs, b, &calibrated) {
+                Some(other) => match check_log_likelihood(state, &other, &r, step.log_likelihood) {
+                    Ok(checked) => (other, checked),
+                    Err(_) => return Err(mismatch),
+                },
+                None => return Err(mismatch),
+            },
+        },
+    };
+    let noise = &calibrated.noise;
+    let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres);
 
     // The grouped rule groups by label; vector outputs have none to group by.
     let labels: &[usize] = match outputs {
@@ -237,19 +326,54 @@ pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed,
         .map_err(|e| Mismatch::Outputs(format!("the recorded log-likelihoods cannot be applied: {e}")))?;
     state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
     state.posterior = posterior;
-    Ok(Replayed { mi_bound: noise.mi_bound(), unanimous, unchecked })
+    Ok(Replayed { mi_bound: noise.mi_bound(), unanimous, unchecked, evidence: Some(evidence), slack })
 }
 
-/// Σ calibrated to `state`'s posterior, as the mechanism calibrates it, and
-/// each teacher's output on the noise's coordinate block.
+/// Applies `step` as recorded, unchecked: the charge (where it fits) and
+/// the recorded ℓ. What `pacpriv verify` does after a mismatch, so that it
+/// can go on to report every later one against the server's own state.
+///
+/// # Errors
+/// The step cannot be applied at all (a malformed ℓ, or a charge past the
+/// limit); `state` is then unchanged.
+pub fn apply_recorded(state: &mut SessionState, step: &Recorded<'_>) -> Result<(), Mismatch> {
+    let charge = Nats::new(step.charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
+    let mut posterior = state.posterior.clone();
+    if !step.log_likelihood.is_empty() {
+        let labels: &[usize] = match step.outputs {
+            TeacherOutputs::Labels { labels, .. } => labels,
+            TeacherOutputs::Vectors(_) => &[],
+        };
+        posterior
+            .update_by(step.update_rule, labels, ArrayView1::from(step.log_likelihood))
+            .map_err(|e| Mismatch::Outputs(format!("the recorded log-likelihoods cannot be applied: {e}")))?;
+    }
+    state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
+    state.posterior = posterior;
+    Ok(())
+}
+
+/// Σ recalibrated for a step, with each teacher's output on the noise's
+/// coordinate block, certified and with the release where Σ allows it.
+struct Calibrated {
+    noise: Noise,
+    centres: Vec<Array1<f64>>,
+    /// Vector mode: which basis the verifier's calibration took.
+    source: Option<vector::Basis>,
+}
+
+/// Σ calibrated to `state`'s posterior as the mechanism calibrates it (in
+/// vector mode on the basis `path` asks for), certified ½·tr(Σ⁺C) ≤ b.
 fn calibrate(
     state: &SessionState,
     outputs: &TeacherOutputs,
     b: Nats,
-) -> Result<(Noise, Vec<Array1<f64>>), PrivacyError> {
-    match outputs {
+    path: vector::Path,
+) -> Result<Calibrated, Mismatch> {
+    let uncertified = |e: PrivacyError| Mismatch::Uncertified(e.to_string());
+    let calibrated = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
-            let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
+            let cal = label::calibrate(&state.posterior, labels, *classes, b).map_err(uncertified)?;
             let k = cal.classes().len();
             let centres = (0..labels.len())
                 .map(|i| {
@@ -260,13 +384,111 @@ fn calibrate(
                     x
                 })
                 .collect();
-            Ok((cal.noise().clone(), centres))
+            Calibrated { noise: cal.noise().clone(), centres, source: None }
         }
         TeacherOutputs::Vectors(v) => {
-            let cal = vector::calibrate(&state.posterior, v.view(), b)?;
-            Ok((cal.noise().clone(), v.rows().into_iter().map(|r| r.to_owned()).collect()))
+            let cal = vector::calibrate_on(&state.posterior, v.view(), b, path).map_err(uncertified)?;
+            let centres = v.rows().into_iter().map(|r| r.to_owned()).collect();
+            Calibrated { noise: cal.noise().clone(), centres, source: Some(cal.basis_source()) }
+        }
+    };
+    // Written so that a NaN bound fails too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    if !(calibrated.noise.mi_bound() <= b.get()) {
+        return Err(Mismatch::Uncertified(format!(
+            "½·tr(Σ⁺C) = {:e} > b = {:e}",
+            calibrated.noise.mi_bound(),
+            b.get()
+        )));
+    }
+    Ok(calibrated)
+}
+
+/// ‖x‖₂ without overflow (Σ⁺δ reaches 10²⁵⁰ at the variance floor).
+fn norm(x: &Array1<f64>) -> f64 {
+    let largest = x.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    if largest == 0.0 || !largest.is_finite() {
+        return largest;
+    }
+    largest * x.iter().map(|v| (v / largest).powi(2)).sum::<f64>().sqrt()
+}
+
+/// Vector mode with d > 2m: Σ on the basis the verifier did not take (the
+/// SVD if it took the Gram matrix, and the other way round), if that
+/// calibrates and certifies.
+fn other_path(state: &SessionState, outputs: &TeacherOutputs, b: Nats, taken: &Calibrated) -> Option<Calibrated> {
+    let other = match taken.source? {
+        vector::Basis::Gram => vector::Path::Svd,
+        vector::Basis::Svd if outputs.dim() > 2 * outputs.len() => vector::Path::Gram,
+        vector::Basis::Svd | vector::Basis::Unanimous => return None,
+    };
+    calibrate(state, outputs, b, other).ok()
+}
+
+/// Checks the recorded Eq. 4 vector against the published release `r`
+/// (on Σ's block) up to a constant common to every teacher, which every
+/// update rule ignores (`privacy-core.md` §9): for each teacher i, with
+/// ref the teacher most likely after the step,
+/// (recorded_i − recorded_ref) − (derived_i − derived_ref) may differ
+/// from 0 by what the grid can move it, 2⁻³³·‖Σ⁺(x_ref − x_i)‖₁ (half a
+/// step per coordinate), plus the round-off of projecting δ on both sides
+/// and 10⁻⁹ relative for the two evaluation orders.
+/// A tolerance above [`LOG_LIKELIHOOD_TOLERANCE`] on a teacher that is not
+/// negligible after the step ([`NEGLIGIBLE`]) leaves the step unchecked.
+/// Returns that, and the largest tolerance on a teacher that is not
+/// negligible ([`Replayed::slack`]).
+fn check_log_likelihood(
+    state: &SessionState,
+    calibrated: &Calibrated,
+    r: &Array1<f64>,
+    recorded: &[f64],
+) -> Result<(Option<Unchecked>, f64), Mismatch> {
+    let h = grid_error(r);
+    // Round-off of either side's evaluation beyond the 10⁻⁹ relative: a
+    // projection of δ is within γ‖δ‖ of exact, which moves δᵀΣ⁺δ by up to
+    // 2γ‖δ‖‖Σ⁺δ‖ (the server's coefficients err alike).
+    let gamma = 4.0 * (r.len() + 2) as f64 * f64::EPSILON;
+    let derived: Vec<(f64, Array1<f64>, f64)> = calibrated
+        .centres
+        .iter()
+        .map(|centre| {
+            let delta = r - centre;
+            let (ll, g) = observed(&calibrated.noise, &delta.view());
+            let rounding = 2.0 * gamma * norm(&delta) * norm(&g);
+            (ll, g, rounding)
+        })
+        .collect();
+    let prior = state.posterior.log_weights();
+    let after = |i: usize| prior[i] + derived[i].0;
+    let reference = (0..derived.len()).fold(0, |best, i| if after(i) > after(best) { i } else { best });
+    let (ref_derived, ref_gradient, ref_rounding) = &derived[reference];
+    let ref_recorded = recorded[reference];
+    let (mut unchecked, mut slack) = (None, 0.0f64);
+    for (teacher, ((derived, gradient, rounding), &rec)) in derived.iter().zip(recorded).enumerate() {
+        let gap = (rec - ref_recorded) - (derived - ref_derived);
+        let tolerance = h * (gradient - ref_gradient).iter().map(|x| x.abs()).sum::<f64>()
+            + 2.0 * (rounding + ref_rounding)
+            + 1e-9 * (2.0 + derived.abs() + ref_derived.abs());
+        // Written so that a NaN on either side fails too.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        if !(gap.abs() <= tolerance) {
+            return Err(Mismatch::LogLikelihood {
+                teacher,
+                reference,
+                recorded: rec - ref_recorded,
+                derived: derived - ref_derived,
+                tolerance,
+            });
+        }
+        if after(teacher) + tolerance - after(reference) < -NEGLIGIBLE {
+            continue;
+        }
+        slack = slack.max(tolerance);
+        if tolerance > LOG_LIKELIHOOD_TOLERANCE && unchecked.is_none() {
+            unchecked = Some(Unchecked::Tolerance { teacher, tolerance });
         }
     }
+    Ok((unchecked, slack))
 }
 
 /// Coordinates outside the noise's block are released exactly: there the
@@ -290,28 +512,21 @@ fn grid_error(r: &Array1<f64>) -> f64 {
     0.5 * PUBLISHED_GRID + 8.0 * r.len() as f64 * f64::EPSILON * scale
 }
 
-/// ℓ = −½ δᵀΣ⁺δ for δ = r − x on the noise's block, and a bound on how far
-/// ℓ moves when every coordinate of r moves by at most `h`: with g = Σ⁺δ,
-/// |Δℓ| ≤ h‖g‖₁ + ½·n·h²·λ_max(Σ⁺), plus 10⁻⁹ relative for the two
-/// evaluation orders (the server's runs through the draw's coefficients).
-fn observed(noise: &Noise, delta: &ArrayView1<'_, f64>, h: f64) -> (f64, f64) {
+/// ℓ = −½ δᵀΣ⁺δ for δ = r − x on the noise's block, and its gradient in r,
+/// g = −Σ⁺δ up to sign: g = Σ⁺δ (the grid's effect on ℓ_i − ℓ_ref is
+/// (g_i − g_ref)ᵀe for the rounding e, |e_c| ≤ 2⁻³³).
+fn observed(noise: &Noise, delta: &ArrayView1<'_, f64>) -> (f64, Array1<f64>) {
     let basis = noise.basis();
     let t = basis.t().dot(delta);
     let scaled = &t / &noise.variances();
     let mut qf: f64 = t.iter().zip(&scaled).map(|(t, s)| t * s).sum();
     let mut g = basis.dot(&scaled);
-    let mut inverse_max = noise.variances().iter().fold(0.0f64, |a, v| a.max(1.0 / v));
     if noise.complement() > 0.0 {
         let res = delta - &basis.dot(&t);
         qf += res.dot(&res) / noise.complement();
         g += &(&res / noise.complement());
-        inverse_max = inverse_max.max(1.0 / noise.complement());
     }
-    let ll = -0.5 * qf;
-    let n = delta.len() as f64;
-    let tolerance =
-        h * g.iter().map(|x| x.abs()).sum::<f64>() + 0.5 * n * h * h * inverse_max + 1e-9 * (1.0 + ll.abs());
-    (ll, tolerance)
+    (-0.5 * qf, g)
 }
 
 #[cfg(test)]

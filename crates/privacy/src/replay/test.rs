@@ -263,7 +263,7 @@ fn a_release_at_the_clamp_is_reported_unchecked_not_passed() {
     step.published[step.label] = crate::grid::PUBLISHED_CLAMP;
     step.log_likelihood = (0..8).map(|i| if i == 6 { 0.0 } else { -1e300 }).collect();
     let replayed = replay(&mut s, &step.recorded()).expect("applied, unchecked");
-    assert_eq!(replayed.unchecked, Some(step.label));
+    assert_eq!(replayed.unchecked, Some(Unchecked::Clamp { coordinate: step.label }));
     assert!(s.posterior.weights()[6] > 1.0 - 1e-12, "the forgery collapsed the posterior: {:?}", s.posterior.weights());
 
     // The same release one grid step inside the clamp is checked, and the
@@ -276,57 +276,165 @@ fn a_release_at_the_clamp_is_reported_unchecked_not_passed() {
 }
 
 /// A verifier whose OpenBLAS kernels put an input on the other side of one
-/// of the Gram path's thresholds recomputes the SVD path's Σ
-/// (`privacy-core.md` §4). Its ℓ for a Gram-path step then differ from the
-/// server's by a constant common to every teacher — the two paths give the
-/// complement slightly different variances, and the release's part there
-/// is the same for every teacher — which Eq. 4's renormalisation removes:
-/// the posterior is the same. `replay` compares ℓ themselves, so such a
-/// verifier reports a mismatch on an honest step (a false alarm, never a
-/// pass); this test pins both halves.
+/// of the Gram path's thresholds recomputes the other path's Σ
+/// (`privacy-core.md` §4). Its ℓ then differ from the server's by a
+/// constant common to every teacher — the two paths give the complement
+/// slightly different variances, and the release's part there is the same
+/// for every teacher — which every update rule ignores. Replay compares ℓ
+/// up to that constant, so a step verifies on either path, whichever the
+/// server took (issue 52 §4): forced both ways here.
 #[test]
-fn a_gram_path_step_under_the_svd_paths_noise_differs_only_by_a_constant() {
-    let mut rng = ChaCha20Rng::seed_from_u64(44);
+fn a_step_verifies_on_either_basis_whichever_the_server_took() {
     let (m, d) = (8, 40);
     let mut shifted = 0;
     for b_exp in [4, 12, 24] {
         let start = state(m, 2f64.powi(-b_exp), Policy::Contested);
-        let queries: Vec<TeacherOutputs> = (0..6)
-            .map(|_| TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| rng.random_range(-2.0..2.0))))
-            .collect();
-        let (entries, _) = run(&start, queries, 3, b_exp as u64);
-        let mut verifier = start.clone();
-        for (step, entry) in entries.iter().enumerate() {
-            let on_grid = entry.outputs.on_grid();
-            let TeacherOutputs::Vectors(v) = on_grid.as_ref() else { unreachable!("vector queries") };
-            let per_query = verifier.ledger.per_query();
-            let gram = vector::calibrate(&verifier.posterior, v.view(), per_query).expect("calibrates");
-            assert_eq!(gram.basis_source(), vector::Basis::Gram, "step {step}: the server took the Gram path");
-            let svd = vector::calibrate_using(&verifier.posterior, v.view(), per_query, false).expect("calibrates");
-            let noise = svd.noise();
-            let r: Array1<f64> = noise.coords().iter().map(|&c| entry.published[c]).collect();
-            let h = grid_error(&r);
-            let checked: Vec<(f64, f64)> = entry
-                .log_likelihood
-                .iter()
-                .enumerate()
-                .map(|(teacher, &recorded)| {
-                    let (derived, tolerance) = observed(noise, &(&r - &v.row(teacher)).view(), h);
-                    (recorded - derived, tolerance)
-                })
-                .collect();
-            let (shift, shift_tolerance) = checked[0];
-            for (teacher, (diff, tolerance)) in checked.iter().enumerate() {
-                assert!(
-                    (diff - shift).abs() <= tolerance + shift_tolerance,
-                    "b = 2^-{b_exp}, step {step}, teacher {teacher}: {diff:e} against the common {shift:e}"
-                );
+        for server_path in [vector::Path::Gram, vector::Path::Svd] {
+            for verifier_path in [vector::Path::Gram, vector::Path::Svd] {
+                let mut rng = ChaCha20Rng::seed_from_u64(44 + b_exp as u64);
+                let (mut server, mut verifier) = (start.clone(), start.clone());
+                for step in 0..6 {
+                    let outputs =
+                        TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| rng.random_range(-2.0..2.0)));
+                    let entry = vector_step(&mut server, outputs, server_path, &mut rng);
+                    let TeacherOutputs::Vectors(v) = &entry.outputs else { unreachable!("vector queries") };
+                    // The constant: recorded − derived for teacher 0 on the verifier's path.
+                    let b = verifier.ledger.per_query();
+                    let calibrated = calibrate(&verifier, &entry.outputs, b, verifier_path).expect("calibrates");
+                    let r = Array1::from(entry.published.clone());
+                    let derived = observed(&calibrated.noise, &(&r - &v.row(0)).view()).0;
+                    if (entry.log_likelihood[0] - derived).abs() > 1e-6 {
+                        shifted += 1;
+                    }
+                    let replayed = replay_on(&mut verifier, &entry.recorded(), verifier_path);
+                    let replayed = replayed.unwrap_or_else(|e| {
+                        panic!("b = 2^-{b_exp}, step {step}: {server_path:?} on {verifier_path:?}: {e}")
+                    });
+                    assert_eq!(replayed.unchecked, None);
+                }
+                assert_eq!(bits(&verifier.posterior), bits(&server.posterior));
             }
-            if shift.abs() > shift_tolerance {
-                shifted += 1;
-            }
-            replay(&mut verifier, &entry.recorded()).expect("the step verifies on the server's path");
         }
     }
-    assert!(shifted > 0, "no step's ℓ moved under the other path: the false alarm this documents is gone");
+    assert!(shifted > 0, "no step's ℓ moved under the other path: the constant this documents is gone");
+}
+
+/// One vector-mode step as the mechanism takes it, on the basis `path`.
+fn vector_step(server: &mut SessionState, outputs: TeacherOutputs, path: vector::Path, rng: &mut ChaCha20Rng) -> Entry {
+    let secret = 1;
+    let TeacherOutputs::Vectors(v) = &outputs else { unreachable!("vector outputs") };
+    let v = v.mapv(grid::centre);
+    let cal = vector::calibrate_on(&server.posterior, v.view(), server.ledger.per_query(), path).expect("calibrates");
+    let draw = cal.noise().sample(rng);
+    let published = grid::publish(v.row(secret), &cal.noise().noise_vector(&draw));
+    let ll = cal.teacher_log_likelihoods(secret, &draw);
+    server.posterior.update(ll.view()).expect("update");
+    let charge = server.ledger.charge_for(false);
+    server.ledger.record(charge).expect("fits");
+    Entry {
+        label: mechanism::argmax(published.iter().copied()),
+        outputs: TeacherOutputs::Vectors(v.clone()),
+        published,
+        charge: charge.get(),
+        log_likelihood: ll.to_vec(),
+        update_rule: UpdateRule::PerSubset,
+    }
+}
+
+/// What the tolerance on ℓ was before issue 52: h‖Σ⁺δ‖₁ + ½·n·h²·λ_max(Σ⁺)
+/// per teacher, absolute — unbounded as a variance nears the floor.
+fn old_tolerance(noise: &Noise, delta: &Array1<f64>) -> f64 {
+    let h = 0.5 * PUBLISHED_GRID;
+    let g = observed(noise, &delta.view()).1;
+    let inverse_max = noise.variances().iter().fold(0.0f64, |a, v| a.max(1.0 / v));
+    h * g.iter().map(|x| x.abs()).sum::<f64>() + 0.5 * delta.len() as f64 * h * h * inverse_max
+}
+
+/// Issue 52 §3, a collapsed direction: a vector step whose noise is a few
+/// grid steps wide (outputs 2⁻³⁰ apart). The grid moves ℓ by tens of nats,
+/// so a forged update within that passed before; now the step is reported
+/// unchecked (never passed), honest or forged.
+#[test]
+fn a_step_the_grid_cannot_pin_is_reported_unchecked() {
+    let start = state(2, 2f64.powi(-4), Policy::Contested);
+    let v = Array2::from_shape_vec((2, 1), vec![0.0, 2f64.powi(-30)]).expect("shape");
+    let mut server = start.clone();
+    let mut entry = vector_step(
+        &mut server,
+        TeacherOutputs::Vectors(v.clone()),
+        vector::Path::Auto,
+        &mut ChaCha20Rng::seed_from_u64(9),
+    );
+    let honest = replay(&mut start.clone(), &entry.recorded()).expect("applied");
+    let Some(Unchecked::Tolerance { tolerance, .. }) = honest.unchecked else { panic!("{:?}", honest.unchecked) };
+    assert!(tolerance > 1e-2, "{tolerance:e}");
+
+    entry.log_likelihood[0] += 0.5 * tolerance; // the posterior moved, within what the grid allows
+    let calibrated =
+        calibrate(&start, &entry.outputs, start.ledger.per_query(), vector::Path::Auto).expect("calibrates");
+    let r = Array1::from(entry.published.clone());
+    assert!(old_tolerance(&calibrated.noise, &(&r - &v.row(0))) > 0.5 * tolerance, "the old check passed this forgery");
+    let forged = replay(&mut start.clone(), &entry.recorded()).expect("applied, unchecked");
+    assert!(matches!(forged.unchecked, Some(Unchecked::Tolerance { .. })), "{:?}", forged.unchecked);
+}
+
+/// Issue 52 §3, a direction at the variance floor: the class teachers 4
+/// and 5 predict has weight e⁻¹²⁰⁰ (its mass underflows), so its direction
+/// gets [`VARIANCE_FLOOR`](crate::noise::VARIANCE_FLOOR) and the old
+/// tolerance was ~10²³⁰ for every teacher. A forger who rules out the
+/// secret teacher's class-mates (recording ℓ = −10²⁰⁰ for them, per
+/// subset) collapses the verifier's posterior onto s*; that passed. Taken
+/// relative to the most likely teacher, class-mates' ℓ are pinned exactly.
+#[test]
+fn a_forged_update_at_the_variance_floor_is_caught() {
+    let m = 6;
+    let mut start = state(m, 2f64.powi(-8), Policy::Contested);
+    start.posterior = Posterior::from_log_weights(vec![0.0, 0.0, 0.0, 0.0, -1200.0, -1200.0]).expect("posterior");
+    let outputs = TeacherOutputs::Labels { labels: vec![0, 0, 0, 0, 1, 1], classes: 2 };
+    let mut server = start.clone();
+    let secret = SecretIndex::new(0, m).expect("secret");
+    let a = answer(&mut server, &outputs, secret, None, &mut ChaCha20Rng::seed_from_u64(5)).expect("answered");
+    let mut entry = Entry {
+        outputs,
+        published: a.published,
+        label: a.label,
+        charge: a.charge.get(),
+        log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+        update_rule: a.update_rule,
+    };
+    let honest = replay(&mut start.clone(), &entry.recorded()).expect("the honest step verifies");
+    assert_eq!(honest.unchecked, None, "teachers 4 and 5 are negligible whatever the grid did");
+
+    let calibrated =
+        calibrate(&start, &entry.outputs, start.ledger.per_query(), vector::Path::Auto).expect("calibrates");
+    let r: Array1<f64> = calibrated.noise.coords().iter().map(|&c| entry.published[c]).collect();
+    for i in 1..4 {
+        assert!(old_tolerance(&calibrated.noise, &(&r - &calibrated.centres[i])) > 1e200, "the old check passed it");
+        entry.log_likelihood[i] = -1e200;
+    }
+    entry.update_rule = UpdateRule::PerSubset;
+    let e = replay(&mut start.clone(), &entry.recorded()).expect_err("caught");
+    assert!(matches!(e, Mismatch::LogLikelihood { teacher: 1, reference: 0, .. }), "{e:?}");
+}
+
+/// Honest vector steps at the sizes deployments use verify with nothing
+/// unchecked: the noise floors keep every direction wide enough for the
+/// grid and round-off to pin the update (issue 52 §3).
+#[test]
+fn honest_vector_steps_verify_checked_at_deployment_sizes() {
+    for (m, d, b_exp) in [(128, 100, 8), (8, 1000, 4), (16, 3000, 12)] {
+        let mut rng = ChaCha20Rng::seed_from_u64(d as u64);
+        let start = state(m, 2f64.powi(-b_exp), Policy::Contested);
+        let queries = (0..4)
+            .map(|_| TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| rng.random_range(-1.0..1.0))))
+            .collect();
+        let (entries, server) = run(&start, queries, 1, d as u64);
+        let mut s = start.clone();
+        for (i, e) in entries.iter().enumerate() {
+            let replayed = replay(&mut s, &e.recorded()).unwrap_or_else(|e| panic!("m = {m}, d = {d}, step {i}: {e}"));
+            assert_eq!(replayed.unchecked, None, "m = {m}, d = {d}, step {i}");
+            assert!(replayed.slack <= LOG_LIKELIHOOD_TOLERANCE, "m = {m}, d = {d}: slack {:e}", replayed.slack);
+        }
+        assert_eq!(bits(&s.posterior), bits(&server.posterior));
+    }
 }

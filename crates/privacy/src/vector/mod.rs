@@ -52,15 +52,36 @@ pub fn calibrate<'a>(
     outputs: ArrayView2<'a, f64>,
     b: Nats,
 ) -> Result<VectorCalibration<'a>, PrivacyError> {
-    calibrate_using(posterior, outputs, b, true)
+    calibrate_on(posterior, outputs, b, Path::Auto)
 }
 
-/// [`calibrate`], with the Gram path allowed or not (tests compare the two).
-pub(crate) fn calibrate_using<'a>(
+/// Which decomposition [`calibrate_on`] may use for the basis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// What the server does: the Gram matrix when it serves ([`gram_basis`]'s
+    /// conditions), the SVD otherwise.
+    Auto,
+    /// The SVD of X.
+    Svd,
+    /// The Gram matrix whenever it can give a checked basis (d > 2m), even
+    /// where [`Path::Auto`] would decline it for the signal it leaves out —
+    /// what a verifier needs to follow a server whose kernels chose it near
+    /// that threshold. Either path's Σ is certified.
+    Gram,
+}
+
+/// [`calibrate`] on the basis `path` asks for: what `replay` uses to
+/// follow a server whose kernels chose the other path than the verifier's.
+///
+/// # Errors
+/// As [`calibrate`]; [`PrivacyError::Linalg`] if `path` is [`Path::Gram`]
+/// and the Gram matrix gives no checked basis (d ≤ 2m, or LAPACK or the
+/// checks refuse it).
+pub fn calibrate_on<'a>(
     posterior: &Posterior,
     outputs: ArrayView2<'a, f64>,
     b: Nats,
-    allow_gram: bool,
+    path: Path,
 ) -> Result<VectorCalibration<'a>, PrivacyError> {
     let (m, d) = outputs.dim();
     if m != posterior.len() {
@@ -83,7 +104,14 @@ pub(crate) fn calibrate_using<'a>(
     let mu = w.dot(&outputs);
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
-    let gram = if allow_gram { gram_basis(&centred, &sqrt_w) } else { None };
+    let gram = match path {
+        Path::Auto => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT),
+        Path::Gram => {
+            let basis = gram_basis(&centred, &sqrt_w, f64::INFINITY);
+            Some(basis.ok_or_else(|| PrivacyError::Linalg("the Gram matrix gives no checked basis here".into()))?)
+        }
+        Path::Svd => None,
+    };
     let (basis, source) = match gram {
         Some(basis) => (basis, Basis::Gram),
         None => (svd_basis(&(&centred * &sqrt_w.view().insert_axis(Axis(1))))?, Basis::Svd),
@@ -118,8 +146,36 @@ pub(crate) fn calibrate_using<'a>(
         (Array2::zeros((0, 0)), 0.0)
     };
 
-    let noise = Noise::certified(d, (0..d).collect(), basis, &q, residual_bound, b)?;
+    let noise =
+        Noise::certified_with_floor(d, (0..d).collect(), basis, &q, residual_bound, b, complement_floor(&residual))?;
     Ok(VectorCalibration { outputs, coef, residual, noise, source })
+}
+
+/// How far the 2⁻³² grid may move any two teachers' ℓ through the
+/// complement of the basis: 10⁻⁴ nats, a tenth of what replay accepts as
+/// checked ([`LOG_LIKELIHOOD_TOLERANCE`](super::replay::LOG_LIKELIHOOD_TOLERANCE)).
+pub const COMPLEMENT_PIN: f64 = 1e-4;
+
+/// The complement's least variance f (issue 52 §3). Its certificate-only
+/// value is proportional to the squared residuals, which are round-off or
+/// signal the basis left out, and can be far below anything the 2⁻³² grid
+/// resolves (10⁻²⁰ is common); Eq. 4 then divides round-off by round-off
+/// there, and no verifier can check the posterior update. So f is raised
+/// to at least
+/// - what the grid resolves along every direction of the block,
+///   (2⁻³³·√n / 10⁻³)² (the noise audit's
+///   [`GRID_SHARE`](super::noise_audit::GRID_SHARE)): ~10⁻¹⁰ at n = 10 000,
+///   a standard deviation of 10⁻⁵ per coordinate; and
+/// - what keeps the grid's effect on any two teachers' ℓ through the
+///   complement, 2⁻³³·‖res_i − res_k‖₁ / f, below [`COMPLEMENT_PIN`].
+///
+/// More noise than the certificate needs, never less.
+fn complement_floor(residual: &Array2<f64>) -> f64 {
+    let n = residual.ncols() as f64;
+    let half_grid = 0.5 * super::grid::PUBLISHED_GRID;
+    let resolvable = (half_grid * n.sqrt() / super::noise_audit::GRID_SHARE).powi(2);
+    let widest = residual.rows().into_iter().map(|row| row.iter().map(|x| x.abs()).sum::<f64>()).fold(0.0, f64::max);
+    resolvable.max(half_grid * 2.0 * widest / COMPLEMENT_PIN)
 }
 
 /// Which decomposition found the noise basis (the certificate does not
@@ -159,13 +215,13 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 /// `None` (use the SVD) when d ≤ 2m, when LAPACK fails on K, when K's
 /// largest eigenvalue is too small for [`GRAM_KEEP`] to be a normal
 /// number, when a mapped column's squared norm is not a normal number,
-/// when K's spectrum would leave out more signal than [`GRAM_LEFT_OUT`]
-/// allows — what is left out gets isotropic noise of
+/// when K's spectrum would leave out more signal than `left_out_share`
+/// ([`GRAM_LEFT_OUT`] on the server's path) allows — what is left out gets isotropic noise of
 /// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total, against
 /// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
 /// the orthonormality check. So the choice can cost time, never privacy:
 /// whichever basis is returned goes through the same certificate.
-fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Option<Orthonormal> {
+fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
     let (m, d) = centred.dim();
     if d <= 2 * m {
         return None;
@@ -190,7 +246,7 @@ fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Option<Orthonormal
     let left_out: f64 = lambda.iter().skip(kept).sum();
     let along: f64 = lambda.iter().take(kept).map(|l| l.sqrt()).sum();
     // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b).
-    if d as f64 * left_out > GRAM_LEFT_OUT * super::noise::RESIDUAL_SHARE * along * along {
+    if d as f64 * left_out > left_out_share * super::noise::RESIDUAL_SHARE * along * along {
         return None;
     }
     w *= &sqrt_w.view().insert_axis(Axis(1));

@@ -12,16 +12,23 @@
 //! releases again what the step that answered its query released; a
 //! budget refusal did not fit the replayed ledger; a contested refusal's
 //! teachers disagree under `unanimous_only`; an evicted or noisy-not-kept
-//! repeat repeats an answered query); and the session's stored record
-//! equals the replayed end state bit for bit (posterior, spent, counts,
-//! chain head, events). The first record that does not match is named by
-//! its line and the command exits with 65 (`EX_DATAERR`).
+//! repeat repeats an answered query); the session's stored record equals
+//! the replayed end state bit for bit (posterior, spent, counts, chain
+//! head, events); and the noise audit ([`pacpriv_privacy::noise_audit`])
+//! finds the session's releases no less noisy than calibrated at
+//! `--noise-alpha`. Every record that does not match is named by its line
+//! (up to [`MAX_FINDINGS`]) and the command exits with 65 (`EX_DATAERR`).
+//!
+//! After a step that does not match, its recorded update is applied as
+//! recorded so that the steps after it are checked against the server's
+//! own state; after a gap (a missing or reordered record) the rest of that
+//! session cannot be re-derived and is skipped, said once.
 //!
 //! What cannot be checked is not passed: a step whose release sits at the
-//! clamp on a noisy coordinate leaves its posterior update unchecked
-//! ([`pacpriv_privacy::replay::Replayed::unchecked`]), and such a step fails
-//! like a mismatch unless `--allow-unchecked` is given, which lists every
-//! such line instead. Argument: `docs/assurance/accounting.md` §9.
+//! clamp on a noisy coordinate, or whose update the grid cannot pin
+//! ([`pacpriv_privacy::replay::Unchecked`]), fails like a mismatch unless
+//! `--allow-unchecked` is given, which lists every such line instead.
+//! Argument: `docs/assurance/accounting.md` §9.
 
 pub mod format;
 
@@ -30,8 +37,9 @@ use format::{EntryLine, EventLine, Line, RecordLine};
 use ndarray::Array2;
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{SessionState, TeacherOutputs};
+use pacpriv_privacy::noise_audit::{self, NoiseAudit, Verdict};
 use pacpriv_privacy::posterior::{Form, Posterior, UpdateRule};
-use pacpriv_privacy::replay::{self, Recorded};
+use pacpriv_privacy::replay::{self, Recorded, Unchecked};
 use pacpriv_privacy::{Nats, PrivacyError, report};
 use pacpriv_service::store::JournalEntry;
 use pacpriv_service::store::record::EventKind;
@@ -47,23 +55,111 @@ pub struct Args {
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Accept steps whose posterior update cannot be checked (a release at
-    /// the ±2^20 clamp) and list their lines, instead of failing at the
-    /// first one. What those steps applied to the posterior is then taken
-    /// on trust.
+    /// the ±2^20 clamp, or a noise direction too narrow for the 2^-32 grid
+    /// to pin the update) and list their lines, instead of failing on
+    /// them. What those steps applied to the posterior is then taken on
+    /// trust.
     #[arg(long)]
     pub allow_unchecked: bool,
+    /// Significance of the noise audit: a session whose releases are this
+    /// unlikely (or less) under the calibrated noise fails. The bound holds
+    /// whatever queries the client chose; smaller values need more noisy
+    /// steps to catch a given shortfall.
+    #[arg(long, value_name = "ALPHA", default_value_t = noise_audit::DEFAULT_ALPHA, value_parser = alpha)]
+    pub noise_alpha: f64,
 }
 
-/// The first record that does not match.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}:{line}: {what}")]
-pub struct Failed {
-    /// The export.
-    pub file: String,
+fn alpha(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(a) if a > 0.0 && a < 1.0 => Ok(a),
+        _ => Err(format!("{s:?} is not a probability strictly between 0 and 1")),
+    }
+}
+
+/// Real runs, for `pacpriv verify --help` (the book's verify chapter shows
+/// the same, with the commands that made the exports).
+pub const EXAMPLES: &str = "\
+Examples (real runs):
+
+An honest export: the built-in demo labelling 359 digits, then 64 again
+from the cache. The noise audit's statistic is χ² on its degrees of
+freedom when the noise is as calibrated; the p-value bound holds however
+the client chose its queries.
+
+  $ pacpriv verify journal.jsonl
+  session  steps  cache_hits  refusals  charged  spent_nats  …  update_slack_nats
+  demo     359    64          1         359      2.1398e-5   …  2.6e-7
+  noise audit (α = 1e-6; …):
+  session  noisy_steps  dof  statistic    scale   p_bound  upper_tail  verdict  left_out
+  demo     79           120  1.027845e2   0.9255  1.000e0  8.699e-1    pass     280 unanimous steps, …
+  verified: 359 steps and 65 events of 1 session; …, and the noise audited
+
+An export whose operator drew the noise from Σ/4 (`halved`) or added none
+(`silent`) and journaled every update consistently (exit status 65):
+
+  $ pacpriv verify dishonest.jsonl
+  error: dishonest.jsonl:131: session \"halved\": its releases carry less noise than calibrated: the residual
+  statistic is 2.589816e1 on 128 degrees of freedom (apparent scale 0.4498 of the calibrated noise),
+  p ≤ 1.382e-20 < --noise-alpha 1e-6
+  dishonest.jsonl:136: session \"silent\": its releases carry less noise than calibrated: the residual
+  statistic is 1.976886e-21 on 8 degrees of freedom (apparent scale 0.0000 of the calibrated noise),
+  p ≤ 1.276e-11 < --noise-alpha 1e-6
+";
+
+/// How many findings are listed before the rest are only counted.
+pub const MAX_FINDINGS: usize = 20;
+
+/// One record that does not match.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
     /// Its line, from 1.
     pub line: usize,
     /// What did not match.
     pub what: String,
+}
+
+/// Every record that does not match (the first [`MAX_FINDINGS`] of them).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct Failed {
+    /// The export.
+    pub file: String,
+    /// What did not match, in the order found.
+    pub findings: Vec<Finding>,
+    /// Findings past [`MAX_FINDINGS`], counted only.
+    pub more: usize,
+}
+
+impl Failed {
+    fn render(&self) -> String {
+        let mut lines: Vec<String> =
+            self.findings.iter().map(|f| format!("{}:{}: {}", self.file, f.line, f.what)).collect();
+        if self.more > 0 {
+            lines.push(format!("… and {} more", self.more));
+        }
+        lines.join("\n")
+    }
+
+    /// The first finding (every `Failed` has one).
+    pub fn first(&self) -> Option<&Finding> {
+        self.findings.first()
+    }
+}
+
+/// Collects findings for one run.
+struct Findings {
+    list: Vec<Finding>,
+    more: usize,
+}
+
+impl Findings {
+    fn add(&mut self, line: usize, what: String) {
+        if self.list.len() < MAX_FINDINGS {
+            self.list.push(Finding { line, what });
+        } else {
+            self.more += 1;
+        }
+    }
 }
 
 /// What a verified session came to.
@@ -86,36 +182,59 @@ pub struct Verified {
     /// The largest ½·tr(Σ⁺C)/b of any step.
     pub worst_certificate: f64,
     /// The lines of its steps whose posterior update could not be checked
-    /// (only with `--allow-unchecked`; otherwise the first one fails).
+    /// (only with `--allow-unchecked`; otherwise each one fails).
     pub unchecked: Vec<usize>,
+    /// Σ over its steps of the widest tolerance a recorded ℓ was checked
+    /// to ([`replay::Replayed::slack`]): every step's true MI is within
+    /// e^{2·slack} of its certificate (`privacy-core.md` §9).
+    pub update_slack: f64,
+    /// The noise audit's verdict.
+    pub noise: Verdict,
+    /// Its steps that drew no noise (unanimous teachers).
+    pub exact_steps: u64,
+    /// The lines of contested steps whose release equals a teacher's output
+    /// exactly although noise the grid resolves was due.
+    pub exact_releases: Vec<usize>,
 }
 
-/// Checks `args.file`, prints one line per session and a total.
+/// Checks `args.file`, prints one line per session, the noise audit and a
+/// total.
 ///
 /// # Errors
-/// [`Failed`] for the first record that does not match; I/O.
+/// [`Failed`] naming every record that does not match; I/O.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let name = args.file.display().to_string();
-    let allow = args.allow_unchecked;
+    let options = Options { allow_unchecked: args.allow_unchecked, noise_alpha: args.noise_alpha };
     let sessions = if name == "-" {
-        check(std::io::stdin().lock(), &name, allow)?
+        check(std::io::stdin().lock(), &name, options)?
     } else {
         let file =
             std::fs::File::open(&args.file).map_err(|e| anyhow::anyhow!("cannot read the export {name}: {e}"))?;
-        check(std::io::BufReader::new(file), &name, allow)?
+        check(std::io::BufReader::new(file), &name, options)?
     };
     writeln!(
         out,
-        "session\tsteps\tcache_hits\trefusals\tcharged\tspent_nats\tlimit_nats\tmia_bound\tmax_certificate_over_b"
+        "session\tsteps\tcache_hits\trefusals\tcharged\tspent_nats\tlimit_nats\tmia_bound\tmax_certificate_over_b\t\
+         update_slack_nats"
     )?;
     for s in &sessions {
         let mia = Nats::new(s.spent).map(report::mia_bound).unwrap_or(1.0);
         writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{:e}\t{:e}\t{:.6}\t{:.6}",
-            s.session, s.steps, s.cache_hits, s.refusals, s.charged, s.spent, s.limit, mia, s.worst_certificate
+            "{}\t{}\t{}\t{}\t{}\t{:e}\t{:e}\t{:.6}\t{:.6}\t{:.1e}",
+            s.session,
+            s.steps,
+            s.cache_hits,
+            s.refusals,
+            s.charged,
+            s.spent,
+            s.limit,
+            mia,
+            s.worst_certificate,
+            s.update_slack
         )?;
     }
+    write_noise_audit(out, &sessions, &name, args.noise_alpha)?;
     let steps: u64 = sessions.iter().map(|s| s.steps).sum();
     let events: u64 = sessions.iter().map(|s| s.cache_hits + s.refusals).sum();
     let n = sessions.len();
@@ -126,14 +245,15 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(
             out,
             "verified: {steps} steps and {events} event{e} of {n} session{s}; every charge, certificate, \
-             posterior, cache hit and refusal re-derived"
+             posterior, cache hit and refusal re-derived, and the noise audited"
         )?;
     } else {
         writeln!(
             out,
             "verified with {} unchecked: {steps} steps and {events} event{e} of {n} session{s}; every charge, \
              cache hit and refusal re-derived, but the posterior updates of these steps were taken on trust (their \
-             release sits at the ±2^20 clamp), and every certificate after them rests on those updates:\n{}",
+             release sits at the ±2^20 clamp, or a noise direction is too narrow for the 2^-32 grid to pin it), \
+             and every certificate after them rests on those updates:\n{}",
             unchecked.len(),
             unchecked.join("\n")
         )?;
@@ -141,68 +261,163 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Checks an export read from `reader` (called `file` in messages);
-/// `allow_unchecked` lists the steps whose update cannot be checked in
-/// [`Verified::unchecked`] instead of failing at the first.
+/// The noise audit's table: per session, the statistic, its degrees of
+/// freedom, the bound on its p-value, the verdict, and what was left out.
+fn write_noise_audit(out: &mut dyn Write, sessions: &[Verified], file: &str, alpha: f64) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "noise audit (α = {alpha:e}; statistic = min over subsets of the releases' squared residuals in units of \
+         the calibrated variances, χ² on dof when honest):"
+    )?;
+    writeln!(out, "session\tnoisy_steps\tdof\tstatistic\tscale\tp_bound\tupper_tail\tverdict\tleft_out")?;
+    for s in sessions {
+        let v = &s.noise;
+        let verdict = if v.dof == 0 { "nothing to test" } else { "pass" };
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{:.6e}\t{:.4}\t{:.3e}\t{:.3e}\t{verdict}\t{}",
+            s.session,
+            v.steps,
+            v.dof,
+            v.statistic,
+            v.scale,
+            v.p_bound,
+            v.upper_tail,
+            left_out(v, s.exact_steps)
+        )?;
+    }
+    for s in sessions {
+        for line in &s.exact_releases {
+            writeln!(
+                out,
+                "note: {file}:{line}: session {:?}: a contested release equals a teacher's output exactly, although \
+                 noise the 2^-32 grid resolves was due",
+                s.session
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// What the audit left out and why, for the table.
+fn left_out(v: &Verdict, exact_steps: u64) -> String {
+    format!(
+        "{exact_steps} unanimous step{}, {} clamped step{}, {} weak and {} unresolved direction{}, {} complement \
+         dimension{}",
+        plural(exact_steps),
+        v.clamped,
+        plural(v.clamped),
+        v.weak,
+        v.unresolved,
+        plural(v.weak + v.unresolved),
+        v.complement,
+        plural(v.complement)
+    )
+}
+
+/// What `check` accepts and tests at.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// List steps whose update cannot be checked instead of failing on them.
+    pub allow_unchecked: bool,
+    /// The noise audit's significance.
+    pub noise_alpha: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { allow_unchecked: false, noise_alpha: noise_audit::DEFAULT_ALPHA }
+    }
+}
+
+/// Checks an export read from `reader` (called `file` in messages).
 ///
 /// # Errors
-/// [`Failed`] for the first line that does not match.
-pub fn check(reader: impl BufRead, file: &str, allow_unchecked: bool) -> Result<Vec<Verified>, Failed> {
-    let fail = |line: usize, what: String| Failed { file: file.to_owned(), line, what };
+/// [`Failed`] naming every line that does not match (up to
+/// [`MAX_FINDINGS`]).
+pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<Verified>, Failed> {
+    let mut findings = Findings { list: Vec::new(), more: 0 };
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
     let mut lines = 0;
     for (i, text) in reader.lines().enumerate() {
         let n = i + 1;
         lines = n;
-        let text = text.map_err(|e| fail(n, format!("unreadable: {e}")))?;
-        let line = Line::parse(&text).map_err(|e| fail(n, format!("not a line of a journal export: {e}")))?;
+        let text = match text {
+            Ok(text) => text,
+            Err(e) => {
+                findings.add(n, format!("unreadable: {e}"));
+                break;
+            }
+        };
+        let line = match Line::parse(&text) {
+            Ok(line) => line,
+            Err(e) => {
+                findings.add(n, format!("not a line of a journal export: {e}"));
+                continue;
+            }
+        };
         match (n, line) {
             (1, Line::Header(h)) if h.format == format::FORMAT => {}
-            (1, _) => return Err(fail(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT))),
-            (_, Line::Header(_)) => return Err(fail(n, "a second header".into())),
+            (1, _) => {
+                findings.add(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT));
+                break;
+            }
+            (_, Line::Header(_)) => findings.add(n, "a second header".into()),
             (_, Line::Entry(e)) => {
-                let at = |what| fail(n, format!("session {:?} version {}: {what}", e.session, e.version));
-                let c = replaying(&mut current, &done, &e.session).map_err(|what| fail(n, what))?;
-                if let Some(coordinate) = c.step(&e).map_err(at)? {
-                    if !allow_unchecked {
-                        return Err(at(format!(
-                            "the release is published at the ±2^20 clamp on coordinate {coordinate}, where the \
-                             noise lies, so its exact value and the posterior update recorded with it cannot be \
-                             checked (--allow-unchecked lists such steps instead of failing)"
-                        )));
+                let c = match replaying(&mut current, &done, &e.session) {
+                    Ok(c) => c,
+                    Err(what) => {
+                        findings.add(n, what);
+                        continue;
                     }
-                    c.unchecked.push(n);
+                };
+                if let Err(what) = c.step(&e, n, options.allow_unchecked) {
+                    findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
-            (_, Line::Event(e)) => replaying(&mut current, &done, &e.session)
-                .map_err(|what| fail(n, what))?
-                .event(&e)
-                .map_err(|what| fail(n, format!("session {:?} event {}: {what}", e.session, e.event)))?,
+            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session) {
+                Ok(c) => {
+                    if let Err(what) = c.event(&e) {
+                        findings.add(n, format!("session {:?} event {}: {what}", e.session, e.event));
+                    }
+                }
+                Err(what) => findings.add(n, what),
+            },
             (_, Line::Session(s)) => {
                 let c = match current.take() {
                     Some(c) if c.session == s.session => c,
                     Some(c) => {
-                        return Err(fail(
-                            n,
-                            format!("record of {:?} while {:?}'s entries are open", s.session, c.session),
-                        ));
+                        findings.add(n, format!("record of {:?} while {:?}'s entries are open", s.session, c.session));
+                        continue;
                     }
                     None => Replaying::new(&s.session),
                 };
                 if done.iter().any(|d| d.session == s.session) {
-                    return Err(fail(n, format!("session {:?} appears twice", s.session)));
+                    findings.add(n, format!("session {:?} appears twice", s.session));
+                    continue;
                 }
-                done.push(c.finish(&s.record).map_err(|what| fail(n, format!("session {:?}: {what}", s.session)))?);
+                let session = s.session.clone();
+                match c.finish(&s.record, options.noise_alpha) {
+                    Ok(v) => done.push(v),
+                    Err(whats) => {
+                        whats.into_iter().for_each(|what| findings.add(n, format!("session {session:?}: {what}")))
+                    }
+                }
             }
         }
     }
     match (lines, current) {
-        (0, _) => Err(fail(1, "the export is empty".into())),
+        (0, _) => findings.add(1, "the export is empty".into()),
         (_, Some(c)) => {
-            Err(fail(lines, format!("the export ends inside session {:?}: its record line is missing", c.session)))
+            findings.add(lines, format!("the export ends inside session {:?}: its record line is missing", c.session))
         }
-        (_, None) => Ok(done),
+        (_, None) => {}
+    }
+    if findings.list.is_empty() {
+        Ok(done)
+    } else {
+        Err(Failed { file: file.to_owned(), findings: findings.list, more: findings.more })
     }
 }
 
@@ -239,6 +454,14 @@ struct Replaying {
     worst: f64,
     /// Lines of steps whose update was applied unchecked.
     unchecked: Vec<usize>,
+    /// The noise audit (`None` before the first entry: m is not known).
+    audit: Option<NoiseAudit>,
+    exact_steps: u64,
+    exact_releases: Vec<usize>,
+    slack: f64,
+    /// Set at a gap (a missing or reordered record): nothing after it in
+    /// this session can be re-derived, and is skipped.
+    broken: bool,
 }
 
 impl Replaying {
@@ -255,13 +478,42 @@ impl Replaying {
             limit: 0.0,
             worst: 0.0,
             unchecked: Vec::new(),
+            audit: None,
+            exact_steps: 0,
+            exact_releases: Vec::new(),
+            slack: 0.0,
+            broken: false,
         }
     }
 
-    /// Checks event `e` (the next item of this session is an event).
+    /// Checks event `e` (the next item of this session is an event). An
+    /// altered hash is reported and the chain goes on from the recorded
+    /// one, so that what follows is still checked.
     fn event(&mut self, e: &EventLine) -> Result<(), String> {
+        if self.broken {
+            return Ok(());
+        }
         if e.event != self.events + 1 {
-            return Err(format!("expected event {} next: an event is missing or out of order", self.events + 1));
+            self.broken = true;
+            return Err(format!(
+                "expected event {} next: an event is missing or out of order (the rest of this session is not \
+                 checked)",
+                self.events + 1
+            ));
+        }
+        let event = e.event().ok_or("a hash or digest is not hex")?;
+        let chain = event.chained(&self.head);
+        let altered = event.chain != chain;
+        self.head = if altered { event.chain.as_slice().try_into().unwrap_or(chain) } else { chain };
+        self.events = e.event;
+        let kind = EventKind::parse(&e.kind).ok_or_else(|| format!("{:?} is not a kind of event", e.kind))?;
+        if kind == EventKind::CacheHit {
+            self.cache_hits += 1;
+        } else {
+            self.refusals += 1;
+        }
+        if altered {
+            return Err(ALTERED.into());
         }
         if e.after_version != self.version {
             return Err(format!(
@@ -269,12 +521,11 @@ impl Replaying {
                 e.after_version, self.version
             ));
         }
-        let event = e.event().ok_or("a hash or digest is not hex")?;
-        let chain = event.chained(&self.head);
-        if event.chain != chain {
-            return Err(ALTERED.into());
-        }
-        let kind = EventKind::parse(&e.kind).ok_or_else(|| format!("{:?} is not a kind of event", e.kind))?;
+        self.justify(e, kind)
+    }
+
+    /// Checks that event `e` of `kind` follows from what came before it.
+    fn justify(&self, e: &EventLine, kind: EventKind) -> Result<(), String> {
         let (spent, answered, charged) = self
             .state
             .as_ref()
@@ -326,21 +577,19 @@ impl Replaying {
                 }
             }
         }
-        if kind == EventKind::CacheHit {
-            self.cache_hits += 1;
-        } else {
-            self.refusals += 1;
-        }
-        self.head = chain;
-        self.events = e.event;
         Ok(())
     }
 
-    /// Checks entry `e` (the next one of this session) and applies it;
-    /// `Some(coordinate)` if its posterior update could not be checked
-    /// ([`replay::Replayed::unchecked`]).
-    fn step(&mut self, e: &EntryLine) -> Result<Option<usize>, String> {
+    /// Checks entry `e` (the next one of this session, at `line`) and
+    /// applies it. A step that does not match is applied as recorded and
+    /// reported; one whose update cannot be checked is listed (with
+    /// `allow_unchecked`) or reported.
+    fn step(&mut self, e: &EntryLine, line: usize, allow_unchecked: bool) -> Result<(), String> {
+        if self.broken {
+            return Ok(());
+        }
         if e.version != self.version + 1 {
+            self.broken = true;
             return Err(if self.version == 0 {
                 format!(
                     "the journal starts at version {}: the steps before it are missing (removed, or never \
@@ -348,75 +597,148 @@ impl Replaying {
                     e.version
                 )
             } else {
-                format!("expected version {} next: a record is missing or out of order", self.version + 1)
+                format!(
+                    "expected version {} next: a record is missing or out of order (the rest of this session is \
+                     not checked)",
+                    self.version + 1
+                )
             });
         }
-        let entry = e.entry().ok_or("a hash or digest is not hex")?;
+        let fail = |this: &mut Self, what: String| {
+            this.broken = true;
+            Err(format!("{what} (the rest of this session is not checked)"))
+        };
+        let entry = match e.entry() {
+            Some(entry) => entry,
+            None => return fail(self, "a hash or digest is not hex".into()),
+        };
         let chain = entry.chained(&self.head);
-        if entry.chain != chain {
-            return Err(ALTERED.into());
-        }
+        let altered = entry.chain != chain;
         let s = &e.step;
-        let outputs = outputs(s)?;
-        let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
+        let parsed = outputs(s).and_then(|outputs| {
+            let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
+            let rule = UpdateRule::from_code(e.update_rule).ok_or_else(|| {
+                format!(
+                    "posterior update rule {} is not one this release knows; verify with a newer pacpriv",
+                    e.update_rule
+                )
+            })?;
+            Ok((outputs, policy, rule))
+        });
+        let (outputs, policy, rule) = match parsed {
+            Ok(parsed) => parsed,
+            Err(what) => return fail(self, what),
+        };
         let nats = |x: f64| Nats::new(x).map_err(|e| e.to_string());
         let state = match self.state.take() {
-            Some(state) => state,
-            None => SessionState {
-                posterior: Posterior::uniform(outputs.len()).map_err(|e| e.to_string())?,
-                ledger: Ledger::new(nats(s.per_query)?, nats(s.limit)?, policy).map_err(|e| e.to_string())?,
-            },
+            Some(state) => Ok(state),
+            None => Posterior::uniform(outputs.len()).map_err(|e| e.to_string()).and_then(|posterior| {
+                let ledger = Ledger::new(nats(s.per_query)?, nats(s.limit)?, policy).map_err(|e| e.to_string())?;
+                Ok(SessionState { posterior, ledger })
+            }),
         };
-        let l = &state.ledger;
-        // b, the limit and the policy are the step's own (a restart may
-        // change them); what was spent carries over.
-        let ledger = Ledger::restore(nats(s.per_query)?, nats(s.limit)?, policy, l.spent(), l.answered(), l.charged())
-            .map_err(|e| e.to_string())?;
-        let mut state = SessionState { ledger, ..state };
+        let state = state.and_then(|state| {
+            // b, the limit and the policy are the step's own (a restart may
+            // change them); what was spent carries over.
+            let l = &state.ledger;
+            let ledger =
+                Ledger::restore(nats(s.per_query)?, nats(s.limit)?, policy, l.spent(), l.answered(), l.charged())
+                    .map_err(|e| e.to_string())?;
+            Ok(SessionState { ledger, ..state })
+        });
+        let mut state = match state {
+            Ok(state) => state,
+            Err(what) => return fail(self, what),
+        };
+        let audit = self.audit.get_or_insert_with(|| NoiseAudit::new(outputs.len()));
         let recorded = Recorded {
             outputs: &outputs,
             published: &s.published,
             label: s.label as usize,
             charge: e.charge,
             log_likelihood: &e.log_likelihood,
-            update_rule: UpdateRule::from_code(e.update_rule).ok_or_else(|| {
-                format!(
-                    "posterior update rule {} is not one this release knows; verify with a newer pacpriv",
-                    e.update_rule
-                )
-            })?,
+            update_rule: rule,
         };
-        let replayed = replay::replay(&mut state, &recorded).map_err(|m| m.to_string())?;
-        self.worst = self.worst.max(replayed.mi_bound / s.per_query);
+        let verdict = match replay::replay(&mut state, &recorded) {
+            Ok(replayed) => {
+                self.worst = self.worst.max(replayed.mi_bound / s.per_query);
+                self.slack += replayed.slack;
+                match &replayed.evidence {
+                    Some(evidence) => {
+                        audit.add(evidence);
+                        if evidence.exact {
+                            self.exact_releases.push(line);
+                        }
+                    }
+                    None => self.exact_steps += 1,
+                }
+                match replayed.unchecked {
+                    Some(_) if allow_unchecked => {
+                        self.unchecked.push(line);
+                        Ok(())
+                    }
+                    Some(why) => Err(unchecked(why)),
+                    None => Ok(()),
+                }
+            }
+            Err(mismatch) => match replay::apply_recorded(&mut state, &recorded) {
+                Ok(()) => Err(mismatch.to_string()),
+                Err(_) => {
+                    self.state = Some(state);
+                    return fail(self, mismatch.to_string());
+                }
+            },
+        };
         if let Some(digest) = entry.step.map(|s| s.digest).filter(|d| !d.is_empty()) {
             self.answered.insert(digest, (s.label, s.published.clone()));
         }
         self.limit = s.limit;
         self.state = Some(state);
-        self.head = chain;
+        self.head = if altered { entry.chain.as_slice().try_into().unwrap_or(chain) } else { chain };
         self.version = e.version;
-        Ok(replayed.unchecked)
+        if altered {
+            return Err(ALTERED.into());
+        }
+        verdict
     }
 
-    /// Compares the stored record with the replayed end state.
-    fn finish(self, record: &RecordLine) -> Result<Verified, String> {
+    /// Compares the stored record with the replayed end state and runs the
+    /// noise audit at `alpha`; every difference found.
+    fn finish(self, record: &RecordLine, alpha: f64) -> Result<Verified, Vec<String>> {
+        if self.broken {
+            // Said at the gap.
+            return Err(Vec::new());
+        }
+        let mut problems = Vec::new();
         if record.version != self.version {
-            return Err(if self.version == 0 {
+            problems.push(if self.version == 0 {
                 format!("its record is at version {} but none of its steps is journaled", record.version)
             } else {
                 format!("its record is at version {}, its journal ends at {}", record.version, self.version)
             });
         }
         if record.journal_events != self.events {
-            return Err(format!("its record counts {} events, its journal has {}", record.journal_events, self.events));
+            problems
+                .push(format!("its record counts {} events, its journal has {}", record.journal_events, self.events));
         }
         // A record written before its session's first journaled item may
         // carry no head at all.
         let fresh = self.version == 0 && self.events == 0;
         if record.journal_head != format::hex(&self.head) && !(fresh && record.journal_head.is_empty()) {
-            return Err("its record's chain head is not its journal's last chain hash".into());
+            problems.push("its record's chain head is not its journal's last chain hash".into());
+        }
+        let noise = self.audit.as_ref().map_or_else(|| NoiseAudit::new(0).verdict(), NoiseAudit::verdict);
+        if noise.caught(alpha) {
+            problems.push(format!(
+                "its releases carry less noise than calibrated: the residual statistic is {:.6e} on {} degrees of \
+                 freedom (apparent scale {:.4} of the calibrated noise), p ≤ {:.3e} < --noise-alpha {alpha:e}",
+                noise.statistic, noise.dof, noise.scale, noise.p_bound
+            ));
         }
         let Some(state) = self.state else {
+            if !problems.is_empty() {
+                return Err(problems);
+            }
             return Ok(Verified {
                 session: self.session,
                 steps: 0,
@@ -427,12 +749,16 @@ impl Replaying {
                 limit: record.limit,
                 worst_certificate: 0.0,
                 unchecked: self.unchecked,
+                update_slack: 0.0,
+                noise,
+                exact_steps: 0,
+                exact_releases: Vec::new(),
             });
         };
         let l = &state.ledger;
         let same = |a: f64, b: f64| a.to_bits() == b.to_bits();
         if !same(l.spent().get(), record.spent) || l.answered() != record.answered || l.charged() != record.charged {
-            return Err(format!(
+            problems.push(format!(
                 "its record says spent {:e} nats in {} answers ({} charged); the journal adds up to {:e} in {} ({})",
                 record.spent,
                 record.answered,
@@ -444,7 +770,10 @@ impl Replaying {
         }
         let stored = Form::from_fields(record.log_weights.clone(), record.weights.clone());
         if !stored.is_some_and(|f| f.same_bits(state.posterior.form())) {
-            return Err("its record's posterior is not the one its journal replays to".into());
+            problems.push("its record's posterior is not the one its journal replays to".into());
+        }
+        if !problems.is_empty() {
+            return Err(problems);
         }
         Ok(Verified {
             session: self.session,
@@ -456,8 +785,17 @@ impl Replaying {
             limit: self.limit,
             worst_certificate: self.worst,
             unchecked: self.unchecked,
+            update_slack: self.slack,
+            noise,
+            exact_steps: self.exact_steps,
+            exact_releases: self.exact_releases,
         })
     }
+}
+
+/// Why a step's update could not be checked, as a finding.
+fn unchecked(why: Unchecked) -> String {
+    format!("{why} (--allow-unchecked lists such steps instead of failing)")
 }
 
 /// What a chain hash that does not match means.
