@@ -109,6 +109,22 @@ fn the_export_verifies_and_tampering_is_named(file: &Path) {
     let flipped = entry.to_string();
     fails_at(&edit("label.jsonl", &|l| l[k] = flipped.clone()), k + 1, "chain hash does not match");
 
+    // Two labels flipped, far apart: both records are named, not only the
+    // first (issue 52 §4).
+    let k2 = (k + 5..honest.len())
+        .find(|&i| honest[i].contains("\"session\":\"demo\"") && honest[i].contains("\"version\":"))
+        .expect("a later step");
+    let mut later: Value = serde_json::from_str(&honest[k2]).expect("json");
+    let label = later["step"]["label"].as_u64().expect("label");
+    later["step"]["label"] = ((label + 1) % 10).into();
+    let (later, first) = (later.to_string(), flipped.clone());
+    let both = edit("both.jsonl", &|l| {
+        l[k] = first.clone();
+        l[k2] = later.clone();
+    });
+    fails_at(&both, k + 1, "chain hash does not match");
+    fails_at(&both, k2 + 1, "chain hash does not match");
+
     // One charge changed.
     let mut entry: Value = serde_json::from_str(&honest[k]).expect("json");
     entry["charge"] = 0.0.into();
