@@ -1,13 +1,13 @@
-//! The noise audit: a sequential test, from a session's journal alone,
-//! that its releases carried at least the calibrated noise (argument and
-//! power: `docs/assurance/privacy-core.md` §9).
+//! The noise audit: sequential tests, from a session's journal alone,
+//! that its releases carried the calibrated noise (argument and power:
+//! `docs/assurance/privacy-core.md` §9).
 //!
 //! Replay ([`super::replay`]) checks that every recorded ℓ is the published
 //! release's likelihood under the recalibrated Σ_t. An operator who draws
 //! from c²·Σ_t (c < 1), or adds nothing, and records the ℓ of what it
 //! published under Σ_t passes that check: every such release is a possible
 //! draw. What gives it away is the size of the residuals. For candidate
-//! subset s, with J_t the directions of Σ_t the test uses (chosen before
+//! subset s, with J_t the directions of Σ_t the audit counts (chosen before
 //! the draw, from Σ_t alone) and v_j their variances,
 //!
 //! ```text
@@ -15,53 +15,94 @@
 //! ```
 //!
 //! is, given the past, χ²(|J_t|) for s = s* under honest noise, and a
-//! non-central χ² (stochastically larger) for every other s. So for a λ > 0
-//! fixed in advance, E[e^{−λ Q_t(s)} | past] ≤ (1 + 2λ)^{−|J_t|/2} for
-//! every s, and
+//! non-central χ² (stochastically larger) for every other s. So for λ > 0
+//! fixed in advance, E_t(s) = (1 + 2λ)^{|J_t|/2}·e^{−λ Q̄_t(s)} (Q̄_t ≥ Q_t
+//! absorbs the grid and the verifier's round-off) has conditional mean ≤ 1
+//! for every s, whatever the adaptively chosen queries.
 //!
-//! ```text
-//! X_T(s) = Σ_λ π_λ · Π_t (1 + 2λ)^{|J_t|/2} · e^{−λ Q̄_t(s)} / (1 + p̄_t)
-//! ```
+//! - **Too little noise.** X_T(s) = Π_t (1 + θ(E_t(s) − 1)) / (1 + p̄_t)
+//!   with θ = ½ (a bet of half the wealth each step: one step can cost at
+//!   most ln 2, so no outlying release can switch the test off) is a
+//!   non-negative supermartingale from 1 for every s and λ (p̄_t bounds the
+//!   chance that step t is left out for sitting at the clamp), and so is
+//!   the average over the λ grid [`LOWER_LAMBDAS`] and over the m
+//!   candidates. By Ville's inequality the p-value bound is
+//!   min(1, 1 / mean_{s,λ} X_T).
+//! - **Too much noise, or a release placed far out.** With Q̲_t ≤ Q_t a
+//!   lower bound and 0 < λ < ½, Π_t (1 − 2λ)^{|J_t|/2}·e^{λ Q_t(s*)} has
+//!   mean 1; min_s Σ_t Q̲_t(s) ≤ Σ_t Q_t(s*), so
+//!   Y_T = Π_t (1 − 2λ)^{|J_t|/2} / (1 + p̄_t) · e^{λ·min_s Σ_t Q̲_t(s)} is
+//!   dominated by a supermartingale from 1, with no union bound. It fails
+//!   a session whose releases lie farther from every subset's output than
+//!   the calibrated noise allows — a decoy release that moves the posterior
+//!   where the operator wants it, or large noise on some steps hiding none
+//!   on others.
 //!
-//! (a fixed mixture over [`LAMBDAS`]; Q̄_t ≥ Q_t an upper bound that absorbs
-//! the grid and the verifier's own round-off; p̄_t a bound on the chance
-//! that step t is excluded for sitting at the clamp) is a non-negative
-//! supermartingale with X_0 = 1 for every s, whatever the adaptively chosen
-//! queries. By Ville's inequality and a union bound over the m candidates,
-//! P(max_s X_T(s) ≥ m/α) ≤ α: the p-value bound is min(1, m / max_s X_T(s)).
-//! Under c-scaled noise Q_t(s*) ≈ c²·χ²(|J_t|) and log X_T(s*) grows by
-//! about ½·ln(1 + 2λ) − λc² per degree of freedom.
+//! Each test runs at α/2, so a session honestly served fails with
+//! probability ≤ α.
 //!
 //! # Invariants
 //! - Pure: a function of the public record (outputs, Σ_t, the published
 //!   release); nothing here sees s* or the draw.
 //! - Which directions count is decided from Σ_t and the grid before the
 //!   release is looked at, so the degrees of freedom are predictable.
-//! - Every approximation is bounded in the direction that makes the test
+//! - Every approximation is bounded in the direction that makes each test
 //!   *less* likely to fire on honest noise.
 
 use super::grid::{PUBLISHED_CLAMP, PUBLISHED_GRID};
 use super::noise::Noise;
+use super::posterior::log_sum_exp;
 use ndarray::{Array1, Array2, ArrayView1};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
 
-/// The mixture's λ grid, uniform weights: 2⁻⁴ … 2¹⁰. A λ near
-/// (1/c² − 1)/2 is the most powerful against noise scaled by c, so this
-/// covers c from about 0.97 down to no noise at all; the mixture costs
-/// ln 15 ≈ 2.7 nats against the best single λ.
-pub const LAMBDAS: [f64; 15] =
-    [0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+/// The too-little-noise test's λ grid, uniform weights: 2⁻⁸ … 2¹⁰. A λ
+/// near (1/c² − 1)/2 is the most powerful against noise scaled by c, so
+/// this covers c from about 0.998 down to no noise at all.
+pub const LOWER_LAMBDAS: [f64; 19] = [
+    0.003_906_25,
+    0.007_812_5,
+    0.015_625,
+    0.031_25,
+    0.0625,
+    0.125,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+];
+
+/// The share of its running value the too-little-noise test stakes on each
+/// step: a step can lower it by at most ln(1/(1 − θ)) = ln 2.
+pub const BET: f64 = 0.5;
+
+/// The too-much-noise test's λ grid (each < ½), uniform weights.
+pub const UPPER_LAMBDAS: [f64; 6] = [0.031_25, 0.0625, 0.125, 0.25, 0.375, 0.45];
 
 /// The default significance: `pacpriv verify --noise-alpha`.
 pub const DEFAULT_ALPHA: f64 = 1e-6;
 
 /// A direction counts only if its variance is at least this share of the
-/// step's largest (√10⁻⁵: its signal q_j ≥ 10⁻⁵ of the largest). Weaker
-/// directions' variances rest on round-off bounds and on which
-/// decomposition found the basis (vector mode keeps directions down to
-/// 10⁻⁶ of the largest eigenvalue on one path and not the other), so a
-/// verifier on another machine would compute another variance for them.
-pub const SIGNAL_SHARE: f64 = 3.162_277_660_168_379_5e-3;
+/// step's largest (its signal q_j ≥ 10⁻¹⁰ of the largest). Below it a
+/// direction's q_j is known only to ~n·2⁻⁵³·q_max/q_j relative, so another
+/// machine's kernels would compute another variance for it.
+pub const SIGNAL_SHARE: f64 = 1e-5;
+
+/// In vector mode with d > 2m (where the basis may come from either
+/// decomposition, and the Gram matrix keeps directions down to 10⁻⁶ of its
+/// largest eigenvalue while the SVD keeps them all), a direction counts
+/// only if its variance is at least this share of the largest (√10⁻⁵: its
+/// signal q_j ≥ 10⁻⁵ of the largest, ten times the Gram threshold), so
+/// that both paths count the same directions.
+pub const SIGNAL_SHARE_EITHER_BASIS: f64 = 3.162_277_660_168_379_5e-3;
 
 /// A direction counts only if the grid moves its whitened coefficient by
 /// at most this much: 2⁻³³·√n / √v_j ≤ 10⁻³. Below that variance the
@@ -79,16 +120,18 @@ pub const VARIANCE_DRIFT: f64 = 1e-3;
 /// What one noisy step contributes to the audit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepEvidence {
-    /// Q̄_t(s) for every candidate s (empty when no direction counts or the
-    /// step is clamped).
+    /// Q̄_t(s) ≥ Q_t(s) for every candidate s (empty when no direction
+    /// counts or the step is clamped).
     pub statistic: Vec<f64>,
+    /// Q̲_t(s) ≤ Q_t(s) for every candidate s (likewise).
+    pub lower: Vec<f64>,
     /// |J_t|: the directions that count.
     pub dof: usize,
     /// p̄_t: a bound on the chance that honest noise reaches the clamp on
     /// one of the block's coordinates (0 when no direction counts).
     pub clamp_bound: f64,
-    /// Directions left out because their variance is below
-    /// [`SIGNAL_SHARE`] of the largest.
+    /// Directions left out because their variance is below the signal
+    /// share of the largest ([`SIGNAL_SHARE`], [`SIGNAL_SHARE_EITHER_BASIS`]).
     pub weak: usize,
     /// Directions left out because the 2⁻³² grid cannot resolve them
     /// ([`GRID_SHARE`]).
@@ -105,12 +148,19 @@ pub struct StepEvidence {
 }
 
 /// The evidence of one noisy step: `noise` is Σ_t as the verifier
-/// recalibrated it, `published` the release on `noise`'s coordinates, and
-/// `centres[s]` candidate s's output there.
-pub fn evidence(noise: &Noise, published: ArrayView1<'_, f64>, centres: &[Array1<f64>]) -> StepEvidence {
+/// recalibrated it, `published` the release on `noise`'s coordinates,
+/// `centres[s]` candidate s's output there, and `either_basis` whether the
+/// basis may come from either vector-mode decomposition (d > 2m).
+pub fn evidence(
+    noise: &Noise,
+    published: ArrayView1<'_, f64>,
+    centres: &[Array1<f64>],
+    either_basis: bool,
+) -> StepEvidence {
     let n = noise.coords().len();
     let v = noise.variances();
     let largest = v.iter().fold(0.0f64, |a, &x| a.max(x));
+    let share = if either_basis { SIGNAL_SHARE_EITHER_BASIS } else { SIGNAL_SHARE };
     // 2⁻³³: Q rounds to the nearest multiple of 2⁻³² (grid, §8).
     let half_grid = 0.5 * PUBLISHED_GRID;
     let resolvable = (half_grid * (n as f64).sqrt() / GRID_SHARE).powi(2);
@@ -119,7 +169,7 @@ pub fn evidence(noise: &Noise, published: ArrayView1<'_, f64>, centres: &[Array1
     // Written so that a NaN variance counts as left out.
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     for (j, &vj) in v.iter().enumerate() {
-        if !(vj >= SIGNAL_SHARE * largest) {
+        if !(vj >= share * largest) {
             weak += 1;
         } else if !(vj >= resolvable) {
             unresolved += 1;
@@ -130,6 +180,7 @@ pub fn evidence(noise: &Noise, published: ArrayView1<'_, f64>, centres: &[Array1
     let complement = if noise.complement() > 0.0 { n - noise.rank() } else { 0 };
     let mut e = StepEvidence {
         statistic: Vec::new(),
+        lower: Vec::new(),
         dof: used.len(),
         clamp_bound: 0.0,
         weak,
@@ -158,18 +209,22 @@ pub fn evidence(noise: &Noise, published: ArrayView1<'_, f64>, centres: &[Array1
     // coefficient, allowed four times over.
     let gamma = 4.0 * (n + 2) as f64 * f64::EPSILON;
     let dof = used.len() as f64;
-    e.statistic = centres
+    (e.statistic, e.lower) = centres
         .iter()
         .map(|x| {
             // r̂ − x is exact: both are multiples of 2⁻³² below 2²¹.
             let delta = &published - x;
             let t = u.t().dot(&delta) * &inv_sd;
-            let q: f64 = t.dot(&t);
+            let root = t.dot(&t).sqrt();
+            // How far the exact release's whitened residual can be from
+            // the published one's: the grid, then the verifier's round-off.
             let slack =
                 norm * (half_grid * (n as f64).sqrt() + gamma * delta.dot(&delta).sqrt() * dof.sqrt()) / v_min.sqrt();
-            (1.0 + VARIANCE_DRIFT) * (q.sqrt() + slack).powi(2)
+            let upper = (1.0 + VARIANCE_DRIFT) * (root + slack).powi(2);
+            let lower = ((root - slack).max(0.0)).powi(2) / (1.0 + VARIANCE_DRIFT);
+            (upper, lower)
         })
-        .collect();
+        .unzip();
     e
 }
 
@@ -188,13 +243,25 @@ fn clamp_bound(noise: &Noise, centres: &[Array1<f64>], largest: f64) -> f64 {
     (2.0 * n as f64 * tail).min(1.0)
 }
 
-/// A session's audit so far: X_T(s) for every candidate, per λ, in logs.
+/// ln((1 − θ) + θ·e^{log_e}): one step of the too-little-noise bet, in logs
+/// (E itself overflows for hundreds of degrees of freedom at λ = 2¹⁰).
+fn bet(log_e: f64) -> f64 {
+    let (a, b) = ((1.0 - BET).ln(), BET.ln() + log_e);
+    let top = a.max(b);
+    top + ((a - top).exp() + (b - top).exp()).ln()
+}
+
+/// A session's audit so far.
 #[derive(Clone, Debug)]
 pub struct NoiseAudit {
-    /// log Π_t (1 + 2λ)^{|J_t|/2} e^{−λQ̄_t(s)} / (1 + p̄_t), [s][λ].
-    log_factor: Vec<[f64; LAMBDAS.len()]>,
+    /// log X_T(s) per λ of [`LOWER_LAMBDAS`], [s][λ].
+    log_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
     /// Σ_t Q̄_t(s).
     sum: Vec<f64>,
+    /// Σ_t Q̲_t(s).
+    sum_lower: Vec<f64>,
+    /// Σ_t ln(1 + p̄_t).
+    clamp_penalty: f64,
     dof: u64,
     steps: u64,
     used: u64,
@@ -212,15 +279,14 @@ pub struct Verdict {
     pub statistic: f64,
     /// Σ_t |J_t|.
     pub dof: u64,
-    /// min(1, m / max_s X_T(s)): a bound on the chance that honest noise
-    /// looks this small, valid under adaptive queries.
-    pub p_bound: f64,
-    /// P(χ²_dof ≥ statistic), as information only: small when the noise is
-    /// *larger* than calibrated (a utility loss, not a privacy one).
-    /// Exact for a fixed sequence of queries only.
-    pub upper_tail: f64,
+    /// A bound on the chance that honest noise leaves residuals this small
+    /// (too little noise), valid under adaptive queries.
+    pub p_less: f64,
+    /// A bound on the chance that honest noise leaves residuals this large
+    /// under every subset (too much noise, or releases placed far out).
+    pub p_more: f64,
     /// √(statistic / dof): the noise's apparent scale against Σ (≈ 1 when
-    /// honest; ≤ the true scale, since the best-fitting subset is chosen).
+    /// honest; the best-fitting subset lowers it a little).
     pub scale: f64,
     /// Noisy steps seen.
     pub steps: u64,
@@ -228,7 +294,7 @@ pub struct Verdict {
     pub used: u64,
     /// Steps left out at the clamp.
     pub clamped: u64,
-    /// Directions left out as weak, unresolved, and complement dimensions.
+    /// Directions left out as weak.
     pub weak: u64,
     /// See [`StepEvidence::unresolved`].
     pub unresolved: u64,
@@ -239,9 +305,20 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// True when the noise is smaller than calibrated at significance α.
+    /// The releases carry less noise than calibrated, at significance α/2.
+    pub fn less(&self, alpha: f64) -> bool {
+        self.p_less < 0.5 * alpha
+    }
+
+    /// The releases lie farther out than calibrated noise puts them, at
+    /// significance α/2.
+    pub fn more(&self, alpha: f64) -> bool {
+        self.p_more < 0.5 * alpha
+    }
+
+    /// Either test fails: an honest session does so with probability ≤ α.
     pub fn caught(&self, alpha: f64) -> bool {
-        self.p_bound < alpha
+        self.less(alpha) || self.more(alpha)
     }
 }
 
@@ -249,8 +326,10 @@ impl NoiseAudit {
     /// An audit over `m` candidate subsets.
     pub fn new(m: usize) -> Self {
         NoiseAudit {
-            log_factor: vec![[0.0; LAMBDAS.len()]; m],
+            log_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
             sum: vec![0.0; m],
+            sum_lower: vec![0.0; m],
+            clamp_penalty: 0.0,
             dof: 0,
             steps: 0,
             used: 0,
@@ -273,47 +352,50 @@ impl NoiseAudit {
             return;
         }
         let penalty = e.clamp_bound.ln_1p();
+        self.clamp_penalty += penalty;
         if e.clamped {
+            // Left out: the bet stakes nothing on it (E taken as 1).
             self.clamped += 1;
-            self.log_factor.iter_mut().flatten().for_each(|l| *l -= penalty);
+            self.log_bets.iter_mut().flatten().for_each(|l| *l -= penalty);
             return;
         }
-        if e.statistic.len() != self.sum.len() {
+        if e.statistic.len() != self.sum.len() || e.lower.len() != self.sum.len() {
             return;
         }
         self.used += 1;
         self.exact += u64::from(e.exact);
         self.dof += e.dof as u64;
         let half = 0.5 * e.dof as f64;
-        for ((logs, sum), &q) in self.log_factor.iter_mut().zip(&mut self.sum).zip(&e.statistic) {
-            *sum += q;
-            for (l, lambda) in logs.iter_mut().zip(LAMBDAS) {
-                *l += half * (2.0 * lambda).ln_1p() - lambda * q - penalty;
+        for (s, (&q, &low)) in e.statistic.iter().zip(&e.lower).enumerate() {
+            self.sum[s] += q;
+            self.sum_lower[s] += low;
+            for (l, lambda) in self.log_bets[s].iter_mut().zip(LOWER_LAMBDAS) {
+                *l += bet(half * (2.0 * lambda).ln_1p() - lambda * q) - penalty;
             }
         }
     }
 
     /// The verdict so far.
     pub fn verdict(&self) -> Verdict {
-        let m = self.sum.len() as f64;
-        let weight = -(LAMBDAS.len() as f64).ln();
-        let best = self
-            .log_factor
-            .iter()
-            .map(|logs| super::posterior::log_sum_exp(logs.iter().map(|l| l + weight)))
-            .fold(f64::NEG_INFINITY, f64::max);
-        let p_bound = if self.dof == 0 { 1.0 } else { (m.ln() - best).exp().min(1.0) };
-        let statistic = if self.dof == 0 { 0.0 } else { self.sum.iter().copied().fold(f64::INFINITY, f64::min) };
-        let upper_tail = match ChiSquared::new(self.dof as f64) {
-            Ok(chi) if self.dof > 0 => chi.sf(statistic),
-            _ => 1.0,
+        let m = self.sum.len();
+        let (p_less, p_more, statistic, scale) = if self.dof == 0 || m == 0 {
+            (1.0, 1.0, 0.0, 1.0)
+        } else {
+            // mean over candidates and λ of X_T(s, λ).
+            let mean = log_sum_exp(self.log_bets.iter().flatten().copied()) - ((m * LOWER_LAMBDAS.len()) as f64).ln();
+            let lowest = self.sum_lower.iter().copied().fold(f64::INFINITY, f64::min);
+            let d = self.dof as f64;
+            let more = log_sum_exp(
+                UPPER_LAMBDAS.iter().map(|l| l * lowest + 0.5 * d * (-2.0 * l).ln_1p() - self.clamp_penalty),
+            ) - (UPPER_LAMBDAS.len() as f64).ln();
+            let statistic = self.sum.iter().copied().fold(f64::INFINITY, f64::min);
+            ((-mean).exp().min(1.0), (-more).exp().min(1.0), statistic, (statistic / d).sqrt())
         };
-        let scale = if self.dof == 0 { 1.0 } else { (statistic / self.dof as f64).sqrt() };
         Verdict {
             statistic,
             dof: self.dof,
-            p_bound,
-            upper_tail,
+            p_less,
+            p_more,
             scale,
             steps: self.steps,
             used: self.used,
@@ -326,13 +408,34 @@ impl NoiseAudit {
     }
 }
 
-/// Degrees of freedom after which noise scaled by `c` is expected to be
-/// caught at significance `alpha` among `m` candidates: the smallest D
-/// with D·max_λ(½·ln(1 + 2λ) − λc²) ≥ ln(m·|Λ|/α) (the drift of
-/// log X_T(s*); fluctuations move the actual point by O(√D)).
-pub fn expected_dof(c: f64, m: usize, alpha: f64) -> f64 {
-    let drift = LAMBDAS.iter().map(|l| 0.5 * (2.0 * l).ln_1p() - l * c * c).fold(f64::NEG_INFINITY, f64::max);
-    ((m as f64) * LAMBDAS.len() as f64 / alpha).ln() / drift
+/// The expected degrees of freedom after which noise scaled by `c` on
+/// steps of `k` degrees of freedom each is caught at significance `alpha`
+/// among `m` candidates: ln(2m·|Λ|/α) over the best λ's expected gain per
+/// step, E ln(1 − θ + θ(1 + 2λ)^{k/2} e^{−λc²χ²_k}) (numerical, over 4 000
+/// quantiles of χ²_k), times k. The statistic's spread moves the actual
+/// point by O(√D); `None` when no λ gains (c too close to 1).
+pub fn expected_dof(c: f64, k: usize, m: usize, alpha: f64) -> Option<f64> {
+    let chi = ChiSquared::new(k as f64).ok()?;
+    let n = 4_000;
+    // By bisection on the CDF (statrs' inverse is NaN in the far left tail).
+    let quantile = |u: f64| {
+        let (mut lo, mut hi) = (0.0, 10.0 * k as f64 + 100.0);
+        for _ in 0..100 {
+            let mid = 0.5 * (lo + hi);
+            if chi.cdf(mid) < u { lo = mid } else { hi = mid }
+        }
+        0.5 * (lo + hi)
+    };
+    let quantiles: Vec<f64> = (0..n).map(|i| quantile((i as f64 + 0.5) / n as f64)).collect();
+    let gain = LOWER_LAMBDAS
+        .iter()
+        .map(|l| {
+            let log_e = |x: f64| 0.5 * k as f64 * (2.0 * l).ln_1p() - l * c * c * x;
+            quantiles.iter().map(|&x| bet(log_e(x))).sum::<f64>() / n as f64
+        })
+        .fold(f64::NEG_INFINITY, f64::max);
+    let threshold = (2.0 * (m * LOWER_LAMBDAS.len()) as f64 / alpha).ln();
+    (gain > 0.0).then(|| threshold / gain * k as f64)
 }
 
 #[cfg(test)]

@@ -163,8 +163,10 @@ pub const LOG_LIKELIHOOD_TOLERANCE: f64 = 1e-3;
 
 /// A teacher whose weight after the step is below e^{−1000} of the most
 /// likely teacher's, for every release the grid allows, has weight 0 in
-/// every calibration (e^{−745} underflows; the linear form keeps 0 for
-/// ever), so a wide tolerance on its ℓ does not leave the step unchecked.
+/// the next calibrations (e^{−745} underflows; the linear form keeps 0 for
+/// ever, and in the log form honest releases close 255 nats of the gap
+/// only with probability ≤ e^{−255}), so a wide tolerance on its ℓ does not
+/// leave the step unchecked.
 pub const NEGLIGIBLE: f64 = 1000.0;
 
 /// Why a step's posterior update was applied without being checked.
@@ -221,7 +223,8 @@ pub struct Replayed {
     /// How far, in nats, the recorded ℓ_i − ℓ_ref of a teacher that is not
     /// negligible could be from the true one and still pass: the largest
     /// tolerance checked (0 for an exact answer; at most
-    /// [`LOG_LIKELIHOOD_TOLERANCE`] unless the step is unchecked). Summed
+    /// [`LOG_LIKELIHOOD_TOLERANCE`] unless the step is unchecked, and ∞ for
+    /// a release at the clamp, whose update has no bound). Summed
     /// over a session it bounds how far the replayed posterior can be from
     /// the true one (`privacy-core.md` §9).
     pub slack: f64,
@@ -297,35 +300,30 @@ pub(crate) fn replay_on(
     let r: Array1<f64> = calibrated.noise.coords().iter().map(|&c| step.published[c]).collect();
     let clamped = r.iter().position(|v| v.abs() >= PUBLISHED_CLAMP).map(|i| calibrated.noise.coords()[i]);
     let (calibrated, (unchecked, slack)) = match clamped {
-        Some(coordinate) => (calibrated, (Some(Unchecked::Clamp { coordinate }), 0.0)),
+        // Taken wholly on trust: no bound on how far its update may be.
+        Some(coordinate) => (calibrated, (Some(Unchecked::Clamp { coordinate }), f64::INFINITY)),
         None => match check_log_likelihood(state, &calibrated, &r, step.log_likelihood) {
-            Ok(checked) => (calibrated, checked),
+            Ok(checked @ (None, _)) => (calibrated, checked),
             // The server's kernels may have chosen the other basis than
             // ours (near the Gram path's thresholds): follow it before
-            // calling the step a mismatch.
-            Err(mismatch) => match other_path(state, outputs, b, &calibrated) {
-                Some(other) => match check_log_likelihood(state, &other, &r, step.log_likelihood) {
-                    Ok(checked) => (other, checked),
-                    Err(_) => return Err(mismatch),
-                },
-                None => return Err(mismatch),
-            },
+            // calling the step a mismatch, or unchecked.
+            first => {
+                let other = other_path(state, outputs, b, &calibrated).and_then(|other| {
+                    Some((check_log_likelihood(state, &other, &r, step.log_likelihood).ok()?, other))
+                });
+                match (first, other) {
+                    (_, Some((checked @ (None, _), other))) => (other, checked),
+                    (Ok(checked), _) => (calibrated, checked),
+                    (Err(mismatch), _) => return Err(mismatch),
+                }
+            }
         },
     };
     let noise = &calibrated.noise;
-    let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres);
-
-    // The grouped rule groups by label; vector outputs have none to group by.
-    let labels: &[usize] = match outputs {
-        TeacherOutputs::Labels { labels, .. } => labels,
-        TeacherOutputs::Vectors(_) => &[],
-    };
-    let mut posterior = state.posterior.clone();
-    posterior
-        .update_by(step.update_rule, labels, ArrayView1::from(step.log_likelihood))
-        .map_err(|e| Mismatch::Outputs(format!("the recorded log-likelihoods cannot be applied: {e}")))?;
-    state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
-    state.posterior = posterior;
+    let either_basis = matches!(outputs, TeacherOutputs::Vectors(_)) && outputs.dim() > 2 * outputs.len();
+    let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, either_basis);
+    // Checked (or reported unchecked): now applied exactly as the server did.
+    apply_recorded(state, step)?;
     Ok(Replayed { mi_bound: noise.mi_bound(), unanimous, unchecked, evidence: Some(evidence), slack })
 }
 
@@ -340,6 +338,7 @@ pub fn apply_recorded(state: &mut SessionState, step: &Recorded<'_>) -> Result<(
     let charge = Nats::new(step.charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
     let mut posterior = state.posterior.clone();
     if !step.log_likelihood.is_empty() {
+        // The grouped rules group by label; vector outputs have none.
         let labels: &[usize] = match step.outputs {
             TeacherOutputs::Labels { labels, .. } => labels,
             TeacherOutputs::Vectors(_) => &[],

@@ -63,10 +63,12 @@ pub enum Path {
     Auto,
     /// The SVD of X.
     Svd,
-    /// The Gram matrix whenever it can give a checked basis (d > 2m), even
-    /// where [`Path::Auto`] would decline it for the signal it leaves out —
-    /// what a verifier needs to follow a server whose kernels chose it near
-    /// that threshold. Either path's Σ is certified.
+    /// The Gram matrix whenever it can give a checked basis (d > 2m) and
+    /// leaves out at most [`GRAM_LEFT_OUT_MARGIN`] times what
+    /// [`Path::Auto`] allows — what a verifier needs to follow a server
+    /// whose kernels chose it near that threshold, and no further, so that
+    /// a step cannot be matched to a Σ no server would have drawn from.
+    /// Either path's Σ is certified.
     Gram,
 }
 
@@ -107,7 +109,7 @@ pub fn calibrate_on<'a>(
     let gram = match path {
         Path::Auto => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT),
         Path::Gram => {
-            let basis = gram_basis(&centred, &sqrt_w, f64::INFINITY);
+            let basis = gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN);
             Some(basis.ok_or_else(|| PrivacyError::Linalg("the Gram matrix gives no checked basis here".into()))?)
         }
         Path::Svd => None,
@@ -201,6 +203,11 @@ fn svd_basis(x: &Array2<f64>) -> Result<Orthonormal, PrivacyError> {
 /// the largest. Below it the eigenvectors of K (whose rounding is
 /// ~d·2⁻⁵³·‖X‖²) map to directions too far from orthonormal.
 const GRAM_KEEP: f64 = 1e-6;
+
+/// How far past [`GRAM_LEFT_OUT`] a verifier follows the Gram path
+/// ([`Path::Gram`]): kernels move the left-out signal's share by round-off,
+/// far less than this factor.
+pub const GRAM_LEFT_OUT_MARGIN: f64 = 10.0;
 
 /// How much of the signal the Gram basis may leave outside itself: the
 /// isotropic noise that covers it on all d coordinates must stay below

@@ -62,9 +62,10 @@ pub struct Args {
     #[arg(long)]
     pub allow_unchecked: bool,
     /// Significance of the noise audit: a session whose releases are this
-    /// unlikely (or less) under the calibrated noise fails. The bound holds
-    /// whatever queries the client chose; smaller values need more noisy
-    /// steps to catch a given shortfall.
+    /// unlikely (or less) under the calibrated noise fails — half of it for
+    /// too little noise, half for releases farther out than the noise puts
+    /// them. The bound holds whatever queries the client chose; smaller
+    /// values need more noisy steps to catch a given shortfall.
     #[arg(long, value_name = "ALPHA", default_value_t = noise_audit::DEFAULT_ALPHA, value_parser = alpha)]
     pub noise_alpha: f64,
 }
@@ -83,15 +84,15 @@ Examples (real runs):
 
 An honest export: the built-in demo labelling 359 digits, then 64 again
 from the cache. The noise audit's statistic is χ² on its degrees of
-freedom when the noise is as calibrated; the p-value bound holds however
+freedom when the noise is as calibrated; the p-value bounds hold however
 the client chose its queries.
 
   $ pacpriv verify journal.jsonl
   session  steps  cache_hits  refusals  charged  spent_nats  …  update_slack_nats
-  demo     359    64          1         359      2.1398e-5   …  2.6e-7
+  demo     359    64          1         359      2.1398e-5   …  2.7e-7
   noise audit (α = 1e-6; …):
-  session  noisy_steps  dof  statistic    scale   p_bound  upper_tail  verdict  left_out
-  demo     79           120  1.027845e2   0.9255  1.000e0  8.699e-1    pass     280 unanimous steps, …
+  session  noisy_steps  dof  statistic   scale   p_less   p_more   verdict  left_out
+  demo     79           120  1.090391e2  0.9532  1.000e0  1.000e0  pass     280 unanimous steps, …
   verified: 359 steps and 65 events of 1 session; …, and the noise audited
 
 An export whose operator drew the noise from Σ/4 (`halved`) or added none
@@ -100,10 +101,10 @@ An export whose operator drew the noise from Σ/4 (`halved`) or added none
   $ pacpriv verify dishonest.jsonl
   error: dishonest.jsonl:131: session \"halved\": its releases carry less noise than calibrated: the residual
   statistic is 2.589816e1 on 128 degrees of freedom (apparent scale 0.4498 of the calibrated noise),
-  p ≤ 1.382e-20 < --noise-alpha 1e-6
+  p ≤ 1.036e-16 < --noise-alpha/2 = 5e-7
   dishonest.jsonl:136: session \"silent\": its releases carry less noise than calibrated: the residual
   statistic is 1.976886e-21 on 8 degrees of freedom (apparent scale 0.0000 of the calibrated noise),
-  p ≤ 1.276e-11 < --noise-alpha 1e-6
+  p ≤ 2.580e-10 < --noise-alpha/2 = 5e-7
 ";
 
 /// How many findings are listed before the rest are only counted.
@@ -267,9 +268,10 @@ fn write_noise_audit(out: &mut dyn Write, sessions: &[Verified], file: &str, alp
     writeln!(
         out,
         "noise audit (α = {alpha:e}; statistic = min over subsets of the releases' squared residuals in units of \
-         the calibrated variances, χ² on dof when honest):"
+         the calibrated variances, χ² on dof when honest; p_less, p_more: bounds on how likely honest noise is \
+         to leave them this small, this large):"
     )?;
-    writeln!(out, "session\tnoisy_steps\tdof\tstatistic\tscale\tp_bound\tupper_tail\tverdict\tleft_out")?;
+    writeln!(out, "session\tnoisy_steps\tdof\tstatistic\tscale\tp_less\tp_more\tverdict\tleft_out")?;
     for s in sessions {
         let v = &s.noise;
         let verdict = if v.dof == 0 { "nothing to test" } else { "pass" };
@@ -281,8 +283,8 @@ fn write_noise_audit(out: &mut dyn Write, sessions: &[Verified], file: &str, alp
             v.dof,
             v.statistic,
             v.scale,
-            v.p_bound,
-            v.upper_tail,
+            v.p_less,
+            v.p_more,
             left_out(v, s.exact_steps)
         )?;
     }
@@ -728,11 +730,27 @@ impl Replaying {
             problems.push("its record's chain head is not its journal's last chain hash".into());
         }
         let noise = self.audit.as_ref().map_or_else(|| NoiseAudit::new(0).verdict(), NoiseAudit::verdict);
-        if noise.caught(alpha) {
+        if noise.less(alpha) {
             problems.push(format!(
                 "its releases carry less noise than calibrated: the residual statistic is {:.6e} on {} degrees of \
-                 freedom (apparent scale {:.4} of the calibrated noise), p ≤ {:.3e} < --noise-alpha {alpha:e}",
-                noise.statistic, noise.dof, noise.scale, noise.p_bound
+                 freedom (apparent scale {:.4} of the calibrated noise), p ≤ {:.3e} < --noise-alpha/2 = {:e}",
+                noise.statistic,
+                noise.dof,
+                noise.scale,
+                noise.p_less,
+                0.5 * alpha
+            ));
+        }
+        if noise.more(alpha) {
+            problems.push(format!(
+                "its releases lie farther from every subset's output than the calibrated noise puts them: the \
+                 residual statistic is {:.6e} on {} degrees of freedom (apparent scale {:.4}), p ≤ {:.3e} < \
+                 --noise-alpha/2 = {:e}; a release placed far out moves the posterior where its operator chose",
+                noise.statistic,
+                noise.dof,
+                noise.scale,
+                noise.p_more,
+                0.5 * alpha
             ));
         }
         let Some(state) = self.state else {
