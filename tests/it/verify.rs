@@ -125,6 +125,18 @@ fn the_export_verifies_and_tampering_is_named(file: &Path) {
     fails_at(&both, k + 1, "chain hash does not match");
     fails_at(&both, k2 + 1, "chain hash does not match");
 
+    // The first session's record line dropped: said once, at the next
+    // session's first line, and the sessions after it are still checked.
+    let record = honest.iter().position(|l| l.contains("\"record\":")).expect("a record line");
+    let o = verify(&edit("norecord.jsonl", &|l| drop(l.remove(record))));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("norecord.jsonl:{}: ", record + 1)) && err.contains("without its record line"),
+        "{err}"
+    );
+
     // One charge changed.
     let mut entry: Value = serde_json::from_str(&honest[k]).expect("json");
     entry["charge"] = 0.0.into();

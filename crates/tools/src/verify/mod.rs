@@ -367,7 +367,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<V
             }
             (_, Line::Header(_)) => findings.add(n, "a second header".into()),
             (_, Line::Entry(e)) => {
-                let c = match replaying(&mut current, &done, &e.session) {
+                let c = match replaying(&mut current, &done, &e.session, &mut findings, n) {
                     Ok(c) => c,
                     Err(what) => {
                         findings.add(n, what);
@@ -378,7 +378,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<V
                     findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
-            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session) {
+            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session, &mut findings, n) {
                 Ok(c) => {
                     if let Err(what) = c.event(&e) {
                         findings.add(n, format!("session {:?} event {}: {what}", e.session, e.event));
@@ -423,15 +423,20 @@ pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<V
     }
 }
 
-/// The session being re-derived, for a line of `session`: the current
-/// one, or a new one if the current one's lines ended.
+/// The session being re-derived, for line `line` of `session`: the current
+/// one, or a new one if the current one's lines ended. A current session
+/// whose lines end without its record line is reported (at `line`) and
+/// dropped, so that the next session is still checked.
 fn replaying<'a>(
     current: &'a mut Option<Replaying>,
     done: &[Verified],
     session: &str,
+    findings: &mut Findings,
+    line: usize,
 ) -> Result<&'a mut Replaying, String> {
     if let Some(c) = current.as_ref().filter(|c| c.session != session) {
-        return Err(format!("session {:?}'s entries end without its record line", c.session));
+        findings.add(line, format!("session {:?}'s entries end without its record line", c.session));
+        *current = None;
     }
     if current.is_none() && done.iter().any(|d| d.session == session) {
         return Err(format!("session {session:?} appears twice"));
@@ -514,16 +519,16 @@ impl Replaying {
         } else {
             self.refusals += 1;
         }
-        if altered {
-            return Err(ALTERED.into());
+        let justified = if e.after_version != self.version {
+            Err(format!("it says it came after version {}, but follows version {}", e.after_version, self.version))
+        } else {
+            self.justify(e, kind)
+        };
+        match (altered, justified) {
+            (true, Ok(())) => Err(ALTERED.into()),
+            (true, Err(what)) => Err(format!("{ALTERED}; and {what}")),
+            (false, justified) => justified,
         }
-        if e.after_version != self.version {
-            return Err(format!(
-                "it says it came after version {}, but follows version {}",
-                e.after_version, self.version
-            ));
-        }
-        self.justify(e, kind)
     }
 
     /// Checks that event `e` of `kind` follows from what came before it.
@@ -698,10 +703,11 @@ impl Replaying {
         self.state = Some(state);
         self.head = if altered { entry.chain.as_slice().try_into().unwrap_or(chain) } else { chain };
         self.version = e.version;
-        if altered {
-            return Err(ALTERED.into());
+        match (altered, verdict) {
+            (true, Ok(())) => Err(ALTERED.into()),
+            (true, Err(what)) => Err(format!("{ALTERED}; and {what}")),
+            (false, verdict) => verdict,
         }
-        verdict
     }
 
     /// Compares the stored record with the replayed end state and runs the
