@@ -25,6 +25,9 @@
 //!   [`ORTHONORMALITY_TOLERANCE`], and the certificate charges for its
 //!   η ≥ ‖UᵀU − I‖₂ (`privacy-core.md` §2, *Bases that are nearly
 //!   orthonormal*): no step assumes U exactly orthonormal.
+//! - No variance is below [`dynamic_range_floor`] of the block's largest,
+//!   so round-off cannot decide a posterior update (issue 52): more noise,
+//!   never less.
 //! - Every direction has variance ≥ [`VARIANCE_FLOOR`] > 0, so range(Σ)
 //!   always contains the span of the basis (never clamped down to zero).
 //! - Where the caller reports signal outside the basis (residual > 0), the
