@@ -479,7 +479,8 @@ fn check_log_likelihood(
                 tolerance,
             });
         }
-        if after(teacher) + tolerance - after(reference) < -NEGLIGIBLE {
+        // A weight already 0 stays 0 whatever ℓ is (in either form).
+        if prior[teacher] == f64::NEG_INFINITY || after(teacher) + tolerance - after(reference) < -NEGLIGIBLE {
             continue;
         }
         slack = slack.max(tolerance);
