@@ -59,8 +59,8 @@ pub enum Command {
     /// Check an exported journal (`pacpriv admin export`) from its records
     /// alone: hash chain, every charge, certificate and posterior update,
     /// each session's stored account, and a statistical audit that the
-    /// releases carry the calibrated noise. Exits 65 naming every record
-    /// and session that does not pass.
+    /// releases carry the calibrated noise. Exits 65 naming the records
+    /// (up to 20) and sessions that do not pass.
     #[command(after_long_help = verify::EXAMPLES)]
     Verify(verify::Args),
     /// Choose the per-query budget b and the demo teachers' regularisation

@@ -57,7 +57,7 @@ use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
 
 /// The too-little-noise test's λ grid, uniform weights: 2⁻⁸ … 2¹⁰. A λ
 /// near (1/c² − 1)/2 is the most powerful against noise scaled by c, so
-/// this covers c from about 0.998 down to no noise at all.
+/// this covers c from about 0.996 down to no noise at all.
 pub const LOWER_LAMBDAS: [f64; 19] = [
     0.003_906_25,
     0.007_812_5,

@@ -131,8 +131,8 @@ fn no_noise_at_all_is_caught_in_a_handful_of_steps() {
 }
 
 /// Honest journals from many seeds: the false alarms at looser α, where
-/// they can be counted, stay within α (the bound is a union bound and
-/// Markov's inequality, so far fewer are expected).
+/// they can be counted, stay within α (Ville's inequality on an average of
+/// supermartingales is conservative, so far fewer are expected).
 #[test]
 fn honest_sessions_raise_false_alarms_at_most_at_rate_alpha() {
     let sessions = 240u64;

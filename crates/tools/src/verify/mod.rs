@@ -61,11 +61,11 @@ pub struct Args {
     /// trust.
     #[arg(long)]
     pub allow_unchecked: bool,
-    /// Significance of the noise audit: a session whose releases are this
-    /// unlikely (or less) under the calibrated noise fails — half of it for
-    /// too little noise, half for releases farther out than the noise puts
-    /// them. The bound holds whatever queries the client chose; smaller
-    /// values need more noisy steps to catch a given shortfall.
+    /// Significance of the noise audit: a session fails when p_less (too
+    /// little noise) or p_more (releases farther out than the noise puts
+    /// them) is below ALPHA/2, so an honest session fails with probability
+    /// at most ALPHA, whatever queries its client chose. Smaller values need
+    /// more noisy steps to catch a given shortfall.
     #[arg(long, value_name = "ALPHA", default_value_t = noise_audit::DEFAULT_ALPHA, value_parser = alpha)]
     pub noise_alpha: f64,
 }
@@ -96,7 +96,8 @@ the client chose its queries.
   verified: 359 steps and 65 events of 1 session; …, and the noise audited
 
 An export whose operator drew the noise from Σ/4 (`halved`) or added none
-(`silent`) and journaled every update consistently (exit status 65):
+(`silent`) and journaled every update consistently (exit status 65; each
+finding is named at the session's record line):
 
   $ pacpriv verify dishonest.jsonl
   error: dishonest.jsonl:131: session \"halved\": its releases carry less noise than calibrated: the residual
