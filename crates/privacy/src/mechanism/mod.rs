@@ -243,8 +243,8 @@ pub(crate) fn answer_scaled<R: CryptoRng + ?Sized>(
 }
 
 /// [`answer_calibrated`] with `reshape` applied to the draw: the identity
-/// everywhere but in [`answer_scaled`].
-fn answer_drawn<R: CryptoRng + ?Sized>(
+/// everywhere but in the tests' dishonest mechanisms ([`answer_scaled`]).
+pub(crate) fn answer_drawn<R: CryptoRng + ?Sized>(
     state: &mut SessionState,
     outputs: &TeacherOutputs,
     secret: SecretIndex,

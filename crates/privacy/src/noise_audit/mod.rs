@@ -26,8 +26,12 @@
 //!   non-negative supermartingale from 1 for every s and λ (p̄_t bounds the
 //!   chance that step t is left out for sitting at the clamp), and so is
 //!   the average over the λ grid [`LOWER_LAMBDAS`] and over the m
-//!   candidates. By Ville's inequality the p-value bound is
-//!   min(1, 1 / mean_{s,λ} X_T).
+//!   candidates. The same bet runs on what J_t leaves out — the weak and
+//!   unresolved basis directions, and apart from them the vector
+//!   complement — against f_lo, a floor that every machine's Σ exceeds
+//!   there, so that noise removed only where J_t does not look is caught
+//!   too; the three are averaged. By
+//!   Ville's inequality the p-value bound is min(1, 1 / mean X_T).
 //! - **Too much noise, or a release placed far out.** With Q̲_t ≤ Q_t a
 //!   lower bound and 0 < λ < ½, Π_t (1 − 2λ)^{|J_t|/2}·e^{λ Q_t(s*)} has
 //!   mean 1; min_s Σ_t Q̲_t(s) ≤ Σ_t Q_t(s*), so
@@ -125,6 +129,16 @@ pub struct StepEvidence {
     pub statistic: Vec<f64>,
     /// Q̲_t(s) ≤ Q_t(s) for every candidate s (likewise).
     pub lower: Vec<f64>,
+    /// The left-out basis directions (weak, unresolved), tested against a
+    /// floor every machine's Σ exceeds there: an upper bound of
+    /// ‖P(r − x_s)‖²/f_lo for every candidate (empty when not tested).
+    pub left_statistic: Vec<f64>,
+    /// Their number when tested, else 0.
+    pub left_dof: usize,
+    /// The vector complement, likewise (empty when not tested).
+    pub complement_statistic: Vec<f64>,
+    /// Its dimension when tested, else 0.
+    pub complement_dof: usize,
     /// |J_t|: the directions that count.
     pub dof: usize,
     /// p̄_t: a bound on the chance that honest noise reaches the clamp on
@@ -181,6 +195,10 @@ pub fn evidence(
     let mut e = StepEvidence {
         statistic: Vec::new(),
         lower: Vec::new(),
+        left_statistic: Vec::new(),
+        left_dof: 0,
+        complement_statistic: Vec::new(),
+        complement_dof: 0,
         dof: used.len(),
         clamp_bound: 0.0,
         weak,
@@ -209,6 +227,22 @@ pub fn evidence(
     // coefficient, allowed four times over.
     let gamma = 4.0 * (n + 2) as f64 * f64::EPSILON;
     let dof = used.len() as f64;
+    // What J leaves out, tested against f_lo: Σ ⪰ f_lo·I on span(U) (no
+    // variance below noise::dynamic_range_floor of the largest) and, with a
+    // complement, on the whole block (the complement, and so every
+    // variance, is at least what the grid resolves:
+    // vector::complement_floor). The left-out basis directions and the
+    // complement are tested apart, so that one's honest noise cannot mask
+    // the other's absence; each only where f_lo is itself resolvable.
+    let top = largest.max(noise.complement());
+    let with_complement = noise.complement() > 0.0;
+    let f_lo = (crate::noise::dynamic_range_floor(n) * top * (1.0 - VARIANCE_DRIFT)).max(if with_complement {
+        resolvable
+    } else {
+        0.0
+    });
+    let left: Vec<usize> = (0..v.len()).filter(|j| !used.contains(j)).collect();
+    let floor_resolved = f_lo >= resolvable;
     (e.statistic, e.lower) = centres
         .iter()
         .map(|x| {
@@ -225,6 +259,31 @@ pub fn evidence(
             (upper, lower)
         })
         .unzip();
+    if floor_resolved && (!left.is_empty() || with_complement) {
+        // ‖P δ‖²/f_lo, bounded above for the grid and round-off as for J.
+        let bound = |part: &Array1<f64>, delta: &Array1<f64>| {
+            let slack = norm * (half_grid * (n as f64).sqrt() + gamma * delta.dot(delta).sqrt() * (n as f64).sqrt())
+                / f_lo.sqrt();
+            (1.0 + VARIANCE_DRIFT) * (part.dot(part).sqrt() / f_lo.sqrt() + slack).powi(2)
+        };
+        let (left_stat, complement_stat): (Vec<f64>, Vec<f64>) = centres
+            .iter()
+            .map(|x| {
+                let delta = &published - x;
+                let t = basis.t().dot(&delta);
+                let t_left: Array1<f64> = left.iter().map(|&j| t[j]).collect();
+                let left_part = Array2::from_shape_fn((n, left.len()), |(i, k)| basis[[i, left[k]]]).dot(&t_left);
+                let outside = &delta - &basis.dot(&t);
+                (bound(&left_part, &delta), bound(&outside, &delta))
+            })
+            .unzip();
+        if !left.is_empty() {
+            (e.left_statistic, e.left_dof) = (left_stat, left.len());
+        }
+        if with_complement {
+            (e.complement_statistic, e.complement_dof) = (complement_stat, n - noise.rank());
+        }
+    }
     e
 }
 
@@ -256,6 +315,11 @@ fn bet(log_e: f64) -> f64 {
 pub struct NoiseAudit {
     /// log X_T(s) per λ of [`LOWER_LAMBDAS`], [s][λ].
     log_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
+    /// The same bet on the left-out basis directions and on the complement,
+    /// each against its floor.
+    left_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
+    complement_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
+    floor_dof: u64,
     /// Σ_t Q̄_t(s).
     sum: Vec<f64>,
     /// Σ_t Q̲_t(s).
@@ -302,6 +366,8 @@ pub struct Verdict {
     pub complement: u64,
     /// Steps whose release equals a candidate's output exactly.
     pub exact: u64,
+    /// Left-out dimensions tested against their floor, summed over steps.
+    pub floor_dof: u64,
 }
 
 impl Verdict {
@@ -327,6 +393,9 @@ impl NoiseAudit {
     pub fn new(m: usize) -> Self {
         NoiseAudit {
             log_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
+            left_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
+            complement_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
+            floor_dof: 0,
             sum: vec![0.0; m],
             sum_lower: vec![0.0; m],
             clamp_penalty: 0.0,
@@ -356,7 +425,12 @@ impl NoiseAudit {
         if e.clamped {
             // Left out: the bet stakes nothing on it (E taken as 1).
             self.clamped += 1;
-            self.log_bets.iter_mut().flatten().for_each(|l| *l -= penalty);
+            self.log_bets
+                .iter_mut()
+                .chain(&mut self.left_bets)
+                .chain(&mut self.complement_bets)
+                .flatten()
+                .for_each(|l| *l -= penalty);
             return;
         }
         if e.statistic.len() != self.sum.len() || e.lower.len() != self.sum.len() {
@@ -373,6 +447,24 @@ impl NoiseAudit {
                 *l += bet(half * (2.0 * lambda).ln_1p() - lambda * q) - penalty;
             }
         }
+        let m = self.sum.len();
+        for (bets, statistic, dof) in [
+            (&mut self.left_bets, &e.left_statistic, e.left_dof),
+            (&mut self.complement_bets, &e.complement_statistic, e.complement_dof),
+        ] {
+            let tested = statistic.len() == m && dof > 0;
+            self.floor_dof += if tested { dof as u64 } else { 0 };
+            let half = 0.5 * dof as f64;
+            for (s, logs) in bets.iter_mut().enumerate() {
+                for (l, lambda) in logs.iter_mut().zip(LOWER_LAMBDAS) {
+                    // Untested, the bet stakes nothing; the clamp's p̄ is paid.
+                    *l += match statistic.get(s).filter(|_| tested) {
+                        Some(&q) => bet(half * (2.0 * lambda).ln_1p() - lambda * q),
+                        None => 0.0,
+                    } - penalty;
+                }
+            }
+        }
     }
 
     /// The verdict so far.
@@ -381,8 +473,9 @@ impl NoiseAudit {
         let (p_less, p_more, statistic, scale) = if self.dof == 0 || m == 0 {
             (1.0, 1.0, 0.0, 1.0)
         } else {
-            // mean over candidates and λ of X_T(s, λ).
-            let mean = log_sum_exp(self.log_bets.iter().flatten().copied()) - ((m * LOWER_LAMBDAS.len()) as f64).ln();
+            // mean over the three subspaces, the candidates and λ of X_T.
+            let all = self.log_bets.iter().chain(&self.left_bets).chain(&self.complement_bets);
+            let mean = log_sum_exp(all.flatten().copied()) - ((3 * m * LOWER_LAMBDAS.len()) as f64).ln();
             let lowest = self.sum_lower.iter().copied().fold(f64::INFINITY, f64::min);
             let d = self.dof as f64;
             let more = log_sum_exp(
@@ -404,13 +497,14 @@ impl NoiseAudit {
             unresolved: self.unresolved,
             complement: self.complement,
             exact: self.exact,
+            floor_dof: self.floor_dof,
         }
     }
 }
 
 /// The expected degrees of freedom after which noise scaled by `c` on
 /// steps of `k` degrees of freedom each is caught at significance `alpha`
-/// among `m` candidates: ln(2m·|Λ|/α) over the best λ's expected gain per
+/// among `m` candidates: ln(2·3m·|Λ|/α) over the best λ's expected gain per
 /// step, E ln(1 − θ + θ(1 + 2λ)^{k/2} e^{−λc²χ²_k}) (numerical, over 4 000
 /// quantiles of χ²_k), times k. The statistic's spread moves the actual
 /// point by O(√D); `None` when no λ gains (c too close to 1).
@@ -434,7 +528,7 @@ pub fn expected_dof(c: f64, k: usize, m: usize, alpha: f64) -> Option<f64> {
             quantiles.iter().map(|&x| bet(log_e(x))).sum::<f64>() / n as f64
         })
         .fold(f64::NEG_INFINITY, f64::max);
-    let threshold = (2.0 * (m * LOWER_LAMBDAS.len()) as f64 / alpha).ln();
+    let threshold = (2.0 * (3 * m * LOWER_LAMBDAS.len()) as f64 / alpha).ln();
     (gain > 0.0).then(|| threshold / gain * k as f64)
 }
 

@@ -102,10 +102,10 @@ finding is named at the session's record line):
   $ pacpriv verify dishonest.jsonl
   error: dishonest.jsonl:131: session \"halved\": its releases carry less noise than calibrated: the residual
   statistic is 2.589816e1 on 128 degrees of freedom (apparent scale 0.4498 of the calibrated noise),
-  p ≤ 1.036e-16 < --noise-alpha/2 = 5e-7
+  p ≤ 3.107e-16 < --noise-alpha/2 = 5e-7
   dishonest.jsonl:136: session \"silent\": its releases carry less noise than calibrated: the residual
   statistic is 1.976886e-21 on 8 degrees of freedom (apparent scale 0.0000 of the calibrated noise),
-  p ≤ 2.580e-10 < --noise-alpha/2 = 5e-7
+  p ≤ 7.739e-10 < --noise-alpha/2 = 5e-7
 ";
 
 /// How many findings are listed before the rest are only counted.
@@ -306,7 +306,7 @@ fn write_noise_audit(out: &mut dyn Write, sessions: &[Verified], file: &str, alp
 fn left_out(v: &Verdict, exact_steps: u64) -> String {
     format!(
         "{exact_steps} unanimous step{}, {} clamped step{}, {} weak and {} unresolved direction{}, {} complement \
-         dimension{}",
+         dimension{}; {} left-out dimension{} tested against their floor",
         plural(exact_steps),
         v.clamped,
         plural(v.clamped),
@@ -314,7 +314,9 @@ fn left_out(v: &Verdict, exact_steps: u64) -> String {
         v.unresolved,
         plural(v.weak + v.unresolved),
         v.complement,
-        plural(v.complement)
+        plural(v.complement),
+        v.floor_dof,
+        plural(v.floor_dof)
     )
 }
 
