@@ -11,8 +11,8 @@
 //! # Layout
 //!
 //! From the top of the dependency order down; a module imports only from
-//! the layers below its own (checked with `farm-studio look`: no arrow
-//! runs back up), and from `pacpriv_privacy` and `pacpriv_demo` below this
+//! the layers below its own (a convention no test checks yet: issue 55 §3
+//! asks for one), and from `pacpriv_privacy` and `pacpriv_demo` below this
 //! crate (cargo enforces those: `docs/architecture.md`).
 //!
 //! 1. [`start`]: start-up in one place — builds the store, teachers,
