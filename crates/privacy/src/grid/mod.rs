@@ -48,6 +48,14 @@ pub fn q(x: f64, clamp: f64) -> f64 {
     (k * PUBLISHED_GRID) + 0.0
 }
 
+/// The least noise variance the grid resolves along a block of `n`
+/// coordinates: one whose whitened coefficient the rounding of the
+/// published release (≤ 2⁻³³ a coordinate) moves by at most `share`,
+/// 2⁻³³·√n / √v ≤ share.
+pub fn resolved_variance(n: usize, share: f64) -> f64 {
+    (0.5 * PUBLISHED_GRID * (n as f64).sqrt() / share).powi(2)
+}
+
 /// Q applied to every coordinate of a release (clamp ±2²⁰).
 pub fn to_grid(values: ArrayView1<'_, f64>) -> Vec<f64> {
     values.iter().map(|&v| q(v, PUBLISHED_CLAMP)).collect()

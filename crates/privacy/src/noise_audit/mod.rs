@@ -53,7 +53,7 @@
 //! - Every approximation is bounded in the direction that makes each test
 //!   *less* likely to fire on honest noise.
 
-use super::grid::{PUBLISHED_CLAMP, PUBLISHED_GRID};
+use super::grid::{self, PUBLISHED_CLAMP, PUBLISHED_GRID};
 use super::noise::Noise;
 use super::posterior::log_sum_exp;
 use ndarray::{Array1, Array2, ArrayView1};
@@ -175,9 +175,7 @@ pub fn evidence(
     let v = noise.variances();
     let largest = v.iter().fold(0.0f64, |a, &x| a.max(x));
     let share = if either_basis { SIGNAL_SHARE_EITHER_BASIS } else { SIGNAL_SHARE };
-    // 2⁻³³: Q rounds to the nearest multiple of 2⁻³² (grid, §8).
-    let half_grid = 0.5 * PUBLISHED_GRID;
-    let resolvable = (half_grid * (n as f64).sqrt() / GRID_SHARE).powi(2);
+    let resolvable = grid::resolved_variance(n, GRID_SHARE);
     let (mut weak, mut unresolved) = (0, 0);
     let mut used = Vec::new();
     // Written so that a NaN variance counts as left out.
@@ -218,15 +216,17 @@ pub fn evidence(
     e.exact = centres.iter().any(|x| x.iter().zip(&published).all(|(a, b)| a.to_bits() == b.to_bits()));
 
     let basis = noise.basis();
-    let u = Array2::from_shape_fn((n, used.len()), |(i, k)| basis[[i, used[k]]]);
-    let inv_sd: Array1<f64> = used.iter().map(|&j| 1.0 / v[j].sqrt()).collect();
     let v_min = used.iter().map(|&j| v[j]).fold(f64::INFINITY, f64::min);
-    // ‖U_J‖₂ ≤ 1 + η, η ≤ 10⁻¹⁰ (the Orthonormal check).
-    let norm = 1.0 + 1e-9;
-    // Round-off of uᵀδ in the verifier: within (n + 2)·2⁻⁵³·‖δ‖ per
-    // coefficient, allowed four times over.
+    // How far a whitened residual over k directions of variance ≥ var can
+    // be between the exact release and the published one: the grid's
+    // 2⁻³³ a coordinate, then the verifier's round-off of uᵀδ (within
+    // (n + 2)·2⁻⁵³·‖δ‖ a coefficient, allowed four times over), through
+    // ‖U‖₂ ≤ 1 + η, η ≤ 10⁻¹⁰ (the Orthonormal check).
     let gamma = 4.0 * (n + 2) as f64 * f64::EPSILON;
-    let dof = used.len() as f64;
+    let slack = |delta: &Array1<f64>, k: usize, var: f64| {
+        (1.0 + 1e-9) * (0.5 * PUBLISHED_GRID * (n as f64).sqrt() + gamma * delta.dot(delta).sqrt() * (k as f64).sqrt())
+            / var.sqrt()
+    };
     // What J leaves out, tested against f_lo: Σ ⪰ f_lo·I on span(U) (no
     // variance below noise::dynamic_range_floor of the largest) and, with a
     // complement, on the whole block (the complement, and so every
@@ -242,49 +242,37 @@ pub fn evidence(
         0.0
     });
     let left: Vec<usize> = (0..v.len()).filter(|j| !used.contains(j)).collect();
-    let floor_resolved = f_lo >= resolvable;
-    (e.statistic, e.lower) = centres
-        .iter()
-        .map(|x| {
-            // r̂ − x is exact: both are multiples of 2⁻³² below 2²¹.
-            let delta = &published - x;
-            let t = u.t().dot(&delta) * &inv_sd;
-            let root = t.dot(&t).sqrt();
-            // How far the exact release's whitened residual can be from
-            // the published one's: the grid, then the verifier's round-off.
-            let slack =
-                norm * (half_grid * (n as f64).sqrt() + gamma * delta.dot(&delta).sqrt() * dof.sqrt()) / v_min.sqrt();
-            let upper = (1.0 + VARIANCE_DRIFT) * (root + slack).powi(2);
-            let lower = ((root - slack).max(0.0)).powi(2) / (1.0 + VARIANCE_DRIFT);
-            (upper, lower)
-        })
-        .unzip();
-    if floor_resolved && (!left.is_empty() || with_complement) {
-        // ‖P δ‖²/f_lo, bounded above for the grid and round-off as for J.
-        let bound = |part: &Array1<f64>, delta: &Array1<f64>| {
-            let slack = norm * (half_grid * (n as f64).sqrt() + gamma * delta.dot(delta).sqrt() * (n as f64).sqrt())
-                / f_lo.sqrt();
-            (1.0 + VARIANCE_DRIFT) * (part.dot(part).sqrt() / f_lo.sqrt() + slack).powi(2)
-        };
-        let (left_stat, complement_stat): (Vec<f64>, Vec<f64>) = centres
-            .iter()
-            .map(|x| {
-                let delta = &published - x;
-                let t = basis.t().dot(&delta);
-                let t_left: Array1<f64> = left.iter().map(|&j| t[j]).collect();
-                let left_part = Array2::from_shape_fn((n, left.len()), |(i, k)| basis[[i, left[k]]]).dot(&t_left);
-                let outside = &delta - &basis.dot(&t);
-                (bound(&left_part, &delta), bound(&outside, &delta))
-            })
-            .unzip();
-        if !left.is_empty() {
-            (e.left_statistic, e.left_dof) = (left_stat, left.len());
+    let test_left = f_lo >= resolvable && !left.is_empty();
+    let test_complement = f_lo >= resolvable && with_complement;
+    let u_left = Array2::from_shape_fn((n, left.len()), |(i, k)| basis[[i, left[k]]]);
+    // ‖P δ‖²/f_lo for a part P δ of δ outside J, bounded above likewise.
+    let floor_bound = |part: &Array1<f64>, delta: &Array1<f64>| {
+        (1.0 + VARIANCE_DRIFT) * (norm(part) / f_lo.sqrt() + slack(delta, n, f_lo)).powi(2)
+    };
+    for x in centres {
+        // r̂ − x is exact: both are multiples of 2⁻³² below 2²¹.
+        let delta = &published - x;
+        let t = basis.t().dot(&delta);
+        let root = used.iter().map(|&j| t[j] * t[j] / v[j]).sum::<f64>().sqrt();
+        let s = slack(&delta, used.len(), v_min);
+        e.statistic.push((1.0 + VARIANCE_DRIFT) * (root + s).powi(2));
+        e.lower.push((root - s).max(0.0).powi(2) / (1.0 + VARIANCE_DRIFT));
+        if test_left {
+            let t_left: Array1<f64> = left.iter().map(|&j| t[j]).collect();
+            e.left_statistic.push(floor_bound(&u_left.dot(&t_left), &delta));
         }
-        if with_complement {
-            (e.complement_statistic, e.complement_dof) = (complement_stat, n - noise.rank());
+        if test_complement {
+            e.complement_statistic.push(floor_bound(&(&delta - &basis.dot(&t)), &delta));
         }
     }
+    e.left_dof = if test_left { left.len() } else { 0 };
+    e.complement_dof = if test_complement { n - noise.rank() } else { 0 };
     e
+}
+
+/// ‖x‖₂.
+fn norm(x: &Array1<f64>) -> f64 {
+    x.dot(x).sqrt()
 }
 
 /// A bound on P(some coordinate of the block reaches ±2²⁰) under honest

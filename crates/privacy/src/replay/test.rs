@@ -25,6 +25,18 @@ struct Entry {
 }
 
 impl Entry {
+    /// The entry the server journals for answer `a` to `outputs`.
+    fn answered(outputs: TeacherOutputs, a: crate::mechanism::Answer) -> Self {
+        Entry {
+            outputs,
+            published: a.published,
+            label: a.label,
+            charge: a.charge.get(),
+            log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
+            update_rule: a.update_rule,
+        }
+    }
+
     fn recorded(&self) -> Recorded<'_> {
         Recorded {
             outputs: &self.outputs,
@@ -47,14 +59,7 @@ fn run(start: &SessionState, queries: Vec<TeacherOutputs>, secret: usize, seed: 
         .into_iter()
         .map(|outputs| {
             let a = answer(&mut server, &outputs, secret, None, &mut rng).expect("answered");
-            Entry {
-                outputs,
-                published: a.published,
-                label: a.label,
-                charge: a.charge.get(),
-                log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
-                update_rule: a.update_rule,
-            }
+            Entry::answered(outputs, a)
         })
         .collect();
     (entries, server)
@@ -191,14 +196,8 @@ fn an_under_noised_release_is_caught() {
     let outputs = TeacherOutputs::Labels { labels: vec![0, 0, 1, 1, 1, 2, 2, 0], classes: 3 };
     let secret = SecretIndex::new(4, 8).expect("secret");
     let a = answer(&mut cheat, &outputs, secret, None, &mut ChaCha20Rng::seed_from_u64(3)).expect("answered");
-    let entry = Entry {
-        outputs,
-        published: a.published,
-        label: a.label,
-        charge: b,
-        log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
-        update_rule: a.update_rule,
-    };
+    // The charge of b, not of the 64·b it was calibrated to.
+    let entry = Entry { charge: b, ..Entry::answered(outputs, a) };
     let e = replay(&mut start.clone(), &entry.recorded()).expect_err("under-noised step caught");
     assert!(matches!(e, Mismatch::LogLikelihood { .. }), "{e:?}");
 }
@@ -394,14 +393,7 @@ fn a_forged_update_at_the_variance_floor_is_caught() {
     let mut server = start.clone();
     let secret = SecretIndex::new(0, m).expect("secret");
     let a = answer(&mut server, &outputs, secret, None, &mut ChaCha20Rng::seed_from_u64(5)).expect("answered");
-    let mut entry = Entry {
-        outputs,
-        published: a.published,
-        label: a.label,
-        charge: a.charge.get(),
-        log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
-        update_rule: a.update_rule,
-    };
+    let mut entry = Entry::answered(outputs, a);
     let honest = replay(&mut start.clone(), &entry.recorded()).expect("the honest step verifies");
     assert_eq!(honest.unchecked, None, "teachers 4 and 5 are negligible whatever the grid did");
 

@@ -173,10 +173,9 @@ pub const COMPLEMENT_PIN: f64 = 1e-4;
 ///
 /// More noise than the certificate needs, never less.
 fn complement_floor(residual: &Array2<f64>) -> f64 {
-    let n = residual.ncols() as f64;
-    let half_grid = 0.5 * super::grid::PUBLISHED_GRID;
-    let resolvable = (half_grid * n.sqrt() / super::noise_audit::GRID_SHARE).powi(2);
+    let resolvable = super::grid::resolved_variance(residual.ncols(), super::noise_audit::GRID_SHARE);
     let widest = residual.rows().into_iter().map(|row| row.iter().map(|x| x.abs()).sum::<f64>()).fold(0.0, f64::max);
+    let half_grid = 0.5 * super::grid::PUBLISHED_GRID;
     resolvable.max(half_grid * 2.0 * widest / COMPLEMENT_PIN)
 }
 

@@ -512,9 +512,7 @@ impl Replaying {
             ));
         }
         let event = e.event().ok_or("a hash or digest is not hex")?;
-        let chain = event.chained(&self.head);
-        let altered = event.chain != chain;
-        self.head = if altered { event.chain.as_slice().try_into().unwrap_or(chain) } else { chain };
+        let altered = self.follow(&event.chain, event.chained(&self.head));
         self.events = e.event;
         let kind = EventKind::parse(&e.kind).ok_or_else(|| format!("{:?} is not a kind of event", e.kind))?;
         if kind == EventKind::CacheHit {
@@ -527,11 +525,17 @@ impl Replaying {
         } else {
             self.justify(e, kind)
         };
-        match (altered, justified) {
-            (true, Ok(())) => Err(ALTERED.into()),
-            (true, Err(what)) => Err(format!("{ALTERED}; and {what}")),
-            (false, justified) => justified,
-        }
+        with_altered(altered, justified)
+    }
+
+    /// Moves the chain on from an item whose recorded hash is `recorded`
+    /// and whose hash over the chain so far is `computed`: from the
+    /// recorded one when they differ, so that what follows is still
+    /// checked. Whether they differ.
+    fn follow(&mut self, recorded: &[u8], computed: [u8; 32]) -> bool {
+        let altered = recorded != computed;
+        self.head = if altered { recorded.try_into().unwrap_or(computed) } else { computed };
+        altered
     }
 
     /// Checks that event `e` of `kind` follows from what came before it.
@@ -622,8 +626,7 @@ impl Replaying {
             Some(entry) => entry,
             None => return fail(self, "a hash or digest is not hex".into()),
         };
-        let chain = entry.chained(&self.head);
-        let altered = entry.chain != chain;
+        let computed = entry.chained(&self.head);
         let s = &e.step;
         let parsed = outputs(s).and_then(|outputs| {
             let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
@@ -693,10 +696,7 @@ impl Replaying {
             }
             Err(mismatch) => match replay::apply_recorded(&mut state, &recorded) {
                 Ok(()) => Err(mismatch.to_string()),
-                Err(_) => {
-                    self.state = Some(state);
-                    return fail(self, mismatch.to_string());
-                }
+                Err(_) => return fail(self, mismatch.to_string()),
             },
         };
         if let Some(digest) = entry.step.map(|s| s.digest).filter(|d| !d.is_empty()) {
@@ -704,13 +704,9 @@ impl Replaying {
         }
         self.limit = s.limit;
         self.state = Some(state);
-        self.head = if altered { entry.chain.as_slice().try_into().unwrap_or(chain) } else { chain };
+        let altered = self.follow(&entry.chain, computed);
         self.version = e.version;
-        match (altered, verdict) {
-            (true, Ok(())) => Err(ALTERED.into()),
-            (true, Err(what)) => Err(format!("{ALTERED}; and {what}")),
-            (false, verdict) => verdict,
-        }
+        with_altered(altered, verdict)
     }
 
     /// Compares the stored record with the replayed end state and runs the
@@ -823,6 +819,16 @@ impl Replaying {
 /// Why a step's update could not be checked, as a finding.
 fn unchecked(why: Unchecked) -> String {
     format!("{why} (--allow-unchecked lists such steps instead of failing)")
+}
+
+/// An item's finding: `checked`'s, after [`ALTERED`] when its hash did
+/// not match.
+fn with_altered(altered: bool, checked: Result<(), String>) -> Result<(), String> {
+    match (altered, checked) {
+        (true, Ok(())) => Err(ALTERED.into()),
+        (true, Err(what)) => Err(format!("{ALTERED}; and {what}")),
+        (false, checked) => checked,
+    }
 }
 
 /// What a chain hash that does not match means.
