@@ -5,7 +5,8 @@
 //! rejoins as a standby), a planned switchover, the primary cut off from
 //! etcd and from its standbys while the replicas still reach it (split
 //! brain: it must stop committing), the primary killed while a replica is
-//! too, and every standby gone (commits wait: `synchronous_mode_strict`).
+//! too, and every standby gone (commits wait: `synchronous_mode_strict`;
+//! waits cancelled from outside release nothing either).
 //!
 //! After every phase the accounts are checked as on one database
 //! ([`check::accounts_agree`]), on whichever node is the primary by then:
@@ -26,6 +27,10 @@ const URL: &str = "postgres://pacpriv@pg-1,pg-2,pg-3/pacpriv\
                    ?hostaddr=10.241.40.21,10.241.40.22,10.241.40.23\
                    &target_session_attrs=read-write&connect_timeout=1";
 const PATRONICTL: [&str; 3] = ["patronictl", "-c", "/etc/patroni/patroni.yml"];
+/// Cancels every backend waiting for a synchronous standby (as pacpriv's
+/// role may its own); returns how many.
+const CANCEL_STANDBY_WAITS: &str =
+    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
 /// How long the cluster may take to have a primary and a synchronous
 /// standby again (Patroni's ttl is 10 s; a rejoin may rewind).
 const SETTLES_WITHIN: Duration = Duration::from_secs(90);
@@ -176,6 +181,17 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
             stop.extend(&standbys);
             run(&mut project.compose(&stop));
             let gone = unix_ms();
+            // Waits ended early — cancelled, as statement_timeout or an
+            // operator would — commit on the primary alone: neither their
+            // answers nor a retry's cached copy may leave (asserted below).
+            let mut cancelled = 0;
+            while t0.elapsed() < Duration::from_secs(20) {
+                let rows = project.sql(&primary, "pacpriv", CANCEL_STANDBY_WAITS);
+                cancelled += rows.first().and_then(|r| r.first()).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            assert!(cancelled > 0, "no COMMIT waited for a standby while none was up");
+            eprintln!("NoStandby: {cancelled} waits for a standby cancelled");
             at(20);
             let mut start = vec!["start"];
             start.extend(&standbys);

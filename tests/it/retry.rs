@@ -140,6 +140,84 @@ async fn a_commit_no_standby_confirms_is_withheld_then_retrieved_once() {
     assert_eq!(budget(&mut c, "alice-key").await.charged, 3, "one charge per query");
 }
 
+/// Issue 53 §1: PostgreSQL may end a synchronous COMMIT's wait early — a
+/// cancel, as `statement_timeout`, `pg_cancel_backend` or an operator
+/// does — and commit on the primary alone, saying so only with a WARNING;
+/// and a role's `synchronous_commit = local` would make it not wait at
+/// all. Neither the answer whose COMMIT's wait was cancelled nor its
+/// cached copy on a retry leaves before a standby has the step: both are
+/// withheld (the retry's own COMMIT waits, and is cancelled too), and
+/// once a standby confirms (here: the requirement lifted) the retry
+/// receives the answer, charged once.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_answer_leaves_before_a_standby_has_its_charge_even_when_the_wait_is_cancelled() {
+    let pg = Postgres::start();
+    let (admin, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    // What a role's default must not undo: pacpriv pins its own.
+    admin.batch_execute("ALTER ROLE CURRENT_USER SET synchronous_commit = 'local'").await.expect("ALTER ROLE");
+    let env = small_demo(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+        ("PACPRIV__STORE__POSTGRES_TIMEOUT_MS", "20000".to_owned()),
+        ("PACPRIV__PRIVACY__POLICY", "paper".to_owned()),
+    ]);
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("warm-up", &digit(0))).await.expect("answered");
+    require_standbys(&admin, &pg.url, "gone_standby").await;
+
+    let withheld = |e: &tonic::Status| {
+        let info = e.get_error_details().error_info().cloned().expect("ErrorInfo");
+        (e.code(), info.reason)
+    };
+    let unavailable = (Code::Unavailable, "STORE_UNAVAILABLE".to_owned());
+    // q1's COMMIT waits for the standby; its wait is cancelled.
+    let asked = tokio::spawn({
+        let mut c = c.clone();
+        async move { predict(&mut c, "alice-key", image("q1", &digit(1))).await }
+    });
+    assert!(cancel_standby_wait(&admin, &asked).await, "q1's COMMIT did not wait for the standby");
+    let first = asked.await.expect("joins").expect_err("committed on the primary alone: withheld");
+    assert_eq!(withheld(&first), unavailable, "{first:?}");
+    assert_eq!(budget(&mut c, "alice-key").await.charged, 2, "q1's charge is on the primary");
+
+    // The retry finds q1's answer cached: it waits for the standby too.
+    let asked = tokio::spawn({
+        let mut c = c.clone();
+        async move { predict(&mut c, "alice-key", image("q1", &digit(1))).await }
+    });
+    assert!(
+        cancel_standby_wait(&admin, &asked).await,
+        "the cached answer was released without waiting for the standby"
+    );
+    let retried = asked.await.expect("joins").expect_err("not confirmed: withheld");
+    assert_eq!(withheld(&retried), unavailable, "{retried:?}");
+
+    require_standbys(&admin, &pg.url, "").await;
+    let again = predict(&mut c, "alice-key", image("q1", &digit(1))).await.expect("answered once confirmed");
+    assert!(again.cached && again.mi_charged == 0.0, "the answer q1's charge paid for: {again:?}");
+    assert_eq!(budget(&mut c, "alice-key").await.charged, 2, "one charge for q1");
+}
+
+/// Cancels the backends waiting for a synchronous standby once `asked`
+/// has one waiting; false if `asked` finished first.
+async fn cancel_standby_wait<T>(admin: &tokio_postgres::Client, asked: &tokio::task::JoinHandle<T>) -> bool {
+    const CANCEL: &str =
+        "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
+    for _ in 0..400 {
+        if asked.is_finished() {
+            return false;
+        }
+        let cancelled: i64 = admin.query_one(CANCEL, &[]).await.expect("pg_cancel_backend").get(0);
+        if cancelled > 0 {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    false
+}
+
 /// Sets `synchronous_standby_names` to `names` and waits until new
 /// sessions see it (the server reloads on a signal).
 async fn require_standbys(admin: &tokio_postgres::Client, url: &str, names: &str) {

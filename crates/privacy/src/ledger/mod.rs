@@ -25,7 +25,7 @@
 //! - An answer is refused iff spent + charge > limit (computed rounding up);
 //!   the decision depends only on public quantities, never on the secret.
 
-use super::conservative::add_up;
+use super::conservative::{add_up, mul_up};
 use super::noise::MIN_PER_QUERY;
 use super::{Nats, PrivacyError};
 use std::fmt;
@@ -127,6 +127,31 @@ impl Ledger {
         let after = add_up(self.spent, charge)?;
         if after > self.limit {
             return Err(PrivacyError::BudgetExhausted { spent: self.spent, budget: self.limit, charge });
+        }
+        Ok(after)
+    }
+
+    /// Checks that `n` charges of b fit when recorded one after the other,
+    /// each sum rounded up as [`Ledger::record`] rounds it: returns the
+    /// spent total after them. This is the check before a request with `n`
+    /// charged rows draws anything: the same additions as the rows'
+    /// records, so a request it lets through never fails a row's record
+    /// for budget (a single rounded sum n·b can differ from them in the
+    /// last place). A free answer (charge 0) adds nothing, so it does not
+    /// count. `n` is a request's row count: the loop stops at the first
+    /// sum past the limit.
+    ///
+    /// # Errors
+    /// [`PrivacyError::BudgetExhausted`] (its `charge`: n·b, rounded up) if
+    /// they do not fit.
+    pub fn check_charges(&self, n: u64) -> Result<Nats, PrivacyError> {
+        let mut after = self.spent;
+        for _ in 0..n {
+            after = add_up(after, self.per_query)?;
+            if after > self.limit {
+                let charge = mul_up(n, self.per_query)?;
+                return Err(PrivacyError::BudgetExhausted { spent: self.spent, budget: self.limit, charge });
+            }
         }
         Ok(after)
     }

@@ -141,3 +141,54 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Issue 53 §6: the check before a request draws (`check_charges(n)`)
+    /// lets it through exactly when its n rows' records, one after the
+    /// other, all fit, and returns the spent total they leave — whatever
+    /// b, the spending before and the limit (b with a long mantissa, so
+    /// that the sums round).
+    #[test]
+    fn the_check_before_the_draw_is_the_rows_records(
+        b in prop_oneof![1e-9f64..0.5, (1i32..=40).prop_map(|e| 2f64.powi(-e))],
+        before in 0u64..200,
+        rows in 0u64..64,
+        limit_in_b in 0.0f64..300.0,
+    ) {
+        let mut l = Ledger::new(n(b), n(limit_in_b * b), Policy::Paper).expect("valid");
+        for _ in 0..before {
+            let _ = l.record(n(b));
+        }
+        let checked = l.check_charges(rows);
+        let mut recorded = l.clone();
+        let all_fit = (0..rows).all(|_| recorded.record(n(b)).is_ok());
+        prop_assert_eq!(checked.is_ok(), all_fit);
+        if let Ok(after) = checked {
+            prop_assert_eq!(after, recorded.spent());
+        }
+    }
+}
+
+/// The edge a single rounded sum misses: with b = 0.1 (every sum
+/// rounds), k rows' records one after the other reach a total that k·0.1
+/// rounded once is not, for many k. Against a limit at the records'
+/// total the check lets k rows through, one step below it refuses them;
+/// the single sum would have decided one of the two wrongly.
+#[test]
+fn the_check_before_the_draw_rounds_as_the_records_do() -> Result<(), PrivacyError> {
+    let b = n(0.1);
+    let mut records = Nats::ZERO;
+    let mut disagreements = 0;
+    for k in 1..200u64 {
+        records = add_up(records, b)?;
+        let at = Ledger::new(b, records, Policy::Paper)?;
+        assert_eq!(at.check_charges(k)?, records, "{k} rows against their records' total");
+        let below = Ledger::new(b, n(records.get().next_down()), Policy::Paper)?;
+        assert!(matches!(below.check_charges(k), Err(PrivacyError::BudgetExhausted { .. })), "{k} rows, below");
+        if add_up(Nats::ZERO, n(k as f64 * 0.1))? != records {
+            disagreements += 1;
+        }
+    }
+    assert!(disagreements > 10, "b = 0.1 should show the edge: {disagreements} disagreements");
+    Ok(())
+}

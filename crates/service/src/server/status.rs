@@ -193,7 +193,9 @@ impl From<ServiceError> for Status {
                 plain(Code::FailedPrecondition, NOISY_NOT_KEPT, &e)
             }
             ServiceError::Session(e @ SessionError::CacheMoved) => plain(Code::Unavailable, CACHE_MOVED, &e),
-            ServiceError::Session(e @ SessionError::RowFailed { .. }) => plain(Code::Internal, INTERNAL, &e),
+            ServiceError::Session(e @ SessionError::RowFailed { .. }) => {
+                with_reason(Code::Internal, e.to_string(), INTERNAL, true, &[])
+            }
             ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => plain(Code::NotFound, NOT_FOUND, &e),
             ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => {
                 plain(Code::InvalidArgument, INVALID_INPUT, &e)

@@ -70,13 +70,20 @@ pub enum SessionError {
     #[error("the session's answer cache changed while this query was in flight; nothing was charged, retry it")]
     CacheMoved,
     /// A row of a multi-row request failed after earlier rows had drawn
-    /// their noise: the request is refused whole and rolled back, and the
+    /// their noise: no answer is released, the rows that drew stay charged
+    /// with their answers kept (a retry receives them free), and the
     /// cause is not shown (it was computed on a posterior those draws had
     /// moved; the log names its kind).
-    #[error("row {row} of this request could not be answered, so none was: nothing was charged or released")]
+    #[error(
+        "row {row} of this request could not be answered, so no answer was released; the {drew} row(s) before it \
+         that drew noise were charged and their answers kept — retry the same query (same rows and options) to \
+         receive them without a second charge"
+    )]
     RowFailed {
         /// The row, from 0.
         row: usize,
+        /// How many earlier rows drew (and were charged).
+        drew: u64,
     },
     /// No principal of that name.
     #[error("no principal named {0:?}")]

@@ -17,7 +17,6 @@ use super::step::step_all;
 use crate::store::Change;
 use crate::store::record::EventKind;
 use crate::store::{CacheProbe, Ticket};
-use pacpriv_privacy::Nats;
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use std::sync::Arc;
 
@@ -112,37 +111,42 @@ impl Handle {
                     .collect();
                 let new: std::collections::HashSet<_> =
                     keys.iter().zip(&found).filter(|(_, p)| **p == Preflight::Ask).map(|(k, _)| k.digest).collect();
-                if !new.is_empty() {
-                    let ledger = &v.state.ledger;
-                    let need = Nats::new(ledger.charge_for(true).get() * new.len() as f64)
-                        .map_err(|e| (Nats::ZERO, e.into()))?;
-                    ledger.check(need).map_err(|e| (need, e.into()))?;
+                // The cheapest the new rows can cost: b each, or nothing
+                // (free unanimous answers) under `contested`.
+                let ledger = &v.state.ledger;
+                let charged = if ledger.charge_for(true).get() > 0.0 { new.len() as u64 } else { 0 };
+                if charged > 0 {
+                    ledger.check_charges(charged).map_err(|e| (charged, e.into()))?;
                 }
-                Ok::<_, (Nats, SessionError)>(found)
+                Ok::<_, (u64, SessionError)>(found)
             })
             .await?;
         match found {
             Ok(found) => Ok(found),
-            Err((need, refused @ SessionError::Exhausted { .. })) if self.session.context().params.journal => {
-                Err(self.journal_exhausted(query_id, need, refused).await)
+            Err((charged, refused @ SessionError::Exhausted { .. })) if self.session.context().params.journal => {
+                Err(self.journal_exhausted(query_id, charged, refused).await)
             }
             Err((_, refused)) => Err(refused),
         }
     }
 
     /// Journals the preflight's refusal of request `query_id`, which
-    /// needed `need`, and returns it (or the store's error). Re-checked
-    /// under the session's lock: the event records the ledger it was
-    /// refused on (a limit raised meanwhile leaves the refusal
-    /// unjournaled — it no longer holds).
-    pub(super) async fn journal_exhausted(&self, query_id: &str, need: Nats, refused: SessionError) -> SessionError {
+    /// needed `charged` charges of b, and returns it (or the store's
+    /// error). Re-checked under the session's lock: the event records the
+    /// ledger it was refused on (a limit raised meanwhile leaves the
+    /// refusal unjournaled — it no longer holds).
+    pub(super) async fn journal_exhausted(&self, query_id: &str, charged: u64, refused: SessionError) -> SessionError {
         let query_id = query_id.to_owned();
+        let need = match &refused {
+            SessionError::Exhausted { charge, .. } => *charge,
+            _ => 0.0,
+        };
         let journaled = self
             .session
             .step(false, Vec::new(), move |v| {
                 let mut change = Change::default();
-                if v.state.ledger.check(need).is_err() {
-                    change.events.push(v.event(EventKind::Exhausted, &query_id, v.terms(None), need.get()));
+                if v.state.ledger.check_charges(charged).is_err() {
+                    change.events.push(v.event(EventKind::Exhausted, &query_id, v.terms(None), need));
                 }
                 Ok(((), change))
             })

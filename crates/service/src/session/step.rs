@@ -6,10 +6,18 @@
 //!
 //! # Invariants
 //! - Before any noise is drawn, the budget covers every row that will be
-//!   charged ([`cost`]); every refusal that does not depend on the draw is
-//!   found there.
-//! - A refusal of any row leaves the state as it was; with the journal on,
-//!   it is journaled as an event.
+//!   charged ([`charged_rows`]), checked with the very additions the rows'
+//!   records make ([`Ledger::check_charges`]); every refusal that does not
+//!   depend on the draw is found there.
+//! - A refusal before any row drew leaves the state as it was; with the
+//!   journal on, it is journaled as an event.
+//! - A row that fails after earlier rows drew (not expected: an internal
+//!   failure) refuses the request, but the rows that drew stay stepped and
+//!   charged, their answers kept for a retry and withheld now
+//!   (`docs/assurance/accounting.md` §1.8: why charging them covers the
+//!   failure, which depended on their draws).
+//!
+//! [`Ledger::check_charges`]: pacpriv_privacy::ledger::Ledger::check_charges
 
 use super::cache::{Cached, Lookup, OnEvicted, Owner, QueryDigest};
 use super::error::SessionError;
@@ -21,7 +29,7 @@ use crate::store::{Change, Release};
 use crate::store::{JournalEntry, JournalEvent};
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{self, TeacherOutputs};
-use pacpriv_privacy::{Nats, PrivacyError};
+use pacpriv_privacy::{PrivacyError, confidence};
 use std::collections::HashMap;
 
 /// What one answered row leaves in the journal (when it is on).
@@ -41,6 +49,8 @@ pub(super) fn step(
     outputs: Option<&TeacherOutputs>,
     asking: &Asking,
 ) -> Result<(Reply, Row), SessionError> {
+    #[cfg(test)]
+    fault::check()?;
     if let Some(key) = &asking.key {
         match v.cache.lookup(key) {
             Lookup::Hit(c) => {
@@ -103,7 +113,7 @@ pub(super) fn step_all(
     rows: &[(Option<TeacherOutputs>, Asking)],
 ) -> Result<(Outcome, Change), SessionError> {
     let (row, error) = match answer_all(params, v, rows) {
-        Ok((done, change)) => return Ok((Ok(done), change)),
+        Ok(done) => return Ok(done),
         Err(refused) => refused,
     };
     let kind = match &error {
@@ -130,18 +140,22 @@ pub(super) fn step_all(
 /// Answers `rows` in order, all or none: each as [`step`] would, on a copy
 /// of the state that replaces `v` only once every row is answered. Before
 /// any noise is drawn, the budget must cover every row that will be
-/// charged (what [`cost`] counts); a refusal of any row leaves `v` as it
-/// was. Returns the replies, the account after them, and what changed;
-/// or the refusal and the row it concerns (`None`: the whole request).
+/// charged (what [`charged_rows`] counts); a refusal of any row before one
+/// drew leaves `v` as it was. Returns the replies and the account after
+/// them, with what changed; a row that fails after earlier rows drew
+/// refuses the request ([`SessionError::RowFailed`]) with those rows'
+/// steps kept, as what changed (see the module's invariants); any other
+/// refusal, with the row it concerns (`None`: the whole request), as the
+/// error.
 pub(super) fn answer_all(
     params: &SessionParams,
     v: &mut Versioned,
     rows: &[(Option<TeacherOutputs>, Asking)],
-) -> Result<(Answered, Change), Refused> {
-    let need = cost(params, v, rows)?;
+) -> Result<(Outcome, Change), Refused> {
+    let charged = charged_rows(params, v, rows)?;
     // Cached answers are free even past the limit (a cut budget).
-    if need.get() > 0.0 {
-        v.state.ledger.check(need).map_err(|e| (None, e.into()))?;
+    if charged > 0 {
+        v.state.ledger.check_charges(charged).map_err(|e| (None, e.into()))?;
     }
     // One row needs no undo: a refused step changes nothing. Several keep
     // what the cache needs to take back rather than copy it whole.
@@ -154,21 +168,23 @@ pub(super) fn answer_all(
     for (i, (outputs, asking)) in rows.iter().enumerate() {
         let (reply, row) = match step(params, v, outputs.as_ref(), asking) {
             Ok(done) => done,
+            Err(e) if change.steps > 0 => {
+                // Every refusal that does not depend on the draw was found
+                // by `charged_rows`; this one may depend on the posterior
+                // earlier rows' draws moved. Those rows stay stepped and
+                // charged (their charge covers what this failure says
+                // about their draws), their answers kept and withheld; the
+                // error carries nothing computed from them.
+                tracing::error!(row = i, kind = e.kind(), "a row failed after earlier rows drew; request refused");
+                v.cache.release();
+                let drew = change.steps;
+                change.release = Release::Durable;
+                return Ok((Err(SessionError::RowFailed { row: i, drew }), change));
+            }
             Err(e) => {
                 if let Some((state, version, head, events, at)) = saved {
                     (v.state, v.version, v.head, v.events) = (state, version, head, events);
                     v.cache.rollback(at);
-                }
-                // Every refusal that does not depend on the draw was found
-                // by `cost`; what fails after earlier rows drew says nothing
-                // that was computed from them.
-                if change.steps > 0 {
-                    tracing::error!(
-                        row = i,
-                        kind = e.kind(),
-                        "a row failed after earlier rows drew; request refused whole"
-                    );
-                    return Err((Some(i), SessionError::RowFailed { row: i }));
                 }
                 return Err((Some(i), e));
             }
@@ -184,13 +200,13 @@ pub(super) fn answer_all(
         }
     }
     v.cache.release();
-    Ok(((replies, v.view()), change))
+    Ok((Ok((replies, v.view())), change))
 }
 
-/// What answering `rows` on `v` will charge: the charge for its teachers'
-/// agreement of every row that is not answered from the cache (neither
-/// cached before nor a repeat of an earlier row of `rows`, when the cache
-/// is on).
+/// How many rows answering `rows` on `v` will charge (b each): those
+/// whose teachers disagree, or every one under `paper`, that are not
+/// answered from the cache (neither cached before nor a repeat of an
+/// earlier row of `rows`, when the cache is on).
 ///
 /// Every refusal that does not depend on the draw is found here, before
 /// anything is drawn or any posterior moves (issue 40 §4): a repeat of an
@@ -198,18 +214,18 @@ pub(super) fn answer_all(
 /// evict; a repeat asking for a noisy vector that was not kept; a row whose
 /// cached answer vanished since the preflight (no outputs were fetched for
 /// it); outputs that do not fit; a contested row under `unanimous_only`.
-pub(super) fn cost(
+pub(super) fn charged_rows(
     params: &SessionParams,
     v: &Versioned,
     rows: &[(Option<TeacherOutputs>, Asking)],
-) -> Result<Nats, Refused> {
+) -> Result<u64, Refused> {
     let ledger = &v.state.ledger;
     let capacity = params.cache.capacity as u64;
     // Per owner, the inserts this request's rows make before the current
     // row; per digest, the number an earlier row's answer will get.
     let mut inserts: HashMap<Owner, u64> = HashMap::new();
     let mut fresh: HashMap<QueryDigest, u64> = HashMap::new();
-    let mut need = 0.0;
+    let mut charged = 0;
     for (i, (outputs, asking)) in rows.iter().enumerate() {
         let refuse = |e: SessionError| Err((Some(i), e));
         if let Some(key) = &asking.key {
@@ -244,13 +260,58 @@ pub(super) fn cost(
         }
         // The preflight saw an answer that is gone now: no teacher was asked.
         let Some(o) = outputs else { return refuse(SessionError::CacheMoved) };
+        // What the mechanism checks before it draws, checked here for
+        // every row before the first draws.
+        let teachers = v.state.posterior.len();
+        if o.len() != teachers {
+            return refuse(PrivacyError::TeacherCount { posterior: teachers, teachers: o.len() }.into());
+        }
         o.validate().map_err(|e| (Some(i), e.into()))?;
+        if let Some(alpha) = asking.alpha {
+            confidence::threshold(alpha).map_err(|e| (Some(i), e.into()))?;
+        }
         // Unanimity as the mechanism judges it: on the release grid.
         let unanimous = o.on_grid().unanimous();
         if !unanimous && ledger.policy() == Policy::UnanimousOnly {
             return refuse(PrivacyError::Contested.into());
         }
-        need += ledger.charge_for(unanimous).get();
+        if ledger.charge_for(unanimous).get() > 0.0 {
+            charged += 1;
+        }
     }
-    Nats::new(need).map_err(|e| (None, e.into()))
+    Ok(charged)
+}
+
+/// A failure injected into one step, standing for the internal failures
+/// (LAPACK, the certificate) that no input is known to cause.
+#[cfg(test)]
+pub(super) mod fault {
+    use super::SessionError;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// How many more steps succeed on this thread before one fails.
+        static STEPS_LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    /// Makes the step of row `row` of this thread's next request fail
+    /// (changing nothing, as a refused step does).
+    pub(in crate::session) fn fail_row(row: usize) {
+        STEPS_LEFT.with(|left| left.set(Some(row)));
+    }
+
+    /// Called by every step first.
+    pub(super) fn check() -> Result<(), SessionError> {
+        STEPS_LEFT.with(|left| match left.get() {
+            Some(0) => {
+                left.set(None);
+                Err(SessionError::Poisoned)
+            }
+            Some(n) => {
+                left.set(Some(n - 1));
+                Ok(())
+            }
+            None => Ok(()),
+        })
+    }
 }

@@ -1,4 +1,4 @@
-use super::step::{Answered, cost};
+use super::step::{Answered, charged_rows};
 use super::*;
 use crate::store::{EmbeddedStore, Origin, Release, Store, StoreError};
 use cache::{CacheKey, CacheSettings, OnEvicted, QueryDigest};
@@ -619,7 +619,8 @@ async fn a_budget_cut_below_the_spending_still_repeats_cached_answers() -> TestR
 
 /// Issue 40 §4: every refusal that does not depend on the draw — a noisy
 /// vector that was not kept, an answer gone since the preflight, an answer
-/// the request's own earlier rows evict — is found by the request's cost,
+/// the request's own earlier rows evict, the wrong number of teachers, an
+/// α outside (0, 1) — is found by the request's cost,
 /// before its first row draws (so neither the refusal's timing nor its
 /// text can follow from secret-centred draws), and the request changes
 /// nothing.
@@ -634,8 +635,15 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
     // A new contested row first: it would draw if it were stepped.
     let fresh = || (Some(split()), keyed(7.0, false, None));
     type Case = (Vec<(Option<TeacherOutputs>, Asking)>, fn(&SessionError) -> bool);
-    let cases: [Case; 3] = [
+    let five = || TeacherOutputs::Labels { labels: vec![0, 1, 1, 0, 2], classes: 3 };
+    let cases: [Case; 5] = [
         (vec![fresh(), (None, keyed(2.0, true, None))], |e| matches!(e, SessionError::NoisyNotKept)),
+        (vec![fresh(), (Some(five()), keyed(5.0, false, None))], |e| {
+            matches!(e, SessionError::Privacy(PrivacyError::TeacherCount { .. }))
+        }),
+        (vec![fresh(), (Some(split()), keyed(6.0, false, Some(1.5)))], |e| {
+            matches!(e, SessionError::Privacy(PrivacyError::Domain(_)))
+        }),
         (vec![fresh(), (None, keyed(9.0, false, None))], |e| matches!(e, SessionError::CacheMoved)),
         // Row 0's answer evicts 1.0, the oldest: row 1 repeats it.
         (vec![fresh(), (None, keyed(1.0, false, None))], |e| matches!(e, SessionError::EvictedRepeat)),
@@ -643,7 +651,7 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
     let p = params(Policy::Contested)?;
     for (rows, expected) in cases {
         let before = (alice.budget().await?, posterior_of(&alice).await?);
-        let found = alice.session.read(&[], |v| cost(&p, v, &rows).map(|_| ())).await?;
+        let found = alice.session.read(&[], |v| charged_rows(&p, v, &rows).map(|_| ())).await?;
         assert!(matches!(&found, Err((Some(1), e)) if expected(e)), "{found:?}");
         let refused = alice.begin(rows).await.err().ok_or("refused")?;
         assert!(expected(&refused), "{refused:?}");
@@ -654,14 +662,14 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
     let mut charge = params(Policy::Contested)?;
     charge.cache.on_evicted = OnEvicted::Charge;
     let rows = vec![fresh(), (Some(split()), keyed(1.0, false, None))];
-    let need = alice.session.read(&[], |v| cost(&charge, v, &rows).map_err(|(_, e)| e)).await??;
-    assert_eq!(need.get(), 0.25);
+    let charged = alice.session.read(&[], |v| charged_rows(&charge, v, &rows).map_err(|(_, e)| e)).await??;
+    assert_eq!(charged, 2);
     // Unanimity is judged as the mechanism judges it, on the release grid:
     // vectors 10⁻¹² apart are one release, free under contested.
     let close = ndarray::Array2::from_shape_fn((4, 3), |(i, j)| j as f64 + i as f64 * 1e-12);
     let rows = vec![(Some(TeacherOutputs::Vectors(close)), keyed(8.0, false, None))];
-    let need = alice.session.read(&[], |v| cost(&p, v, &rows).map_err(|(_, e)| e)).await??;
-    assert_eq!(need.get(), 0.0);
+    let charged = alice.session.read(&[], |v| charged_rows(&p, v, &rows).map_err(|(_, e)| e)).await??;
+    assert_eq!(charged, 0);
     Ok(())
 }
 
@@ -693,5 +701,32 @@ fn a_step_on_a_bare_state_is_all_or_nothing() -> TestResult {
     assert_eq!((replies.len(), replies[0].label, replies[0].unanimous), (1, 1, true));
     assert_eq!((v.version, view.spent, view.answered), (1, 0.0, 1), "unanimous: answered, free");
     assert_eq!((change.steps, change.journal.len(), change.events.len()), (1, 1, 0));
+    Ok(())
+}
+
+/// Issue 53 §6: a row that fails after an earlier row drew (an internal
+/// failure, injected here) refuses the request without releasing
+/// anything, but the row that drew stays stepped, charged and journaled,
+/// its answer kept: the retry receives it from the cache, free, and steps
+/// the failed row. Whether the request is refused never turns on draws
+/// left uncharged.
+#[test]
+fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
+    use crate::store::CacheRows;
+    use crate::store::cell::State;
+    let terms = Terms { params: params(Policy::Paper)?, limit: Nats::new(1.0)? };
+    let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
+    let rows = vec![(Some(split()), keyed(1.0, false, None)), (Some(split()), keyed(2.0, false, None))];
+
+    step::fault::fail_row(1);
+    let (outcome, change) = step::step_all(&terms.params, &mut v, &rows)?;
+    assert!(matches!(outcome, Err(SessionError::RowFailed { row: 1, drew: 1 })), "{outcome:?}");
+    assert_eq!((v.version, v.state.ledger.charged(), v.state.ledger.spent().get()), (1, 1, 0.125));
+    assert_eq!((change.steps, change.journal.len(), change.release), (1, 1, Release::Durable));
+
+    let (outcome, change) = step::step_all(&terms.params, &mut v, &rows)?;
+    let (replies, view) = outcome?;
+    assert!(replies[0].cached && replies[0].charge == Nats::ZERO && !replies[1].cached, "{replies:?}");
+    assert_eq!((v.version, view.charged, view.answered, change.steps), (2, 2, 2, 1));
     Ok(())
 }

@@ -21,7 +21,9 @@
 //!   that produced the answer may still be committing, or its commit may
 //!   have failed); for a free answer, nothing. In the database
 //!   every step is durable when it returns: a cached answer was read from
-//!   committed state under the row lock.
+//!   committed state under the row lock, and unless it is free its
+//!   transaction commits too, which waits for the synchronous standby to
+//!   have everything committed before (`postgres::step`).
 //! - A step's closure runs once, on state no other step of the session
 //!   sees half-applied.
 //! - Every record handed to the store carries the cache writes made since
@@ -245,7 +247,9 @@ impl<S: State> Cell<S> {
                     let mut state = S::resume(&cell.context, &cell.key, record.as_ref(), cache)?;
                     let (value, change) = apply(&mut state)?;
                     let (record, change) = durable_form(&mut state, change);
-                    let write = (!change.is_none()).then_some((record, change));
+                    // An answer that waits for charges has them confirmed
+                    // (replicated) even when there is nothing to write.
+                    let write = (!change.is_none() || change.release > Release::Free).then_some((record, change));
                     Ok::<_, S::Error>((write, value))
                 };
                 let value = store

@@ -575,7 +575,13 @@ impl Replaying {
                 let policy: Policy = s.policy.parse().map_err(|e: PrivacyError| e.to_string())?;
                 let ledger = Ledger::restore(nats(s.per_query)?, nats(s.limit)?, policy, spent, answered, charged)
                     .map_err(|e| e.to_string())?;
-                if e.need <= 0.0 || ledger.check(nats(e.need)?).is_ok() {
+                // The service checks n charges of b as the rows' records
+                // add them (`Ledger::check_charges`, n = need/b); journals
+                // written before issue 53 checked need as one sum. Either
+                // refusing is a refusal that held.
+                let rows = (e.need / s.per_query).round();
+                let refused_by_records = rows >= 1.0 && ledger.check_charges(rows as u64).is_err();
+                if e.need <= 0.0 || (ledger.check(nats(e.need)?).is_ok() && !refused_by_records) {
                     return Err(format!(
                         "a budget refusal, although {:e} nats more fit the limit {:e} after {:e} spent",
                         e.need, s.limit, e.spent

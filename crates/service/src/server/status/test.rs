@@ -60,7 +60,7 @@ fn every_error_status_names_its_reason_and_whether_it_was_charged() {
         (SessionError::EvictedRepeat.into(), Code::FailedPrecondition, reason::EVICTED_REPEAT, "false"),
         (SessionError::NoisyNotKept.into(), Code::FailedPrecondition, reason::NOISY_NOT_KEPT, "false"),
         (SessionError::Poisoned.into(), Code::Internal, reason::INTERNAL, "false"),
-        (SessionError::RowFailed { row: 3 }.into(), Code::Internal, reason::INTERNAL, "false"),
+        (SessionError::RowFailed { row: 3, drew: 2 }.into(), Code::Internal, reason::INTERNAL, "true"),
         (
             SessionError::from(PrivacyError::Domain("α".into())).into(),
             Code::InvalidArgument,

@@ -3,7 +3,10 @@
 //! row (`SELECT … FOR UPDATE`), computes from the state it read, and writes
 //! the next version back with an optimistic check (`WHERE version = v`), so
 //! two replicas can never both apply a step to the same version. The answer
-//! is released after COMMIT returns (synchronous commit: durable).
+//! is released after COMMIT returns, and a COMMIT returns only once the
+//! synchronous standbys have the step (`connect`: `synchronous_commit` is
+//! pinned, and a cancelled wait counts as unconfirmed). A cached answer of
+//! a charged step is confirmed the same way before it is released again.
 //!
 //! Plain SQL only (no extensions, no advisory locks), so PostgreSQL-wire
 //! compatible distributed engines (CockroachDB, YugabyteDB) work unchanged.
@@ -36,10 +39,12 @@ use super::principal::{Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order};
 use crate::metrics::StoreMetrics;
+use connect::{Connector, pinned, session_options};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
+mod connect;
 mod schema;
 mod step;
 
@@ -102,19 +107,23 @@ impl PgStore {
         let url = tls.url_for(url).map_err(backend)?;
         let mut config: tokio_postgres::Config =
             url.parse().map_err(|e| backend(format!("store.postgres_url: {e}")))?;
-        bound_waits(&mut config, link.timeout);
+        session_options(&mut config, link.timeout);
         let hosts: Vec<String> = config.get_hosts().iter().map(|h| format!("{h:?}")).collect();
         let location = format!("postgres {}/{}", hosts.join(","), config.get_dbname().unwrap_or(""));
         let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match tls.client_config()? {
             None => {
                 config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                Manager::from_config(config, NoTls, recycling)
+                Manager::from_connect(config, Connector(NoTls), recycling)
             }
             Some(client) => {
                 // Encrypted or nothing: never a silent plaintext fallback.
                 config.ssl_mode(tokio_postgres::config::SslMode::Require);
-                Manager::from_config(config, tokio_postgres_rustls::MakeRustlsConnect::new(client), recycling)
+                Manager::from_connect(
+                    config,
+                    Connector(tokio_postgres_rustls::MakeRustlsConnect::new(client)),
+                    recycling,
+                )
             }
         };
         let pool = Pool::builder(manager)
@@ -122,6 +131,7 @@ impl PgStore {
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(link.timeout))
             .create_timeout(Some(link.timeout))
+            .post_create(pinned())
             .build()
             .map_err(backend)?;
         let mut client = pool.get().await.map_err(|e| {
@@ -132,6 +142,7 @@ impl PgStore {
             backend(format!("connecting to {location}{hint}: {}", error_chain(&e)))
         })?;
         migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
+        warn_without_standby(&client, &location, hosts.len()).await?;
         Ok(PgStore { pool, location, timeout: link.timeout, metrics: StoreMetrics::default() })
     }
 
@@ -343,7 +354,10 @@ impl PgStore {
     /// hands the current record (`None`: fresh session) and the cache rows
     /// of `probes` to `apply`, writes back the record `apply` returns, if
     /// any, with what changed (its version must be `steps` more; the
-    /// journal entries, events and cache writes), and commits. Only a
+    /// journal entries, events and cache writes), and commits; a record
+    /// whose change is empty is not written, but the transaction still
+    /// commits, which confirms that everything before it reached the
+    /// synchronous standby (`step::step_on`). Only a
     /// committed step's result is returned; if `apply` fails, nothing is
     /// written. The row is locked by the first statement (it is created
     /// only for a fresh session) and the probes are read by the next (so
@@ -388,26 +402,27 @@ impl PgStore {
     }
 }
 
-/// Bounds every wait on the server by `timeout` (module documentation).
-/// The session option is appended to any the URL gives.
-fn bound_waits(config: &mut tokio_postgres::Config, timeout: Duration) {
-    let ms = timeout.as_millis();
-    let options = match config.get_options() {
-        Some(given) if !given.trim().is_empty() => format!("{given} -c idle_in_transaction_session_timeout={ms}"),
-        _ => format!("-c idle_in_transaction_session_timeout={ms}"),
-    };
-    // A URL's own connect_timeout stands: with several hosts it bounds
-    // each, and the pool's create timeout (`timeout`) bounds them all.
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(timeout);
+/// Says at start-up when the server has no synchronous standby: a COMMIT
+/// then returns once this one node has the step, and a failover to an
+/// asynchronous standby can lose the charges of answers already released
+/// (docs/operations/configuration.md, `store.postgres_url`). A warning for a
+/// URL naming several hosts, which promises failover; a note for one.
+async fn warn_without_standby(client: &tokio_postgres::Client, location: &str, hosts: usize) -> Result<(), StoreError> {
+    let row = client.query_one("SHOW synchronous_standby_names", &[]).await.map_err(backend)?;
+    let names: String = row.get(0);
+    if names.trim().is_empty() {
+        let says = "has no synchronous standby (synchronous_standby_names is empty): a charge is acknowledged once \
+                    this node has it, and is lost with it";
+        if hosts > 1 {
+            tracing::warn!(
+                "store: {location} {says}; a failover to a standby may lose charges of answers already \
+                            released. Run PostgreSQL with a synchronous standby (Patroni: synchronous_mode_strict)"
+            );
+        } else {
+            tracing::info!("store: {location} {says}");
+        }
     }
-    config
-        .options(options)
-        .tcp_user_timeout(timeout)
-        .keepalives(true)
-        .keepalives_idle(timeout)
-        .keepalives_interval((timeout / 4).max(Duration::from_secs(1)))
-        .keepalives_retries(3);
+    Ok(())
 }
 
 /// `e` and its sources, so a TLS failure says which check failed.

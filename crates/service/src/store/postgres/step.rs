@@ -68,11 +68,22 @@ where
         cache_rows(session, probes, row.get(0), row.get(1))?
     };
     let (write, result) = apply(current, cache).await.map_err(Failed::Apply)?;
-    let Some((next, Change { steps, journal, events, cache, .. })) = write else {
-        // Nothing to write (a cached answer read under the lock):
-        // committed state, released as it is.
+    let Some((next, change)) = write else {
+        // Nothing to write or confirm: no answer of this step was paid for.
         return Ok(result);
     };
+    if change.is_none() {
+        // A cached answer whose step was charged: that step's COMMIT may
+        // have been reported unconfirmed and then have landed on this node
+        // alone (its wait for the standby cancelled). This COMMIT confirms
+        // it: the row lock taken above is WAL-logged and gave this
+        // transaction an id, so COMMIT waits until the synchronous standby
+        // has flushed the WAL up to here — past that step's commit.
+        *committing = true;
+        tx.commit().await.map_err(|e| StoreError::Unconfirmed(e.to_string()))?;
+        return Ok(result);
+    }
+    let Change { steps, journal, events, cache, .. } = change;
     let next_version = i64::try_from(next.version).map_err(backend)?;
     if i64::try_from(steps).ok().and_then(|s| version.checked_add(s)) != Some(next_version) {
         return Err(backend(format!("step on {session:?} produced version {next_version} after {version}")).into());
