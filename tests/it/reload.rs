@@ -207,3 +207,51 @@ async fn a_reload_reaches_open_streams_on_postgres() {
     ])
     .await;
 }
+
+/// Issue 53 §5: a reload is one transaction in the store. When the store
+/// fails midway — here a PostgreSQL trigger refuses the revocation of the
+/// principal the new configuration drops, after the one it adds was
+/// provisioned — nothing of it is applied: the added principal does not
+/// answer, the dropped one still does, and the reload counts as rejected.
+/// Once the store takes it, the same reload applies whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_the_store_fails_midway_applies_nothing() {
+    let pg = crate::util::Postgres::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let certs = dir.path().join("certs");
+    std::fs::create_dir_all(&certs).expect("dir");
+    let (ca, _) = certificates(&certs, "unused");
+    let file = dir.path().join("pacpriv.toml");
+    std::fs::write(&file, config(&certs, &[("alice", "ka", 1.0), ("bob", "kb", 1.0)], 0)).expect("config");
+    let env = [
+        ("PACPRIV__DEMO__MODELS", "16".to_owned()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+    ];
+    let server = Process::serve(Some(&file), &env);
+    let metrics = server.listener("metrics");
+    let mut c = PrivatizerClient::new(connect(&server.addr, &ca).await.expect("TLS"));
+    assert_eq!(ask(&mut c, "kb", 1).await, Ok(B));
+
+    let (admin, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    admin
+        .batch_execute(
+            "CREATE FUNCTION refuse_revocation() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'revocations refused for this test'; END $$; \
+             CREATE TRIGGER refuse_revocation BEFORE UPDATE OF revoked_unix ON pacpriv_principals \
+             FOR EACH ROW WHEN (NEW.revoked_unix IS NOT NULL) EXECUTE FUNCTION refuse_revocation();",
+        )
+        .await
+        .expect("trigger");
+    std::fs::write(&file, config(&certs, &[("alice", "ka", 1.0), ("carol", "kc", 1.0)], 0)).expect("config");
+    reload(&server, &metrics, "rejected", 1.0).await;
+    assert_eq!(ask(&mut c, "kc", 2).await, Err(Code::Unauthenticated), "carol was not provisioned");
+    assert_eq!(ask(&mut c, "kb", 3).await, Ok(B), "bob was not revoked");
+
+    admin.batch_execute("DROP TRIGGER refuse_revocation ON pacpriv_principals").await.expect("drop trigger");
+    reload(&server, &metrics, "applied", 1.0).await;
+    assert_eq!(ask(&mut c, "kc", 4).await, Ok(B), "carol answers");
+    assert_eq!(ask(&mut c, "kb", 5).await, Err(Code::Unauthenticated), "bob is revoked");
+}

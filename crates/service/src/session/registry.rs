@@ -22,7 +22,7 @@ use super::handle::{self, Handle};
 use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
 use crate::store::cell::Cell;
 use crate::store::principal::now_unix;
-use crate::store::{Origin, PrincipalRecord, Store};
+use crate::store::{Configured, Origin, PrincipalRecord, Store};
 use pacpriv_privacy::Nats;
 use rand::TryRng;
 use rand::rngs::SysRng;
@@ -115,13 +115,14 @@ impl Sessions {
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
         // One transaction for all of them: a configuration with many
         // principals starts in one fsync, and a conflict stores none.
-        for stored in store.provision_all(&records).await.map_err(SessionError::Registry)? {
+        let applied = store.configure(&records, now).await.map_err(SessionError::Registry)?;
+        for stored in &applied.stored {
             if !stored.active() {
                 tracing::warn!(principal = %stored.name, "configured principal was revoked through the admin API; it stays revoked");
             }
         }
+        log_revoked(&applied.revoked);
         let mut sessions = Sessions { scope, params, store: store.clone(), shared: None, local: None };
-        sessions.revoke_unconfigured(configured).await?;
         if scope == Scope::Global {
             sessions.shared = Some(sessions.open(GLOBAL_SESSION, global_budget)?);
         }
@@ -143,13 +144,22 @@ impl Sessions {
     /// admin API are left as they are. Returns the names revoked.
     ///
     /// # Errors
-    /// As [`Sessions::new`]; on a provisioning conflict nothing changed.
+    /// As [`Sessions::new`]; on any error — a provisioning conflict, the
+    /// store failing midway — nothing changed (one transaction).
     pub async fn reconfigure(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
         let now = now_unix();
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
-        let stored = self.store.provision_all(&records).await.map_err(SessionError::Registry)?;
+        let Configured { stored, revoked } =
+            self.store.configure(&records, now).await.map_err(SessionError::Registry)?;
+        log_revoked(&revoked);
         if let Some(local) = &self.local {
             let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
+            for record in &revoked {
+                local.by_key.remove(&record.key_sha256);
+                if let Some(entry) = local.principals.get_mut(&record.name) {
+                    entry.0 = record.clone();
+                }
+            }
             for record in stored {
                 let Some((old, session)) = local.principals.get(&record.name).cloned() else {
                     self.insert_local(&mut local, record)?;
@@ -169,22 +179,7 @@ impl Sessions {
                 local.principals.insert(record.name.clone(), (record, session));
             }
         }
-        self.revoke_unconfigured(configured).await
-    }
-
-    /// Revokes every active configured principal `configured` no longer
-    /// lists; returns their names.
-    async fn revoke_unconfigured(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
-        let listed: std::collections::HashSet<&str> = configured.iter().map(|p| p.name.as_str()).collect();
-        let mut revoked = Vec::new();
-        for r in self.store.principals().await.map_err(SessionError::Registry)? {
-            if r.origin == Origin::Config && r.active() && !listed.contains(r.name.as_str()) {
-                tracing::warn!(principal = %r.name, "configured principal no longer in the configuration: revoked");
-                self.revoke(&r.name).await?;
-                revoked.push(r.name);
-            }
-        }
-        Ok(revoked)
+        Ok(revoked.into_iter().map(|r| r.name).collect())
     }
 
     /// A session object for `key` with `limit`: resumed from the embedded
@@ -415,6 +410,14 @@ impl Sessions {
 
 /// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and
 /// store keys, and never `*global*`.
+/// Says which configured principals the configuration no longer names
+/// were revoked (at start-up or on reload).
+fn log_revoked(revoked: &[PrincipalRecord]) {
+    for r in revoked {
+        tracing::warn!(principal = %r.name, "configured principal no longer in the configuration: revoked");
+    }
+}
+
 fn check_name(name: &str) -> Result<(), SessionError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN

@@ -12,8 +12,8 @@
 //! # Invariants
 //! - Nothing is applied until every part has been checked: the
 //!   restart-only keys, the TLS files; the store's changes (the
-//!   principals' provisioning, one transaction, then the revocations) come
-//!   last, and after them only what cannot fail.
+//!   principals' provisioning and the revocations, one transaction: all
+//!   or nothing) come last, and after them only what cannot fail.
 //! - A key taken away or a principal removed is refused from the next
 //!   request on — on an open stream too, at its next query
 //!   ([`crate::session::Sessions::recheck`]); spending is never reset.

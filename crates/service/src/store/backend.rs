@@ -5,7 +5,7 @@ use super::embedded::EmbeddedStore;
 use super::error::StoreError;
 use super::meta::Meta;
 use super::postgres::PgStore;
-use super::principal::PrincipalRecord;
+use super::principal::{Configured, PrincipalRecord};
 use super::record::{JournalEntry, Journaled, SessionRecord};
 
 /// The configured store. The backend is chosen once, at start-up; what
@@ -118,6 +118,20 @@ impl Store {
     /// As [`Store::provision`], naming the first principal that failed.
     pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
         dispatch!(self, provision_all(records))
+    }
+
+    /// The configured principals, applied as one transaction: every record
+    /// of `records` (all config-origin) provisioned as [`Store::provision_all`]
+    /// does, and every active config-origin principal `records` does not
+    /// name revoked at `at_unix`. All or nothing: on any error — a
+    /// conflict, or the store failing midway — none of it is stored.
+    /// Returns what is stored for `records`, in order, and the principals
+    /// revoked.
+    ///
+    /// # Errors
+    /// As [`Store::provision_all`].
+    pub async fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
+        dispatch!(self, configure(records, at_unix))
     }
 
     /// Marks `name` revoked (durably) unless it already is; returns the

@@ -12,7 +12,7 @@ use super::change::Change;
 use super::decode::{self, journal_entry, journal_event};
 use super::error::{StoreError, backend};
 use super::meta::Meta;
-use super::principal::{Origin, PrincipalRecord};
+use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order, encode_principal};
 use super::ticket::{Done, Ticket};
@@ -358,6 +358,39 @@ impl EmbeddedStore {
         // An error above drops the transaction uncommitted: all or nothing.
         txn.commit().map_err(backend)?;
         Ok(stored)
+    }
+
+    /// See [`super::Store::configure`]: one write transaction.
+    ///
+    /// # Errors
+    /// As [`super::Store::configure`].
+    pub fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
+        let txn = self.db.begin_write().map_err(backend)?;
+        let configured = {
+            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
+            let mut keys = Keys::of(&table)?;
+            let stored =
+                records.iter().map(|r| provision_in(&mut table, &mut keys, r)).collect::<Result<Vec<_>, _>>()?;
+            let listed: std::collections::HashSet<&str> = records.iter().map(|r| r.name.as_str()).collect();
+            let mut unlisted = Vec::new();
+            for item in table.iter().map_err(backend)? {
+                let (name, bytes) = item.map_err(backend)?;
+                let record = decode_principal(name.value(), bytes.value())?;
+                if record.origin == Origin::Config && record.active() && !listed.contains(record.name.as_str()) {
+                    unlisted.push(record);
+                }
+            }
+            let mut revoked = Vec::with_capacity(unlisted.len());
+            for mut record in unlisted {
+                record.revoked_unix = Some(at_unix);
+                table.insert(record.name.as_str(), encode_principal(&record).as_slice()).map_err(backend)?;
+                revoked.push(record);
+            }
+            Configured { stored, revoked }
+        };
+        // An error above drops the transaction uncommitted: all or nothing.
+        txn.commit().map_err(backend)?;
+        Ok(configured)
     }
 
     /// See [`super::Store::revoke`].

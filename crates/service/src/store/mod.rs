@@ -52,7 +52,7 @@ pub use error::StoreError;
 pub use meta::Meta;
 pub use pg_tls::{PgTls, SslMode};
 pub use postgres::{PgLink, PgStore};
-pub use principal::{Origin, PrincipalRecord};
+pub use principal::{Configured, Origin, PrincipalRecord};
 pub use record::{JournalEntry, JournalEvent, Journaled, SessionRecord};
 pub use ticket::Ticket;
 

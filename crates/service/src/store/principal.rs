@@ -61,6 +61,16 @@ impl PrincipalRecord {
     }
 }
 
+/// What applying the configured principals stored ([`super::Store::configure`]).
+#[derive(Debug, Default)]
+pub struct Configured {
+    /// The configured records as stored, in the configuration's order.
+    pub stored: Vec<PrincipalRecord>,
+    /// The config-origin principals the configuration no longer names,
+    /// revoked by it.
+    pub revoked: Vec<PrincipalRecord>,
+}
+
 /// Seconds since the Unix epoch, for provisioning and revocation times.
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now()

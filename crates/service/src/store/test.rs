@@ -277,3 +277,38 @@ impl CacheModel {
         Ok((entries, evicted))
     }
 }
+
+/// Issue 53 §5: the configured principals are applied as one
+/// transaction — provisioning and the revocation of configured
+/// principals no longer named — and a conflict anywhere stores none of
+/// it. Admin-created principals are never revoked by it.
+#[test]
+fn configuring_provisions_and_revokes_in_one_transaction() -> Result<(), StoreError> {
+    let dir = tempfile::tempdir().map_err(|e| StoreError::Backend(e.to_string()))?;
+    let store = EmbeddedStore::open(&dir.path().join("state.redb"))?;
+    let (alice, bob, carol) = (
+        principal("alice", 1, 1.0, Origin::Config),
+        principal("bob", 2, 1.0, Origin::Config),
+        principal("carol", 3, 1.0, Origin::Config),
+    );
+    provision(&store, &principal("admin-made", 9, 1.0, Origin::Admin))?;
+    let first = store.configure(&[alice.clone(), bob.clone()], 5_000)?;
+    assert_eq!((first.stored.len(), first.revoked.len()), (2, 0));
+
+    // Bob dropped and carol added, but carol's key is the admin-made
+    // principal's: nothing is applied — bob stays active, carol absent.
+    let clash = PrincipalRecord { key_sha256: [9; 32], ..carol.clone() };
+    assert!(matches!(store.configure(&[alice.clone(), clash], 6_000), Err(StoreError::KeyInUse { .. })));
+    assert!(store.principal("bob")?.is_some_and(|b| b.active()));
+    assert_eq!(store.principal("carol")?, None);
+
+    let applied = store.configure(&[alice, carol], 7_000)?;
+    assert_eq!(
+        applied.revoked.iter().map(|r| (r.name.as_str(), r.revoked_unix)).collect::<Vec<_>>(),
+        [("bob", Some(7_000))]
+    );
+    assert!(store.principal("bob")?.is_some_and(|b| !b.active()));
+    assert!(store.principal("carol")?.is_some_and(|c| c.active()));
+    assert!(store.principal("admin-made")?.is_some_and(|a| a.active()), "admin-made principals are not configured");
+    Ok(())
+}

@@ -35,7 +35,7 @@ use super::decode;
 use super::error::{StoreError, backend};
 use super::meta::Meta;
 use super::pg_tls::{PgTls, SslMode};
-use super::principal::{Origin, PrincipalRecord};
+use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order};
 use crate::metrics::StoreMetrics;
@@ -332,6 +332,35 @@ impl PgStore {
         }
         tx.commit().await.map_err(backend)?;
         Ok(stored)
+    }
+
+    /// See [`super::Store::configure`]: [`PgStore::provision_all`]'s
+    /// transaction, with the revocations in it.
+    ///
+    /// # Errors
+    /// As [`super::Store::configure`].
+    pub async fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(backend)?;
+        tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
+        let mut stored = Vec::with_capacity(records.len());
+        for record in records {
+            // An error drops `tx`, which rolls back: all or nothing.
+            stored.push(provision_in(&tx, record).await?);
+        }
+        let listed: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
+        let rows = tx
+            .query(
+                "UPDATE pacpriv_principals SET revoked_unix = $2 \
+                 WHERE origin = 'config' AND revoked_unix IS NULL AND NOT (name = ANY($1)) \
+                 RETURNING name, key_sha256, budget, origin, created_unix, revoked_unix",
+                &[&listed, &at_unix],
+            )
+            .await
+            .map_err(backend)?;
+        let revoked = rows.iter().map(principal_of).collect::<Result<_, _>>()?;
+        tx.commit().await.map_err(backend)?;
+        Ok(Configured { stored, revoked })
     }
 
     /// See [`super::Store::revoke`].
