@@ -63,6 +63,7 @@ pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn
         }
         out.flush()?;
         tokio::spawn(reload_on_sighup(started.reloader, config));
+        tokio::spawn(survive_file_size_limit());
         started.server.await.context("serving")?;
         tracing::info!("shut down");
         Ok(())
@@ -82,6 +83,21 @@ async fn reload_on_sighup(reloader: start::reload::Reloader, config: Option<std:
     }
     #[cfg(not(unix))]
     let _ = (reloader, config);
+}
+
+/// Keeps SIGXFSZ from ending the process: a write past the file-size
+/// limit (`ulimit -f`) then fails as a full disk does — the embedded
+/// store's commit fails, answers are withheld and no new step is taken
+/// until a commit succeeds — instead of killing the server mid-commit.
+async fn survive_file_size_limit() {
+    #[cfg(unix)]
+    {
+        let kind = tokio::signal::unix::SignalKind::from_raw(rustix::process::Signal::XFSZ.as_raw());
+        let Ok(mut xfsz) = tokio::signal::unix::signal(kind) else { return };
+        while xfsz.recv().await.is_some() {
+            tracing::error!("SIGXFSZ: a write went past the process's file-size limit (ulimit -f); it failed");
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM (what Kubernetes sends).

@@ -16,6 +16,7 @@ mod budget;
 mod canaries;
 mod client;
 mod crash;
+mod disk_full;
 mod drain;
 mod faults;
 mod http;

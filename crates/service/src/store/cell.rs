@@ -119,6 +119,9 @@ impl<S: State> Held<S> {
         apply: impl FnOnce(&mut S) -> Result<(T, Change), S::Error>,
     ) -> Result<(T, Option<Ticket>), S::Error> {
         let mut latest = self.state.lock().map_err(|_| S::poisoned())?;
+        // Before anything is drawn: a store whose last commit failed takes
+        // no step (nothing would reach the disk).
+        self.store.writable()?;
         let (value, change) = apply(&mut latest.state)?;
         let release = change.release;
         let (record, change) = durable_form(&mut latest.state, change);

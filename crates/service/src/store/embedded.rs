@@ -6,6 +6,16 @@
 //! records under its own lock, so they reach the writer in version order,
 //! and a batch commits atomically; when a record's ticket resolves, every
 //! earlier record of that session is durable too.
+//!
+//! A failed commit (a full disk, a file-size limit, an I/O error) withholds
+//! that batch's answers, and from then on no new step is taken
+//! ([`EmbeddedStore::writable`], checked before a step draws): the sessions
+//! in memory would otherwise go on charging while nothing reaches the
+//! disk. The failed batch is kept and written again with the next commit,
+//! which the writer retries by itself every [`RETRY_EVERY`] (after opening
+//! the file again: redb refuses every operation after an I/O error), so no
+//! record, journal entry or cached answer of it is lost and the journal has
+//! no gap. The first commit that succeeds lets steps in again.
 
 use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
 use super::change::Change;
@@ -21,8 +31,9 @@ use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, PoisonError, RwLock};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
@@ -66,16 +77,61 @@ const MAX_BATCH: usize = 4096;
 /// the same at 4 MiB, 16 MiB and 1 GiB (`pacpriv bench store --cache-mib`).
 pub const DEFAULT_CACHE_BYTES: usize = 16 << 20;
 
+/// How often the writer tries again after a failed commit when no new
+/// record arrives to try with.
+pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 struct Write {
     session: String,
     record: SessionRecord,
     change: Change,
-    done: Done,
+    /// Reported after the first attempt; a failed batch is kept without it.
+    done: Option<Done>,
+}
+
+/// The open redb file, shared by the readers and the writer thread: opened
+/// again after a failed commit, and whether the last commit failed.
+struct File {
+    db: RwLock<Option<Database>>,
+    path: PathBuf,
+    cache_bytes: usize,
+    failed: AtomicBool,
+}
+
+impl File {
+    fn open(path: &Path, cache_bytes: usize) -> Result<Database, StoreError> {
+        Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|e| backend(format!("opening {}: {e}", path.display())))
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Database) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        f(db.as_ref().ok_or_else(|| backend(format!("{} could not be opened again", self.path.display())))?)
+    }
+
+    fn begin_read(&self) -> Result<redb::ReadTransaction, StoreError> {
+        self.with(|db| db.begin_read().map_err(backend))
+    }
+
+    fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
+        self.with(|db| db.begin_write().map_err(backend))
+    }
+
+    /// Closes the file and opens it again (redb recovers what it must).
+    fn reopen(&self) -> Result<(), StoreError> {
+        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        // Closed first: the file's lock allows one open at a time.
+        *db = None;
+        *db = Some(Self::open(&self.path, self.cache_bytes)?);
+        Ok(())
+    }
 }
 
 /// A redb file and its writer thread.
 pub struct EmbeddedStore {
-    db: Arc<Database>,
+    db: Arc<File>,
     path: PathBuf,
     // Both `Option` only so `Drop` can close the queue and then join the
     // writer, releasing the file lock before the store is gone.
@@ -120,11 +176,12 @@ impl EmbeddedStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
         }
-        let db = Database::builder()
-            .set_cache_size(cache_bytes)
-            .create(path)
-            .map_err(|e| backend(format!("opening {}: {e}", path.display())))?;
-        let db = Arc::new(db);
+        let db = Arc::new(File {
+            db: RwLock::new(Some(File::open(path, cache_bytes)?)),
+            path: path.to_owned(),
+            cache_bytes,
+            failed: AtomicBool::new(false),
+        });
         let (queue, rx) = mpsc::channel();
         let writer_db = Arc::clone(&db);
         let writer = std::thread::Builder::new()
@@ -151,7 +208,7 @@ impl EmbeddedStore {
         &self,
         def: TableDefinition<K, V>,
     ) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
-        open_in(&self.db.begin_read().map_err(backend)?, def)
+        open_in(&self.db.begin_read()?, def)
     }
 
     /// The deployment record, if one was written.
@@ -184,7 +241,7 @@ impl EmbeddedStore {
         if let Some(existing) = self.meta()? {
             return Ok(existing);
         }
-        let txn = self.db.begin_write().map_err(backend)?;
+        let txn = self.db.begin_write()?;
         {
             let mut table = txn.open_table(META).map_err(backend)?;
             table.insert("secret", (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
@@ -220,7 +277,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn load_cache(&self, session: &str) -> Result<CacheRows, StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.db.begin_read()?;
         let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
         let (mut entries, mut evicted) = (std::collections::BTreeMap::new(), Vec::new());
         if let Some(table) = open_in(&txn, ANSWERS)? {
@@ -276,7 +333,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
-        let txn = self.db.begin_read().map_err(backend)?;
+        let txn = self.db.begin_read()?;
         let record = match open_in(&txn, SESSIONS)? {
             Some(t) => {
                 t.get(session).map_err(backend)?.map(|b| decode::session_record(session, b.value())).transpose()?
@@ -349,7 +406,7 @@ impl EmbeddedStore {
     /// # Errors
     /// As [`super::Store::provision_all`].
     pub fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_write().map_err(backend)?;
+        let txn = self.db.begin_write()?;
         let stored = {
             let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
             let mut keys = Keys::of(&table)?;
@@ -365,7 +422,7 @@ impl EmbeddedStore {
     /// # Errors
     /// As [`super::Store::configure`].
     pub fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
-        let txn = self.db.begin_write().map_err(backend)?;
+        let txn = self.db.begin_write()?;
         let configured = {
             let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
             let mut keys = Keys::of(&table)?;
@@ -398,7 +455,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_write().map_err(backend)?;
+        let txn = self.db.begin_write()?;
         let stored = {
             let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
             let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
@@ -421,7 +478,16 @@ impl EmbeddedStore {
     /// The transaction cannot begin.
     #[cfg(test)]
     pub(crate) fn stall(&self) -> Result<redb::WriteTransaction, StoreError> {
-        self.db.begin_write().map_err(backend)
+        self.db.begin_write()
+    }
+
+    /// Whether a step may be taken: not while the last commit has failed
+    /// (module documentation). Checked before the step draws.
+    ///
+    /// # Errors
+    /// [`StoreError::CommitsFailing`].
+    pub fn writable(&self) -> Result<(), StoreError> {
+        if self.db.failed.load(Ordering::Acquire) { Err(StoreError::CommitsFailing) } else { Ok(()) }
     }
 
     /// Queues `record` and what changed with it (journal entries, events,
@@ -436,7 +502,7 @@ impl EmbeddedStore {
         self.queue
             .as_ref()
             .ok_or(StoreError::WriterGone)?
-            .send(Write { session: session.to_owned(), record, change, done })
+            .send(Write { session: session.to_owned(), record, change, done: Some(done) })
             .map_err(|_| StoreError::WriterGone)?;
         Ok(wait)
     }
@@ -497,25 +563,74 @@ fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreEr
 }
 
 /// The writer loop: block for one write, take whatever else is queued,
-/// commit all of it with one fsync, answer every ticket.
-fn writer(db: &Database, queue: &Receiver<Write>, metrics: &StoreMetrics) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+/// commit all of it — after the writes of a failed batch, if one is kept —
+/// with one fsync, answer every new ticket. While a failed batch is kept,
+/// it also wakes every [`RETRY_EVERY`] to try again on its own.
+fn writer(file: &File, queue: &Receiver<Write>, metrics: &StoreMetrics) {
+    let mut kept: Vec<Write> = Vec::new();
+    loop {
+        let first = if kept.is_empty() {
+            queue.recv().ok()
+        } else {
+            match queue.recv_timeout(RETRY_EVERY) {
+                Ok(w) => Some(w),
+                Err(RecvTimeoutError::Timeout) => None,
+                // Shutting down: one last attempt for what is kept.
+                Err(RecvTimeoutError::Disconnected) => {
+                    attempt(file, &mut kept, metrics);
+                    return;
+                }
+            }
+        };
+        if first.is_none() && kept.is_empty() {
+            // The queue closed: shutting down.
+            return;
+        }
+        let mut new = usize::from(first.is_some());
+        kept.extend(first);
+        while new < MAX_BATCH {
             match queue.try_recv() {
-                Ok(w) => batch.push(w),
+                Ok(w) => kept.push(w),
                 Err(_) => break,
             }
+            new += 1;
         }
-        let started = std::time::Instant::now();
-        let result = commit(db, &batch).map_err(|e| e.to_string());
-        metrics.commit(started.elapsed().as_secs_f64(), batch.len());
-        if let Err(e) = &result {
-            tracing::error!(error = %e, records = batch.len(), "store commit failed; answers withheld");
+        attempt(file, &mut kept, metrics);
+    }
+}
+
+/// Commits `batch` (opening the file again first if the last commit
+/// failed) and reports to every ticket not yet reported. Emptied once
+/// committed; kept, in order, if the commit failed.
+fn attempt(file: &File, batch: &mut Vec<Write>, metrics: &StoreMetrics) {
+    if batch.is_empty() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let reopened = if file.failed.load(Ordering::Acquire) { file.reopen() } else { Ok(()) };
+    let result = reopened.and_then(|()| file.with(|db| commit(db, batch))).map_err(|e| e.to_string());
+    metrics.commit(started.elapsed().as_secs_f64(), batch.len());
+    match &result {
+        Ok(()) => {
+            if file.failed.swap(false, Ordering::AcqRel) {
+                tracing::info!(records = batch.len(), "store commit succeeded again; steps are taken again");
+            }
         }
-        for w in batch {
-            w.done.report(&result);
+        Err(e) => {
+            if !file.failed.swap(true, Ordering::AcqRel) {
+                tracing::error!(error = %e, records = batch.len(),
+                    "store commit failed; answers withheld and no new step taken until a commit succeeds \
+                     (retried every second)");
+            }
         }
+    }
+    for w in batch.iter_mut() {
+        if let Some(done) = w.done.take() {
+            done.report(&result);
+        }
+    }
+    if result.is_ok() {
+        batch.clear();
     }
 }
 

@@ -55,6 +55,10 @@ pub enum StoreError {
     /// The writer has stopped (after a failed commit or at shutdown).
     #[error("store writer is not running; answers are withheld")]
     WriterGone,
+    /// The embedded store's last commit failed: no step is taken (nothing
+    /// drawn or charged) until a commit succeeds.
+    #[error("the store's last commit failed; no step is taken until one succeeds (this one was not)")]
+    CommitsFailing,
     /// A step's record was handed to the store but its commit could not be
     /// confirmed (the commit failed, or the connection broke during it): it
     /// may or may not be durable.
@@ -76,6 +80,7 @@ impl StoreError {
             StoreError::PrincipalExists { .. } => "that principal name is taken",
             StoreError::KeyInUse { .. } => "that key is taken",
             StoreError::WriterGone => "the store's writer is not running",
+            StoreError::CommitsFailing => "the store's last commit failed",
             StoreError::Unconfirmed(_) => "the commit could not be confirmed",
         }
     }
