@@ -18,6 +18,7 @@ mod client;
 mod crash;
 mod disk_full;
 mod drain;
+mod edges;
 mod faults;
 mod http;
 mod hygiene;

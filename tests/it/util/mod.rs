@@ -385,6 +385,11 @@ impl Postgres {
         pg
     }
 
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
     /// A PostgreSQL tool, as `postgres` when we are root.
     fn tool(&self, tool: &str, root: bool) -> Command {
         let exe = self.bin.join(tool).display().to_string();

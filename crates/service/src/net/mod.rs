@@ -1,10 +1,14 @@
 //! Listening sockets, the same way for every server pacpriv runs (its own
 //! listeners, the demo teachers, the benchmark's proxy), in plaintext or
-//! through [`tls`]; and the limits every listener gets ([`Limits`]): gRPC
-//! through [`builder`], HTTP through [`http::serve`].
+//! through [`tls`]; and the limits every listener gets ([`Limits`]): per
+//! connection through [`guard`], gRPC through [`builder`], HTTP through
+//! [`http::serve`].
 
+pub mod guard;
 pub mod http;
 pub mod tls;
+
+use guard::{Guarded, Watch};
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,11 +21,20 @@ pub struct Limits {
     /// gRPC: calls in flight on one connection (HTTP/2
     /// SETTINGS_MAX_CONCURRENT_STREAMS); further calls wait.
     pub max_concurrent_streams: u32,
-    /// HTTP: connections open at once; further clients wait unaccepted.
+    /// Every listener: connections open at once; further clients wait
+    /// unaccepted.
     pub max_connections: usize,
     /// HTTP: how long a request's headers may take to arrive (and how long
-    /// a kept-alive connection may idle).
+    /// a kept-alive connection may idle); gRPC: how long the HTTP/2
+    /// preface may take.
     pub header_read: Duration,
+    /// gRPC: how long a connection may go without a request or a stream
+    /// message before it is closed.
+    pub idle: Duration,
+    /// gRPC: how long a connection may live; then it is told to go away
+    /// (GOAWAY), and closed `request` later, so clients reconnect — under
+    /// a rotated client CA, for instance.
+    pub max_connection_age: Duration,
     /// gRPC: how long a call may take to produce its response; HTTP: how
     /// long an authenticated request's body may take to arrive.
     pub request: Duration,
@@ -71,50 +84,48 @@ pub fn builder(limits: &Limits) -> tonic::transport::Server {
         .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_keepalive_interval(Some(limits.keepalive_interval))
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .max_connection_age(limits.max_connection_age)
+        .max_connection_age_grace(limits.request)
         .timeout(limits.request)
+}
+
+impl Limits {
+    /// What an HTTP/2 (gRPC) connection's bytes are watched for.
+    pub fn h2_watch(&self) -> Watch {
+        Watch::H2 { preface: self.header_read, idle: self.idle }
+    }
 }
 
 /// How long a client may take to complete the TLS handshake.
 const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A TLS connection, handshake done.
-pub type TlsConnection = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+/// A TLS connection, handshake done, held to its listener's limits.
+pub type TlsConnection = Guarded<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
 
 /// Connections of `listener`, each through the TLS handshake `tls` offers
-/// for `alpn` at the time it is accepted, until `stop`. Handshakes run
-/// concurrently (a slow client holds up no one) and fail alone: a client
-/// with a wrong certificate is dropped and logged, the listener goes on.
-/// At most `pending` connections are in a handshake or waiting for the
-/// server to take them; beyond that, clients wait unaccepted.
+/// for `alpn` at the time it is accepted, until `stop`. Each holds one of
+/// `max` slots from before it is accepted until it closes (beyond that,
+/// clients wait unaccepted) and is [`Guarded`] with `watch` once its
+/// handshake is done. Handshakes run concurrently (a slow client holds up
+/// no one) and fail alone: a client with a wrong certificate is dropped
+/// and logged, the listener goes on.
 pub fn tls_incoming(
     listener: TcpListener,
     tls: std::sync::Arc<tls::ServerTls>,
     alpn: tls::Alpn,
     stop: tokio_util::sync::CancellationToken,
-    pending: usize,
+    max: usize,
+    watch: Watch,
 ) -> tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(pending));
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
     tokio::spawn(async move {
-        loop {
-            let slot = tokio::select! {
-                () = stop.cancelled() => return,
-                slot = std::sync::Arc::clone(&slots).acquire_owned() => slot,
-            };
-            let Ok(slot) = slot else { return };
-            let accepted = tokio::select! {
-                () = stop.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let Ok((tcp, peer)) = accepted else { continue };
-            let _ = tcp.set_nodelay(true);
+        while let Some((tcp, peer, slot)) = guard::accept(&listener, &slots, &stop).await {
             let (acceptor, tx) = (tls.acceptor(alpn), tx.clone());
             tokio::spawn(async move {
-                // Held through the handshake and the hand-over.
-                let _slot = slot;
                 match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
                     Ok(Ok(connection)) => {
-                        let _ = tx.send(Ok(connection)).await;
+                        let _ = tx.send(Ok(Guarded::new(connection, slot, watch))).await;
                     }
                     Ok(Err(e)) => tracing::info!(%peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::info!(%peer, "TLS handshake timed out"),
@@ -146,7 +157,7 @@ impl axum::serve::Listener for TlsListener {
         loop {
             match self.connections.recv().await {
                 Some(Ok(c)) => {
-                    let peer = c.get_ref().0.peer_addr().unwrap_or(self.local);
+                    let peer = c.get_ref().get_ref().0.peer_addr().unwrap_or(self.local);
                     return (c, peer);
                 }
                 Some(Err(_)) => {}

@@ -19,17 +19,17 @@ pub fn api_key(metadata: &MetadataMap) -> Option<&str> {
 }
 
 /// The subject CN of the client certificate the TLS handshake verified
-/// (the first of the chain is the client's own).
-fn certificate_cn<T>(request: &Request<T>) -> Option<String> {
-    let certs = request.peer_certs()?;
+/// (the first of `certs` is the client's own).
+fn certificate_cn(certs: &[tonic::transport::CertificateDer<'static>]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(certs.first()?.as_ref()).ok()?;
     let cn = cert.subject().iter_common_name().next()?.as_str().ok()?.to_owned();
     Some(cn)
 }
 
-/// The caller's session. An API key, when sent, is the credential (even
-/// with a client certificate); the certificate names the principal only
-/// when `from_cert` and no key was sent.
+/// The caller's session: the one [`CredentialFirst`] found, or else
+/// looked up now. An API key, when sent, is the credential (even with a
+/// client certificate); the certificate names the principal only when
+/// `from_cert` and no key was sent.
 ///
 /// # Errors
 /// Unauthenticated when no credential names an active principal.
@@ -38,10 +38,25 @@ pub async fn authenticate<T>(
     request: &Request<T>,
     from_cert: bool,
 ) -> Result<Handle, ServiceError> {
-    if let Some(key) = api_key(request.metadata()) {
+    if let Some(Authenticated(handle)) = request.extensions().get::<Authenticated>() {
+        return Ok(handle.clone());
+    }
+    let certs = request.peer_certs();
+    from_credential(sessions, request.metadata(), certs.as_deref().map(Vec::as_slice), from_cert).await
+}
+
+/// The session the credential in `metadata` (or, with `from_cert`, the
+/// client certificate `certs`) names.
+async fn from_credential(
+    sessions: &Sessions,
+    metadata: &MetadataMap,
+    certs: Option<&[tonic::transport::CertificateDer<'static>]>,
+    from_cert: bool,
+) -> Result<Handle, ServiceError> {
+    if let Some(key) = api_key(metadata) {
         return Ok(sessions.authenticate(Credential::ApiKey(key)).await?);
     }
-    let cn = if from_cert { certificate_cn(request) } else { None };
+    let cn = if from_cert { certs.and_then(certificate_cn) } else { None };
     match cn {
         Some(cn) => Ok(sessions.authenticate(Credential::Certificate(&cn)).await?),
         None => Err(SessionError::Unauthenticated.into()),
@@ -58,4 +73,100 @@ pub async fn querier<T>(app: &App, request: &Request<T>) -> Result<Handle, Statu
         app.metrics.service.query(Outcome::Unauthenticated);
         Status::from(e)
     })
+}
+
+/// The session a call was authenticated to from its headers, before its
+/// body was read ([`CredentialFirst`]); the handler takes it from the
+/// request's extensions instead of looking the credential up again.
+#[derive(Clone)]
+pub struct Authenticated(pub Handle);
+
+/// Whether a call on `path` needs a credential: every `Privatizer` call
+/// and `ModelInfer` (the inference protocol's metadata and liveness calls
+/// are open).
+fn needs_credential(path: &str) -> bool {
+    path.starts_with("/pacpriv.v1.Privatizer/") || path == "/inference.GRPCInferenceService/ModelInfer"
+}
+
+/// A gRPC service whose calls are authenticated from their headers — the
+/// API key, or with `tls.principal_from_cert` the verified client
+/// certificate — before any of the body is read: tonic decodes a unary
+/// request's whole body before the handler runs, so without this a peer
+/// with no key could make every call cost a body of up to
+/// `server.max_message_bytes`, trickled for `server.request_timeout_ms`.
+/// A call with no credential, or one naming no active principal, is
+/// answered UNAUTHENTICATED at once.
+#[derive(Clone)]
+pub struct CredentialFirst<S> {
+    inner: S,
+    app: std::sync::Arc<App>,
+}
+
+impl<S> CredentialFirst<S> {
+    /// `inner`, its calls authenticated first against `app`'s principals.
+    pub fn new(app: std::sync::Arc<App>, inner: S) -> Self {
+        CredentialFirst { inner, app }
+    }
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for CredentialFirst<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type HttpRequest = tonic::codegen::http::Request<tonic::body::Body>;
+type HttpResponse = tonic::codegen::http::Response<tonic::body::Body>;
+
+impl<S> tonic::codegen::Service<HttpRequest> for CredentialFirst<S>
+where
+    S: tonic::codegen::Service<HttpRequest, Response = HttpResponse, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<HttpResponse, std::convert::Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: HttpRequest) -> Self::Future {
+        // The service polled ready is the one that takes the call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let app = std::sync::Arc::clone(&self.app);
+        Box::pin(async move {
+            let path = request.uri().path();
+            if !needs_credential(path) {
+                return inner.call(request).await;
+            }
+            let is_query = !path.ends_with("/GetBudget");
+            let metadata = MetadataMap::from_headers(request.headers().clone());
+            let certs = request
+                .extensions()
+                .get::<tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>>()
+                .and_then(tonic::transport::server::TlsConnectInfo::peer_certs);
+            match from_credential(
+                &app.sessions,
+                &metadata,
+                certs.as_deref().map(Vec::as_slice),
+                app.principal_from_cert,
+            )
+            .await
+            {
+                Ok(handle) => {
+                    request.extensions_mut().insert(Authenticated(handle));
+                    inner.call(request).await
+                }
+                Err(e) => {
+                    if is_query {
+                        app.metrics.service.query(Outcome::Unauthenticated);
+                    }
+                    Ok(Status::from(e).into_http())
+                }
+            }
+        })
+    }
 }

@@ -76,8 +76,8 @@ pub enum SessionError {
     /// moved; the log names its kind).
     #[error(
         "row {row} of this request could not be answered, so no answer was released; the {drew} row(s) before it \
-         that drew noise were charged and their answers kept — retry the same query (same rows and options) to \
-         receive them without a second charge"
+         that drew noise were charged, their answers kept in the session's answer cache where it has room — retry \
+         the same query (same rows and options) to receive those without a second charge"
     )]
     RowFailed {
         /// The row, from 0.

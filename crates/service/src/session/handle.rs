@@ -202,9 +202,14 @@ impl Handle {
         let params = self.session.context().params;
         let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
         let (outcome, ticket) = self.session.step(blocking, probes, move |v| step_all(&params, v, &rows)).await?;
-        match outcome {
-            Ok((replies, view)) => Ok(Step { replies, view, ticket }),
-            Err(refused) => Err(once_journaled(refused, ticket).await),
+        match (outcome, ticket) {
+            (Ok((replies, view)), ticket) => Ok(Step { replies, view, ticket }),
+            // Rows that drew were charged: a failed write withholds, as
+            // for an answer (charged = "true").
+            (Err(refused @ SessionError::RowFailed { .. }), Some(ticket)) => {
+                Err(ticket.durable().await.err().map_or(refused, SessionError::from))
+            }
+            (Err(refused), ticket) => Err(once_journaled(refused, ticket).await),
         }
     }
 }

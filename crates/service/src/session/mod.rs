@@ -47,6 +47,7 @@ pub mod registry;
 pub mod secret;
 mod state;
 mod step;
+mod unknown_keys;
 
 pub use credential::{Credential, hex, key_digest_hex};
 pub use error::SessionError;

@@ -20,6 +20,7 @@ use super::credential::{Credential, Presented, hex};
 use super::error::SessionError;
 use super::handle::{self, Handle};
 use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
+use super::unknown_keys::UnknownKeys;
 use crate::store::cell::Cell;
 use crate::store::principal::now_unix;
 use crate::store::{Configured, Origin, PrincipalRecord, Store};
@@ -90,6 +91,8 @@ pub struct Sessions {
     shared: Option<Arc<Session>>,
     /// Embedded store only (see the module invariants).
     local: Option<RwLock<Local>>,
+    /// PostgreSQL only: key digests that named no principal a moment ago.
+    unknown: UnknownKeys,
 }
 
 impl Sessions {
@@ -122,7 +125,14 @@ impl Sessions {
             }
         }
         log_revoked(&applied.revoked);
-        let mut sessions = Sessions { scope, params, store: store.clone(), shared: None, local: None };
+        let mut sessions = Sessions {
+            scope,
+            params,
+            store: store.clone(),
+            shared: None,
+            local: None,
+            unknown: UnknownKeys::default(),
+        };
         if scope == Scope::Global {
             sessions.shared = Some(sessions.open(GLOBAL_SESSION, global_budget)?);
         }
@@ -152,6 +162,9 @@ impl Sessions {
         let Configured { stored, revoked } =
             self.store.configure(&records, now).await.map_err(SessionError::Registry)?;
         log_revoked(&revoked);
+        for record in &stored {
+            self.unknown.forget(&record.key_sha256);
+        }
         if let Some(local) = &self.local {
             let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
             for record in &revoked {
@@ -255,13 +268,20 @@ impl Sessions {
             };
         }
         let record = match &presented {
+            Presented::Key(digest) if self.unknown.contains(digest) => return Err(SessionError::Unauthenticated),
             Presented::Key(digest) => self.store.principal_by_key(digest).await,
             Presented::Certificate(cn) => self.store.principal(cn).await,
         }
         .map_err(SessionError::Registry)?;
         match record {
             Some(r) if r.active() => Ok(self.handle(&r.name, self.session_for(&r)?, presented)),
-            _ => Err(SessionError::Unauthenticated),
+            Some(_) => Err(SessionError::Unauthenticated),
+            None => {
+                if let Presented::Key(digest) = presented {
+                    self.unknown.insert(digest);
+                }
+                Err(SessionError::Unauthenticated)
+            }
         }
     }
 
@@ -284,6 +304,7 @@ impl Sessions {
             revoked_unix: None,
         };
         let stored = self.store.provision(&record).await.map_err(SessionError::Registry)?;
+        self.unknown.forget(&stored.key_sha256);
         if let Some(local) = &self.local {
             let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
             self.insert_local(&mut local, stored.clone())?;

@@ -26,15 +26,18 @@
 //! - The first listener to fail stops the others (cancelling the token)
 //!   and is the error [`Started::server`] returns.
 
+pub mod descriptors;
 pub mod readiness;
 pub mod reload;
 
 use crate::metrics::{self, Metrics};
+use crate::net::guard::{Watch, guarded_incoming};
 use crate::net::tls::{Alpn, ServerTls, TlsError};
-use crate::net::{self, BindError, TlsListener, bind, incoming, tls_incoming};
+use crate::net::{self, BindError, Limits, TlsListener, bind, tls_incoming};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
+use crate::server::auth::CredentialFirst;
 use crate::server::input::InputSpec;
 use crate::server::{App, Service, admin, inference, rate};
 use crate::session::secret::{self, SecretError};
@@ -81,6 +84,10 @@ pub enum StartError {
     /// TLS files unreadable or unusable.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The process may not open the file descriptors the configuration
+    /// may hold (`descriptors`).
+    #[error("file descriptors: {0}")]
+    Descriptors(String),
 }
 
 /// A listener failed while serving.
@@ -150,6 +157,7 @@ pub async fn serve(
     let ensemble = Ensemble::new(teachers, settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
     ensemble.check_tls().await?;
     let m = ensemble.len();
+    descriptors::provide(descriptors::need(&settings, m))?;
     let store = open_store(&settings.store, &metrics).await?;
     let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
     let params = SessionParams {
@@ -199,13 +207,21 @@ pub async fn serve(
     tokio::spawn(drain(Arc::clone(&app), health, settings.drain_grace, signalled, stop.clone()));
     let mut servers: Vec<Serving> = Vec::new();
 
-    let privatizer = PrivatizerServer::new(Service::new(Arc::clone(&app)))
-        .max_decoding_message_size(settings.max_message_bytes)
-        .max_encoding_message_size(settings.max_message_bytes);
-    let inference = settings.inference_model.clone().map(|model| {
-        GrpcInferenceServiceServer::new(inference::InferenceService::new(Arc::clone(&app), model))
+    // Calls that need a credential are authenticated from their headers
+    // before their body is read (`server::auth::CredentialFirst`).
+    let privatizer = CredentialFirst::new(
+        Arc::clone(&app),
+        PrivatizerServer::new(Service::new(Arc::clone(&app)))
             .max_decoding_message_size(settings.max_message_bytes)
-            .max_encoding_message_size(settings.max_message_bytes)
+            .max_encoding_message_size(settings.max_message_bytes),
+    );
+    let inference = settings.inference_model.clone().map(|model| {
+        CredentialFirst::new(
+            Arc::clone(&app),
+            GrpcInferenceServiceServer::new(inference::InferenceService::new(Arc::clone(&app), model))
+                .max_decoding_message_size(settings.max_message_bytes)
+                .max_encoding_message_size(settings.max_message_bytes),
+        )
     });
     let tls = settings.tls.as_ref().map(|t| ServerTls::load(&t.files())).transpose()?.map(Arc::new);
     let (listener, addr) = bind(settings.listen).await?;
@@ -214,7 +230,7 @@ pub async fn serve(
         .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
         .add_service(privatizer)
         .add_optional_service(inference);
-    servers.push(grpc(client, listener, tls.as_ref(), settings.limits.max_connections, &stop));
+    servers.push(grpc(client, listener, tls.as_ref(), &settings.limits, &stop));
 
     let mut http_addr = None;
     if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
@@ -226,8 +242,14 @@ pub async fn serve(
         let stop = stop.clone();
         servers.push(match &tls {
             Some(tls) => {
-                let connections =
-                    tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone(), limits.max_connections);
+                let connections = tls_incoming(
+                    listener,
+                    Arc::clone(tls),
+                    Alpn::Http1,
+                    stop.clone(),
+                    limits.max_connections,
+                    Watch::Nothing,
+                );
                 let listener = TlsListener::new(connections, bound);
                 Box::pin(async move {
                     net::http::serve(listener, router, &limits, stop).await;
@@ -250,7 +272,7 @@ pub async fn serve(
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
             .add_service(service);
-        servers.push(grpc(server, listener, tls.as_ref(), settings.limits.max_connections, &stop));
+        servers.push(grpc(server, listener, tls.as_ref(), &settings.limits, &stop));
     } else {
         tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
     }
@@ -259,10 +281,9 @@ pub async fn serve(
     if let Some(listen) = settings.health_listen {
         let (listener, bound) = bind(listen).await?;
         health_addr = Some(bound);
-        let server = tonic::transport::Server::builder()
-            .add_service(health_service)
-            .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
-        servers.push(Box::pin(async move { Ok(server.await?) }));
+        // Plaintext, for probes on a private port; held to the same limits.
+        let server = net::builder(&settings.limits).add_service(health_service);
+        servers.push(grpc(server, listener, None, &settings.limits, &stop));
     }
 
     let mut metrics_addr = None;
@@ -292,24 +313,27 @@ pub async fn serve(
     })
 }
 
-/// Serves `router` on `listener` — through TLS when `tls` is set, with at
-/// most `pending` handshakes waiting — until `stop` is cancelled.
+/// Serves `router` on `listener` — through TLS when `tls` is set — with
+/// every connection held to `limits` ([`net::guard`]), until `stop` is
+/// cancelled.
 fn grpc(
     router: tonic::transport::server::Router,
     listener: tokio::net::TcpListener,
     tls: Option<&Arc<ServerTls>>,
-    pending: usize,
+    limits: &Limits,
     stop: &CancellationToken,
 ) -> Serving {
     let done = stop.clone().cancelled_owned();
+    let (max, watch) = (limits.max_connections, limits.h2_watch());
     match tls {
         Some(tls) => {
-            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone(), pending);
+            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone(), max, watch);
             let server = router.serve_with_incoming_shutdown(ReceiverStream::new(connections), done);
             Box::pin(async move { Ok(server.await?) })
         }
         None => {
-            let server = router.serve_with_incoming_shutdown(incoming(listener), done);
+            let connections = guarded_incoming(listener, max, watch, stop.clone());
+            let server = router.serve_with_incoming_shutdown(connections, done);
             Box::pin(async move { Ok(server.await?) })
         }
     }

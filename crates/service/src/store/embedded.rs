@@ -578,6 +578,14 @@ fn writer(file: &File, queue: &Receiver<Write>, metrics: &StoreMetrics) {
                 // Shutting down: one last attempt for what is kept.
                 Err(RecvTimeoutError::Disconnected) => {
                     attempt(file, &mut kept, metrics);
+                    if !kept.is_empty() {
+                        let lost: Vec<_> = kept.iter().map(|w| (w.session.as_str(), w.record.version)).collect();
+                        tracing::error!(
+                            ?lost,
+                            "shutting down with records no commit could write (session, version): \
+                                                their answers were withheld; these steps are lost"
+                        );
+                    }
                     return;
                 }
             }
@@ -607,8 +615,9 @@ fn attempt(file: &File, batch: &mut Vec<Write>, metrics: &StoreMetrics) {
         return;
     }
     let started = std::time::Instant::now();
-    let reopened = if file.failed.load(Ordering::Acquire) { file.reopen() } else { Ok(()) };
-    let result = reopened.and_then(|()| file.with(|db| commit(db, batch))).map_err(|e| e.to_string());
+    let retrying = file.failed.load(Ordering::Acquire);
+    let reopened = if retrying { file.reopen() } else { Ok(()) };
+    let result = reopened.and_then(|()| file.with(|db| commit(db, batch, retrying))).map_err(|e| e.to_string());
     metrics.commit(started.elapsed().as_secs_f64(), batch.len());
     match &result {
         Ok(()) => {
@@ -634,7 +643,20 @@ fn attempt(file: &File, batch: &mut Vec<Write>, metrics: &StoreMetrics) {
     }
 }
 
-fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
+/// How far a session's record has come: its version, then its journal
+/// events (a record that changed nothing else still moves one of them, or
+/// carries no cache change).
+fn progress(record: &SessionRecord) -> (u64, u64) {
+    (record.version, record.journal_events)
+}
+
+/// Writes `batch` in one transaction. `retrying`: it holds writes of a
+/// batch whose commit failed, which may have landed all the same (a
+/// failed fsync after the header was written): a session's cache changes
+/// are then appended only for writes past its stored record, so that none
+/// applies twice (journal entries and events are keyed, and records
+/// supersede, so those may be written again).
+fn commit(db: &Database, batch: &[Write], retrying: bool) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(backend)?;
     {
         let mut sessions = txn.open_table(SESSIONS).map_err(backend)?;
@@ -650,9 +672,14 @@ fn commit(db: &Database, batch: &[Write]) -> Result<(), StoreError> {
                 // Never cached anything: no tail to carry.
                 last.record.encode()
             } else {
-                let stored = sessions.get(key).map_err(backend)?.map(|v| stored_tail(key, v.value())).transpose()?;
-                let mut tail = stored.unwrap_or_default();
-                append_ops(writes.iter().flat_map(|w| &w.change.cache), &mut tail);
+                let stored = sessions.get(key).map_err(backend)?.map(|v| v.value().to_vec());
+                let durable = match (&stored, retrying) {
+                    (Some(bytes), true) => Some(progress(&decode::session_record(key, bytes)?)),
+                    _ => None,
+                };
+                let mut tail = stored.map(|b| stored_tail(key, &b)).transpose()?.unwrap_or_default();
+                let unwritten = writes.iter().filter(|w| durable.is_none_or(|d| progress(&w.record) > d));
+                append_ops(unwritten.flat_map(|w| &w.change.cache), &mut tail);
                 if tail.len() <= TAIL_BYTES {
                     last.record.encode_with_tail(tail)
                 } else {

@@ -116,7 +116,9 @@ impl DemoServer {
             Some(tls) => {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let _stop_on_exit = stop.clone().drop_guard();
-                let connections = crate::net::tls_incoming(listener, tls, crate::net::tls::Alpn::H2, stop, 1024);
+                let h2 = crate::net::tls::Alpn::H2;
+                let connections =
+                    crate::net::tls_incoming(listener, tls, h2, stop, 1024, crate::net::guard::Watch::Nothing);
                 let incoming = tokio_stream::wrappers::ReceiverStream::new(connections);
                 router.serve_with_incoming_shutdown(incoming, shutdown).await
             }

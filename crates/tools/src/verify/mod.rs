@@ -579,8 +579,10 @@ impl Replaying {
                 // add them (`Ledger::check_charges`, n = need/b); journals
                 // written before issue 53 checked need as one sum. Either
                 // refusing is a refusal that held.
+                // A request has at most 4096 rows (server.max_batch_rows);
+                // a journal claiming more is judged by the single sum.
                 let rows = (e.need / s.per_query).round();
-                let refused_by_records = rows >= 1.0 && ledger.check_charges(rows as u64).is_err();
+                let refused_by_records = (1.0..=4096.0).contains(&rows) && ledger.check_charges(rows as u64).is_err();
                 if e.need <= 0.0 || (ledger.check(nats(e.need)?).is_ok() && !refused_by_records) {
                     return Err(format!(
                         "a budget refusal, although {:e} nats more fit the limit {:e} after {:e} spent",

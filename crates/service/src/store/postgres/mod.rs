@@ -142,7 +142,7 @@ impl PgStore {
             backend(format!("connecting to {location}{hint}: {}", error_chain(&e)))
         })?;
         migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
-        warn_without_standby(&client, &location, hosts.len()).await?;
+        warn_without_standby(&client, &location, hosts.len()).await;
         Ok(PgStore { pool, location, timeout: link.timeout, metrics: StoreMetrics::default() })
     }
 
@@ -436,8 +436,10 @@ impl PgStore {
 /// asynchronous standby can lose the charges of answers already released
 /// (docs/operations/configuration.md, `store.postgres_url`). A warning for a
 /// URL naming several hosts, which promises failover; a note for one.
-async fn warn_without_standby(client: &tokio_postgres::Client, location: &str, hosts: usize) -> Result<(), StoreError> {
-    let row = client.query_one("SHOW synchronous_standby_names", &[]).await.map_err(backend)?;
+async fn warn_without_standby(client: &tokio_postgres::Client, location: &str, hosts: usize) {
+    // A PostgreSQL-compatible engine without the setting replicates its
+    // own way: nothing to say.
+    let Ok(row) = client.query_one("SHOW synchronous_standby_names", &[]).await else { return };
     let names: String = row.get(0);
     if names.trim().is_empty() {
         let says = "has no synchronous standby (synchronous_standby_names is empty): a charge is acknowledged once \
@@ -451,7 +453,6 @@ async fn warn_without_standby(client: &tokio_postgres::Client, location: &str, h
             tracing::info!("store: {location} {says}");
         }
     }
-    Ok(())
 }
 
 /// `e` and its sources, so a TLS failure says which check failed.

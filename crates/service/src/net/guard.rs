@@ -1,0 +1,263 @@
+//! What every accepted connection is held to below its protocol
+//! ([`Guarded`]), and the accept loop that hands them out
+//! ([`guarded_incoming`]).
+//!
+//! # Invariants
+//! - A connection holds one of its listener's `server.max_connections`
+//!   slots for its whole life, handshake included: over the cap, clients
+//!   wait unaccepted in the kernel's queue, and no task or buffer is spent
+//!   on them.
+//! - An HTTP/2 connection ([`Watch::H2`]) must send the client preface
+//!   within `server.header_read_timeout_ms`, and is closed once its client
+//!   has sent no request and no stream message (a HEADERS or DATA frame)
+//!   for `server.idle_timeout_ms`: PINGs, SETTINGS and window updates keep
+//!   nothing open. Frames are followed by their 9-byte headers only; a
+//!   payload is skipped as it passes, never buffered.
+//! - An accept error (EMFILE: out of file descriptors) is logged and
+//!   retried after [`ACCEPT_BACKOFF`], never in a spinning loop.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+
+/// How long the accept loop waits after an accept error before it tries
+/// again (as axum's loop does): the error, typically EMFILE, lasts until
+/// connections close.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4), 24 bytes.
+const PREFACE: usize = 24;
+/// An HTTP/2 frame header's size: length (3), type, flags, stream (4).
+const FRAME_HEADER: usize = 9;
+
+/// What a connection's bytes are watched for.
+#[derive(Clone, Copy, Debug)]
+pub enum Watch {
+    /// Nothing: the protocol bounds its own waits (HTTP/1.1 has hyper's
+    /// header-read timeout).
+    Nothing,
+    /// HTTP/2: the preface within `preface`, then a HEADERS or DATA frame
+    /// at least every `idle`.
+    H2 {
+        /// Deadline for the client preface.
+        preface: Duration,
+        /// Longest silence between requests and stream messages.
+        idle: Duration,
+    },
+}
+
+/// An accepted connection, held to its listener's limits (module
+/// documentation).
+pub struct Guarded<IO> {
+    io: IO,
+    _slot: OwnedSemaphorePermit,
+    watch: Option<H2Watch>,
+}
+
+/// Where the reader is in the client's HTTP/2 byte stream, and when the
+/// connection times out unless the client does something.
+struct H2Watch {
+    idle: Duration,
+    at: At,
+    deadline: Pin<Box<Sleep>>,
+}
+
+enum At {
+    /// Bytes of the preface still to come.
+    Preface(usize),
+    /// A frame header, `have` bytes of it read.
+    Header { bytes: [u8; FRAME_HEADER], have: usize },
+    /// Bytes of a payload still to skip.
+    Payload(usize),
+}
+
+impl H2Watch {
+    /// Follows `bytes` read from the client; whether they completed a
+    /// HEADERS or DATA frame's header (or the preface).
+    fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        let mut active = false;
+        while !bytes.is_empty() {
+            match &mut self.at {
+                At::Preface(left) => {
+                    let n = (*left).min(bytes.len());
+                    *left -= n;
+                    bytes = &bytes[n..];
+                    if *left == 0 {
+                        self.at = At::Header { bytes: [0; FRAME_HEADER], have: 0 };
+                        active = true;
+                    }
+                }
+                At::Header { bytes: header, have } => {
+                    let n = (FRAME_HEADER - *have).min(bytes.len());
+                    header[*have..*have + n].copy_from_slice(&bytes[..n]);
+                    *have += n;
+                    bytes = &bytes[n..];
+                    if *have == FRAME_HEADER {
+                        let length =
+                            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+                        // DATA (0x0) and HEADERS (0x1): a request, a stream message.
+                        active |= header[3] <= 1;
+                        self.at = if length == 0 {
+                            At::Header { bytes: [0; FRAME_HEADER], have: 0 }
+                        } else {
+                            At::Payload(length)
+                        };
+                    }
+                }
+                At::Payload(left) => {
+                    let n = (*left).min(bytes.len());
+                    *left -= n;
+                    bytes = &bytes[n..];
+                    if *left == 0 {
+                        self.at = At::Header { bytes: [0; FRAME_HEADER], have: 0 };
+                    }
+                }
+            }
+        }
+        active
+    }
+
+    fn timed_out(&self) -> std::io::Error {
+        let what = match self.at {
+            At::Preface(_) => "no HTTP/2 preface within server.header_read_timeout_ms",
+            _ => "no request or stream message within server.idle_timeout_ms",
+        };
+        std::io::Error::new(std::io::ErrorKind::TimedOut, what)
+    }
+}
+
+impl<IO> Guarded<IO> {
+    /// `io`, holding `slot` for its life, watched as `watch` says.
+    pub fn new(io: IO, slot: OwnedSemaphorePermit, watch: Watch) -> Self {
+        let watch = match watch {
+            Watch::Nothing => None,
+            Watch::H2 { preface, idle } => {
+                Some(H2Watch { idle, at: At::Preface(PREFACE), deadline: Box::pin(tokio::time::sleep(preface)) })
+            }
+        };
+        Guarded { io, _slot: slot, watch }
+    }
+
+    /// The connection itself.
+    pub fn get_ref(&self) -> &IO {
+        &self.io
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        let Some(watch) = &mut this.watch else { return read };
+        if let Poll::Ready(Ok(())) = &read
+            && watch.feed(&buf.filled()[before..])
+        {
+            let idle = watch.idle;
+            watch.deadline.as_mut().reset(Instant::now() + idle);
+            return read;
+        }
+        // Reads that keep nothing open (PINGs, window updates) do not
+        // postpone the deadline; nor does waiting.
+        if watch.deadline.as_mut().poll(cx).is_ready() {
+            let e = watch.timed_out();
+            tracing::info!(reason = %e, "closing a connection");
+            return Poll::Ready(Err(e));
+        }
+        read
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Guarded<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// The next connection of `listener` once one of `slots` is free, or
+/// `None` once `stop` is cancelled. An accept error is logged and retried
+/// after [`ACCEPT_BACKOFF`].
+pub async fn accept(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+    stop: &CancellationToken,
+) -> Option<(TcpStream, std::net::SocketAddr, OwnedSemaphorePermit)> {
+    // A slot first: over the cap, clients wait unaccepted.
+    let slot = tokio::select! {
+        () = stop.cancelled() => return None,
+        slot = Arc::clone(slots).acquire_owned() => slot.ok()?,
+    };
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => return None,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                let _ = tcp.set_nodelay(true);
+                return Some((tcp, peer, slot));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a connection failed; trying again in a second");
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Connections of `listener`, each [`Guarded`] with one of `max` slots and
+/// `watch`, until `stop` (a stream for tonic's `serve_with_incoming`).
+pub fn guarded_incoming(
+    listener: TcpListener,
+    max: usize,
+    watch: Watch,
+    stop: CancellationToken,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Guarded<TcpStream>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let slots = Arc::new(Semaphore::new(max));
+    tokio::spawn(async move {
+        while let Some((tcp, _, slot)) = accept(&listener, &slots, &stop).await {
+            if tx.send(Ok(Guarded::new(tcp, slot, watch))).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

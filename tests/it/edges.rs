@@ -1,0 +1,237 @@
+//! Issue 53 §3: the gRPC listeners hold against unauthenticated peers.
+//! A peer that opens connections past `server.max_connections` and never
+//! sends the HTTP/2 preface holds each slot for `server.header_read_timeout_ms`
+//! at most, on the client listener and the health-only one alike; a peer
+//! that sends the preface and then only PINGs is closed after
+//! `server.idle_timeout_ms`. Authenticated clients are answered
+//! meanwhile, within those bounds (each call below carries a deadline of
+//! several times them, as a liveness bound, not a measurement).
+
+use crate::util::{Process, client, digit, health_becomes, image, predict, small_demo};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use tonic_health::pb::health_check_response::ServingStatus;
+
+const CAP: usize = 8;
+const PREFACE_MS: u64 = 1000;
+const IDLE_MS: u64 = 2000;
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+fn limited() -> Vec<(&'static str, String)> {
+    small_demo(&[
+        ("PACPRIV__SERVER__MAX_CONNECTIONS", CAP.to_string()),
+        ("PACPRIV__SERVER__HEADER_READ_TIMEOUT_MS", PREFACE_MS.to_string()),
+        ("PACPRIV__SERVER__IDLE_TIMEOUT_MS", IDLE_MS.to_string()),
+        ("PACPRIV__SERVER__HEALTH_LISTEN", "127.0.0.1:0".into()),
+    ])
+}
+
+/// Whether the server closes `conn` within `within`, reading (and
+/// discarding) whatever it sends meanwhile.
+fn closed_within(conn: &mut TcpStream, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    conn.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
+    let mut buf = [0u8; 4096];
+    while Instant::now() < until {
+        match conn.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn silent_connections_past_the_cap_are_closed_and_clients_still_answered() {
+    let server = Process::serve(None, &limited());
+    let health = server.listener("health");
+    for addr in [server.addr.clone(), health.clone()] {
+        // Twice the cap, none sending a byte: the first CAP are accepted
+        // and closed after the preface deadline, the rest wait and are
+        // then accepted and closed in their turn.
+        let mut silent: Vec<TcpStream> =
+            (0..2 * CAP).map(|_| TcpStream::connect(&addr).expect("the kernel queues the connection")).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let started = Instant::now();
+        if addr == server.addr {
+            let answered = tokio::time::timeout(Duration::from_millis(10 * PREFACE_MS), async {
+                let mut c = client(&server.addr).await;
+                predict(&mut c, "alice-key", image("behind-the-silent", &digit(3))).await
+            })
+            .await;
+            assert!(
+                matches!(answered, Ok(Ok(_))),
+                "an authenticated client behind {} silent peers: {answered:?}",
+                2 * CAP
+            );
+        } else {
+            assert!(health_becomes(&health, ServingStatus::Serving).await, "the health listener answers");
+        }
+        for conn in &mut silent {
+            let left = Duration::from_millis(10 * PREFACE_MS).saturating_sub(started.elapsed());
+            assert!(closed_within(conn, left), "a peer that never sent the preface is closed ({addr})");
+        }
+    }
+    assert!(server.logs().contains("no HTTP/2 preface"), "{}", server.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_that_only_pings_is_closed_once_idle() {
+    let server = Process::serve(None, &limited());
+    let mut conn = TcpStream::connect(&server.addr).expect("connects");
+    conn.write_all(PREFACE).expect("preface");
+    // An empty SETTINGS frame, then a PING every 300 ms.
+    conn.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).expect("settings");
+    let started = Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_millis(10 * IDLE_MS) {
+        let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        if conn.write_all(&ping).is_err() || closed_within(&mut conn, Duration::from_millis(300)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a connection with PINGs and no request is closed after server.idle_timeout_ms");
+    assert!(started.elapsed() >= Duration::from_millis(IDLE_MS), "not before it");
+    assert!(server.logs().contains("no request or stream message"), "{}", server.logs());
+}
+
+/// A call that needs a credential and names none is answered
+/// UNAUTHENTICATED from its headers, while its client has sent 5 bytes of
+/// a body it declares to be 60 000: the body is never waited for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_without_a_key_is_refused_before_its_body_is_read() {
+    let server = Process::serve(None, &limited());
+    let tcp = tokio::net::TcpStream::connect(&server.addr).await.expect("connects");
+    let (h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    tokio::spawn(connection);
+    let mut h2 = h2.ready().await.expect("ready");
+    for path in ["/pacpriv.v1.Privatizer/Predict", "/inference.GRPCInferenceService/ModelInfer"] {
+        let request = tonic::codegen::http::Request::post(format!("http://{}{path}", server.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("request");
+        let (response, mut body) = h2.send_request(request, false).expect("sent");
+        // A gRPC message prefix: uncompressed, 60 000 bytes to come (the
+        // server may have answered and closed the stream already).
+        let _ = body.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0, 0xEA, 0x60]), false);
+        let response = tokio::time::timeout(Duration::from_millis(10 * PREFACE_MS), response)
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer while the body is withheld"))
+            .expect("a response");
+        let status = response.headers().get("grpc-status").and_then(|v| v.to_str().ok());
+        assert_eq!(status, Some("16"), "{path}: UNAUTHENTICATED from the headers alone: {response:?}");
+        h2 = h2.ready().await.expect("the connection stays usable");
+    }
+}
+
+/// With PostgreSQL, a burst of calls with unknown keys — 40 keys, each
+/// sent 20 times — costs the database about one lookup per key (not one
+/// per call: the short negative cache), and an authenticated client is
+/// answered all along; the server's memory grows by far less than the
+/// stated bound (the negative cache holds at most 65 536 digests, ~3 MiB).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_unknown_keys_is_answered_without_a_lookup_each() {
+    let pg = crate::util::Postgres::start();
+    let mut env = limited();
+    env.push(("PACPRIV__STORE__BACKEND", "postgres".to_owned()));
+    env.push(("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()));
+    env.push(("PACPRIV__STORE__MAX_CONNECTIONS", "4".to_owned()));
+    let server = Process::serve(None, &env);
+    let (admin, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    // Every statement is logged from here on: the key lookups are counted
+    // in the server's log.
+    admin.batch_execute("ALTER SYSTEM SET log_statement = 'all'").await.expect("log all");
+    admin.batch_execute("SELECT pg_reload_conf()").await.expect("reload");
+    let lookups = || pg.log().matches("WHERE key_sha256 = $1").count();
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            .expect("VmRSS")
+    };
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("warm-up", &digit(0))).await.expect("answered");
+    let (before, rss_before) = (lookups(), rss());
+
+    let burst: Vec<_> = (0..40 * 20)
+        .map(|i| {
+            let mut c = c.clone();
+            tokio::spawn(async move { predict(&mut c, &format!("unknown-{}", i % 40), image("x", &digit(1))).await })
+        })
+        .collect();
+    for n in 0..10 {
+        let answered = tokio::time::timeout(
+            Duration::from_secs(30),
+            predict(&mut c, "alice-key", image(&format!("during-{n}"), &digit(n))),
+        )
+        .await;
+        assert!(matches!(answered, Ok(Ok(_))), "alice during the burst: {answered:?}");
+    }
+    for call in burst {
+        let refused = call.await.expect("joins").expect_err("an unknown key");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    }
+    let spent = lookups() - before;
+    assert!(spent < 400, "{spent} principal lookups for 800 calls with 40 unknown keys (and alice's 10)");
+    let grown = rss().saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "the server's memory grew by {grown} kB during the burst");
+}
+
+/// `pacpriv serve` with its own environment on free loopback ports, run
+/// under `prlimit --nofile=SOFT:HARD`.
+fn under_descriptor_limit(soft: u64, hard: u64, state: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args([&format!("--nofile={soft}:{hard}"), env!("CARGO_BIN_EXE_pacpriv"), "serve"]);
+    for (k, v) in small_demo(&[]) {
+        cmd.env(k, v);
+    }
+    for key in ["PACPRIV__SERVER__LISTEN", "PACPRIV__METRICS__LISTEN", "PACPRIV__SERVER__HTTP_LISTEN"] {
+        cmd.env(key, "127.0.0.1:0");
+    }
+    cmd.env("PACPRIV__STORE__PATH", state.join("state.redb")).env("OPENBLAS_NUM_THREADS", "1");
+    cmd
+}
+
+/// Start-up provides the file descriptors the configuration may hold
+/// (`server.max_connections` per listener and a few more): a soft limit
+/// below it is raised, a hard limit below it refuses to start, naming the
+/// setting.
+#[tokio::test(flavor = "multi_thread")]
+async fn start_up_provides_the_file_descriptors_the_caps_need() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let refused = under_descriptor_limit(300, 300, dir.path()).output().expect("prlimit (util-linux) runs");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "started with too few descriptors: {said}");
+    assert!(said.contains("file descriptors") && said.contains("server.max_connections"), "{said}");
+
+    let mut child = under_descriptor_limit(300, 20_000, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while !line.starts_with("pacpriv listening on") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut lines, &mut line).expect("reads") > 0, "exited before listening");
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("limits");
+    let _ = child.kill();
+    let _ = child.wait();
+    let soft: u64 = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("Max open files");
+    // Three listeners of 1024 connections, the teachers and 256 more.
+    assert!((3 * 1024..20_000).contains(&soft), "the soft limit was raised to the need: {soft}");
+}
