@@ -255,3 +255,55 @@ async fn a_reload_the_store_fails_midway_applies_nothing() {
     assert_eq!(ask(&mut c, "kc", 4).await, Ok(B), "carol answers");
     assert_eq!(ask(&mut c, "kb", 5).await, Err(Code::Unauthenticated), "bob is revoked");
 }
+
+/// Issue 53 §8: `pacpriv admin rotate NAME` gives an admin-created
+/// principal a new key, printed once. The old key is refused at once — on
+/// a stream opened with it too, at its next query — and the principal
+/// keeps its session and spending. A configured principal's key is the
+/// configuration's: not rotated. On either store.
+async fn a_rotated_key_replaces_the_old_one_and_keeps_the_spending(store: &[(&'static str, String)]) {
+    let mut env = crate::util::small_demo(&[("PACPRIV__ADMIN__KEY_SHA256", key_hash(crate::util::ADMIN_TOKEN))]);
+    env.extend_from_slice(store);
+    let server = Process::serve(None, &env);
+    let admin = |args: &[&str]| server.admin_cli(args);
+    let created = admin(&["create", "grace", "--budget-mi", "2^-6"]);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let printed = String::from_utf8_lossy(&created.stdout).into_owned();
+    let old_key = printed.lines().find_map(|l| l.strip_prefix("api_key=")).expect("key printed").to_owned();
+    let mut c = crate::util::client(&server.addr).await;
+    assert_eq!(ask(&mut c, &old_key, 1).await, Ok(B));
+    let (tx, mut responses) = open_stream(&server.addr, &old_key).await;
+    assert_eq!(next_on(&tx, &mut responses, 1).await, Ok(B));
+
+    let rotated = admin(&["rotate", "grace"]);
+    let said = String::from_utf8_lossy(&rotated.stdout).into_owned();
+    assert!(rotated.status.success(), "{}", String::from_utf8_lossy(&rotated.stderr));
+    assert!(said.contains("spent=7.8125e-3"), "the spending stays: {said}");
+    let new_key = said.lines().find_map(|l| l.strip_prefix("api_key=")).expect("new key printed").to_owned();
+    assert_ne!(new_key, old_key);
+
+    assert_eq!(ask(&mut c, &old_key, 2).await, Err(Code::Unauthenticated), "the old key is refused at once");
+    assert_eq!(next_on(&tx, &mut responses, 2).await, Err(Code::Unauthenticated), "on the open stream too");
+    assert_eq!(ask(&mut c, &new_key, 3).await, Ok(B), "the new key answers");
+    let account = crate::util::budget(&mut c, &new_key).await;
+    assert_eq!((account.answered, account.spent), (3, 3.0 * B), "one session: the old key's answers count");
+
+    let refused = admin(&["rotate", "alice"]);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("configured"), "a configured key is not rotated: {why}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_key_replaces_the_old_one_on_the_embedded_store() {
+    a_rotated_key_replaces_the_old_one_and_keeps_the_spending(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_key_replaces_the_old_one_on_postgres() {
+    let pg = crate::util::Postgres::start();
+    a_rotated_key_replaces_the_old_one_and_keeps_the_spending(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".into()),
+        ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+    ])
+    .await;
+}

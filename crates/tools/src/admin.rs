@@ -12,7 +12,7 @@ use pacpriv_service::proto::pacpriv::admin_client::AdminClient;
 use pacpriv_service::proto::pacpriv::journaled::Item;
 use pacpriv_service::proto::pacpriv::{
     CreatePrincipalRequest, ExportJournalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
-    RevokePrincipalRequest,
+    RevokePrincipalRequest, RotateKeyRequest,
 };
 use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
 use std::io::Write;
@@ -51,6 +51,12 @@ pub enum Action {
     },
     /// Stop a principal's key from working, for good.
     Revoke {
+        /// Its name.
+        name: String,
+    },
+    /// Give an admin-created principal a new API key (printed once); the
+    /// old key stops working at once, the spending stays.
+    Rotate {
         /// Its name.
         name: String,
     },
@@ -168,6 +174,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             Action::Revoke { name } => {
                 let p = admin.revoke_principal(RevokePrincipalRequest { name }).await?.into_inner();
                 writeln!(out, "{}", line(&p))?;
+            }
+            Action::Rotate { name } => {
+                let rotated = admin.rotate_key(RotateKeyRequest { name }).await?.into_inner();
+                if let Some(p) = &rotated.principal {
+                    writeln!(out, "{}", line(p))?;
+                }
+                writeln!(out, "api_key={}", rotated.api_key)?;
             }
             Action::Export { out: None } => {
                 export(&mut admin, out).await?;

@@ -50,6 +50,9 @@ pub mod reason {
     pub const INTERNAL: &str = "INTERNAL";
     /// The teachers disagree and privacy.policy = "unanimous_only".
     pub const CONTESTED: &str = "CONTESTED";
+    /// A key the admin API does not rotate: a configured or revoked
+    /// principal's (FAILED_PRECONDITION).
+    pub const NOT_ROTATABLE: &str = "NOT_ROTATABLE";
 }
 
 /// `google.rpc.ErrorInfo` domain of every pacpriv error.
@@ -197,6 +200,9 @@ impl From<ServiceError> for Status {
                 with_reason(Code::Internal, e.to_string(), INTERNAL, true, &[])
             }
             ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => plain(Code::NotFound, NOT_FOUND, &e),
+            ServiceError::Session(e @ SessionError::NotRotatable { .. }) => {
+                plain(Code::FailedPrecondition, NOT_ROTATABLE, &e)
+            }
             ServiceError::Session(e @ SessionError::InvalidPrincipal(_)) => {
                 plain(Code::InvalidArgument, INVALID_INPUT, &e)
             }

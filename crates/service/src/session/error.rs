@@ -91,6 +91,15 @@ pub enum SessionError {
     /// A principal could not be provisioned as asked.
     #[error("{0}")]
     InvalidPrincipal(String),
+    /// A principal whose key the admin API does not rotate: configured
+    /// (its key is the configuration's) or revoked (for good).
+    #[error("principal {name:?} is {why}: its key is not the admin API's to rotate")]
+    NotRotatable {
+        /// The principal.
+        name: String,
+        /// "configured" or "revoked".
+        why: &'static str,
+    },
 }
 
 impl From<StoreError> for SessionError {

@@ -342,6 +342,42 @@ impl Sessions {
         self.account(record.ok_or_else(|| SessionError::UnknownPrincipal(name.to_owned()))?).await
     }
 
+    /// Gives the admin-created principal `name` a fresh random API key,
+    /// durably; returns its account and the key (shown once, stored only
+    /// as its hash). The old key is refused from the next request on — an
+    /// open stream's too, at its next query ([`Sessions::recheck`]) — and
+    /// the session, with its spending, stays the principal's.
+    ///
+    /// # Errors
+    /// [`SessionError::UnknownPrincipal`], [`SessionError::NotRotatable`]
+    /// (a configured or revoked principal), [`SessionError::Registry`].
+    pub async fn rotate(&self, name: &str) -> Result<(Account, String), SessionError> {
+        let key = new_api_key()?;
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let record = self.store.rotate_key(name, &digest).await.map_err(SessionError::Registry)?;
+        let record = record.ok_or_else(|| SessionError::UnknownPrincipal(name.to_owned()))?;
+        let why = match (record.origin, record.active()) {
+            (_, false) => Some("revoked"),
+            (Origin::Config, true) => Some("configured"),
+            (Origin::Admin, true) => None,
+        };
+        if let Some(why) = why {
+            return Err(SessionError::NotRotatable { name: name.to_owned(), why });
+        }
+        self.unknown.forget(&digest);
+        if let Some(local) = &self.local {
+            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
+            let Local { principals, by_key } = &mut *local;
+            if let Some(entry) = principals.get_mut(name) {
+                by_key.remove(&entry.0.key_sha256);
+                entry.0 = record.clone();
+            }
+            by_key.insert(digest, name.to_owned());
+        }
+        tracing::info!(principal = %name, "principal's API key rotated");
+        Ok((self.account(record).await?, key))
+    }
+
     /// Revokes `name`: durably first, then in memory, so no request that
     /// authenticates after this returns is answered. Its spending stays on
     /// record; revoking twice is harmless.

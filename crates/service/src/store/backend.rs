@@ -143,6 +143,17 @@ impl Store {
         dispatch!(self, revoke(name, at_unix))
     }
 
+    /// Gives `name` the key hashing to `key_sha256` if it is an active
+    /// admin-origin principal (a configured one's key is the
+    /// configuration's); returns the stored record, rotated or not, `None`
+    /// if there is no such principal.
+    ///
+    /// # Errors
+    /// [`StoreError::KeyInUse`], backend.
+    pub async fn rotate_key(&self, name: &str, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        dispatch!(self, rotate_key(name, key_sha256))
+    }
+
     /// Every session key with a record, in order.
     ///
     /// # Errors

@@ -450,6 +450,30 @@ impl EmbeddedStore {
         Ok(configured)
     }
 
+    /// See [`super::Store::rotate_key`]: one write transaction.
+    ///
+    /// # Errors
+    /// As [`super::Store::rotate_key`].
+    pub fn rotate_key(&self, name: &str, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        let txn = self.db.begin_write()?;
+        let stored = {
+            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
+            let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
+            let Some(bytes) = existing else { return Ok(None) };
+            let mut record = decode_principal(name, &bytes)?;
+            if record.origin == Origin::Admin && record.active() {
+                if Keys::of(&table)?.0.get(key_sha256).is_some_and(|holder| holder != name) {
+                    return Err(StoreError::KeyInUse { name: name.to_owned() });
+                }
+                record.key_sha256 = *key_sha256;
+                table.insert(name, encode_principal(&record).as_slice()).map_err(backend)?;
+            }
+            record
+        };
+        txn.commit().map_err(backend)?;
+        Ok(Some(stored))
+    }
+
     /// See [`super::Store::revoke`].
     ///
     /// # Errors

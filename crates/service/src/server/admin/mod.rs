@@ -4,7 +4,7 @@
 //! does not serve this service at all.
 //!
 //! A request's path: `AdminService::check_token` → the RPC's file ([`create`],
-//! [`list`], [`inspect`], [`revoke`], [`export`]) → [`super::status`] for any error.
+//! [`list`], [`inspect`], [`revoke`], [`rotate`], [`export`]) → [`super::status`] for any error.
 //! There is no reset and no raise: see `proto/pacpriv/v1/admin.proto`.
 
 pub mod create;
@@ -12,6 +12,7 @@ pub mod export;
 pub mod inspect;
 pub mod list;
 pub mod revoke;
+pub mod rotate;
 
 use super::App;
 use super::auth::api_key;
@@ -21,7 +22,7 @@ use crate::metrics::ServiceMetrics;
 use crate::proto::pacpriv::admin_server::Admin;
 use crate::proto::pacpriv::{
     CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, InspectPrincipalRequest,
-    ListPrincipalsRequest, ListPrincipalsResponse, Principal, RevokePrincipalRequest,
+    ListPrincipalsRequest, ListPrincipalsResponse, Principal, RevokePrincipalRequest, RotateKeyRequest,
 };
 use crate::session::{Account, Sessions};
 use pacpriv_privacy::report;
@@ -115,6 +116,14 @@ impl Admin for AdminService {
     async fn revoke_principal(&self, request: Request<RevokePrincipalRequest>) -> Result<Response<Principal>, Status> {
         self.check_token(&request)?;
         Ok(Response::new(revoke::apply(&self.app, &request.into_inner().name).await?))
+    }
+
+    async fn rotate_key(
+        &self,
+        request: Request<RotateKeyRequest>,
+    ) -> Result<Response<CreatePrincipalResponse>, Status> {
+        self.check_token(&request)?;
+        Ok(Response::new(rotate::apply(&self.app, &request.into_inner().name).await?))
     }
 
     type ExportJournalStream = export::ChunkStream;

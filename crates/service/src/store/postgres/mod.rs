@@ -363,6 +363,30 @@ impl PgStore {
         Ok(Configured { stored, revoked })
     }
 
+    /// See [`super::Store::rotate_key`].
+    ///
+    /// # Errors
+    /// As [`super::Store::rotate_key`].
+    pub async fn rotate_key(&self, name: &str, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
+        let client = self.client().await?;
+        let key: &[u8] = key_sha256;
+        client
+            .execute(
+                "UPDATE pacpriv_principals SET key_sha256 = $2 \
+                 WHERE name = $1 AND origin = 'admin' AND revoked_unix IS NULL",
+                &[&name, &key],
+            )
+            .await
+            .map_err(|e| {
+                if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+                    StoreError::KeyInUse { name: name.to_owned() }
+                } else {
+                    backend(e)
+                }
+            })?;
+        self.principal(name).await
+    }
+
     /// See [`super::Store::revoke`].
     ///
     /// # Errors
