@@ -235,3 +235,49 @@ async fn start_up_provides_the_file_descriptors_the_caps_need() {
     // Three listeners of 1024 connections, the teachers and 256 more.
     assert!((3 * 1024..20_000).contains(&soft), "the soft limit was raised to the need: {soft}");
 }
+
+/// Issue 53 §4: one peer's slow-but-valid connections cannot shut other
+/// peers out of an HTTP listener. Past `server.max_connections_per_peer`
+/// its connections are closed as soon as they are accepted, so a second
+/// peer (another loopback address) is answered while the first holds all
+/// it may; and a kept-alive connection older than
+/// `server.max_connection_age_ms` is closed after its request.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_peer_cannot_take_every_http_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__SERVER__MAX_CONNECTIONS", CAP.to_string()),
+            ("PACPRIV__SERVER__MAX_CONNECTIONS_PER_PEER", "2".into()),
+            ("PACPRIV__SERVER__HEADER_READ_TIMEOUT_MS", "60000".into()),
+            ("PACPRIV__SERVER__MAX_CONNECTION_AGE_MS", "1500".into()),
+        ]),
+    );
+    let metrics: std::net::SocketAddr = server.listener("metrics").parse().expect("address");
+    // The first peer opens every slot's worth and sends nothing yet (as a
+    // slow client would); all but its share are closed at once.
+    let mut first: Vec<TcpStream> = (0..CAP).map(|_| TcpStream::connect(metrics).expect("connects")).collect();
+    let closed = first.iter_mut().map(|c| closed_within(c, Duration::from_millis(500))).filter(|&gone| gone).count();
+    assert_eq!(closed, CAP - 2, "the first peer keeps its share of {CAP} slots, 2");
+
+    let from_second_peer = || async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind("127.0.0.2:0".parse().expect("address")).expect("binds 127.0.0.2");
+        socket.connect(metrics).await.expect("connects")
+    };
+    let mut second = tokio::time::timeout(Duration::from_secs(10), from_second_peer()).await.expect("accepted");
+    second.write_all(b"GET /metrics HTTP/1.1\r\nHost: pacpriv\r\n\r\n").await.expect("request");
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(10), second.read_exact(&mut head))
+        .await
+        .expect("the second peer is answered while the first holds its share")
+        .expect("reads");
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    // Kept alive, the second peer's connection is closed once it is older
+    // than the maximum age (the header-read deadline is a minute).
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(10), second.read_to_end(&mut rest)).await;
+    assert!(matches!(ended, Ok(Ok(_))), "closed after server.max_connection_age_ms: {ended:?}");
+}

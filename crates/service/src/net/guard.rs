@@ -6,7 +6,11 @@
 //! - A connection holds one of its listener's `server.max_connections`
 //!   slots for its whole life, handshake included: over the cap, clients
 //!   wait unaccepted in the kernel's queue, and no task or buffer is spent
-//!   on them.
+//!   on them ([`Slots`]).
+//! - One peer address holds at most `server.max_connections_per_peer` of
+//!   them: a connection past its share is closed as soon as it is
+//!   accepted, so one peer cannot take every slot and shut the others
+//!   out.
 //! - An HTTP/2 connection ([`Watch::H2`]) must send the client preface
 //!   within `server.header_read_timeout_ms`, and is closed once its client
 //!   has sent no request and no stream message (a HEADERS or DATA frame)
@@ -16,8 +20,10 @@
 //! - An accept error (EMFILE: out of file descriptors) is logged and
 //!   retried after [`ACCEPT_BACKOFF`], never in a spinning loop.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -52,11 +58,56 @@ pub enum Watch {
     },
 }
 
+/// A listener's connection slots: `server.max_connections` in all, at
+/// most `server.max_connections_per_peer` for one peer address.
+pub struct Slots {
+    total: Arc<Semaphore>,
+    per_peer: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Slots {
+    /// `max` slots, at most `per_peer` of them for one peer.
+    pub fn new(max: usize, per_peer: usize) -> Arc<Self> {
+        Arc::new(Slots { total: Arc::new(Semaphore::new(max)), per_peer, held: Mutex::default() })
+    }
+
+    /// One more connection for `peer`, unless it holds its share.
+    fn take(self: &Arc<Self>, peer: IpAddr, total: OwnedSemaphorePermit) -> Option<Slot> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = held.entry(peer).or_default();
+        if *count >= self.per_peer {
+            return None;
+        }
+        *count += 1;
+        Some(Slot { slots: Arc::clone(self), peer, _total: total })
+    }
+}
+
+/// One connection's slot; given back when the connection closes.
+pub struct Slot {
+    slots: Arc<Slots>,
+    peer: IpAddr,
+    _total: OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.peer);
+            }
+        }
+    }
+}
+
 /// An accepted connection, held to its listener's limits (module
 /// documentation).
 pub struct Guarded<IO> {
     io: IO,
-    _slot: OwnedSemaphorePermit,
+    _slot: Slot,
     watch: Option<H2Watch>,
 }
 
@@ -134,7 +185,7 @@ impl H2Watch {
 
 impl<IO> Guarded<IO> {
     /// `io`, holding `slot` for its life, watched as `watch` says.
-    pub fn new(io: IO, slot: OwnedSemaphorePermit, watch: Watch) -> Self {
+    pub fn new(io: IO, slot: Slot, watch: Watch) -> Self {
         let watch = match watch {
             Watch::Nothing => None,
             Watch::H2 { preface, idle } => {
@@ -209,17 +260,18 @@ impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connecte
 }
 
 /// The next connection of `listener` once one of `slots` is free, or
-/// `None` once `stop` is cancelled. An accept error is logged and retried
+/// `None` once `stop` is cancelled. A connection from a peer that holds
+/// its share is closed at once; an accept error is logged and retried
 /// after [`ACCEPT_BACKOFF`].
 pub async fn accept(
     listener: &TcpListener,
-    slots: &Arc<Semaphore>,
+    slots: &Arc<Slots>,
     stop: &CancellationToken,
-) -> Option<(TcpStream, std::net::SocketAddr, OwnedSemaphorePermit)> {
+) -> Option<(TcpStream, std::net::SocketAddr, Slot)> {
     // A slot first: over the cap, clients wait unaccepted.
-    let slot = tokio::select! {
+    let mut total = tokio::select! {
         () = stop.cancelled() => return None,
-        slot = Arc::clone(slots).acquire_owned() => slot.ok()?,
+        total = Arc::clone(&slots.total).acquire_owned() => total.ok()?,
     };
     loop {
         let accepted = tokio::select! {
@@ -227,10 +279,20 @@ pub async fn accept(
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((tcp, peer)) => {
-                let _ = tcp.set_nodelay(true);
-                return Some((tcp, peer, slot));
-            }
+            Ok((tcp, peer)) => match slots.take(peer.ip(), total) {
+                Some(slot) => {
+                    let _ = tcp.set_nodelay(true);
+                    return Some((tcp, peer, slot));
+                }
+                None => {
+                    tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed");
+                    drop(tcp);
+                    total = tokio::select! {
+                        () = stop.cancelled() => return None,
+                        total = Arc::clone(&slots.total).acquire_owned() => total.ok()?,
+                    };
+                }
+            },
             Err(e) => {
                 tracing::warn!(error = %e, "accepting a connection failed; trying again in a second");
                 tokio::select! {
@@ -242,16 +304,16 @@ pub async fn accept(
     }
 }
 
-/// Connections of `listener`, each [`Guarded`] with one of `max` slots and
-/// `watch`, until `stop` (a stream for tonic's `serve_with_incoming`).
+/// Connections of `listener`, each [`Guarded`] with one of `slots` and
+/// `watch`, until `stop` (a stream for tonic's `serve_with_incoming`, or
+/// [`super::http::serve`]).
 pub fn guarded_incoming(
     listener: TcpListener,
-    max: usize,
+    slots: Arc<Slots>,
     watch: Watch,
     stop: CancellationToken,
 ) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Guarded<TcpStream>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let slots = Arc::new(Semaphore::new(max));
     tokio::spawn(async move {
         while let Some((tcp, _, slot)) = accept(&listener, &slots, &stop).await {
             if tx.send(Ok(Guarded::new(tcp, slot, watch))).await.is_err() {

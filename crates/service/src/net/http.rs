@@ -2,9 +2,14 @@
 //! Protocol's REST binding, `/metrics`), with the limits a hostile client
 //! meets ([`Limits`]) in place of `axum::serve`, which has none:
 //!
-//! - at most `max_connections` connections at once: further clients wait
-//!   in the kernel's accept queue until one closes (no task, no buffer is
-//!   spent on them);
+//! - at most `max_connections` connections at once, and
+//!   `max_connections_per_peer` of one peer address ([`super::guard`],
+//!   which hands the connections over): further clients wait in the
+//!   kernel's accept queue until one closes (no task, no buffer is spent
+//!   on them);
+//! - a connection older than `max_connection_age` is closed once the
+//!   request in progress is answered, so a slow-but-valid client keeps
+//!   its slots no longer;
 //! - each request's headers must arrive within `header_read` of the
 //!   connection becoming ready for them (hyper's header-read timeout, which
 //!   also closes an idle kept-alive connection), or the connection is
@@ -21,54 +26,51 @@
 
 use super::Limits;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Serves `router` on `listener` within `limits` until `stop` is
-/// cancelled; then each connection finishes the request it is answering
-/// and closes, and this returns once all have.
-pub async fn serve<L>(mut listener: L, router: axum::Router, limits: &Limits, stop: CancellationToken)
+/// Serves `router` on the `connections` handed over (each holding its
+/// slot, [`super::guard`]) within `limits` until `stop` is cancelled; then
+/// each connection finishes the request it is answering and closes, and
+/// this returns once all have.
+pub async fn serve<IO, S>(mut connections: S, router: axum::Router, limits: &Limits, stop: CancellationToken)
 where
-    L: axum::serve::Listener,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: futures_util::Stream<Item = std::io::Result<IO>> + Unpin,
 {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let connections = TaskTracker::new();
+    use futures_util::StreamExt;
+    let tasks = TaskTracker::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.header_read).keep_alive(true);
     loop {
-        // A slot first: over the cap, clients wait unaccepted.
-        let slot = tokio::select! {
-            () = stop.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => slot,
-        };
-        let Ok(slot) = slot else { break };
         let io = tokio::select! {
             () = stop.cancelled() => break,
-            (io, _) = listener.accept() => io,
+            next = connections.next() => match next {
+                Some(Ok(io)) => io,
+                Some(Err(_)) => continue,
+                None => break,
+            },
         };
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         let io = Stall { io, limit: limits.header_read, since: None };
         let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
-        let stop = stop.clone();
-        connections.spawn(async move {
+        let (stop, age) = (stop.clone(), limits.max_connection_age);
+        tasks.spawn(async move {
             tokio::pin!(connection);
             tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stop.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
+                _ = connection.as_mut() => return,
+                () = stop.cancelled() => {}
+                () = tokio::time::sleep(age) => {}
             }
-            drop(slot);
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
         });
     }
-    connections.close();
-    connections.wait().await;
+    tasks.close();
+    tasks.wait().await;
 }
 
 /// A connection whose writes fail once they have been stalled (the peer

@@ -8,7 +8,7 @@ pub mod guard;
 pub mod http;
 pub mod tls;
 
-use guard::{Guarded, Watch};
+use guard::{Guarded, Slots, Watch};
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +24,8 @@ pub struct Limits {
     /// Every listener: connections open at once; further clients wait
     /// unaccepted.
     pub max_connections: usize,
+    /// Every listener: connections one peer address may hold of them.
+    pub max_connections_per_peer: usize,
     /// HTTP: how long a request's headers may take to arrive (and how long
     /// a kept-alive connection may idle); gRPC: how long the HTTP/2
     /// preface may take.
@@ -31,9 +33,10 @@ pub struct Limits {
     /// gRPC: how long a connection may go without a request or a stream
     /// message before it is closed.
     pub idle: Duration,
-    /// gRPC: how long a connection may live; then it is told to go away
-    /// (GOAWAY), and closed `request` later, so clients reconnect — under
-    /// a rotated client CA, for instance.
+    /// How long a connection may live: gRPC ones are then told to go away
+    /// (GOAWAY) and closed `request` later; HTTP ones are closed after the
+    /// request in progress. Clients reconnect — under a rotated client CA,
+    /// for instance — and a peer cannot keep its slots for ever.
     pub max_connection_age: Duration,
     /// gRPC: how long a call may take to produce its response; HTTP: how
     /// long an authenticated request's body may take to arrive.
@@ -90,6 +93,11 @@ pub fn builder(limits: &Limits) -> tonic::transport::Server {
 }
 
 impl Limits {
+    /// A listener's connection slots.
+    pub fn slots(&self) -> std::sync::Arc<guard::Slots> {
+        guard::Slots::new(self.max_connections, self.max_connections_per_peer)
+    }
+
     /// What an HTTP/2 (gRPC) connection's bytes are watched for.
     pub fn h2_watch(&self) -> Watch {
         Watch::H2 { preface: self.header_read, idle: self.idle }
@@ -104,7 +112,7 @@ pub type TlsConnection = Guarded<tokio_rustls::server::TlsStream<tokio::net::Tcp
 
 /// Connections of `listener`, each through the TLS handshake `tls` offers
 /// for `alpn` at the time it is accepted, until `stop`. Each holds one of
-/// `max` slots from before it is accepted until it closes (beyond that,
+/// `slots` from before it is accepted until it closes (beyond that,
 /// clients wait unaccepted) and is [`Guarded`] with `watch` once its
 /// handshake is done. Handshakes run concurrently (a slow client holds up
 /// no one) and fail alone: a client with a wrong certificate is dropped
@@ -114,11 +122,10 @@ pub fn tls_incoming(
     tls: std::sync::Arc<tls::ServerTls>,
     alpn: tls::Alpn,
     stop: tokio_util::sync::CancellationToken,
-    max: usize,
+    slots: std::sync::Arc<Slots>,
     watch: Watch,
-) -> tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>> {
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<TlsConnection>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
     tokio::spawn(async move {
         while let Some((tcp, peer, slot)) = guard::accept(&listener, &slots, &stop).await {
             let (acceptor, tx) = (tls.acceptor(alpn), tx.clone());
@@ -133,42 +140,5 @@ pub fn tls_incoming(
             });
         }
     });
-    rx
-}
-
-/// TLS connections as an axum listener (the HTTP/REST listener with TLS).
-pub struct TlsListener {
-    connections: tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// The connections [`tls_incoming`] hands over, on `local`.
-    pub fn new(connections: tokio::sync::mpsc::Receiver<std::io::Result<TlsConnection>>, local: SocketAddr) -> Self {
-        TlsListener { connections, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsConnection;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.connections.recv().await {
-                Some(Ok(c)) => {
-                    let peer = c.get_ref().get_ref().0.peer_addr().unwrap_or(self.local);
-                    return (c, peer);
-                }
-                Some(Err(_)) => {}
-                // Stopped: no connection will come; the server's graceful
-                // shutdown ends the accept loop.
-                None => std::future::pending::<()>().await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }

@@ -72,6 +72,7 @@ pub(super) struct RawServer {
     pub(super) max_batch_rows: usize,
     pub(super) max_concurrent_streams: u32,
     pub(super) max_connections: usize,
+    pub(super) max_connections_per_peer: usize,
     pub(super) header_read_timeout_ms: u64,
     pub(super) idle_timeout_ms: u64,
     pub(super) max_connection_age_ms: u64,
@@ -153,6 +154,9 @@ impl RawServer {
         if self.max_connections == 0 {
             return Err(err("server.max_connections", "must be at least 1"));
         }
+        if self.max_connections_per_peer == 0 {
+            return Err(err("server.max_connections_per_peer", "must be at least 1"));
+        }
         let ms = std::time::Duration::from_millis;
         let within = |key: &str, value: u64, min: u64, max: u64| {
             if (min..=max).contains(&value) {
@@ -164,6 +168,7 @@ impl RawServer {
         let limits = crate::net::Limits {
             max_concurrent_streams: self.max_concurrent_streams,
             max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
             header_read: within("server.header_read_timeout_ms", self.header_read_timeout_ms, 100, 600_000)?,
             idle: within("server.idle_timeout_ms", self.idle_timeout_ms, 1000, 86_400_000)?,
             max_connection_age: within("server.max_connection_age_ms", self.max_connection_age_ms, 1000, 604_800_000)?,

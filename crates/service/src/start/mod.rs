@@ -33,7 +33,7 @@ pub mod reload;
 use crate::metrics::{self, Metrics};
 use crate::net::guard::{Watch, guarded_incoming};
 use crate::net::tls::{Alpn, ServerTls, TlsError};
-use crate::net::{self, BindError, Limits, TlsListener, bind, tls_incoming};
+use crate::net::{self, BindError, Limits, bind, tls_incoming};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
@@ -53,7 +53,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -242,24 +241,20 @@ pub async fn serve(
         let stop = stop.clone();
         servers.push(match &tls {
             Some(tls) => {
-                let connections = tls_incoming(
-                    listener,
-                    Arc::clone(tls),
-                    Alpn::Http1,
-                    stop.clone(),
-                    limits.max_connections,
-                    Watch::Nothing,
-                );
-                let listener = TlsListener::new(connections, bound);
+                let connections =
+                    tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone(), limits.slots(), Watch::Nothing);
                 Box::pin(async move {
-                    net::http::serve(listener, router, &limits, stop).await;
+                    net::http::serve(connections, router, &limits, stop).await;
                     Ok(())
                 })
             }
-            None => Box::pin(async move {
-                net::http::serve(listener, router, &limits, stop).await;
-                Ok(())
-            }),
+            None => {
+                let connections = guarded_incoming(listener, limits.slots(), Watch::Nothing, stop.clone());
+                Box::pin(async move {
+                    net::http::serve(connections, router, &limits, stop).await;
+                    Ok(())
+                })
+            }
         });
     }
 
@@ -324,15 +319,15 @@ fn grpc(
     stop: &CancellationToken,
 ) -> Serving {
     let done = stop.clone().cancelled_owned();
-    let (max, watch) = (limits.max_connections, limits.h2_watch());
+    let (slots, watch) = (limits.slots(), limits.h2_watch());
     match tls {
         Some(tls) => {
-            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone(), max, watch);
-            let server = router.serve_with_incoming_shutdown(ReceiverStream::new(connections), done);
+            let connections = tls_incoming(listener, Arc::clone(tls), Alpn::H2, stop.clone(), slots, watch);
+            let server = router.serve_with_incoming_shutdown(connections, done);
             Box::pin(async move { Ok(server.await?) })
         }
         None => {
-            let connections = guarded_incoming(listener, max, watch, stop.clone());
+            let connections = guarded_incoming(listener, slots, watch, stop.clone());
             let server = router.serve_with_incoming_shutdown(connections, done);
             Box::pin(async move { Ok(server.await?) })
         }

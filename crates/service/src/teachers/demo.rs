@@ -117,10 +117,10 @@ impl DemoServer {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let _stop_on_exit = stop.clone().drop_guard();
                 let h2 = crate::net::tls::Alpn::H2;
+                let slots = crate::net::guard::Slots::new(1024, 1024);
                 let connections =
-                    crate::net::tls_incoming(listener, tls, h2, stop, 1024, crate::net::guard::Watch::Nothing);
-                let incoming = tokio_stream::wrappers::ReceiverStream::new(connections);
-                router.serve_with_incoming_shutdown(incoming, shutdown).await
+                    crate::net::tls_incoming(listener, tls, h2, stop, slots, crate::net::guard::Watch::Nothing);
+                router.serve_with_incoming_shutdown(connections, shutdown).await
             }
         }
     }
