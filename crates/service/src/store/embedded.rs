@@ -450,28 +450,21 @@ impl EmbeddedStore {
         Ok(configured)
     }
 
-    /// See [`super::Store::rotate_key`]: one write transaction.
+    /// See [`super::Store::rotate_key`].
     ///
     /// # Errors
     /// As [`super::Store::rotate_key`].
     pub fn rotate_key(&self, name: &str, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_write()?;
-        let stored = {
-            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
-            let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
-            let Some(bytes) = existing else { return Ok(None) };
-            let mut record = decode_principal(name, &bytes)?;
-            if record.origin == Origin::Admin && record.active() {
-                if Keys::of(&table)?.0.get(key_sha256).is_some_and(|holder| holder != name) {
-                    return Err(StoreError::KeyInUse { name: name.to_owned() });
-                }
-                record.key_sha256 = *key_sha256;
-                table.insert(name, encode_principal(&record).as_slice()).map_err(backend)?;
+        self.update_principal(name, |record, table| {
+            if record.origin != Origin::Admin || !record.active() {
+                return Ok(false);
             }
-            record
-        };
-        txn.commit().map_err(backend)?;
-        Ok(Some(stored))
+            if Keys::of(table)?.0.get(key_sha256).is_some_and(|holder| holder != name) {
+                return Err(StoreError::KeyInUse { name: name.to_owned() });
+            }
+            record.key_sha256 = *key_sha256;
+            Ok(true)
+        })
     }
 
     /// See [`super::Store::revoke`].
@@ -479,14 +472,28 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
+        self.update_principal(name, |record, _| {
+            let revoking = record.active();
+            record.revoked_unix = record.revoked_unix.or(Some(at_unix));
+            Ok(revoking)
+        })
+    }
+
+    /// `change` applied to the stored record of `name` in one write
+    /// transaction, which writes it back when `change` says so; the record
+    /// as stored afterwards, `None` if there is no such principal.
+    fn update_principal(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut PrincipalRecord, &redb::Table<'_, &str, &[u8]>) -> Result<bool, StoreError>,
+    ) -> Result<Option<PrincipalRecord>, StoreError> {
         let txn = self.db.begin_write()?;
         let stored = {
             let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
             let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
             let Some(bytes) = existing else { return Ok(None) };
             let mut record = decode_principal(name, &bytes)?;
-            if record.revoked_unix.is_none() {
-                record.revoked_unix = Some(at_unix);
+            if change(&mut record, &table)? {
                 table.insert(name, encode_principal(&record).as_slice()).map_err(backend)?;
             }
             record

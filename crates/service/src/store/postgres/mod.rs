@@ -324,12 +324,7 @@ impl PgStore {
     pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
-        tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
-        let mut stored = Vec::with_capacity(records.len());
-        for record in records {
-            // An error drops `tx`, which rolls back: all or nothing.
-            stored.push(provision_in(&tx, record).await?);
-        }
+        let stored = provision_locked(&tx, records).await?;
         tx.commit().await.map_err(backend)?;
         Ok(stored)
     }
@@ -342,12 +337,7 @@ impl PgStore {
     pub async fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
-        tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
-        let mut stored = Vec::with_capacity(records.len());
-        for record in records {
-            // An error drops `tx`, which rolls back: all or nothing.
-            stored.push(provision_in(&tx, record).await?);
-        }
+        let stored = provision_locked(&tx, records).await?;
         let listed: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
         let rows = tx
             .query(
@@ -491,6 +481,21 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+/// Provisions `records` inside `tx`, under the table lock that serialises
+/// provisioning across replicas ([`PgStore::provision_all`]). An error
+/// leaves `tx` to be dropped, which rolls back: all or nothing.
+async fn provision_locked(
+    tx: &deadpool_postgres::Transaction<'_>,
+    records: &[PrincipalRecord],
+) -> Result<Vec<PrincipalRecord>, StoreError> {
+    tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
+    let mut stored = Vec::with_capacity(records.len());
+    for record in records {
+        stored.push(provision_in(tx, record).await?);
+    }
+    Ok(stored)
 }
 
 /// Provisions one record inside `tx` (the semantics of
