@@ -34,8 +34,8 @@ pub struct Limits {
     /// message before it is closed.
     pub idle: Duration,
     /// How long a connection may live: gRPC ones are then told to go away
-    /// (GOAWAY) and closed `request` later; HTTP ones are closed after the
-    /// request in progress. Clients reconnect — under a rotated client CA,
+    /// (GOAWAY: no new calls) and close once their calls in flight end;
+    /// HTTP ones are closed after the request in progress. Clients reconnect — under a rotated client CA,
     /// for instance — and a peer cannot keep its slots for ever.
     pub max_connection_age: Duration,
     /// gRPC: how long a call may take to produce its response; HTTP: how
@@ -87,8 +87,9 @@ pub fn builder(limits: &Limits) -> tonic::transport::Server {
         .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_keepalive_interval(Some(limits.keepalive_interval))
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        // No grace: with one, tonic 0.14 skips the GOAWAY and cuts the
+        // connection at age + grace, calls in flight included.
         .max_connection_age(limits.max_connection_age)
-        .max_connection_age_grace(limits.request)
         .timeout(limits.request)
 }
 
