@@ -6,10 +6,11 @@
 //! write to it fails (EFBIG), as on a full disk; lifting the limit is
 //! freeing the disk.
 
-use crate::util::{ADMIN_TOKEN, Process, budget, client, digit, image, key_hash, pacpriv, predict, small_demo};
+use crate::util::{
+    ADMIN_TOKEN, Process, budget, client, digit, image, key_hash, pacpriv, predict, refusal, small_demo,
+};
 use std::time::{Duration, Instant};
 use tonic::Code;
-use tonic_types::StatusExt;
 
 /// Sets the soft file-size limit of process `pid` (`None`: unlimited).
 fn file_size_limit(pid: u32, bytes: Option<u64>) {
@@ -19,12 +20,6 @@ fn file_size_limit(pid: u32, bytes: Option<u64>) {
         .output()
         .expect("prlimit (util-linux) runs");
     assert!(out.status.success(), "prlimit: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// `(code, reason, charged)` of a refusal.
-fn refusal(e: &tonic::Status) -> (Code, String, Option<String>) {
-    let info = e.get_error_details().error_info().cloned().expect("ErrorInfo");
-    (e.code(), info.reason, info.metadata.get("charged").cloned())
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,7 +10,7 @@
 //! the answer the charge paid for, charged once.
 
 use crate::util::pg_proxy::PgProxy;
-use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, small_demo};
+use crate::util::{Postgres, Process, budget, client, digit, image, interop_python, predict, refusal, small_demo};
 use pacpriv_service::proto::pacpriv::PredictResponse;
 use pacpriv_service::session::cache::{AnswerCache, CacheKey, Lookup, QueryDigest};
 use pacpriv_service::store::CacheProbe;
@@ -113,14 +113,10 @@ async fn a_commit_no_standby_confirms_is_withheld_then_retrieved_once() {
     tokio::spawn(connection);
     require_standbys(&admin, &pg.url, "gone_standby").await;
 
-    let status = |e: &tonic::Status| {
-        let info = e.get_error_details().error_info().cloned().expect("ErrorInfo");
-        (e.code(), info.reason, info.metadata.get("charged").cloned())
-    };
     let first = predict(&mut c, "alice-key", image("q1", &digit(1))).await.expect_err("no standby confirms");
-    assert_eq!(status(&first), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("true".into())), "{first:?}");
+    assert_eq!(refusal(&first), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("true".into())), "{first:?}");
     let second = predict(&mut c, "alice-key", image("q2", &digit(2))).await.expect_err("the row is locked");
-    assert_eq!(status(&second), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("false".into())), "{second:?}");
+    assert_eq!(refusal(&second), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("false".into())), "{second:?}");
 
     require_standbys(&admin, &pg.url, "").await;
     // The waiting COMMIT completes: q1's charge stands, q2's never began.
@@ -168,8 +164,8 @@ async fn no_answer_leaves_before_a_standby_has_its_charge_even_when_the_wait_is_
     require_standbys(&admin, &pg.url, "gone_standby").await;
 
     let withheld = |e: &tonic::Status| {
-        let info = e.get_error_details().error_info().cloned().expect("ErrorInfo");
-        (e.code(), info.reason)
+        let (code, reason, _) = refusal(e);
+        (code, reason)
     };
     let unavailable = (Code::Unavailable, "STORE_UNAVAILABLE".to_owned());
     // q1's COMMIT waits for the standby; its wait is cancelled.

@@ -483,6 +483,13 @@ pub fn small_demo(extra: &[(&'static str, String)]) -> Vec<(&'static str, String
     env
 }
 
+/// `(code, ErrorInfo reason, its "charged" metadata)` of a refusal.
+pub fn refusal(e: &tonic::Status) -> (tonic::Code, String, Option<String>) {
+    use tonic_types::StatusExt;
+    let info = e.get_error_details().error_info().cloned().expect("ErrorInfo");
+    (e.code(), info.reason, info.metadata.get("charged").cloned())
+}
+
 /// `GET /metrics` from a metrics listener (plain HTTP/1.1), the body.
 pub fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};

@@ -128,6 +128,11 @@ enum At {
     Payload(usize),
 }
 
+impl At {
+    /// The start of the next frame.
+    const NEXT_FRAME: At = At::Header { bytes: [0; FRAME_HEADER], have: 0 };
+}
+
 impl H2Watch {
     /// Follows `bytes` read from the client; whether they completed a
     /// HEADERS or DATA frame's header (or the preface).
@@ -140,7 +145,7 @@ impl H2Watch {
                     *left -= n;
                     bytes = &bytes[n..];
                     if *left == 0 {
-                        self.at = At::Header { bytes: [0; FRAME_HEADER], have: 0 };
+                        self.at = At::NEXT_FRAME;
                         active = true;
                     }
                 }
@@ -154,11 +159,7 @@ impl H2Watch {
                             usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
                         // DATA (0x0) and HEADERS (0x1): a request, a stream message.
                         active |= header[3] <= 1;
-                        self.at = if length == 0 {
-                            At::Header { bytes: [0; FRAME_HEADER], have: 0 }
-                        } else {
-                            At::Payload(length)
-                        };
+                        self.at = if length == 0 { At::NEXT_FRAME } else { At::Payload(length) };
                     }
                 }
                 At::Payload(left) => {
@@ -166,7 +167,7 @@ impl H2Watch {
                     *left -= n;
                     bytes = &bytes[n..];
                     if *left == 0 {
-                        self.at = At::Header { bytes: [0; FRAME_HEADER], have: 0 };
+                        self.at = At::NEXT_FRAME;
                     }
                 }
             }
@@ -268,31 +269,34 @@ pub async fn accept(
     slots: &Arc<Slots>,
     stop: &CancellationToken,
 ) -> Option<(TcpStream, std::net::SocketAddr, Slot)> {
-    // A slot first: over the cap, clients wait unaccepted.
-    let mut total = tokio::select! {
-        () = stop.cancelled() => return None,
-        total = Arc::clone(&slots.total).acquire_owned() => total.ok()?,
-    };
+    loop {
+        // A slot first: over the cap, clients wait unaccepted.
+        let total = tokio::select! {
+            () = stop.cancelled() => return None,
+            total = Arc::clone(&slots.total).acquire_owned() => total.ok()?,
+        };
+        let (tcp, peer) = accept_tcp(listener, stop).await?;
+        match slots.take(peer.ip(), total) {
+            Some(slot) => {
+                let _ = tcp.set_nodelay(true);
+                return Some((tcp, peer, slot));
+            }
+            // Dropped, with its slot.
+            None => tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed"),
+        }
+    }
+}
+
+/// The next connection of `listener`, or `None` once `stop` is cancelled;
+/// an accept error is logged and retried after [`ACCEPT_BACKOFF`].
+async fn accept_tcp(listener: &TcpListener, stop: &CancellationToken) -> Option<(TcpStream, std::net::SocketAddr)> {
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return None,
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((tcp, peer)) => match slots.take(peer.ip(), total) {
-                Some(slot) => {
-                    let _ = tcp.set_nodelay(true);
-                    return Some((tcp, peer, slot));
-                }
-                None => {
-                    tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed");
-                    drop(tcp);
-                    total = tokio::select! {
-                        () = stop.cancelled() => return None,
-                        total = Arc::clone(&slots.total).acquire_owned() => total.ok()?,
-                    };
-                }
-            },
+            Ok(accepted) => return Some(accepted),
             Err(e) => {
                 tracing::warn!(error = %e, "accepting a connection failed; trying again in a second");
                 tokio::select! {

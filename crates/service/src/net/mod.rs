@@ -35,8 +35,9 @@ pub struct Limits {
     pub idle: Duration,
     /// How long a connection may live: gRPC ones are then told to go away
     /// (GOAWAY: no new calls) and close once their calls in flight end;
-    /// HTTP ones are closed after the request in progress. Clients reconnect — under a rotated client CA,
-    /// for instance — and a peer cannot keep its slots for ever.
+    /// HTTP ones are closed after the request in progress. Clients
+    /// reconnect — under a rotated client CA, for instance — and a peer
+    /// cannot keep its slots for ever.
     pub max_connection_age: Duration,
     /// gRPC: how long a call may take to produce its response; HTTP: how
     /// long an authenticated request's body may take to arrive.

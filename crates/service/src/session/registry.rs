@@ -82,6 +82,22 @@ struct Local {
     by_key: HashMap<[u8; 32], String>,
 }
 
+impl Local {
+    /// `record` in place of the held one of its name (a revocation, a
+    /// rotated key), its session kept: the old key no longer names it, the
+    /// new one does while it is active.
+    fn update(&mut self, record: PrincipalRecord) {
+        let Some((held, _)) = self.principals.get_mut(&record.name) else { return };
+        if self.by_key.get(&held.key_sha256) == Some(&record.name) {
+            self.by_key.remove(&held.key_sha256);
+        }
+        if record.active() {
+            self.by_key.insert(record.key_sha256, record.name.clone());
+        }
+        *held = record;
+    }
+}
+
 /// Every provisioned principal and its session.
 pub struct Sessions {
     scope: Scope,
@@ -168,10 +184,7 @@ impl Sessions {
         if let Some(local) = &self.local {
             let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
             for record in &revoked {
-                local.by_key.remove(&record.key_sha256);
-                if let Some(entry) = local.principals.get_mut(&record.name) {
-                    entry.0 = record.clone();
-                }
+                local.update(record.clone());
             }
             for record in stored {
                 let Some((old, session)) = local.principals.get(&record.name).cloned() else {
@@ -366,13 +379,7 @@ impl Sessions {
         }
         self.unknown.forget(&digest);
         if let Some(local) = &self.local {
-            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
-            let Local { principals, by_key } = &mut *local;
-            if let Some(entry) = principals.get_mut(name) {
-                by_key.remove(&entry.0.key_sha256);
-                entry.0 = record.clone();
-            }
-            by_key.insert(digest, name.to_owned());
+            local.write().map_err(|_| SessionError::Poisoned)?.update(record.clone());
         }
         tracing::info!(principal = %name, "principal's API key rotated");
         Ok((self.account(record).await?, key))
@@ -388,11 +395,7 @@ impl Sessions {
         let record = self.store.revoke(name, now_unix()).await.map_err(SessionError::Registry)?;
         let record = record.ok_or_else(|| SessionError::UnknownPrincipal(name.to_owned()))?;
         if let Some(local) = &self.local {
-            let mut local = local.write().map_err(|_| SessionError::Poisoned)?;
-            local.by_key.remove(&record.key_sha256);
-            if let Some(entry) = local.principals.get_mut(name) {
-                entry.0 = record.clone();
-            }
+            local.write().map_err(|_| SessionError::Poisoned)?.update(record.clone());
         }
         tracing::info!(principal = %name, "principal revoked");
         self.account(record).await

@@ -406,46 +406,49 @@ impl EmbeddedStore {
     /// # Errors
     /// As [`super::Store::provision_all`].
     pub fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_write()?;
-        let stored = {
-            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
-            let mut keys = Keys::of(&table)?;
-            records.iter().map(|r| provision_in(&mut table, &mut keys, r)).collect::<Result<Vec<_>, _>>()?
-        };
-        // An error above drops the transaction uncommitted: all or nothing.
-        txn.commit().map_err(backend)?;
-        Ok(stored)
+        Ok(self.provisioned(records, None)?.stored)
     }
 
-    /// See [`super::Store::configure`]: one write transaction.
+    /// See [`super::Store::configure`]: [`EmbeddedStore::provision_all`]'s
+    /// transaction, with the revocations in it.
     ///
     /// # Errors
     /// As [`super::Store::configure`].
     pub fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
+        self.provisioned(records, Some(at_unix))
+    }
+
+    /// `records` provisioned in one write transaction and, with
+    /// `revoke_unlisted_at`, every active config-origin principal they do
+    /// not name revoked then. An error drops the transaction uncommitted:
+    /// all or nothing.
+    fn provisioned(
+        &self,
+        records: &[PrincipalRecord],
+        revoke_unlisted_at: Option<i64>,
+    ) -> Result<Configured, StoreError> {
         let txn = self.db.begin_write()?;
         let configured = {
             let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
             let mut keys = Keys::of(&table)?;
             let stored =
                 records.iter().map(|r| provision_in(&mut table, &mut keys, r)).collect::<Result<Vec<_>, _>>()?;
-            let listed: std::collections::HashSet<&str> = records.iter().map(|r| r.name.as_str()).collect();
-            let mut unlisted = Vec::new();
-            for item in table.iter().map_err(backend)? {
-                let (name, bytes) = item.map_err(backend)?;
-                let record = decode_principal(name.value(), bytes.value())?;
-                if record.origin == Origin::Config && record.active() && !listed.contains(record.name.as_str()) {
-                    unlisted.push(record);
+            let mut revoked = Vec::new();
+            if let Some(at_unix) = revoke_unlisted_at {
+                let listed: std::collections::HashSet<&str> = records.iter().map(|r| r.name.as_str()).collect();
+                for item in table.iter().map_err(backend)? {
+                    let (name, bytes) = item.map_err(backend)?;
+                    let record = decode_principal(name.value(), bytes.value())?;
+                    if record.origin == Origin::Config && record.active() && !listed.contains(record.name.as_str()) {
+                        revoked.push(PrincipalRecord { revoked_unix: Some(at_unix), ..record });
+                    }
                 }
-            }
-            let mut revoked = Vec::with_capacity(unlisted.len());
-            for mut record in unlisted {
-                record.revoked_unix = Some(at_unix);
-                table.insert(record.name.as_str(), encode_principal(&record).as_slice()).map_err(backend)?;
-                revoked.push(record);
+                for record in &revoked {
+                    table.insert(record.name.as_str(), encode_principal(record).as_slice()).map_err(backend)?;
+                }
             }
             Configured { stored, revoked }
         };
-        // An error above drops the transaction uncommitted: all or nothing.
         txn.commit().map_err(backend)?;
         Ok(configured)
     }

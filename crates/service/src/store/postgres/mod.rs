@@ -81,7 +81,14 @@ impl PgLink {
 /// (A literal, not a `format!`, because the key lookup runs per request.)
 macro_rules! select_principals {
     ($tail:literal) => {
-        concat!("SELECT name, key_sha256, budget, origin, created_unix, revoked_unix FROM pacpriv_principals", $tail)
+        concat!("SELECT ", principal_columns!(), " FROM pacpriv_principals", $tail)
+    };
+}
+
+/// The columns [`principal_of`] reads, in its order.
+macro_rules! principal_columns {
+    () => {
+        "name, key_sha256, budget, origin, created_unix, revoked_unix"
     };
 }
 
@@ -341,9 +348,11 @@ impl PgStore {
         let listed: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
         let rows = tx
             .query(
-                "UPDATE pacpriv_principals SET revoked_unix = $2 \
-                 WHERE origin = 'config' AND revoked_unix IS NULL AND NOT (name = ANY($1)) \
-                 RETURNING name, key_sha256, budget, origin, created_unix, revoked_unix",
+                concat!(
+                    "UPDATE pacpriv_principals SET revoked_unix = $2 ",
+                    "WHERE origin = 'config' AND revoked_unix IS NULL AND NOT (name = ANY($1)) RETURNING ",
+                    principal_columns!()
+                ),
                 &[&listed, &at_unix],
             )
             .await
@@ -367,13 +376,7 @@ impl PgStore {
                 &[&name, &key],
             )
             .await
-            .map_err(|e| {
-                if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-                    StoreError::KeyInUse { name: name.to_owned() }
-                } else {
-                    backend(e)
-                }
-            })?;
+            .map_err(|e| key_in_use(name, e))?;
         self.principal(name).await
     }
 
@@ -509,13 +512,7 @@ async fn provision_in(
 ) -> Result<PrincipalRecord, StoreError> {
     let key: &[u8] = &record.key_sha256;
     let origin = record.origin.as_str();
-    let unique = |e: tokio_postgres::Error| {
-        if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
-            StoreError::KeyInUse { name: record.name.clone() }
-        } else {
-            backend(e)
-        }
-    };
+    let unique = |e| key_in_use(&record.name, e);
     let inserted = tx
         .execute(
             "INSERT INTO pacpriv_principals (name, key_sha256, budget, origin, created_unix, revoked_unix) \
@@ -545,6 +542,17 @@ async fn provision_in(
         }
     }
     current().await?.ok_or_else(|| backend("principal row missing after insert"))
+}
+
+/// `e` as [`StoreError::KeyInUse`] when it violates the key's unique
+/// index (another principal holds the key `name` was to get), else as a
+/// backend error.
+fn key_in_use(name: &str, e: tokio_postgres::Error) -> StoreError {
+    if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
+        StoreError::KeyInUse { name: name.to_owned() }
+    } else {
+        backend(e)
+    }
 }
 
 fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError> {
