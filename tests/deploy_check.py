@@ -637,7 +637,12 @@ def check_probes(ctx: Context) -> None:
         expect(p["grpc"]["port"] == health, f"{probe} asks port {p['grpc']['port']}, the plaintext health port is {health}")
     s = c["startupProbe"]
     budget = s.get("periodSeconds", 10) * s.get("failureThreshold", 3) + s.get("initialDelaySeconds", 0)
-    expect(budget >= 60, f"startupProbe allows {budget} s; the demo ensemble trains for up to ~20 s on a slow node: allow >= 60 s")
+    expect(budget >= 60, f"startupProbe allows {budget} s; a slow node may take a while to start the process: allow >= 60 s")
+    # A replica waiting for a writable database (store.start_wait_ms) is
+    # alive, not ready: a startup probe on readiness would kill it mid-wait.
+    for probe, service in (("startupProbe", "liveness"), ("livenessProbe", "liveness"), ("readinessProbe", "")):
+        asks = c[probe]["grpc"].get("service", "")
+        expect(asks == service, f"{probe} asks health service {asks!r}, should ask {service!r}")
     df_opts, hc = ctx.dockerfile.healthcheck()
     addr = hc[hc.index("--addr") + 1] if "--addr" in hc else "127.0.0.1:50051"
     expect(port_of_addr(addr, "HEALTHCHECK --addr") == health, f"HEALTHCHECK asks {addr}, the health port is {health}")

@@ -48,7 +48,14 @@ pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn
         // Flushes the last spans when dropped, at the end of this block.
         let _exporting =
             pacpriv_service::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
-        let started = start::serve(settings, shutdown_signal()).await?;
+        let started = match start::serve(settings, shutdown_signal()).await {
+            // SIGTERM while waiting for the database: an orderly stop.
+            Err(start::StartError::Stopped) => {
+                tracing::info!("stopped before serving");
+                return Ok(());
+            }
+            started => started?,
+        };
         writeln!(out, "pacpriv listening on {}", started.addr)?;
         let extra = [
             ("http", started.http),

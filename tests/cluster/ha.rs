@@ -169,7 +169,7 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
             run(&mut project.compose(&["kill", "-s", "SIGKILL", &primary, "pacpriv-2"]));
             at(9);
             // Mid-failover: no node accepts writes until Patroni's ttl.
-            start_like_a_kubelet(project, "pacpriv-2");
+            start_during_failover(project, "pacpriv-2");
             // Back only once another node leads: a node restarted within
             // the ttl would simply keep its leadership.
             new_primary(project, &primary);
@@ -249,29 +249,36 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
     (unwritable, (p99, max), seen, now)
 }
 
-/// Starts `replica` and waits until it is ready, starting it again each
-/// time it exits — as Kubernetes restarts a container — since a replica
-/// that starts while no node accepts writes exits (its start-up migrates
-/// the schema).
-fn start_like_a_kubelet(project: &Project, replica: &str) {
+/// Starts `replica` while no node accepts writes and waits until it is
+/// ready: it must wait for the new primary (issue 53 §7: its log says it
+/// waited), not exit and need a restart.
+fn start_during_failover(project: &Project, replica: &str) {
     let name = project.container_name(replica);
     let deadline = Instant::now() + HEALTHY_WITHIN;
+    let since = unix_ms();
     run(&mut project.compose(&["start", replica]));
     loop {
         let out =
             run(Command::new("docker").args(["inspect", "-f", "{{.State.Status}} {{.State.Health.Status}}", &name]));
         let state = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if state == "running healthy" {
-            return;
+            break;
         }
-        if state.starts_with("exited") {
-            eprintln!("{replica} exited at start (no writable database yet): started again");
-            std::thread::sleep(Duration::from_secs(1));
-            run(&mut project.compose(&["start", replica]));
-        }
+        assert!(
+            !state.starts_with("exited"),
+            "{replica} exited at start instead of waiting for a node that accepts writes:\n{}",
+            project.logs(replica)
+        );
         assert!(Instant::now() < deadline, "{replica} not ready within {HEALTHY_WITHIN:?}:\n{}", project.logs(replica));
         std::thread::sleep(Duration::from_millis(250));
     }
+    // This start's log only (the container's earlier runs' are kept too).
+    let since = format!("{}.{:03}", since / 1000, since % 1000);
+    let out = run(Command::new("docker").args(["logs", "--since", &since, &name]));
+    let logs = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let waited = logs.matches("no database node accepts writes yet").count();
+    assert!(waited > 0, "{replica} found a writable node at once: the phase did not start it mid-failover:\n{logs}");
+    eprintln!("Combined: {replica} started mid-failover, waited ({waited} attempts refused), then became ready");
 }
 
 /// Patroni's view of one node.

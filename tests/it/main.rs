@@ -32,6 +32,7 @@ mod replicas;
 mod retry;
 mod service;
 mod soak;
+mod start_wait;
 mod startup;
 mod store;
 mod subsets;

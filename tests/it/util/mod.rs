@@ -55,6 +55,9 @@ pub struct Process {
     stderr: tempfile::NamedTempFile,
     /// A private store directory, unless the test chose the store path.
     _state: Option<tempfile::TempDir>,
+    /// Its "`ready` ADDR" line's address, until [`Process::wait_ready`].
+    ready: mpsc::Receiver<String>,
+    args: Vec<String>,
 }
 
 impl Process {
@@ -66,6 +69,22 @@ impl Process {
 
     /// As [`Process::start`], for another program built from this package.
     pub fn start_program(program: &Path, args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
+        let mut p = Process::spawn(program, args, env, ready);
+        p.wait_ready();
+        p
+    }
+
+    /// Waits (at most 120 s) for the "`ready` ADDR" line of a process
+    /// started without waiting ([`Process::serve_unready`]).
+    pub fn wait_ready(&mut self) {
+        match self.ready.recv_timeout(Duration::from_secs(120)) {
+            Ok(addr) => self.addr = addr,
+            Err(_) => panic!("pacpriv {:?} did not become ready:\n{}", self.args, self.logs()),
+        }
+    }
+
+    /// Starts `program args` with `env`, not waiting for anything.
+    fn spawn(program: &Path, args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -90,12 +109,8 @@ impl Process {
                 seen.lock().expect("stdout lines").push(line);
             }
         });
-        let mut p = Process { child, addr: String::new(), stdout: lines, stderr, _state: None };
-        match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(addr) => p.addr = addr,
-            Err(_) => panic!("pacpriv {args:?} did not become ready:\n{}", p.logs()),
-        }
-        p
+        let args = args.iter().map(|&a| a.to_owned()).collect();
+        Process { child, addr: String::new(), stdout: lines, stderr, _state: None, ready: rx, args }
     }
 
     /// `pacpriv serve` with the built-in config, `--config` files and
@@ -109,6 +124,14 @@ impl Process {
     /// program that serves as `pacpriv serve` does, e.g. the canary audit's
     /// deliberately broken `examples/undernoised.rs`).
     pub fn serve_program(program: &Path, config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
+        let mut p = Process::serve_unready(program, config, env);
+        p.wait_ready();
+        p
+    }
+
+    /// As [`Process::serve_program`], returning at once: [`Process::wait_ready`]
+    /// waits for the address.
+    pub fn serve_unready(program: &Path, config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
         let mut env = env.to_vec();
         env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
         // The test binary's fan-out variant (batched, unbatched, stacked),
@@ -140,7 +163,7 @@ impl Process {
         if program != Path::new(env!("CARGO_BIN_EXE_pacpriv")) {
             args.remove(0);
         }
-        let mut p = Process::start_program(program, &args, &env, "pacpriv listening on");
+        let mut p = Process::spawn(program, &args, &env, "pacpriv listening on");
         p._state = state;
         p
     }

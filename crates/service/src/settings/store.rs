@@ -11,9 +11,12 @@ impl std::fmt::Debug for StoreSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreSettings::Embedded { path } => f.debug_struct("Embedded").field("path", path).finish(),
-            StoreSettings::Postgres { url, link } => {
-                f.debug_struct("Postgres").field("url", &redacted_url(url)).field("link", link).finish()
-            }
+            StoreSettings::Postgres { url, link, start_wait } => f
+                .debug_struct("Postgres")
+                .field("url", &redacted_url(url))
+                .field("link", link)
+                .field("start_wait", start_wait)
+                .finish(),
         }
     }
 }
@@ -69,6 +72,9 @@ pub enum StoreSettings {
         url: String,
         /// Pool, TLS and timeout.
         link: PgLink,
+        /// How long a start waits for a node that accepts writes
+        /// (`store.start_wait_ms`).
+        start_wait: Duration,
     },
 }
 
@@ -84,8 +90,13 @@ pub(super) struct RawStore {
     pub(super) postgres_sslrootcert: String,
     pub(super) postgres_timeout_ms: u64,
     pub(super) max_connections: usize,
+    pub(super) start_wait_ms: u64,
     pub(super) journal: bool,
 }
+
+/// The longest `store.start_wait_ms`: a replica still waiting after a day
+/// is better restarted by its orchestrator, where someone sees it.
+const MAX_START_WAIT_MS: u64 = 86_400_000;
 
 /// `store.backend`.
 #[derive(Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -110,6 +121,10 @@ impl RawStore {
                 "store.postgres_timeout_ms",
                 "must be at least 1000 (milliseconds): shorter would cut off transactions that are merely slow",
             )),
+            Backend::Postgres if self.start_wait_ms > MAX_START_WAIT_MS => Err(err(
+                "store.start_wait_ms",
+                format!("must be at most {MAX_START_WAIT_MS} (one day, in milliseconds); 0 does not wait"),
+            )),
             Backend::Postgres => {
                 let root_cert = optional_file("store.postgres_sslrootcert", &self.postgres_sslrootcert)?;
                 if root_cert.is_none() && matches!(self.postgres_sslmode, SslMode::VerifyCa | SslMode::VerifyFull) {
@@ -128,7 +143,8 @@ impl RawStore {
                     tls,
                     timeout: Duration::from_millis(self.postgres_timeout_ms),
                 };
-                Ok(StoreSettings::Postgres { url: self.postgres_url, link })
+                let start_wait = Duration::from_millis(self.start_wait_ms);
+                Ok(StoreSettings::Postgres { url: self.postgres_url, link, start_wait })
             }
         }
     }

@@ -200,6 +200,25 @@ fn the_postgres_timeout_is_read_and_bounded_below() -> Result<(), SettingsError>
     Ok(())
 }
 
+/// Issue 53 §7: how long a start waits for a node that accepts writes is
+/// read (two minutes unless set; 0 does not wait) and bounded by a day.
+#[test]
+fn the_start_wait_is_read_and_bounded() -> Result<(), SettingsError> {
+    let pg =
+        [("PACPRIV__STORE__BACKEND", "postgres"), ("PACPRIV__STORE__POSTGRES_URL", "postgres://pacpriv@db/pacpriv")];
+    let wait = |s: Settings| match s.store {
+        StoreSettings::Postgres { start_wait, .. } => Some(start_wait),
+        StoreSettings::Embedded { .. } => None,
+    };
+    assert_eq!(wait(load(&pg)?), Some(Duration::from_secs(120)));
+    assert_eq!(wait(load(&[pg[0], pg[1], ("PACPRIV__STORE__START_WAIT_MS", "0")])?), Some(Duration::ZERO));
+    let Err(e) = load(&[pg[0], pg[1], ("PACPRIV__STORE__START_WAIT_MS", "86400001")]) else {
+        panic!("a start wait over a day was accepted")
+    };
+    assert!(e.to_string().contains("store.start_wait_ms"), "{e}");
+    Ok(())
+}
+
 /// Issue 40 §6: an `sslmode` in the URL is never overridden by the
 /// setting's default: a URL that asks for TLS the setting does not give is
 /// refused, naming both keys; one the setting meets or exceeds is taken
@@ -258,7 +277,7 @@ fn debug_hides_passwords_and_keys() {
         ("postgres://u:p@db?password=hunter2", "hunter2"),
         ("postgres://u@db/x?pass%77ord=hunter2", "hunter2"),
     ] {
-        let store = StoreSettings::Postgres { url: url.into(), link: PgLink::plain(1) };
+        let store = StoreSettings::Postgres { url: url.into(), link: PgLink::plain(1), start_wait: Duration::ZERO };
         let shown = format!("{store:?}");
         assert!(!shown.contains(secret) && shown.contains("***"), "{shown}");
         assert!(shown.contains("db"), "the rest stays readable: {shown}");

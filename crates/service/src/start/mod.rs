@@ -20,15 +20,21 @@
 //! for the background tasks (the readiness probe, the demo teachers)
 //! before [`Started::server`] resolves.
 //!
+//! The plaintext health listener comes first, before the teachers and the
+//! store: probes see a live process that is not ready (readiness
+//! NOT_SERVING) while the demo trains or start-up waits for a database
+//! node that accepts writes ([`store`]).
+//!
 //! # Invariants
-//! - Nothing is served before the store is open, the secret established
-//!   and every configured principal provisioned.
+//! - Nothing but health is served before the store is open, the secret
+//!   established and every configured principal provisioned.
 //! - The first listener to fail stops the others (cancelling the token)
 //!   and is the error [`Started::server`] returns.
 
 pub mod descriptors;
 pub mod readiness;
 pub mod reload;
+pub mod store;
 
 use crate::metrics::{self, Metrics};
 use crate::net::guard::{Watch, guarded_incoming};
@@ -40,10 +46,10 @@ use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
 use crate::server::auth::CredentialFirst;
 use crate::server::input::InputSpec;
 use crate::server::{App, Service, admin, inference, rate};
-use crate::session::secret::{self, SecretError};
-use crate::session::{GLOBAL_SESSION, Scope, SessionParams, Sessions};
-use crate::settings::{Settings, StoreSettings, TeacherSource};
-use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
+use crate::session::secret::SecretError;
+use crate::session::{GLOBAL_SESSION, Scope};
+use crate::settings::{Settings, TeacherSource};
+use crate::store::StoreError;
 use crate::teachers::demo::{self, DemoServer};
 use crate::teachers::{Ensemble, FanoutError, Teachers};
 use pacpriv_demo::Trained;
@@ -87,6 +93,24 @@ pub enum StartError {
     /// may hold (`descriptors`).
     #[error("file descriptors: {0}")]
     Descriptors(String),
+    /// No database node accepted writes within `store.start_wait_ms`
+    /// ([`store`]).
+    #[error(
+        "no database node accepted writes within store.start_wait_ms = {wait_ms} ({attempts} attempts; the last: \
+         {last}). Check that the database has a primary (a failover still under way? only a standby reachable?) \
+         and that this replica can reach it, or raise store.start_wait_ms"
+    )]
+    NoWritableStore {
+        /// The configured wait, in milliseconds.
+        wait_ms: u64,
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's failure.
+        last: Box<StartError>,
+    },
+    /// The shutdown signal came before the service was ready to serve.
+    #[error("stopped by a signal while waiting for a database node that accepts writes")]
+    Stopped,
 }
 
 /// A listener failed while serving.
@@ -145,6 +169,21 @@ pub async fn serve(
     let cancel_on_error = stop.clone().drop_guard();
 
     let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
+    // Health first, so probes see the process from now on: alive, not
+    // ready (readiness follows the teachers once the service is built).
+    let (health, health_service) = tonic_health::server::health_reporter();
+    readiness::starting(&health).await;
+    let mut servers: Vec<Serving> = Vec::new();
+    let mut health_addr = None;
+    if let Some(listen) = settings.health_listen {
+        let (listener, bound) = bind(listen).await?;
+        health_addr = Some(bound);
+        tracing::info!(health = %bound, "health listener up: liveness SERVING, readiness NOT_SERVING until ready");
+        // Plaintext, for probes on a private port; held to the same limits.
+        let server = net::builder(&settings.limits).add_service(health_service.clone());
+        servers.push(now(grpc(server, listener, None, &settings.limits, &stop)));
+    }
+
     let teachers = match &settings.teachers {
         TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
             let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
@@ -157,25 +196,14 @@ pub async fn serve(
     ensemble.check_tls().await?;
     let m = ensemble.len();
     descriptors::provide(descriptors::need(&settings, m))?;
-    let store = open_store(&settings.store, &metrics).await?;
-    let secret = secret::establish(&store, settings.secret_index_file.as_deref(), m, &fingerprint).await?;
-    let params = SessionParams {
-        per_query: settings.per_query,
-        policy: settings.policy,
-        m,
-        secret,
-        journal: settings.journal,
-        cache: settings.cache,
-        calibration: settings.calibration,
-    };
     if settings.calibration != Calibration::Certified {
         tracing::error!(
             calibration = ?settings.calibration,
             "THIS SERVER IS UNDER-NOISED ON PURPOSE (a test of pacpriv audit --canaries): its answers are not private"
         );
     }
-    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
-    let accounts = sessions.active_accounts().await?;
+    let wanted = store::Wanted { settings: &settings, m, fingerprint: &fingerprint, metrics: &metrics };
+    let store::Opened { sessions, accounts } = store::open(wanted, &signalled).await?;
     metrics.service.principals(accounts.len());
     for a in &accounts {
         let session = match sessions.scope() {
@@ -201,10 +229,8 @@ pub async fn serve(
         rate: rate::RateLimit::new(settings.rate_limit),
     });
 
-    let (health, health_service) = tonic_health::server::health_reporter();
     readiness::watch(Arc::clone(&app), health.clone(), settings.health_interval, &background, &stop).await;
     tokio::spawn(drain(Arc::clone(&app), health, settings.drain_grace, signalled, stop.clone()));
-    let mut servers: Vec<Serving> = Vec::new();
 
     // Calls that need a credential are authenticated from their headers
     // before their body is read (`server::auth::CredentialFirst`).
@@ -272,15 +298,6 @@ pub async fn serve(
         tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
     }
 
-    let mut health_addr = None;
-    if let Some(listen) = settings.health_listen {
-        let (listener, bound) = bind(listen).await?;
-        health_addr = Some(bound);
-        // Plaintext, for probes on a private port; held to the same limits.
-        let server = net::builder(&settings.limits).add_service(health_service);
-        servers.push(grpc(server, listener, None, &settings.limits, &stop));
-    }
-
     let mut metrics_addr = None;
     if let Some(listen) = settings.metrics.listen {
         let (listener, bound) = bind(listen).await?;
@@ -306,6 +323,14 @@ pub async fn serve(
         server,
         reloader,
     })
+}
+
+/// Runs `serving` from now on, on a task of its own (a listener that must
+/// answer before [`serve`] returns), as a [`Serving`] that aborts it when
+/// dropped.
+fn now(serving: Serving) -> Serving {
+    let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(serving));
+    Box::pin(async move { task.await.map_err(|e| ServeError::Task(e.to_string()))? })
 }
 
 /// Serves `router` on `listener` — through TLS when `tls` is set — with
@@ -402,18 +427,6 @@ async fn run(
     background.close();
     background.wait().await;
     outcome
-}
-
-/// The configured store, opened (and, for PostgreSQL, migrated).
-async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store, StoreError> {
-    Ok(match settings {
-        StoreSettings::Embedded { path } => {
-            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
-        }
-        StoreSettings::Postgres { url, link } => {
-            Store::Postgres(Arc::new(PgStore::connect(url, link).await?.observed(metrics.store.clone())))
-        }
-    })
 }
 
 /// Starts the demo teachers on their own loopback listener (a task of this

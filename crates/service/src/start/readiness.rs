@@ -16,10 +16,18 @@ use tonic_health::server::HealthReporter;
 /// stop routing queries here (readiness), not to restart this process.
 pub const LIVENESS_SERVICE: &str = "liveness";
 
+/// While the service is being built (the teachers, the store): alive
+/// ([`LIVENESS_SERVICE`] SERVING, from now on) but not ready (the server,
+/// "", and `pacpriv.v1.Privatizer` NOT_SERVING).
+pub async fn starting(health: &HealthReporter) {
+    health.set_service_status(LIVENESS_SERVICE, ServingStatus::Serving).await;
+    readiness(health, ServingStatus::NotServing).await;
+}
+
 /// Keeps the health status of `pacpriv.v1.Privatizer` (and of the server,
-/// "") SERVING exactly while every teacher reports its model ready;
-/// [`LIVENESS_SERVICE`] is SERVING throughout. Probes once before
-/// returning, then every `every` on a task of `background` until `stop`.
+/// "") SERVING exactly while every teacher reports its model ready. Probes
+/// once before returning, then every `every` on a task of `background`
+/// until `stop`.
 pub async fn watch(
     app: Arc<App>,
     health: HealthReporter,
@@ -27,7 +35,6 @@ pub async fn watch(
     background: &TaskTracker,
     stop: &CancellationToken,
 ) {
-    health.set_service_status(LIVENESS_SERVICE, ServingStatus::Serving).await;
     let mut missing = probe(&app).await;
     set_health(&app, &health, missing).await;
     let stop = stop.clone();

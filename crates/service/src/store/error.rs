@@ -8,6 +8,12 @@ pub enum StoreError {
     /// The database reported an error (I/O, corruption, lock).
     #[error("store: {0}")]
     Backend(String),
+    /// No database node accepted the connection or the statement just now
+    /// — refused, timed out, starting or shutting down, read-only (a
+    /// standby) — as during a failover: a retry later may succeed, unlike
+    /// [`StoreError::Backend`]'s authentication, permission or SQL errors.
+    #[error("store unreachable: {0}")]
+    Unreachable(String),
     /// A stored record could not be decoded.
     #[error("store record for session {session:?} is corrupt: {reason}")]
     Corrupt {
@@ -73,6 +79,7 @@ impl StoreError {
     pub fn public(&self) -> &'static str {
         match self {
             StoreError::Backend(_) => "the database could not be reached or refused the transaction",
+            StoreError::Unreachable(_) => "no database node accepted the connection or the write",
             StoreError::Corrupt { .. } => "a stored record could not be read",
             StoreError::TeacherSetChanged { .. } | StoreError::SecretConflict { .. } => {
                 "the store does not match this server's configuration"
@@ -82,6 +89,16 @@ impl StoreError {
             StoreError::WriterGone => "the store's writer is not running",
             StoreError::CommitsFailing => "the store's last commit failed",
             StoreError::Unconfirmed(_) => "the commit could not be confirmed",
+        }
+    }
+
+    /// This error, its message prefixed by `what` (where it happened) when
+    /// it carries the database's own message; the kind is kept.
+    pub(super) fn within(self, what: impl std::fmt::Display) -> Self {
+        match self {
+            StoreError::Backend(m) => StoreError::Backend(format!("{what}: {m}")),
+            StoreError::Unreachable(m) => StoreError::Unreachable(format!("{what}: {m}")),
+            e => e,
         }
     }
 

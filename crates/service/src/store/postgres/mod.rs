@@ -41,10 +41,12 @@ use super::record::{Journaled, chain_order};
 use crate::metrics::StoreMetrics;
 use connect::{Connector, pinned, session_options};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use reach::pg;
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
 mod connect;
+mod reach;
 mod schema;
 mod step;
 
@@ -146,9 +148,9 @@ impl PgStore {
                 SslMode::Disable => String::new(),
                 mode => format!(" (store.postgres_sslmode = {})", mode.as_str()),
             };
-            backend(format!("connecting to {location}{hint}: {}", error_chain(&e)))
+            reach::pool(&e, format!("connecting to {location}{hint}: {}", error_chain(&e)))
         })?;
-        migrate(&mut client).await.map_err(|e| backend(format!("migrations on {location}: {e}")))?;
+        migrate(&mut client).await.map_err(|e| e.within(format_args!("migrations on {location}")))?;
         warn_without_standby(&client, &location, hosts.len()).await;
         Ok(PgStore { pool, location, timeout: link.timeout, metrics: StoreMetrics::default() })
     }
@@ -166,7 +168,7 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool.get().await.map_err(|e| backend(format!("{}: {e}", self.location)))
+        self.pool.get().await.map_err(|e| reach::pool(&e, format!("{}: {e}", self.location)))
     }
 
     /// The deployment record, if any.
@@ -175,8 +177,7 @@ impl PgStore {
     /// Backend.
     pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
         let client = self.client().await?;
-        let row =
-            client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await.map_err(backend)?;
+        let row = client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await.map_err(pg)?;
         row.map(|r| {
             let secret: i64 = r.get(0);
             Ok(Meta {
@@ -201,7 +202,7 @@ impl PgStore {
                 &[&secret, &meta.teachers],
             )
             .await
-            .map_err(backend)?;
+            .map_err(pg)?;
         self.meta().await?.ok_or_else(|| backend("meta row missing after insert"))
     }
 
@@ -211,7 +212,7 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
         let client = self.client().await?;
-        let row = client.query_opt(LOAD_RECORD, &[&session]).await.map_err(backend)?;
+        let row = client.query_opt(LOAD_RECORD, &[&session]).await.map_err(pg)?;
         row.map(|r| decode::session_record(session, r.get(0))).transpose()
     }
 
@@ -227,8 +228,8 @@ impl PgStore {
     ) -> Result<(Option<SessionRecord>, CacheRows), StoreError> {
         let client = self.client().await?;
         let (digests, owners, prefixes) = probe_params(probes);
-        let statement = client.prepare_cached(LOAD_PROBED).await.map_err(backend)?;
-        let row = client.query_opt(&statement, &[&session, &digests, &owners, &prefixes]).await.map_err(backend)?;
+        let statement = client.prepare_cached(LOAD_PROBED).await.map_err(pg)?;
+        let row = client.query_opt(&statement, &[&session, &digests, &owners, &prefixes]).await.map_err(pg)?;
         let Some(row) = row else { return Ok((None, CacheRows::none_found(probes))) };
         Ok((record_of(session, row.get(0))?, cache_rows(session, probes, row.get(1), row.get(2))?))
     }
@@ -239,7 +240,7 @@ impl PgStore {
     /// Backend.
     pub async fn sessions(&self) -> Result<Vec<String>, StoreError> {
         let client = self.client().await?;
-        let rows = client.query("SELECT session FROM pacpriv_sessions ORDER BY session", &[]).await.map_err(backend)?;
+        let rows = client.query("SELECT session FROM pacpriv_sessions ORDER BY session", &[]).await.map_err(pg)?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
@@ -256,16 +257,16 @@ impl PgStore {
             .read_only(true)
             .start()
             .await
-            .map_err(backend)?;
+            .map_err(pg)?;
         let record = tx
             .query_opt(LOAD_RECORD, &[&session])
             .await
-            .map_err(backend)?
+            .map_err(pg)?
             .map(|r| decode::session_record(session, r.get(0)))
             .transpose()?;
-        let entries = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
-        let events = tx.query(LOAD_EVENTS, &[&session]).await.map_err(backend)?;
-        tx.commit().await.map_err(backend)?;
+        let entries = tx.query(LOAD_JOURNAL, &[&session]).await.map_err(pg)?;
+        let events = tx.query(LOAD_EVENTS, &[&session]).await.map_err(pg)?;
+        tx.commit().await.map_err(pg)?;
         let entries = decode_journal(session, &entries, decode::journal_entry)?;
         Ok((record, chain_order(entries, decode_journal(session, &events, decode::journal_event)?)))
     }
@@ -276,7 +277,7 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let client = self.client().await?;
-        let rows = client.query(LOAD_JOURNAL, &[&session]).await.map_err(backend)?;
+        let rows = client.query(LOAD_JOURNAL, &[&session]).await.map_err(pg)?;
         decode_journal(session, &rows, decode::journal_entry)
     }
 
@@ -286,7 +287,7 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
         let client = self.client().await?;
-        let rows = client.query(select_principals!(" ORDER BY name"), &[]).await.map_err(backend)?;
+        let rows = client.query(select_principals!(" ORDER BY name"), &[]).await.map_err(pg)?;
         rows.iter().map(principal_of).collect()
     }
 
@@ -315,7 +316,7 @@ impl PgStore {
         param: &(dyn tokio_postgres::types::ToSql + Sync),
     ) -> Result<Option<PrincipalRecord>, StoreError> {
         let client = self.client().await?;
-        client.query_opt(sql, &[param]).await.map_err(backend)?.as_ref().map(principal_of).transpose()
+        client.query_opt(sql, &[param]).await.map_err(pg)?.as_ref().map(principal_of).transpose()
     }
 
     /// See [`super::Store::provision_all`]: one transaction, one
@@ -330,9 +331,9 @@ impl PgStore {
     /// As [`super::Store::provision_all`].
     pub async fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(backend)?;
+        let tx = client.transaction().await.map_err(pg)?;
         let stored = provision_locked(&tx, records).await?;
-        tx.commit().await.map_err(backend)?;
+        tx.commit().await.map_err(pg)?;
         Ok(stored)
     }
 
@@ -343,7 +344,7 @@ impl PgStore {
     /// As [`super::Store::configure`].
     pub async fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(backend)?;
+        let tx = client.transaction().await.map_err(pg)?;
         let stored = provision_locked(&tx, records).await?;
         let listed: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
         let rows = tx
@@ -356,9 +357,9 @@ impl PgStore {
                 &[&listed, &at_unix],
             )
             .await
-            .map_err(backend)?;
+            .map_err(pg)?;
         let revoked = rows.iter().map(principal_of).collect::<Result<_, _>>()?;
-        tx.commit().await.map_err(backend)?;
+        tx.commit().await.map_err(pg)?;
         Ok(Configured { stored, revoked })
     }
 
@@ -392,7 +393,7 @@ impl PgStore {
                 &[&name, &at_unix],
             )
             .await
-            .map_err(backend)?;
+            .map_err(pg)?;
         self.principal(name).await
     }
 
@@ -493,7 +494,7 @@ async fn provision_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     records: &[PrincipalRecord],
 ) -> Result<Vec<PrincipalRecord>, StoreError> {
-    tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
+    tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(pg)?;
     let mut stored = Vec::with_capacity(records.len());
     for record in records {
         stored.push(provision_in(tx, record).await?);
@@ -522,7 +523,7 @@ async fn provision_in(
         .await
         .map_err(unique)?;
     let current = async || -> Result<Option<PrincipalRecord>, StoreError> {
-        let row = tx.query_opt(select_principals!(" WHERE name = $1"), &[&record.name]).await.map_err(backend)?;
+        let row = tx.query_opt(select_principals!(" WHERE name = $1"), &[&record.name]).await.map_err(pg)?;
         row.as_ref().map(principal_of).transpose()
     };
     if inserted == 0 {

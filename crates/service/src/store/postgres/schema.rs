@@ -7,6 +7,7 @@
 //! - A migration, once released, is never edited: a change is a new one.
 //! - Statements touch only the tables the migrations create.
 
+use super::reach::pg;
 use crate::store::error::{StoreError, backend};
 
 /// The schema version this release migrates a database to: the last
@@ -177,12 +178,12 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
     // PostgreSQL's catalog (a unique violation on the type name); the
     // loser finds the table there on its second try.
     if client.batch_execute(MIGRATIONS_TABLE).await.is_err() {
-        client.batch_execute(MIGRATIONS_TABLE).await.map_err(backend)?;
+        client.batch_execute(MIGRATIONS_TABLE).await.map_err(pg)?;
     }
-    let tx = client.transaction().await.map_err(backend)?;
-    tx.batch_execute("LOCK TABLE pacpriv_schema_migrations IN SHARE ROW EXCLUSIVE MODE").await.map_err(backend)?;
+    let tx = client.transaction().await.map_err(pg)?;
+    tx.batch_execute("LOCK TABLE pacpriv_schema_migrations IN SHARE ROW EXCLUSIVE MODE").await.map_err(pg)?;
     let row = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM pacpriv_schema_migrations", &[]).await;
-    let applied: i32 = row.map_err(backend)?.get(0);
+    let applied: i32 = row.map_err(pg)?.get(0);
     let known = SCHEMA_VERSION;
     if applied > known {
         return Err(backend(format!(
@@ -191,14 +192,14 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
         )));
     }
     for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
-        tx.batch_execute(sql).await.map_err(|e| backend(format!("migration {version} ({description}): {e}")))?;
+        tx.batch_execute(sql).await.map_err(|e| pg(e).within(format_args!("migration {version} ({description})")))?;
         tx.execute(
             "INSERT INTO pacpriv_schema_migrations (version, description) VALUES ($1, $2)",
             &[&version, &description],
         )
         .await
-        .map_err(backend)?;
+        .map_err(pg)?;
         tracing::info!(version, description, "schema migration applied");
     }
-    tx.commit().await.map_err(backend)
+    tx.commit().await.map_err(pg)
 }

@@ -1,0 +1,150 @@
+//! What start-up needs from the store before anything is served — the
+//! store open (PostgreSQL: connected and migrated), the deployment's
+//! secret index established, the configured principals provisioned, their
+//! accounts read — and, on PostgreSQL, waiting for a node that accepts
+//! writes when none does yet ([`open`]).
+//!
+//! A replica that starts during a failover, before the database is up, or
+//! while only a standby is reachable, would otherwise exit at once and be
+//! restarted by its orchestrator in a loop, each time paying the teachers'
+//! start again. Instead it waits `store.start_wait_ms` (its health
+//! listener already answers: liveness SERVING, readiness NOT_SERVING), and
+//! only then exits, naming the last failure.
+//!
+//! # Invariants
+//! - Each attempt opens everything afresh; whatever an attempt did is
+//!   idempotent (migrations, the secret's first-writer-wins row,
+//!   provisioning), so retrying is what a restarted process would do, and
+//!   nothing from a failed attempt is kept.
+//! - Only [`StoreError::Unreachable`] (no node accepted the connection or
+//!   the write just now) is waited out. Any other failure — credentials, a
+//!   missing database, the schema, another teacher set, a conflicting
+//!   secret — ends the start at once with that failure.
+//! - The wait ends at `store.start_wait_ms` after the first attempt (one
+//!   last attempt is made then), or at the shutdown signal.
+
+use super::StartError;
+use crate::metrics::Metrics;
+use crate::session::secret::{self, SecretError};
+use crate::session::{Account, SessionError, SessionParams, Sessions};
+use crate::settings::{Settings, StoreSettings};
+use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// The first pause between attempts; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest pause between attempts: a failover's end is seen within it.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What the service needs from the store to start.
+pub struct Opened {
+    /// The sessions, every configured principal provisioned.
+    pub sessions: Sessions,
+    /// The active principals' accounts, for the budget metrics.
+    pub accounts: Vec<Account>,
+}
+
+/// What [`open`] opens: the store, principals and privacy parameters
+/// `settings` name, for `m` teachers named by `fingerprint` (the teacher
+/// set the secret index points into).
+pub struct Wanted<'a> {
+    /// The whole configuration.
+    pub settings: &'a Settings,
+    /// The teachers' count.
+    pub m: usize,
+    /// The teacher set's name.
+    pub fingerprint: &'a str,
+    /// Where the store reports its transactions.
+    pub metrics: &'a Metrics,
+}
+
+/// Opens what `wanted` names, waiting up to `store.start_wait_ms` for a
+/// PostgreSQL node that accepts writes (module documentation); gives up
+/// early when `signalled` (the shutdown signal) is cancelled.
+///
+/// # Errors
+/// [`StartError::NoWritableStore`] once the wait is over,
+/// [`StartError::Stopped`] on the signal, any other failure at once.
+pub async fn open(wanted: Wanted<'_>, signalled: &CancellationToken) -> Result<Opened, StartError> {
+    let wait = match &wanted.settings.store {
+        StoreSettings::Postgres { start_wait, .. } => *start_wait,
+        StoreSettings::Embedded { .. } => Duration::ZERO,
+    };
+    let started = Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempts: u32 = 0;
+    loop {
+        attempts += 1;
+        let e = match attempt(&wanted).await {
+            Ok(opened) => {
+                if attempts > 1 {
+                    tracing::info!(attempts, waited_ms = millis(started.elapsed()), "the database accepts writes");
+                }
+                return Ok(opened);
+            }
+            Err(e) if unreachable(&e) => e,
+            Err(e) => return Err(e),
+        };
+        let waited = started.elapsed();
+        if waited >= wait {
+            return Err(StartError::NoWritableStore { wait_ms: millis(wait), attempts, last: Box::new(e) });
+        }
+        let pause = backoff.min(wait - waited);
+        tracing::warn!(attempt = attempts, waited_ms = millis(waited), wait_ms = millis(wait), error = %e,
+            "no database node accepts writes yet: waiting (readiness NOT_SERVING)");
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = signalled.cancelled() => return Err(StartError::Stopped),
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One attempt at everything, from nothing.
+async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
+    let settings = wanted.settings;
+    let store = open_store(&settings.store, wanted.metrics).await?;
+    let index = settings.secret_index_file.as_deref();
+    let secret = secret::establish(&store, index, wanted.m, wanted.fingerprint).await?;
+    let params = SessionParams {
+        per_query: settings.per_query,
+        policy: settings.policy,
+        m: wanted.m,
+        secret,
+        journal: settings.journal,
+        cache: settings.cache,
+        calibration: settings.calibration,
+    };
+    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
+    let accounts = sessions.active_accounts().await?;
+    Ok(Opened { sessions, accounts })
+}
+
+/// The configured store, opened (and, for PostgreSQL, migrated).
+async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store, StoreError> {
+    Ok(match settings {
+        StoreSettings::Embedded { path } => {
+            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
+        }
+        StoreSettings::Postgres { url, link, .. } => {
+            Store::Postgres(Arc::new(PgStore::connect(url, link).await?.observed(metrics.store.clone())))
+        }
+    })
+}
+
+/// Whether `e` is the store's "no node accepts this now", however deep.
+fn unreachable(e: &StartError) -> bool {
+    let store = match e {
+        StartError::Store(e)
+        | StartError::Secret(SecretError::Store(e))
+        | StartError::Sessions(SessionError::Store(e) | SessionError::Registry(e)) => e,
+        _ => return false,
+    };
+    matches!(store, StoreError::Unreachable(_))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
