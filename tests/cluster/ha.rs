@@ -167,8 +167,8 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
         }
         Fault::Combined => {
             run(&mut project.compose(&["kill", "-s", "SIGKILL", &primary, "pacpriv-2"]));
-            at(9);
-            // Mid-failover: no node accepts writes until Patroni's ttl.
+            // Mid-failover — no node accepts writes until Patroni's ttl
+            // (10 s) runs out — the replica starts again.
             start_during_failover(project, "pacpriv-2");
             // Back only once another node leads: a node restarted within
             // the ttl would simply keep its leadership.

@@ -281,3 +281,106 @@ async fn one_peer_cannot_take_every_http_slot() {
     let ended = tokio::time::timeout(Duration::from_secs(10), second.read_to_end(&mut rest)).await;
     assert!(matches!(ended, Ok(Ok(_))), "closed after server.max_connection_age_ms: {ended:?}");
 }
+
+/// A peer that asks and asks but reads nothing: once the server's writes
+/// to it stall (its receive window and the socket buffers full), the
+/// connection is closed after `server.idle_timeout_ms`, not held for
+/// ever — unread responses free no slot, and HTTP/2's own keep-alive
+/// PING cannot be sent through a stalled socket either.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peer_that_reads_nothing_is_closed_once_writes_to_it_stall() {
+    let server = Process::serve(None, &limited());
+    let health: std::net::SocketAddr = server.listener("health").parse().expect("an address");
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let conn = socket.connect(health).await.expect("connects").into_std().expect("a std stream");
+    conn.set_nonblocking(false).expect("blocking");
+    let (port, ours) = (health.port(), conn.local_addr().expect("bound").port());
+    let accepted = Instant::now() + Duration::from_secs(10);
+    while !holds(server.pid(), port, ours) {
+        assert!(Instant::now() < accepted, "the server never held the connection");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut writer = conn.try_clone().expect("a second handle");
+    // Health checks, as fast as the server takes them, never reading a
+    // reply; the window is opened wide so nothing but the socket stalls.
+    let asking = std::thread::spawn(move || {
+        writer.set_write_timeout(Some(Duration::from_secs(1))).expect("timeout");
+        let mut start = PREFACE.to_vec();
+        start.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff])); // SETTINGS_INITIAL_WINDOW_SIZE
+        start.extend(frame(0x8, 0, 0, &(0x7fff_ffff_u32 - 65_535).to_be_bytes())); // WINDOW_UPDATE
+        if writer.write_all(&start).is_err() {
+            return 0;
+        }
+        let mut asked = 0;
+        for stream in (1..400_000u32).step_by(2) {
+            let mut request = frame(0x1, 0x4, stream, &health_check_headers());
+            request.extend(frame(0x0, 0x1, stream, &[0; 5]));
+            if writer.write_all(&request).is_err() {
+                break;
+            }
+            asked += 1;
+        }
+        asked
+    });
+    let asked = tokio::task::spawn_blocking(move || asking.join().expect("the asking thread")).await.expect("joined");
+    // The server stopped reading once its writes stalled (the last write
+    // above failed or timed out); it must let go of the connection within
+    // the idle bound, with room to spare. Reading would unstall it, so the
+    // server's own socket table is asked instead.
+    let until = Instant::now() + Duration::from_millis(3 * IDLE_MS) + Duration::from_secs(10);
+    while holds(server.pid(), port, ours) {
+        assert!(Instant::now() < until, "a connection whose peer read nothing ({asked} requests sent) is still held");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(conn);
+}
+
+/// Whether process `pid` holds the TCP socket of its port `local` whose
+/// peer is the loopback port `peer` (`/proc/net/tcp`'s inode among its
+/// descriptors; a socket it closed is orphaned, inode 0).
+fn holds(pid: u32, local: u16, peer: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |address: &str| address.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+    let Some(inode) = table.lines().skip(1).find_map(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        (cols.len() > 9 && port(cols[1]) == Some(local) && port(cols[2]) == Some(peer)).then(|| cols[9].to_owned())
+    }) else {
+        return false;
+    };
+    let socket = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the server's descriptors")
+        .filter_map(Result::ok)
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy() == socket))
+}
+
+/// An HTTP/2 frame: its 9-byte header, then `payload`.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("a small frame").to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend(stream.to_be_bytes());
+    f.extend(payload);
+    f
+}
+
+/// A `grpc.health.v1.Health/Check` request's header block, as HPACK
+/// literals without indexing (no table, no Huffman).
+fn health_check_headers() -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/grpc.health.v1.Health/Check"),
+        (":authority", "pacpriv"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.push(0);
+        for text in [name, value] {
+            block.push(u8::try_from(text.len()).expect("short"));
+            block.extend(text.as_bytes());
+        }
+    }
+    block
+}

@@ -2,8 +2,8 @@
 //! (a failover under way, only a standby reachable, the database not up
 //! yet) waits — its health listener answering liveness SERVING and
 //! readiness NOT_SERVING — and serves once a node does; it gives up at
-//! `store.start_wait_ms`, naming it, and a failure no retry cures (here a
-//! missing database) ends the start at once.
+//! `store.start_wait_ms`, naming it; SIGTERM during the wait exits 0; and a
+//! failure no retry cures (here a missing database) ends the start at once.
 
 use crate::util::{Postgres, Process, budget, client, digit, free_port, image, predict, small_demo};
 use std::process::{Command, ExitStatus, Stdio};
@@ -85,10 +85,32 @@ fn a_replica_gives_up_at_its_start_wait_naming_it() {
     let (status, stderr) = exit_of(&url, "1500");
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains(WAITING), "it did not wait:\n{stderr}");
-    assert!(
-        stderr.contains("no database node accepted writes within store.start_wait_ms = 1500"),
-        "the exit does not name the setting:\n{stderr}"
-    );
+    let (_, rest) = stderr
+        .split_once("no database node accepted writes within store.start_wait_ms = 1500 (")
+        .unwrap_or_else(|| panic!("the exit does not name the setting:\n{stderr}"));
+    let attempts: u32 = rest.split(' ').next().and_then(|n| n.parse().ok()).expect("the attempts made");
+    assert!(attempts >= 2, "it gave up after {attempts} attempt(s):\n{stderr}");
+}
+
+/// SIGTERM (Kubernetes deleting the pod) during the wait is an orderly
+/// stop: exit 0 at once, not after the wait.
+#[test]
+fn a_signal_during_the_wait_stops_the_replica_cleanly() {
+    let url = format!("postgres://pacpriv@127.0.0.1:{}/pacpriv", free_port());
+    let env = small_demo(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", url),
+        ("PACPRIV__STORE__START_WAIT_MS", "600000".to_owned()),
+    ]);
+    let mut server = Process::serve_unready(std::path::Path::new(env!("CARGO_BIN_EXE_pacpriv")), None, &env);
+    let waiting = Instant::now() + Duration::from_secs(60);
+    while !server.logs().contains(WAITING) {
+        assert!(Instant::now() < waiting, "the replica did not wait:\n{}", server.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.signal("TERM");
+    let status = server.wait(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "exit {status:?} on SIGTERM during the wait:\n{}", server.logs());
 }
 
 #[test]

@@ -235,13 +235,15 @@ impl Process {
     /// Waits up to `timeout` for it to exit on its own; its exit status.
     pub fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let until = std::time::Instant::now() + timeout;
-        while std::time::Instant::now() < until {
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
             }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
-        None
     }
 
     /// Kills it now (SIGKILL) and waits for it.

@@ -37,7 +37,7 @@ pub mod reload;
 pub mod store;
 
 use crate::metrics::{self, Metrics};
-use crate::net::guard::{Watch, guarded_incoming};
+use crate::net::guard::guarded_incoming;
 use crate::net::tls::{Alpn, ServerTls, TlsError};
 use crate::net::{self, BindError, Limits, bind, tls_incoming};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
@@ -109,7 +109,7 @@ pub enum StartError {
         last: Box<StartError>,
     },
     /// The shutdown signal came before the service was ready to serve.
-    #[error("stopped by a signal while waiting for a database node that accepts writes")]
+    #[error("stopped by a signal before serving")]
     Stopped,
 }
 
@@ -204,6 +204,10 @@ pub async fn serve(
     }
     let wanted = store::Wanted { settings: &settings, m, fingerprint: &fingerprint, metrics: &metrics };
     let store::Opened { sessions, accounts } = store::open(wanted, &signalled).await?;
+    if signalled.is_cancelled() {
+        // SIGTERM while starting: nothing to drain, so nothing is opened.
+        return Err(StartError::Stopped);
+    }
     metrics.service.principals(accounts.len());
     for a in &accounts {
         let session = match sessions.scope() {
@@ -267,15 +271,21 @@ pub async fn serve(
         let stop = stop.clone();
         servers.push(match &tls {
             Some(tls) => {
-                let connections =
-                    tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone(), limits.slots(), Watch::Nothing);
+                let connections = tls_incoming(
+                    listener,
+                    Arc::clone(tls),
+                    Alpn::Http1,
+                    stop.clone(),
+                    limits.slots(),
+                    limits.http1_watch(),
+                );
                 Box::pin(async move {
                     net::http::serve(connections, router, &limits, stop).await;
                     Ok(())
                 })
             }
             None => {
-                let connections = guarded_incoming(listener, limits.slots(), Watch::Nothing, stop.clone());
+                let connections = guarded_incoming(listener, limits.slots(), limits.http1_watch(), stop.clone());
                 Box::pin(async move {
                     net::http::serve(connections, router, &limits, stop).await;
                     Ok(())

@@ -7,7 +7,7 @@
 //! A replica that starts during a failover, before the database is up, or
 //! while only a standby is reachable, would otherwise exit at once and be
 //! restarted by its orchestrator in a loop, each time paying the teachers'
-//! start again. Instead it waits `store.start_wait_ms` (its health
+//! start again. Instead it waits about `store.start_wait_ms` (its health
 //! listener already answers: liveness SERVING, readiness NOT_SERVING), and
 //! only then exits, naming the last failure.
 //!
@@ -20,8 +20,13 @@
 //!   the write just now) is waited out. Any other failure — credentials, a
 //!   missing database, the schema, another teacher set, a conflicting
 //!   secret — ends the start at once with that failure.
-//! - The wait ends at `store.start_wait_ms` after the first attempt (one
-//!   last attempt is made then), or at the shutdown signal.
+//! - The wait ends at `store.start_wait_ms` after the first attempt, give
+//!   or take the last attempt: each attempt is bounded by what is left of
+//!   the wait, and never by less than `store.postgres_timeout_ms` (an
+//!   attempt can hang where no socket timeout fires — a COMMIT waiting for
+//!   a synchronous standby that is gone). The shutdown signal ends it at
+//!   once, mid-attempt too: whatever the attempt had begun rolls back
+//!   with its connection.
 
 use super::StartError;
 use crate::metrics::Metrics;
@@ -68,26 +73,41 @@ pub struct Wanted<'a> {
 /// [`StartError::NoWritableStore`] once the wait is over,
 /// [`StartError::Stopped`] on the signal, any other failure at once.
 pub async fn open(wanted: Wanted<'_>, signalled: &CancellationToken) -> Result<Opened, StartError> {
-    let wait = match &wanted.settings.store {
-        StoreSettings::Postgres { start_wait, .. } => *start_wait,
-        StoreSettings::Embedded { .. } => Duration::ZERO,
+    let (wait, patience) = match &wanted.settings.store {
+        StoreSettings::Postgres { start_wait, link, .. } => (*start_wait, link.timeout),
+        StoreSettings::Embedded { .. } => (Duration::ZERO, Duration::MAX),
     };
     let started = Instant::now();
     let mut backoff = FIRST_BACKOFF;
     let mut attempts: u32 = 0;
     loop {
         attempts += 1;
-        let e = match attempt(&wanted).await {
-            Ok(opened) => {
+        // An attempt may hang where no socket timeout fires: a COMMIT
+        // waiting for a synchronous standby that is gone. It has what is
+        // left of the wait, and never less than one `postgres_timeout_ms`.
+        let within = wait.saturating_sub(started.elapsed()).max(patience);
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(within, attempt(&wanted)) => outcome,
+            () = signalled.cancelled() => return Err(StartError::Stopped),
+        };
+        let e = match outcome {
+            Ok(Ok(opened)) => {
                 if attempts > 1 {
                     tracing::info!(attempts, waited_ms = millis(started.elapsed()), "the database accepts writes");
                 }
                 return Ok(opened);
             }
-            Err(e) if unreachable(&e) => e,
-            Err(e) => return Err(e),
+            Ok(Err(e)) if unreachable(&e) => e,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => StartError::Store(StoreError::Unreachable(format!(
+                "the attempt did not finish within {} ms (a COMMIT waiting for a synchronous standby?)",
+                millis(within)
+            ))),
         };
         let waited = started.elapsed();
+        if signalled.is_cancelled() {
+            return Err(StartError::Stopped);
+        }
         if waited >= wait {
             return Err(StartError::NoWritableStore { wait_ms: millis(wait), attempts, last: Box::new(e) });
         }

@@ -552,7 +552,7 @@ fn key_in_use(name: &str, e: tokio_postgres::Error) -> StoreError {
     if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) {
         StoreError::KeyInUse { name: name.to_owned() }
     } else {
-        backend(e)
+        pg(e)
     }
 }
 

@@ -9,16 +9,23 @@
 //!
 //! # Invariants
 //! - A failure is [`StoreError::Unreachable`] only when its SQLSTATE is a
-//!   connection exception (class 08), an operator intervention that ends
+//!   connection exception (class 08 but 08P01, a protocol violation such
+//!   as a pooler refusing pacpriv's start-up options), an operator intervention that ends
 //!   or refuses sessions (57P01–57P03), insufficient resources (class 53),
 //!   or a write refused by a read-only server (25006); or when it has no
 //!   SQLSTATE and is a dropped connection or a socket error other than
 //!   malformed data (TLS verification failures arrive as `InvalidData`).
-//!   Anything else is [`StoreError::Backend`]: a start-up fails at once on
-//!   it, naming it.
+//!   A pool whose every connection is busy is not unreachable. Anything
+//!   else is [`StoreError::Backend`]: a start-up fails at once on it,
+//!   naming it.
+//! - So an unresolvable host name is waited out (a Service's DNS record
+//!   may lag the pod), and with several hosts the failure judged is the
+//!   last host's (tokio-postgres reports only that one): a wrong password
+//!   on one node while another is down is waited out too — each attempt's
+//!   failure is logged while waiting.
 
 use super::super::error::StoreError;
-use deadpool_postgres::{HookError, PoolError};
+use deadpool_postgres::{HookError, PoolError, TimeoutType};
 use std::error::Error as _;
 use std::io::ErrorKind;
 use tokio_postgres::error::SqlState;
@@ -33,8 +40,11 @@ pub(super) fn pg(e: tokio_postgres::Error) -> StoreError {
 /// message names the database and the whole error chain).
 pub(super) fn pool(e: &PoolError, what: String) -> StoreError {
     let unreachable = match e {
-        // Connecting took longer than the timeout: nothing answered.
-        PoolError::Timeout(_) => true,
+        // Connecting (or checking a pooled connection) took longer than
+        // the timeout: nothing answered.
+        PoolError::Timeout(TimeoutType::Create | TimeoutType::Recycle) => true,
+        // Every connection busy: this replica's load, not the database's.
+        PoolError::Timeout(TimeoutType::Wait) => false,
         PoolError::Backend(e) | PoolError::PostCreateHook(HookError::Backend(e)) => unreachable(e),
         // The hook refused the server (synchronous_commit ignored), or the
         // pool was closed or misbuilt: no retry helps.
@@ -65,7 +75,9 @@ fn unreachable(e: &tokio_postgres::Error) -> bool {
 /// Whether a server's SQLSTATE means "not now" rather than "never".
 fn transient_state(state: &SqlState) -> bool {
     let code = state.code();
-    code.starts_with("08")
+    // 08P01 is a protocol violation, not a lost connection: e.g. a pooler
+    // that refuses pacpriv's start-up options.
+    (code.starts_with("08") && *state != SqlState::PROTOCOL_VIOLATION)
         || code.starts_with("53")
         || [
             SqlState::ADMIN_SHUTDOWN,
@@ -106,6 +118,7 @@ mod test {
             SqlState::UNDEFINED_TABLE,
             SqlState::DATABASE_DROPPED,
             SqlState::QUERY_CANCELED,
+            SqlState::PROTOCOL_VIOLATION,
         ] {
             assert!(!transient_state(&state), "{state:?} should fail the start at once");
         }
