@@ -329,10 +329,14 @@ async fn a_peer_that_reads_nothing_is_closed_once_writes_to_it_stall() {
     // the idle bound, with room to spare. Reading would unstall it, so the
     // server's own socket table is asked instead.
     let until = Instant::now() + Duration::from_millis(3 * IDLE_MS) + Duration::from_secs(10);
+    assert!(asked < 199_999, "every request was taken: the server's writes never stalled");
     while holds(server.pid(), port, ours) {
         assert!(Instant::now() < until, "a connection whose peer read nothing ({asked} requests sent) is still held");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Closed for its stalled writes, not for another reason (a protocol
+    // error, too many resets, the read side's idle deadline).
+    assert!(server.logs().contains("the peer read nothing written to it"), "{}", server.logs());
     drop(conn);
 }
 

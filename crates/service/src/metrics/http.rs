@@ -4,7 +4,7 @@
 //! monitoring system can reach it.
 
 use super::Metrics;
-use crate::net::guard::guarded_incoming;
+use crate::net::guard::{Watch, guarded_incoming};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -27,6 +27,6 @@ async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
 /// Serves `/metrics` on `listener` within `limits` until `stop`.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, limits: crate::net::Limits, stop: CancellationToken) {
     let app = Router::new().route("/metrics", get(scrape)).with_state(metrics);
-    let connections = guarded_incoming(listener, limits.slots(), limits.http1_watch(), stop.clone());
+    let connections = guarded_incoming(listener, limits.slots(), Watch::Nothing, stop.clone());
     crate::net::http::serve(connections, app, &limits, stop).await;
 }

@@ -7,9 +7,8 @@
 //!   slots for its whole life, handshake included: over the cap, clients
 //!   wait unaccepted in the kernel's queue, and no task or buffer is spent
 //!   on them ([`Slots`]).
-//! - One peer holds at most `server.max_connections_per_peer` of them —
-//!   an IPv4 address, or an IPv6 /64, since one host may use any address
-//!   of its /64: a connection past its share is closed as soon as it is
+//! - One peer address holds at most `server.max_connections_per_peer` of
+//!   them: a connection past its share is closed as soon as it is
 //!   accepted, so one peer cannot take every slot and shut the others
 //!   out.
 //! - An HTTP/2 connection ([`Watch::H2`]) must send the client preface
@@ -18,8 +17,9 @@
 //!   for `server.idle_timeout_ms`: PINGs, SETTINGS and window updates keep
 //!   nothing open. Frames are followed by their 9-byte headers only; a
 //!   payload is skipped as it passes, never buffered.
-//! - A connection whose peer reads nothing written to it for
-//!   `server.idle_timeout_ms` (every write and flush waiting) is closed:
+//! - An HTTP/2 connection whose peer reads nothing written to it for
+//!   `server.idle_timeout_ms` (every write, flush or TLS close waiting) is
+//!   closed:
 //!   a stalled socket would otherwise hold its slot for ever, since
 //!   neither HTTP/2's keep-alive PING nor a GOAWAY can get through it.
 //! - An accept error (EMFILE: out of file descriptors) is logged and
@@ -50,17 +50,11 @@ const FRAME_HEADER: usize = 9;
 /// What a connection's bytes are watched for.
 #[derive(Clone, Copy, Debug)]
 pub enum Watch {
-    /// Nothing (the demo's own loopback teachers).
+    /// Nothing: the protocol bounds its own waits (HTTP/1.1 has hyper's
+    /// header-read timeout, and `net::http` its stalled writes).
     Nothing,
-    /// HTTP/1.1: only that the peer takes what is written — a write that
-    /// makes no progress for `stall` closes the connection; hyper's
-    /// header-read timeout bounds the rest.
-    Writes {
-        /// Longest a write may wait for the peer to read.
-        stall: Duration,
-    },
     /// HTTP/2: the preface within `preface`, then a HEADERS or DATA frame
-    /// at least every `idle`; and, as [`Watch::Writes`], a write that
+    /// at least every `idle`; and a write (or flush, or TLS close) that
     /// waits `idle` for the peer to read closes the connection.
     H2 {
         /// Deadline for the client preface.
@@ -86,7 +80,6 @@ impl Slots {
 
     /// One more connection for `peer`, unless it holds its share.
     fn take(self: &Arc<Self>, peer: IpAddr, total: OwnedSemaphorePermit) -> Option<Slot> {
-        let peer = peer_of(peer);
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let count = held.entry(peer).or_default();
         if *count >= self.per_peer {
@@ -94,19 +87,6 @@ impl Slots {
         }
         *count += 1;
         Some(Slot { slots: Arc::clone(self), peer, _total: total })
-    }
-}
-
-/// Whom a connection from `ip` counts against: an IPv4 address (also
-/// when written as IPv4-mapped IPv6), or an IPv6 address's /64 — one
-/// host's usual allocation, within which it may pick any address.
-fn peer_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
-        },
     }
 }
 
@@ -142,7 +122,9 @@ pub struct Guarded<IO> {
 /// current one has.
 struct WriteWatch {
     stall: Duration,
-    stalled: Option<Pin<Box<Sleep>>>,
+    stalled: Pin<Box<Sleep>>,
+    /// Whether `stalled` runs: a write is waiting.
+    armed: bool,
 }
 
 impl WriteWatch {
@@ -152,12 +134,14 @@ impl WriteWatch {
     /// connection.
     fn watch<T>(&mut self, cx: &mut Context<'_>, write: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
         if write.is_ready() {
-            self.stalled = None;
+            self.armed = false;
             return write;
         }
-        let stall = self.stall;
-        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
-        if stalled.as_mut().poll(cx).is_ready() {
+        if !self.armed {
+            self.armed = true;
+            self.stalled.as_mut().reset(Instant::now() + self.stall);
+        }
+        if self.stalled.as_mut().poll(cx).is_ready() {
             let e = std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the peer read nothing written to it for server.idle_timeout_ms",
@@ -245,13 +229,12 @@ impl H2Watch {
 impl<IO> Guarded<IO> {
     /// `io`, holding `slot` for its life, watched as `watch` says.
     pub fn new(io: IO, slot: Slot, watch: Watch) -> Self {
-        let stall = |stall| Some(WriteWatch { stall, stalled: None });
         let (watch, writes) = match watch {
             Watch::Nothing => (None, None),
-            Watch::Writes { stall: s } => (None, stall(s)),
             Watch::H2 { preface, idle } => {
                 let deadline = Box::pin(tokio::time::sleep(preface));
-                (Some(H2Watch { idle, at: At::Preface(PREFACE), deadline }), stall(idle))
+                let writes = WriteWatch { stall: idle, stalled: Box::pin(tokio::time::sleep(idle)), armed: false };
+                (Some(H2Watch { idle, at: At::Preface(PREFACE), deadline }), Some(writes))
             }
         };
         Guarded { io, _slot: slot, watch, writes }
@@ -324,7 +307,14 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        // Through TLS a close writes close_notify, which a stalled peer
+        // never takes either.
+        let this = &mut *self;
+        let shutdown = Pin::new(&mut this.io).poll_shutdown(cx);
+        match &mut this.writes {
+            Some(writes) => writes.watch(cx, shutdown),
+            None => shutdown,
+        }
     }
 }
 
@@ -402,30 +392,4 @@ pub fn guarded_incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
-#[cfg(test)]
-mod test {
-    use super::*;
-
-    /// One IPv6 host may use every address of its /64: they share one
-    /// share of the cap; another /64, or an IPv4 peer, has its own.
-    #[tokio::test]
-    async fn an_ipv6_peer_is_its_slash_64() {
-        let slots = Slots::new(8, 2);
-        let take = |ip: &str| {
-            let permit = Arc::clone(&slots.total).try_acquire_owned().expect("a free slot");
-            slots.take(ip.parse().expect("an address"), permit)
-        };
-        let first = take("2001:db8:1:2::1");
-        let second = take("2001:db8:1:2:ffff:ffff:ffff:ffff");
-        assert!(first.is_some() && second.is_some());
-        assert!(take("2001:db8:1:2:abcd::9").is_none(), "a third address of the same /64 is past its share");
-        assert!(take("2001:db8:1:3::1").is_some(), "the next /64 is another peer");
-        let (v4, mapped) = (take("192.0.2.1"), take("::ffff:192.0.2.1"));
-        assert!(v4.is_some() && mapped.is_some());
-        assert!(take("192.0.2.1").is_none(), "an IPv4-mapped address counts as its IPv4 peer");
-        drop(first);
-        assert!(take("2001:db8:1:2::77").is_some(), "a closed connection gives its share back");
-    }
 }

@@ -104,11 +104,6 @@ impl Limits {
     pub fn h2_watch(&self) -> Watch {
         Watch::H2 { preface: self.header_read, idle: self.idle }
     }
-
-    /// What an HTTP/1.1 connection is watched for.
-    pub fn http1_watch(&self) -> Watch {
-        Watch::Writes { stall: self.idle }
-    }
 }
 
 /// How long a client may take to complete the TLS handshake.

@@ -37,7 +37,7 @@ pub mod reload;
 pub mod store;
 
 use crate::metrics::{self, Metrics};
-use crate::net::guard::guarded_incoming;
+use crate::net::guard::{Watch, guarded_incoming};
 use crate::net::tls::{Alpn, ServerTls, TlsError};
 use crate::net::{self, BindError, Limits, bind, tls_incoming};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
@@ -271,21 +271,15 @@ pub async fn serve(
         let stop = stop.clone();
         servers.push(match &tls {
             Some(tls) => {
-                let connections = tls_incoming(
-                    listener,
-                    Arc::clone(tls),
-                    Alpn::Http1,
-                    stop.clone(),
-                    limits.slots(),
-                    limits.http1_watch(),
-                );
+                let connections =
+                    tls_incoming(listener, Arc::clone(tls), Alpn::Http1, stop.clone(), limits.slots(), Watch::Nothing);
                 Box::pin(async move {
                     net::http::serve(connections, router, &limits, stop).await;
                     Ok(())
                 })
             }
             None => {
-                let connections = guarded_incoming(listener, limits.slots(), limits.http1_watch(), stop.clone());
+                let connections = guarded_incoming(listener, limits.slots(), Watch::Nothing, stop.clone());
                 Box::pin(async move {
                     net::http::serve(connections, router, &limits, stop).await;
                     Ok(())

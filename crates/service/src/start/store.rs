@@ -25,8 +25,10 @@
 //!   the wait, and never by less than `store.postgres_timeout_ms` (an
 //!   attempt can hang where no socket timeout fires — a COMMIT waiting for
 //!   a synchronous standby that is gone). The shutdown signal ends it at
-//!   once, mid-attempt too: whatever the attempt had begun rolls back
-//!   with its connection.
+//!   once, mid-attempt too: dropping the attempt closes its connections,
+//!   which rolls back what it had begun — except a COMMIT already waiting
+//!   for a standby, which stands once one returns (as each step is
+//!   idempotent, the next start finds it done).
 
 use super::StartError;
 use crate::metrics::Metrics;
@@ -100,7 +102,7 @@ pub async fn open(wanted: Wanted<'_>, signalled: &CancellationToken) -> Result<O
             Ok(Err(e)) if unreachable(&e) => e,
             Ok(Err(e)) => return Err(e),
             Err(_) => StartError::Store(StoreError::Unreachable(format!(
-                "the attempt did not finish within {} ms (a COMMIT waiting for a synchronous standby?)",
+                "connecting, migrating, establishing the secret and provisioning did not finish within {} ms",
                 millis(within)
             ))),
         };

@@ -9,8 +9,8 @@
 //!
 //! # Invariants
 //! - A failure is [`StoreError::Unreachable`] only when its SQLSTATE is a
-//!   connection exception (class 08 but 08P01, a protocol violation such
-//!   as a pooler refusing pacpriv's start-up options), an operator intervention that ends
+//!   connection exception (class 08, but for a pooler refusing pacpriv's
+//!   start-up options: "unsupported startup parameter"), an operator intervention that ends
 //!   or refuses sessions (57P01–57P03), insufficient resources (class 53),
 //!   or a write refused by a read-only server (25006); or when it has no
 //!   SQLSTATE and is a dropped connection or a socket error other than
@@ -58,8 +58,8 @@ fn classify(unreachable: bool, message: String) -> StoreError {
 }
 
 fn unreachable(e: &tokio_postgres::Error) -> bool {
-    if let Some(state) = e.code() {
-        return transient_state(state);
+    if let Some(db) = e.as_db_error() {
+        return transient_state(db.code(), db.message());
     }
     if e.is_closed() {
         return true;
@@ -72,12 +72,14 @@ fn unreachable(e: &tokio_postgres::Error) -> bool {
     io.is_some_and(|io| transient_io(io.kind()))
 }
 
-/// Whether a server's SQLSTATE means "not now" rather than "never".
-fn transient_state(state: &SqlState) -> bool {
+/// Whether a server's SQLSTATE (and message) means "not now" rather than
+/// "never".
+fn transient_state(state: &SqlState, message: &str) -> bool {
     let code = state.code();
-    // 08P01 is a protocol violation, not a lost connection: e.g. a pooler
-    // that refuses pacpriv's start-up options.
-    (code.starts_with("08") && *state != SqlState::PROTOCOL_VIOLATION)
+    // PgBouncer reports most of its own failures as 08P01, a failover's
+    // ("server login has been failing") among them; only its refusal of
+    // pacpriv's start-up options is for ever.
+    (code.starts_with("08") && !message.contains("unsupported startup parameter"))
         || code.starts_with("53")
         || [
             SqlState::ADMIN_SHUTDOWN,
@@ -107,7 +109,7 @@ mod test {
             SqlState::READ_ONLY_SQL_TRANSACTION,
             SqlState::TOO_MANY_CONNECTIONS,
         ] {
-            assert!(transient_state(&state), "{state:?} should be waited out");
+            assert!(transient_state(&state, "the server is starting up"), "{state:?} should be waited out");
         }
         for state in [
             SqlState::INVALID_PASSWORD,
@@ -118,10 +120,14 @@ mod test {
             SqlState::UNDEFINED_TABLE,
             SqlState::DATABASE_DROPPED,
             SqlState::QUERY_CANCELED,
-            SqlState::PROTOCOL_VIOLATION,
         ] {
-            assert!(!transient_state(&state), "{state:?} should fail the start at once");
+            assert!(!transient_state(&state, "refused"), "{state:?} should fail the start at once");
         }
+        // PgBouncer's 08P01: its backend down is a failover, its refusal
+        // of the start-up options is a configuration to fix.
+        let pooler = SqlState::PROTOCOL_VIOLATION;
+        assert!(transient_state(&pooler, "server login has been failing, try again later (server_login_retry)"));
+        assert!(!transient_state(&pooler, "unsupported startup parameter: options"));
         for kind in [ErrorKind::ConnectionRefused, ErrorKind::TimedOut, ErrorKind::PermissionDenied, ErrorKind::Other] {
             assert!(transient_io(kind), "{kind:?}");
         }
