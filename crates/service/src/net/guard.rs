@@ -19,9 +19,8 @@
 //!   payload is skipped as it passes, never buffered.
 //! - An HTTP/2 connection whose peer reads nothing written to it for
 //!   `server.idle_timeout_ms` (every write, flush or TLS close waiting) is
-//!   closed:
-//!   a stalled socket would otherwise hold its slot for ever, since
-//!   neither HTTP/2's keep-alive PING nor a GOAWAY can get through it.
+//!   closed: a stalled socket would otherwise hold its slot for ever,
+//!   since neither HTTP/2's keep-alive PING nor a GOAWAY gets through it.
 //! - An accept error (EMFILE: out of file descriptors) is logged and
 //!   retried after [`ACCEPT_BACKOFF`], never in a spinning loop.
 
@@ -153,6 +152,18 @@ impl WriteWatch {
     }
 }
 
+/// `write` as `writes` (if any) lets it through ([`WriteWatch::watch`]).
+fn watched<T>(
+    writes: &mut Option<WriteWatch>,
+    cx: &mut Context<'_>,
+    write: Poll<std::io::Result<T>>,
+) -> Poll<std::io::Result<T>> {
+    match writes {
+        Some(writes) => writes.watch(cx, write),
+        None => write,
+    }
+}
+
 /// Where the reader is in the client's HTTP/2 byte stream, and when the
 /// connection times out unless the client does something.
 struct H2Watch {
@@ -274,10 +285,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
         let write = Pin::new(&mut this.io).poll_write(cx, buf);
-        match &mut this.writes {
-            Some(writes) => writes.watch(cx, write),
-            None => write,
-        }
+        watched(&mut this.writes, cx, write)
     }
 
     fn poll_write_vectored(
@@ -287,10 +295,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
         let write = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        match &mut this.writes {
-            Some(writes) => writes.watch(cx, write),
-            None => write,
-        }
+        watched(&mut this.writes, cx, write)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -300,10 +305,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
         let flush = Pin::new(&mut this.io).poll_flush(cx);
-        match &mut this.writes {
-            Some(writes) => writes.watch(cx, flush),
-            None => flush,
-        }
+        watched(&mut this.writes, cx, flush)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -311,10 +313,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         // never takes either.
         let this = &mut *self;
         let shutdown = Pin::new(&mut this.io).poll_shutdown(cx);
-        match &mut this.writes {
-            Some(writes) => writes.watch(cx, shutdown),
-            None => shutdown,
-        }
+        watched(&mut this.writes, cx, shutdown)
     }
 }
 
