@@ -18,12 +18,53 @@ pub fn engine() -> Result<(), String> {
     }
 }
 
-/// The cluster tests' turn: one project at a time (their networks have
-/// fixed subnets, and two would share the two cores). Poison is ignored:
+/// The cluster tests' turn: one project at a time (two would share the
+/// two cores). Poison is ignored:
 /// a test that failed has torn its project down.
 pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     static TURN: Mutex<()> = Mutex::new(());
     TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Two /24 networks (their first three octets) for `db` and `dcs` that
+/// overlap no network the Docker engine has — one left behind by a run
+/// that was killed, or another checkout's cluster test, included. The
+/// search starts at an offset from the process id, so two runs starting
+/// at once rarely race for the same pair.
+fn free_subnets() -> [String; 2] {
+    let ids = run(Command::new("docker").args(["network", "ls", "-q"]));
+    let ids: Vec<String> = String::from_utf8_lossy(&ids.stdout).split_whitespace().map(str::to_owned).collect();
+    let mut taken: Vec<(u32, u32)> = Vec::new();
+    if !ids.is_empty() {
+        let out = run(Command::new("docker")
+            .args(["network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}"])
+            .args(&ids));
+        taken = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(ipv4_net).collect();
+    }
+    let free = |third: u32| {
+        let net = (10 << 24) | (241 << 16) | (third << 8);
+        taken.iter().all(|&(other, mask)| {
+            // They overlap where the shorter prefix of the two agrees.
+            let mask = mask.min(0xffff_ff00);
+            net & mask != other & mask
+        })
+    };
+    // Even third octets 2..=252: the pair (k, k + 1).
+    let start = std::process::id() % 126;
+    let k = (0..126)
+        .map(|i| 2 + 2 * ((start + i) % 126))
+        .find(|&k| free(k) && free(k + 1))
+        .expect("no free pair of /24s in 10.241.0.0/16 on this Docker engine");
+    [format!("10.241.{k}"), format!("10.241.{}", k + 1)]
+}
+
+/// `a.b.c.d/len` as (network address, mask); `None` for IPv6.
+fn ipv4_net(cidr: &str) -> Option<(u32, u32)> {
+    let (addr, len) = cidr.split_once('/')?;
+    let addr: std::net::Ipv4Addr = addr.parse().ok()?;
+    let len: u32 = len.parse().ok()?;
+    let mask = if len == 0 { 0 } else { u32::MAX << (32 - len.min(32)) };
+    Some((u32::from(addr) & mask, mask))
 }
 
 /// Whether container `id`'s health check reports healthy within `within`.
@@ -66,11 +107,28 @@ impl Project {
     /// only while `_turn` — [`one_at_a_time`]'s guard — is held.
     pub fn new(file: &Path, dir: &Path, _turn: &MutexGuard<'static, ()>) -> Project {
         static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let [db, dcs] = free_subnets();
         Project {
             name: format!("pacpriv-cluster-{}-{}", std::process::id(), COUNT.fetch_add(1, Ordering::Relaxed)),
             file: file.to_owned(),
-            vars: vec![("PACPRIV_CLUSTER_DIR".into(), dir.display().to_string())],
+            vars: vec![
+                ("PACPRIV_CLUSTER_DIR".into(), dir.display().to_string()),
+                ("PACPRIV_DB_NET".into(), db),
+                ("PACPRIV_DCS_NET".into(), dcs),
+            ],
         }
+    }
+
+    /// The fixed address `host` (e.g. 21 for pg-1) on the project's
+    /// `network` (`db` or `dcs`).
+    pub fn address(&self, network: &str, host: u8) -> String {
+        let var = match network {
+            "db" => "PACPRIV_DB_NET",
+            "dcs" => "PACPRIV_DCS_NET",
+            other => panic!("no fixed addresses on network {other}"),
+        };
+        let net = self.vars.iter().find(|(k, _)| k == var).map(|(_, v)| v.as_str()).unwrap_or_default();
+        format!("{net}.{host}")
     }
 
     /// Sets an interpolated variable for later commands.

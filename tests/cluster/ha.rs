@@ -22,10 +22,15 @@ use std::time::{Duration, Instant};
 
 const NODES: [&str; 3] = ["pg-1", "pg-2", "pg-3"];
 /// The replicas' `store.postgres_url`: every node, by its fixed address
-/// (compose.yaml), the one that accepts writes, one second per host.
-const URL: &str = "postgres://pacpriv@pg-1,pg-2,pg-3/pacpriv\
-                   ?hostaddr=10.241.40.21,10.241.40.22,10.241.40.23\
-                   &target_session_attrs=read-write&connect_timeout=1";
+/// on `db` (compose.yaml), the one that accepts writes, one second per
+/// host.
+fn url(project: &Project) -> String {
+    let [a, b, c] = [21, 22, 23].map(|host| project.address("db", host));
+    format!(
+        "postgres://pacpriv@pg-1,pg-2,pg-3/pacpriv?hostaddr={a},{b},{c}\
+         &target_session_attrs=read-write&connect_timeout=1"
+    )
+}
 const PATRONICTL: [&str; 3] = ["patronictl", "-c", "/etc/patroni/patroni.yml"];
 /// Cancels every backend waiting for a synchronous standby (as pacpriv's
 /// role may its own); returns how many.
@@ -74,7 +79,7 @@ fn replicas_on_ha_postgres_survive_failover_switchover_and_split_brain() {
     let turn = compose::one_at_a_time();
     let (_dir, mut project) = super::project(&turn);
     build_ha_image();
-    project.set("PACPRIV_POSTGRES_URL", URL);
+    project.set("PACPRIV_POSTGRES_URL", &url(&project));
     let mut up = vec!["--profile", "ha", "up", "-d", "etcd-1", "etcd-2", "etcd-3"];
     up.extend(NODES);
     run(&mut project.compose(&up));
@@ -162,7 +167,7 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (Option<u64>, (u64, u
             run(Command::new("docker").args(["network", "disconnect", &dcs, &container]));
             let next = new_primary(project, &primary);
             eprintln!("Partition: {primary} cut off from etcd and its standbys; {next} leads");
-            let ip = format!("10.241.41.2{}", &primary[3..]);
+            let ip = project.address("dcs", 20 + primary[3..].parse::<u8>().expect("pg-N"));
             run(Command::new("docker").args(["network", "connect", "--ip", &ip, &dcs, &container]));
         }
         Fault::Combined => {
@@ -427,7 +432,9 @@ fn charges_per_second_on_one_node_and_on_ha() {
     run(&mut project.compose(&up));
     settled(&project);
     let mut rows = Vec::new();
-    for (database, url) in [("one node", "postgres://pacpriv@postgres/pacpriv"), ("Patroni, synchronous", URL)] {
+    let ha = url(&project);
+    for (database, url) in [("one node", "postgres://pacpriv@postgres/pacpriv"), ("Patroni, synchronous", ha.as_str())]
+    {
         project.set("PACPRIV_POSTGRES_URL", url);
         let mut recreate = vec!["up", "-d", "--force-recreate", "--no-deps"];
         recreate.extend(REPLICAS);
