@@ -10,10 +10,12 @@
 //!
 //! # Layout
 //!
-//! From the top of the dependency order down; a module imports only from
-//! the layers below its own (a convention no test checks yet: issue 55 §3
-//! asks for one), and from `pacpriv_privacy` and `pacpriv_demo` below this
-//! crate (cargo enforces those: `docs/architecture.md`).
+//! From the top of the dependency order down: a module imports only the
+//! modules named after it in this list, and `pacpriv_privacy` and
+//! `pacpriv_demo` below this crate. `tests/module_order.rs` checks the
+//! first from the source's `crate::…`/`super::…` paths (and the order of
+//! the files inside `session/`, `store/` and `settings/`, which their
+//! `mod.rs` lists); cargo enforces the second (`docs/architecture.md`).
 //!
 //! 1. [`start`]: start-up in one place — builds the store, teachers,
 //!    secret and sessions, binds the listeners, shuts them down.

@@ -34,6 +34,8 @@
 //! - `journal`: the hash chain's entries and events;
 //! - `step`: one request, all or nothing, on a state value alone;
 //! - `handle`: the step under the cell's lock, and its durable answers;
+//! - `unknown_keys`: the short negative cache of key digests no
+//!   principal holds;
 //! - [`registry`]: principals and their sessions; [`secret`]: s*'s
 //!   lifecycle.
 

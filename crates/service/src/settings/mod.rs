@@ -6,6 +6,15 @@
 //! - Every error names the key to fix (`privacy.per_query_mi: …`).
 //! - Unknown keys are errors, so a typo cannot silently keep a default
 //!   (the most dangerous being a budget that was meant to be smaller).
+//!
+//! # Files, from the bottom up
+//! - `parse`: the error type and the value parsers every section uses;
+//! - one file per section, each its raw (serde) form and its check:
+//!   `admin` (admin and metrics), `telemetry`, `privacy`, `principals`,
+//!   `server` (server and tls), `store`; `teachers` (model, teachers and
+//!   demo: it reads the server's message limits);
+//! - this file: [`Settings`], every section together, and the checks
+//!   that span sections.
 use crate::session::cache::CacheSettings;
 use crate::session::{PrincipalConfig, Scope};
 use crate::teachers::{Batching, CallPolicy, OutputMode};
