@@ -35,12 +35,25 @@ trap 'exit 130' INT TERM
 
 started=$SECONDS
 
-# 1. Build.
+# 1. Build. Under CI this follows `cargo test --release --locked
+#    --all-targets` (the README's test command), which built every library
+#    with the same features (one feature set: docs/architecture.md), so the
+#    build — and the README's run command — must compile nothing.
+echo "step: smoke: build (cargo build --release --locked)" >&2
 say "cargo build --release --locked"
-cargo build --release --locked
+cargo build --release --locked 2>&1 | tee "$TMP/build.log" >&2
+if [[ "${CI:-}" == true ]]; then
+    # What the README's run command (`cargo run --release -- serve`) builds.
+    cargo build --release --locked -p pacpriv --bin pacpriv 2>&1 | tee -a "$TMP/build.log" >&2
+    if grep -q '^ *Compiling ' "$TMP/build.log"; then
+        die "the build after the tests compiled again (features differ between cargo test --all-targets and cargo build; docs/architecture.md, \"One feature set\"): $(grep '^ *Compiling ' "$TMP/build.log" | head -5 | tr -s ' ')"
+    fi
+    say "the build after the tests compiled nothing"
+fi
 BIN="$ROOT/target/release/pacpriv"
 [[ -x "$BIN" ]] || die "$BIN was not built"
 
+echo "step: smoke: quick start (server, Python client, metrics, curl, deploy check)" >&2
 # 2. Client dependencies (third-party: grpcio, not this project's code).
 if ! python3 -c 'import grpc, grpc_tools, grpc_health, grpc_status' 2>/dev/null; then
     say "installing grpcio grpcio-tools grpcio-health-checking grpcio-status"
@@ -181,6 +194,7 @@ checks=$((checks + 1)) # the clean shutdown
 #     against the real binary — each page on the default ports, so after
 #     the server above has stopped. The tritonclient examples use the
 #     interoperability tests' venv.
+echo "step: smoke: the book (tests/book.py)" >&2
 tests/interop_venv.sh >/dev/null || die "the interop venv (tritonclient) could not be built"
 python3 tests/book.py || die "the book check failed"
 checks=$((checks + 1))

@@ -310,26 +310,34 @@ async fn a_peer_that_reads_nothing_is_closed_once_writes_to_it_stall() {
         start.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff])); // SETTINGS_INITIAL_WINDOW_SIZE
         start.extend(frame(0x8, 0, 0, &(0x7fff_ffff_u32 - 65_535).to_be_bytes())); // WINDOW_UPDATE
         if writer.write_all(&start).is_err() {
-            return 0;
+            return (0, true);
         }
+        // Until a write blocks for its timeout (or fails): not a fixed
+        // count, since the server's receive buffer may grow to tens of MB
+        // (tcp_rmem) before its writes stall when it reads fast at first.
+        let deadline = Instant::now() + Duration::from_secs(60);
         let mut asked = 0;
-        for stream in (1..400_000u32).step_by(2) {
+        for stream in (1..i32::MAX as u32).step_by(2) {
             let mut request = frame(0x1, 0x4, stream, &health_check_headers());
             request.extend(frame(0x0, 0x1, stream, &[0; 5]));
             if writer.write_all(&request).is_err() {
-                break;
+                return (asked, true);
             }
             asked += 1;
+            if Instant::now() > deadline {
+                break;
+            }
         }
-        asked
+        (asked, false)
     });
-    let asked = tokio::task::spawn_blocking(move || asking.join().expect("the asking thread")).await.expect("joined");
+    let (asked, stalled) =
+        tokio::task::spawn_blocking(move || asking.join().expect("the asking thread")).await.expect("joined");
     // The server stopped reading once its writes stalled (the last write
     // above failed or timed out); it must let go of the connection within
     // the idle bound, with room to spare. Reading would unstall it, so the
     // server's own socket table is asked instead.
     let until = Instant::now() + Duration::from_millis(3 * IDLE_MS) + Duration::from_secs(10);
-    assert!(asked < 199_999, "every request was taken: the server's writes never stalled");
+    assert!(stalled, "{asked} requests in 60 s were all taken: the server's writes never stalled");
     while holds(server.pid(), port, ours) {
         assert!(Instant::now() < until, "a connection whose peer read nothing ({asked} requests sent) is still held");
         tokio::time::sleep(Duration::from_millis(200)).await;
