@@ -199,4 +199,25 @@ tests/interop_venv.sh >/dev/null || die "the interop venv (tritonclient) could n
 python3 tests/book.py || die "the book check failed"
 checks=$((checks + 1))
 
+# 11. Under CI: the build for remote teachers only (no `demo` feature)
+#     compiles, links no linfa, and refuses the shipped configuration's
+#     demo teachers naming the key. Last, because it replaces
+#     target/release/pacpriv (a later `cargo build` puts the default back
+#     without compiling).
+if [[ "${CI:-}" == true ]]; then
+    echo "step: smoke: build without the demo (cargo build --no-default-features)" >&2
+    cargo build --release --locked --no-default-features --bin pacpriv
+    if cargo tree --locked --no-default-features -p pacpriv -e normal -i linfa >/dev/null 2>&1; then
+        die "the build without the demo feature still depends on linfa: $(cargo tree --locked --no-default-features -p pacpriv -e normal -i linfa | head -5)"
+    fi
+    set +e
+    refused="$(PACPRIV__STORE__PATH="$TMP/nodemo.redb" timeout 30 "$BIN" serve 2>&1)"
+    refused_rc=$?
+    set -e
+    [[ $refused_rc -eq 64 && "$refused" == *'teachers.source'*'built without them'* ]] \
+        || die "the build without the demo should refuse teachers.source = \"demo\" (exit 64), got $refused_rc: $refused"
+    say "the build without the demo links no linfa and refuses the demo teachers"
+    checks=$((checks + 1))
+fi
+
 echo "smoke: OK — $checks checks passed, $answers answers, demo spent $spent nats ($((SECONDS - started))s)"

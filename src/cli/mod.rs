@@ -7,12 +7,15 @@
 //! return typed errors.
 
 use clap::{Parser, Subcommand};
-use pacpriv_tools::{Resumable, admin, audit, budget, health, label, subsets, tune, utility, verify};
+use pacpriv_tools::{Resumable, admin, budget, health, label, subsets, verify};
+#[cfg(feature = "demo")]
+use pacpriv_tools::{audit, tune, utility};
 
 pub mod blas;
 pub mod malloc;
 pub mod serve;
 pub mod startup;
+#[cfg(feature = "demo")]
 pub mod teachers;
 
 /// PAC-private predictions over gRPC, and the tools around them.
@@ -39,6 +42,7 @@ pub enum Command {
     Health(health::Args),
     /// Train the demo teacher ensemble (optical digits) and serve it over
     /// the Open Inference Protocol.
+    #[cfg(feature = "demo")]
     Teachers(teachers::Args),
     /// MIA bound and ε-equivalent for T queries at b nats each, or the
     /// largest T for a target (reproduces the paper's Table 1).
@@ -52,9 +56,11 @@ pub enum Command {
     Label(label::Args),
     /// Play the optimal membership-inference adversary (paper Prop. 6.1)
     /// against a running server and compare its accuracy with the bound.
+    #[cfg(feature = "demo")]
     Audit(audit::Args),
     /// Held-out accuracy at several per-query budgets under both charging
     /// policies, and how many answers a budget buys (paper Table 3).
+    #[cfg(feature = "demo")]
     Utility(utility::Args),
     /// Check an exported journal (`pacpriv admin export`) from its records
     /// alone: hash chain, every charge, certificate and posterior update,
@@ -66,7 +72,21 @@ pub enum Command {
     /// Choose the per-query budget b and the demo teachers' regularisation
     /// for a target total budget, by simulated privatized accuracy on
     /// held-out data; prints the table searched and the config lines.
+    #[cfg(feature = "demo")]
     Tune(tune::Args),
+}
+
+impl Command {
+    /// The servers and the admin/health clients set up logging from their
+    /// configuration; the tools log to standard error at `RUST_LOG`.
+    fn logs_itself(&self) -> bool {
+        match self {
+            Command::Serve(_) | Command::Health(_) | Command::Admin(_) => true,
+            #[cfg(feature = "demo")]
+            Command::Teachers(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// Runs one parsed command, writing its report to `out`.
@@ -74,22 +94,24 @@ pub enum Command {
 /// # Errors
 /// Whatever the subcommand reports (bad arguments, I/O).
 pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    // The servers and the admin/health clients set up logging from their
-    // configuration; the tools log to standard error at `RUST_LOG`.
-    if !matches!(cli.command, Command::Serve(_) | Command::Teachers(_) | Command::Health(_) | Command::Admin(_)) {
+    if !cli.command.logs_itself() {
         init_tracing(false);
     }
     match cli.command {
         Command::Serve(args) => serve::run(args, out),
+        #[cfg(feature = "demo")]
         Command::Teachers(args) => teachers::run(args, out),
         Command::Health(args) => health::run(args, out),
         Command::Admin(args) => admin::run(args, out),
         Command::Budget(args) => budget::run(args, out),
         Command::Subsets(args) => subsets::run(args, out),
         Command::Label(args) => label::run(args, out),
+        #[cfg(feature = "demo")]
         Command::Audit(args) => audit::run(args, out),
+        #[cfg(feature = "demo")]
         Command::Utility(args) => utility::run(args, out),
         Command::Verify(args) => verify::run(args, out),
+        #[cfg(feature = "demo")]
         Command::Tune(args) => tune::run(args, out),
     }
 }

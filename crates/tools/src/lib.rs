@@ -7,6 +7,9 @@
 //!   (channels and TLS flags in [`connect`]);
 //! - over an exported journal: [`verify`].
 //!
+//! `audit`, `tune` and `utility` train the demo ensemble themselves, so
+//! they exist with the `demo` feature only (on by default).
+//!
 //! The only users of `plotters`, `indicatif` and `csv` in the workspace.
 //! `anyhow` is allowed here (command glue); the libraries below return
 //! typed errors.
@@ -14,13 +17,16 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+#[cfg(feature = "demo")]
 pub mod audit;
 pub mod budget;
 pub mod connect;
 pub mod health;
 pub mod label;
 pub mod subsets;
+#[cfg(feature = "demo")]
 pub mod tune;
+#[cfg(feature = "demo")]
 pub mod utility;
 pub mod verify;
 

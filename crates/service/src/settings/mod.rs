@@ -47,7 +47,7 @@ pub use server::{MAX_BATCH, MAX_FEATURES, RateQuota, TlsSettings, largest_respon
 use server::{RawServer, RawTls};
 use store::RawStore;
 pub use store::{StoreSettings, redacted_url};
-pub use teachers::TeacherSource;
+pub use teachers::{NO_DEMO, TeacherSource};
 use teachers::{RawDemo, RawModel, RawTeachers};
 use telemetry::RawTelemetry;
 pub use telemetry::TelemetrySettings;

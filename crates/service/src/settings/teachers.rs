@@ -11,6 +11,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Why `teachers.source = "demo"` is refused by a build without the demo.
+pub const NO_DEMO: &str = "\"demo\" needs the demo teachers, and this binary was built without them \
+    (cargo feature `demo`, on by default): name your teachers in teachers.remote or teachers.stacked \
+    with teachers.source = \"remote\", or build with default features";
+
 /// Where the teachers come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TeacherSource {
@@ -327,6 +332,7 @@ impl RawTeachers {
         }
         let stacked = self.layout == Layout::Stacked;
         let teachers = match self.source {
+            Source::Demo if !cfg!(feature = "demo") => return Err(err("teachers.source", NO_DEMO)),
             Source::Demo => {
                 teacher_count("demo.models", demo.models)?;
                 if !(demo.regularisation.is_finite() && demo.regularisation > 0.0) {

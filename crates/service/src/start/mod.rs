@@ -50,8 +50,10 @@ use crate::session::secret::SecretError;
 use crate::session::{GLOBAL_SESSION, Scope};
 use crate::settings::{Settings, TeacherSource};
 use crate::store::StoreError;
+#[cfg(feature = "demo")]
 use crate::teachers::demo::{self, DemoServer};
 use crate::teachers::{Ensemble, FanoutError, Teachers};
+#[cfg(feature = "demo")]
 use pacpriv_demo::Trained;
 use pacpriv_privacy::mechanism::Calibration;
 use sha2::Digest;
@@ -185,10 +187,15 @@ pub async fn serve(
     }
 
     let teachers = match &settings.teachers {
+        #[cfg(feature = "demo")]
         TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
             let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
             start_demo(demo, *listen, *stacked, &background, &stop).await?
         }
+        // Refused when the settings were read (teachers.source); kept
+        // as an error, not a panic, should a caller build settings by hand.
+        #[cfg(not(feature = "demo"))]
+        TeacherSource::Demo { .. } => return Err(StartError::Demo(crate::settings::NO_DEMO.into())),
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
     let fingerprint = teacher_fingerprint(&settings.teachers);
@@ -433,10 +440,8 @@ async fn run(
     outcome
 }
 
-/// Starts the demo teachers on their own loopback listener (a task of this
-/// runtime, ended by `stop`) and returns how to ask them: m models, or
-/// their stacked one.
 /// What the demo ensemble is trained from.
+#[cfg(feature = "demo")]
 struct Demo {
     models: usize,
     seed: u64,
@@ -444,6 +449,10 @@ struct Demo {
     canaries: usize,
 }
 
+/// Starts the demo teachers on their own loopback listener (a task of this
+/// runtime, ended by `stop`) and returns how to ask them: m models, or
+/// their stacked one.
+#[cfg(feature = "demo")]
 async fn start_demo(
     Demo { models, seed, regularisation, canaries }: Demo,
     listen: SocketAddr,

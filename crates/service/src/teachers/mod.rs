@@ -22,6 +22,7 @@
 pub mod batcher;
 pub mod call;
 pub mod connection;
+#[cfg(feature = "demo")]
 pub mod demo;
 mod error;
 pub mod fanout;
@@ -31,5 +32,5 @@ pub use call::CallPolicy;
 pub use error::FanoutError;
 pub use fanout::{Ensemble, OutputMode, TeacherSpec, Teachers};
 
-#[cfg(test)]
+#[cfg(all(test, feature = "demo"))]
 mod test;
