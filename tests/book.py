@@ -4,6 +4,7 @@ pictures are what their sources draw, every command and configuration
 snippet in it runs, and a browser renders it.
 
     python3 tests/book.py [--only PAGE] [--no-run] [--render]
+    python3 tests/book.py --install-mdbook   # only install mdBook (.ci/run does it early)
 
 Run by tests/smoke.sh (so by the README's test command) after the release
 binary is built; needs mdBook (installed into target/mdbook from crates.io
@@ -624,7 +625,12 @@ def main():
     ap.add_argument("--only", help="run the blocks of pages whose path contains this")
     ap.add_argument("--no-run", action="store_true", help="build and check, run no block")
     ap.add_argument("--render", action="store_true", help="redraw docs/diagrams/*.svg from their sources")
+    ap.add_argument("--install-mdbook", action="store_true",
+                    help="only install the pinned mdBook into target/mdbook if it is missing, and exit")
     args = ap.parse_args()
+    if args.install_mdbook:
+        say(f"mdBook: {mdbook()}")
+        return 0
     started = time.time()
     try:
         check_sources_linked()
