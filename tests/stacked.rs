@@ -11,6 +11,8 @@ mod audit;
 mod crash;
 #[path = "it/label.rs"]
 mod label;
+#[path = "it/models.rs"]
+mod models;
 #[path = "it/ops.rs"]
 mod ops;
 #[path = "it/replicas.rs"]

@@ -95,12 +95,17 @@ pub async fn start(
     metrics: &Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(SocketAddr, impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static)> {
-    let TeacherSource::Remote(teachers) = &settings.teachers else {
+    let TeacherSource::Remote(teachers) = &settings.model.teachers else {
         bail!("the proxy asks teachers that already run; the bench passes its own as remote teachers");
     };
-    let ensemble =
-        Ensemble::new(teachers.clone(), settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
-    let input = InputSpec { shape: settings.input_shape.clone(), release_noisy: false, max_rows: 1 };
+    let ensemble = Ensemble::new(
+        teachers.clone(),
+        settings.model.call.clone(),
+        settings.model.mode,
+        settings.model.batching,
+        &metrics.teachers,
+    )?;
+    let input = InputSpec { shape: settings.model.input_shape.clone(), release_noisy: false, max_rows: 1 };
     let service = PrivatizerServer::new(Proxy { ensemble, input })
         .max_decoding_message_size(settings.max_message_bytes)
         .max_encoding_message_size(settings.max_message_bytes);

@@ -200,11 +200,11 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
     let mut s = Settings::load_with_env(None, env)?;
     // The layout (`teachers.layout`) chooses between the demo server's m
     // models and its stacked one.
-    let stacked = match &s.teachers {
+    let stacked = match &s.model.teachers {
         TeacherSource::Demo { stacked, .. } => *stacked,
         TeacherSource::Remote(t) => matches!(t, Teachers::Stacked { .. }),
     };
-    s.teachers = TeacherSource::Remote(if stacked {
+    s.model.teachers = TeacherSource::Remote(if stacked {
         Teachers::Stacked { spec: demo::stacked_spec(teachers), models: knobs.models }
     } else {
         Teachers::PerTeacher(demo::specs(teachers, knobs.models))
@@ -250,7 +250,7 @@ fn run_target(
 ) -> anyhow::Result<Measured> {
     let state = StateDir::create(state_dir, target.name)?;
     let settings = settings(target, teachers, knobs, &state.0)?;
-    let classes = settings.mode.dim();
+    let classes = settings.model.mode.dim();
     let (policy, per_query, scope) = (settings.policy, settings.per_query.get(), settings.scope);
     let fanout = fanout(&settings);
     // The service and the load clients each get a runtime of their own (as
@@ -322,12 +322,12 @@ fn runtime(name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// `batched ≤ 2 ms × 64, per-teacher`: the effective fan-out settings.
 fn fanout(s: &Settings) -> String {
-    let batching = if s.batching.enabled() {
-        format!("batched ≤ {} ms × {}", s.batching.window.as_millis(), s.batching.max_batch)
+    let batching = if s.model.batching.enabled() {
+        format!("batched ≤ {} ms × {}", s.model.batching.window.as_millis(), s.model.batching.max_batch)
     } else {
         "unbatched".into()
     };
-    let layout = match &s.teachers {
+    let layout = match &s.model.teachers {
         TeacherSource::Remote(Teachers::Stacked { .. }) | TeacherSource::Demo { stacked: true, .. } => "stacked",
         TeacherSource::Remote(Teachers::PerTeacher(_)) | TeacherSource::Demo { stacked: false, .. } => "per-teacher",
     };

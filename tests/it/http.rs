@@ -3,50 +3,9 @@
 //! failure an HTTP code with a JSON body carrying the gRPC status's
 //! reason. (tritonclient.http, with binary tensors, is in `interop`.)
 
-use crate::util::{B, Process, budget, client, digit, image, key_hash, predict, small_demo};
-use serde_json::{Value, json};
-use std::process::Command;
+use crate::util::{B, Process, budget, client, curl, digit, image, key_hash, predict, request, small_demo};
+use serde_json::json;
 use std::time::Duration;
-
-/// What `curl` got back.
-struct Reply {
-    code: u16,
-    headers: String,
-    body: Value,
-}
-
-/// `curl` `method` `url` with `headers` and a JSON `body`.
-fn curl(method: &str, url: &str, headers: &[&str], body: Option<&str>) -> Reply {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (out, head) = (dir.path().join("body"), dir.path().join("headers"));
-    let mut c = Command::new("curl");
-    c.args(["-s", "-X", method, url, "-o"]).arg(&out).arg("-D").arg(&head).args(["-w", "%{http_code}"]);
-    for h in headers {
-        c.args(["-H", h]);
-    }
-    if let Some(b) = body {
-        let file = dir.path().join("request.json");
-        std::fs::write(&file, b).expect("request written");
-        c.args(["-H", "Content-Type: application/json", "--data-binary"]).arg(format!("@{}", file.display()));
-    }
-    let done = c.output().expect("curl runs");
-    assert!(done.status.success(), "curl failed: {}", String::from_utf8_lossy(&done.stderr));
-    let code = String::from_utf8_lossy(&done.stdout).trim().parse().expect("an HTTP code");
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Reply { code, headers: std::fs::read_to_string(&head).unwrap_or_default().to_lowercase(), body }
-}
-
-/// A KServe v2 request body for `rows` examples, asking for `outputs`.
-fn request(rows: &[Vec<f32>], outputs: &[&str]) -> String {
-    let outputs: Vec<Value> = outputs.iter().map(|o| json!({ "name": o })).collect();
-    json!({
-        "id": "curl-1",
-        "inputs": [{ "name": "input", "shape": [rows.len(), 64], "datatype": "FP32", "data": rows }],
-        "outputs": outputs,
-    })
-    .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn curl_gets_private_labels_and_actionable_errors_over_http() {

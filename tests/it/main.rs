@@ -26,6 +26,7 @@ mod interop;
 mod isolation;
 mod label;
 mod limits;
+mod models;
 mod ops;
 mod reload;
 mod replicas;

@@ -2,7 +2,8 @@
 tests/it/client.rs, which passes where through the environment):
 
     PACPRIV_TEST_ADDR        plaintext server: principals alice (budget 1)
-                             and tiny (budget below one answer)
+                             and tiny (budget below one answer), the
+                             default model and a second one, "ridge"
     PACPRIV_TEST_TLS_ADDR    TLS server, rate limit 1 query a second
     PACPRIV_TEST_CA          the CA file of the TLS server's certificate
     PACPRIV_TEST_B           the per-query charge b, nats
@@ -12,8 +13,8 @@ tests/it/client.rs, which passes where through the environment):
 import os
 import unittest
 
-from pacpriv_client import (BudgetExhausted, Client, InvalidInput, NotReleased, PacprivError, RateLimited,
-                            Unauthenticated)
+from pacpriv_client import (BudgetExhausted, Client, InvalidInput, NotFound, NotReleased, PacprivError,
+                            RateLimited, Unauthenticated)
 
 ADDR = os.environ["PACPRIV_TEST_ADDR"]
 TLS_ADDR = os.environ["PACPRIV_TEST_TLS_ADDR"]
@@ -51,6 +52,19 @@ class PlainServer(unittest.TestCase):
         self.assertEqual(len(answer.rows), 3)
         self.assertEqual([r.mi_charged for r in answer.rows], [B, B, 0.0])
         self.assertEqual(answer.rows[2].label, answer.rows[0].label)
+
+    def test_two_models_charge_one_budget(self):
+        before = self.client.budget()
+        private = self.client.predict(image(20))
+        ridge = self.client.predict(image(20), model="ridge")
+        self.assertFalse(ridge.cached, "another model's answer to the same input")
+        self.assertEqual((private.mi_charged, ridge.mi_charged), (B, B))
+        self.assertEqual(self.client.budget().spent, before.spent + 2 * B)
+        streamed = list(self.client.predict_stream([image(21)], model="ridge"))
+        self.assertEqual(streamed[0].mi_charged, B)
+        with self.assertRaises(NotFound) as e:
+            self.client.predict(image(22), model="nope")
+        self.assertIn('"ridge"', str(e.exception))
 
     def test_a_stream_answers_in_order(self):
         answers = list(self.client.predict_stream(image(10 + k) for k in range(5)))

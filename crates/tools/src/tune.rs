@@ -114,10 +114,11 @@ pub struct Candidate {
 /// failed fit, a mechanism error, or no feasible candidate.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation: default_lambda, canaries, .. } = settings.teachers else {
+    let TeacherSource::Demo { models, seed, regularisation: default_lambda, canaries, .. } = settings.model.teachers
+    else {
         bail!("pacpriv tune trains the demo teachers; the configuration has teachers.source = \"remote\"");
     };
-    let OutputMode::Label { classes } = settings.mode else {
+    let OutputMode::Label { classes } = settings.model.mode else {
         bail!("pacpriv tune plans label mode; the configuration has model.mode = \"vector\"");
     };
     if settings.policy == Policy::UnanimousOnly {

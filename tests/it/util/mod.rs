@@ -611,3 +611,46 @@ impl Drop for Peer {
         self.kill();
     }
 }
+
+/// What `curl` got back.
+pub struct Reply {
+    /// The HTTP status code.
+    pub code: u16,
+    /// The response's headers, lower-cased.
+    pub headers: String,
+    /// The body as JSON (a JSON string if it was not JSON).
+    pub body: serde_json::Value,
+}
+
+/// `curl` `method` `url` with `headers` and a JSON `body`.
+pub fn curl(method: &str, url: &str, headers: &[&str], body: Option<&str>) -> Reply {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (out, head) = (dir.path().join("body"), dir.path().join("headers"));
+    let mut c = std::process::Command::new("curl");
+    c.args(["-s", "-X", method, url, "-o"]).arg(&out).arg("-D").arg(&head).args(["-w", "%{http_code}"]);
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    if let Some(b) = body {
+        let file = dir.path().join("request.json");
+        std::fs::write(&file, b).expect("request written");
+        c.args(["-H", "Content-Type: application/json", "--data-binary"]).arg(format!("@{}", file.display()));
+    }
+    let done = c.output().expect("curl runs");
+    assert!(done.status.success(), "curl failed: {}", String::from_utf8_lossy(&done.stderr));
+    let code = String::from_utf8_lossy(&done.stdout).trim().parse().expect("an HTTP code");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    Reply { code, headers: std::fs::read_to_string(&head).unwrap_or_default().to_lowercase(), body }
+}
+
+/// A KServe v2 request body for `rows` examples, asking for `outputs`.
+pub fn request(rows: &[Vec<f32>], outputs: &[&str]) -> String {
+    let outputs: Vec<serde_json::Value> = outputs.iter().map(|o| serde_json::json!({ "name": o })).collect();
+    serde_json::json!({
+        "id": "curl-1",
+        "inputs": [{ "name": "input", "shape": [rows.len(), 64], "datatype": "FP32", "data": rows }],
+        "outputs": outputs,
+    })
+    .to_string()
+}

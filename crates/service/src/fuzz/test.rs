@@ -67,6 +67,7 @@ fn predict_request() -> impl Strategy<Value = PredictRequest> {
             input: Some(Tensor { datatype, shape, fp32_contents: fp32, fp64_contents: fp64, raw_contents: raw }),
             confidence_alpha: alpha,
             return_noisy: false,
+            model: String::new(),
         },
     )
 }

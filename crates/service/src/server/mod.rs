@@ -3,8 +3,8 @@
 //! and binding the listeners — is [`crate::start`]'s.
 //!
 //! A client request's path: [`auth`] (credential → session) → [`rate`]
-//! (the principal's rate limit, for queries) → [`input`]
-//! (wire → validated [`input::Query`]) → the RPC's file ([`predict`],
+//! (the principal's rate limit, for queries) → [`models`] (which model's
+//! teachers) → [`input`] (wire → validated [`input::Query`]) → the RPC's file ([`predict`],
 //! [`predict_stream`], [`get_budget`], or [`inference`]'s `ModelInfer`,
 //! which re-encodes [`predict`]) → [`status`] for any error.
 
@@ -13,6 +13,7 @@ pub mod auth;
 pub mod get_budget;
 pub mod inference;
 pub mod input;
+pub mod models;
 pub mod output;
 pub mod predict;
 pub mod predict_stream;
@@ -23,8 +24,6 @@ use crate::metrics::{Metrics, Rpc};
 use crate::proto::pacpriv::privatizer_server::Privatizer;
 use crate::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, PredictResponse};
 use crate::session::Sessions;
-use crate::teachers::Ensemble;
-use input::InputSpec;
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
@@ -33,10 +32,8 @@ use tracing::Instrument;
 pub struct App {
     /// Principals and their sessions.
     pub sessions: Sessions,
-    /// The m teachers.
-    pub ensemble: Ensemble,
-    /// What an input example looks like.
-    pub input: InputSpec,
+    /// The models, each its m teachers and input shape.
+    pub models: models::Models,
     /// A verified client certificate's CN may name the principal.
     pub principal_from_cert: bool,
     /// Every exported metric.

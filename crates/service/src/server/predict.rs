@@ -114,13 +114,18 @@ pub async fn ask(
     over: Over,
 ) -> Result<Traced<Asked>, Failed> {
     let started = Instant::now();
-    let query = app.input.parse(request);
-    let query_id = query.as_ref().map(|q| q.query_id.clone()).unwrap_or_default();
+    // Which model's teachers (its name is the client's choice, public),
+    // then the input against its shape.
+    let parsed = app.models.get(&request.model).map(Arc::clone).and_then(|model| {
+        let query = model.input.parse(request)?;
+        Ok((model, query))
+    });
+    let query_id = parsed.as_ref().map(|(_, q)| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
     admitted.map_err(|e| traced.fail(e))?;
-    let query = query.map_err(|e| traced.fail(e))?;
-    let keys: Vec<CacheKey> = query.rows.iter().map(|r| handle.cache_key(r.digest)).collect();
+    let (model, query) = parsed.map_err(|e| traced.fail(e))?;
+    let keys: Vec<CacheKey> = query.rows.iter().map(|r| handle.cache_key(model.digest(r.digest))).collect();
     let outputs = async {
         app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
         // One read of the session: a repeat costs nothing and needs no
@@ -131,10 +136,13 @@ pub async fn ask(
         let fanout = found.contains(&Preflight::Ask);
         // The rows' fan-outs run at once (and so share the teachers'
         // batches); any failure fails the request, nothing charged.
-        let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
-            match found {
-                Preflight::Known => Ok(None),
-                Preflight::Ask => Ok::<_, ServiceError>(Some(app.ensemble.query(&row.features).await?)),
+        let asks = query.rows.iter().zip(found).map(|(row, found)| {
+            let ensemble = &model.ensemble;
+            async move {
+                match found {
+                    Preflight::Known => Ok(None),
+                    Preflight::Ask => Ok::<_, ServiceError>(Some(ensemble.query(&row.features).await?)),
+                }
             }
         });
         let outputs = futures_util::future::try_join_all(asks).await?;

@@ -74,6 +74,20 @@ impl QueryDigest {
         QueryDigest(h.finalize().into())
     }
 
+    /// This key as asked of the model `name` at `version`: every model
+    /// answers for itself, so a repeat is a repeat of the same model's
+    /// question. (The default model keeps [`QueryDigest::of`]'s key.)
+    pub fn of_model(&self, name: &str, version: &str) -> QueryDigest {
+        let mut h = Sha256::new();
+        h.update(b"pacpriv-query-model/v1\0");
+        h.update(self.0);
+        for part in [name, version] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        QueryDigest(h.finalize().into())
+    }
+
     /// The digest's bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

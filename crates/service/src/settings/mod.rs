@@ -12,12 +12,13 @@
 //! - one file per section, each its raw (serde) form and its check:
 //!   `admin` (admin and metrics), `telemetry`, `privacy`, `principals`,
 //!   `server` (server and tls), `store`; `teachers` (model, teachers and
-//!   demo: it reads the server's message limits);
+//!   demo: it reads the server's message limits); `models` (more models
+//!   over the same data, each the sections above with its own keys over
+//!   them);
 //! - this file: [`Settings`], every section together, and the checks
 //!   that span sections.
 use crate::session::cache::CacheSettings;
 use crate::session::{PrincipalConfig, Scope};
-use crate::teachers::{Batching, CallPolicy, OutputMode};
 use config::{Config, Environment, File, FileFormat};
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::ledger::Policy;
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod admin;
+mod models;
 mod parse;
 mod principals;
 mod privacy;
@@ -39,8 +41,10 @@ mod telemetry;
 
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
+use models::{Base, RawMoreModel, more_models};
+pub use models::{DEFAULT_MODEL, MAX_MORE_MODELS, ModelSettings};
 pub use parse::SettingsError;
-use parse::err;
+use parse::{err, key_of};
 use principals::{RawPrincipal, principals};
 use privacy::RawPrivacy;
 pub use server::{MAX_BATCH, MAX_FEATURES, RateQuota, TlsSettings, largest_response};
@@ -104,17 +108,14 @@ pub struct Settings {
     pub store: StoreSettings,
     /// Journal every step.
     pub journal: bool,
-    /// How teacher outputs are read (label or vector, d).
-    pub mode: OutputMode,
-    /// Shape of one example.
-    pub input_shape: Vec<usize>,
-    /// Teachers.
-    pub teachers: TeacherSource,
-    /// Per-teacher call policy.
-    pub call: CallPolicy,
-    /// Dynamic batching of the fan-out.
-    pub batching: Batching,
-    /// How often teacher readiness is probed for the health service.
+    /// The default model (`[model]`, `[teachers]`, `[demo]`): what a
+    /// request that names no model is answered by.
+    pub model: ModelSettings,
+    /// `[models.<name>]`, in name order: more models over the same data,
+    /// stepping the same sessions.
+    pub more_models: Vec<ModelSettings>,
+    /// How often every model's teachers' readiness is probed for the
+    /// health service.
     pub health_interval: Duration,
     /// Principals provisioned in the configuration (the admin API adds
     /// more at run time).
@@ -165,19 +166,9 @@ impl Settings {
                 .try_parsing(true)
                 .source(Some(env)),
         );
-        let raw: Raw =
-            builder.build().and_then(Config::try_deserialize).map_err(|e| err(&key_of(&e), e.to_string()))?;
-        raw.validate()
-    }
-}
-
-/// Best-effort key extraction from a `config` error (it names the key in
-/// its message for type errors; "unknown field" errors name the field).
-fn key_of(e: &config::ConfigError) -> String {
-    match e {
-        config::ConfigError::Type { key: Some(k), .. } => k.clone(),
-        config::ConfigError::At { key: Some(k), .. } => k.clone(),
-        _ => "(configuration)".into(),
+        let config = builder.build().map_err(|e| err(&key_of(&e), e.to_string()))?;
+        let raw: Raw = config.clone().try_deserialize().map_err(|e| err(&key_of(&e), e.to_string()))?;
+        raw.validate(&config)
     }
 }
 
@@ -196,16 +187,30 @@ struct Raw {
     telemetry: RawTelemetry,
     #[serde(default)]
     principals: BTreeMap<String, RawPrincipal>,
+    #[serde(default)]
+    models: BTreeMap<String, RawMoreModel>,
 }
 
 impl Raw {
-    /// Each section on its own, then what spans sections.
-    fn validate(self) -> Result<Settings, SettingsError> {
+    /// Each section on its own, then what spans sections; `config` is
+    /// what `self` was read from (each of `models` is read from it again,
+    /// its own keys over the top-level sections).
+    fn validate(self, config: &Config) -> Result<Settings, SettingsError> {
         let privacy = self.privacy.validate()?;
         let server = self.server.validate()?;
         let (mode, input_shape) = self.model.validate()?;
         let fanout = self.teachers.validate(self.demo)?;
         let admin = self.admin.validate()?;
+        let model = ModelSettings {
+            name: server.inference_model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+            mode,
+            input_shape,
+            teachers: fanout.teachers,
+            call: fanout.call,
+            batching: fanout.batching,
+        };
+        let base = Base { model: &model, health_interval: fanout.health_interval };
+        let more_models = more_models(config, self.models, base)?;
         // Nothing is charged that cannot be delivered (issue 40 §3): the
         // rows of one request all stay in the answer cache, so a retry
         // after a withheld answer, or a repeat within the batch, finds
@@ -221,21 +226,24 @@ impl Raw {
                 ),
             ));
         }
-        let largest = largest_response(server.max_batch_rows, mode.dim(), privacy.release_noisy_vector);
-        if largest > server.max_message_bytes {
-            return Err(err(
-                "server.max_message_bytes",
-                format!(
-                    "{} bytes, but a response to {} rows (server.max_batch_rows) of d = {} classes{} can take up to \
-                     {largest} bytes: it would be charged and then not delivered; raise server.max_message_bytes or \
-                     lower server.max_batch_rows{}",
-                    server.max_message_bytes,
-                    server.max_batch_rows,
-                    mode.dim(),
-                    if privacy.release_noisy_vector { " with their noisy vectors" } else { "" },
-                    if privacy.release_noisy_vector { " (or turn privacy.release_noisy_vector off)" } else { "" },
-                ),
-            ));
+        for model in std::iter::once(&model).chain(&more_models) {
+            let d = model.mode.dim();
+            let largest = largest_response(server.max_batch_rows, d, privacy.release_noisy_vector);
+            if largest > server.max_message_bytes {
+                return Err(err(
+                    "server.max_message_bytes",
+                    format!(
+                        "{} bytes, but a response of model {:?} to {} rows (server.max_batch_rows) of d = {d} \
+                         classes{} can take up to {largest} bytes: it would be charged and then not delivered; raise \
+                         server.max_message_bytes or lower server.max_batch_rows{}",
+                        server.max_message_bytes,
+                        model.name,
+                        server.max_batch_rows,
+                        if privacy.release_noisy_vector { " with their noisy vectors" } else { "" },
+                        if privacy.release_noisy_vector { " (or turn privacy.release_noisy_vector off)" } else { "" },
+                    ),
+                ));
+            }
         }
         if self.principals.is_empty() && admin.is_none() {
             return Err(err(
@@ -265,11 +273,8 @@ impl Raw {
             cache: privacy.cache,
             journal: self.store.journal,
             store: self.store.validate()?,
-            mode,
-            input_shape,
-            teachers: fanout.teachers,
-            call: fanout.call,
-            batching: fanout.batching,
+            model,
+            more_models,
             health_interval: fanout.health_interval,
             principals: principals(self.principals)?,
             health_listen: server.health_listen,

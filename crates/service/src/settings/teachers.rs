@@ -39,6 +39,17 @@ pub enum TeacherSource {
     Remote(Teachers),
 }
 
+impl TeacherSource {
+    /// m: how many teachers, one per subset.
+    pub fn m(&self) -> usize {
+        match self {
+            TeacherSource::Demo { models, .. } => *models,
+            TeacherSource::Remote(Teachers::PerTeacher(specs)) => specs.len(),
+            TeacherSource::Remote(Teachers::Stacked { models, .. }) => *models,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawModel {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::store::{PgLink, PgTls, SslMode};
-use crate::teachers::Teachers;
 use crate::teachers::connection::ClientTls;
+use crate::teachers::{OutputMode, Teachers};
 
 fn load(env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
     Settings::load_with_env(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
@@ -10,12 +10,12 @@ fn load(env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
 #[test]
 fn shipped_default_is_valid_and_serves_the_demo() -> Result<(), SettingsError> {
     let s = load(&[])?;
-    assert!(matches!(s.teachers, TeacherSource::Demo { models: 128, .. }));
+    assert!(matches!(s.model.teachers, TeacherSource::Demo { models: 128, .. }));
     assert_eq!(s.per_query.get(), 2f64.powi(-24));
-    assert_eq!(s.input_shape, [64]);
+    assert_eq!(s.model.input_shape, [64]);
     assert_eq!(s.principals.len(), 1);
     assert_eq!(s.principals[0].name, "demo");
-    assert!(matches!(s.teachers, TeacherSource::Demo { canaries: 0, .. }), "no canaries unless asked");
+    assert!(matches!(s.model.teachers, TeacherSource::Demo { canaries: 0, .. }), "no canaries unless asked");
     Ok(())
 }
 
@@ -42,7 +42,7 @@ fn environment_overrides_scalars_and_adds_principals() -> Result<(), SettingsErr
         ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", "0.01"),
     ])?;
     assert_eq!(s.per_query.get(), 2f64.powi(-8));
-    assert_eq!(s.call.deadline, Duration::from_millis(50));
+    assert_eq!(s.model.call.deadline, Duration::from_millis(50));
     let tiny = s.principals.iter().find(|p| p.name == "tiny").map(|p| p.budget.get());
     assert_eq!(tiny, Some(0.01));
     Ok(())
@@ -116,7 +116,7 @@ fn a_remote_stacked_ensemble_needs_an_endpoint_a_model_and_an_even_m() -> Result
     ];
     let with = |extra: &[(&'static str, &'static str)]| load(&[&stacked[..], extra].concat());
     let s = with(&[("PACPRIV__TEACHERS__STACKED__MODELS", "16")])?;
-    assert!(matches!(s.teachers, TeacherSource::Remote(Teachers::Stacked { models: 16, .. })));
+    assert!(matches!(s.model.teachers, TeacherSource::Remote(Teachers::Stacked { models: 16, .. })));
     let e = with(&[("PACPRIV__TEACHERS__STACKED__MODELS", "15")]).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("teachers.stacked.models"), "{e}");
     let e = load(&stacked[..2]).err().map(|e| e.to_string()).unwrap_or_default();
@@ -127,8 +127,8 @@ fn a_remote_stacked_ensemble_needs_an_endpoint_a_model_and_an_even_m() -> Result
 #[test]
 fn a_zero_window_turns_batching_off() -> Result<(), SettingsError> {
     let s = load(&[("PACPRIV__TEACHERS__BATCH_WINDOW_MS", "0"), ("PACPRIV__TEACHERS__MAX_BATCH", "8")])?;
-    assert_eq!(s.batching.window, Duration::ZERO);
-    assert_eq!(s.batching.max_batch, 8);
+    assert_eq!(s.model.batching.window, Duration::ZERO);
+    assert_eq!(s.model.batching.max_batch, 8);
     Ok(())
 }
 
@@ -290,4 +290,81 @@ fn debug_hides_passwords_and_keys() {
     };
     let shown = format!("{tls:?}");
     assert!(!shown.contains("PRIVATE") && !shown.contains("80, 82, 73"), "{shown}");
+}
+
+/// Issue 54 §1: every configuration that worked before is one model,
+/// named as the Open Inference Protocol named it.
+#[test]
+fn the_shipped_configuration_is_one_model_called_private() -> Result<(), SettingsError> {
+    let s = load(&[])?;
+    assert_eq!(s.model.name, "private");
+    assert!(s.more_models.is_empty());
+    assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "")])?.model.name, DEFAULT_MODEL);
+    assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "digits")])?.model.name, "digits");
+    Ok(())
+}
+
+#[test]
+fn a_model_says_only_how_it_differs_from_the_default() -> Result<(), SettingsError> {
+    let s = load(&[
+        ("PACPRIV__DEMO__MODELS", "16"),
+        ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1.5"),
+        ("PACPRIV__MODELS__RIDGE__TEACHERS__DEADLINE_MS", "50"),
+    ])?;
+    assert_eq!(s.more_models.len(), 1);
+    let ridge = &s.more_models[0];
+    assert_eq!(ridge.name, "ridge");
+    assert!(matches!(
+        ridge.teachers,
+        TeacherSource::Demo { models: 16, seed: 20261123, regularisation: 1.5, canaries: 0, .. }
+    ));
+    assert!(matches!(s.model.teachers, TeacherSource::Demo { regularisation: 0.01, .. }), "the default's own");
+    assert_eq!((ridge.call.deadline, s.model.call.deadline), (Duration::from_millis(50), Duration::from_secs(2)));
+    assert_eq!((ridge.mode, &ridge.input_shape), (s.model.mode, &s.model.input_shape));
+    Ok(())
+}
+
+#[test]
+fn a_model_of_remote_teachers_from_a_file() -> Result<(), SettingsError> {
+    let dir = tempfile::tempdir().map_err(|e| err("test", e.to_string()))?;
+    let file = dir.path().join("models.toml");
+    let remote: Vec<String> =
+        (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:8001\", model = \"forest-{i}\" }}")).collect();
+    let toml = format!(
+        "[demo]\nmodels = 4\n\n[models.forest]\nmodel = {{ mode = \"vector\" }}\n\
+         teachers = {{ source = \"remote\", max_batch = 8, remote = [{}] }}\n",
+        remote.join(", ")
+    );
+    std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
+    let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
+    let forest = &s.more_models[0];
+    assert!(matches!(&forest.teachers, TeacherSource::Remote(Teachers::PerTeacher(specs)) if specs.len() == 4));
+    assert_eq!((forest.mode, forest.batching.max_batch), (OutputMode::Vector { dim: 10 }, 8));
+    assert!(matches!(s.model.teachers, TeacherSource::Demo { models: 4, .. }));
+    Ok(())
+}
+
+#[test]
+fn a_model_over_other_data_or_a_bad_key_is_refused_naming_it() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("PACPRIV__MODELS__RIDGE__DEMO__MODELS", "64", "models.ridge.demo.models"),
+        ("PACPRIV__MODELS__RIDGE__DEMO__SEED", "1", "models.ridge.demo"),
+        ("PACPRIV__MODELS__RIDGE__DEMO__CANARIES", "2", "models.ridge.demo"),
+        ("PACPRIV__MODELS__PRIVATE__DEMO__REGULARISATION", "1", "models.private"),
+        ("PACPRIV__MODELS__RIDGE__TEACHERS__SOURCE", "remote", "models.ridge.teachers.remote"),
+        ("PACPRIV__MODELS__RIDGE__MODEL__CLASSES", "1", "models.ridge.model.classes"),
+        ("PACPRIV__MODELS__RIDGE__TEACHERS__SOURSE", "remote", "models.ridge"),
+        ("PACPRIV__MODELS__RIDGE__TEACHERS__HEALTH_INTERVAL_MS", "200", "models.ridge.teachers.health_interval_ms"),
+        ("PACPRIV__MODELS__RIDGE__DEMO__LISTEN", "127.0.0.1:9000", "models.ridge.demo.listen"),
+    ];
+    for (var, value, key) in cases {
+        let mut env = vec![(*var, *value)];
+        if key.ends_with("demo.listen") {
+            env.push(("PACPRIV__DEMO__LISTEN", "127.0.0.1:9000"));
+        }
+        match load(&env) {
+            Ok(_) => panic!("{var}={value} was accepted"),
+            Err(e) => assert!(e.key.starts_with(key), "{var}={value}: {e} should name {key}"),
+        }
+    }
 }

@@ -45,10 +45,11 @@ use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
 use crate::server::auth::CredentialFirst;
 use crate::server::input::InputSpec;
+use crate::server::models::Models;
 use crate::server::{App, Service, admin, inference, rate};
 use crate::session::secret::SecretError;
 use crate::session::{GLOBAL_SESSION, Scope};
-use crate::settings::{Settings, TeacherSource};
+use crate::settings::{ModelSettings, Settings, TeacherSource};
 use crate::store::StoreError;
 #[cfg(feature = "demo")]
 use crate::teachers::demo::{self, DemoServer};
@@ -186,23 +187,22 @@ pub async fn serve(
         servers.push(now(grpc(server, listener, None, &settings.limits, &stop)));
     }
 
-    let teachers = match &settings.teachers {
-        #[cfg(feature = "demo")]
-        TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
-            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
-            start_demo(demo, *listen, *stacked, &background, &stop).await?
-        }
-        // Refused when the settings were read (teachers.source); kept
-        // as an error, not a panic, should a caller build settings by hand.
-        #[cfg(not(feature = "demo"))]
-        TeacherSource::Demo { .. } => return Err(StartError::Demo(crate::settings::NO_DEMO.into())),
-        TeacherSource::Remote(teachers) => teachers.clone(),
+    let input = |model: &ModelSettings| InputSpec {
+        shape: model.input_shape.clone(),
+        release_noisy: settings.release_noisy_vector,
+        max_rows: settings.max_batch_rows,
     };
-    let fingerprint = teacher_fingerprint(&settings.teachers);
-    let ensemble = Ensemble::new(teachers, settings.call.clone(), settings.mode, settings.batching, &metrics.teachers)?;
-    ensemble.check_tls().await?;
-    let m = ensemble.len();
-    descriptors::provide(descriptors::need(&settings, m))?;
+    let default = ensemble(&settings.model, &metrics, &background, &stop).await?;
+    let m = default.len();
+    let mut more = Vec::with_capacity(settings.more_models.len());
+    for model in &settings.more_models {
+        more.push((model.name.clone(), ensemble(model, &metrics, &background, &stop).await?, input(model)));
+    }
+    let models = Models::new((settings.model.name.clone(), default, input(&settings.model)), more);
+    // The sessions belong to the data: the default model's teacher set
+    // names it (the others are over the same subsets).
+    let fingerprint = teacher_fingerprint(&settings.model.teachers);
+    descriptors::provide(descriptors::need(&settings, models.iter().map(|model| model.ensemble.len()).sum()))?;
     if settings.calibration != Calibration::Certified {
         tracing::error!(
             calibration = ?settings.calibration,
@@ -224,15 +224,9 @@ pub async fn serve(
         metrics.service.budget(session, a.budget.spent, a.budget.limit, a.budget.mia_bound);
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
-    let input = InputSpec {
-        shape: settings.input_shape.clone(),
-        release_noisy: settings.release_noisy_vector,
-        max_rows: settings.max_batch_rows,
-    };
     let app = Arc::new(App {
         sessions,
-        ensemble,
-        input,
+        models,
         principal_from_cert,
         metrics: Arc::clone(&metrics),
         ready: false.into(),
@@ -251,10 +245,10 @@ pub async fn serve(
             .max_decoding_message_size(settings.max_message_bytes)
             .max_encoding_message_size(settings.max_message_bytes),
     );
-    let inference = settings.inference_model.clone().map(|model| {
+    let inference = settings.inference_model.is_some().then(|| {
         CredentialFirst::new(
             Arc::clone(&app),
-            GrpcInferenceServiceServer::new(inference::InferenceService::new(Arc::clone(&app), model))
+            GrpcInferenceServiceServer::new(inference::InferenceService::new(Arc::clone(&app)))
                 .max_decoding_message_size(settings.max_message_bytes)
                 .max_encoding_message_size(settings.max_message_bytes),
         )
@@ -269,11 +263,10 @@ pub async fn serve(
     servers.push(grpc(client, listener, tls.as_ref(), &settings.limits, &stop));
 
     let mut http_addr = None;
-    if let (Some(listen), Some(model)) = (settings.http_listen, settings.inference_model.clone()) {
+    if let (Some(listen), Some(_)) = (settings.http_listen, &settings.inference_model) {
         let (listener, bound) = bind(listen).await?;
         http_addr = Some(bound);
-        let router =
-            inference::http::router(Arc::clone(&app), model, settings.max_message_bytes, settings.limits.request);
+        let router = inference::http::router(Arc::clone(&app), settings.max_message_bytes, settings.limits.request);
         let limits = settings.limits;
         let stop = stop.clone();
         servers.push(match &tls {
@@ -474,6 +467,31 @@ async fn start_demo(
     } else {
         Teachers::PerTeacher(demo::specs(addr, models))
     })
+}
+
+/// `model`'s teachers (the demo ones trained and served first), their
+/// TLS checked.
+async fn ensemble(
+    model: &ModelSettings,
+    metrics: &Metrics,
+    background: &TaskTracker,
+    stop: &CancellationToken,
+) -> Result<Ensemble, StartError> {
+    let teachers = match &model.teachers {
+        #[cfg(feature = "demo")]
+        TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
+            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
+            start_demo(demo, *listen, *stacked, background, stop).await?
+        }
+        // Refused when the settings were read (teachers.source); kept
+        // as an error, not a panic, should a caller build settings by hand.
+        #[cfg(not(feature = "demo"))]
+        TeacherSource::Demo { .. } => return Err(StartError::Demo(crate::settings::NO_DEMO.into())),
+        TeacherSource::Remote(teachers) => teachers.clone(),
+    };
+    let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &metrics.teachers)?;
+    ensemble.check_tls().await?;
+    Ok(ensemble)
 }
 
 /// Names the teacher set s* indexes into: the demo's seed and m (however

@@ -53,10 +53,12 @@ pub async fn watch(
     });
 }
 
-/// Teachers not ready, also recorded as a gauge.
+/// Teachers not ready, of every model (probed at once), also recorded as
+/// a gauge.
 async fn probe(app: &App) -> usize {
-    let missing = app.ensemble.not_ready().await;
-    let total = app.ensemble.len();
+    let missing: usize =
+        futures_util::future::join_all(app.models.iter().map(|m| m.ensemble.not_ready())).await.into_iter().sum();
+    let total: usize = app.models.iter().map(|m| m.ensemble.len()).sum();
     app.metrics.teachers.readiness(total.saturating_sub(missing), total);
     missing
 }

@@ -110,7 +110,7 @@ pub struct Row {
 /// is not fresh — and a lower bound above what was charged.
 pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation, canaries: k, .. } = settings.teachers else {
+    let TeacherSource::Demo { models, seed, regularisation, canaries: k, .. } = settings.model.teachers else {
         bail!("the canary audit rebuilds the demo teachers; the configuration has teachers.source = \"remote\"");
     };
     if k == 0 {
@@ -119,7 +119,7 @@ pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
              (PACPRIV__DEMO__CANARIES=32) — an audit deployment, not a production one"
         );
     }
-    let OutputMode::Label { classes } = settings.mode else {
+    let OutputMode::Label { classes } = settings.model.mode else {
         bail!("the canary audit plays the label-mode adversary; the configuration has model.mode = \"vector\"");
     };
     let Some(secret_file) = args.secret_index_file.as_deref() else {

@@ -128,13 +128,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         return canaries::run(&args, out);
     }
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation, canaries, .. } = settings.teachers else {
+    let TeacherSource::Demo { models, seed, regularisation, canaries, .. } = settings.model.teachers else {
         bail!(
             "pacpriv audit rebuilds the teachers to play the adversary, and can do so only for the demo ensemble \
              (teachers.source = \"demo\")"
         );
     };
-    let OutputMode::Label { classes } = settings.mode else {
+    let OutputMode::Label { classes } = settings.model.mode else {
         bail!("pacpriv audit plays the label-mode adversary; the configuration has model.mode = \"vector\"");
     };
     let key = match args.api_key.clone() {

@@ -80,7 +80,7 @@ fn parse_budget(s: &str) -> Result<PerQuery, PrivacyError> {
 /// fit, a mechanism error, or a failed write.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let (m, seed, regularisation, canaries) = match &settings.teachers {
+    let (m, seed, regularisation, canaries) = match &settings.model.teachers {
         TeacherSource::Demo { models, seed, regularisation, canaries, .. } => {
             (*models, *seed, *regularisation, *canaries)
         }
@@ -90,7 +90,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
              teachers would need their labels for a held-out split, which is out of scope"
         ),
     };
-    let classes = match settings.mode {
+    let classes = match settings.model.mode {
         OutputMode::Label { classes } => classes,
         OutputMode::Vector { .. } => anyhow::bail!(
             "model.mode is \"vector\": pacpriv utility reports label mode (the paper's Table 3), where the \

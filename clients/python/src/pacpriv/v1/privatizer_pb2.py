@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bpacpriv/v1/privatizer.proto\x12\npacpriv.v1\"m\n\x06Tensor\x12\x10\n\x08\x64\x61tatype\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x15\n\rfp32_contents\x18\x03 \x03(\x02\x12\x15\n\rfp64_contents\x18\x04 \x03(\x01\x12\x14\n\x0craw_contents\x18\x05 \x01(\x0c\"\x8f\x01\n\x0ePredictRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12!\n\x05input\x18\x02 \x01(\x0b\x32\x12.pacpriv.v1.Tensor\x12\x1d\n\x10\x63onfidence_alpha\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0creturn_noisy\x18\x04 \x01(\x08\x42\x13\n\x11_confidence_alpha\"\xe7\x01\n\x0fPredictResponse\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\r\x12\x11\n\tunanimous\x18\x03 \x01(\x08\x12\x12\n\nmi_charged\x18\x04 \x01(\x01\x12\"\n\x06\x62udget\x18\x05 \x01(\x0b\x32\x12.pacpriv.v1.Budget\x12\x16\n\tconfident\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\r\n\x05noisy\x18\x07 \x03(\x01\x12\x0e\n\x06\x63\x61\x63hed\x18\x08 \x01(\x08\x12#\n\x04rows\x18\t \x03(\x0b\x32\x15.pacpriv.v1.RowAnswerB\x0c\n\n_confident\"\x86\x01\n\tRowAnswer\x12\r\n\x05label\x18\x01 \x01(\r\x12\x11\n\tunanimous\x18\x02 \x01(\x08\x12\x12\n\nmi_charged\x18\x03 \x01(\x01\x12\x16\n\tconfident\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\r\n\x05noisy\x18\x05 \x03(\x01\x12\x0e\n\x06\x63\x61\x63hed\x18\x06 \x01(\x08\x42\x0c\n\n_confident\"\x12\n\x10GetBudgetRequest\"\xb4\x01\n\x06\x42udget\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\r\n\x05spent\x18\x03 \x01(\x01\x12\r\n\x05limit\x18\x04 \x01(\x01\x12\x11\n\tremaining\x18\x05 \x01(\x01\x12\x11\n\tper_query\x18\x06 \x01(\x01\x12\x10\n\x08\x61nswered\x18\x07 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x08 \x01(\x04\x12\x11\n\tmia_bound\x18\t \x01(\x01\x12\x0e\n\x06policy\x18\n \x01(\t2\xdd\x01\n\nPrivatizer\x12\x42\n\x07Predict\x12\x1a.pacpriv.v1.PredictRequest\x1a\x1b.pacpriv.v1.PredictResponse\x12L\n\rPredictStream\x12\x1a.pacpriv.v1.PredictRequest\x1a\x1b.pacpriv.v1.PredictResponse(\x01\x30\x01\x12=\n\tGetBudget\x12\x1c.pacpriv.v1.GetBudgetRequest\x1a\x12.pacpriv.v1.Budgetb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bpacpriv/v1/privatizer.proto\x12\npacpriv.v1\"m\n\x06Tensor\x12\x10\n\x08\x64\x61tatype\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x15\n\rfp32_contents\x18\x03 \x03(\x02\x12\x15\n\rfp64_contents\x18\x04 \x03(\x01\x12\x14\n\x0craw_contents\x18\x05 \x01(\x0c\"\x9e\x01\n\x0ePredictRequest\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12!\n\x05input\x18\x02 \x01(\x0b\x32\x12.pacpriv.v1.Tensor\x12\x1d\n\x10\x63onfidence_alpha\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0creturn_noisy\x18\x04 \x01(\x08\x12\r\n\x05model\x18\x05 \x01(\tB\x13\n\x11_confidence_alpha\"\xe7\x01\n\x0fPredictResponse\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\r\x12\x11\n\tunanimous\x18\x03 \x01(\x08\x12\x12\n\nmi_charged\x18\x04 \x01(\x01\x12\"\n\x06\x62udget\x18\x05 \x01(\x0b\x32\x12.pacpriv.v1.Budget\x12\x16\n\tconfident\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\r\n\x05noisy\x18\x07 \x03(\x01\x12\x0e\n\x06\x63\x61\x63hed\x18\x08 \x01(\x08\x12#\n\x04rows\x18\t \x03(\x0b\x32\x15.pacpriv.v1.RowAnswerB\x0c\n\n_confident\"\x86\x01\n\tRowAnswer\x12\r\n\x05label\x18\x01 \x01(\r\x12\x11\n\tunanimous\x18\x02 \x01(\x08\x12\x12\n\nmi_charged\x18\x03 \x01(\x01\x12\x16\n\tconfident\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\r\n\x05noisy\x18\x05 \x03(\x01\x12\x0e\n\x06\x63\x61\x63hed\x18\x06 \x01(\x08\x42\x0c\n\n_confident\"\x12\n\x10GetBudgetRequest\"\xb4\x01\n\x06\x42udget\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\r\n\x05spent\x18\x03 \x01(\x01\x12\r\n\x05limit\x18\x04 \x01(\x01\x12\x11\n\tremaining\x18\x05 \x01(\x01\x12\x11\n\tper_query\x18\x06 \x01(\x01\x12\x10\n\x08\x61nswered\x18\x07 \x01(\x04\x12\x0f\n\x07\x63harged\x18\x08 \x01(\x04\x12\x11\n\tmia_bound\x18\t \x01(\x01\x12\x0e\n\x06policy\x18\n \x01(\t2\xdd\x01\n\nPrivatizer\x12\x42\n\x07Predict\x12\x1a.pacpriv.v1.PredictRequest\x1a\x1b.pacpriv.v1.PredictResponse\x12L\n\rPredictStream\x12\x1a.pacpriv.v1.PredictRequest\x1a\x1b.pacpriv.v1.PredictResponse(\x01\x30\x01\x12=\n\tGetBudget\x12\x1c.pacpriv.v1.GetBudgetRequest\x1a\x12.pacpriv.v1.Budgetb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,15 +34,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENSOR']._serialized_start=43
   _globals['_TENSOR']._serialized_end=152
   _globals['_PREDICTREQUEST']._serialized_start=155
-  _globals['_PREDICTREQUEST']._serialized_end=298
-  _globals['_PREDICTRESPONSE']._serialized_start=301
-  _globals['_PREDICTRESPONSE']._serialized_end=532
-  _globals['_ROWANSWER']._serialized_start=535
-  _globals['_ROWANSWER']._serialized_end=669
-  _globals['_GETBUDGETREQUEST']._serialized_start=671
-  _globals['_GETBUDGETREQUEST']._serialized_end=689
-  _globals['_BUDGET']._serialized_start=692
-  _globals['_BUDGET']._serialized_end=872
-  _globals['_PRIVATIZER']._serialized_start=875
-  _globals['_PRIVATIZER']._serialized_end=1096
+  _globals['_PREDICTREQUEST']._serialized_end=313
+  _globals['_PREDICTRESPONSE']._serialized_start=316
+  _globals['_PREDICTRESPONSE']._serialized_end=547
+  _globals['_ROWANSWER']._serialized_start=550
+  _globals['_ROWANSWER']._serialized_end=684
+  _globals['_GETBUDGETREQUEST']._serialized_start=686
+  _globals['_GETBUDGETREQUEST']._serialized_end=704
+  _globals['_BUDGET']._serialized_start=707
+  _globals['_BUDGET']._serialized_end=887
+  _globals['_PRIVATIZER']._serialized_start=890
+  _globals['_PRIVATIZER']._serialized_end=1111
 # @@protoc_insertion_point(module_scope)

@@ -21,16 +21,18 @@ class Tensor(_message.Message):
     def __init__(self, datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fp32_contents: _Optional[_Iterable[float]] = ..., fp64_contents: _Optional[_Iterable[float]] = ..., raw_contents: _Optional[bytes] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("query_id", "input", "confidence_alpha", "return_noisy")
+    __slots__ = ("query_id", "input", "confidence_alpha", "return_noisy", "model")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_ALPHA_FIELD_NUMBER: _ClassVar[int]
     RETURN_NOISY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     input: Tensor
     confidence_alpha: float
     return_noisy: bool
-    def __init__(self, query_id: _Optional[str] = ..., input: _Optional[_Union[Tensor, _Mapping]] = ..., confidence_alpha: _Optional[float] = ..., return_noisy: _Optional[bool] = ...) -> None: ...
+    model: str
+    def __init__(self, query_id: _Optional[str] = ..., input: _Optional[_Union[Tensor, _Mapping]] = ..., confidence_alpha: _Optional[float] = ..., return_noisy: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("query_id", "label", "unanimous", "mi_charged", "budget", "confident", "noisy", "cached", "rows")

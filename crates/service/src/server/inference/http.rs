@@ -1,5 +1,5 @@
 //! The Open Inference Protocol's HTTP/REST binding (KServe v2, as Triton
-//! serves it) for the private model, on its own listener
+//! serves it) for every model of the server, on its own listener
 //! (`server.http_listen`): what `tritonclient.http`, KServe's Python SDK
 //! or `curl` call.
 //!
@@ -57,12 +57,12 @@ struct BodyLimits {
     timeout: Duration,
 }
 
-/// The routes of the private model `model` over `app`; an inference body
+/// The routes of `app`'s models; an inference body
 /// is read only after its credential is checked, at most `max_bytes` of it
 /// (larger ones are refused, 413, without being read when their
 /// Content-Length says so) and within `timeout` (408).
-pub fn router(app: Arc<App>, model: String, max_bytes: usize, timeout: Duration) -> Router {
-    let service = Arc::new(InferenceService::new(app, model));
+pub fn router(app: Arc<App>, max_bytes: usize, timeout: Duration) -> Router {
+    let service = Arc::new(InferenceService::new(app));
     Router::new()
         .route("/v2/health/live", get(|| async { Json(json!({ "live": true })) }))
         .route("/v2/health/ready", get(server_ready))
@@ -106,10 +106,10 @@ async fn server_ready(State(s): State<Arc<InferenceService>>) -> Response {
 }
 
 async fn model_metadata(State(s): State<Arc<InferenceService>>, Path(p): Path<ModelPath>) -> Response {
-    if let Err(e) = s.names(&p.model, &p.version) {
-        return error(e.into());
-    }
-    let m = metadata::model(&s.app, &s.model);
+    let m = match s.names(&p.model, &p.version) {
+        Ok(model) => metadata::model(model),
+        Err(e) => return error(e.into()),
+    };
     let tensors = |ts: Vec<crate::proto::inference::model_metadata_response::TensorMetadata>| -> Vec<Value> {
         ts.into_iter().map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape })).collect()
     };
@@ -173,9 +173,12 @@ async fn infer_traced(
     };
     let parsed = s
         .names(&p.model, &p.version)
-        .and_then(|()| read_request(&headers, &body, &p))
-        .and_then(|(request, binary)| Infer::parse(request).map(|(predict, infer)| (predict, infer, binary)));
-    let (request, infer, binary) = match parsed {
+        .map(|model| model.name.clone())
+        .and_then(|name| Ok((name, read_request(&headers, &body, &p)?)))
+        .and_then(|(name, (request, binary))| {
+            Infer::parse(request).map(|(predict, infer)| (name, predict, infer, binary))
+        });
+    let (name, request, infer, binary) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
             app.metrics.service.query(status::outcome(&e));
@@ -183,7 +186,7 @@ async fn infer_traced(
         }
     };
     match predict::handle(app, &handle, request, Rpc::HttpInfer).await {
-        Ok(answer) => write_response(&infer.respond(&s.model, answer), &binary),
+        Ok(answer) => write_response(&infer.respond(&name, answer), &binary),
         Err(e) => error(e.into()),
     }
 }

@@ -5,7 +5,7 @@ use super::MODEL_VERSION;
 use super::model_infer::{LABEL, MI_CHARGED, NOISY};
 use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{ModelMetadataResponse, ServerMetadataResponse};
-use crate::server::App;
+use crate::server::models::Model;
 
 /// Name and version of this server; no protocol extensions.
 pub fn server() -> ServerMetadataResponse {
@@ -16,24 +16,24 @@ pub fn server() -> ServerMetadataResponse {
     }
 }
 
-/// The private model `name`: n examples of the configured shape in (FP32
+/// The private model `model`: n examples of the configured shape in (FP32
 /// advertised; FP64 accepted too; -1 is the batch dimension, as Triton
 /// writes it), a label and a charge per example out, and the noisy
 /// releases when the operator allows it.
-pub fn model(app: &App, name: &str) -> ModelMetadataResponse {
+pub fn model(model: &Model) -> ModelMetadataResponse {
     let tensor = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata {
         name: name.to_owned(),
         datatype: datatype.to_owned(),
         shape,
     };
-    let example = std::iter::once(-1).chain(app.input.shape.iter().map(|&d| d as i64)).collect();
-    let d = app.ensemble.mode().dim();
+    let example = std::iter::once(-1).chain(model.input.shape.iter().map(|&d| d as i64)).collect();
+    let d = model.ensemble.mode().dim();
     let mut outputs = vec![tensor(LABEL, "INT64", vec![-1]), tensor(MI_CHARGED, "FP64", vec![-1])];
-    if app.input.release_noisy {
+    if model.input.release_noisy {
         outputs.push(tensor(NOISY, "FP64", vec![-1, d as i64]));
     }
     ModelMetadataResponse {
-        name: name.to_owned(),
+        name: model.name.clone(),
         versions: vec![MODEL_VERSION.to_owned()],
         platform: "pacpriv".to_owned(),
         inputs: vec![tensor("input", "FP32", example)],

@@ -3,8 +3,10 @@
 //! MLServer), served on the client listener beside `pacpriv.v1.Privatizer`
 //! so that unchanged tritonclient / KServe programs can call it.
 //!
-//! One model, named by `server.inference_model` (default `private`),
-//! version `1`. `ModelInfer` is `Predict` under another encoding: the same
+//! Every model of [`super::models`]: the default one, named by
+//! `server.inference_model` (default `private`), and each
+//! `[models.<name>]`, all version `1`. `ModelInfer` is `Predict` under
+//! another encoding: the same
 //! credential (`x-api-key` or `authorization: Bearer` metadata), the same
 //! validation, charge and durability ([`super::predict::handle`]), the
 //! same errors ([`super::status`]). Liveness, readiness and metadata need
@@ -18,6 +20,7 @@ pub mod http;
 pub mod metadata;
 pub mod model_infer;
 
+use super::models::Model;
 use super::status::{self, ServiceError};
 use super::{App, auth};
 use crate::metrics::Rpc;
@@ -33,20 +36,17 @@ use std::sync::atomic::Ordering;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-/// The only version of the private model.
-pub const MODEL_VERSION: &str = "1";
+pub use super::models::MODEL_VERSION;
 
 /// The `inference.GRPCInferenceService` implementation.
 pub struct InferenceService {
     app: Arc<App>,
-    /// `server.inference_model`.
-    model: String,
 }
 
 impl InferenceService {
-    /// Serves `app`'s private predictor as the model `model`.
-    pub fn new(app: Arc<App>, model: String) -> Self {
-        InferenceService { app, model }
+    /// Serves `app`'s models.
+    pub fn new(app: Arc<App>) -> Self {
+        InferenceService { app }
     }
 
     /// Whether the last teacher probe (the one behind gRPC health) found
@@ -55,17 +55,10 @@ impl InferenceService {
         self.app.ready.load(Ordering::Relaxed)
     }
 
-    /// Whether `name`/`version` is the private model (an empty version
-    /// means the latest, as in Triton).
-    fn names(&self, name: &str, version: &str) -> Result<(), ServiceError> {
-        if name == self.model && (version.is_empty() || version == MODEL_VERSION) {
-            return Ok(());
-        }
-        Err(ServiceError::UnknownModel(format!(
-            "model {name:?} version {version:?} is not served here: this pacpriv serves one model, {:?} \
-             (version \"{MODEL_VERSION}\" or empty)",
-            self.model
-        )))
+    /// The model `name`/`version` (an empty version means the latest, as
+    /// in Triton).
+    fn names(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
+        self.app.models.named(name, version)
     }
 }
 
@@ -97,8 +90,8 @@ impl GrpcInferenceService for InferenceService {
         request: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let r = request.get_ref();
-        self.names(&r.name, &r.version)?;
-        Ok(Response::new(metadata::model(&self.app, &self.model)))
+        let model = self.names(&r.name, &r.version)?;
+        Ok(Response::new(metadata::model(model)))
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
@@ -111,13 +104,16 @@ impl InferenceService {
     async fn infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let handle = auth::querier(&self.app, &request).await?;
         let request = request.into_inner();
-        let parsed = self.names(&request.model_name, &request.model_version).and_then(|()| Infer::parse(request));
-        let (predict, infer) = parsed.map_err(|e| {
+        let parsed = self
+            .names(&request.model_name, &request.model_version)
+            .map(|model| model.name.clone())
+            .and_then(|name| Ok((name, Infer::parse(request)?)));
+        let (name, (predict, infer)) = parsed.map_err(|e| {
             self.app.metrics.service.query(status::outcome(&e));
             Status::from(e)
         })?;
         let answer = super::predict::handle(&self.app, &handle, predict, Rpc::ModelInfer).await?;
-        Ok(Response::new(infer.respond(&self.model, answer)))
+        Ok(Response::new(infer.respond(&name, answer)))
     }
 }
 

@@ -68,7 +68,7 @@ impl Infer {
     /// [`ServiceError::InvalidInput`] saying what to change.
     pub fn parse(request: ModelInferRequest) -> Result<(PredictRequest, Infer), ServiceError> {
         let bad = ServiceError::InvalidInput;
-        let ModelInferRequest { id, parameters, inputs, outputs, mut raw_input_contents, .. } = request;
+        let ModelInferRequest { model_name, id, parameters, inputs, outputs, mut raw_input_contents, .. } = request;
         let [input]: [InferInputTensor; 1] = inputs.try_into().map_err(|inputs: Vec<InferInputTensor>| {
             bad(format!(
                 "the private model takes exactly one input tensor (one example, FP32 or FP64); got {}",
@@ -127,6 +127,7 @@ impl Infer {
             }),
             confidence_alpha,
             return_noisy: wanted.contains(&Output::Noisy),
+            model: model_name,
         };
         Ok((predict, Infer { id, outputs: wanted, raw: raw_request }))
     }

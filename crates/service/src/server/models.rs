@@ -1,0 +1,101 @@
+//! The models this server answers for ([`Models`]): the default one and
+//! each `[models.<name>]`, every one its own teachers ([`Ensemble`]) and
+//! input shape — and all of them over the same data, so that every
+//! model's answers step the same sessions (one posterior over the m
+//! subsets and one ledger per principal: `docs/assurance/accounting.md`
+//! §10).
+//!
+//! # Invariants
+//! - Every model has m teachers, teacher i trained on subset i: m is
+//!   checked at start; the subsets are the operator's declaration (for the
+//!   demo teachers, checked: the same seed).
+//! - A session's answer cache keys a query by its model (and version) as
+//!   well as by its input, so one model's answer is never returned for
+//!   another's. The default model keys a query as every earlier release
+//!   did, so the caches it wrote carry over.
+//! - Which model a request names is public (the client chose it): it
+//!   selects teachers and a cache key, never anything about s*.
+
+use super::input::InputSpec;
+use super::status::ServiceError;
+use crate::session::cache::QueryDigest;
+use crate::teachers::Ensemble;
+use std::sync::Arc;
+
+/// The only version of every model.
+pub const MODEL_VERSION: &str = "1";
+
+/// One model: its teachers and what its input looks like.
+pub struct Model {
+    /// Its name on the wire.
+    pub name: String,
+    /// Its m teachers.
+    pub ensemble: Ensemble,
+    /// What an input example looks like.
+    pub input: InputSpec,
+    /// The default model's cache keys are the input's digest alone.
+    default: bool,
+}
+
+impl Model {
+    /// The answer cache's digest of an input whose digest is `input`,
+    /// asked of this model.
+    pub fn digest(&self, input: QueryDigest) -> QueryDigest {
+        if self.default { input } else { input.of_model(&self.name, MODEL_VERSION) }
+    }
+}
+
+/// Every model, by name; one of them the default.
+pub struct Models {
+    default: Arc<Model>,
+    /// The others, in name order.
+    more: Vec<Arc<Model>>,
+}
+
+impl Models {
+    /// The default model `(name, ensemble, input)` and `more`, whose names
+    /// are distinct (the settings checked).
+    pub fn new(default: (String, Ensemble, InputSpec), more: Vec<(String, Ensemble, InputSpec)>) -> Self {
+        let model = |(name, ensemble, input), default| Arc::new(Model { name, ensemble, input, default });
+        Models { default: model(default, true), more: more.into_iter().map(|m| model(m, false)).collect() }
+    }
+
+    /// The model a request that names none gets.
+    pub fn default_model(&self) -> &Arc<Model> {
+        &self.default
+    }
+
+    /// Every model, the default first.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Model>> {
+        std::iter::once(&self.default).chain(&self.more)
+    }
+
+    /// The model called `name`, or the default one if `name` is empty
+    /// (`PredictRequest.model`).
+    ///
+    /// # Errors
+    /// [`ServiceError::UnknownModel`], listing what is served.
+    pub fn get(&self, name: &str) -> Result<&Arc<Model>, ServiceError> {
+        if name.is_empty() { Ok(&self.default) } else { self.named(name, "") }
+    }
+
+    /// The model called `name` at `version` (empty: the newest), as the
+    /// Open Inference Protocol names a model.
+    ///
+    /// # Errors
+    /// [`ServiceError::UnknownModel`], listing what is served.
+    pub fn named(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
+        match self.iter().find(|m| m.name == name) {
+            Some(model) if version.is_empty() || version == MODEL_VERSION => Ok(model),
+            _ => {
+                let names: Vec<String> = self.iter().map(|m| format!("{:?}", m.name)).collect();
+                Err(ServiceError::UnknownModel(format!(
+                    "model {name:?} version {version:?} is not served here: this pacpriv serves {} (version \
+                     \"{MODEL_VERSION}\" or empty; an empty model name is {:?})",
+                    names.join(", "),
+                    self.default.name
+                )))
+            }
+        }
+    }
+}

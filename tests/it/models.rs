@@ -1,0 +1,118 @@
+//! Issue 54: several models over the same data. `[models.ridge]` is a
+//! second demo ensemble on the same 16 subsets (the same seed, a stronger
+//! L2 penalty): its answers and the default model's step one session —
+//! one posterior, one ledger — per principal.
+
+use crate::util::{B, Process, budget, client, curl, digit, image, key_hash, predict, replay, request, small_demo};
+use pacpriv_service::proto::inference::ModelMetadataRequest;
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::pacpriv::PredictRequest;
+use pacpriv_service::store::EmbeddedStore;
+use tonic::Code;
+
+const M: usize = 16;
+
+fn two_models(store: &std::path::Path) -> Vec<(&'static str, String)> {
+    small_demo(&[
+        ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1".to_owned()),
+        ("PACPRIV__STORE__JOURNAL", "true".to_owned()),
+        ("PACPRIV__STORE__PATH", store.display().to_string()),
+        ("PACPRIV__PRINCIPALS__CAROL__KEY_SHA256", key_hash("carol-key")),
+        ("PACPRIV__PRINCIPALS__CAROL__BUDGET_MI", format!("{}", 3.0 * B)),
+    ])
+}
+
+fn of(model: &str, id: &str, seed: u32) -> PredictRequest {
+    PredictRequest { model: model.to_owned(), ..image(id, &digit(seed)) }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_models_of_one_dataset_step_one_session_and_drain_one_budget() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("state.redb");
+    let mut server = Process::serve(None, &two_models(&store));
+    let mut c = client(&server.addr).await;
+
+    // Alternating models: every fresh question to either is charged b to
+    // the same account; a repeat is a repeat of the same model's question
+    // only (the cache keys the model too).
+    let mut charges = Vec::new();
+    for (k, (model, seed)) in [("", 3), ("ridge", 3), ("private", 8), ("ridge", 5), ("", 5)].into_iter().enumerate() {
+        let r = predict(&mut c, "alice-key", of(model, &format!("q{k}"), seed)).await.expect("answered");
+        assert!(!r.cached, "{model:?} on digit {seed} is that model's first answer to it");
+        charges.push(r.mi_charged);
+    }
+    assert_eq!(charges, [B; 5], "every model's answer costs b (policy paper)");
+    for (model, seed) in [("ridge", 3), ("private", 3), ("", 8)] {
+        let r = predict(&mut c, "alice-key", of(model, "again", seed)).await.expect("answered");
+        assert!(r.cached && r.mi_charged == 0.0, "{model:?} asked digit {seed} again: from the cache, free");
+    }
+    let account = budget(&mut c, "alice-key").await;
+    assert_eq!(
+        (account.answered, account.spent),
+        (5, 5.0 * B),
+        "one account for both models (cache hits are not steps)"
+    );
+
+    // An unknown model is refused before anything is asked or charged.
+    let e = predict(&mut c, "alice-key", of("nope", "x", 9)).await.expect_err("no such model");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("\"private\"") && e.message().contains("\"ridge\""), "{}", e.message());
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 5.0 * B, "nothing charged");
+
+    // Carol's budget buys three answers, whichever models give them.
+    for (k, model) in ["ridge", "", "ridge"].into_iter().enumerate() {
+        predict(&mut c, "carol-key", of(model, &format!("c{k}"), 20 + k as u32)).await.expect("within budget");
+    }
+    for model in ["", "ridge"] {
+        let e = predict(&mut c, "carol-key", of(model, "c-over", 30)).await.expect_err("spent");
+        assert_eq!(e.code(), Code::ResourceExhausted, "{model:?}: {e:?}");
+    }
+
+    // Both models on the Open Inference Protocol, gRPC and HTTP.
+    let mut oip = GrpcInferenceServiceClient::connect(format!("http://{}", server.addr)).await.expect("OIP client");
+    for name in ["private", "ridge"] {
+        let meta = oip
+            .model_metadata(ModelMetadataRequest { name: name.into(), version: String::new() })
+            .await
+            .expect("metadata")
+            .into_inner();
+        assert_eq!((meta.name.as_str(), meta.versions.as_slice()), (name, ["1".to_owned()].as_slice()));
+    }
+    let http = format!("http://{}/v2/models/ridge/infer", server.listener("http"));
+    let reply = curl("POST", &http, &["x-api-key: alice-key"], Some(&request(&[digit(40)], &["label"])));
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["model_name"], "ridge", "{:?}", reply.body);
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 6.0 * B);
+
+    // The session's posterior is exactly its journal replayed, steps of
+    // both models in the order they were taken.
+    server.kill();
+    let store = EmbeddedStore::open(&store).expect("store opens");
+    for (principal, steps) in [("alice", 6), ("carol", 3)] {
+        let record = store.load(principal).expect("readable").expect("answered");
+        let journal = store.journal(principal).expect("journal");
+        assert_eq!(journal.len(), steps, "{principal}: one entry per charged answer of either model");
+        assert_eq!(replay(M, &journal), record.posterior, "{principal}: posterior = the journal replayed");
+    }
+}
+
+#[test]
+fn a_model_of_other_data_is_refused_at_start_naming_the_key() {
+    for (key, value, names) in [
+        ("PACPRIV__MODELS__RIDGE__DEMO__MODELS", "8", "models.ridge.demo.models"),
+        ("PACPRIV__MODELS__RIDGE__DEMO__SEED", "7", "models.ridge.demo"),
+        ("PACPRIV__MODELS__PRIVATE__DEMO__REGULARISATION", "1", "models.private"),
+    ] {
+        let env = small_demo(&[(key, value.to_owned())]);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+            .args(["serve", "--check"])
+            .envs(env)
+            .output()
+            .expect("pacpriv runs");
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(64), "{key}={value}: {said}");
+        assert!(said.contains(names), "{key}={value} should name {names}: {said}");
+    }
+}
