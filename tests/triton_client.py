@@ -1,7 +1,7 @@
 """An unchanged tritonclient program against pacpriv's Open Inference
 Protocol front-end, over gRPC or HTTP/REST (driven by tests/it/interop.rs).
 
-    python tests/triton_client.py grpc|http ADDR KEY MODEL IMAGES.json [SMALL_KEY]
+    python tests/triton_client.py grpc|http ADDR KEY MODEL IMAGES.json [SMALL_KEY [OTHER_MODEL]]
 
 Does what a Triton user's program does — liveness, readiness, model
 metadata, then one `infer` per image (FP32 [1, 64], requested outputs
@@ -9,7 +9,9 @@ metadata, then one `infer` per image (FP32 [1, 64], requested outputs
 then batches of 8 rows in one request — plus the mistakes a user makes,
 and prints one JSON document of what came back. The Rust test asserts on
 it. With SMALL_KEY (a principal whose budget covers fewer rows than a
-batch), the refused batch and the batch it can pay for.
+batch), the refused batch and the batch it can pay for. With OTHER_MODEL
+(a second model over the same data), the repository index and one answer
+of that model to the first image.
 """
 import json
 import math
@@ -20,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 protocol, addr, key, model, images_path = sys.argv[1:6]
 small_key = sys.argv[6] if len(sys.argv) > 6 else None
+other_model = sys.argv[7] if len(sys.argv) > 7 else None
 if protocol == "grpc":
     import tritonclient.grpc as tc
 else:
@@ -86,6 +89,12 @@ if small_key:
     report["small_refused"] = error(lambda: infer(fresh, headers=small, outputs=("label",)))
     paid = infer(fresh[:3], headers=small, outputs=("label", "mi_charged"))
     report["small_paid"] = answer(paid, outputs=("label", "mi_charged"))
+if other_model:
+    index = client.get_model_repository_index(as_json=True) if protocol == "grpc" \
+        else client.get_model_repository_index()
+    report["index"] = index["models"] if protocol == "grpc" else index
+    report["other"] = answer(infer([images[0]], model=other_model, outputs=("label", "mi_charged")),
+                             outputs=("label", "mi_charged"))
 report["errors"] = {
     "unknown_key": error(lambda: infer([images[0]], headers={"x-api-key": "not-a-key"})),
     "no_key": error(lambda: infer([images[0]], headers={})),

@@ -175,6 +175,7 @@ fn tritonclient_program(protocol: &str) {
             ("PACPRIV__PRIVACY__POLICY", "paper".into()),
             ("PACPRIV__PRINCIPALS__SMALL__KEY_SHA256", key_hash("small-key")),
             ("PACPRIV__PRINCIPALS__SMALL__BUDGET_MI", format!("{}", 3.0 * B)),
+            ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1".into()),
         ]),
     );
     let addr = if protocol == "grpc" { server.addr.clone() } else { server.listener("http") };
@@ -184,7 +185,16 @@ fn tritonclient_program(protocol: &str) {
     std::fs::write(&images_path, serde_json::to_string(&images).expect("JSON")).expect("images written");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/triton_client.py");
     let out = std::process::Command::new(&python)
-        .args([script, protocol, &addr, "alice-key", "private", &images_path.display().to_string(), "small-key"])
+        .args([
+            script,
+            protocol,
+            &addr,
+            "alice-key",
+            "private",
+            &images_path.display().to_string(),
+            "small-key",
+            "ridge",
+        ])
         .output()
         .expect("python runs");
     assert!(out.status.success(), "tritonclient program failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -263,6 +273,23 @@ fn tritonclient_program(protocol: &str) {
     assert_eq!(paid["mi_charged"], serde_json::json!([B, B, B]));
     assert_eq!(paid["parameters"]["budget_spent"].as_f64(), Some(3.0 * B), "only the paid batch was charged");
 
+    // The repository index lists both models (names, versions, states:
+    // nothing about any session); the second model's answer to an image
+    // the first model answered is its own, charged to the same account.
+    let index: Vec<(&str, &str, &str)> = report["index"]
+        .as_array()
+        .expect("an index")
+        .iter()
+        .map(|m| {
+            (m["name"].as_str().unwrap_or(""), m["version"].as_str().unwrap_or(""), m["state"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(index, [("private", "1", "READY"), ("ridge", "1", "READY")]);
+    let other = &report["other"];
+    assert_eq!(other["mi_charged"], serde_json::json!([B]), "another model's first answer to that image: charged");
+    assert_eq!(other["parameters"]["cached"].as_bool(), Some(false));
+    assert_eq!(other["parameters"]["budget_spent"].as_f64(), Some(11.0 * B), "alice's one account");
+
     let errors = &report["errors"];
     let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();
     let expect =
@@ -273,5 +300,5 @@ fn tritonclient_program(protocol: &str) {
     assert_eq!(status("nan"), expect("INVALID_ARGUMENT", "400"));
     assert_eq!(status("unknown_model"), expect("NOT_FOUND", "404"));
     let msg = errors["unknown_model"]["message"].as_str().unwrap_or_default();
-    assert!(msg.contains("\"private\""), "the error names the served model: {msg}");
+    assert!(msg.contains("\"private\"") && msg.contains("\"ridge\""), "the error names the served models: {msg}");
 }

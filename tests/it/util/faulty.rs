@@ -219,6 +219,13 @@ impl GrpcInferenceService for Proxy {
         self.client().model_metadata(r.into_inner()).await
     }
 
+    async fn repository_index(
+        &self,
+        r: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        self.client().repository_index(r.into_inner()).await
+    }
+
     async fn model_infer(&self, r: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let header = |name: &str| r.metadata().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         // A tracestate, when one is sent, is recorded after the traceparent.

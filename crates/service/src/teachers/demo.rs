@@ -163,6 +163,22 @@ impl GrpcInferenceService for DemoServer {
         Ok(Response::new(ModelReadyResponse { ready: self.teachers(&r.name, &r.version).is_ok() }))
     }
 
+    async fn repository_index(
+        &self,
+        _: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        let names = (0..self.teachers.len()).map(model_name).chain([STACKED_MODEL.to_owned()]);
+        let models = names
+            .map(|name| repository_index_response::ModelIndex {
+                name,
+                version: String::new(),
+                state: "READY".into(),
+                reason: String::new(),
+            })
+            .collect();
+        Ok(Response::new(RepositoryIndexResponse { models }))
+    }
+
     async fn server_metadata(
         &self,
         _: Request<ServerMetadataRequest>,

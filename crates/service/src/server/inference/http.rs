@@ -6,7 +6,8 @@
 //! - `GET /v2/health/live`, `GET /v2/health/ready` (503 while the teachers
 //!   are not ready, or the server drains), `GET /v2` (server metadata);
 //! - `GET /v2/models/{model}[/versions/{v}]` (metadata) and
-//!   `…/ready`;
+//!   `…/ready`; `POST /v2/repository/index` (every model, version and
+//!   state, as Triton's repository extension lists them);
 //! - `POST /v2/models/{model}[/versions/{v}]/infer`: JSON tensors, or
 //!   Triton's binary tensor extension (`Inference-Header-Content-Length`:
 //!   the JSON header, then each input's raw bytes; an output asked for with
@@ -32,7 +33,7 @@ use crate::server::status::{self, ServiceError};
 use crate::server::{App, auth, predict};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -43,6 +44,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
 use tracing::Instrument;
+
+/// The most the repository index's (optional) body may hold, bytes.
+const INDEX_BODY: usize = 256;
 
 /// Triton's binary tensor extension: the length of the JSON part of a body.
 const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -67,6 +71,9 @@ pub fn router(app: Arc<App>, max_bytes: usize, timeout: Duration) -> Router {
         .route("/v2/health/live", get(|| async { Json(json!({ "live": true })) }))
         .route("/v2/health/ready", get(server_ready))
         .route("/v2", get(|| async { Json(server_metadata()) }))
+        // Unauthenticated: its optional body is a few bytes, so no more
+        // is read.
+        .route("/v2/repository/index", post(repository_index).layer(DefaultBodyLimit::max(INDEX_BODY)))
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
@@ -103,6 +110,31 @@ async fn server_ready(State(s): State<Arc<InferenceService>>) -> Response {
     let ready = s.ready();
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, Json(json!({ "ready": ready }))).into_response()
+}
+
+/// The index as Triton's HTTP binding returns it: a JSON array. The body
+/// (`{"ready": true}` asks for the ready models only) is optional.
+async fn repository_index(State(s): State<Arc<InferenceService>>, body: Bytes) -> Response {
+    #[derive(Deserialize, Default)]
+    struct IndexRequest {
+        #[serde(default)]
+        ready: bool,
+    }
+    let asked = if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(IndexRequest::default())
+    } else {
+        serde_json::from_slice::<IndexRequest>(&body)
+    };
+    let Ok(asked) = asked else {
+        let message = "the repository index takes an empty body or {\"ready\": true|false}";
+        return error(ServiceError::InvalidInput(message.into()).into());
+    };
+    let models: Vec<Value> = s
+        .index(asked.ready)
+        .into_iter()
+        .map(|m| json!({ "name": m.name, "version": m.version, "state": m.state, "reason": m.reason }))
+        .collect();
+    Json(Value::Array(models)).into_response()
 }
 
 async fn model_metadata(State(s): State<Arc<InferenceService>>, Path(p): Path<ModelPath>) -> Response {

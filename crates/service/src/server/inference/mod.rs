@@ -9,8 +9,10 @@
 //! another encoding: the same
 //! credential (`x-api-key` or `authorization: Bearer` metadata), the same
 //! validation, charge and durability ([`super::predict::handle`]), the
-//! same errors ([`super::status`]). Liveness, readiness and metadata need
-//! no credential and reveal nothing about any session.
+//! same errors ([`super::status`]). Liveness, readiness, metadata and the
+//! repository index (`RepositoryIndex`, Triton's repository extension:
+//! names, versions, states) need no credential and reveal nothing about
+//! any session.
 //!
 //! A request's path: [`Infer::parse`] (wire → a
 //! `PredictRequest` and what to send back) → [`super::predict::handle`]
@@ -27,8 +29,9 @@ use crate::metrics::Rpc;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::{
     ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
-    ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
-    ServerReadyRequest, ServerReadyResponse,
+    ModelReadyResponse, RepositoryIndexRequest, RepositoryIndexResponse, ServerLiveRequest, ServerLiveResponse,
+    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    repository_index_response::ModelIndex,
 };
 use model_infer::Infer;
 use std::sync::Arc;
@@ -53,6 +56,27 @@ impl InferenceService {
     /// every teacher ready.
     fn ready(&self) -> bool {
         self.app.ready.load(Ordering::Relaxed)
+    }
+
+    /// Every model and version, READY while the teachers are (the
+    /// readiness gRPC health reports), else UNAVAILABLE; only the ready
+    /// ones if `ready_only`.
+    fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
+        let ready = self.ready();
+        if ready_only && !ready {
+            return Vec::new();
+        }
+        let (state, reason) = if ready { ("READY", "") } else { ("UNAVAILABLE", "teachers not ready") };
+        self.app
+            .models
+            .iter()
+            .map(|model| ModelIndex {
+                name: model.name.clone(),
+                version: MODEL_VERSION.to_owned(),
+                state: state.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .collect()
     }
 
     /// The model `name`/`version` (an empty version means the latest, as
@@ -92,6 +116,13 @@ impl GrpcInferenceService for InferenceService {
         let r = request.get_ref();
         let model = self.names(&r.name, &r.version)?;
         Ok(Response::new(metadata::model(model)))
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        Ok(Response::new(RepositoryIndexResponse { models: self.index(request.get_ref().ready) }))
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
