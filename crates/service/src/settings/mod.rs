@@ -44,7 +44,7 @@ use admin::{RawAdmin, RawMetrics};
 use models::{Base, RawMoreModel, more_models};
 pub use models::{DEFAULT_MODEL, MAX_MORE_MODELS, ModelSettings};
 pub use parse::SettingsError;
-use parse::{err, key_of};
+use parse::err;
 use principals::{RawPrincipal, principals};
 use privacy::RawPrivacy;
 pub use server::{MAX_BATCH, MAX_FEATURES, RateQuota, TlsSettings, largest_response};
@@ -169,6 +169,16 @@ impl Settings {
         let config = builder.build().map_err(|e| err(&key_of(&e), e.to_string()))?;
         let raw: Raw = config.clone().try_deserialize().map_err(|e| err(&key_of(&e), e.to_string()))?;
         raw.validate(&config)
+    }
+}
+
+/// Best-effort key extraction from a `config` error (it names the key in
+/// its message for type errors; "unknown field" errors name the field).
+fn key_of(e: &config::ConfigError) -> String {
+    match e {
+        config::ConfigError::Type { key: Some(k), .. } => k.clone(),
+        config::ConfigError::At { key: Some(k), .. } => k.clone(),
+        _ => "(configuration)".into(),
     }
 }
 

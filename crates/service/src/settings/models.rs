@@ -11,11 +11,10 @@
 //! model says only how it differs. Its errors name the key under
 //! `models.<name>.`.
 
-use super::parse::{SettingsError, err, key_of};
+use super::parse::{SettingsError, err};
 use super::teachers::{RawDemo, RawModel, RawTeachers, TeacherSource};
 use crate::teachers::{Batching, CallPolicy, OutputMode, Teachers};
-use config::builder::DefaultState;
-use config::{Config, ConfigBuilder, Value, ValueKind};
+use config::{Config, Value, ValueKind};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -61,14 +60,6 @@ pub(super) struct RawMoreModel {
     demo: BTreeMap<String, Value>,
 }
 
-/// A model's sections: the top-level ones with its own keys over them.
-#[derive(Deserialize)]
-struct Sections {
-    model: RawModel,
-    teachers: RawTeachers,
-    demo: RawDemo,
-}
-
 /// The default model `name` and the top-level sections' probe interval.
 pub(super) struct Base<'a> {
     pub(super) model: &'a ModelSettings,
@@ -77,8 +68,7 @@ pub(super) struct Base<'a> {
 
 /// Every `[models.<name>]` of `config` (the merged configuration), in
 /// name order, validated as the top-level sections are, and against the
-/// default model: a distinct name, the same m, and — when both are demo
-/// teachers — the same data and subsets (`demo.seed`, `demo.canaries`).
+/// default model ([`same_data`]).
 ///
 /// # Errors
 /// The first problem, naming its key under `models.<name>.`.
@@ -94,7 +84,11 @@ pub(super) fn more_models(
     for (name, tables) in raw {
         let within = |e: SettingsError| SettingsError { key: format!("models.{name}.{}", e.key), ..e };
         if !valid_name(&name) {
-            return Err(err(&format!("models.{name}"), "a model name is 1 to 64 letters, digits, '_', '.' or '-'"));
+            return Err(err(
+                &format!("models.{name}"),
+                "a model name is 1 to 64 lower-case letters, digits, '_', '.' or '-' (lower-case, so that \
+                 PACPRIV__MODELS__NAME__… variables reach it)",
+            ));
         }
         if name == default.model.name {
             return Err(err(
@@ -102,10 +96,18 @@ pub(super) fn more_models(
                 "the default model (server.inference_model, or \"private\" when it is empty) already has this name",
             ));
         }
-        let sections =
-            sections(config, tables).map_err(|e| err(&format!("models.{name}.{}", key_of(&e)), e.to_string()))?;
-        let (mode, input_shape) = sections.model.validate().map_err(within)?;
-        let fanout = sections.teachers.validate(sections.demo).map_err(within)?;
+        let own_demo = !tables.demo.is_empty();
+        let model: RawModel = section(config, &name, "model", tables.model)?;
+        let teachers: RawTeachers = section(config, &name, "teachers", tables.teachers)?;
+        let demo: RawDemo = section(config, &name, "demo", tables.demo)?;
+        let (mode, input_shape) = model.validate().map_err(within)?;
+        let fanout = teachers.validate(demo).map_err(within)?;
+        if fanout.health_interval != default.health_interval {
+            return Err(err(
+                &format!("models.{name}.teachers.health_interval_ms"),
+                "every model's teachers are probed together, every teachers.health_interval_ms: set it there",
+            ));
+        }
         let model = ModelSettings {
             name: name.clone(),
             mode,
@@ -114,20 +116,24 @@ pub(super) fn more_models(
             call: fanout.call,
             batching: fanout.batching,
         };
-        same_data(&model, default.model)?;
-        if fanout.health_interval != default.health_interval {
+        if own_demo && !matches!(model.teachers, TeacherSource::Demo { .. }) {
             return Err(err(
-                &format!("models.{name}.teachers.health_interval_ms"),
-                "every model's teachers are probed together, every teachers.health_interval_ms: set it there",
+                &format!("models.{name}.demo"),
+                "only demo teachers read it, and this model's teachers are remote (teachers.source)",
             ));
         }
+        same_data(&model, default.model)?;
         out.push(model);
     }
     Ok(out)
 }
 
-/// `model` is over the default model's data: the same m, and demo teachers
-/// of the same split and subsets on a listener of their own.
+/// `model` is over the default model's data, as far as the configuration
+/// can tell: the same m; teachers from the same source (the demo's data is
+/// not the operator's); for demo teachers the same split and subsets
+/// (`demo.seed`, `demo.canaries`), on a listener of their own; and not the
+/// default's very teachers under another name. That teacher i of a remote
+/// model was trained on subset i is the operator's declaration (P7).
 fn same_data(model: &ModelSettings, default: &ModelSettings) -> Result<(), SettingsError> {
     let key = |k: &str| format!("models.{}.{k}", model.name);
     let (m, m0) = (model.teachers.m(), default.teachers.m());
@@ -143,6 +149,13 @@ fn same_data(model: &ModelSettings, default: &ModelSettings) -> Result<(), Setti
                 "{m} teachers, but the default model has m = {m0}: every model over the same data has one teacher \
                  per subset, teacher i trained on subset i"
             ),
+        ));
+    }
+    if matches!(model.teachers, TeacherSource::Demo { .. }) != matches!(default.teachers, TeacherSource::Demo { .. }) {
+        return Err(err(
+            &key("teachers.source"),
+            "the demo teachers are trained on the demo data and remote ones on yours: a model's teachers are \
+             over the same data as the default model's only if they come from the same source",
         ));
     }
     if let (
@@ -164,40 +177,51 @@ fn same_data(model: &ModelSettings, default: &ModelSettings) -> Result<(), Setti
             ));
         }
     }
+    if teachers_of(&model.teachers) == teachers_of(&default.teachers) {
+        return Err(err(
+            &key("teachers"),
+            "the same teachers as the default model: give this model its own (teachers.remote, \
+             teachers.stacked, or for the demo demo.regularisation)",
+        ));
+    }
     Ok(())
 }
 
-/// The top-level `model`, `teachers` and `demo` sections of `config` with
-/// `tables` over them, key by key (a table within, such as
-/// `teachers.stacked`, key by key too; a list, such as `teachers.remote`,
-/// whole).
-fn sections(config: &Config, tables: RawMoreModel) -> Result<Sections, config::ConfigError> {
-    let mut builder = Config::builder().add_source(config.clone());
-    for (section, table) in [("model", tables.model), ("teachers", tables.teachers), ("demo", tables.demo)] {
-        builder = overlay(builder, section, table)?;
-    }
-    builder.build()?.try_deserialize()
+/// The top-level section `section` of `config` with `own` over it, key by
+/// key, for the model `model`. A key's value is replaced whole: a list
+/// such as `teachers.remote`, and a table such as `teachers.stacked` too —
+/// so that a model's own endpoint never inherits the default's
+/// credentials (its headers, client certificate, CA).
+fn section<T: serde::de::DeserializeOwned>(
+    config: &Config,
+    model: &str,
+    section: &str,
+    own: BTreeMap<String, Value>,
+) -> Result<T, SettingsError> {
+    let key = format!("models.{model}.{section}");
+    let mut table = config.get_table(section).map_err(|e| err(&key, e.to_string()))?;
+    table.extend(own);
+    Value::new(None, ValueKind::Table(table)).try_deserialize().map_err(|e| err(&key, e.to_string()))
 }
 
-fn overlay(
-    mut builder: ConfigBuilder<DefaultState>,
-    path: &str,
-    table: impl IntoIterator<Item = (String, Value)>,
-) -> Result<ConfigBuilder<DefaultState>, config::ConfigError> {
-    for (key, value) in table {
-        let path = format!("{path}.{key}");
-        builder = match value.kind {
-            ValueKind::Table(inner) => overlay(builder, &path, inner)?,
-            _ => builder.set_override(path, value)?,
-        };
+/// Which teachers `source` names: the demo's fit (its data is checked
+/// apart), or each remote model's endpoint, name and version.
+fn teachers_of(source: &TeacherSource) -> Vec<String> {
+    match source {
+        TeacherSource::Demo { regularisation, .. } => vec![format!("demo regularisation={regularisation}")],
+        TeacherSource::Remote(Teachers::PerTeacher(specs)) => {
+            specs.iter().map(|t| format!("{} {}@{}", t.endpoint, t.model, t.version)).collect()
+        }
+        TeacherSource::Remote(Teachers::Stacked { spec, .. }) => {
+            vec![format!("stacked {} {}@{}", spec.endpoint, spec.model, spec.version)]
+        }
     }
-    Ok(builder)
 }
 
 /// What a model may be called: as principals may (a path segment of the
-/// HTTP binding, a label value of the metrics).
+/// HTTP binding), but in lower case, as the environment's keys arrive.
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'))
 }

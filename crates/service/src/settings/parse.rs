@@ -21,16 +21,6 @@ pub(super) fn err(key: &str, message: impl Into<String>) -> SettingsError {
     SettingsError { key: key.to_owned(), message: message.into() }
 }
 
-/// Best-effort key extraction from a `config` error (it names the key in
-/// its message for type errors; "unknown field" errors name the field).
-pub(super) fn key_of(e: &config::ConfigError) -> String {
-    match e {
-        config::ConfigError::Type { key: Some(k), .. } => k.clone(),
-        config::ConfigError::At { key: Some(k), .. } => k.clone(),
-        _ => "(configuration)".into(),
-    }
-}
-
 /// An enumerated key: read as a string, then parsed into its enum, so a
 /// value outside the choices is refused with serde's message, which names
 /// the value and every choice (the `config` crate's own enum reading

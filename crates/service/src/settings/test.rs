@@ -327,20 +327,40 @@ fn a_model_says_only_how_it_differs_from_the_default() -> Result<(), SettingsErr
 #[test]
 fn a_model_of_remote_teachers_from_a_file() -> Result<(), SettingsError> {
     let dir = tempfile::tempdir().map_err(|e| err("test", e.to_string()))?;
-    let file = dir.path().join("models.toml");
-    let remote: Vec<String> =
-        (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:8001\", model = \"forest-{i}\" }}")).collect();
-    let toml = format!(
-        "[demo]\nmodels = 4\n\n[models.forest]\nmodel = {{ mode = \"vector\" }}\n\
-         teachers = {{ source = \"remote\", max_batch = 8, remote = [{}] }}\n",
-        remote.join(", ")
+    let remote = |prefix: &str| -> String {
+        let entries: Vec<String> =
+            (0..4).map(|i| format!("{{ endpoint = \"http://127.0.0.1:8001\", model = \"{prefix}-{i}\" }}")).collect();
+        format!("[{}]", entries.join(", "))
+    };
+    let load_file = |models: &str| {
+        let file = dir.path().join("models.toml");
+        let toml = format!("[teachers]\nsource = \"remote\"\nremote = {}\n\n{models}", remote("digits"));
+        std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
+        Settings::load_with_env(Some(&file), std::iter::empty())
+    };
+    let forest = format!(
+        "[models.forest]\nmodel = {{ mode = \"vector\" }}\nteachers = {{ max_batch = 8, remote = {} }}\n",
+        remote("forest")
     );
-    std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
-    let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
+    let s = load_file(&forest)?;
     let forest = &s.more_models[0];
     assert!(matches!(&forest.teachers, TeacherSource::Remote(Teachers::PerTeacher(specs)) if specs.len() == 4));
     assert_eq!((forest.mode, forest.batching.max_batch), (OutputMode::Vector { dim: 10 }, 8));
-    assert!(matches!(s.model.teachers, TeacherSource::Demo { models: 4, .. }));
+    assert_eq!(s.model.mode, OutputMode::Label { classes: 10 });
+    for (models, key) in [
+        ("[models.same]\nmodel = { mode = \"vector\" }\n", "models.same.teachers"),
+        ("[models.demo]\nteachers = { source = \"demo\" }\ndemo = { models = 4 }\n", "models.demo.teachers.source"),
+        (
+            &format!("[models.x]\ndemo = {{ regularisation = 2.0 }}\nteachers = {{ remote = {} }}\n", remote("x")),
+            "models.x.demo",
+        ),
+        ("[models.Forest]\nmodel = { mode = \"vector\" }\n", "models.Forest"),
+    ] {
+        match load_file(models) {
+            Ok(_) => panic!("{models} was accepted"),
+            Err(e) => assert_eq!(e.key, key, "{models}: {e}"),
+        }
+    }
     Ok(())
 }
 
@@ -356,15 +376,44 @@ fn a_model_over_other_data_or_a_bad_key_is_refused_naming_it() {
         ("PACPRIV__MODELS__RIDGE__TEACHERS__SOURSE", "remote", "models.ridge"),
         ("PACPRIV__MODELS__RIDGE__TEACHERS__HEALTH_INTERVAL_MS", "200", "models.ridge.teachers.health_interval_ms"),
         ("PACPRIV__MODELS__RIDGE__DEMO__LISTEN", "127.0.0.1:9000", "models.ridge.demo.listen"),
+        ("PACPRIV__MODELS__RIDGE__TEACHERS__DEADLINE_MS", "50", "models.ridge.teachers"),
     ];
     for (var, value, key) in cases {
         let mut env = vec![(*var, *value)];
         if key.ends_with("demo.listen") {
             env.push(("PACPRIV__DEMO__LISTEN", "127.0.0.1:9000"));
         }
+
         match load(&env) {
             Ok(_) => panic!("{var}={value} was accepted"),
             Err(e) => assert!(e.key.starts_with(key), "{var}={value}: {e} should name {key}"),
         }
     }
+}
+
+/// A model's own stacked endpoint inherits none of the default's
+/// connection: its headers (credentials), certificates and CA.
+#[test]
+fn a_models_table_replaces_the_defaults_whole() -> Result<(), SettingsError> {
+    let dir = tempfile::tempdir().map_err(|e| err("test", e.to_string()))?;
+    let file = dir.path().join("stacked.toml");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "secret\n").map_err(|e| err("test", e.to_string()))?;
+    let toml = format!(
+        "[teachers]\nsource = \"remote\"\nlayout = \"stacked\"\nallow_plaintext_credentials = true\n\
+         stacked = {{ endpoint = \"http://10.0.0.5:8001\", model = \"a\", version = \"\", models = 4, \
+         headers = [{{ name = \"authorization\", prefix = \"Bearer \", value_file = {:?} }}] }}\n\n\
+         [models.other]\nteachers = {{ stacked = {{ endpoint = \"http://10.0.0.6:8001\", model = \"b\", \
+         version = \"\", models = 4 }} }}\n",
+        token.display().to_string()
+    );
+    std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
+    let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
+    let headers = |t: &TeacherSource| match t {
+        TeacherSource::Remote(Teachers::Stacked { spec, .. }) => (spec.model.clone(), spec.connection.headers.len()),
+        _ => (String::new(), usize::MAX),
+    };
+    assert_eq!(headers(&s.model.teachers), ("a".to_owned(), 1));
+    assert_eq!(headers(&s.more_models[0].teachers), ("b".to_owned(), 0), "the default's credentials stay its own");
+    Ok(())
 }
