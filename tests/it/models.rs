@@ -116,3 +116,47 @@ fn a_model_of_other_data_is_refused_at_start_naming_the_key() {
         assert!(said.contains(names), "{key}={value} should name {names}: {said}");
     }
 }
+
+/// One model's teachers down: that model is UNAVAILABLE (index,
+/// ModelReady, its queries refused with nothing charged) while the server
+/// stays ready and the default model answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_models_teachers_down_leaves_the_others_serving() {
+    use pacpriv_service::proto::inference::{ModelReadyRequest, RepositoryIndexRequest, ServerReadyRequest};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (default_cfg, other_cfg, cfg) =
+        (dir.path().join("default.toml"), dir.path().join("other.toml"), dir.path().join("serve.toml"));
+    let _default_teachers = Process::teachers(8, 7, &default_cfg);
+    let mut other_teachers = Process::teachers(8, 7, &other_cfg);
+    // The same teachers served twice: another endpoint, so another model.
+    let other = std::fs::read_to_string(&other_cfg).expect("other teachers' config");
+    let other = other.replace("[teachers]", "[models.other.teachers]");
+    std::fs::write(&cfg, std::fs::read_to_string(&default_cfg).expect("default teachers' config") + "\n" + &other)
+        .expect("config written");
+    let server = Process::serve(Some(&cfg), &small_demo(&[("PACPRIV__TEACHERS__HEALTH_INTERVAL_MS", "100".into())]));
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", of("other", "o1", 1)).await.expect("the other model answers");
+
+    other_teachers.kill();
+    let mut oip = GrpcInferenceServiceClient::connect(format!("http://{}", server.addr)).await.expect("OIP client");
+    let mut states = Vec::new();
+    for _ in 0..100 {
+        let index = oip.repository_index(RepositoryIndexRequest::default()).await.expect("index").into_inner();
+        states = index.models.into_iter().map(|m| (m.name, m.state)).collect();
+        if states.iter().any(|(_, state)| state == "UNAVAILABLE") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(states, [("private".to_owned(), "READY".to_owned()), ("other".to_owned(), "UNAVAILABLE".to_owned())]);
+    assert!(oip.server_ready(ServerReadyRequest {}).await.expect("ServerReady").into_inner().ready);
+    let ready = |name: &str| ModelReadyRequest { name: name.into(), version: String::new() };
+    assert!(oip.model_ready(ready("private")).await.expect("ModelReady").into_inner().ready);
+    assert!(!oip.model_ready(ready("other")).await.expect("ModelReady").into_inner().ready);
+
+    let spent = budget(&mut c, "alice-key").await.spent;
+    let e = predict(&mut c, "alice-key", of("other", "o2", 2)).await.expect_err("its teachers are gone");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert_eq!(budget(&mut c, "alice-key").await.spent, spent, "nothing charged");
+    predict(&mut c, "alice-key", of("", "d1", 3)).await.expect("the default model still answers");
+}

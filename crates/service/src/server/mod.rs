@@ -38,8 +38,8 @@ pub struct App {
     pub principal_from_cert: bool,
     /// Every exported metric.
     pub metrics: Arc<Metrics>,
-    /// Whether the last probe found every teacher ready, and the server
-    /// is not draining (what readiness reports).
+    /// Whether the last probe found every teacher of the default model
+    /// ready, and the server is not draining (what readiness reports).
     pub ready: std::sync::atomic::AtomicBool,
     /// Set once on SIGTERM: readiness stays false from then on.
     pub draining: std::sync::atomic::AtomicBool,

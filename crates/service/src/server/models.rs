@@ -21,6 +21,7 @@ use super::status::ServiceError;
 use crate::session::cache::QueryDigest;
 use crate::teachers::Ensemble;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The only version of every model.
 pub const MODEL_VERSION: &str = "1";
@@ -35,9 +36,21 @@ pub struct Model {
     pub input: InputSpec,
     /// The default model's cache keys are the input's digest alone.
     default: bool,
+    /// Whether the last probe found every one of its teachers ready.
+    ready: AtomicBool,
 }
 
 impl Model {
+    /// Whether the last probe found every one of its teachers ready.
+    pub fn teachers_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Records a probe of its teachers.
+    pub fn set_teachers_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
     /// The answer cache's digest of an input whose digest is `input`,
     /// asked of this model.
     pub fn digest(&self, input: QueryDigest) -> QueryDigest {
@@ -56,7 +69,8 @@ impl Models {
     /// The default model `(name, ensemble, input)` and `more`, whose names
     /// are distinct (the settings checked).
     pub fn new(default: (String, Ensemble, InputSpec), more: Vec<(String, Ensemble, InputSpec)>) -> Self {
-        let model = |(name, ensemble, input), default| Arc::new(Model { name, ensemble, input, default });
+        let model =
+            |(name, ensemble, input), default| Arc::new(Model { name, ensemble, input, default, ready: false.into() });
         Models { default: model(default, true), more: more.into_iter().map(|m| model(m, false)).collect() }
     }
 

@@ -1,6 +1,8 @@
-//! Readiness: the health status follows the teachers, so a load balancer
-//! or Kubernetes readiness probe stops sending queries that could only
-//! fail with UNAVAILABLE.
+//! Readiness: the health status follows the default model's teachers, so
+//! a load balancer or Kubernetes readiness probe stops sending queries
+//! that could only fail with UNAVAILABLE. Each other model's readiness is
+//! its own (`ModelReady`, the repository index): one model's teachers
+//! being down does not take the others out of service.
 
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
 use crate::server::{App, Service};
@@ -25,7 +27,8 @@ pub async fn starting(health: &HealthReporter) {
 }
 
 /// Keeps the health status of `pacpriv.v1.Privatizer` (and of the server,
-/// "") SERVING exactly while every teacher reports its model ready. Probes
+/// "") SERVING exactly while every teacher of the default model reports
+/// its model ready, and each model's own readiness. Probes
 /// once before returning, then every `every` on a task of `background`
 /// until `stop`.
 pub async fn watch(
@@ -53,14 +56,17 @@ pub async fn watch(
     });
 }
 
-/// Teachers not ready, of every model (probed at once), also recorded as
-/// a gauge.
+/// Probes every model's teachers at once and records each model's
+/// readiness; returns how many of the default model's are not ready. The
+/// gauge counts every model's teachers.
 async fn probe(app: &App) -> usize {
-    let missing: usize =
-        futures_util::future::join_all(app.models.iter().map(|m| m.ensemble.not_ready())).await.into_iter().sum();
+    let missing = futures_util::future::join_all(app.models.iter().map(|m| m.ensemble.not_ready())).await;
+    for (model, &missing) in app.models.iter().zip(&missing) {
+        model.set_teachers_ready(missing == 0);
+    }
     let total: usize = app.models.iter().map(|m| m.ensemble.len()).sum();
-    app.metrics.teachers.readiness(total.saturating_sub(missing), total);
-    missing
+    app.metrics.teachers.readiness(total.saturating_sub(missing.iter().sum()), total);
+    missing.first().copied().unwrap_or(0)
 }
 
 async fn set_health(app: &App, health: &HealthReporter, missing: usize) {

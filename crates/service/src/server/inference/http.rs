@@ -156,10 +156,10 @@ async fn model_metadata(State(s): State<Arc<InferenceService>>, Path(p): Path<Mo
 }
 
 async fn model_ready(State(s): State<Arc<InferenceService>>, Path(p): Path<ModelPath>) -> Response {
-    if let Err(e) = s.names(&p.model, &p.version) {
-        return error(e.into());
-    }
-    let ready = s.ready();
+    let ready = match s.names(&p.model, &p.version) {
+        Ok(model) => s.model_ready(model),
+        Err(e) => return error(e.into()),
+    };
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, Json(json!({ "name": p.model, "ready": ready }))).into_response()
 }

@@ -52,29 +52,41 @@ impl InferenceService {
         InferenceService { app }
     }
 
-    /// Whether the last teacher probe (the one behind gRPC health) found
-    /// every teacher ready.
+    /// Whether the server is ready (what gRPC health reports): the last
+    /// probe found every teacher of the default model ready, and the
+    /// server is not draining.
     fn ready(&self) -> bool {
         self.app.ready.load(Ordering::Relaxed)
     }
 
-    /// Every model and version, READY while the teachers are (the
-    /// readiness gRPC health reports), else UNAVAILABLE; only the ready
-    /// ones if `ready_only`.
+    /// Whether `model` answers: its teachers were all ready at the last
+    /// probe, and the server is not draining.
+    fn model_ready(&self, model: &Model) -> bool {
+        model.teachers_ready() && !self.app.draining.load(Ordering::Relaxed)
+    }
+
+    /// Every model and version, READY while it answers ([`Self::model_ready`]),
+    /// else UNAVAILABLE; only the ready ones if `ready_only`.
     fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
-        let ready = self.ready();
-        if ready_only && !ready {
-            return Vec::new();
-        }
-        let (state, reason) = if ready { ("READY", "") } else { ("UNAVAILABLE", "teachers not ready") };
         self.app
             .models
             .iter()
-            .map(|model| ModelIndex {
-                name: model.name.clone(),
-                version: MODEL_VERSION.to_owned(),
-                state: state.to_owned(),
-                reason: reason.to_owned(),
+            .map(|model| (model, self.model_ready(model)))
+            .filter(|&(_, ready)| ready || !ready_only)
+            .map(|(model, ready)| {
+                let (state, reason) = if ready {
+                    ("READY", "")
+                } else if self.app.draining.load(Ordering::Relaxed) {
+                    ("UNAVAILABLE", "the server is draining")
+                } else {
+                    ("UNAVAILABLE", "its teachers are not all ready")
+                };
+                ModelIndex {
+                    name: model.name.clone(),
+                    version: MODEL_VERSION.to_owned(),
+                    state: state.to_owned(),
+                    reason: reason.to_owned(),
+                }
             })
             .collect()
     }
@@ -98,7 +110,7 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let r = request.get_ref();
-        let ready = self.names(&r.name, &r.version).is_ok() && self.ready();
+        let ready = self.names(&r.name, &r.version).is_ok_and(|model| self.model_ready(model));
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
