@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The most models one server answers for besides the default one
-/// (each has its teachers' connections, and a label in the metrics).
+/// (each holds its teachers' connections, and trains its demo teachers at start).
 pub const MAX_MORE_MODELS: usize = 15;
 
 /// The default model's name when `server.inference_model` is empty (the
@@ -60,7 +60,8 @@ pub(super) struct RawMoreModel {
     demo: BTreeMap<String, Value>,
 }
 
-/// The default model `name` and the top-level sections' probe interval.
+/// What the models are checked against: the default model, and the
+/// top-level sections' probe interval.
 pub(super) struct Base<'a> {
     pub(super) model: &'a ModelSettings,
     pub(super) health_interval: Duration,
