@@ -74,11 +74,6 @@ impl Models {
         Models { default: model(default, true), more: more.into_iter().map(|m| model(m, false)).collect() }
     }
 
-    /// The model a request that names none gets.
-    pub fn default_model(&self) -> &Arc<Model> {
-        &self.default
-    }
-
     /// Every model, the default first.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Model>> {
         std::iter::once(&self.default).chain(&self.more)

@@ -42,7 +42,7 @@ mod telemetry;
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
 use models::{Base, RawMoreModel, more_models};
-pub use models::{DEFAULT_MODEL, MAX_MORE_MODELS, ModelSettings};
+pub use models::{DEFAULT_MODEL, ModelSettings};
 pub use parse::SettingsError;
 use parse::err;
 use principals::{RawPrincipal, principals};

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 /// The most models one server answers for besides the default one
 /// (each holds its teachers' connections, and trains its demo teachers at start).
-pub const MAX_MORE_MODELS: usize = 15;
+const MAX_MORE_MODELS: usize = 15;
 
 /// The default model's name when `server.inference_model` is empty (the
 /// Open Inference Protocol is then not served, but `Predict` still
