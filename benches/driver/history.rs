@@ -30,7 +30,9 @@ use pacpriv_privacy::Nats;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
-use pacpriv_service::session::{Asking, Credential, Handle, Scope, SessionError, SessionParams, Sessions};
+use pacpriv_service::session::{
+    Asking, Credential, DatasetTerms, Handle, Scope, SessionError, SessionParams, Sessions,
+};
 use pacpriv_service::store::{EmbeddedStore, PgLink, PgStore, Store};
 use std::io::Write;
 use std::path::PathBuf;
@@ -205,9 +207,15 @@ async fn point(
     let mut all = principals(index + 1)?;
     let principal = all.swap_remove(index);
     let session = principal.name.clone();
-    let registry =
-        Arc::new(Sessions::new(&[principal], Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?);
-    let handle = registry.authenticate(Credential::ApiKey(&key(index))).await?;
+    let registry = Arc::new(
+        Sessions::new(
+            &[principal],
+            vec![DatasetTerms::default_dataset(Scope::PerPrincipal, Nats::new(BUDGET)?, params)],
+            &store,
+        )
+        .await?,
+    );
+    let handle = registry.authenticate(Credential::ApiKey(&key(index))).await?.on(0)?.clone();
     let outputs = TeacherOutputs::Labels {
         labels: (0..args.teachers).map(|i| usize::from(i >= args.teachers - 8)).collect(),
         classes: 10,

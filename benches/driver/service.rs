@@ -219,11 +219,11 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
     s.store = StoreSettings::Embedded { path: store.join("state.redb") };
     // Every answer computed: the clients cycle through the test images, and
     // a cached repeat would skip the fan-out and the math measured here.
-    s.cache = pacpriv_service::session::cache::CacheSettings::OFF;
+    s.dataset.cache = pacpriv_service::session::cache::CacheSettings::OFF;
     // Room for 2^30 answers of b: no run comes near it, so no request is
     // refused for budget.
-    let budget = Nats::new(s.per_query.get() * f64::from(1u32 << 30))?;
-    s.global_budget = budget;
+    let budget = Nats::new(s.dataset.per_query.get() * f64::from(1u32 << 30))?;
+    s.dataset.global_budget = budget;
     s.principals = (0..knobs.principals)
         .map(|i| PrincipalConfig {
             name: format!("bench-{i}"),
@@ -251,7 +251,8 @@ fn run_target(
     let state = StateDir::create(state_dir, target.name)?;
     let settings = settings(target, teachers, knobs, &state.0)?;
     let classes = settings.model.mode.dim();
-    let (policy, per_query, scope) = (settings.policy, settings.per_query.get(), settings.scope);
+    let (policy, per_query, scope) =
+        (settings.dataset.policy, settings.dataset.per_query.get(), settings.dataset.scope);
     let fanout = fanout(&settings);
     // The service and the load clients each get a runtime of their own (as
     // separate processes would), named so the CPU table can tell them apart.
@@ -339,7 +340,7 @@ async fn budgets(uri: &str, principals: usize) -> anyhow::Result<Vec<Budget>> {
     let mut client = PrivatizerClient::connect(uri.to_owned()).await.context("connecting for GetBudget")?;
     let mut out = Vec::with_capacity(principals);
     for i in 0..principals {
-        let mut request = tonic::Request::new(GetBudgetRequest {});
+        let mut request = tonic::Request::new(GetBudgetRequest::default());
         request.metadata_mut().insert("x-api-key", api_key(i).parse()?);
         out.push(client.get_budget(request).await.with_context(|| format!("GetBudget of bench-{i}"))?.into_inner());
     }

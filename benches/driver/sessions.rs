@@ -17,7 +17,7 @@ use anyhow::{Context, bail, ensure};
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::TeacherOutputs;
-use pacpriv_service::session::{Credential, Scope, SessionParams, Sessions};
+use pacpriv_service::session::{Credential, DatasetTerms, Scope, SessionParams, Sessions};
 use pacpriv_service::store::embedded::DEFAULT_CACHE_BYTES;
 use pacpriv_service::store::{EmbeddedStore, Store};
 use std::io::Write;
@@ -75,13 +75,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let params = params(&args, &store).await?;
         let before = Rss::now()?;
         let opening = Instant::now();
-        let sessions = Sessions::new(&[], Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
+        let sessions = Sessions::new(
+            &[],
+            vec![DatasetTerms::default_dataset(Scope::PerPrincipal, Nats::new(BUDGET)?, params)],
+            &store,
+        )
+        .await?;
         let opened = opening.elapsed().as_secs_f64();
         let after = Rss::now()?;
         let active = sessions.active_count().await?;
         ensure!(active == args.count, "{active} sessions open, {} expected", args.count);
         // The last principal's session is what the store says it is.
-        let last = sessions.authenticate(Credential::ApiKey(&key(args.count - 1))).await?;
+        let last = sessions.authenticate(Credential::ApiKey(&key(args.count - 1))).await?.on(0)?.clone();
         let answered = last.budget().await?.answered;
         ensure!(answered == u64::from(args.resumed), "the last session resumed with {answered} answers");
         let names: Vec<String> = principals(args.count)?.into_iter().map(|p| p.name).collect();
@@ -168,7 +173,14 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
         )?;
         if args.resumed {
             let started = Instant::now();
-            let sessions = Arc::new(Sessions::new(&[], Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?);
+            let sessions = Arc::new(
+                Sessions::new(
+                    &[],
+                    vec![DatasetTerms::default_dataset(Scope::PerPrincipal, Nats::new(BUDGET)?, params)],
+                    &store,
+                )
+                .await?,
+            );
             let opened = started.elapsed().as_secs_f64();
             let outputs = TeacherOutputs::Labels {
                 labels: (0..args.teachers).map(|i| usize::from(i >= args.teachers - args.teachers / 16)).collect(),
@@ -185,7 +197,7 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
                         if i >= count {
                             return anyhow::Ok(());
                         }
-                        let handle = sessions.authenticate(Credential::ApiKey(&key(i))).await?;
+                        let handle = sessions.authenticate(Credential::ApiKey(&key(i))).await?.on(0)?.clone();
                         handle.answer(outputs.clone(), None, String::new()).await?;
                     }
                 });

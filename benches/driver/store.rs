@@ -21,11 +21,13 @@ use pacpriv_privacy::posterior::Posterior;
 use pacpriv_service::metrics::Metrics;
 use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv_service::session::{
-    Asking, Credential, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
+    Asking, Credential, DatasetTerms, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
 };
 use pacpriv_service::store::embedded::DEFAULT_CACHE_BYTES;
 use pacpriv_service::store::principal::now_unix;
-use pacpriv_service::store::{EmbeddedStore, Meta, Origin, PgLink, PgStore, PrincipalRecord, SessionRecord, Store};
+use pacpriv_service::store::{
+    DEFAULT_DATASET, EmbeddedStore, Meta, Origin, PgLink, PgStore, PrincipalRecord, SessionRecord, Store,
+};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -271,21 +273,33 @@ async fn durable(
         calibration: Default::default(),
     };
     let registry = match &args.postgres_url {
-        None => Sessions::new(&principals(sessions)?, Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?,
+        None => {
+            Sessions::new(
+                &principals(sessions)?,
+                vec![DatasetTerms::default_dataset(Scope::PerPrincipal, Nats::new(BUDGET)?, params)],
+                &store,
+            )
+            .await?
+        }
         Some(_) => {
             // Provisioned once per database, through the admin path: a
             // configuration listing them would be re-applied by every run
             // (and revoke, in the one-session run, everyone not listed).
             provision_admin(&store, sessions).await?;
             let opening = Instant::now();
-            let registry = Sessions::new(&[], Scope::PerPrincipal, Nats::new(BUDGET)?, params, &store).await?;
+            let registry = Sessions::new(
+                &[],
+                vec![DatasetTerms::default_dataset(Scope::PerPrincipal, Nats::new(BUDGET)?, params)],
+                &store,
+            )
+            .await?;
             eprintln!("{name}: started on {sessions} principals in {:.2} s", opening.elapsed().as_secs_f64());
             registry
         }
     };
     let mut handles = Vec::with_capacity(sessions);
     for i in 0..sessions {
-        handles.push(registry.authenticate(Credential::ApiKey(&key(i))).await?);
+        handles.push(registry.authenticate(Credential::ApiKey(&key(i))).await?.on(0)?.clone());
     }
     let outputs = contested(args);
     // Every key of this run is new to the store, even in a database that
@@ -466,8 +480,8 @@ fn commits(metrics: &Metrics) -> anyhow::Result<Commits> {
 /// the bench output. The index is never shown.
 pub(super) async fn seal_secret(store: &Store, m: usize, teachers: &str) -> anyhow::Result<SecretIndex> {
     let drawn = rand::rng().random_range(0..m);
-    store.init_meta(&Meta { secret: drawn, teachers: teachers.to_owned() }).await?;
-    Ok(secret::establish(store, None, m, teachers).await?)
+    store.init_meta(DEFAULT_DATASET, &Meta { secret: drawn, teachers: teachers.to_owned() }).await?;
+    Ok(secret::establish(store, DEFAULT_DATASET, None, m, teachers).await?)
 }
 
 /// The API key of bench principal `i` (a bench store is thrown away; the

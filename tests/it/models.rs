@@ -1,12 +1,16 @@
 //! Issue 54: several models over the same data. `[models.ridge]` is a
 //! second demo ensemble on the same 16 subsets (the same seed, a stronger
 //! L2 penalty): its answers and the default model's step one session —
-//! one posterior, one ledger — per principal.
+//! one posterior, one ledger — per principal. `[datasets.other]` is
+//! another secret space (the demo data split by another seed), whose
+//! sessions are its own.
 
-use crate::util::{B, Process, budget, client, curl, digit, image, key_hash, predict, replay, request, small_demo};
+use crate::util::{
+    B, Process, budget, client, curl, digit, image, key_hash, predict, replay, request, small_demo, with_key,
+};
 use pacpriv_service::proto::inference::ModelMetadataRequest;
 use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv_service::proto::pacpriv::PredictRequest;
+use pacpriv_service::proto::pacpriv::{GetBudgetRequest, PredictRequest};
 use pacpriv_service::store::EmbeddedStore;
 use tonic::Code;
 
@@ -94,6 +98,58 @@ async fn two_models_of_one_dataset_step_one_session_and_drain_one_budget() {
         let journal = store.journal(principal).expect("journal");
         assert_eq!(journal.len(), steps, "{principal}: one entry per charged answer of either model");
         assert_eq!(replay(M, &journal), record.posterior, "{principal}: posterior = the journal replayed");
+    }
+}
+
+/// Two datasets: carol's budget spent in one leaves the other answering,
+/// each account its own (GetBudget by dataset), each session its own
+/// record and journal under its own key, kept across a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spent_dataset_leaves_another_answering() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("state.redb");
+    let mut env = two_models(&store);
+    env.extend([
+        ("PACPRIV__DATASETS__OTHER__POLICY", "paper".to_owned()),
+        ("PACPRIV__MODELS__SPLIT7__DATASET", "other".to_owned()),
+        ("PACPRIV__MODELS__SPLIT7__DEMO__SEED", "7".to_owned()),
+    ]);
+    let mut server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    let of_dataset = |dataset: &str| GetBudgetRequest { dataset: dataset.to_owned() };
+
+    for (k, model) in ["ridge", "", "ridge"].into_iter().enumerate() {
+        predict(&mut c, "carol-key", of(model, &format!("c{k}"), 20 + k as u32)).await.expect("within budget");
+    }
+    let e = predict(&mut c, "carol-key", of("", "c-over", 30)).await.expect_err("spent in the default dataset");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    for k in 0..2 {
+        let r = predict(&mut c, "carol-key", of("split7", &format!("o{k}"), 30 + k)).await.expect("the other answers");
+        assert_eq!(r.budget.as_ref().map(|b| (b.dataset.as_str(), b.answered)), Some(("other", k as u64 + 1)));
+    }
+    let other = c.get_budget(with_key(of_dataset("other"), "carol-key")).await.expect("GetBudget").into_inner();
+    assert_eq!((other.dataset.as_str(), other.answered, other.spent), ("other", 2, 2.0 * B));
+    let default = budget(&mut c, "carol-key").await;
+    assert_eq!((default.dataset.as_str(), default.answered, default.spent), ("default", 3, 3.0 * B));
+    let e = c.get_budget(with_key(of_dataset("nope"), "carol-key")).await.expect_err("no such dataset");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(e.message().contains("\"default\"") && e.message().contains("\"other\""), "{}", e.message());
+
+    // A restart keeps each dataset's secret and sessions.
+    server.kill();
+    let mut server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    let other = c.get_budget(with_key(of_dataset("other"), "carol-key")).await.expect("GetBudget").into_inner();
+    assert_eq!((other.answered, other.spent), (2, 2.0 * B));
+    predict(&mut c, "carol-key", of("split7", "o2", 40)).await.expect("the other still answers");
+    server.kill();
+
+    let store = EmbeddedStore::open(&store).expect("store opens");
+    for (session, steps) in [("carol", 3), ("other/carol", 3)] {
+        let record = store.load(session).expect("readable").expect("answered");
+        let journal = store.journal(session).expect("journal");
+        assert_eq!(journal.len(), steps, "{session}: one entry per charged answer of its dataset's models");
+        assert_eq!(replay(M, &journal), record.posterior, "{session}: posterior = its journal replayed");
     }
 }
 

@@ -155,7 +155,7 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
     assert_eq!(revoked.account.expect("account").spent, B);
     let e = predict(&mut c, &key, image("d2", &digit(5))).await.expect_err("revoked key");
     assert_eq!(e.code(), Code::Unauthenticated);
-    let e = c.get_budget(with_key(GetBudgetRequest {}, &key)).await.expect_err("revoked key");
+    let e = c.get_budget(with_key(GetBudgetRequest::default(), &key)).await.expect_err("revoked key");
     assert_eq!(e.code(), Code::Unauthenticated);
     assert_eq!(sample(&scrape(&server.listener("metrics")), "pacpriv_principals"), Some(2.0));
 

@@ -9,10 +9,11 @@ use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::Form;
 use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv_service::session::{
-    Asking, Credential, Preflight, PrincipalConfig, Scope, SessionError, SessionParams, Sessions,
+    Asking, Caller, Credential, DatasetTerms, Handle, Preflight, PrincipalConfig, Scope, SessionError, SessionParams,
+    Sessions,
 };
 use pacpriv_service::store::{
-    EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
+    DEFAULT_DATASET, EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
 };
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -41,9 +42,19 @@ async fn sessions(store: &Store) -> Sessions {
         cache: CacheSettings { capacity: 4, on_evicted: OnEvicted::Refuse },
         calibration: Default::default(),
     };
-    Sessions::new(&principals(), Scope::PerPrincipal, Nats::new(1.0).expect("global"), params, store)
-        .await
-        .expect("sessions")
+    let dataset = |name: &str, secret: usize| DatasetTerms {
+        name: name.into(),
+        scope: Scope::PerPrincipal,
+        global_budget: Nats::new(1.0).expect("global"),
+        params: SessionParams { secret: SecretIndex::new(secret, M).expect("secret"), ..params },
+    };
+    let datasets = vec![dataset(DEFAULT_DATASET, 3), dataset("other", 5)];
+    Sessions::new(&principals(), datasets, store).await.expect("sessions")
+}
+
+/// The caller's handle on its session in the default dataset.
+fn default(caller: Caller) -> Handle {
+    caller.on(0).expect("the default dataset").clone()
 }
 
 /// Teachers that disagree in a pattern depending on `n`.
@@ -55,23 +66,31 @@ fn outputs(n: usize) -> TeacherOutputs {
 /// same data (a restart).
 async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     // Meta: absent, then written once; the first writer wins.
-    assert_eq!(store.meta().await.expect("meta"), None);
+    assert_eq!(store.meta(DEFAULT_DATASET).await.expect("meta"), None);
     let first = Meta { secret: 3, teachers: "suite m=8".into() };
-    assert_eq!(store.init_meta(&first).await.expect("init"), first);
+    assert_eq!(store.init_meta(DEFAULT_DATASET, &first).await.expect("init"), first);
     let second = Meta { secret: 5, teachers: "suite m=8".into() };
-    assert_eq!(store.init_meta(&second).await.expect("init again"), first, "the stored index never changes");
+    assert_eq!(
+        store.init_meta(DEFAULT_DATASET, &second).await.expect("init again"),
+        first,
+        "the stored index never changes"
+    );
+    // Another dataset's record is its own.
+    assert_eq!(store.meta("other").await.expect("meta"), None);
+    assert_eq!(store.init_meta("other", &second).await.expect("init other"), second);
+    assert_eq!(store.meta(DEFAULT_DATASET).await.expect("meta"), Some(first.clone()));
 
     // 20 concurrent answers on one session: each is one version, charged once.
     let s = Arc::new(sessions(&store).await);
     let mut steps = tokio::task::JoinSet::new();
     for n in 0..20 {
-        let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
+        let alice = s.authenticate(Credential::ApiKey("alice-key")).await.map(default).expect("alice");
         steps.spawn(async move { alice.answer(outputs(n), None, format!("q{n}")).await });
     }
     while let Some(r) = steps.join_next().await {
         r.expect("task").expect("answered");
     }
-    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
+    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.map(default).expect("alice");
     let view = alice.budget().await.expect("budget");
     assert_eq!((view.answered, view.charged, view.spent), (20, 20, 20.0 * B));
 
@@ -84,15 +103,30 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         Err(SessionError::Exhausted { .. })
     ));
     assert!(matches!(alice.answer(outputs(41), None, "q41".into()).await, Err(SessionError::Exhausted { .. })));
+    // Another dataset is another secret, with its own session: her spent
+    // budget in the default dataset leaves her answered there.
+    {
+        let caller = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
+        let elsewhere = caller.on(1).expect("the other dataset");
+        assert_eq!((elsewhere.dataset(), elsewhere.session_name()), ("other", "other/alice"));
+        elsewhere.answer(outputs(7), None, "o1".into()).await.expect("the other dataset answers");
+    }
 
     // A restart resumes; the journal replays the stored posterior exactly.
     drop((alice, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
-    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
+    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.map(default).expect("alice");
     assert_eq!(alice.budget().await.expect("budget").answered, 40);
     assert_eq!(
-        s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob").budget().await.expect("bob").answered,
+        s.authenticate(Credential::ApiKey("bob-key"))
+            .await
+            .map(default)
+            .expect("bob")
+            .budget()
+            .await
+            .expect("bob")
+            .answered,
         0
     );
     let record = store.load("alice").await.expect("load").expect("alice has a record");
@@ -100,6 +134,10 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert_eq!(journal.iter().map(|j| j.version).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>());
     assert_eq!(replay(M, &journal), record.posterior);
     assert_eq!(journal.iter().map(|j| j.charge).sum::<f64>(), record.spent);
+    let other = store.load("other/alice").await.expect("load").expect("her other session has a record");
+    let other_journal = store.journal("other/alice").await.expect("journal");
+    assert_eq!((other.version, other_journal.len()), (1, 1), "one step in the other dataset, kept apart");
+    assert_eq!(replay(M, &other_journal), other.posterior);
 
     // The answer cache is durable session state: a repeat is answered from
     // it (no charge, no new version) before and after a restart.
@@ -109,7 +147,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         key: Some(QueryDigest::of(&[1.0, 2.0]).into()),
         return_noisy: true,
     };
-    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
+    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
     let (first, _) = bob.begin(vec![(Some(outputs(3)), keyed())]).await.expect("step").release().await.expect("fresh");
     let first = &first[0];
     assert!(!first.cached);
@@ -120,7 +158,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     drop((alice, bob, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
-    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
+    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
     assert_eq!(
         bob.preflight(&[QueryDigest::of(&[1.0, 2.0]).into()], "q").await.expect("preflight"),
         [Preflight::Known]
@@ -152,7 +190,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     drop((bob, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
-    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.expect("bob");
+    let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
     assert!(matches!(bob.begin(vec![(None, keyed())]).await, Err(SessionError::EvictedRepeat)));
     for n in 0..2 {
         assert!(matches!(bob.begin(vec![(None, asking(n))]).await, Err(SessionError::EvictedRepeat)), "e{n}");
@@ -169,8 +207,8 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     // The principal registry: a created principal answers, a revoked one
     // stops at once, and both facts (and the spending) survive a restart.
     let (carol, key) = s.create("carol", Nats::new(4.0 * B).expect("budget")).await.expect("create");
-    assert_eq!((carol.budget.limit, carol.budget.spent), (4.0 * B, 0.0));
-    let handle = s.authenticate(Credential::ApiKey(&key)).await.expect("carol");
+    assert_eq!((carol.datasets[0].budget.limit, carol.datasets[0].budget.spent), (4.0 * B, 0.0));
+    let handle = s.authenticate(Credential::ApiKey(&key)).await.map(default).expect("carol");
     handle.answer(outputs(1), None, "c1".into()).await.expect("answered");
     assert!(matches!(s.create("carol", Nats::new(1.0).expect("b")).await, Err(SessionError::Registry(_))));
     s.revoke("carol").await.expect("revoke");
@@ -180,7 +218,10 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let s = sessions(&store).await;
     assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
     let carol = s.inspect("carol").await.expect("inspect");
-    assert_eq!((carol.principal.active(), carol.budget.spent, carol.budget.answered), (false, B, 1));
+    assert_eq!(
+        (carol.principal.active(), carol.datasets[0].budget.spent, carol.datasets[0].budget.answered),
+        (false, B, 1)
+    );
     let names: Vec<String> = s.list().await.expect("list").into_iter().map(|a| a.principal.name).collect();
     assert_eq!(names, ["alice", "bob", "carol"]);
 
@@ -277,7 +318,9 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
     // the format they wrote (tests/fixtures/store-format-1/).
     client
         .batch_execute(
-            "CREATE TABLE pacpriv_sessions (session TEXT PRIMARY KEY, version BIGINT NOT NULL, record BYTEA NOT NULL);
+            "CREATE TABLE pacpriv_meta (id INT PRIMARY KEY CHECK (id = 1), secret BIGINT NOT NULL, teachers TEXT NOT NULL);
+             INSERT INTO pacpriv_meta VALUES (1, 2, 'demo digits seed=1 m=4');
+             CREATE TABLE pacpriv_sessions (session TEXT PRIMARY KEY, version BIGINT NOT NULL, record BYTEA NOT NULL);
              CREATE TABLE pacpriv_journal (session TEXT NOT NULL, version BIGINT NOT NULL, entry BYTEA NOT NULL,
                                            PRIMARY KEY (session, version));",
         )
@@ -309,10 +352,15 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         (1, "meta, sessions, journal and principals"),
         (2, "journal events (cache hits and refusals)"),
         (3, "answer cache in its own tables"),
+        (4, "datasets besides the default one: each its secret index and teacher set"),
     ];
     let expected: Vec<(i32, String)> = expected.iter().map(|&(v, d)| (v, d.to_owned())).collect();
     assert_eq!(applied, expected, "each migration once");
     assert!(store.principals().await.expect("the missing tables were created").is_empty());
+    // Its secret is the default dataset's; no other dataset has one yet.
+    let meta = store.meta(DEFAULT_DATASET).await.expect("meta");
+    assert_eq!(meta, Some(Meta { secret: 2, teachers: "demo digits seed=1 m=4".into() }));
+    assert_eq!(store.meta("other").await.expect("meta"), None);
 
     let record = store.load("alice").await.expect("load").expect("the old record");
     assert_eq!((record.version, record.answered, record.charged), (3, 3, 2));
@@ -328,7 +376,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .expect("future migration");
     let refused =
         PgStore::connect(&pg.url, &PgLink::plain(1)).await.err().expect("a newer schema is refused").to_string();
-    assert!(refused.contains("migration 99, newer than this release knows (3)"), "{refused}");
+    assert!(refused.contains("migration 99, newer than this release knows (4)"), "{refused}");
 }
 
 /// Issue 23 §4: TLS to PostgreSQL with libpq's sslmodes, against a real
@@ -444,7 +492,13 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
         })
         .collect();
     let open = async |store: &Store, scope| {
-        Sessions::new(&principals, scope, Nats::new(1.0).expect("global"), params, store).await.expect("sessions")
+        Sessions::new(
+            &principals,
+            vec![DatasetTerms::default_dataset(scope, Nats::new(1.0).expect("global"), params)],
+            store,
+        )
+        .await
+        .expect("sessions")
     };
     let ask = |x: f64, fresh: bool| Asking {
         alpha: Some(0.1),
@@ -462,7 +516,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
     let check = async |store: &Store, cases: &[Case], new: &[(f64, usize)]| {
         for &(scope, session, who, cached, evicted) in cases {
             let s = open(store, scope).await;
-            let h = s.authenticate(Credential::ApiKey(&format!("{who}-key"))).await.expect(who);
+            let h = s.authenticate(Credential::ApiKey(&format!("{who}-key"))).await.map(default).expect(who);
             let key = |x: f64| h.cache_key(QueryDigest::of(&[x]));
             for &x in cached {
                 let want = released.get(&(session, key(x).digest.as_bytes().to_vec())).copied();
@@ -488,7 +542,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
     // Alice's new query evicts her oldest cached answer ([2.0]), as the
     // old release's FIFO would have; after a restart the move is complete.
     let s = open(&store, Scope::PerPrincipal).await;
-    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.expect("alice");
+    let alice = s.authenticate(Credential::ApiKey("alice-key")).await.map(default).expect("alice");
     let four = alice.cache_key(QueryDigest::of(&[4.0]));
     let (fresh, _) = alice
         .begin(vec![(Some(outputs(4)), Asking { key: Some(four), ..ask(4.0, true) })])

@@ -121,7 +121,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let OutputMode::Label { classes } = settings.model.mode else {
         bail!("pacpriv tune plans label mode; the configuration has model.mode = \"vector\"");
     };
-    if settings.policy == Policy::UnanimousOnly {
+    if settings.dataset.policy == Policy::UnanimousOnly {
         bail!(
             "privacy.policy is \"unanimous_only\": nothing is ever charged, so b does not matter; `pacpriv utility` \
              reports its coverage and accuracy"
@@ -131,7 +131,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Some(b) => b,
         None => default_budget(&settings)?,
     };
-    let default_b = PerQuery { given: power_of_two(settings.per_query), nats: settings.per_query };
+    let default_b = PerQuery { given: power_of_two(settings.dataset.per_query), nats: settings.dataset.per_query };
     let mut lambdas = args.regularisation.clone();
     if !lambdas.contains(&default_lambda) {
         lambdas.push(default_lambda);
@@ -155,7 +155,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let (tuning, evaluation) = halves_of(&ensemble, classes)?;
         let unanimous = tuning.unanimous() as f64 / tuning.len() as f64;
         for b in &bs {
-            let charged_share = if settings.policy == Policy::Paper { 1.0 } else { 1.0 - unanimous };
+            let charged_share = if settings.dataset.policy == Policy::Paper { 1.0 } else { 1.0 - unanimous };
             let buys =
                 if charged_share == 0.0 { f64::INFINITY } else { budget.nats.get() / (b.nats.get() * charged_share) };
             let accuracy = score(&tuning, b.nats, args.trials, &mut rng)?;
@@ -207,7 +207,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let best_eval = checked(&best, &mut rng)?;
     let default_eval = checked(&default, &mut rng)?;
 
-    let report = Report { args: &args, models, budget: &budget, policy: settings.policy, candidates: &candidates };
+    let report =
+        Report { args: &args, models, budget: &budget, policy: settings.dataset.policy, candidates: &candidates };
     report.table(out)?;
     let line = |name: &str, c: &Candidate, eval: (f64, f64)| {
         format!(

@@ -331,7 +331,7 @@ pub async fn predict(
 
 /// GetBudget with `key`.
 pub async fn budget(c: &mut PrivatizerClient<Channel>, key: &str) -> Budget {
-    c.get_budget(with_key(GetBudgetRequest {}, key)).await.expect("GetBudget").into_inner()
+    c.get_budget(with_key(GetBudgetRequest::default(), key)).await.expect("GetBudget").into_inner()
 }
 
 /// The SHA-256 hex of an API key, for `PACPRIV__PRINCIPALS__*__KEY_SHA256`.

@@ -227,10 +227,12 @@ class Client:
         except grpc.RpcError as e:
             raise _error(e) from None
 
-    def budget(self) -> pb.Budget:
-        """This principal's session account (charges nothing)."""
+    def budget(self, dataset: str = "") -> pb.Budget:
+        """This principal's session account in `dataset` (empty: the
+        default dataset); charges nothing."""
         try:
-            return self._stub.GetBudget(pb.GetBudgetRequest(), metadata=self._metadata, timeout=self._timeout)
+            request = pb.GetBudgetRequest(dataset=dataset)
+            return self._stub.GetBudget(request, metadata=self._metadata, timeout=self._timeout)
         except grpc.RpcError as e:
             raise _error(e) from None
 

@@ -5,7 +5,7 @@
 use super::App;
 use super::status::ServiceError;
 use crate::metrics::Outcome;
-use crate::session::{Credential, Handle, SessionError, Sessions};
+use crate::session::{Caller, Credential, SessionError, Sessions};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
@@ -26,7 +26,7 @@ fn certificate_cn(certs: &[tonic::transport::CertificateDer<'static>]) -> Option
     Some(cn)
 }
 
-/// The caller's session: the one [`CredentialFirst`] found, or else
+/// The caller: the one [`CredentialFirst`] found, or else
 /// looked up now. An API key, when sent, is the credential (even with a
 /// client certificate); the certificate names the principal only when
 /// `from_cert` and no key was sent.
@@ -37,22 +37,22 @@ pub async fn authenticate<T>(
     sessions: &Sessions,
     request: &Request<T>,
     from_cert: bool,
-) -> Result<Handle, ServiceError> {
-    if let Some(Authenticated(handle)) = request.extensions().get::<Authenticated>() {
-        return Ok(handle.clone());
+) -> Result<Caller, ServiceError> {
+    if let Some(Authenticated(caller)) = request.extensions().get::<Authenticated>() {
+        return Ok(caller.clone());
     }
     let certs = request.peer_certs();
     from_credential(sessions, request.metadata(), certs.as_deref().map(Vec::as_slice), from_cert).await
 }
 
-/// The session the credential in `metadata` (or, with `from_cert`, the
+/// The caller the credential in `metadata` (or, with `from_cert`, the
 /// client certificate `certs`) names.
 async fn from_credential(
     sessions: &Sessions,
     metadata: &MetadataMap,
     certs: Option<&[tonic::transport::CertificateDer<'static>]>,
     from_cert: bool,
-) -> Result<Handle, ServiceError> {
+) -> Result<Caller, ServiceError> {
     if let Some(key) = api_key(metadata) {
         return Ok(sessions.authenticate(Credential::ApiKey(key)).await?);
     }
@@ -63,23 +63,23 @@ async fn from_credential(
     }
 }
 
-/// The session of a caller who is about to ask a query; a refusal is
+/// A caller who is about to ask a query; a refusal is
 /// counted as that query's outcome.
 ///
 /// # Errors
 /// Unauthenticated, as a status.
-pub async fn querier<T>(app: &App, request: &Request<T>) -> Result<Handle, Status> {
+pub async fn querier<T>(app: &App, request: &Request<T>) -> Result<Caller, Status> {
     authenticate(&app.sessions, request, app.principal_from_cert).await.map_err(|e| {
         app.metrics.service.query(Outcome::Unauthenticated);
         Status::from(e)
     })
 }
 
-/// The session a call was authenticated to from its headers, before its
+/// The caller a call was authenticated as from its headers, before its
 /// body was read ([`CredentialFirst`]); the handler takes it from the
 /// request's extensions instead of looking the credential up again.
 #[derive(Clone)]
-pub struct Authenticated(pub Handle);
+pub struct Authenticated(pub Caller);
 
 /// Whether a call on `path` needs a credential: every `Privatizer` call
 /// and `ModelInfer` (the inference protocol's metadata and liveness calls
@@ -156,8 +156,8 @@ where
             )
             .await
             {
-                Ok(handle) => {
-                    request.extensions_mut().insert(Authenticated(handle));
+                Ok(caller) => {
+                    request.extensions_mut().insert(Authenticated(caller));
                     inner.call(request).await
                 }
                 Err(e) => {

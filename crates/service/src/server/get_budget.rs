@@ -1,14 +1,26 @@
-//! `GetBudget`: the caller's account, free of charge.
+//! `GetBudget`: the caller's account in a dataset, free of charge.
 
+use super::App;
 use super::output;
 use super::status::ServiceError;
-use crate::proto::pacpriv::Budget;
-use crate::session::Handle;
+use crate::proto::pacpriv::{Budget, GetBudgetRequest};
+use crate::session::{Caller, DEFAULT_DATASET_INDEX};
 
-/// The session's current budget.
+/// The caller's current budget in the dataset `request` names (empty:
+/// the default dataset).
 ///
 /// # Errors
-/// A poisoned session or an unreachable store.
-pub async fn apply(handle: &Handle) -> Result<Budget, ServiceError> {
-    Ok(output::budget(handle.principal(), handle.scope(), &handle.budget().await?))
+/// An unknown dataset (NOT_FOUND, naming the datasets), a poisoned
+/// session or an unreachable store.
+pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Result<Budget, ServiceError> {
+    let dataset = if request.dataset.is_empty() {
+        DEFAULT_DATASET_INDEX
+    } else {
+        app.sessions.dataset_index(&request.dataset).ok_or_else(|| {
+            let served: Vec<&str> = app.sessions.datasets().collect();
+            ServiceError::NotFound(format!("no dataset {:?} here: the datasets are {served:?}", request.dataset))
+        })?
+    };
+    let handle = caller.on(dataset)?;
+    Ok(output::budget(handle.principal(), handle.dataset(), handle.scope(), &handle.budget().await?))
 }

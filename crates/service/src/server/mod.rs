@@ -99,8 +99,8 @@ impl Privatizer for Service {
 
     async fn get_budget(&self, request: Request<GetBudgetRequest>) -> Result<Response<Budget>, Status> {
         let started = std::time::Instant::now();
-        let handle = auth::authenticate(&self.app.sessions, &request, self.app.principal_from_cert).await?;
-        let budget = get_budget::apply(&handle).await;
+        let caller = auth::authenticate(&self.app.sessions, &request, self.app.principal_from_cert).await?;
+        let budget = get_budget::apply(&self.app, &caller, request.get_ref()).await;
         self.app.metrics.service.duration(Rpc::GetBudget, started.elapsed().as_secs_f64());
         Ok(Response::new(budget?))
     }

@@ -1,14 +1,13 @@
 //! The models this server answers for ([`Models`]): the default one and
 //! each `[models.<name>]`, every one its own teachers ([`Ensemble`]) and
-//! input shape — and all of them over the same data, so that every
-//! model's answers step the same sessions (one posterior over the m
-//! subsets and one ledger per principal: `docs/assurance/accounting.md`
-//! §10).
+//! input shape, and each over a dataset, so that every model of a dataset
+//! steps the same sessions (one posterior over its m subsets and one
+//! ledger per principal: `docs/assurance/accounting.md` §10).
 //!
 //! # Invariants
-//! - Every model has m teachers, teacher i trained on subset i: m is
-//!   checked at start; the subsets are the operator's declaration (for the
-//!   demo teachers, checked: the same seed).
+//! - Every model of a dataset has its m teachers, teacher i trained on
+//!   subset i: m is checked at start; the subsets are the operator's
+//!   declaration (for the demo teachers, checked: the same seed).
 //! - A session's answer cache keys a query by its model (and version) as
 //!   well as by its input, so one model's answer is never returned for
 //!   another's. The default model keys a query as every earlier release
@@ -18,6 +17,7 @@
 
 use super::input::InputSpec;
 use super::status::ServiceError;
+use crate::session::DatasetIndex;
 use crate::session::cache::QueryDigest;
 use crate::teachers::Ensemble;
 use std::sync::Arc;
@@ -25,6 +25,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The only version of every model.
 pub const MODEL_VERSION: &str = "1";
+
+/// What a model is built from.
+pub struct Served {
+    /// Its name on the wire.
+    pub name: String,
+    /// Its dataset's position in the registry.
+    pub dataset: DatasetIndex,
+    /// Its m teachers.
+    pub ensemble: Ensemble,
+    /// What an input example looks like.
+    pub input: InputSpec,
+}
 
 /// One model: its teachers and what its input looks like.
 pub struct Model {
@@ -34,6 +46,9 @@ pub struct Model {
     pub ensemble: Ensemble,
     /// What an input example looks like.
     pub input: InputSpec,
+    /// The dataset its teachers were trained on: whose sessions its
+    /// answers step.
+    pub dataset: DatasetIndex,
     /// The default model's cache keys are the input's digest alone.
     default: bool,
     /// Whether the last probe found every one of its teachers ready.
@@ -68,9 +83,10 @@ pub struct Models {
 impl Models {
     /// The default model `(name, ensemble, input)` and `more`, whose names
     /// are distinct (the settings checked).
-    pub fn new(default: (String, Ensemble, InputSpec), more: Vec<(String, Ensemble, InputSpec)>) -> Self {
-        let model =
-            |(name, ensemble, input), default| Arc::new(Model { name, ensemble, input, default, ready: false.into() });
+    pub fn new(default: Served, more: Vec<Served>) -> Self {
+        let model = |Served { name, dataset, ensemble, input }, default| {
+            Arc::new(Model { name, ensemble, input, dataset, default, ready: false.into() })
+        };
         Models { default: model(default, true), more: more.into_iter().map(|m| model(m, false)).collect() }
     }
 
@@ -83,7 +99,7 @@ impl Models {
     /// (`PredictRequest.model`).
     ///
     /// # Errors
-    /// [`ServiceError::UnknownModel`], listing what is served.
+    /// [`ServiceError::NotFound`], listing what is served.
     pub fn get(&self, name: &str) -> Result<&Arc<Model>, ServiceError> {
         if name.is_empty() { Ok(&self.default) } else { self.named(name, "") }
     }
@@ -92,13 +108,13 @@ impl Models {
     /// Open Inference Protocol names a model.
     ///
     /// # Errors
-    /// [`ServiceError::UnknownModel`], listing what is served.
+    /// [`ServiceError::NotFound`], listing what is served.
     pub fn named(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
         match self.iter().find(|m| m.name == name) {
             Some(model) if version.is_empty() || version == MODEL_VERSION => Ok(model),
             _ => {
                 let names: Vec<String> = self.iter().map(|m| format!("{:?}", m.name)).collect();
-                Err(ServiceError::UnknownModel(format!(
+                Err(ServiceError::NotFound(format!(
                     "model {name:?} version {version:?} is not served here: this pacpriv serves {} (version \
                      \"{MODEL_VERSION}\" or empty; an empty model name is {:?})",
                     names.join(", "),

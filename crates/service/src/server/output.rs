@@ -5,9 +5,10 @@ use crate::proto::pacpriv::Budget;
 use crate::session::{BudgetView, Scope};
 
 /// The wire form of a session's account, as `principal` sees it.
-pub fn budget(principal: &str, scope: Scope, v: &BudgetView) -> Budget {
+pub fn budget(principal: &str, dataset: &str, scope: Scope, v: &BudgetView) -> Budget {
     Budget {
         principal: principal.to_owned(),
+        dataset: dataset.to_owned(),
         scope: scope.as_str().to_owned(),
         spent: v.spent,
         limit: v.limit,

@@ -17,7 +17,7 @@ use super::status::{self, ServiceError};
 use crate::metrics::{Rpc, Stage};
 use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
 use crate::session::cache::CacheKey;
-use crate::session::{Asking, Handle, Preflight, Reply, Step};
+use crate::session::{Asking, Caller, DatasetIndex, Handle, Preflight, Reply, Step};
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use std::sync::Arc;
 use std::time::Instant;
@@ -64,6 +64,8 @@ impl<T> Traced<T> {
 /// session answered before, did not need to.
 pub struct Asked {
     query: Query,
+    /// The dataset of the model asked: whose session the step charges.
+    dataset: DatasetIndex,
     /// Each row's key in the session's answer cache (this principal's
     /// partition).
     keys: Vec<CacheKey>,
@@ -75,6 +77,8 @@ pub struct Asked {
 pub struct Taken {
     query: Query,
     step: Step,
+    /// The session charged.
+    handle: Handle,
 }
 
 /// Answers one request of `rpc` for an authenticated caller, recording its
@@ -85,14 +89,14 @@ pub struct Taken {
 /// nothing charged — or a failed commit (charged, withheld).
 pub async fn handle(
     app: &Arc<App>,
-    handle: &Handle,
+    caller: &Caller,
     request: PredictRequest,
     rpc: Rpc,
 ) -> Result<PredictResponse, ServiceError> {
     let result = async {
-        let asked = ask(app, handle, request, app.rate.admit(handle.principal()), Over::Refuse).await?;
-        let taken = step(app, handle, asked).await?;
-        respond(app, handle, taken, rpc).await
+        let asked = ask(app, caller, request, app.rate.admit(caller.principal()), Over::Refuse).await?;
+        let taken = step(app, caller, asked).await?;
+        respond(app, taken, rpc).await
     };
     result.await.map_err(|f| f.record(app, rpc))
 }
@@ -108,23 +112,24 @@ pub async fn handle(
 /// (nothing charged).
 pub async fn ask(
     app: &Arc<App>,
-    handle: &Handle,
+    caller: &Caller,
     request: PredictRequest,
     admitted: Result<Admitted, ServiceError>,
     over: Over,
 ) -> Result<Traced<Asked>, Failed> {
     let started = Instant::now();
-    // Which model's teachers (its name is the client's choice, public),
-    // then the input against its shape.
+    // Which model's teachers and which dataset's session (its name is
+    // the client's choice, public), then the input against its shape.
     let parsed = app.models.get(&request.model).map(Arc::clone).and_then(|model| {
         let query = model.input.parse(request)?;
-        Ok((model, query))
+        let handle = caller.on(model.dataset)?.clone();
+        Ok((model, query, handle))
     });
-    let query_id = parsed.as_ref().map(|(_, q)| q.query_id.clone()).unwrap_or_default();
-    let span = tracing::info_span!("query", principal = %handle.principal(), query_id = %query_id);
+    let query_id = parsed.as_ref().map(|(_, q, _)| q.query_id.clone()).unwrap_or_default();
+    let span = tracing::info_span!("query", principal = %caller.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
     admitted.map_err(|e| traced.fail(e))?;
-    let (model, query) = parsed.map_err(|e| traced.fail(e))?;
+    let (model, query, handle) = parsed.map_err(|e| traced.fail(e))?;
     let keys: Vec<CacheKey> = query.rows.iter().map(|r| handle.cache_key(model.digest(r.digest))).collect();
     let outputs = async {
         app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
@@ -154,18 +159,19 @@ pub async fn ask(
     .instrument(span)
     .await
     .map_err(|e| traced.fail(e))?;
-    Ok(traced.then(Asked { query, keys, outputs }))
+    Ok(traced.then(Asked { query, dataset: model.dataset, keys, outputs }))
 }
 
-/// Phase 2: one step of Algorithm 1 on `handle`'s session for each row
-/// (all or none), charged and queued for the store. A session's steps
-/// happen in the order of these calls.
+/// Phase 2: one step of Algorithm 1 on `caller`'s session in the asked
+/// model's dataset for each row (all or none), charged and queued for the
+/// store. A session's steps happen in the order of these calls.
 ///
 /// # Errors
 /// A budget that cannot pay for every row, or a core refusal (nothing
 /// charged).
-pub async fn step(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let (Asked { query, keys, outputs }, traced) = asked.take();
+pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+    let (Asked { query, dataset, keys, outputs }, traced) = asked.take();
+    let handle = caller.on(dataset).map_err(|e| traced.fail(e))?.clone();
     let rows = keys
         .into_iter()
         .zip(outputs)
@@ -184,7 +190,7 @@ pub async fn step(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Tr
     let begun = handle.begin(rows).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
     app.metrics.service.stage(Stage::Calibration, stepping.elapsed().as_secs_f64());
-    Ok(traced.then(Taken { query, step }))
+    Ok(traced.then(Taken { query, step, handle }))
 }
 
 /// Phase 2 for a query of a stream, which authenticated once when it
@@ -195,8 +201,8 @@ pub async fn step(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Tr
 ///
 /// # Errors
 /// Revoked or rotated (UNAUTHENTICATED), as [`step`].
-pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    match app.sessions.recheck(handle).await {
+pub async fn step_in_stream(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+    match app.sessions.recheck(caller).await {
         Ok(current) => step(app, &current, asked).await,
         Err(e) => Err(asked.fail(e)),
     }
@@ -206,8 +212,8 @@ pub async fn step_in_stream(app: &App, handle: &Handle, asked: Traced<Asked>) ->
 ///
 /// # Errors
 /// The commit failed: the answer is withheld, its charge stands.
-pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
-    let (Taken { query, step }, traced) = taken.take();
+pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
+    let (Taken { query, step, handle }, traced) = taken.take();
     let charging = Instant::now();
     let (replies, view) = step.release().await.map_err(|e| traced.fail(e))?;
     app.metrics.service.stage(Stage::DurableCharge, charging.elapsed().as_secs_f64());
@@ -238,7 +244,7 @@ pub async fn respond(app: &App, handle: &Handle, taken: Traced<Taken>, rpc: Rpc)
         label: first.label,
         unanimous: first.unanimous,
         mi_charged: charged,
-        budget: Some(output::budget(handle.principal(), handle.scope(), &view)),
+        budget: Some(output::budget(handle.principal(), handle.dataset(), handle.scope(), &view)),
         confident: first.confident,
         noisy: first.noisy,
         cached: first.cached,

@@ -24,7 +24,7 @@ use super::predict::{self, Asked, Failed, Taken, Traced};
 use super::rate::Over;
 use crate::metrics::Rpc;
 use crate::proto::pacpriv::{PredictRequest, PredictResponse};
-use crate::session::Handle;
+use crate::session::Caller;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -46,18 +46,18 @@ pub const DEPTH: usize = 16;
 type Asking = Result<JoinHandle<Result<Traced<Asked>, Failed>>, Status>;
 
 /// Answers `requests` in order.
-pub fn start(app: Arc<App>, handle: Handle, requests: Streaming<PredictRequest>) -> ResponseStream {
+pub fn start(app: Arc<App>, caller: Caller, requests: Streaming<PredictRequest>) -> ResponseStream {
     // Capacity 1: the sender cannot run ahead of a client that stopped
     // reading.
     let (tx, rx) = mpsc::channel(1);
-    let span = tracing::info_span!("predict_stream", principal = %handle.principal());
+    let span = tracing::info_span!("predict_stream", principal = %caller.principal());
     tokio::spawn(
         async move {
             let (asking_tx, asking) = mpsc::channel(DEPTH);
-            let reader = tokio::spawn(read(Arc::clone(&app), handle.clone(), requests, asking_tx).in_current_span());
+            let reader = tokio::spawn(read(Arc::clone(&app), caller.clone(), requests, asking_tx).in_current_span());
             let (taken_tx, taken) = mpsc::channel(DEPTH);
-            let sender = tokio::spawn(send(Arc::clone(&app), handle.clone(), taken, tx).in_current_span());
-            take_steps(&app, &handle, asking, taken_tx).await;
+            let sender = tokio::spawn(send(Arc::clone(&app), taken, tx).in_current_span());
+            take_steps(&app, &caller, asking, taken_tx).await;
             // Fan-outs of requests after a failure are not needed; nothing
             // was charged for them.
             reader.abort();
@@ -70,14 +70,14 @@ pub fn start(app: Arc<App>, handle: Handle, requests: Streaming<PredictRequest>)
 
 /// Starts each request's teacher fan-out as it arrives, in order, once
 /// the principal's rate limit allows it (a stream is paced, not refused).
-async fn read(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequest>, asking: mpsc::Sender<Asking>) {
+async fn read(app: Arc<App>, caller: Caller, mut requests: Streaming<PredictRequest>, asking: mpsc::Sender<Asking>) {
     while let Some(next) = requests.next().await {
         let started = match next {
             Ok(req) => {
-                let admitted = app.rate.pace(handle.principal()).await;
-                let (app, handle) = (Arc::clone(&app), handle.clone());
+                let admitted = app.rate.pace(caller.principal()).await;
+                let (app, caller) = (Arc::clone(&app), caller.clone());
                 Ok(tokio::spawn(
-                    async move { predict::ask(&app, &handle, req, Ok(admitted), Over::Wait).await }.in_current_span(),
+                    async move { predict::ask(&app, &caller, req, Ok(admitted), Over::Wait).await }.in_current_span(),
                 ))
             }
             Err(status) => Err(status),
@@ -93,7 +93,7 @@ async fn read(app: Arc<App>, handle: Handle, mut requests: Streaming<PredictRequ
 /// passed on and ends the stream.
 async fn take_steps(
     app: &App,
-    handle: &Handle,
+    caller: &Caller,
     mut asking: mpsc::Receiver<Asking>,
     taken: mpsc::Sender<Result<Traced<Taken>, Status>>,
 ) {
@@ -101,7 +101,7 @@ async fn take_steps(
         let stepped = match next {
             Ok(fanout) => match fanout.await {
                 Ok(Ok(asked)) => {
-                    predict::step_in_stream(app, handle, asked).await.map_err(|f| Status::from(f.record(app, RPC)))
+                    predict::step_in_stream(app, caller, asked).await.map_err(|f| Status::from(f.record(app, RPC)))
                 }
                 Ok(Err(failed)) => Err(Status::from(failed.record(app, RPC))),
                 // The fan-out task panicked: nothing was charged.
@@ -119,13 +119,12 @@ async fn take_steps(
 /// Sends each step's response once it is durable, in order.
 async fn send(
     app: Arc<App>,
-    handle: Handle,
     mut taken: mpsc::Receiver<Result<Traced<Taken>, Status>>,
     tx: mpsc::Sender<Result<PredictResponse, Status>>,
 ) {
     while let Some(next) = taken.recv().await {
         let response = match next {
-            Ok(step) => predict::respond(&app, &handle, step, RPC).await.map_err(|f| Status::from(f.record(&app, RPC))),
+            Ok(step) => predict::respond(&app, step, RPC).await.map_err(|f| Status::from(f.record(&app, RPC))),
             Err(status) => Err(status),
         };
         let failed = response.is_err();

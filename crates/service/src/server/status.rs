@@ -77,10 +77,10 @@ pub enum ServiceError {
     /// release; rejected before any teacher was asked.
     #[error("{0}")]
     NotReleased(String),
-    /// An Open Inference Protocol request named a model this server does
-    /// not serve; rejected before any teacher was asked.
+    /// A request named a model or dataset this server does not serve;
+    /// rejected before any teacher was asked.
     #[error("{0}")]
-    UnknownModel(String),
+    NotFound(String),
     /// Authentication or the session refused.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -110,7 +110,7 @@ impl From<ServiceError> for Status {
         match e {
             ServiceError::InvalidInput(msg) => with_reason(Code::InvalidArgument, msg, INVALID_INPUT, false, &[]),
             ServiceError::NotReleased(msg) => with_reason(Code::FailedPrecondition, msg, NOT_RELEASED, false, &[]),
-            ServiceError::UnknownModel(msg) => with_reason(Code::NotFound, msg, NOT_FOUND, false, &[]),
+            ServiceError::NotFound(msg) => with_reason(Code::NotFound, msg, NOT_FOUND, false, &[]),
             ServiceError::Session(SessionError::Unauthenticated) => with_reason(
                 Code::Unauthenticated,
                 "missing or unknown API key: send the key your operator provisioned as `x-api-key: <key>` \
@@ -217,9 +217,7 @@ impl From<ServiceError> for Status {
 /// The metrics outcome of a failed query.
 pub fn outcome(e: &ServiceError) -> Outcome {
     match e {
-        ServiceError::InvalidInput(_) | ServiceError::NotReleased(_) | ServiceError::UnknownModel(_) => {
-            Outcome::Invalid
-        }
+        ServiceError::InvalidInput(_) | ServiceError::NotReleased(_) | ServiceError::NotFound(_) => Outcome::Invalid,
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
         ServiceError::RateLimited { .. } => Outcome::RefusedRate,

@@ -9,7 +9,6 @@
 //!   durable record its [`Release`](crate::store::Release) names.
 
 use super::cache::{CacheKey, Lookup, Owner, QueryDigest};
-use super::credential::Presented;
 use super::error::SessionError;
 use super::query::{Asking, Reply};
 use super::state::{BudgetView, Scope, Session};
@@ -35,16 +34,15 @@ pub enum Preflight {
     Ask,
 }
 
-/// An authenticated caller and the session it is charged to.
+/// An authenticated caller and the session it is charged to in one
+/// dataset (see [`Caller::on`](super::Caller::on)).
 #[derive(Clone)]
 pub struct Handle {
     pub(super) principal: Arc<str>,
+    /// The dataset's name.
+    pub(super) dataset: Arc<str>,
     pub(super) scope: Scope,
     pub(super) session: Arc<Session>,
-    /// What the caller presented, so that a long-lived caller (a stream)
-    /// can be checked again against the registry as it is now
-    /// ([`Sessions::recheck`](super::Sessions::recheck)): a rotated key stops working there too.
-    pub(super) presented: Presented,
 }
 
 impl Handle {
@@ -53,13 +51,20 @@ impl Handle {
         &self.principal
     }
 
+    /// The name of the dataset whose session this is.
+    pub fn dataset(&self) -> &str {
+        &self.dataset
+    }
+
     /// The session scope.
     pub fn scope(&self) -> Scope {
         self.scope
     }
 
-    /// The name of the session charged: the principal's, or
-    /// [`GLOBAL_SESSION`](super::GLOBAL_SESSION) under global scope (the budget gauges' label).
+    /// The store key of the session charged: the principal's name, or
+    /// [`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION) under global scope, prefixed
+    /// by the dataset's name outside the default dataset
+    /// ([`session_key`](crate::store::session_key)); the budget gauges' label.
     pub fn session_name(&self) -> &str {
         self.session.key()
     }

@@ -1,6 +1,7 @@
 //! Sessions: who is asking (API key → principal) and the privacy state
-//! their answers are charged to (posterior + ledger, one per principal or
-//! one shared). Applies one step of Algorithm 1 under the session's lock.
+//! their answers are charged to (posterior + ledger, in each dataset one
+//! per principal or one shared). Applies one step of Algorithm 1 under the
+//! session's lock.
 //!
 //! # Invariants
 //! - Principals are provisioned by the operator; a client can never open a
@@ -34,12 +35,14 @@
 //! - `journal`: the hash chain's entries and events;
 //! - `step`: one request, all or nothing, on a state value alone;
 //! - `handle`: the step under the cell's lock, and its durable answers;
+//!   `caller`: an authenticated caller's handles, one per dataset;
 //! - `unknown_keys`: the short negative cache of key digests no
 //!   principal holds;
 //! - [`registry`]: principals and their sessions; [`secret`]: s*'s
 //!   lifecycle.
 
 pub mod cache;
+mod caller;
 mod credential;
 mod error;
 mod handle;
@@ -51,11 +54,12 @@ mod state;
 mod step;
 mod unknown_keys;
 
+pub use caller::{Caller, DEFAULT as DEFAULT_DATASET_INDEX, DatasetIndex};
 pub use credential::{Credential, hex, key_digest_hex};
 pub use error::SessionError;
 pub use handle::{Handle, Preflight, Step};
 pub use query::{Asking, Reply};
-pub use registry::{Account, GLOBAL_SESSION, PrincipalConfig, Sessions};
+pub use registry::{Account, DatasetAccount, DatasetTerms, PrincipalConfig, Sessions};
 pub use state::{BudgetView, Scope, Session, SessionParams, Terms, Versioned};
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The principal registry: which credentials name which principal, and the
-//! session each principal is charged to. Principals come from the
-//! configuration (re-applied at every start) and from the admin API; both
-//! are kept in the store ([`crate::store::principal`]).
+//! session each principal is charged to in each dataset. Principals come
+//! from the configuration (re-applied at every start) and from the admin
+//! API; both are kept in the store ([`crate::store::principal`]). A
+//! principal's budget is its limit in every dataset.
 //!
 //! # Invariants
 //! - A credential is looked up by the SHA-256 of the key, never by the key:
@@ -9,13 +10,15 @@
 //!   nothing about the key (a map lookup compares digests, not secrets).
 //! - Revocation is durable before it takes effect in memory, and takes
 //!   effect for every request that authenticates after it returns.
-//! - There is no reset: a principal's session is keyed by its name, names
-//!   are never reused, and revoking keeps the spending on record.
+//! - There is no reset: a principal's session is keyed by its name (and
+//!   the dataset's, [`session_key`]), names are never reused, and revoking
+//!   keeps the spending on record.
 //! - With the embedded store this process is the only writer, so the
 //!   in-memory registry is authoritative. With PostgreSQL every request
 //!   looks its key up in the database, so a principal created or revoked on
 //!   one replica is seen by all of them at once.
 
+use super::caller::{Caller, DatasetIndex};
 use super::credential::{Credential, Presented, hex};
 use super::error::SessionError;
 use super::handle::{self, Handle};
@@ -23,18 +26,13 @@ use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
 use super::unknown_keys::UnknownKeys;
 use crate::store::cell::Cell;
 use crate::store::principal::now_unix;
-use crate::store::{Configured, Origin, PrincipalRecord, Store};
+use crate::store::{Configured, GLOBAL_SESSION, Origin, PrincipalRecord, Store, session_key};
 use pacpriv_privacy::Nats;
 use rand::TryRng;
 use rand::rngs::SysRng;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-
-/// The store key of the shared session under global scope (which uses no
-/// per-principal keys, so no principal name can collide with it: names
-/// cannot contain `*`).
-pub const GLOBAL_SESSION: &str = "*global*";
 
 /// Longest principal name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -64,20 +62,65 @@ impl PrincipalConfig {
     }
 }
 
-/// A principal and its current account.
+/// A principal and its current account in each dataset.
 #[derive(Clone, Debug)]
 pub struct Account {
     /// The stored principal.
     pub principal: PrincipalRecord,
-    /// Its session's account (the shared one under global scope).
+    /// Its account in each dataset, in the registry's order (the default
+    /// dataset first).
+    pub datasets: Vec<DatasetAccount>,
+}
+
+/// A principal's account in one dataset.
+#[derive(Clone, Debug)]
+pub struct DatasetAccount {
+    /// The dataset's name.
+    pub dataset: String,
+    /// The store key of the session charged (see [`Handle::session_name`]).
+    pub session: String,
+    /// The dataset's session scope.
+    pub scope: Scope,
+    /// The session's account (the shared one under global scope).
     pub budget: BudgetView,
 }
+
+/// One dataset of the registry: how its sessions are opened.
+#[derive(Clone, Debug)]
+pub struct DatasetTerms {
+    /// Its name ([`DEFAULT_DATASET`](crate::store::DEFAULT_DATASET) first).
+    pub name: Arc<str>,
+    /// Whose transcript a session bounds.
+    pub scope: Scope,
+    /// The shared session's limit under global scope.
+    pub global_budget: Nats,
+    /// What its sessions share (b, policy, m, s*, …).
+    pub params: SessionParams,
+}
+
+impl DatasetTerms {
+    /// The default dataset (the only one of a deployment that declares
+    /// none).
+    pub fn default_dataset(scope: Scope, global_budget: Nats, params: SessionParams) -> Self {
+        DatasetTerms { name: crate::store::DEFAULT_DATASET.into(), scope, global_budget, params }
+    }
+}
+
+/// A dataset as the registry holds it.
+struct Dataset {
+    terms: DatasetTerms,
+    /// The one session under global scope.
+    shared: Option<Arc<Session>>,
+}
+
+/// A principal's sessions, one per dataset, in the registry's order.
+type PrincipalSessions = Arc<[Arc<Session>]>;
 
 /// The embedded store's in-memory registry.
 #[derive(Default)]
 struct Local {
-    /// Every principal, revoked ones too, with its session.
-    principals: HashMap<String, (PrincipalRecord, Arc<Session>)>,
+    /// Every principal, revoked ones too, with its sessions.
+    principals: HashMap<String, (PrincipalRecord, PrincipalSessions)>,
     /// Active principals' names by key digest.
     by_key: HashMap<[u8; 32], String>,
 }
@@ -98,13 +141,11 @@ impl Local {
     }
 }
 
-/// Every provisioned principal and its session.
+/// Every provisioned principal and its session in each dataset.
 pub struct Sessions {
-    scope: Scope,
-    params: SessionParams,
+    /// At least one: the default dataset first.
+    datasets: Vec<Dataset>,
     store: Store,
-    /// The one session under global scope.
-    shared: Option<Arc<Session>>,
     /// Embedded store only (see the module invariants).
     local: Option<RwLock<Local>>,
     /// PostgreSQL only: key digests that named no principal a moment ago.
@@ -114,22 +155,24 @@ pub struct Sessions {
 impl Sessions {
     /// Provisions the configured principals in one transaction (inserting
     /// new ones, updating the key and budget of earlier configured ones;
-    /// on a conflict none is stored), then opens one
-    /// session per stored principal, or one shared session with
-    /// `global_budget`. With the embedded store each resumes from its
-    /// latest durable record (or the uniform prior); with PostgreSQL the
-    /// state is read per query.
+    /// on a conflict none is stored), then opens, in each of `datasets`
+    /// (the default one first), one session per stored principal, or one
+    /// shared session with the dataset's global budget. With the embedded
+    /// store each resumes from its latest durable record (or the uniform
+    /// prior); with PostgreSQL the state is read per query.
     ///
     /// # Errors
-    /// An invalid b or budget, an unreadable/corrupt record, or a
-    /// configured principal whose name or key an admin-created one holds.
+    /// No dataset, an invalid b or budget, an unreadable/corrupt record,
+    /// or a configured principal whose name or key an admin-created one
+    /// holds.
     pub async fn new(
         configured: &[PrincipalConfig],
-        scope: Scope,
-        global_budget: Nats,
-        params: SessionParams,
+        datasets: Vec<DatasetTerms>,
         store: &Store,
     ) -> Result<Self, SessionError> {
+        if datasets.is_empty() {
+            return Err(SessionError::InvalidPrincipal("no dataset to open sessions in".into()));
+        }
         let now = now_unix();
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
         // One transaction for all of them: a configuration with many
@@ -141,17 +184,16 @@ impl Sessions {
             }
         }
         log_revoked(&applied.revoked);
-        let mut sessions = Sessions {
-            scope,
-            params,
-            store: store.clone(),
-            shared: None,
-            local: None,
-            unknown: UnknownKeys::default(),
-        };
-        if scope == Scope::Global {
-            sessions.shared = Some(sessions.open(GLOBAL_SESSION, global_budget)?);
+        let mut opened = Vec::with_capacity(datasets.len());
+        for terms in datasets {
+            let shared = match terms.scope {
+                Scope::Global => Some(open(store, &terms, GLOBAL_SESSION, terms.global_budget)?),
+                Scope::PerPrincipal => None,
+            };
+            opened.push(Dataset { terms, shared });
         }
+        let mut sessions =
+            Sessions { datasets: opened, store: store.clone(), local: None, unknown: UnknownKeys::default() };
         if store.single_writer() {
             let mut local = Local::default();
             for record in store.principals().await.map_err(SessionError::Registry)? {
@@ -191,10 +233,17 @@ impl Sessions {
                     self.insert_local(&mut local, record)?;
                     continue;
                 };
-                let session = if old.budget != record.budget && self.shared.is_none() {
-                    Arc::new(session.retarget(Terms { params: self.params, limit: Nats::new(record.budget)? })?)
-                } else {
+                let sessions = if old.budget == record.budget {
                     session
+                } else {
+                    let limit = Nats::new(record.budget)?;
+                    let retargeted = self.datasets.iter().zip(session.iter()).map(|(dataset, session)| {
+                        if dataset.shared.is_some() {
+                            return Ok(Arc::clone(session));
+                        }
+                        Ok(Arc::new(session.retarget(Terms { params: dataset.terms.params, limit })?))
+                    });
+                    retargeted.collect::<Result<Vec<_>, SessionError>>()?.into()
                 };
                 if old.key_sha256 != record.key_sha256 && local.by_key.get(&old.key_sha256) == Some(&record.name) {
                     local.by_key.remove(&old.key_sha256);
@@ -202,37 +251,41 @@ impl Sessions {
                 if record.active() {
                     local.by_key.insert(record.key_sha256, record.name.clone());
                 }
-                local.principals.insert(record.name.clone(), (record, session));
+                local.principals.insert(record.name.clone(), (record, sessions));
             }
         }
         Ok(revoked.into_iter().map(|r| r.name).collect())
     }
 
-    /// A session object for `key` with `limit`: resumed from the embedded
-    /// store, or a handle on the PostgreSQL row.
-    fn open(&self, key: &str, limit: Nats) -> Result<Arc<Session>, SessionError> {
-        Ok(Arc::new(Cell::open(&self.store, key, Terms { params: self.params, limit })?))
-    }
-
-    /// The session `record` is charged to.
-    fn session_for(&self, record: &PrincipalRecord) -> Result<Arc<Session>, SessionError> {
-        match &self.shared {
+    /// The sessions `record` is charged to, one per dataset.
+    fn sessions_for(&self, record: &PrincipalRecord) -> Result<PrincipalSessions, SessionError> {
+        let limit = Nats::new(record.budget)?;
+        let sessions = self.datasets.iter().map(|dataset| match &dataset.shared {
             Some(shared) => Ok(Arc::clone(shared)),
-            None => self.open(&record.name, Nats::new(record.budget)?),
-        }
+            None => open(&self.store, &dataset.terms, &record.name, limit),
+        });
+        Ok(sessions.collect::<Result<Vec<_>, SessionError>>()?.into())
     }
 
     fn insert_local(&self, local: &mut Local, record: PrincipalRecord) -> Result<(), SessionError> {
-        let session = self.session_for(&record)?;
+        let sessions = self.sessions_for(&record)?;
         if record.active() {
             local.by_key.insert(record.key_sha256, record.name.clone());
         }
-        local.principals.insert(record.name.clone(), (record, session));
+        local.principals.insert(record.name.clone(), (record, sessions));
         Ok(())
     }
 
-    fn handle(&self, name: &str, session: Arc<Session>, presented: Presented) -> Handle {
-        Handle { principal: name.into(), scope: self.scope, session, presented }
+    fn caller(&self, name: &str, sessions: &PrincipalSessions, presented: Presented) -> Caller {
+        let principal: Arc<str> = name.into();
+        let handles = self.datasets.iter().zip(sessions.iter()).map(|(dataset, session)| Handle {
+            principal: Arc::clone(&principal),
+            dataset: Arc::clone(&dataset.terms.name),
+            scope: dataset.terms.scope,
+            session: Arc::clone(session),
+        });
+        let handles = handles.collect();
+        Caller { principal, presented, handles }
     }
 
     fn read_local(local: &RwLock<Local>) -> Result<std::sync::RwLockReadGuard<'_, Local>, SessionError> {
@@ -244,29 +297,29 @@ impl Sessions {
     /// # Errors
     /// [`SessionError::Unauthenticated`] (unknown, revoked), or
     /// [`SessionError::Registry`] when PostgreSQL cannot be asked.
-    pub async fn authenticate(&self, credential: Credential<'_>) -> Result<Handle, SessionError> {
+    pub async fn authenticate(&self, credential: Credential<'_>) -> Result<Caller, SessionError> {
         self.lookup(Presented::from(credential)).await
     }
 
-    /// `handle` (authenticated earlier, e.g. when its stream opened) as the
+    /// `caller` (authenticated earlier, e.g. when its stream opened) as the
     /// registry has it now: its credential must still name the same active
     /// principal — a rotated or removed key, or a revoked principal, stops
-    /// an open stream at its next query — and the session comes with the
+    /// an open stream at its next query — and the sessions come with the
     /// principal's current budget, so a cut reaches the stream too.
     ///
     /// # Errors
     /// [`SessionError::Unauthenticated`] when the credential no longer
     /// names this principal, or [`SessionError::Registry`] when PostgreSQL
     /// cannot be asked.
-    pub async fn recheck(&self, handle: &Handle) -> Result<Handle, SessionError> {
-        let now = self.lookup(handle.presented.clone()).await?;
-        if now.principal != handle.principal {
+    pub async fn recheck(&self, caller: &Caller) -> Result<Caller, SessionError> {
+        let now = self.lookup(caller.presented.clone()).await?;
+        if now.principal != caller.principal {
             return Err(SessionError::Unauthenticated);
         }
         Ok(now)
     }
 
-    async fn lookup(&self, presented: Presented) -> Result<Handle, SessionError> {
+    async fn lookup(&self, presented: Presented) -> Result<Caller, SessionError> {
         if let Some(local) = &self.local {
             let local = Self::read_local(local)?;
             let name = match &presented {
@@ -274,9 +327,7 @@ impl Sessions {
                 Presented::Certificate(cn) => Some(&**cn),
             };
             return match name.and_then(|n| local.principals.get(n)) {
-                Some((record, session)) if record.active() => {
-                    Ok(self.handle(&record.name, Arc::clone(session), presented))
-                }
+                Some((record, sessions)) if record.active() => Ok(self.caller(&record.name, sessions, presented)),
                 _ => Err(SessionError::Unauthenticated),
             };
         }
@@ -287,7 +338,7 @@ impl Sessions {
         }
         .map_err(SessionError::Registry)?;
         match record {
-            Some(r) if r.active() => Ok(self.handle(&r.name, self.session_for(&r)?, presented)),
+            Some(r) if r.active() => Ok(self.caller(&r.name, &self.sessions_for(&r)?, presented)),
             Some(_) => Err(SessionError::Unauthenticated),
             None => {
                 if let Presented::Key(digest) = presented {
@@ -401,17 +452,26 @@ impl Sessions {
         self.account(record).await
     }
 
-    /// `record` with its session's current account.
+    /// `record` with its sessions' current accounts.
     async fn account(&self, principal: PrincipalRecord) -> Result<Account, SessionError> {
         let cached = match &self.local {
             Some(local) => Self::read_local(local)?.principals.get(&principal.name).map(|(_, s)| Arc::clone(s)),
             None => None,
         };
-        let session = match cached {
+        let sessions = match cached {
             Some(s) => s,
-            None => self.session_for(&principal)?,
+            None => self.sessions_for(&principal)?,
         };
-        Ok(Account { budget: handle::account_of(&session).await?, principal })
+        let mut datasets = Vec::with_capacity(self.datasets.len());
+        for (dataset, session) in self.datasets.iter().zip(sessions.iter()) {
+            datasets.push(DatasetAccount {
+                dataset: dataset.terms.name.to_string(),
+                session: session.key().to_owned(),
+                scope: dataset.terms.scope,
+                budget: handle::account_of(session).await?,
+            });
+        }
+        Ok(Account { datasets, principal })
     }
 
     /// Every active principal's name and current account (for the budget
@@ -436,14 +496,20 @@ impl Sessions {
         }
     }
 
-    /// The session scope.
-    pub fn scope(&self) -> Scope {
-        self.scope
+    /// Whether every step is journaled (`store.journal`, the same in
+    /// every dataset).
+    pub fn journaled(&self) -> bool {
+        self.datasets.iter().any(|d| d.terms.params.journal)
     }
 
-    /// Whether every step is journaled (`store.journal`).
-    pub fn journaled(&self) -> bool {
-        self.params.journal
+    /// The datasets' names, in order: what a [`DatasetIndex`] indexes.
+    pub fn datasets(&self) -> impl Iterator<Item = &str> {
+        self.datasets.iter().map(|d| &*d.terms.name)
+    }
+
+    /// The position of the dataset `name`.
+    pub fn dataset_index(&self, name: &str) -> Option<DatasetIndex> {
+        self.datasets.iter().position(|d| &*d.terms.name == name)
     }
 
     /// The key of every session the store holds a record for.
@@ -468,8 +534,6 @@ impl Sessions {
     }
 }
 
-/// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and
-/// store keys, and never `*global*`.
 /// Says which configured principals the configuration no longer names
 /// were revoked (at start-up or on reload).
 fn log_revoked(revoked: &[PrincipalRecord]) {
@@ -478,6 +542,16 @@ fn log_revoked(revoked: &[PrincipalRecord]) {
     }
 }
 
+/// A session object for principal `name` (or [`GLOBAL_SESSION`]) in the
+/// dataset `terms` describes, with `limit`: resumed from the embedded
+/// store, or a handle on the PostgreSQL row.
+fn open(store: &Store, terms: &DatasetTerms, name: &str, limit: Nats) -> Result<Arc<Session>, SessionError> {
+    let key = session_key(&terms.name, name);
+    Ok(Arc::new(Cell::open(store, &key, Terms { params: terms.params, limit })?))
+}
+
+/// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and
+/// store keys, and never `*global*`.
 fn check_name(name: &str) -> Result<(), SessionError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN

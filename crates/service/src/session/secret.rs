@@ -1,9 +1,9 @@
-//! The secret subset index s*: established once per deployment and sealed
-//! in the store. On first start it is read from the operator's file or
-//! drawn uniformly from the OS CSPRNG, and written (durably) before any
-//! session exists; every later start reads it back. A start whose teacher
-//! set or operator-provided index disagrees with the store refuses.
-//! Errors never contain the index.
+//! The secret subset index s*: established once per dataset and sealed
+//! in the store. On the dataset's first start it is read from the
+//! operator's file or drawn uniformly from the OS CSPRNG, and written
+//! (durably) before any of its sessions exists; every later start reads
+//! it back. A start whose teacher set or operator-provided index
+//! disagrees with the store refuses. Errors never contain the index.
 
 use crate::store::{Meta, Store, StoreError};
 use chacha20::ChaCha20Rng;
@@ -39,19 +39,20 @@ pub enum SecretError {
     Store(#[from] StoreError),
 }
 
-/// The deployment's s* for `m` teachers described by `teachers`.
+/// `dataset`'s s* for `m` teachers described by `teachers`.
 ///
 /// # Errors
 /// [`SecretError`].
 pub async fn establish(
     store: &Store,
+    dataset: &str,
     file: Option<&Path>,
     m: usize,
     teachers: &str,
 ) -> Result<SecretIndex, SecretError> {
     let provided = file.map(|f| read(f, m)).transpose()?;
     let shown = store.location();
-    let meta = match store.meta().await? {
+    let meta = match store.meta(dataset).await? {
         Some(meta) => meta,
         None => {
             let candidate = match provided {
@@ -60,16 +61,17 @@ pub async fn establish(
             };
             // With replicas starting together the first writer wins and
             // everyone adopts its index; a candidate that lost was never used.
-            let meta = store.init_meta(&Meta { secret: candidate, teachers: teachers.to_owned() }).await?;
+            let meta = store.init_meta(dataset, &Meta { secret: candidate, teachers: teachers.to_owned() }).await?;
             // Loud on purpose: a server that answered before but now finds an
             // empty store (another working directory, a lost volume) would
             // hand every principal a fresh budget over the same teachers.
             tracing::warn!(
                 store = %shown,
+                dataset,
                 secret = if provided.is_some() { "from privacy.secret_index_file" } else { "drawn from the OS CSPRNG" },
-                "new store: no sessions yet, every principal starts with its full budget; if this deployment has \
-                 answered queries before, stop it — its store is elsewhere (store.path is relative to the working \
-                 directory)"
+                "new store (or a new dataset in it): no sessions yet, every principal starts with its full budget; \
+                 if this deployment has answered queries about this dataset before, stop it — its store is \
+                 elsewhere (store.path is relative to the working directory)"
             );
             meta
         }
@@ -113,7 +115,7 @@ pub fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
 mod test {
     use super::*;
 
-    use crate::store::EmbeddedStore;
+    use crate::store::{DEFAULT_DATASET, EmbeddedStore};
     use std::sync::Arc;
 
     fn open(path: &Path) -> Result<Store, StoreError> {
@@ -126,19 +128,19 @@ mod test {
         let path = dir.path().join("s.redb");
         let first = {
             let store = open(&path)?;
-            establish(&store, None, 64, "demo m=64").await?
+            establish(&store, DEFAULT_DATASET, None, 64, "demo m=64").await?
         };
         let store = open(&path)?;
-        assert_eq!(establish(&store, None, 64, "demo m=64").await?, first, "a restart keeps s*");
-        let other = establish(&store, None, 64, "demo m=32").await;
+        assert_eq!(establish(&store, DEFAULT_DATASET, None, 64, "demo m=64").await?, first, "a restart keeps s*");
+        let other = establish(&store, DEFAULT_DATASET, None, 64, "demo m=32").await;
         assert!(matches!(other, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
 
         let file = dir.path().join("secret");
         std::fs::write(&file, format!("{}\n", (first.expose() + 1) % 64))?;
-        let conflict = establish(&store, Some(&file), 64, "demo m=64").await;
+        let conflict = establish(&store, DEFAULT_DATASET, Some(&file), 64, "demo m=64").await;
         assert!(matches!(conflict, Err(SecretError::Store(StoreError::SecretConflict { .. }))));
         std::fs::write(&file, format!("{}", first.expose()))?;
-        assert_eq!(establish(&store, Some(&file), 64, "demo m=64").await?, first);
+        assert_eq!(establish(&store, DEFAULT_DATASET, Some(&file), 64, "demo m=64").await?, first);
         Ok(())
     }
 
@@ -148,10 +150,34 @@ mod test {
         let store = open(&dir.path().join("s.redb"))?;
         let file = dir.path().join("secret");
         std::fs::write(&file, "99")?;
-        let e = establish(&store, Some(&file), 8, "t").await.err().map(|e| e.to_string()).unwrap_or_default();
+        let e = establish(&store, DEFAULT_DATASET, Some(&file), 8, "t")
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(e.contains("below the number of teachers (8)") && !e.contains("99"), "{e}");
         std::fs::write(&file, "3")?;
-        assert_eq!(establish(&store, Some(&file), 8, "t").await?.expose(), 3);
+        assert_eq!(establish(&store, DEFAULT_DATASET, Some(&file), 8, "t").await?.expose(), 3);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn each_dataset_keeps_its_own_secret_and_teacher_set() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("s.redb");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "3")?;
+        std::fs::write(&b, "5")?;
+        {
+            let store = open(&path)?;
+            assert_eq!(establish(&store, DEFAULT_DATASET, Some(&a), 8, "t8").await?.expose(), 3);
+            assert_eq!(establish(&store, "other", Some(&b), 16, "u16").await?.expose(), 5);
+        }
+        let store = open(&path)?;
+        assert_eq!(establish(&store, DEFAULT_DATASET, None, 8, "t8").await?.expose(), 3, "a restart keeps each s*");
+        assert_eq!(establish(&store, "other", None, 16, "u16").await?.expose(), 5);
+        let swapped = establish(&store, "other", None, 8, "t8").await;
+        assert!(matches!(swapped, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 use super::step::{Answered, charged_rows};
 use super::*;
-use crate::store::{EmbeddedStore, Origin, Release, Store, StoreError};
+use crate::store::{DEFAULT_DATASET, EmbeddedStore, Origin, Release, Store, StoreError};
 use cache::{CacheKey, CacheSettings, OnEvicted, QueryDigest};
 use futures_util::FutureExt;
 use pacpriv_privacy::Nats;
@@ -31,7 +31,17 @@ async fn sessions_in(
 ) -> Result<Sessions, Box<dyn std::error::Error>> {
     let ps = [principal("alice", "ka", 0.3)?, principal("bob", "kb", 0.3)?];
     let store = Store::Embedded(Arc::new(EmbeddedStore::open(&dir.join("state.redb"))?));
-    Ok(Sessions::new(&ps, scope, Nats::new(0.5)?, params(policy)?, &store).await?)
+    Ok(Sessions::new(&ps, vec![dataset(DEFAULT_DATASET, scope, params(policy)?)?], &store).await?)
+}
+
+/// One dataset of the registry: `name`, with a global budget of 0.5.
+fn dataset(name: &str, scope: Scope, params: SessionParams) -> Result<DatasetTerms, PrivacyError> {
+    Ok(DatasetTerms { name: name.into(), scope, global_budget: Nats::new(0.5)?, params })
+}
+
+/// The caller a credential names, on its session in the default dataset.
+async fn login(s: &Sessions, credential: Credential<'_>) -> Result<Handle, SessionError> {
+    Ok(s.authenticate(credential).await?.on(0)?.clone())
 }
 
 /// The sessions' parameters: m = 4, b = 0.125, journal on, [`CACHE`].
@@ -64,10 +74,10 @@ fn split() -> TeacherOutputs {
 #[tokio::test]
 async fn keys_authenticate_their_principal_and_nothing_else() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    assert_eq!(s.authenticate(Credential::ApiKey("ka")).await?.principal(), "alice");
-    assert_eq!(s.authenticate(Credential::ApiKey("kb")).await?.principal(), "bob");
-    assert!(matches!(s.authenticate(Credential::ApiKey("kc")).await, Err(SessionError::Unauthenticated)));
-    assert!(matches!(s.authenticate(Credential::ApiKey("")).await, Err(SessionError::Unauthenticated)));
+    assert_eq!(login(&s, Credential::ApiKey("ka")).await?.principal(), "alice");
+    assert_eq!(login(&s, Credential::ApiKey("kb")).await?.principal(), "bob");
+    assert!(matches!(login(&s, Credential::ApiKey("kc")).await, Err(SessionError::Unauthenticated)));
+    assert!(matches!(login(&s, Credential::ApiKey("")).await, Err(SessionError::Unauthenticated)));
     assert_eq!(key_digest_hex("demo-key"), "c48a01f49fd0f2cc404bc3cbbc80e91457a3d41bb429a695243de4c61794155c");
     Ok(())
 }
@@ -75,8 +85,7 @@ async fn keys_authenticate_their_principal_and_nothing_else() -> TestResult {
 #[tokio::test]
 async fn per_principal_budgets_are_separate_and_run_out() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let (alice, bob) =
-        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+    let (alice, bob) = (login(&s, Credential::ApiKey("ka")).await?, login(&s, Credential::ApiKey("kb")).await?);
     // 0.3 / 0.125: two answers fit, the third does not.
     for n in 1..=2 {
         let (a, view) = alice.answer(split(), None, "q".into()).await?;
@@ -98,8 +107,7 @@ async fn per_principal_budgets_are_separate_and_run_out() -> TestResult {
 #[tokio::test]
 async fn global_scope_shares_one_session() -> TestResult {
     let (s, _dir) = sessions(Scope::Global, Policy::Paper).await?;
-    let (alice, bob) =
-        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+    let (alice, bob) = (login(&s, Credential::ApiKey("ka")).await?, login(&s, Credential::ApiKey("kb")).await?);
     alice.answer(split(), None, "q".into()).await?;
     let view = bob.budget().await?;
     assert_eq!((view.spent, view.limit, view.answered), (0.125, 0.5, 1));
@@ -109,7 +117,7 @@ async fn global_scope_shares_one_session() -> TestResult {
 #[tokio::test]
 async fn contested_policy_never_refuses_up_front() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Contested).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     alice.answer(split(), None, "q".into()).await?;
     alice.answer(split(), None, "q".into()).await?;
     // Exhausted for contested answers, but a unanimous one is free.
@@ -123,7 +131,7 @@ async fn contested_policy_never_refuses_up_front() -> TestResult {
 #[tokio::test]
 async fn a_rejected_step_changes_nothing() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     let wrong_m = TeacherOutputs::Labels { labels: vec![0, 1], classes: 3 };
     assert!(matches!(alice.answer(wrong_m, None, "q".into()).await, Err(SessionError::Privacy(_))));
     assert_eq!(alice.budget().await?.answered, 0);
@@ -135,7 +143,7 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
     let dir = tempfile::tempdir()?;
     let (before, posterior) = {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
-        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        let alice = login(&s, Credential::ApiKey("ka")).await?;
         alice.answer(split(), None, "a1".into()).await?;
         alice.answer(TeacherOutputs::Labels { labels: vec![1; 4], classes: 3 }, None, "a2".into()).await?;
         alice.answer(split(), None, "a3".into()).await?;
@@ -143,10 +151,10 @@ async fn sessions_resume_from_the_store_and_the_journal_replays_them() -> TestRe
         (alice.budget().await?, posterior)
     };
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?, before, "spending survives a restart");
     assert_eq!(posterior_of(&alice).await?, posterior);
-    assert_eq!(s.authenticate(Credential::ApiKey("kb")).await?.budget().await?.answered, 0);
+    assert_eq!(login(&s, Credential::ApiKey("kb")).await?.budget().await?.answered, 0);
 
     // Replaying the journal from the prior gives the stored posterior bit for bit.
     drop((alice, s));
@@ -172,11 +180,14 @@ async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durabl
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
         let (account, key) = s.create("carol", Nats::new(0.25)?).await?;
         assert!(key.starts_with("ppk_") && key.len() == 68, "{key}");
-        assert_eq!((account.principal.origin, account.budget.limit, account.budget.spent), (Origin::Admin, 0.25, 0.0));
-        let carol = s.authenticate(Credential::ApiKey(&key)).await?;
+        assert_eq!(
+            (account.principal.origin, account.datasets[0].budget.limit, account.datasets[0].budget.spent),
+            (Origin::Admin, 0.25, 0.0)
+        );
+        let carol = login(&s, Credential::ApiKey(&key)).await?;
         assert_eq!(carol.principal(), "carol");
         carol.answer(split(), None, "c1".into()).await?;
-        assert_eq!(s.inspect("carol").await?.budget.spent, 0.125);
+        assert_eq!(s.inspect("carol").await?.datasets[0].budget.spent, 0.125);
 
         // Names are never reused, revoked or not; nor are bad names accepted.
         assert!(matches!(s.create("carol", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
@@ -187,8 +198,8 @@ async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durabl
 
         let revoked = s.revoke("carol").await?;
         assert!(!revoked.principal.active());
-        assert_eq!(revoked.budget.spent, 0.125, "revocation keeps the spending on record");
-        assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
+        assert_eq!(revoked.datasets[0].budget.spent, 0.125, "revocation keeps the spending on record");
+        assert!(matches!(login(&s, Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
         assert!(matches!(carol_again(&s).await, Err(SessionError::Unauthenticated)));
         assert!(matches!(s.revoke("nobody").await, Err(SessionError::UnknownPrincipal(_))));
         assert!(matches!(s.create("carol", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
@@ -198,15 +209,15 @@ async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durabl
     };
     // After a restart: still revoked, spending still there, alice still works.
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-    assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
+    assert!(matches!(login(&s, Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
     let carol = s.inspect("carol").await?;
-    assert_eq!((carol.principal.active(), carol.budget.spent), (false, 0.125));
-    assert_eq!(s.authenticate(Credential::ApiKey("ka")).await?.principal(), "alice");
+    assert_eq!((carol.principal.active(), carol.datasets[0].budget.spent), (false, 0.125));
+    assert_eq!(login(&s, Credential::ApiKey("ka")).await?.principal(), "alice");
     Ok(())
 }
 
 async fn carol_again(s: &Sessions) -> Result<Handle, SessionError> {
-    s.authenticate(Credential::Certificate("carol")).await
+    login(s, Credential::Certificate("carol")).await
 }
 
 #[tokio::test]
@@ -214,9 +225,9 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
     let dir = tempfile::tempdir()?;
     {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-        assert_eq!(s.authenticate(Credential::Certificate("bob")).await?.principal(), "bob");
-        assert!(matches!(s.authenticate(Credential::Certificate("mallory")).await, Err(SessionError::Unauthenticated)));
-        s.authenticate(Credential::ApiKey("ka")).await?.answer(split(), None, "a1".into()).await?;
+        assert_eq!(login(&s, Credential::Certificate("bob")).await?.principal(), "bob");
+        assert!(matches!(login(&s, Credential::Certificate("mallory")).await, Err(SessionError::Unauthenticated)));
+        login(&s, Credential::ApiKey("ka")).await?.answer(split(), None, "a1".into()).await?;
     }
     // The operator rotates alice's key in the configuration: the old key
     // stops working, the new one reaches the same session (spending kept).
@@ -230,13 +241,21 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
         cache: CACHE,
         calibration: Default::default(),
     };
-    let s =
-        Sessions::new(&[principal("alice", "ka2", 0.3)?], Scope::PerPrincipal, Nats::new(0.5)?, params, &store).await?;
-    assert!(matches!(s.authenticate(Credential::ApiKey("ka")).await, Err(SessionError::Unauthenticated)));
-    assert_eq!(s.authenticate(Credential::ApiKey("ka2")).await?.budget().await?.spent, 0.125);
+    let s = Sessions::new(
+        &[principal("alice", "ka2", 0.3)?],
+        vec![dataset(DEFAULT_DATASET, Scope::PerPrincipal, params)?],
+        &store,
+    )
+    .await?;
+    assert!(matches!(login(&s, Credential::ApiKey("ka")).await, Err(SessionError::Unauthenticated)));
+    assert_eq!(login(&s, Credential::ApiKey("ka2")).await?.budget().await?.spent, 0.125);
     // A configured key that another principal already holds is refused.
-    let clash =
-        Sessions::new(&[principal("eve", "kb", 0.3)?], Scope::PerPrincipal, Nats::new(0.5)?, params, &store).await;
+    let clash = Sessions::new(
+        &[principal("eve", "kb", 0.3)?],
+        vec![dataset(DEFAULT_DATASET, Scope::PerPrincipal, params)?],
+        &store,
+    )
+    .await;
     assert!(matches!(clash, Err(SessionError::Registry(StoreError::KeyInUse { .. }))));
     Ok(())
 }
@@ -249,16 +268,14 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
 async fn per_principal_sessions_calibrate_to_their_own_transcript_only() -> TestResult {
     let uniform = Posterior::uniform(4)?;
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let (alice, bob) =
-        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+    let (alice, bob) = (login(&s, Credential::ApiKey("ka")).await?, login(&s, Credential::ApiKey("kb")).await?);
     alice.answer(split(), None, "a1".into()).await?;
     alice.answer(split(), None, "a2".into()).await?;
     assert_ne!(posterior_of(&alice).await?, uniform, "alice's answers moved her posterior");
     assert_eq!(posterior_of(&bob).await?, uniform, "bob's noise ignores what alice was told");
 
     let (g, _gdir) = sessions(Scope::Global, Policy::Paper).await?;
-    let (alice, bob) =
-        (g.authenticate(Credential::ApiKey("ka")).await?, g.authenticate(Credential::ApiKey("kb")).await?);
+    let (alice, bob) = (login(&g, Credential::ApiKey("ka")).await?, login(&g, Credential::ApiKey("kb")).await?);
     alice.answer(split(), None, "a1".into()).await?;
     assert_ne!(posterior_of(&bob).await?, uniform);
     assert_eq!(posterior_of(&bob).await?, posterior_of(&alice).await?, "one transcript, one posterior");
@@ -273,17 +290,17 @@ async fn deleting_the_store_forgets_every_budget_and_posterior() -> TestResult {
     let dir = tempfile::tempdir()?;
     {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        let alice = login(&s, Credential::ApiKey("ka")).await?;
         alice.answer(split(), None, "a1".into()).await?;
         assert_eq!(alice.budget().await?.spent, 0.125);
     }
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?.spent, 0.125, "a restart remembers");
     drop((alice, s));
     std::fs::remove_file(dir.path().join("state.redb"))?;
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     assert_eq!(alice.budget().await?.spent, 0.0, "a deleted store forgets");
     assert_eq!(posterior_of(&alice).await?, Posterior::uniform(4)?);
     Ok(())
@@ -312,7 +329,7 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
     let dir = tempfile::tempdir()?;
     let (first, posterior) = {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        let alice = login(&s, Credential::ApiKey("ka")).await?;
         let (first, view) = ask(&alice, Some(split()), keyed(1.0, true, Some(0.05))).await?;
         assert!(!first.cached && first.charge.get() == 0.125 && view.answered == 1);
         let posterior = posterior_of(&alice).await?;
@@ -330,7 +347,7 @@ async fn a_repeated_query_gets_its_answer_again_for_free_even_after_a_restart() 
         (first, posterior)
     };
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     let (again, view) = ask(&alice, None, keyed(1.0, true, Some(0.05))).await?;
     assert_eq!(again, Reply { cached: true, charge: Nats::ZERO, ..first }, "the cache survives a restart");
     assert_eq!((view.answered, posterior_of(&alice).await?), (1, posterior));
@@ -347,9 +364,9 @@ async fn stalled(
     let store = Arc::new(EmbeddedStore::open(&dir.join("state.redb"))?);
     let ps = [principal("alice", "ka", 0.3)?];
     let params = SessionParams { journal, ..params(policy)? };
-    let s =
-        Sessions::new(&ps, Scope::PerPrincipal, Nats::new(0.5)?, params, &Store::Embedded(Arc::clone(&store))).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let datasets = vec![dataset(DEFAULT_DATASET, Scope::PerPrincipal, params)?];
+    let s = Sessions::new(&ps, datasets, &Store::Embedded(Arc::clone(&store))).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     let stall = store.stall()?;
     Ok((s, alice, stall))
 }
@@ -420,7 +437,7 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
     // Every step reached the disk: the answers are cached after a restart,
     // and both charges are on the ledger.
     let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     for example in [1.0, 2.0] {
         assert_eq!(preflight(&alice, QueryDigest::of(&[example]).into()).await?, Preflight::Known);
     }
@@ -455,7 +472,7 @@ async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() ->
     // Contested: the unanimous answers below are free, so b = 0.125 of 0.3 fits.
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Contested).await?;
     let unanimous = || TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
     // Its noisy vector was not returned, so not kept: refused, not redrawn.
     let refused = ask(&alice, None, keyed(1.0, true, None)).await;
@@ -485,7 +502,7 @@ async fn repeats_that_would_need_fresh_noise_are_refused_and_change_nothing() ->
 #[tokio::test]
 async fn the_cached_confidence_flag_answers_any_alpha() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     let (first, _) = ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
     assert_eq!(first.confident, None);
     let lax = ask(&alice, None, keyed(1.0, false, Some(0.5))).await?.0.confident;
@@ -506,8 +523,7 @@ async fn under_global_scope_another_principals_queries_never_change_your_answers
     let mut seen = Vec::new();
     for alice_queries in [0, 5] {
         let (s, _dir) = sessions(Scope::Global, Policy::Contested).await?;
-        let (alice, bob) =
-            (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+        let (alice, bob) = (login(&s, Credential::ApiKey("ka")).await?, login(&s, Credential::ApiKey("kb")).await?);
         let asking = |h: &Handle, x: f64| Asking {
             key: Some(h.cache_key(QueryDigest::of(&[x]))),
             ..keyed(x, false, Some(0.05))
@@ -537,8 +553,7 @@ async fn under_global_scope_another_principals_queries_never_change_your_answers
 #[tokio::test]
 async fn under_global_scope_a_principal_never_gets_another_principals_cached_answer() -> TestResult {
     let (s, _dir) = sessions(Scope::Global, Policy::Paper).await?;
-    let (alice, bob) =
-        (s.authenticate(Credential::ApiKey("ka")).await?, s.authenticate(Credential::ApiKey("kb")).await?);
+    let (alice, bob) = (login(&s, Credential::ApiKey("ka")).await?, login(&s, Credential::ApiKey("kb")).await?);
     let digest = QueryDigest::of(&[1.0]);
     let asking = |h: &Handle| Asking { key: Some(h.cache_key(digest)), ..keyed(1.0, false, None) };
     ask(&alice, Some(split()), asking(&alice)).await?;
@@ -564,7 +579,7 @@ async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
     };
     {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-        let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+        let alice = login(&s, Credential::ApiKey("ka")).await?;
         // Three new rows cost 3b = 0.375 of a 0.3 budget: refused, nothing
         // drawn, kept or charged.
         let before = (alice.budget().await?, posterior_of(&alice).await?);
@@ -603,11 +618,11 @@ async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
 #[tokio::test]
 async fn a_budget_cut_below_the_spending_still_repeats_cached_answers() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Paper).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     ask(&alice, Some(split()), keyed(1.0, false, None)).await?;
     ask(&alice, Some(split()), keyed(2.0, false, None)).await?;
     s.reconfigure(&[principal("alice", "ka", 0.1)?, principal("bob", "kb", 0.3)?]).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     let view = alice.budget().await?;
     assert_eq!((view.spent, view.limit), (0.25, 0.1));
     assert!(matches!(preflight(&alice, new_query()).await, Err(SessionError::Exhausted { .. })));
@@ -627,7 +642,7 @@ async fn a_budget_cut_below_the_spending_still_repeats_cached_answers() -> TestR
 #[tokio::test]
 async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestResult {
     let (s, _dir) = sessions(Scope::PerPrincipal, Policy::Contested).await?;
-    let alice = s.authenticate(Credential::ApiKey("ka")).await?;
+    let alice = login(&s, Credential::ApiKey("ka")).await?;
     let unanimous = || TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
     // The cache (capacity 2) holds 1.0 (noisy vector not kept), then 2.0.
     ask(&alice, Some(split()), keyed(1.0, false, None)).await?;

@@ -12,24 +12,23 @@
 //! - one file per section, each its raw (serde) form and its check:
 //!   `admin` (admin and metrics), `telemetry`, `privacy`, `principals`,
 //!   `server` (server and tls), `store`; `teachers` (model, teachers and
-//!   demo: it reads the server's message limits); `models` (more models
-//!   over the same data, each the sections above with its own keys over
-//!   them);
+//!   demo: it reads the server's message limits); `models` (more models,
+//!   each over a dataset, each the sections above with its own keys over
+//!   them); `datasets` (more secret spaces, each `privacy` with its own
+//!   keys over it);
 //! - this file: [`Settings`], every section together, and the checks
 //!   that span sections.
-use crate::session::cache::CacheSettings;
-use crate::session::{PrincipalConfig, Scope};
+use crate::session::PrincipalConfig;
 use config::{Config, Environment, File, FileFormat};
-use pacpriv_privacy::Nats;
-use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::Calibration;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 mod admin;
+mod datasets;
 mod models;
 mod parse;
 mod principals;
@@ -39,13 +38,16 @@ mod store;
 mod teachers;
 mod telemetry;
 
+use crate::store::DEFAULT_DATASET;
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
+use datasets::{RawDataset, more_datasets};
 use models::{Base, RawMoreModel, more_models};
 pub use models::{DEFAULT_MODEL, ModelSettings};
 pub use parse::SettingsError;
 use parse::err;
 use principals::{RawPrincipal, principals};
+pub use privacy::DatasetSettings;
 use privacy::RawPrivacy;
 pub use server::{MAX_BATCH, MAX_FEATURES, RateQuota, TlsSettings, largest_response};
 use server::{RawServer, RawTls};
@@ -90,20 +92,12 @@ pub struct Settings {
     pub drain_deadline: std::time::Duration,
     /// JSON logs (production) instead of text.
     pub log_json: bool,
-    /// b.
-    pub per_query: Nats,
-    /// Charging policy.
-    pub policy: Policy,
-    /// Session scope.
-    pub scope: Scope,
-    /// Limit of the shared session when scope is global.
-    pub global_budget: Nats,
-    /// Operator-provided secret index file, if any.
-    pub secret_index_file: Option<PathBuf>,
-    /// Clients may ask for the (rounded) noisy release, not just its argmax.
-    pub release_noisy_vector: bool,
-    /// The per-session answer cache.
-    pub cache: CacheSettings,
+    /// The default dataset (`[privacy]`): its b, policy, scope, budgets,
+    /// secret index file, noisy-vector release and answer cache.
+    pub dataset: DatasetSettings,
+    /// `[datasets.<name>]`, in name order: more secret spaces, each with
+    /// its own s* and sessions.
+    pub more_datasets: Vec<DatasetSettings>,
     /// Where sessions are kept.
     pub store: StoreSettings,
     /// Journal every step.
@@ -111,8 +105,8 @@ pub struct Settings {
     /// The default model (`[model]`, `[teachers]`, `[demo]`): what a
     /// request that names no model is answered by.
     pub model: ModelSettings,
-    /// `[models.<name>]`, in name order: more models over the same data,
-    /// stepping the same sessions.
+    /// `[models.<name>]`, in name order: more models, each stepping the
+    /// sessions of its dataset.
     pub more_models: Vec<ModelSettings>,
     /// How often every model's teachers' readiness is probed for the
     /// health service.
@@ -134,6 +128,22 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Every dataset, the default one (`[privacy]`) first.
+    pub fn datasets(&self) -> impl Iterator<Item = &DatasetSettings> {
+        std::iter::once(&self.dataset).chain(&self.more_datasets)
+    }
+
+    /// Every model, the default one first.
+    pub fn models(&self) -> impl Iterator<Item = &ModelSettings> {
+        std::iter::once(&self.model).chain(&self.more_models)
+    }
+
+    /// The position of `model`'s dataset in [`Settings::datasets`]
+    /// (validated at load: every model's dataset is one of them).
+    pub fn dataset_of(&self, model: &ModelSettings) -> Option<usize> {
+        self.datasets().position(|d| d.name == model.dataset)
+    }
+
     /// Defaults, then `file` (if any), then the process environment.
     ///
     /// # Errors
@@ -199,6 +209,8 @@ struct Raw {
     principals: BTreeMap<String, RawPrincipal>,
     #[serde(default)]
     models: BTreeMap<String, RawMoreModel>,
+    #[serde(default)]
+    datasets: BTreeMap<String, RawDataset>,
 }
 
 impl Raw {
@@ -206,39 +218,50 @@ impl Raw {
     /// what `self` was read from (each of `models` is read from it again,
     /// its own keys over the top-level sections).
     fn validate(self, config: &Config) -> Result<Settings, SettingsError> {
-        let privacy = self.privacy.validate()?;
+        let privacy = self.privacy.validate(DEFAULT_DATASET, "privacy")?;
+        let mut datasets = vec![privacy];
+        datasets.extend(more_datasets(config, self.datasets)?);
         let server = self.server.validate()?;
         let (mode, input_shape) = self.model.validate()?;
         let fanout = self.teachers.validate(self.demo)?;
         let admin = self.admin.validate()?;
         let model = ModelSettings {
             name: server.inference_model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+            dataset: DEFAULT_DATASET.to_owned(),
             mode,
             input_shape,
             teachers: fanout.teachers,
             call: fanout.call,
             batching: fanout.batching,
         };
-        let base = Base { model: &model, health_interval: fanout.health_interval };
+        let base = Base { model: &model, health_interval: fanout.health_interval, datasets: &datasets };
         let more_models = more_models(config, self.models, base)?;
         // Nothing is charged that cannot be delivered (issue 40 §3): the
         // rows of one request all stay in the answer cache, so a retry
         // after a withheld answer, or a repeat within the batch, finds
         // them; and the largest response fits the encode limit.
-        if server.max_batch_rows > privacy.cache.capacity {
-            return Err(err(
-                "server.max_batch_rows",
-                format!(
-                    "{} rows per request, but privacy.answer_cache_entries keeps {} answers: a larger batch would \
-                     evict its own rows, so a retry after a withheld answer would be refused or charged again; raise \
-                     privacy.answer_cache_entries or lower server.max_batch_rows",
-                    server.max_batch_rows, privacy.cache.capacity
-                ),
-            ));
+        // Where a dataset's keys are written: `privacy` or `datasets.NAME`.
+        let section = |name: &str| {
+            if name == DEFAULT_DATASET { "privacy".to_owned() } else { format!("datasets.{name}") }
+        };
+        for dataset in &datasets {
+            if server.max_batch_rows > dataset.cache.capacity {
+                let key = section(&dataset.name);
+                return Err(err(
+                    "server.max_batch_rows",
+                    format!(
+                        "{} rows per request, but {key}.answer_cache_entries keeps {} answers: a larger batch would \
+                         evict its own rows, so a retry after a withheld answer would be refused or charged again; \
+                         raise {key}.answer_cache_entries or lower server.max_batch_rows",
+                        server.max_batch_rows, dataset.cache.capacity
+                    ),
+                ));
+            }
         }
         for model in std::iter::once(&model).chain(&more_models) {
             let d = model.mode.dim();
-            let largest = largest_response(server.max_batch_rows, d, privacy.release_noisy_vector);
+            let noisy = datasets.iter().any(|s| s.name == model.dataset && s.release_noisy_vector);
+            let largest = largest_response(server.max_batch_rows, d, noisy);
             if largest > server.max_message_bytes {
                 return Err(err(
                     "server.max_message_bytes",
@@ -249,8 +272,12 @@ impl Raw {
                         server.max_message_bytes,
                         model.name,
                         server.max_batch_rows,
-                        if privacy.release_noisy_vector { " with their noisy vectors" } else { "" },
-                        if privacy.release_noisy_vector { " (or turn privacy.release_noisy_vector off)" } else { "" },
+                        if noisy { " with their noisy vectors" } else { "" },
+                        if noisy {
+                            format!(" (or turn {}.release_noisy_vector off)", section(&model.dataset))
+                        } else {
+                            String::new()
+                        },
                     ),
                 ));
             }
@@ -274,13 +301,8 @@ impl Raw {
             drain_deadline: server.drain_deadline,
             inference_model: server.inference_model,
             log_json: server.log_json,
-            per_query: privacy.per_query,
-            policy: privacy.policy,
-            scope: privacy.scope,
-            global_budget: privacy.global_budget,
-            secret_index_file: privacy.secret_index_file,
-            release_noisy_vector: privacy.release_noisy_vector,
-            cache: privacy.cache,
+            dataset: datasets.remove(0),
+            more_datasets: datasets,
             journal: self.store.journal,
             store: self.store.validate()?,
             model,

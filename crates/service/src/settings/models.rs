@@ -1,8 +1,9 @@
-//! `[models.<name>]`: more models over the same data as the default one
-//! (`[model]` and `[teachers]`, named by `server.inference_model`). Each
-//! has its own teachers, teacher i trained on subset i of the same m
-//! subsets, so every model's answers step the same sessions: one
-//! posterior and one ledger per principal, whichever model answers
+//! `[models.<name>]`: more models besides the default one (`[model]` and
+//! `[teachers]`, named by `server.inference_model`), each over a dataset
+//! (`dataset`, the default one's when left out). Each has its own
+//! teachers, teacher i trained on subset i of its dataset's m subsets, so
+//! every model of a dataset steps the same sessions: one posterior and
+//! one ledger per (principal, dataset), whichever model answers
 //! (`docs/assurance/accounting.md` §10).
 //!
 //! A model's table holds `model`, `teachers` and `demo` tables of the
@@ -11,10 +12,12 @@
 //! model says only how it differs. Its errors name the key under
 //! `models.<name>.`.
 
-use super::parse::{SettingsError, err};
+use super::parse::{SettingsError, err, overlay};
+use super::privacy::DatasetSettings;
 use super::teachers::{RawDemo, RawModel, RawTeachers, TeacherSource};
+use crate::store::DEFAULT_DATASET;
 use crate::teachers::{Batching, CallPolicy, OutputMode, Teachers};
-use config::{Config, Value, ValueKind};
+use config::{Config, Value};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +38,9 @@ pub struct ModelSettings {
     /// Its name on the wire (`PredictRequest.model`, the Open Inference
     /// Protocol's model name).
     pub name: String,
+    /// The dataset its teachers were trained on (a
+    /// [`DatasetSettings::name`]).
+    pub dataset: String,
     /// How teacher outputs are read (label or vector, d).
     pub mode: OutputMode,
     /// Shape of one example.
@@ -53,6 +59,8 @@ pub struct ModelSettings {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMoreModel {
     #[serde(default)]
+    dataset: Option<String>,
+    #[serde(default)]
     model: BTreeMap<String, Value>,
     #[serde(default)]
     teachers: BTreeMap<String, Value>,
@@ -60,19 +68,22 @@ pub(super) struct RawMoreModel {
     demo: BTreeMap<String, Value>,
 }
 
-/// What the models are checked against: the default model, and the
-/// top-level sections' probe interval.
+/// What the models are checked against: the default model, the
+/// top-level sections' probe interval, and the datasets.
 pub(super) struct Base<'a> {
     pub(super) model: &'a ModelSettings,
     pub(super) health_interval: Duration,
+    pub(super) datasets: &'a [DatasetSettings],
 }
 
 /// Every `[models.<name>]` of `config` (the merged configuration), in
 /// name order, validated as the top-level sections are, and against the
-/// default model ([`same_data`]).
+/// first model of its dataset ([`same_data`]) and every other model
+/// ([`other_data`]); every dataset has a model.
 ///
 /// # Errors
-/// The first problem, naming its key under `models.<name>.`.
+/// The first problem, naming its key under `models.<name>.` (or
+/// `datasets.<name>` for a dataset no model is over).
 pub(super) fn more_models(
     config: &Config,
     raw: BTreeMap<String, RawMoreModel>,
@@ -98,9 +109,10 @@ pub(super) fn more_models(
             ));
         }
         let own_demo = !tables.demo.is_empty();
-        let model: RawModel = section(config, &name, "model", tables.model)?;
-        let teachers: RawTeachers = section(config, &name, "teachers", tables.teachers)?;
-        let demo: RawDemo = section(config, &name, "demo", tables.demo)?;
+        let key = |section: &str| format!("models.{name}.{section}");
+        let model: RawModel = overlay(config, "model", tables.model, &key("model"))?;
+        let teachers: RawTeachers = overlay(config, "teachers", tables.teachers, &key("teachers"))?;
+        let demo: RawDemo = overlay(config, "demo", tables.demo, &key("demo"))?;
         let (mode, input_shape) = model.validate().map_err(within)?;
         let fanout = teachers.validate(demo).map_err(within)?;
         if fanout.health_interval != default.health_interval {
@@ -109,8 +121,17 @@ pub(super) fn more_models(
                 "every model's teachers are probed together, every teachers.health_interval_ms: set it there",
             ));
         }
+        let dataset = tables.dataset.unwrap_or_else(|| DEFAULT_DATASET.to_owned());
+        if !default.datasets.iter().any(|d| d.name == dataset) {
+            let named: Vec<&str> = default.datasets.iter().map(|d| d.name.as_str()).collect();
+            return Err(err(
+                &format!("models.{name}.dataset"),
+                format!("no dataset {dataset:?}: the datasets are {named:?} ([privacy] and [datasets.NAME])"),
+            ));
+        }
         let model = ModelSettings {
             name: name.clone(),
+            dataset,
             mode,
             input_shape,
             teachers: fanout.teachers,
@@ -123,21 +144,36 @@ pub(super) fn more_models(
                 "only demo teachers read it, and this model's teachers are remote (teachers.source)",
             ));
         }
-        same_data(&model, default.model)?;
+        let earlier = || std::iter::once(default.model).chain(&out);
+        match earlier().find(|m| m.dataset == model.dataset) {
+            Some(first) => same_data(&model, first)?,
+            None => other_data(&model, earlier())?,
+        }
+        for other in earlier() {
+            distinct(&model, other)?;
+        }
         out.push(model);
+    }
+    if let Some(empty) =
+        default.datasets.iter().find(|d| !std::iter::once(default.model).chain(&out).any(|m| m.dataset == d.name))
+    {
+        return Err(err(
+            &format!("datasets.{}", empty.name),
+            "no model is over this dataset: name it in a model's dataset key ([models.NAME] dataset = ...)",
+        ));
     }
     Ok(out)
 }
 
-/// `model` is over the default model's data, as far as the configuration
-/// can tell: the same m; teachers from the same source (the demo's data is
-/// not the operator's); for demo teachers the same split and subsets
-/// (`demo.seed`, `demo.canaries`), on a listener of their own; and not the
-/// default's very teachers under another name. That teacher i of a remote
-/// model was trained on subset i is the operator's declaration (P7).
-fn same_data(model: &ModelSettings, default: &ModelSettings) -> Result<(), SettingsError> {
+/// `model` is over the same data as `first`, its dataset's first model,
+/// as far as the configuration can tell: the same m; teachers from the
+/// same source (the demo's data is not the operator's); for demo teachers
+/// the same split and subsets (`demo.seed`, `demo.canaries`). That
+/// teacher i of a remote model was trained on subset i is the operator's
+/// declaration (P7).
+fn same_data(model: &ModelSettings, first: &ModelSettings) -> Result<(), SettingsError> {
     let key = |k: &str| format!("models.{}.{k}", model.name);
-    let (m, m0) = (model.teachers.m(), default.teachers.m());
+    let (m, m0) = (model.teachers.m(), first.teachers.m());
     if m != m0 {
         let counted = match &model.teachers {
             TeacherSource::Demo { .. } => "demo.models",
@@ -147,69 +183,96 @@ fn same_data(model: &ModelSettings, default: &ModelSettings) -> Result<(), Setti
         return Err(err(
             &key(counted),
             format!(
-                "{m} teachers, but the default model has m = {m0}: every model over the same data has one teacher \
-                 per subset, teacher i trained on subset i"
+                "{m} teachers, but dataset {:?} has m = {m0} (model {:?}): every model over the same data has one \
+                 teacher per subset, teacher i trained on subset i",
+                model.dataset, first.name
             ),
         ));
     }
-    if matches!(model.teachers, TeacherSource::Demo { .. }) != matches!(default.teachers, TeacherSource::Demo { .. }) {
+    if matches!(model.teachers, TeacherSource::Demo { .. }) != matches!(first.teachers, TeacherSource::Demo { .. }) {
         return Err(err(
             &key("teachers.source"),
-            "the demo teachers are trained on the demo data and remote ones on yours: a model's teachers are \
-             over the same data as the default model's only if they come from the same source",
+            format!(
+                "the demo teachers are trained on the demo data and remote ones on yours: a model's teachers are \
+                 over the same data as model {:?}'s (dataset {:?}) only if they come from the same source",
+                first.name, model.dataset
+            ),
         ));
     }
-    if let (
-        TeacherSource::Demo { seed, canaries, listen, .. },
-        TeacherSource::Demo { seed: seed0, canaries: canaries0, listen: listen0, .. },
-    ) = (&model.teachers, &default.teachers)
+    if let (TeacherSource::Demo { seed, canaries, .. }, TeacherSource::Demo { seed: seed0, canaries: canaries0, .. }) =
+        (&model.teachers, &first.teachers)
+        && (seed != seed0 || canaries != canaries0)
     {
-        if seed != seed0 || canaries != canaries0 {
-            return Err(err(
-                &key("demo"),
-                "seed and canaries must be the default model's (demo.seed, demo.canaries): they choose the data \
-                 and its subsets, which every model shares",
-            ));
-        }
-        if listen.port() != 0 && listen == listen0 {
-            return Err(err(
-                &key("demo.listen"),
-                format!("{listen} is the default model's demo.listen: use another port, or 0"),
-            ));
-        }
-    }
-    if teachers_of(&model.teachers) == teachers_of(&default.teachers) {
         return Err(err(
-            &key("teachers"),
-            "the same teachers as the default model: give this model its own (teachers.remote, \
-             teachers.stacked, or for the demo demo.regularisation)",
+            &key("demo"),
+            format!(
+                "seed and canaries must be model {:?}'s (demo.seed, demo.canaries): they choose the data and its \
+                 subsets, which every model of dataset {:?} shares",
+                first.name, model.dataset
+            ),
         ));
     }
     Ok(())
 }
 
-/// The top-level section `section` of `config` with `own` over it, key by
-/// key, for the model `model`. A key's value is replaced whole: a list
-/// such as `teachers.remote`, and a table such as `teachers.stacked` too —
-/// so that a model's own endpoint never inherits the default's
-/// credentials (its headers, client certificate, CA).
-fn section<T: serde::de::DeserializeOwned>(
-    config: &Config,
-    model: &str,
-    section: &str,
-    own: BTreeMap<String, Value>,
-) -> Result<T, SettingsError> {
-    let key = format!("models.{model}.{section}");
-    let mut table = config.get_table(section).map_err(|e| err(&key, e.to_string()))?;
-    table.extend(own);
-    Value::new(None, ValueKind::Table(table)).try_deserialize().map_err(|e| err(&key, e.to_string()))
+/// `model`, the first of its dataset, is not over the subsets of another
+/// dataset's model among `others`, as far as the configuration can tell
+/// (demo teachers with the same seed and canaries): the same subsets
+/// declared as two datasets would give every principal two budgets over
+/// one secret.
+fn other_data<'a>(model: &ModelSettings, others: impl Iterator<Item = &'a ModelSettings>) -> Result<(), SettingsError> {
+    let TeacherSource::Demo { seed, canaries, .. } = &model.teachers else { return Ok(()) };
+    for other in others {
+        if let TeacherSource::Demo { seed: s, canaries: c, .. } = &other.teachers
+            && (s, c) == (seed, canaries)
+        {
+            return Err(err(
+                &format!("models.{}.demo", model.name),
+                format!(
+                    "the same demo.seed and demo.canaries as model {:?} of dataset {:?}: the same subsets, so the \
+                     same secret — put this model in dataset {:?}, or give dataset {:?} other subsets",
+                    other.name, other.dataset, other.dataset, model.dataset
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// Which teachers `source` names: the demo's fit (its data is checked
-/// apart), or each remote model's endpoint, name and version.
+/// `model` and `other` are two models: not the same teachers under two
+/// names, nor demo teachers on one listener.
+fn distinct(model: &ModelSettings, other: &ModelSettings) -> Result<(), SettingsError> {
+    let key = |k: &str| format!("models.{}.{k}", model.name);
+    if let (TeacherSource::Demo { listen, .. }, TeacherSource::Demo { listen: listen0, .. }) =
+        (&model.teachers, &other.teachers)
+        && listen.port() != 0
+        && listen == listen0
+    {
+        return Err(err(
+            &key("demo.listen"),
+            format!("{listen} is model {:?}'s demo.listen: use another port, or 0", other.name),
+        ));
+    }
+    if teachers_of(&model.teachers) == teachers_of(&other.teachers) {
+        return Err(err(
+            &key("teachers"),
+            format!(
+                "the same teachers as model {:?}: give this model its own (teachers.remote, teachers.stacked, or \
+                 for the demo demo.regularisation)",
+                other.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Which teachers `source` names: the demo's data, subsets and fit, or
+/// each remote model's endpoint, name and version.
 fn teachers_of(source: &TeacherSource) -> Vec<String> {
     match source {
-        TeacherSource::Demo { regularisation, .. } => vec![format!("demo regularisation={regularisation}")],
+        TeacherSource::Demo { regularisation, seed, canaries, models, .. } => {
+            vec![format!("demo m={models} seed={seed} canaries={canaries} regularisation={regularisation}")]
+        }
         TeacherSource::Remote(Teachers::PerTeacher(specs)) => {
             specs.iter().map(|t| format!("{} {}@{}", t.endpoint, t.model, t.version)).collect()
         }
@@ -221,7 +284,7 @@ fn teachers_of(source: &TeacherSource) -> Vec<String> {
 
 /// What a model may be called: as principals may (a path segment of the
 /// HTTP binding), but in lower case, as the environment's keys arrive.
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'))

@@ -68,3 +68,21 @@ pub(super) fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
     }
     Some(out)
 }
+
+/// The top-level section `section` of `config` (the merged
+/// configuration) with `own` over it, key by key; errors name `key`
+/// (where `own` was written: `models.NAME.teachers`, `datasets.NAME`). A key's
+/// value is replaced whole: a list such as `teachers.remote`, and a table
+/// such as `teachers.stacked` too — so that a model's own endpoint never
+/// inherits the default's credentials (its headers, client certificate,
+/// CA).
+pub(super) fn overlay<T: serde::de::DeserializeOwned>(
+    config: &config::Config,
+    section: &str,
+    own: std::collections::BTreeMap<String, config::Value>,
+    key: &str,
+) -> Result<T, SettingsError> {
+    let mut table = config.get_table(section).map_err(|e| err(key, e.to_string()))?;
+    table.extend(own);
+    config::Value::new(None, config::ValueKind::Table(table)).try_deserialize().map_err(|e| err(key, e.to_string()))
+}

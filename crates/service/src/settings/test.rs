@@ -11,7 +11,7 @@ fn load(env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
 fn shipped_default_is_valid_and_serves_the_demo() -> Result<(), SettingsError> {
     let s = load(&[])?;
     assert!(matches!(s.model.teachers, TeacherSource::Demo { models: 128, .. }));
-    assert_eq!(s.per_query.get(), 2f64.powi(-24));
+    assert_eq!(s.dataset.per_query.get(), 2f64.powi(-24));
     assert_eq!(s.model.input_shape, [64]);
     assert_eq!(s.principals.len(), 1);
     assert_eq!(s.principals[0].name, "demo");
@@ -41,7 +41,7 @@ fn environment_overrides_scalars_and_adds_principals() -> Result<(), SettingsErr
         ("PACPRIV__PRINCIPALS__TINY__KEY_SHA256", &"ab".repeat(32)),
         ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", "0.01"),
     ])?;
-    assert_eq!(s.per_query.get(), 2f64.powi(-8));
+    assert_eq!(s.dataset.per_query.get(), 2f64.powi(-8));
     assert_eq!(s.model.call.deadline, Duration::from_millis(50));
     let tiny = s.principals.iter().find(|p| p.name == "tiny").map(|p| p.budget.get());
     assert_eq!(tiny, Some(0.01));
@@ -415,5 +415,59 @@ fn a_models_table_replaces_the_defaults_whole() -> Result<(), SettingsError> {
     };
     assert_eq!(headers(&s.model.teachers), ("a".to_owned(), 1));
     assert_eq!(headers(&s.more_models[0].teachers), ("b".to_owned(), 0), "the default's credentials stay its own");
+    Ok(())
+}
+
+/// A second dataset: its own keys over `[privacy]`'s (but its own secret
+/// index file), and a model over it with its own data.
+#[test]
+fn a_dataset_takes_privacy_keys_and_its_models_their_own_data() -> Result<(), SettingsError> {
+    let fashion = [
+        ("PACPRIV__PRIVACY__SECRET_INDEX_FILE", "/run/secrets/digits"),
+        ("PACPRIV__DATASETS__FASHION__PER_QUERY_MI", "2^-10"),
+        ("PACPRIV__DATASETS__FASHION__SCOPE", "global"),
+        ("PACPRIV__MODELS__NB__DATASET", "fashion"),
+        ("PACPRIV__MODELS__NB__DEMO__SEED", "7"),
+        ("PACPRIV__MODELS__NB__DEMO__MODELS", "32"),
+    ];
+    let s = load(&fashion)?;
+    assert_eq!(s.datasets().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["default", "fashion"]);
+    let other = &s.more_datasets[0];
+    assert_eq!((other.per_query.get(), other.scope), (2f64.powi(-10), crate::session::Scope::Global));
+    assert_eq!((other.policy, other.cache), (s.dataset.policy, s.dataset.cache), "the rest is [privacy]'s");
+    assert_eq!(s.dataset.secret_index_file.as_deref(), Some(Path::new("/run/secrets/digits")));
+    assert_eq!(other.secret_index_file, None, "s* is per dataset: never another dataset's file");
+    let nb = &s.more_models[0];
+    assert_eq!((nb.dataset.as_str(), nb.teachers.m(), s.dataset_of(nb)), ("fashion", 32, Some(1)));
+    assert_eq!((s.model.dataset.as_str(), s.dataset_of(&s.model)), ("default", Some(0)));
+
+    // Each refused, naming the key: (what is added to a dataset
+    // `fashion` whose model `nb` is over its own demo subsets, the key).
+    let nb_over_fashion = &fashion[2..];
+    let refused: &[(&[(&str, &str)], &str)] = &[
+        (&[("PACPRIV__MODELS__NB__DATASET", "fashoin")], "models.nb.dataset"),
+        (&[("PACPRIV__DATASETS__DEFAULT__SCOPE", "global")], "datasets.default"),
+        (&[("PACPRIV__DATASETS__FASHION__PER_QUERY_MI", "-1")], "datasets.fashion.per_query_mi"),
+        (&[("PACPRIV__DATASETS__FASHION__PER_QUERY", "2^-10")], "datasets.fashion"),
+        (&[("PACPRIV__DATASETS__EMPTY__SCOPE", "global")], "datasets.empty"),
+        // The default model's subsets declared as a second dataset.
+        (
+            &[("PACPRIV__MODELS__NB__DEMO__SEED", "20261123"), ("PACPRIV__MODELS__NB__DEMO__MODELS", "128")],
+            "models.nb.demo",
+        ),
+        // A second model of `fashion` over other subsets, or another m.
+        (&[("PACPRIV__MODELS__ZZ__DATASET", "fashion"), ("PACPRIV__MODELS__ZZ__DEMO__MODELS", "32")], "models.zz.demo"),
+        (
+            &[("PACPRIV__MODELS__ZZ__DATASET", "fashion"), ("PACPRIV__MODELS__ZZ__DEMO__SEED", "7")],
+            "models.zz.demo.models",
+        ),
+    ];
+    for (added, key) in refused {
+        let env: Vec<(&str, &str)> = nb_over_fashion.iter().chain(added.iter()).copied().collect();
+        match load(&env) {
+            Ok(_) => panic!("{env:?} was accepted"),
+            Err(e) => assert!(e.key.starts_with(key), "{env:?}: {e} should name {key}"),
+        }
+    }
     Ok(())
 }

@@ -45,10 +45,9 @@ use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
 use crate::server::auth::CredentialFirst;
 use crate::server::input::InputSpec;
-use crate::server::models::Models;
+use crate::server::models::{Models, Served};
 use crate::server::{App, Service, admin, inference, rate};
 use crate::session::secret::SecretError;
-use crate::session::{GLOBAL_SESSION, Scope};
 use crate::settings::{ModelSettings, Settings, TeacherSource};
 use crate::store::StoreError;
 #[cfg(feature = "demo")]
@@ -86,6 +85,11 @@ pub enum StartError {
     /// Sessions (budget values, unreadable records).
     #[error("sessions: {0}")]
     Sessions(#[from] crate::session::SessionError),
+    /// A dataset without a model, or a model of no dataset (the
+    /// configuration's load refuses both; kept so that start-up never
+    /// panics on settings built another way).
+    #[error("dataset {0:?}: every model needs a configured dataset, and every dataset a model")]
+    UnknownDataset(String),
     /// Reflection descriptor.
     #[error("reflection: {0}")]
     Reflection(String),
@@ -187,21 +191,30 @@ pub async fn serve(
         servers.push(now(grpc(server, listener, None, &settings.limits, &stop)));
     }
 
-    let input = |model: &ModelSettings| InputSpec {
-        shape: model.input_shape.clone(),
-        release_noisy: settings.release_noisy_vector,
-        max_rows: settings.max_batch_rows,
-    };
-    let default = ensemble(&settings.model, &metrics, &background, &stop).await?;
-    let m = default.len();
-    let mut more = Vec::with_capacity(settings.more_models.len());
-    for model in &settings.more_models {
-        more.push((model.name.clone(), ensemble(model, &metrics, &background, &stop).await?, input(model)));
+    let mut served = Vec::with_capacity(1 + settings.more_models.len());
+    for model in settings.models() {
+        let dataset = settings.dataset_of(model).ok_or_else(|| StartError::UnknownDataset(model.dataset.clone()))?;
+        let release_noisy = settings.datasets().nth(dataset).is_some_and(|d| d.release_noisy_vector);
+        served.push(Served {
+            name: model.name.clone(),
+            dataset,
+            ensemble: ensemble(model, &metrics, &background, &stop).await?,
+            input: InputSpec { shape: model.input_shape.clone(), release_noisy, max_rows: settings.max_batch_rows },
+        });
     }
-    let models = Models::new((settings.model.name.clone(), default, input(&settings.model)), more);
-    // The sessions belong to the data: the default model's teacher set
-    // names it (the others are over the same subsets).
-    let fingerprint = teacher_fingerprint(&settings.model.teachers);
+    // The sessions belong to the data: each dataset's first model's
+    // teacher set names it (its others are over the same subsets).
+    let datasets = settings
+        .datasets()
+        .map(|dataset| {
+            let first = settings.models().find(|m| m.dataset == dataset.name);
+            let first = first.ok_or_else(|| StartError::UnknownDataset(dataset.name.clone()))?;
+            Ok(store::DatasetTeachers { m: first.teachers.m(), fingerprint: teacher_fingerprint(&first.teachers) })
+        })
+        .collect::<Result<Vec<_>, StartError>>()?;
+    let mut served = served.into_iter();
+    let default = served.next().ok_or_else(|| StartError::UnknownDataset(settings.dataset.name.clone()))?;
+    let models = Models::new(default, served.collect());
     descriptors::provide(descriptors::need(&settings, models.iter().map(|model| model.ensemble.len()).sum()))?;
     if settings.calibration != Calibration::Certified {
         tracing::error!(
@@ -209,19 +222,15 @@ pub async fn serve(
             "THIS SERVER IS UNDER-NOISED ON PURPOSE (a test of pacpriv audit --canaries): its answers are not private"
         );
     }
-    let wanted = store::Wanted { settings: &settings, m, fingerprint: &fingerprint, metrics: &metrics };
+    let wanted = store::Wanted { settings: &settings, datasets, metrics: &metrics };
     let store::Opened { sessions, accounts } = store::open(wanted, &signalled).await?;
     if signalled.is_cancelled() {
         // SIGTERM while starting: nothing to drain, so nothing is opened.
         return Err(StartError::Stopped);
     }
     metrics.service.principals(accounts.len());
-    for a in &accounts {
-        let session = match sessions.scope() {
-            Scope::PerPrincipal => a.principal.name.as_str(),
-            Scope::Global => GLOBAL_SESSION,
-        };
-        metrics.service.budget(session, a.budget.spent, a.budget.limit, a.budget.mia_bound);
+    for d in accounts.iter().flat_map(|a| &a.datasets) {
+        metrics.service.budget(&d.session, d.budget.spent, d.budget.limit, d.budget.mia_bound);
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
     let app = Arc::new(App {
@@ -313,8 +322,9 @@ pub async fn serve(
         }));
     }
 
-    tracing::info!(%addr, http = ?http_addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = m,
-        scope = settings.scope.as_str(), per_query = settings.per_query.get(), tls = settings.tls.is_some(), "pacpriv serving");
+    tracing::info!(%addr, http = ?http_addr, admin = ?admin_addr, health = ?health_addr, metrics = ?metrics_addr, teachers = settings.model.teachers.m(),
+        scope = settings.dataset.scope.as_str(), per_query = settings.dataset.per_query.get(),
+        datasets = settings.datasets().count(), models = settings.models().count(), tls = settings.tls.is_some(), "pacpriv serving");
     cancel_on_error.disarm();
     let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
     let reloader = reload::Reloader::new(app, tls, settings.clone());

@@ -33,7 +33,7 @@
 use super::StartError;
 use crate::metrics::Metrics;
 use crate::session::secret::{self, SecretError};
-use crate::session::{Account, SessionError, SessionParams, Sessions};
+use crate::session::{Account, DatasetTerms, SessionError, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings};
 use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
 use std::sync::Arc;
@@ -54,17 +54,22 @@ pub struct Opened {
 }
 
 /// What [`open`] opens: the store, principals and privacy parameters
-/// `settings` name, for `m` teachers named by `fingerprint` (the teacher
-/// set the secret index points into).
+/// `settings` name, and each of its datasets' secret index.
 pub struct Wanted<'a> {
     /// The whole configuration.
     pub settings: &'a Settings,
-    /// The teachers' count.
-    pub m: usize,
-    /// The teacher set's name.
-    pub fingerprint: &'a str,
+    /// Each dataset's teachers, in the order of [`Settings::datasets`].
+    pub datasets: Vec<DatasetTeachers>,
     /// Where the store reports its transactions.
     pub metrics: &'a Metrics,
+}
+
+/// What a dataset's secret index points into.
+pub struct DatasetTeachers {
+    /// m.
+    pub m: usize,
+    /// The teacher set's name (its first model's teachers).
+    pub fingerprint: String,
 }
 
 /// Opens what `wanted` names, waiting up to `store.start_wait_ms` for a
@@ -128,18 +133,27 @@ pub async fn open(wanted: Wanted<'_>, signalled: &CancellationToken) -> Result<O
 async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
     let settings = wanted.settings;
     let store = open_store(&settings.store, wanted.metrics).await?;
-    let index = settings.secret_index_file.as_deref();
-    let secret = secret::establish(&store, index, wanted.m, wanted.fingerprint).await?;
-    let params = SessionParams {
-        per_query: settings.per_query,
-        policy: settings.policy,
-        m: wanted.m,
-        secret,
-        journal: settings.journal,
-        cache: settings.cache,
-        calibration: settings.calibration,
-    };
-    let sessions = Sessions::new(&settings.principals, settings.scope, settings.global_budget, params, &store).await?;
+    let mut datasets = Vec::with_capacity(wanted.datasets.len());
+    for (dataset, teachers) in settings.datasets().zip(&wanted.datasets) {
+        let index = dataset.secret_index_file.as_deref();
+        let secret = secret::establish(&store, &dataset.name, index, teachers.m, &teachers.fingerprint).await?;
+        let params = SessionParams {
+            per_query: dataset.per_query,
+            policy: dataset.policy,
+            m: teachers.m,
+            secret,
+            journal: settings.journal,
+            cache: dataset.cache,
+            calibration: settings.calibration,
+        };
+        datasets.push(DatasetTerms {
+            name: dataset.name.as_str().into(),
+            scope: dataset.scope,
+            global_budget: dataset.global_budget,
+            params,
+        });
+    }
+    let sessions = Sessions::new(&settings.principals, datasets, &store).await?;
     let accounts = sessions.active_accounts().await?;
     Ok(Opened { sessions, accounts })
 }

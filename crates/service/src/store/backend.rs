@@ -48,21 +48,22 @@ impl Store {
         matches!(self, Store::Embedded(_))
     }
 
-    /// The deployment record, if one was written.
+    /// `dataset`'s record, if one was written.
     ///
     /// # Errors
     /// Backend or corrupt data.
-    pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
-        dispatch!(self, meta())
+    pub async fn meta(&self, dataset: &str) -> Result<Option<Meta>, StoreError> {
+        dispatch!(self, meta(dataset))
     }
 
-    /// Writes `meta` durably unless one is already stored; returns the
-    /// stored one (with several replicas, the first writer's).
+    /// Writes `dataset`'s record `meta` durably unless one is already
+    /// stored; returns the stored one (with several replicas, the first
+    /// writer's).
     ///
     /// # Errors
     /// Backend.
-    pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
-        dispatch!(self, init_meta(meta))
+    pub async fn init_meta(&self, dataset: &str, meta: &Meta) -> Result<Meta, StoreError> {
+        dispatch!(self, init_meta(dataset, meta))
     }
 
     /// A session's latest durable record.

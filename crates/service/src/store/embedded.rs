@@ -36,6 +36,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, PoisonError, RwLock};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// The [`META`] keys of `dataset`'s secret and teacher set: `secret` and
+/// `teachers` for the default dataset (where releases before datasets
+/// wrote them), `DATASET/secret` and `DATASET/teachers` for another.
+fn meta_keys(dataset: &str) -> (String, String) {
+    (super::session_key(dataset, "secret"), super::session_key(dataset, "teachers"))
+}
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
 /// Journal events by (session, sequence number).
@@ -211,14 +218,15 @@ impl EmbeddedStore {
         open_in(&self.db.begin_read()?, def)
     }
 
-    /// The deployment record, if one was written.
+    /// `dataset`'s record, if one was written.
     ///
     /// # Errors
     /// Backend or corrupt data.
-    pub fn meta(&self) -> Result<Option<Meta>, StoreError> {
+    pub fn meta(&self, dataset: &str) -> Result<Option<Meta>, StoreError> {
         let Some(table) = self.read_table(META)? else { return Ok(None) };
-        let secret = table.get("secret").map_err(backend)?.map(|v| v.value().to_vec());
-        let teachers = table.get("teachers").map_err(backend)?.map(|v| v.value().to_vec());
+        let (secret, teachers) = meta_keys(dataset);
+        let secret = table.get(secret.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
+        let teachers = table.get(teachers.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
         match (secret, teachers) {
             (Some(s), Some(t)) => {
                 let corrupt = || StoreError::Corrupt { session: "(meta)".into(), reason: "unreadable".into() };
@@ -232,20 +240,21 @@ impl EmbeddedStore {
         }
     }
 
-    /// Writes the deployment record durably unless one exists; returns
-    /// the stored record.
+    /// Writes `dataset`'s record durably unless one exists; returns the
+    /// stored record.
     ///
     /// # Errors
     /// Backend.
-    pub fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
-        if let Some(existing) = self.meta()? {
+    pub fn init_meta(&self, dataset: &str, meta: &Meta) -> Result<Meta, StoreError> {
+        if let Some(existing) = self.meta(dataset)? {
             return Ok(existing);
         }
+        let (secret, teachers) = meta_keys(dataset);
         let txn = self.db.begin_write()?;
         {
             let mut table = txn.open_table(META).map_err(backend)?;
-            table.insert("secret", (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
-            table.insert("teachers", meta.teachers.as_bytes()).map_err(backend)?;
+            table.insert(secret.as_str(), (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
+            table.insert(teachers.as_str(), meta.teachers.as_bytes()).map_err(backend)?;
         }
         txn.commit().map_err(backend)?;
         Ok(meta.clone())

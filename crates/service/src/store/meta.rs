@@ -1,7 +1,25 @@
-//! The deployment-wide record: the sealed secret index and the teacher
-//! set it belongs to.
+//! A dataset's record: its sealed secret index and the teacher set it
+//! belongs to. The default dataset's is where releases before datasets
+//! kept the deployment's one record, so their stores open unchanged.
 
-/// The deployment-wide record.
+/// The dataset a store written before datasets holds (`[privacy]`'s):
+/// its record and its sessions' keys are those releases'.
+pub const DEFAULT_DATASET: &str = "default";
+
+/// The store key of `principal`'s session in `dataset` (or of the shared
+/// session, [`GLOBAL_SESSION`], under global scope): the name alone in
+/// the default dataset, as before datasets; `dataset/name` in another
+/// (neither principal names nor dataset names hold a `/`).
+pub fn session_key(dataset: &str, principal: &str) -> String {
+    if dataset == DEFAULT_DATASET { principal.to_owned() } else { format!("{dataset}/{principal}") }
+}
+
+/// The store key of the shared session under global scope in the default
+/// dataset (which uses no per-principal keys, so no principal name can
+/// collide with it: names cannot contain `*`).
+pub const GLOBAL_SESSION: &str = "*global*";
+
+/// A dataset's record.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Meta {
     /// s*, sealed: only [`crate::session`] turns it into a `SecretIndex`.

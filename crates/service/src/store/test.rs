@@ -22,9 +22,9 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
     let path = dir.path().join("nested/state.redb");
     {
         let store = EmbeddedStore::open(&path)?;
-        assert_eq!(store.meta()?, None);
+        assert_eq!(store.meta(DEFAULT_DATASET)?, None);
         assert_eq!(store.load("alice")?, None);
-        store.init_meta(&Meta { secret: 5, teachers: "demo m=8".into() })?;
+        store.init_meta(DEFAULT_DATASET, &Meta { secret: 5, teachers: "demo m=8".into() })?;
         let tickets: Vec<Ticket> = (1..=20)
             .map(|v| {
                 let j = JournalEntry {
@@ -43,13 +43,13 @@ fn meta_records_and_journal_survive_reopening() -> Result<(), StoreError> {
         store.enqueue("bob", record(1), Change::default())?.wait()?;
     }
     let store = EmbeddedStore::open(&path)?;
-    assert_eq!(store.meta()?, Some(Meta { secret: 5, teachers: "demo m=8".into() }));
+    assert_eq!(store.meta(DEFAULT_DATASET)?, Some(Meta { secret: 5, teachers: "demo m=8".into() }));
     assert_eq!(store.load("alice")?, Some(record(20)));
     assert_eq!(store.load("bob")?, Some(record(1)));
     let journal = store.journal("alice")?;
     assert_eq!(journal.iter().map(|j| j.version).collect::<Vec<_>>(), (1..=20).collect::<Vec<_>>());
     assert!(store.journal("bob")?.is_empty());
-    assert!(format!("{:?}", store.meta()?).contains("<redacted>"));
+    assert!(format!("{:?}", store.meta(DEFAULT_DATASET)?).contains("<redacted>"));
     Ok(())
 }
 

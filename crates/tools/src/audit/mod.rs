@@ -307,7 +307,7 @@ pub(crate) async fn get_budget(
     client: &mut PrivatizerClient<tonic::transport::Channel>,
     key: &MetadataValue<tonic::metadata::Ascii>,
 ) -> anyhow::Result<Budget> {
-    let mut request = tonic::Request::new(GetBudgetRequest {});
+    let mut request = tonic::Request::new(GetBudgetRequest::default());
     request.metadata_mut().insert("x-api-key", key.clone());
     Ok(client.get_budget(request).await.map_err(stream_error)?.into_inner())
 }

@@ -369,7 +369,7 @@ impl Job<'_> {
             req.metadata_mut().insert("x-api-key", key.clone());
             Ok(req)
         });
-        let budget = client.get_budget(GetBudgetRequest {}).await.map_err(|s| {
+        let budget = client.get_budget(GetBudgetRequest::default()).await.map_err(|s| {
             let hint = match s.code() {
                 Code::Unauthenticated => "; the server does not accept this API key",
                 Code::Unimplemented => "; is --addr the client port of a pacpriv server?",
@@ -555,7 +555,7 @@ impl Job<'_> {
         progress.finish();
         // Replies overlap, so the last one's account may predate another's
         // step: ask for the account as it stands now.
-        if let Ok(b) = client.clone().get_budget(GetBudgetRequest {}).await {
+        if let Ok(b) = client.clone().get_budget(GetBudgetRequest::default()).await {
             outcome.budget = b.into_inner();
         }
         Ok(())

@@ -146,8 +146,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 /// The demo principal's budget: the shared session's limit under global
 /// scope, else `principals.demo.budget_mi`.
 pub(crate) fn default_budget(settings: &Settings) -> anyhow::Result<PerQuery> {
-    let nats = match settings.scope {
-        Scope::Global => settings.global_budget,
+    let nats = match settings.dataset.scope {
+        Scope::Global => settings.dataset.global_budget,
         Scope::PerPrincipal => settings
             .principals
             .iter()

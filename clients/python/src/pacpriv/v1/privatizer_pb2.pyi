@@ -73,11 +73,13 @@ class RowAnswer(_message.Message):
     def __init__(self, label: _Optional[int] = ..., unanimous: _Optional[bool] = ..., mi_charged: _Optional[float] = ..., confident: _Optional[bool] = ..., noisy: _Optional[_Iterable[float]] = ..., cached: _Optional[bool] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("dataset",)
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    def __init__(self, dataset: _Optional[str] = ...) -> None: ...
 
 class Budget(_message.Message):
-    __slots__ = ("principal", "scope", "spent", "limit", "remaining", "per_query", "answered", "charged", "mia_bound", "policy")
+    __slots__ = ("principal", "scope", "spent", "limit", "remaining", "per_query", "answered", "charged", "mia_bound", "policy", "dataset")
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     SPENT_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +90,7 @@ class Budget(_message.Message):
     CHARGED_FIELD_NUMBER: _ClassVar[int]
     MIA_BOUND_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
     principal: str
     scope: str
     spent: float
@@ -98,4 +101,5 @@ class Budget(_message.Message):
     charged: int
     mia_bound: float
     policy: str
-    def __init__(self, principal: _Optional[str] = ..., scope: _Optional[str] = ..., spent: _Optional[float] = ..., limit: _Optional[float] = ..., remaining: _Optional[float] = ..., per_query: _Optional[float] = ..., answered: _Optional[int] = ..., charged: _Optional[int] = ..., mia_bound: _Optional[float] = ..., policy: _Optional[str] = ...) -> None: ...
+    dataset: str
+    def __init__(self, principal: _Optional[str] = ..., scope: _Optional[str] = ..., spent: _Optional[float] = ..., limit: _Optional[float] = ..., remaining: _Optional[float] = ..., per_query: _Optional[float] = ..., answered: _Optional[int] = ..., charged: _Optional[int] = ..., mia_bound: _Optional[float] = ..., policy: _Optional[str] = ..., dataset: _Optional[str] = ...) -> None: ...

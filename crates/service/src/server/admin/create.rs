@@ -31,5 +31,5 @@ pub fn parse(request: CreatePrincipalRequest) -> Result<Create, ServiceError> {
 pub async fn apply(app: &App, c: Create) -> Result<CreatePrincipalResponse, ServiceError> {
     let (account, api_key) = app.sessions.create(&c.name, c.budget).await?;
     refresh_gauges(&app.sessions, &app.metrics.service).await?;
-    Ok(CreatePrincipalResponse { principal: Some(principal_message(&app.sessions, &account)), api_key })
+    Ok(CreatePrincipalResponse { principal: Some(principal_message(&account)), api_key })
 }

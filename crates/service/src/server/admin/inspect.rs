@@ -11,5 +11,5 @@ use crate::server::status::ServiceError;
 /// # Errors
 /// No such principal, or a store failure.
 pub async fn apply(app: &App, name: &str) -> Result<Principal, ServiceError> {
-    Ok(principal_message(&app.sessions, &app.sessions.inspect(name).await?))
+    Ok(principal_message(&app.sessions.inspect(name).await?))
 }

@@ -11,5 +11,5 @@ use crate::server::status::ServiceError;
 /// A store failure.
 pub async fn apply(app: &App) -> Result<ListPrincipalsResponse, ServiceError> {
     let accounts = app.sessions.list().await?;
-    Ok(ListPrincipalsResponse { principals: accounts.iter().map(|a| principal_message(&app.sessions, a)).collect() })
+    Ok(ListPrincipalsResponse { principals: accounts.iter().map(principal_message).collect() })
 }

@@ -66,8 +66,9 @@ fn unauthenticated() -> Status {
 }
 
 /// The wire form of an account.
-fn principal_message(sessions: &Sessions, a: &Account) -> Principal {
+fn principal_message(a: &Account) -> Principal {
     let p = &a.principal;
+    let datasets: Vec<_> = a.datasets.iter().map(|d| output::budget(&p.name, &d.dataset, d.scope, &d.budget)).collect();
     Principal {
         name: p.name.clone(),
         origin: p.origin.as_str().to_owned(),
@@ -76,8 +77,9 @@ fn principal_message(sessions: &Sessions, a: &Account) -> Principal {
         created_unix: p.created_unix,
         revoked_unix: p.revoked_unix,
         // Under global scope this is the shared session's account.
-        account: Some(output::budget(&p.name, sessions.scope(), &a.budget)),
-        epsilon_equivalent: report::epsilon_equivalent(a.budget.mia_bound),
+        account: datasets.first().cloned(),
+        epsilon_equivalent: a.datasets.first().map_or(0.0, |d| report::epsilon_equivalent(d.budget.mia_bound)),
+        datasets,
     }
 }
 

@@ -12,5 +12,5 @@ use crate::server::status::ServiceError;
 pub async fn apply(app: &App, name: &str) -> Result<Principal, ServiceError> {
     let account = app.sessions.revoke(name).await?;
     refresh_gauges(&app.sessions, &app.metrics.service).await?;
-    Ok(principal_message(&app.sessions, &account))
+    Ok(principal_message(&account))
 }

@@ -15,5 +15,5 @@ use crate::server::status::ServiceError;
 pub async fn apply(app: &App, name: &str) -> Result<CreatePrincipalResponse, ServiceError> {
     let (account, api_key) = app.sessions.rotate(name).await?;
     refresh_gauges(&app.sessions, &app.metrics.service).await?;
-    Ok(CreatePrincipalResponse { principal: Some(principal_message(&app.sessions, &account)), api_key })
+    Ok(CreatePrincipalResponse { principal: Some(principal_message(&account)), api_key })
 }

@@ -156,6 +156,7 @@ fn the_largest_response_bound_holds_for_both_protocols() {
         };
         let budget = Budget {
             principal: "p".repeat(crate::session::registry::MAX_NAME_LEN),
+            dataset: "d".repeat(64),
             spent: f64::MAX,
             limit: f64::MAX,
             remaining: f64::MAX,

@@ -33,7 +33,7 @@ use super::answers::{CacheProbe, CacheRows};
 use super::change::Change;
 use super::decode;
 use super::error::{StoreError, backend};
-use super::meta::Meta;
+use super::meta::{DEFAULT_DATASET, Meta};
 use super::pg_tls::{PgTls, SslMode};
 use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
@@ -171,13 +171,20 @@ impl PgStore {
         self.pool.get().await.map_err(|e| reach::pool(&e, format!("{}: {e}", self.location)))
     }
 
-    /// The deployment record, if any.
+    /// `dataset`'s record, if any: the default dataset's in `pacpriv_meta`
+    /// (where releases before datasets kept it), another's in
+    /// `pacpriv_dataset_meta`.
     ///
     /// # Errors
     /// Backend.
-    pub async fn meta(&self) -> Result<Option<Meta>, StoreError> {
+    pub async fn meta(&self, dataset: &str) -> Result<Option<Meta>, StoreError> {
         let client = self.client().await?;
-        let row = client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await.map_err(pg)?;
+        let row = if dataset == DEFAULT_DATASET {
+            client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await
+        } else {
+            client.query_opt("SELECT secret, teachers FROM pacpriv_dataset_meta WHERE dataset = $1", &[&dataset]).await
+        }
+        .map_err(pg)?;
         row.map(|r| {
             let secret: i64 = r.get(0);
             Ok(Meta {
@@ -193,17 +200,27 @@ impl PgStore {
     ///
     /// # Errors
     /// Backend.
-    pub async fn init_meta(&self, meta: &Meta) -> Result<Meta, StoreError> {
+    pub async fn init_meta(&self, dataset: &str, meta: &Meta) -> Result<Meta, StoreError> {
         let client = self.client().await?;
         let secret = i64::try_from(meta.secret).map_err(|_| backend("secret index out of range"))?;
-        client
-            .execute(
-                "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
-                &[&secret, &meta.teachers],
-            )
-            .await
-            .map_err(pg)?;
-        self.meta().await?.ok_or_else(|| backend("meta row missing after insert"))
+        if dataset == DEFAULT_DATASET {
+            client
+                .execute(
+                    "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+                    &[&secret, &meta.teachers],
+                )
+                .await
+        } else {
+            client
+                .execute(
+                    "INSERT INTO pacpriv_dataset_meta (dataset, secret, teachers) VALUES ($1, $2, $3) \
+                     ON CONFLICT (dataset) DO NOTHING",
+                    &[&dataset, &secret, &meta.teachers],
+                )
+                .await
+        }
+        .map_err(pg)?;
+        self.meta(dataset).await?.ok_or_else(|| backend("meta row missing after insert"))
     }
 
     /// A session's latest record.

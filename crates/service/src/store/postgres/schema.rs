@@ -86,6 +86,17 @@ CREATE TABLE IF NOT EXISTS pacpriv_answer_cache_evicted (
 );
 ",
     ),
+    (
+        4,
+        "datasets besides the default one: each its secret index and teacher set",
+        "
+CREATE TABLE pacpriv_dataset_meta (
+    dataset   TEXT PRIMARY KEY,
+    secret    BIGINT NOT NULL,
+    teachers  TEXT NOT NULL
+);
+",
+    ),
 ];
 
 /// A session's record.

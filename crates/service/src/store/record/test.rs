@@ -3,7 +3,7 @@
 //! reads the schema, and imports nothing from `session`).
 
 use super::*;
-use crate::store::{Change, EmbeddedStore, Meta, StoreError};
+use crate::store::{Change, DEFAULT_DATASET, EmbeddedStore, Meta, StoreError};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -151,7 +151,7 @@ fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError
     let path = dir.path().join("state.redb");
     std::fs::copy(fixture("state.redb"), &path).map_err(|e| StoreError::Backend(e.to_string()))?;
     let store = EmbeddedStore::open(&path)?;
-    assert_eq!(store.meta()?, Some(Meta { secret: 2, teachers: "fixture m=4".into() }));
+    assert_eq!(store.meta(DEFAULT_DATASET)?, Some(Meta { secret: 2, teachers: "fixture m=4".into() }));
     assert_eq!(store.principals()?, principals().to_vec());
     let alice = alice();
     assert_eq!(store.load("alice")?, Some(alice.clone()));
