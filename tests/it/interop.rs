@@ -284,7 +284,7 @@ fn tritonclient_program(protocol: &str) {
             (m["name"].as_str().unwrap_or(""), m["version"].as_str().unwrap_or(""), m["state"].as_str().unwrap_or(""))
         })
         .collect();
-    assert_eq!(index, [("private", "1", "READY"), ("ridge", "1", "READY")]);
+    assert_eq!(index, [("private", "1", "READY"), ("bayes", "1", "READY"), ("ridge", "1", "READY")]);
     let other = &report["other"];
     assert_eq!(other["mi_charged"], serde_json::json!([B]), "another model's first answer to that image: charged");
     assert_eq!(other["parameters"]["cached"].as_bool(), Some(false));

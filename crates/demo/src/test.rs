@@ -74,3 +74,29 @@ fn teachers_that_trained_on_a_canary_answer_it_with_its_label() -> Result<(), St
     assert!(pm > 0.9 && po < 0.3, "members {pm}, others {po}");
     Ok(())
 }
+
+/// The second learner: naive Bayes teachers train on the same subsets in
+/// a fraction of the logistic fit's time, answer well above chance, and
+/// their class probabilities are a distribution even far from every
+/// class (where the likelihoods themselves underflow).
+#[test]
+fn naive_bayes_teachers_are_fast_accurate_enough_and_well_formed() -> Result<(), String> {
+    let e = Trained::train_learner(4, 11, Learner::NaiveBayes, 0)?;
+    let logistic = Trained::train(4, 11)?;
+    assert_eq!(e.assignment.members_of_subset(2), logistic.assignment.members_of_subset(2), "the same subsets");
+    let test = &e.split.test;
+    for (i, t) in e.teachers.iter().enumerate() {
+        let correct = test
+            .iter()
+            .filter(|x| t.predict(&x.pixels.iter().map(|&p| f64::from(p)).collect::<Vec<_>>()) == x.digit)
+            .count();
+        let acc = correct as f64 / test.len() as f64;
+        assert!(acc > 0.7, "teacher {i} accuracy {acc}");
+    }
+    for pixels in [vec![16.0; FEATURES], vec![0.0; FEATURES], (0..FEATURES).map(|j| (j % 17) as f64).collect()] {
+        let p = e.teachers[0].predict_proba(&pixels)[0];
+        assert!(p.iter().all(|v| v.is_finite() && *v >= 0.0), "{p:?}");
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{p:?}");
+    }
+    Ok(())
+}

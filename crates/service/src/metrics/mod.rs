@@ -435,7 +435,7 @@ impl TeacherMetrics {
             "Teachers whose model reported ready at the last probe",
             self.ready.clone(),
         );
-        r.register("pacpriv_teachers", "Configured teachers (m)", self.total.clone());
+        r.register("pacpriv_teachers", "Configured teachers (every model's m)", self.total.clone());
     }
 
     /// The series of the teacher serving `model` (its error counters

@@ -18,7 +18,8 @@ pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Re
     } else {
         app.sessions.dataset_index(&request.dataset).ok_or_else(|| {
             let served: Vec<&str> = app.sessions.datasets().collect();
-            ServiceError::NotFound(format!("no dataset {:?} here: the datasets are {served:?}", request.dataset))
+            let asked: String = request.dataset.chars().take(64).collect();
+            ServiceError::NotFound(format!("no dataset {asked:?} here: the datasets are {served:?}"))
         })?
     };
     let handle = caller.on(dataset)?;

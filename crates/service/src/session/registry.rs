@@ -173,6 +173,9 @@ impl Sessions {
         if datasets.is_empty() {
             return Err(SessionError::InvalidPrincipal("no dataset to open sessions in".into()));
         }
+        for p in configured {
+            check_key_safe(&p.name)?;
+        }
         let now = now_unix();
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
         // One transaction for all of them: a configuration with many
@@ -215,6 +218,9 @@ impl Sessions {
     /// As [`Sessions::new`]; on any error — a provisioning conflict, the
     /// store failing midway — nothing changed (one transaction).
     pub async fn reconfigure(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
+        for p in configured {
+            check_key_safe(&p.name)?;
+        }
         let now = now_unix();
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
         let Configured { stored, revoked } =
@@ -259,6 +265,9 @@ impl Sessions {
 
     /// The sessions `record` is charged to, one per dataset.
     fn sessions_for(&self, record: &PrincipalRecord) -> Result<PrincipalSessions, SessionError> {
+        // A name stored by an earlier release that could name another
+        // dataset's session is refused, never opened.
+        check_key_safe(&record.name)?;
         let limit = Nats::new(record.budget)?;
         let sessions = self.datasets.iter().map(|dataset| match &dataset.shared {
             Some(shared) => Ok(Arc::clone(shared)),
@@ -550,8 +559,24 @@ fn open(store: &Store, terms: &DatasetTerms, name: &str, limit: Nats) -> Result<
     Ok(Arc::new(Cell::open(store, &key, Terms { params: terms.params, limit })?))
 }
 
-/// Names are 1–64 of `[A-Za-z0-9_.-]`: safe in logs, metric labels and
-/// store keys, and never `*global*`.
+/// A name that can be a session key of its own: not empty, and without
+/// the `/` of another dataset's keys ([`session_key`]) or the `*` of the
+/// shared session's ([`GLOBAL_SESSION`]). Configured names (which earlier
+/// releases did not restrict further) are checked when the configuration
+/// loads, and every stored name when the registry opens.
+pub fn check_key_safe(name: &str) -> Result<(), SessionError> {
+    if name.is_empty() || name.contains(['/', '*']) {
+        return Err(SessionError::InvalidPrincipal(format!(
+            "principal name {name:?}: a name must not be empty nor hold '/' or '*' (they would name another \
+             dataset's or the shared session)"
+        )));
+    }
+    Ok(())
+}
+
+/// Names of principals the admin API creates are 1–64 of
+/// `[A-Za-z0-9_.-]`: safe in logs, metric labels and store keys
+/// ([`check_key_safe`]).
 fn check_name(name: &str) -> Result<(), SessionError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN

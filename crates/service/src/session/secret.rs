@@ -31,6 +31,21 @@ pub enum SecretError {
         /// Number of teachers.
         m: usize,
     },
+    /// Another dataset of the store has this teacher set: the same subsets
+    /// under two names would be two secrets and two budgets over one.
+    #[error(
+        "dataset {dataset:?}: its teacher set ({teachers}) is dataset {other:?}'s in this store. The same subsets \
+         are one secret: models over them belong to one dataset, and a dataset keeps its name (a renamed one \
+         would start every principal afresh)"
+    )]
+    SameTeachers {
+        /// The dataset being established.
+        dataset: String,
+        /// The stored dataset with the same teacher set.
+        other: String,
+        /// The teacher set's description.
+        teachers: String,
+    },
     /// The OS random source failed.
     #[error("the OS random source failed: {0}")]
     Entropy(String),
@@ -52,6 +67,15 @@ pub async fn establish(
 ) -> Result<SecretIndex, SecretError> {
     let provided = file.map(|f| read(f, m)).transpose()?;
     let shown = store.location();
+    for (other, meta) in store.metas().await? {
+        if other != dataset && meta.teachers == teachers {
+            return Err(SecretError::SameTeachers {
+                dataset: dataset.to_owned(),
+                other,
+                teachers: teachers.to_owned(),
+            });
+        }
+    }
     let meta = match store.meta(dataset).await? {
         Some(meta) => meta,
         None => {
@@ -176,8 +200,15 @@ mod test {
         let store = open(&path)?;
         assert_eq!(establish(&store, DEFAULT_DATASET, None, 8, "t8").await?.expose(), 3, "a restart keeps each s*");
         assert_eq!(establish(&store, "other", None, 16, "u16").await?.expose(), 5);
-        let swapped = establish(&store, "other", None, 8, "t8").await;
+        let swapped = establish(&store, "other", None, 16, "u32").await;
         assert!(matches!(swapped, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
+        // The default dataset's teachers under another name: refused, not
+        // a second secret over them.
+        let renamed = establish(&store, "renamed", None, 8, "t8").await;
+        assert!(
+            matches!(renamed, Err(SecretError::SameTeachers { ref other, .. }) if other == "default"),
+            "{renamed:?}"
+        );
         Ok(())
     }
 }

@@ -53,3 +53,32 @@ pub(super) fn more_datasets(
     }
     Ok(out)
 }
+
+/// No two `datasets` read their secret index from one file: the secrets
+/// would be equal, not independent, and answers of one dataset would tell
+/// about the other's (accounting §10).
+///
+/// # Errors
+/// The second dataset's `secret_index_file`.
+pub(super) fn distinct_secrets(datasets: &[DatasetSettings]) -> Result<(), SettingsError> {
+    let file = |d: &DatasetSettings| {
+        d.secret_index_file.as_ref().map(|f| std::fs::canonicalize(f).unwrap_or_else(|_| f.clone()))
+    };
+    for (i, dataset) in datasets.iter().enumerate() {
+        let Some(mine) = file(dataset) else { continue };
+        if let Some(earlier) = datasets[..i].iter().find(|d| file(d).as_ref() == Some(&mine)) {
+            let key = |d: &DatasetSettings| {
+                if d.name == DEFAULT_DATASET { "privacy".to_owned() } else { format!("datasets.{}", d.name) }
+            };
+            return Err(err(
+                &format!("{}.secret_index_file", key(dataset)),
+                format!(
+                    "the file of {}.secret_index_file: two datasets are two independent secrets, each from its own \
+                     file (or drawn)",
+                    key(earlier)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -41,8 +41,8 @@ mod telemetry;
 use crate::store::DEFAULT_DATASET;
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
-use datasets::{RawDataset, more_datasets};
-use models::{Base, RawMoreModel, more_models};
+use datasets::{RawDataset, distinct_secrets, more_datasets};
+use models::{Base, RawMoreModel, demo_naive_bayes, more_models};
 pub use models::{DEFAULT_MODEL, ModelSettings};
 pub use parse::SettingsError;
 use parse::err;
@@ -53,7 +53,7 @@ pub use server::{MAX_BATCH, MAX_FEATURES, RateQuota, TlsSettings, largest_respon
 use server::{RawServer, RawTls};
 use store::RawStore;
 pub use store::{StoreSettings, redacted_url};
-pub use teachers::{NO_DEMO, TeacherSource};
+pub use teachers::{DemoLearner, NO_DEMO, TeacherSource};
 use teachers::{RawDemo, RawModel, RawTeachers};
 use telemetry::RawTelemetry;
 pub use telemetry::TelemetrySettings;
@@ -221,8 +221,10 @@ impl Raw {
         let privacy = self.privacy.validate(DEFAULT_DATASET, "privacy")?;
         let mut datasets = vec![privacy];
         datasets.extend(more_datasets(config, self.datasets)?);
+        distinct_secrets(&datasets)?;
         let server = self.server.validate()?;
         let (mode, input_shape) = self.model.validate()?;
+        let naive_bayes_model = self.demo.naive_bayes_model.clone();
         let fanout = self.teachers.validate(self.demo)?;
         let admin = self.admin.validate()?;
         let model = ModelSettings {
@@ -235,7 +237,8 @@ impl Raw {
             batching: fanout.batching,
         };
         let base = Base { model: &model, health_interval: fanout.health_interval, datasets: &datasets };
-        let more_models = more_models(config, self.models, base)?;
+        let mut more_models = more_models(config, self.models, base)?;
+        demo_naive_bayes(&naive_bayes_model, &model, &mut more_models)?;
         // Nothing is charged that cannot be delivered (issue 40 §3): the
         // rows of one request all stay in the answer cache, so a retry
         // after a withheld answer, or a repeat within the batch, finds

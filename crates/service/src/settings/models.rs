@@ -14,7 +14,7 @@
 
 use super::parse::{SettingsError, err, overlay};
 use super::privacy::DatasetSettings;
-use super::teachers::{RawDemo, RawModel, RawTeachers, TeacherSource};
+use super::teachers::{DemoLearner, RawDemo, RawModel, RawTeachers, TeacherSource};
 use crate::store::DEFAULT_DATASET;
 use crate::teachers::{Batching, CallPolicy, OutputMode, Teachers};
 use config::{Config, Value};
@@ -215,22 +215,71 @@ fn same_data(model: &ModelSettings, first: &ModelSettings) -> Result<(), Setting
     Ok(())
 }
 
+/// With demo teachers, the model `name` ([demo] `naive_bayes_model`; none
+/// if empty) beside the default one: its teachers naive Bayes fits on the
+/// same subsets (the same seed, m and canaries), served on a loopback port
+/// of their own; put among `more` in name order.
+///
+/// # Errors
+/// A name that is taken or invalid, or a default model whose teachers are
+/// naive Bayes already, naming `demo.naive_bayes_model`.
+pub(super) fn demo_naive_bayes(
+    name: &str,
+    default: &ModelSettings,
+    more: &mut Vec<ModelSettings>,
+) -> Result<(), SettingsError> {
+    let TeacherSource::Demo { learner, listen, .. } = &default.teachers else { return Ok(()) };
+    if name.is_empty() {
+        return Ok(());
+    }
+    let key = "demo.naive_bayes_model";
+    if *learner == DemoLearner::NaiveBayes {
+        return Err(err(key, "the default model's teachers are naive Bayes already (demo.learner): set this to \"\""));
+    }
+    if !valid_name(name) {
+        return Err(err(key, "a model name is 1 to 64 lower-case letters, digits, '_', '.' or '-'"));
+    }
+    if name == default.name || more.iter().any(|m| m.name == name) {
+        return Err(err(key, format!("{name:?} is already a model: name this one otherwise, or set it to \"\"")));
+    }
+    let TeacherSource::Demo { models, seed, stacked, regularisation, canaries, .. } = default.teachers.clone() else {
+        return Ok(());
+    };
+    let teachers = TeacherSource::Demo {
+        models,
+        seed,
+        listen: std::net::SocketAddr::new(listen.ip(), 0),
+        stacked,
+        learner: DemoLearner::NaiveBayes,
+        regularisation,
+        canaries,
+    };
+    let model = ModelSettings { name: name.to_owned(), teachers, ..default.clone() };
+    for other in more.iter() {
+        distinct(&model, other).map_err(|e| err(key, format!("model {:?}: {}", other.name, e.message)))?;
+    }
+    let at = more.partition_point(|m| m.name.as_str() < name);
+    more.insert(at, model);
+    Ok(())
+}
+
 /// `model`, the first of its dataset, is not over the subsets of another
 /// dataset's model among `others`, as far as the configuration can tell
-/// (demo teachers with the same seed and canaries): the same subsets
-/// declared as two datasets would give every principal two budgets over
-/// one secret.
+/// (demo teachers of the same seed: the seed alone draws the split and
+/// assigns every real example to its subsets, canaries or not): the same
+/// subsets declared as two datasets would give every principal two
+/// budgets over one secret.
 fn other_data<'a>(model: &ModelSettings, others: impl Iterator<Item = &'a ModelSettings>) -> Result<(), SettingsError> {
-    let TeacherSource::Demo { seed, canaries, .. } = &model.teachers else { return Ok(()) };
+    let TeacherSource::Demo { seed, .. } = &model.teachers else { return Ok(()) };
     for other in others {
-        if let TeacherSource::Demo { seed: s, canaries: c, .. } = &other.teachers
-            && (s, c) == (seed, canaries)
+        if let TeacherSource::Demo { seed: s, .. } = &other.teachers
+            && s == seed
         {
             return Err(err(
                 &format!("models.{}.demo", model.name),
                 format!(
-                    "the same demo.seed and demo.canaries as model {:?} of dataset {:?}: the same subsets, so the \
-                     same secret — put this model in dataset {:?}, or give dataset {:?} other subsets",
+                    "the same demo.seed as model {:?} of dataset {:?}: the same subsets, so the same secret — put \
+                     this model in dataset {:?}, or give dataset {:?} another seed",
                     other.name, other.dataset, other.dataset, model.dataset
                 ),
             ));
@@ -258,7 +307,7 @@ fn distinct(model: &ModelSettings, other: &ModelSettings) -> Result<(), Settings
             &key("teachers"),
             format!(
                 "the same teachers as model {:?}: give this model its own (teachers.remote, teachers.stacked, or \
-                 for the demo demo.regularisation)",
+                 for the demo demo.learner or demo.regularisation)",
                 other.name
             ),
         ));
@@ -270,8 +319,11 @@ fn distinct(model: &ModelSettings, other: &ModelSettings) -> Result<(), Settings
 /// each remote model's endpoint, name and version.
 fn teachers_of(source: &TeacherSource) -> Vec<String> {
     match source {
-        TeacherSource::Demo { regularisation, seed, canaries, models, .. } => {
+        TeacherSource::Demo { learner: DemoLearner::Logistic, regularisation, seed, canaries, models, .. } => {
             vec![format!("demo m={models} seed={seed} canaries={canaries} regularisation={regularisation}")]
+        }
+        TeacherSource::Demo { learner: DemoLearner::NaiveBayes, seed, canaries, models, .. } => {
+            vec![format!("demo m={models} seed={seed} canaries={canaries} naive_bayes")]
         }
         TeacherSource::Remote(Teachers::PerTeacher(specs)) => {
             specs.iter().map(|t| format!("{} {}@{}", t.endpoint, t.model, t.version)).collect()

@@ -30,7 +30,9 @@ pub enum TeacherSource {
         /// Ask the demo server's stacked model (all m in one call) instead
         /// of its m per-teacher models.
         stacked: bool,
-        /// L2 penalty of each teacher's fit.
+        /// What each teacher is.
+        learner: DemoLearner,
+        /// L2 penalty of each teacher's fit (the logistic learner's).
         regularisation: f64,
         /// Canaries planted in the training split (audits only; 0: none).
         canaries: usize,
@@ -285,8 +287,22 @@ pub(super) struct RawDemo {
     pub(super) models: usize,
     pub(super) seed: u64,
     pub(super) listen: String,
+    #[serde(deserialize_with = "choice")]
+    pub(super) learner: DemoLearner,
     pub(super) regularisation: f64,
     pub(super) canaries: usize,
+    pub(super) naive_bayes_model: String,
+}
+
+/// `demo.learner`: what each demo teacher is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemoLearner {
+    /// Multinomial logistic regression (`demo.regularisation` its L2
+    /// penalty).
+    Logistic,
+    /// Gaussian naive Bayes: trains in milliseconds, less accurate.
+    NaiveBayes,
 }
 
 /// m teachers, one per half of the data split into pairs: even, at least 2.
@@ -357,6 +373,7 @@ impl RawTeachers {
                     seed: demo.seed,
                     listen: addr("demo.listen", &demo.listen)?,
                     stacked,
+                    learner: demo.learner,
                     regularisation: demo.regularisation,
                     canaries: demo.canaries,
                 }

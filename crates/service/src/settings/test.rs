@@ -295,10 +295,34 @@ fn debug_hides_passwords_and_keys() {
 /// Issue 54 §1: every configuration that worked before is one model,
 /// named as the Open Inference Protocol named it.
 #[test]
-fn the_shipped_configuration_is_one_model_called_private() -> Result<(), SettingsError> {
+fn the_shipped_configuration_is_one_dataset_the_model_private_and_its_demo_twin() -> Result<(), SettingsError> {
     let s = load(&[])?;
     assert_eq!(s.model.name, "private");
-    assert!(s.more_models.is_empty());
+    assert_eq!(s.datasets().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["default"]);
+    // The demo's second model: naive Bayes teachers on the same subsets,
+    // over the same dataset.
+    let bayes = s.more_models.iter().map(|m| (m.name.as_str(), m.dataset.as_str(), &m.teachers)).collect::<Vec<_>>();
+    assert!(
+        matches!(
+            bayes.as_slice(),
+            [(
+                "bayes",
+                "default",
+                TeacherSource::Demo { models: 128, seed: 20261123, learner: DemoLearner::NaiveBayes, .. }
+            )]
+        ),
+        "{bayes:?}"
+    );
+    assert!(load(&[("PACPRIV__DEMO__NAIVE_BAYES_MODEL", "")])?.more_models.is_empty());
+    // Remote teachers: one model, as every earlier configuration was.
+    let remote = load(&[
+        ("PACPRIV__TEACHERS__SOURCE", "remote"),
+        ("PACPRIV__TEACHERS__LAYOUT", "stacked"),
+        ("PACPRIV__TEACHERS__STACKED__ENDPOINT", "http://127.0.0.1:8001"),
+        ("PACPRIV__TEACHERS__STACKED__MODEL", "ensemble"),
+        ("PACPRIV__TEACHERS__STACKED__MODELS", "4"),
+    ])?;
+    assert!(remote.more_models.is_empty() && remote.more_datasets.is_empty());
     assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "")])?.model.name, DEFAULT_MODEL);
     assert_eq!(load(&[("PACPRIV__SERVER__INFERENCE_MODEL", "digits")])?.model.name, "digits");
     Ok(())
@@ -310,6 +334,7 @@ fn a_model_says_only_how_it_differs_from_the_default() -> Result<(), SettingsErr
         ("PACPRIV__DEMO__MODELS", "16"),
         ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1.5"),
         ("PACPRIV__MODELS__RIDGE__TEACHERS__DEADLINE_MS", "50"),
+        ("PACPRIV__DEMO__NAIVE_BAYES_MODEL", ""),
     ])?;
     assert_eq!(s.more_models.len(), 1);
     let ridge = &s.more_models[0];
@@ -429,6 +454,7 @@ fn a_dataset_takes_privacy_keys_and_its_models_their_own_data() -> Result<(), Se
         ("PACPRIV__MODELS__NB__DATASET", "fashion"),
         ("PACPRIV__MODELS__NB__DEMO__SEED", "7"),
         ("PACPRIV__MODELS__NB__DEMO__MODELS", "32"),
+        ("PACPRIV__DEMO__NAIVE_BAYES_MODEL", ""),
     ];
     let s = load(&fashion)?;
     assert_eq!(s.datasets().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["default", "fashion"]);
@@ -455,6 +481,19 @@ fn a_dataset_takes_privacy_keys_and_its_models_their_own_data() -> Result<(), Se
             &[("PACPRIV__MODELS__NB__DEMO__SEED", "20261123"), ("PACPRIV__MODELS__NB__DEMO__MODELS", "128")],
             "models.nb.demo",
         ),
+        // The same seed draws the same subsets, whatever the canaries.
+        (
+            &[("PACPRIV__MODELS__NB__DEMO__SEED", "20261123"), ("PACPRIV__MODELS__NB__DEMO__CANARIES", "3")],
+            "models.nb.demo",
+        ),
+        // Two datasets, one secret file: one secret.
+        (
+            &[
+                ("PACPRIV__PRIVACY__SECRET_INDEX_FILE", "/run/secrets/s"),
+                ("PACPRIV__DATASETS__FASHION__SECRET_INDEX_FILE", "/run/secrets/s"),
+            ],
+            "datasets.fashion.secret_index_file",
+        ),
         // A second model of `fashion` over other subsets, or another m.
         (&[("PACPRIV__MODELS__ZZ__DATASET", "fashion"), ("PACPRIV__MODELS__ZZ__DEMO__MODELS", "32")], "models.zz.demo"),
         (
@@ -470,4 +509,20 @@ fn a_dataset_takes_privacy_keys_and_its_models_their_own_data() -> Result<(), Se
         }
     }
     Ok(())
+}
+
+/// A configured principal's name is a store key and a metric label: it
+/// can name neither the shared session nor another dataset's session.
+#[test]
+fn a_principal_name_that_could_collide_with_a_session_key_is_refused() {
+    for name in ["other/alice", "*global*", ""] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("p.toml");
+        let toml = format!("[principals.\"{name}\"]\nkey_sha256 = \"{}\"\nbudget_mi = \"1\"\n", "ab".repeat(32));
+        std::fs::write(&file, toml).expect("written");
+        match Settings::load_with_env(Some(&file), std::iter::empty()) {
+            Ok(_) => panic!("{name:?} was accepted"),
+            Err(e) => assert_eq!(e.key, format!("principals.{name}"), "{e}"),
+        }
+    }
 }

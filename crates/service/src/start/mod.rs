@@ -48,6 +48,8 @@ use crate::server::input::InputSpec;
 use crate::server::models::{Models, Served};
 use crate::server::{App, Service, admin, inference, rate};
 use crate::session::secret::SecretError;
+#[cfg(feature = "demo")]
+use crate::settings::DemoLearner;
 use crate::settings::{ModelSettings, Settings, TeacherSource};
 use crate::store::StoreError;
 #[cfg(feature = "demo")]
@@ -448,7 +450,7 @@ async fn run(
 struct Demo {
     models: usize,
     seed: u64,
-    regularisation: f64,
+    learner: pacpriv_demo::Learner,
     canaries: usize,
 }
 
@@ -457,18 +459,17 @@ struct Demo {
 /// their stacked one.
 #[cfg(feature = "demo")]
 async fn start_demo(
-    Demo { models, seed, regularisation, canaries }: Demo,
+    Demo { models, seed, learner, canaries }: Demo,
     listen: SocketAddr,
     stacked: bool,
     background: &TaskTracker,
     stop: &CancellationToken,
 ) -> Result<Teachers, StartError> {
     let started = std::time::Instant::now();
-    let ensemble =
-        tokio::task::spawn_blocking(move || Trained::train_with_canaries(models, seed, regularisation, canaries))
-            .await
-            .map_err(|e| StartError::Demo(e.to_string()))?
-            .map_err(StartError::Demo)?;
+    let ensemble = tokio::task::spawn_blocking(move || Trained::train_learner(models, seed, learner, canaries))
+        .await
+        .map_err(|e| StartError::Demo(e.to_string()))?
+        .map_err(StartError::Demo)?;
     let (listener, addr) = bind(listen).await?;
     tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
     background.spawn(DemoServer::new(ensemble.teachers).serve(listener, stop.clone().cancelled_owned()));
@@ -489,14 +490,22 @@ async fn ensemble(
 ) -> Result<Ensemble, StartError> {
     let teachers = match &model.teachers {
         #[cfg(feature = "demo")]
-        TeacherSource::Demo { models, seed, listen, stacked, regularisation, canaries } => {
-            let demo = Demo { models: *models, seed: *seed, regularisation: *regularisation, canaries: *canaries };
+        TeacherSource::Demo { models, seed, listen, stacked, learner, regularisation, canaries } => {
+            let learner = match learner {
+                DemoLearner::Logistic => pacpriv_demo::Learner::Logistic { regularisation: *regularisation },
+                DemoLearner::NaiveBayes => pacpriv_demo::Learner::NaiveBayes,
+            };
+            let demo = Demo { models: *models, seed: *seed, learner, canaries: *canaries };
             start_demo(demo, *listen, *stacked, background, stop).await?
         }
         // Refused when the settings were read (teachers.source); kept
         // as an error, not a panic, should a caller build settings by hand.
         #[cfg(not(feature = "demo"))]
-        TeacherSource::Demo { .. } => return Err(StartError::Demo(crate::settings::NO_DEMO.into())),
+        TeacherSource::Demo { .. } => {
+            // Only the demo teachers run as tasks of their own.
+            let _ = (background, stop);
+            return Err(StartError::Demo(crate::settings::NO_DEMO.into()));
+        }
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
     let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &metrics.teachers)?;

@@ -56,6 +56,14 @@ impl Store {
         dispatch!(self, meta(dataset))
     }
 
+    /// Every dataset's record, by dataset name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn metas(&self) -> Result<Vec<(String, Meta)>, StoreError> {
+        dispatch!(self, metas())
+    }
+
     /// Writes `dataset`'s record `meta` durably unless one is already
     /// stored; returns the stored one (with several replicas, the first
     /// writer's).

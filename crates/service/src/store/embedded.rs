@@ -240,6 +240,31 @@ impl EmbeddedStore {
         }
     }
 
+    /// Every dataset's record, by dataset name.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub fn metas(&self) -> Result<Vec<(String, Meta)>, StoreError> {
+        let Some(table) = self.read_table(META)? else { return Ok(Vec::new()) };
+        let mut names = Vec::new();
+        for entry in table.iter().map_err(backend)? {
+            let (key, _) = entry.map_err(backend)?;
+            let key = key.value();
+            if key == "secret" {
+                names.push(super::DEFAULT_DATASET.to_owned());
+            } else if let Some(dataset) = key.strip_suffix("/secret") {
+                names.push(dataset.to_owned());
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(meta) = self.meta(&name)? {
+                out.push((name, meta));
+            }
+        }
+        Ok(out)
+    }
+
     /// Writes `dataset`'s record durably unless one exists; returns the
     /// stored record.
     ///

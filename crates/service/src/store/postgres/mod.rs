@@ -195,6 +195,29 @@ impl PgStore {
         .transpose()
     }
 
+    /// Every dataset's record, by dataset name.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn metas(&self) -> Result<Vec<(String, Meta)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT $1::text, secret, teachers FROM pacpriv_meta \
+                 UNION ALL SELECT dataset, secret, teachers FROM pacpriv_dataset_meta",
+                &[&DEFAULT_DATASET],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|r| {
+                let secret: i64 = r.get(1);
+                let secret = usize::try_from(secret).map_err(|_| backend("stored secret index out of range"))?;
+                Ok((r.get(0), Meta { secret, teachers: r.get(2) }))
+            })
+            .collect()
+    }
+
     /// Writes `meta` unless another replica already did; returns what is
     /// stored (the first writer wins).
     ///
