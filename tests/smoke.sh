@@ -141,7 +141,7 @@ def value(series):
         if line.startswith(series + " "):
             return float(line.split()[-1])
     sys.exit(f"{series} missing from the scrape")
-got = value('pacpriv_budget_spent_nats{principal="demo"}')
+got = value('pacpriv_budget_spent_nats{principal="demo",dataset="default"}')
 if abs(got - spent) > 1e-6 * max(spent, 1e-300):  # the SUMMARY prints 7 digits
     sys.exit(f"demo spent gauge {got} != {spent} told to the client")
 if value('pacpriv_queries_total{outcome="answered"}') < answers:

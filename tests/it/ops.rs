@@ -19,8 +19,8 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
     let server = Process::serve(None, &small_demo(&[]));
     let metrics = server.listener("metrics");
     let before = scrape(&metrics);
-    assert_eq!(sample(&before, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(0.0));
-    assert_eq!(sample(&before, r#"pacpriv_budget_limit_nats{principal="alice"}"#), Some(1.0));
+    assert_eq!(sample(&before, r#"pacpriv_budget_spent_nats{principal="alice",dataset="default"}"#), Some(0.0));
+    assert_eq!(sample(&before, r#"pacpriv_budget_limit_nats{principal="alice",dataset="default"}"#), Some(1.0));
     assert_eq!(sample(&before, "pacpriv_principals"), Some(2.0));
     // Every model's teachers: the logistic ensemble's 16 and the demo's
     // naive Bayes model's 16.
@@ -40,9 +40,9 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
 
     let after = scrape(&metrics);
     let b = budget(&mut c, "alice-key").await;
-    assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(3.0 * B));
-    assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice"}"#), Some(b.spent));
-    assert_eq!(sample(&after, r#"pacpriv_mia_bound{principal="alice"}"#), Some(b.mia_bound));
+    assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice",dataset="default"}"#), Some(3.0 * B));
+    assert_eq!(sample(&after, r#"pacpriv_budget_spent_nats{principal="alice",dataset="default"}"#), Some(b.spent));
+    assert_eq!(sample(&after, r#"pacpriv_mia_bound{principal="alice",dataset="default"}"#), Some(b.mia_bound));
     assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="answered"}"#), Some(4.0));
     assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="invalid"}"#), Some(1.0));
     assert_eq!(sample(&after, r#"pacpriv_queries_total{outcome="unauthenticated"}"#), Some(1.0));
@@ -55,11 +55,12 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
         let series = format!("pacpriv_stage_duration_seconds_count{{stage=\"{stage}\"}}");
         assert_eq!(sample(&after, &series), Some(n), "{series}");
     }
-    // Every teacher was asked for every new query, each once: every model
-    // (16 teachers, or the one stacked model) was called 3 times.
+    // Every teacher of the model asked was asked for every new query, each
+    // once: every teacher model (16, or the one stacked model) of
+    // `private` was called 3 times (`bayes`, not asked, has its own series).
     let calls: Vec<f64> = after
         .lines()
-        .filter(|l| l.starts_with("pacpriv_teacher_call_duration_seconds_count{"))
+        .filter(|l| l.starts_with("pacpriv_teacher_call_duration_seconds_count{model=\"private\","))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .collect();
     assert!(calls.len() == 16 || calls.len() == 1, "{calls:?}");
@@ -72,7 +73,7 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
         for pair in labels.into_iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
             let key = pair.split('=').next().unwrap_or_default();
             assert!(
-                ["outcome", "rpc", "stage", "principal", "teacher", "kind", "le"].contains(&key),
+                ["outcome", "rpc", "stage", "principal", "dataset", "model", "teacher", "kind", "le"].contains(&key),
                 "label {key} in {line}"
             );
         }
@@ -134,7 +135,7 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
         .collect();
     assert_eq!(names, ["alice", "dave", "demo"]);
     let metrics = scrape(&server.listener("metrics"));
-    assert_eq!(sample(&metrics, r#"pacpriv_budget_spent_nats{principal="dave"}"#), Some(B));
+    assert_eq!(sample(&metrics, r#"pacpriv_budget_spent_nats{principal="dave",dataset="default"}"#), Some(B));
     assert_eq!(sample(&metrics, "pacpriv_principals"), Some(3.0));
 
     // Names are never reused; unknown names are NOT_FOUND; bad input says so.

@@ -165,15 +165,18 @@ struct StageLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PrincipalLabel {
     principal: String,
+    dataset: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TeacherLabel {
+    model: String,
     teacher: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TeacherErrorLabels {
+    model: String,
     teacher: String,
     kind: &'static str,
 }
@@ -335,22 +338,24 @@ impl ServiceMetrics {
         self.stages.get_or_create(&StageLabel { stage: stage.as_str() }).observe(seconds);
     }
 
-    /// Sets a session's budget gauges — MI `spent` of `limit` nats, and the
-    /// MIA bound at `spent` — (or counts it as dropped when the series limit
-    /// is reached).
-    pub fn budget(&self, principal: &str, spent: f64, limit: f64, mia_bound: f64) {
+    /// Sets the budget gauges of `principal`'s session in `dataset` (or
+    /// of the shared one, `principal` = `*global*`) — MI `spent` of
+    /// `limit` nats, and the MIA bound at `spent` — or counts it as
+    /// dropped when the series limit is reached.
+    pub fn budget(&self, principal: &str, dataset: &str, spent: f64, limit: f64, mia_bound: f64) {
         let Ok(mut series) = self.series.lock() else { return };
-        if !series.with.contains(principal) {
+        let key = format!("{dataset}/{principal}");
+        if !series.with.contains(&key) {
             if series.with.len() >= series.max {
-                if series.without.insert(principal.to_owned()) {
+                if series.without.insert(key) {
                     self.dropped.set(i64::try_from(series.without.len()).unwrap_or(i64::MAX));
                 }
                 return;
             }
-            series.with.insert(principal.to_owned());
+            series.with.insert(key);
         }
         drop(series);
-        let label = PrincipalLabel { principal: principal.to_owned() };
+        let label = PrincipalLabel { principal: principal.to_owned(), dataset: dataset.to_owned() };
         self.spent.get_or_create(&label).set(spent);
         self.limit.get_or_create(&label).set(limit);
         self.mia.get_or_create(&label).set(mia_bound);
@@ -368,9 +373,13 @@ impl ServiceMetrics {
     }
 }
 
-/// Recorded by the fan-out, per teacher.
+/// Recorded by the fan-out, per teacher (of the model
+/// [`TeacherMetrics::of_model`] names: two models' teachers may have the
+/// same names at different endpoints, as the demo's have).
 #[derive(Clone)]
 pub struct TeacherMetrics {
+    /// The model whose teachers these series are.
+    model: Arc<str>,
     duration: Histograms<TeacherLabel>,
     batch: Histogram,
     errors: Family<TeacherErrorLabels, Counter>,
@@ -381,6 +390,7 @@ pub struct TeacherMetrics {
 impl Default for TeacherMetrics {
     fn default() -> Self {
         TeacherMetrics {
+            model: "".into(),
             duration: Family::new_with_constructor(latency),
             batch: batch_sizes(),
             errors: Family::default(),
@@ -394,6 +404,7 @@ impl Default for TeacherMetrics {
 /// lookup.
 #[derive(Clone)]
 pub struct TeacherSeries {
+    model: String,
     name: String,
     duration: Histogram,
     errors: Family<TeacherErrorLabels, Counter>,
@@ -412,7 +423,8 @@ impl TeacherSeries {
             TeacherError::Unavailable => "unavailable",
             TeacherError::Malformed => "malformed",
         };
-        self.errors.get_or_create(&TeacherErrorLabels { teacher: self.name.clone(), kind }).inc();
+        let labels = TeacherErrorLabels { model: self.model.clone(), teacher: self.name.clone(), kind };
+        self.errors.get_or_create(&labels).inc();
     }
 }
 
@@ -438,14 +450,22 @@ impl TeacherMetrics {
         r.register("pacpriv_teachers", "Configured teachers (every model's m)", self.total.clone());
     }
 
-    /// The series of the teacher serving `model` (its error counters
+    /// The same series, for the teachers of the private model `model`.
+    pub fn of_model(&self, model: &str) -> TeacherMetrics {
+        TeacherMetrics { model: model.into(), ..self.clone() }
+    }
+
+    /// The series of the teacher serving `teacher` (its error counters
     /// start at 0).
-    pub fn teacher(&self, model: &str) -> TeacherSeries {
-        let duration = self.duration.get_or_create(&TeacherLabel { teacher: model.to_owned() }).clone();
+    pub fn teacher(&self, teacher: &str) -> TeacherSeries {
+        let model = self.model.to_string();
+        let label = TeacherLabel { model: model.clone(), teacher: teacher.to_owned() };
+        let duration = self.duration.get_or_create(&label).clone();
         for kind in [TeacherError::Timeout, TeacherError::Unavailable, TeacherError::Malformed] {
-            drop(self.errors.get_or_create(&TeacherErrorLabels { teacher: model.to_owned(), kind: kind.as_str() }));
+            let labels = TeacherErrorLabels { model: model.clone(), teacher: teacher.to_owned(), kind: kind.as_str() };
+            drop(self.errors.get_or_create(&labels));
         }
-        TeacherSeries { name: model.to_owned(), duration, errors: self.errors.clone() }
+        TeacherSeries { model, name: teacher.to_owned(), duration, errors: self.errors.clone() }
     }
 
     /// Records one fan-out of `queries` queries.

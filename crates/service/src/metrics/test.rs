@@ -6,9 +6,10 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
     m.service.answered(true, 0.25, false);
     m.service.query(Outcome::RefusedBudget);
     m.service.duration(Rpc::Predict, 0.01);
-    m.service.budget("alice", 0.25, 1.0, 0.6);
-    m.teachers.teacher("digits-000").call(0.002);
-    m.teachers.teacher("digits-000").error(TeacherError::Timeout);
+    m.service.budget("alice", "default", 0.25, 1.0, 0.6);
+    let bayes = m.teachers.of_model("bayes");
+    bayes.teacher("digits-000").call(0.002);
+    bayes.teacher("digits-000").error(TeacherError::Timeout);
     m.store.commit(0.001, 3);
     let text = m.encode()?;
     for line in [
@@ -16,11 +17,11 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
         "pacpriv_queries_total{outcome=\"refused_budget\"} 1",
         "pacpriv_answers_unanimous_total 1",
         "pacpriv_mi_charged_nats_total 0.25",
-        "pacpriv_budget_spent_nats{principal=\"alice\"} 0.25",
-        "pacpriv_budget_limit_nats{principal=\"alice\"} 1.0",
-        "pacpriv_teacher_errors_total{teacher=\"digits-000\",kind=\"timeout\"} 1",
+        "pacpriv_budget_spent_nats{principal=\"alice\",dataset=\"default\"} 0.25",
+        "pacpriv_budget_limit_nats{principal=\"alice\",dataset=\"default\"} 1.0",
+        "pacpriv_teacher_errors_total{model=\"bayes\",teacher=\"digits-000\",kind=\"timeout\"} 1",
         "pacpriv_request_duration_seconds_count{rpc=\"predict\"} 1",
-        "pacpriv_teacher_call_duration_seconds_count{teacher=\"digits-000\"} 1",
+        "pacpriv_teacher_call_duration_seconds_count{model=\"bayes\",teacher=\"digits-000\"} 1",
         "pacpriv_store_commit_duration_seconds_count 1",
         "pacpriv_store_commit_batch_size_sum 3.0",
     ] {
@@ -33,14 +34,14 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
 fn principal_series_are_bounded_and_the_rest_counted() -> Result<(), std::fmt::Error> {
     let m = Metrics::new(2);
     for (i, name) in ["a", "b", "c", "d", "c"].into_iter().enumerate() {
-        m.service.budget(name, 0.01 * i as f64, 1.0, 0.6);
+        m.service.budget(name, "default", 0.01 * i as f64, 1.0, 0.6);
     }
     // "a" and "b" got series (and keep updating); "c" and "d" are counted once each.
-    m.service.budget("a", 0.5, 1.0, 0.6);
+    m.service.budget("a", "default", 0.5, 1.0, 0.6);
     let text = m.encode()?;
     let series = text.lines().filter(|l| l.starts_with("pacpriv_budget_spent_nats{")).count();
     assert_eq!(series, 2, "{text}");
-    assert!(text.contains("pacpriv_budget_spent_nats{principal=\"a\"} 0.5"));
+    assert!(text.contains("pacpriv_budget_spent_nats{principal=\"a\",dataset=\"default\"} 0.5"));
     assert!(text.lines().any(|l| l == "pacpriv_principal_series_dropped 2"), "{text}");
     Ok(())
 }
@@ -54,7 +55,7 @@ fn closed_label_sets_are_exported_at_zero_before_any_event() -> Result<(), std::
         "pacpriv_queries_total{outcome=\"internal\"} 0",
         "pacpriv_queries_total{outcome=\"teacher_unavailable\"} 0",
         "pacpriv_request_duration_seconds_count{rpc=\"get_budget\"} 0",
-        "pacpriv_teacher_errors_total{teacher=\"digits-007\",kind=\"malformed\"} 0",
+        "pacpriv_teacher_errors_total{model=\"\",teacher=\"digits-007\",kind=\"malformed\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
     }

@@ -51,6 +51,16 @@ impl Handle {
         &self.principal
     }
 
+    /// Whose account the session is, as the budget gauges label it: the
+    /// principal's name, or [`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION)
+    /// under global scope.
+    pub fn account_label(&self) -> &str {
+        match self.scope {
+            Scope::PerPrincipal => &self.principal,
+            Scope::Global => crate::store::GLOBAL_SESSION,
+        }
+    }
+
     /// The name of the dataset whose session this is.
     pub fn dataset(&self) -> &str {
         &self.dataset

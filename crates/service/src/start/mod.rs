@@ -231,8 +231,11 @@ pub async fn serve(
         return Err(StartError::Stopped);
     }
     metrics.service.principals(accounts.len());
-    for d in accounts.iter().flat_map(|a| &a.datasets) {
-        metrics.service.budget(&d.session, d.budget.spent, d.budget.limit, d.budget.mia_bound);
+    for a in &accounts {
+        for d in &a.datasets {
+            let label = d.label(&a.principal.name);
+            metrics.service.budget(label, &d.dataset, d.budget.spent, d.budget.limit, d.budget.mia_bound);
+        }
     }
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
     let app = Arc::new(App {
@@ -508,7 +511,8 @@ async fn ensemble(
         }
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
-    let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &metrics.teachers)?;
+    let series = metrics.teachers.of_model(&model.name);
+    let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &series)?;
     ensemble.check_tls().await?;
     Ok(ensemble)
 }
