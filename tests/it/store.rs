@@ -9,8 +9,8 @@ use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::Form;
 use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv_service::session::{
-    Asking, Caller, Credential, DatasetTerms, Handle, Preflight, PrincipalConfig, Scope, SessionError, SessionParams,
-    Sessions,
+    Asking, Caller, Credential, DatasetTerms, Handle, ModelTag, Preflight, PrincipalConfig, Scope, SessionError,
+    SessionParams, Sessions,
 };
 use pacpriv_service::store::{
     DEFAULT_DATASET, EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
@@ -146,6 +146,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         query_id: "cached".into(),
         key: Some(QueryDigest::of(&[1.0, 2.0]).into()),
         return_noisy: true,
+        model: ModelTag { name: "private".into(), version: "1".into() },
     };
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
     let (first, _) = bob.begin(vec![(Some(outputs(3)), keyed())]).await.expect("step").release().await.expect("fresh");
@@ -505,6 +506,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
         query_id: format!("after-{x}"),
         key: None,
         return_noisy: fresh,
+        model: ModelTag::default(),
     };
     // Whose queries, in which session: (scope, session, principal, cached, evicted).
     type Case = (Scope, &'static str, &'static str, &'static [f64], &'static [f64]);

@@ -8,6 +8,7 @@
 use crate::util::{
     ADMIN_TOKEN, Postgres, Process, client, digit, held_out, image, key_hash, pacpriv, predict, small_demo, write_csv,
 };
+use pacpriv_service::proto::pacpriv::PredictRequest;
 use pacpriv_service::store::JournalEntry;
 use pacpriv_tools::verify::format::{self, Line};
 use serde_json::Value;
@@ -15,7 +16,8 @@ use std::path::Path;
 use std::process::Output;
 
 /// Labels 40 held-out digits as the demo principal; asks alice three
-/// queries (one repeated: a cache hit, no step) and carol, whose budget
+/// queries (one repeated: a cache hit, no step; the second of the demo's
+/// second model, `bayes`, so her journal mixes models) and carol, whose budget
 /// pays for one answer, three (the second a cache hit, the third refused
 /// for budget); exports the journal to `file`.
 async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
@@ -34,8 +36,9 @@ async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
     ]);
     assert!(o.status.success(), "label: {}", String::from_utf8_lossy(&o.stderr));
     let mut c = client(&server.addr).await;
-    for (id, d) in [("a1", 3), ("a2", 8), ("a1-again", 3)] {
-        predict(&mut c, "alice-key", image(id, &digit(d))).await.expect("alice answered");
+    for (id, d, model) in [("a1", 3, ""), ("a2", 8, "bayes"), ("a1-again", 3, "")] {
+        let request = PredictRequest { model: model.to_owned(), ..image(id, &digit(d)) };
+        predict(&mut c, "alice-key", request).await.expect("alice answered");
     }
     for (id, d) in [("c1", 5), ("c1-again", 5)] {
         predict(&mut c, "carol-key", image(id, &digit(d))).await.expect("carol answered");
@@ -92,6 +95,13 @@ fn the_export_verifies_and_tampering_is_named(file: &Path) {
     assert!(report.lines().any(|l| l.starts_with("carol\t1\t1\t1\t")), "{report}");
 
     let honest = lines(file);
+    // Alice's steps name the model that answered each, in chain order.
+    let models: Vec<String> = honest
+        .iter()
+        .filter(|l| l.starts_with("{\"session\":\"alice\",\"version\":"))
+        .map(|l| serde_json::from_str::<Value>(l).expect("json")["step"]["model"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(models, ["private", "bayes"], "alice's steps");
     let dir = file.parent().expect("dir");
     let k = first_charged(&honest);
     let edit = |name: &str, f: &dyn Fn(&mut Vec<String>)| {
@@ -108,6 +118,12 @@ fn the_export_verifies_and_tampering_is_named(file: &Path) {
     entry["step"]["label"] = ((label + 1) % 10).into();
     let flipped = entry.to_string();
     fails_at(&edit("label.jsonl", &|l| l[k] = flipped.clone()), k + 1, "chain hash does not match");
+
+    // The model that answered rewritten: the chain names it too.
+    let mut renamed: Value = serde_json::from_str(&honest[k]).expect("json");
+    renamed["step"]["model"] = "bayes".into();
+    let renamed = renamed.to_string();
+    fails_at(&edit("model.jsonl", &|l| l[k] = renamed.clone()), k + 1, "chain hash does not match");
 
     // Two labels flipped, far apart: both records are named, not only the
     // first (issue 52 §4).

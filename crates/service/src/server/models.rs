@@ -17,8 +17,8 @@
 
 use super::input::InputSpec;
 use super::status::ServiceError;
-use crate::session::DatasetIndex;
 use crate::session::cache::QueryDigest;
+use crate::session::{DatasetIndex, ModelTag};
 use crate::teachers::Ensemble;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,8 @@ pub struct Model {
     /// The dataset its teachers were trained on: whose sessions its
     /// answers step.
     pub dataset: DatasetIndex,
+    /// Its name and version, as the journal records them.
+    tag: ModelTag,
     /// The default model's cache keys are the input's digest alone.
     default: bool,
     /// Whether the last probe found every one of its teachers ready.
@@ -56,6 +58,11 @@ pub struct Model {
 }
 
 impl Model {
+    /// Its name and version, as the journal records them.
+    pub fn tag(&self) -> &ModelTag {
+        &self.tag
+    }
+
     /// Whether the last probe found every one of its teachers ready.
     pub fn teachers_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
@@ -85,7 +92,8 @@ impl Models {
     /// are distinct (the settings checked).
     pub fn new(default: Served, more: Vec<Served>) -> Self {
         let model = |Served { name, dataset, ensemble, input }, default| {
-            Arc::new(Model { name, ensemble, input, dataset, default, ready: false.into() })
+            let tag = ModelTag { name: name.as_str().into(), version: MODEL_VERSION.into() };
+            Arc::new(Model { name, ensemble, input, dataset, tag, default, ready: false.into() })
         };
         Models { default: model(default, true), more: more.into_iter().map(|m| model(m, false)).collect() }
     }

@@ -17,7 +17,7 @@ use super::status::{self, ServiceError};
 use crate::metrics::{Rpc, Stage};
 use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
 use crate::session::cache::CacheKey;
-use crate::session::{Asking, Caller, DatasetIndex, Handle, Preflight, Reply, Step};
+use crate::session::{Asking, Caller, DatasetIndex, Handle, ModelTag, Preflight, Reply, Step};
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use std::sync::Arc;
 use std::time::Instant;
@@ -66,6 +66,8 @@ pub struct Asked {
     query: Query,
     /// The dataset of the model asked: whose session the step charges.
     dataset: DatasetIndex,
+    /// The model asked, as the journal records it.
+    model: ModelTag,
     /// Each row's key in the session's answer cache (this principal's
     /// partition).
     keys: Vec<CacheKey>,
@@ -159,7 +161,7 @@ pub async fn ask(
     .instrument(span)
     .await
     .map_err(|e| traced.fail(e))?;
-    Ok(traced.then(Asked { query, dataset: model.dataset, keys, outputs }))
+    Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs }))
 }
 
 /// Phase 2: one step of Algorithm 1 on `caller`'s session in the asked
@@ -170,7 +172,7 @@ pub async fn ask(
 /// A budget that cannot pay for every row, or a core refusal (nothing
 /// charged).
 pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let (Asked { query, dataset, keys, outputs }, traced) = asked.take();
+    let (Asked { query, dataset, model, keys, outputs }, traced) = asked.take();
     let handle = caller.on(dataset).map_err(|e| traced.fail(e))?.clone();
     let rows = keys
         .into_iter()
@@ -182,6 +184,7 @@ pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Tr
                 query_id: query.row_id(i),
                 key: Some(key),
                 return_noisy: query.return_noisy,
+                model: model.clone(),
             };
             (outputs, asking)
         })

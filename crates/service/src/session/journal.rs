@@ -29,6 +29,16 @@ impl Versioned {
         }
     }
 
+    /// The terms of `asking`'s step ([`Versioned::terms`]) with the model
+    /// that answered it.
+    pub(super) fn answered_by(&self, asking: &Asking) -> JournalStepRecord {
+        JournalStepRecord {
+            model: asking.model.name.to_string(),
+            model_version: asking.model.version.to_string(),
+            ..self.terms(asking.key.as_ref())
+        }
+    }
+
     /// The journal event `kind` about query `query_id` (with `step`'s
     /// details; `need`: what an exhausted request needed), numbered and
     /// chained next.
@@ -67,11 +77,8 @@ pub(super) fn journal_entry(
     asking: &Asking,
     answer: &Answer,
 ) -> JournalEntry {
-    let mut step = JournalStepRecord {
-        published: answer.published.clone(),
-        label: answer.label as u32,
-        ..v.terms(asking.key.as_ref())
-    };
+    let mut step =
+        JournalStepRecord { published: answer.published.clone(), label: answer.label as u32, ..v.answered_by(asking) };
     record_outputs(&mut step, outputs);
     let mut entry = JournalEntry {
         version: v.version,

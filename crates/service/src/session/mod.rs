@@ -58,7 +58,7 @@ pub use caller::{Caller, DEFAULT as DEFAULT_DATASET_INDEX, DatasetIndex};
 pub use credential::{Credential, hex, key_digest_hex};
 pub use error::SessionError;
 pub use handle::{Handle, Preflight, Step};
-pub use query::{Asking, Reply};
+pub use query::{Asking, ModelTag, Reply};
 pub use registry::{Account, DatasetAccount, DatasetTerms, PrincipalConfig, Sessions};
 pub use state::{BudgetView, Scope, Session, SessionParams, Terms, Versioned};
 

@@ -19,12 +19,24 @@ pub struct Asking {
     /// Whether the noisy vector will be returned (it is kept with the
     /// cached answer only then).
     pub return_noisy: bool,
+    /// The model asked and its version, as the journal records them
+    /// (empty: internal callers, which name none).
+    pub model: ModelTag,
+}
+
+/// A private model's name and version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelTag {
+    /// The model's name.
+    pub name: std::sync::Arc<str>,
+    /// Its version.
+    pub version: std::sync::Arc<str>,
 }
 
 impl Asking {
     /// A query that is neither looked up nor kept in the cache.
     pub fn uncached(alpha: Option<f64>, query_id: String) -> Asking {
-        Asking { alpha, query_id, key: None, return_noisy: false }
+        Asking { alpha, query_id, key: None, return_noisy: false, model: ModelTag::default() }
     }
 }
 

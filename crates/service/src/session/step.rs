@@ -59,7 +59,7 @@ pub(super) fn step(
                     let step = JournalStepRecord {
                         label: reply.label as u32,
                         published: reply.published.clone(),
-                        ..v.terms(Some(key))
+                        ..v.answered_by(asking)
                     };
                     v.event(EventKind::CacheHit, &asking.query_id, step, 0.0)
                 });

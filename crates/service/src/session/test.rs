@@ -308,7 +308,13 @@ async fn deleting_the_store_forgets_every_budget_and_posterior() -> TestResult {
 
 /// A keyed query for the cache, with the noisy vector asked for or not.
 fn keyed(example: f64, return_noisy: bool, alpha: Option<f64>) -> Asking {
-    Asking { alpha, query_id: format!("q{example}"), key: Some(QueryDigest::of(&[example]).into()), return_noisy }
+    Asking {
+        alpha,
+        query_id: format!("q{example}"),
+        key: Some(QueryDigest::of(&[example]).into()),
+        return_noisy,
+        model: ModelTag::default(),
+    }
 }
 
 async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<(Reply, BudgetView), SessionError> {

@@ -2,7 +2,7 @@
 //! `pacpriv verify` reads.
 //!
 //! ```text
-//! {"format":"pacpriv-journal-export/1"}
+//! {"format":"pacpriv-journal-export/2"}
 //! {"session":"alice","version":1,"query_id":"…","charge":…,"step":{…},"log_likelihood":[…],"chain":"…"}
 //! {"session":"alice","event":1,"after_version":1,"kind":"cache_hit","query_id":"…","step":{…},…,"chain":"…"}
 //! …every entry and event of alice, in chain order…
@@ -21,8 +21,13 @@ use pacpriv_service::store::record::JournalStepRecord;
 use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
 use serde::{Deserialize, Serialize};
 
-/// The first line's `format`.
-pub const FORMAT: &str = "pacpriv-journal-export/1";
+/// The first line's `format`: 2 adds each step's `model` and
+/// `model_version`.
+pub const FORMAT: &str = "pacpriv-journal-export/2";
+
+/// The formats this release reads: every one a release has written (1 is
+/// 2 without models).
+pub const READS: [&str; 2] = ["pacpriv-journal-export/1", FORMAT];
 
 /// The first line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -149,6 +154,13 @@ pub struct StepLine {
     pub published: Vec<f64>,
     /// Its argmax, the released label.
     pub label: u32,
+    /// The private model that answered (export format 2; empty in items
+    /// written before models were recorded, and in refusals).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    /// Its version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model_version: String,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -256,6 +268,8 @@ impl StepLine {
             vectors: step.vectors,
             published: step.published,
             label: step.label,
+            model: step.model,
+            model_version: step.model_version,
         }
     }
 
@@ -272,6 +286,8 @@ impl StepLine {
             vectors: self.vectors.clone(),
             published: self.published.clone(),
             label: self.label,
+            model: self.model.clone(),
+            model_version: self.model_version.clone(),
         })
     }
 }

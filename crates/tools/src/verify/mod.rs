@@ -363,7 +363,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<V
             }
         };
         match (n, line) {
-            (1, Line::Header(h)) if h.format == format::FORMAT => {}
+            (1, Line::Header(h)) if format::READS.contains(&h.format.as_str()) => {}
             (1, _) => {
                 findings.add(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT));
                 break;
