@@ -320,6 +320,8 @@ async fn a_journal_is_not_continued_with_another_input_or_level() {
     assert!(err.contains("first.csv: 10 rows of 64 values"), "{err}");
     let err = label_fails(&server, &first, &out, &["--alpha", "0.05"], 64);
     assert!(err.contains("it was written with --alpha 0.01"), "{err}");
+    let err = label_fails(&server, &first, &out, &["--model", "bayes"], 64);
+    assert!(err.contains("it was written asking model \"\""), "{err}");
     // A kept file without its journal is not ours to overwrite.
     let err = label_fails(&server, &first, &second, &[], 64);
     assert!(err.contains("second.csv exists but its journal"), "{err}");
@@ -385,4 +387,24 @@ async fn budget_over_tls(server: &Process, ca: &str, cert: &str, key: &str) -> p
         .expect("mTLS");
     let mut c = pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient::new(channel);
     budget(&mut c, "demo-key").await
+}
+
+/// `--model`: the demo's second model labels the rows, charged to the one
+/// account both models share (the summary reports it).
+#[tokio::test(flavor = "multi_thread")]
+async fn labels_with_another_model_of_the_dataset() {
+    let server = Process::serve(None, &demo_with_budget("1", &[]));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("digits.csv");
+    write_csv(&input, &held_out(12));
+    let out = dir.path().join("labels.csv");
+    let report = succeeded(&label(&server, &input, &out, &["--model", "bayes"]));
+    let mut c = client(&server.addr).await;
+    let account = budget(&mut c, "demo-key").await;
+    assert_eq!(account.answered, 12, "{report}");
+    let (header, answers) = journal(&out);
+    assert_eq!((header["model"].as_str(), answers.len()), (Some("bayes"), 12));
+    let err = label_fails(&server, &input, &dir.path().join("nope.csv"), &["--model", "forest"], 64);
+    assert!(err.contains("\"forest\"") && err.contains("--model names a model this server does not serve"), "{err}");
+    assert_eq!(budget(&mut c, "demo-key").await.answered, 12, "an unknown model is asked nothing");
 }

@@ -116,7 +116,7 @@ async fn a_spent_dataset_leaves_another_answering() {
     ]);
     let mut server = Process::serve(None, &env);
     let mut c = client(&server.addr).await;
-    let of_dataset = |dataset: &str| GetBudgetRequest { dataset: dataset.to_owned() };
+    let of_dataset = |dataset: &str| GetBudgetRequest { dataset: dataset.to_owned(), ..Default::default() };
 
     for (k, model) in ["ridge", "", "ridge"].into_iter().enumerate() {
         predict(&mut c, "carol-key", of(model, &format!("c{k}"), 20 + k as u32)).await.expect("within budget");
@@ -129,6 +129,10 @@ async fn a_spent_dataset_leaves_another_answering() {
     }
     let other = c.get_budget(with_key(of_dataset("other"), "carol-key")).await.expect("GetBudget").into_inner();
     assert_eq!((other.dataset.as_str(), other.answered, other.spent), ("other", 2, 2.0 * B));
+    // A client may name the model instead: its answers' account.
+    let of_model = GetBudgetRequest { model: "split7".into(), ..Default::default() };
+    let by_model = c.get_budget(with_key(of_model, "carol-key")).await.expect("GetBudget").into_inner();
+    assert_eq!((by_model.dataset.as_str(), by_model.answered), ("other", 2));
     let default = budget(&mut c, "carol-key").await;
     assert_eq!((default.dataset.as_str(), default.answered, default.spent), ("default", 3, 3.0 * B));
     let e = c.get_budget(with_key(of_dataset("nope"), "carol-key")).await.expect_err("no such dataset");

@@ -227,11 +227,12 @@ class Client:
         except grpc.RpcError as e:
             raise _error(e) from None
 
-    def budget(self, dataset: str = "") -> pb.Budget:
-        """This principal's session account in `dataset` (empty: the
-        default dataset); charges nothing."""
+    def budget(self, dataset: str = "", model: str = "") -> pb.Budget:
+        """This principal's session account in `dataset`, or else in the
+        dataset of `model` (both empty: the default dataset); charges
+        nothing."""
         try:
-            request = pb.GetBudgetRequest(dataset=dataset)
+            request = pb.GetBudgetRequest(dataset=dataset, model=model)
             return self._stub.GetBudget(request, metadata=self._metadata, timeout=self._timeout)
         except grpc.RpcError as e:
             raise _error(e) from None

@@ -6,15 +6,17 @@ use super::status::ServiceError;
 use crate::proto::pacpriv::{Budget, GetBudgetRequest};
 use crate::session::{Caller, DEFAULT_DATASET_INDEX};
 
-/// The caller's current budget in the dataset `request` names (empty:
-/// the default dataset).
+/// The caller's current budget in the dataset `request` names, or else
+/// the dataset of the model it names (both empty: the default dataset).
 ///
 /// # Errors
-/// An unknown dataset (NOT_FOUND, naming the datasets), a poisoned
-/// session or an unreachable store.
+/// An unknown dataset or model (NOT_FOUND, naming those served), a
+/// poisoned session or an unreachable store.
 pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Result<Budget, ServiceError> {
-    let dataset = if request.dataset.is_empty() {
+    let dataset = if request.dataset.is_empty() && request.model.is_empty() {
         DEFAULT_DATASET_INDEX
+    } else if request.dataset.is_empty() {
+        app.models.get(&request.model)?.dataset
     } else {
         app.sessions.dataset_index(&request.dataset).ok_or_else(|| {
             let served: Vec<&str> = app.sessions.datasets().collect();

@@ -39,6 +39,9 @@ pub struct Header {
     /// through the stream).
     #[serde(default, skip_serializing_if = "is_false")]
     pub unanimous_only: bool,
+    /// The model asked (`--model`; empty: the server's default model).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -117,6 +120,15 @@ pub enum JournalError {
         /// How the journal was written.
         unanimous_only: bool,
     },
+    /// Another model was asked.
+    #[error(
+        "it was written asking model {journal:?} (--model; empty: the server's default); rerun with that, or \
+         label into another --out"
+    )]
+    OtherModel {
+        /// The journal's model.
+        journal: String,
+    },
     /// More answers than rows.
     #[error("it holds {answers} answers but the input has only {rows} rows")]
     TooMany {
@@ -159,7 +171,13 @@ impl Header {
             sha256,
             alpha,
             unanimous_only: false,
+            model: String::new(),
         }
+    }
+
+    /// The same, asking the model `model`.
+    pub fn model(self, model: &str) -> Header {
+        Header { model: model.to_owned(), ..self }
     }
 
     /// The same, for a `--unanimous-only` job when `on`.
@@ -186,6 +204,9 @@ impl Header {
         }
         if self.unanimous_only != now.unanimous_only {
             return Err(JournalError::OtherMode { unanimous_only: self.unanimous_only });
+        }
+        if self.model != now.model {
+            return Err(JournalError::OtherModel { journal: self.model.clone() });
         }
         Ok(())
     }

@@ -84,6 +84,12 @@ pub struct Args {
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
 
+    /// The private model to ask (empty: the server's default model). Its
+    /// answers are charged to its dataset's account, which the progress
+    /// and the summary report.
+    #[arg(long, default_value = "", value_name = "NAME")]
+    pub model: String,
+
     /// TLS (`--ca`) and mTLS (`--cert`, `--key`) to the server.
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -155,7 +161,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     let header = journal::Header::new(&args.input, summary.rows, summary.features, summary.sha256.clone(), args.alpha)
-        .unanimous_only(args.unanimous_only);
+        .unanimous_only(args.unanimous_only)
+        .model(&args.model);
     let Opened { mut journal, mut answers, dropped_torn_line } =
         Journal::open(&journal_path, &header).with_context(|| format!("continuing {}", journal_path.display()))?;
     if dropped_torn_line {
@@ -360,6 +367,11 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// The account the model's answers are charged to.
+    fn account(&self) -> GetBudgetRequest {
+        GetBudgetRequest { model: self.args.model.clone(), ..Default::default() }
+    }
+
     /// Connects, then streams every row not yet in `answers`, journaling
     /// each answer.
     async fn run(&self, journal: &mut Journal, answers: &mut Vec<Answer>) -> anyhow::Result<Outcome> {
@@ -369,9 +381,10 @@ impl Job<'_> {
             req.metadata_mut().insert("x-api-key", key.clone());
             Ok(req)
         });
-        let budget = client.get_budget(GetBudgetRequest::default()).await.map_err(|s| {
+        let budget = client.get_budget(self.account()).await.map_err(|s| {
             let hint = match s.code() {
                 Code::Unauthenticated => "; the server does not accept this API key",
+                Code::NotFound => "; --model names a model this server does not serve",
                 Code::Unimplemented => "; is --addr the client port of a pacpriv server?",
                 _ => "; is --addr the client port of a pacpriv server, and do --ca, --cert and --key match its TLS?",
             };
@@ -555,7 +568,7 @@ impl Job<'_> {
         progress.finish();
         // Replies overlap, so the last one's account may predate another's
         // step: ask for the account as it stands now.
-        if let Ok(b) = client.clone().get_budget(GetBudgetRequest::default()).await {
+        if let Ok(b) = client.clone().get_budget(self.account()).await {
             outcome.budget = b.into_inner();
         }
         Ok(())
@@ -607,6 +620,7 @@ struct Reader {
     shape: Vec<i64>,
     datatype: Datatype,
     alpha: f64,
+    model: String,
     stop: Arc<AtomicBool>,
     /// One per request allowed in flight.
     permits: std::sync::mpsc::Receiver<()>,
@@ -624,6 +638,7 @@ impl Reader {
             shape: job.shape.clone(),
             datatype: job.args.datatype,
             alpha: job.args.alpha,
+            model: job.args.model.clone(),
             stop: Arc::new(AtomicBool::new(false)),
             permits: std::sync::mpsc::sync_channel(0).1,
         }
@@ -667,6 +682,7 @@ impl Reader {
             query_id: row.index.to_string(),
             input: Some(tensor),
             confidence_alpha: Some(self.alpha),
+            model: self.model.clone(),
             ..Default::default()
         }
     }

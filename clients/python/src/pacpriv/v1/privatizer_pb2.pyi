@@ -73,10 +73,12 @@ class RowAnswer(_message.Message):
     def __init__(self, label: _Optional[int] = ..., unanimous: _Optional[bool] = ..., mi_charged: _Optional[float] = ..., confident: _Optional[bool] = ..., noisy: _Optional[_Iterable[float]] = ..., cached: _Optional[bool] = ...) -> None: ...
 
 class GetBudgetRequest(_message.Message):
-    __slots__ = ("dataset",)
+    __slots__ = ("dataset", "model")
     DATASET_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     dataset: str
-    def __init__(self, dataset: _Optional[str] = ...) -> None: ...
+    model: str
+    def __init__(self, dataset: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class Budget(_message.Message):
     __slots__ = ("principal", "scope", "spent", "limit", "remaining", "per_query", "answered", "charged", "mia_bound", "policy", "dataset")
