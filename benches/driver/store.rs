@@ -481,7 +481,7 @@ fn commits(metrics: &Metrics) -> anyhow::Result<Commits> {
 pub(super) async fn seal_secret(store: &Store, m: usize, teachers: &str) -> anyhow::Result<SecretIndex> {
     let drawn = rand::rng().random_range(0..m);
     store.init_meta(DEFAULT_DATASET, &Meta { secret: drawn, teachers: teachers.to_owned() }).await?;
-    Ok(secret::establish(store, DEFAULT_DATASET, None, m, teachers).await?)
+    Ok(secret::establish(store, DEFAULT_DATASET, None, m, teachers, None).await?)
 }
 
 /// The API key of bench principal `i` (a bench store is thrown away; the

@@ -133,6 +133,9 @@ async fn a_spent_dataset_leaves_another_answering() {
     let of_model = GetBudgetRequest { model: "split7".into(), ..Default::default() };
     let by_model = c.get_budget(with_key(of_model, "carol-key")).await.expect("GetBudget").into_inner();
     assert_eq!((by_model.dataset.as_str(), by_model.answered), ("other", 2));
+    let both = GetBudgetRequest { model: "split7".into(), dataset: "default".into() };
+    let e = c.get_budget(with_key(both, "carol-key")).await.expect_err("a model of another dataset");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     let default = budget(&mut c, "carol-key").await;
     assert_eq!((default.dataset.as_str(), default.answered, default.spent), ("default", 3, 3.0 * B));
     let e = c.get_budget(with_key(of_dataset("nope"), "carol-key")).await.expect_err("no such dataset");

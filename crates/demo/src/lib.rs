@@ -131,12 +131,28 @@ impl Teacher {
                 // The joint log-likelihoods, normalised with the largest
                 // subtracted first: they run to -10^3 and below, where
                 // exponentiating first (linfa's predict_proba) gives 0/0.
+                // Classes in digit order, so the sums are the same in
+                // every process.
                 let joint = model.joint_log_likelihood(x.view());
+                let mut classes: Vec<(usize, &ndarray016::Array1<f64>)> = joint.iter().map(|(&&d, l)| (d, l)).collect();
+                classes.sort_by_key(|(d, _)| *d);
                 for (i, row) in out.iter_mut().enumerate() {
-                    let top = joint.values().map(|l| l[i]).fold(f64::NEG_INFINITY, f64::max);
-                    let total: f64 = joint.values().map(|l| (l[i] - top).exp()).sum();
-                    for (&&digit, l) in &joint {
-                        if let Some(slot) = row.get_mut(digit) {
+                    let top = classes.iter().map(|(_, l)| l[i]).fold(f64::NEG_INFINITY, f64::max);
+                    if !top.is_finite() {
+                        // An input so far from every class that no
+                        // likelihood is finite (pixels of 10^150): no class
+                        // is more likely than another.
+                        let known = classes.len().max(1) as f64;
+                        for (digit, _) in &classes {
+                            if let Some(slot) = row.get_mut(*digit) {
+                                *slot = 1.0 / known;
+                            }
+                        }
+                        continue;
+                    }
+                    let total: f64 = classes.iter().map(|(_, l)| (l[i] - top).exp()).sum();
+                    for (digit, l) in &classes {
+                        if let Some(slot) = row.get_mut(*digit) {
                             *slot = (l[i] - top).exp() / total;
                         }
                     }

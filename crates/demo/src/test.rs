@@ -93,7 +93,13 @@ fn naive_bayes_teachers_are_fast_accurate_enough_and_well_formed() -> Result<(),
         let acc = correct as f64 / test.len() as f64;
         assert!(acc > 0.7, "teacher {i} accuracy {acc}");
     }
-    for pixels in [vec![16.0; FEATURES], vec![0.0; FEATURES], (0..FEATURES).map(|j| (j % 17) as f64).collect()] {
+    for pixels in [
+        vec![16.0; FEATURES],
+        vec![0.0; FEATURES],
+        (0..FEATURES).map(|j| (j % 17) as f64).collect(),
+        vec![1e300; FEATURES],
+        vec![-1e300; FEATURES],
+    ] {
         let p = e.teachers[0].predict_proba(&pixels)[0];
         assert!(p.iter().all(|v| v.is_finite() && *v >= 0.0), "{p:?}");
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{p:?}");

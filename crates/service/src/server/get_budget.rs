@@ -13,10 +13,9 @@ use crate::session::{Caller, DEFAULT_DATASET_INDEX};
 /// An unknown dataset or model (NOT_FOUND, naming those served), a
 /// poisoned session or an unreachable store.
 pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Result<Budget, ServiceError> {
-    let dataset = if request.dataset.is_empty() && request.model.is_empty() {
-        DEFAULT_DATASET_INDEX
-    } else if request.dataset.is_empty() {
-        app.models.get(&request.model)?.dataset
+    let of_model = (!request.model.is_empty()).then(|| app.models.get(&request.model)).transpose()?;
+    let dataset = if request.dataset.is_empty() {
+        of_model.map_or(DEFAULT_DATASET_INDEX, |m| m.dataset)
     } else {
         app.sessions.dataset_index(&request.dataset).ok_or_else(|| {
             let served: Vec<&str> = app.sessions.datasets().collect();
@@ -24,6 +23,12 @@ pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Re
             ServiceError::NotFound(format!("no dataset {asked:?} here: the datasets are {served:?}"))
         })?
     };
+    if of_model.is_some_and(|m| m.dataset != dataset) {
+        return Err(ServiceError::InvalidInput(format!(
+            "model {:?} is not over dataset {:?}: name one of them (its account is its dataset's)",
+            request.model, request.dataset
+        )));
+    }
     let handle = caller.on(dataset)?;
     Ok(output::budget(handle.principal(), handle.dataset(), handle.scope(), &handle.budget().await?))
 }

@@ -122,6 +122,8 @@ impl Models {
             Some(model) if version.is_empty() || version == MODEL_VERSION => Ok(model),
             _ => {
                 let names: Vec<String> = self.iter().map(|m| format!("{:?}", m.name)).collect();
+                // The client's words are echoed, but never more than a name's length.
+                let (name, version) = (clip(name), clip(version));
                 Err(ServiceError::NotFound(format!(
                     "model {name:?} version {version:?} is not served here: this pacpriv serves {} (version \
                      \"{MODEL_VERSION}\" or empty; an empty model name is {:?})",
@@ -131,4 +133,10 @@ impl Models {
             }
         }
     }
+}
+
+/// At most 64 characters of `s`: a model name or version a client sent,
+/// as an error echoes it.
+fn clip(s: &str) -> String {
+    s.chars().take(64).collect()
 }

@@ -184,8 +184,8 @@ impl Sessions {
         if datasets.is_empty() {
             return Err(SessionError::InvalidPrincipal("no dataset to open sessions in".into()));
         }
-        for p in configured {
-            check_key_safe(&p.name)?;
+        if let Some(p) = configured.iter().find(|p| collides(&p.name, datasets.iter().map(|d| &*d.name))) {
+            return Err(colliding(&p.name));
         }
         let now = now_unix();
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
@@ -211,6 +211,12 @@ impl Sessions {
         if store.single_writer() {
             let mut local = Local::default();
             for record in store.principals().await.map_err(SessionError::Registry)? {
+                if sessions.collides(&record.name) {
+                    // Stored by an earlier release's configuration: refused,
+                    // never opened on another session's key; the rest serve.
+                    tracing::error!(principal = %record.name, "{}", colliding(&record.name));
+                    continue;
+                }
                 sessions.insert_local(&mut local, record)?;
             }
             sessions.local = Some(RwLock::new(local));
@@ -229,8 +235,8 @@ impl Sessions {
     /// As [`Sessions::new`]; on any error — a provisioning conflict, the
     /// store failing midway — nothing changed (one transaction).
     pub async fn reconfigure(&self, configured: &[PrincipalConfig]) -> Result<Vec<String>, SessionError> {
-        for p in configured {
-            check_key_safe(&p.name)?;
+        if let Some(p) = configured.iter().find(|p| self.collides(&p.name)) {
+            return Err(colliding(&p.name));
         }
         let now = now_unix();
         let records: Vec<PrincipalRecord> = configured.iter().map(|p| p.record(now)).collect();
@@ -276,9 +282,11 @@ impl Sessions {
 
     /// The sessions `record` is charged to, one per dataset.
     fn sessions_for(&self, record: &PrincipalRecord) -> Result<PrincipalSessions, SessionError> {
-        // A name stored by an earlier release that could name another
-        // dataset's session is refused, never opened.
-        check_key_safe(&record.name)?;
+        // A name stored by an earlier release that would name another
+        // session is refused, never opened.
+        if self.collides(&record.name) {
+            return Err(colliding(&record.name));
+        }
         let limit = Nats::new(record.budget)?;
         let sessions = self.datasets.iter().map(|dataset| match &dataset.shared {
             Some(shared) => Ok(Arc::clone(shared)),
@@ -527,6 +535,12 @@ impl Sessions {
         self.datasets.iter().map(|d| &*d.terms.name)
     }
 
+    /// Whether principal `name`'s session key would be another session's
+    /// here ([`collides`]).
+    fn collides(&self, name: &str) -> bool {
+        collides(name, self.datasets.iter().map(|d| &*d.terms.name))
+    }
+
     /// The position of the dataset `name`.
     pub fn dataset_index(&self, name: &str) -> Option<DatasetIndex> {
         self.datasets.iter().position(|d| &*d.terms.name == name)
@@ -570,24 +584,28 @@ fn open(store: &Store, terms: &DatasetTerms, name: &str, limit: Nats) -> Result<
     Ok(Arc::new(Cell::open(store, &key, Terms { params: terms.params, limit })?))
 }
 
-/// A name that can be a session key of its own: not empty, and without
-/// the `/` of another dataset's keys ([`session_key`]) or the `*` of the
-/// shared session's ([`GLOBAL_SESSION`]). Configured names (which earlier
-/// releases did not restrict further) are checked when the configuration
-/// loads, and every stored name when the registry opens.
-pub fn check_key_safe(name: &str) -> Result<(), SessionError> {
-    if name.is_empty() || name.contains(['/', '*']) {
-        return Err(SessionError::InvalidPrincipal(format!(
-            "principal name {name:?}: a name must not be empty nor hold '/' or '*' (they would name another \
-             dataset's or the shared session)"
-        )));
-    }
-    Ok(())
+/// Whether principal `name`'s session key would be another session's
+/// among `datasets` ([`session_key`]): the shared session's
+/// ([`GLOBAL_SESSION`]), or one of another dataset's (`DATASET/…`). Names
+/// the admin API creates never do ([`check_name`]); configured names
+/// (which earlier releases did not restrict) are checked when the
+/// configuration loads and when the registry opens, stored ones when their
+/// sessions open.
+pub fn collides<'a>(name: &str, mut datasets: impl Iterator<Item = &'a str>) -> bool {
+    name == GLOBAL_SESSION || name.split_once('/').is_some_and(|(prefix, _)| datasets.any(|d| d == prefix))
+}
+
+/// The refusal of a principal whose name [`collides`].
+fn colliding(name: &str) -> SessionError {
+    SessionError::InvalidPrincipal(format!(
+        "principal {name:?}: its session would be another's (the shared session, or another dataset's, \
+         DATASET/NAME); such a principal is not served"
+    ))
 }
 
 /// Names of principals the admin API creates are 1–64 of
-/// `[A-Za-z0-9_.-]`: safe in logs, metric labels and store keys
-/// ([`check_key_safe`]).
+/// `[A-Za-z0-9_.-]`: safe in logs, metric labels and store keys, and
+/// never [`collides`].
 fn check_name(name: &str) -> Result<(), SessionError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN

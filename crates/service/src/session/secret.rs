@@ -54,7 +54,12 @@ pub enum SecretError {
     Store(#[from] StoreError),
 }
 
-/// `dataset`'s s* for `m` teachers described by `teachers`.
+/// `dataset`'s s* for `m` teachers described by `teachers`. `data`, when
+/// known, is what every teacher set over the same subsets is described
+/// as starting with (for the demo: its seed, which alone draws the
+/// subsets); another dataset of the store whose teacher set starts so is
+/// refused — one set of subsets would otherwise be two secrets with two
+/// budgets (a renamed dataset, or one declared twice).
 ///
 /// # Errors
 /// [`SecretError`].
@@ -64,11 +69,13 @@ pub async fn establish(
     file: Option<&Path>,
     m: usize,
     teachers: &str,
+    data: Option<&str>,
 ) -> Result<SecretIndex, SecretError> {
     let provided = file.map(|f| read(f, m)).transpose()?;
     let shown = store.location();
     for (other, meta) in store.metas().await? {
-        if other != dataset && meta.teachers == teachers {
+        let same = meta.teachers == teachers || data.is_some_and(|d| meta.teachers.starts_with(d));
+        if other != dataset && same {
             return Err(SecretError::SameTeachers {
                 dataset: dataset.to_owned(),
                 other,
@@ -152,19 +159,19 @@ mod test {
         let path = dir.path().join("s.redb");
         let first = {
             let store = open(&path)?;
-            establish(&store, DEFAULT_DATASET, None, 64, "demo m=64").await?
+            establish(&store, DEFAULT_DATASET, None, 64, "demo m=64", None).await?
         };
         let store = open(&path)?;
-        assert_eq!(establish(&store, DEFAULT_DATASET, None, 64, "demo m=64").await?, first, "a restart keeps s*");
-        let other = establish(&store, DEFAULT_DATASET, None, 64, "demo m=32").await;
+        assert_eq!(establish(&store, DEFAULT_DATASET, None, 64, "demo m=64", None).await?, first, "a restart keeps s*");
+        let other = establish(&store, DEFAULT_DATASET, None, 64, "demo m=32", None).await;
         assert!(matches!(other, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
 
         let file = dir.path().join("secret");
         std::fs::write(&file, format!("{}\n", (first.expose() + 1) % 64))?;
-        let conflict = establish(&store, DEFAULT_DATASET, Some(&file), 64, "demo m=64").await;
+        let conflict = establish(&store, DEFAULT_DATASET, Some(&file), 64, "demo m=64", None).await;
         assert!(matches!(conflict, Err(SecretError::Store(StoreError::SecretConflict { .. }))));
         std::fs::write(&file, format!("{}", first.expose()))?;
-        assert_eq!(establish(&store, DEFAULT_DATASET, Some(&file), 64, "demo m=64").await?, first);
+        assert_eq!(establish(&store, DEFAULT_DATASET, Some(&file), 64, "demo m=64", None).await?, first);
         Ok(())
     }
 
@@ -174,14 +181,14 @@ mod test {
         let store = open(&dir.path().join("s.redb"))?;
         let file = dir.path().join("secret");
         std::fs::write(&file, "99")?;
-        let e = establish(&store, DEFAULT_DATASET, Some(&file), 8, "t")
+        let e = establish(&store, DEFAULT_DATASET, Some(&file), 8, "t", None)
             .await
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("below the number of teachers (8)") && !e.contains("99"), "{e}");
         std::fs::write(&file, "3")?;
-        assert_eq!(establish(&store, DEFAULT_DATASET, Some(&file), 8, "t").await?.expose(), 3);
+        assert_eq!(establish(&store, DEFAULT_DATASET, Some(&file), 8, "t", None).await?.expose(), 3);
         Ok(())
     }
 
@@ -194,17 +201,21 @@ mod test {
         std::fs::write(&b, "5")?;
         {
             let store = open(&path)?;
-            assert_eq!(establish(&store, DEFAULT_DATASET, Some(&a), 8, "t8").await?.expose(), 3);
-            assert_eq!(establish(&store, "other", Some(&b), 16, "u16").await?.expose(), 5);
+            assert_eq!(establish(&store, DEFAULT_DATASET, Some(&a), 8, "t8", None).await?.expose(), 3);
+            assert_eq!(establish(&store, "other", Some(&b), 16, "u16", None).await?.expose(), 5);
         }
         let store = open(&path)?;
-        assert_eq!(establish(&store, DEFAULT_DATASET, None, 8, "t8").await?.expose(), 3, "a restart keeps each s*");
-        assert_eq!(establish(&store, "other", None, 16, "u16").await?.expose(), 5);
-        let swapped = establish(&store, "other", None, 16, "u32").await;
+        assert_eq!(
+            establish(&store, DEFAULT_DATASET, None, 8, "t8", None).await?.expose(),
+            3,
+            "a restart keeps each s*"
+        );
+        assert_eq!(establish(&store, "other", None, 16, "u16", None).await?.expose(), 5);
+        let swapped = establish(&store, "other", None, 16, "u32", None).await;
         assert!(matches!(swapped, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
         // The default dataset's teachers under another name: refused, not
         // a second secret over them.
-        let renamed = establish(&store, "renamed", None, 8, "t8").await;
+        let renamed = establish(&store, "renamed", None, 8, "t8", None).await;
         assert!(
             matches!(renamed, Err(SecretError::SameTeachers { ref other, .. }) if other == "default"),
             "{renamed:?}"

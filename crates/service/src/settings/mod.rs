@@ -285,7 +285,16 @@ impl Raw {
                 ));
             }
         }
-        if self.principals.is_empty() && admin.is_none() {
+        let principals = principals(self.principals)?;
+        let names = || datasets.iter().map(|d| d.name.as_str());
+        if let Some(p) = principals.iter().find(|p| crate::session::registry::collides(&p.name, names())) {
+            return Err(err(
+                &format!("principals.{}", p.name),
+                "its session would be another's: the shared session (\"*global*\"), or a dataset's (DATASET/NAME) — \
+                 name it otherwise",
+            ));
+        }
+        if principals.is_empty() && admin.is_none() {
             return Err(err(
                 "principals",
                 "no principal is configured and the admin API is off (admin.key_sha256), so no client could \
@@ -311,7 +320,7 @@ impl Raw {
             model,
             more_models,
             health_interval: fanout.health_interval,
-            principals: principals(self.principals)?,
+            principals,
             health_listen: server.health_listen,
             tls: self.tls.validate()?,
             admin,

@@ -228,7 +228,7 @@ pub(super) fn demo_naive_bayes(
     default: &ModelSettings,
     more: &mut Vec<ModelSettings>,
 ) -> Result<(), SettingsError> {
-    let TeacherSource::Demo { learner, listen, .. } = &default.teachers else { return Ok(()) };
+    let TeacherSource::Demo { learner, .. } = &default.teachers else { return Ok(()) };
     if name.is_empty() {
         return Ok(());
     }
@@ -248,7 +248,9 @@ pub(super) fn demo_naive_bayes(
     let teachers = TeacherSource::Demo {
         models,
         seed,
-        listen: std::net::SocketAddr::new(listen.ip(), 0),
+        // Loopback whatever demo.listen says: raw teacher outputs are not
+        // for the network, and this port is none an operator chose.
+        listen: std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), 0),
         stacked,
         learner: DemoLearner::NaiveBayes,
         regularisation,

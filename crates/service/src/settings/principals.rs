@@ -16,8 +16,6 @@ pub(super) struct RawPrincipal {
 pub(super) fn principals(raw: BTreeMap<String, RawPrincipal>) -> Result<Vec<PrincipalConfig>, SettingsError> {
     let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
     for (name, p) in raw {
-        crate::session::registry::check_key_safe(&name)
-            .map_err(|e| err(&format!("principals.{name}"), e.to_string()))?;
         let key = format!("principals.{name}.key_sha256");
         let hash = parse_sha256(&p.key_sha256)
             .ok_or_else(|| err(&key, "must be 64 hex digits: the SHA-256 of the API key (echo -n KEY | sha256sum)"))?;

@@ -211,7 +211,11 @@ pub async fn serve(
         .map(|dataset| {
             let first = settings.models().find(|m| m.dataset == dataset.name);
             let first = first.ok_or_else(|| StartError::UnknownDataset(dataset.name.clone()))?;
-            Ok(store::DatasetTeachers { m: first.teachers.m(), fingerprint: teacher_fingerprint(&first.teachers) })
+            Ok(store::DatasetTeachers {
+                m: first.teachers.m(),
+                fingerprint: teacher_fingerprint(&first.teachers),
+                data: same_data(&first.teachers),
+            })
         })
         .collect::<Result<Vec<_>, StartError>>()?;
     let mut served = served.into_iter();
@@ -519,6 +523,18 @@ async fn ensemble(
 
 /// Names the teacher set s* indexes into: the demo's seed and m (however
 /// they are served), or the remote models in order (endpoints may move;
+/// What every fingerprint of teachers over `source`'s subsets starts with,
+/// when the configuration can tell: for the demo, its seed (which alone
+/// draws the split and the subsets of its real examples); for remote
+/// teachers nothing (their subsets are the operator's declaration, and two
+/// servers may name their models alike).
+fn same_data(source: &TeacherSource) -> Option<String> {
+    match source {
+        TeacherSource::Demo { seed, .. } => Some(format!("demo digits seed={seed} m=")),
+        TeacherSource::Remote(_) => None,
+    }
+}
+
 /// the models may not).
 fn teacher_fingerprint(source: &TeacherSource) -> String {
     match source {

@@ -70,6 +70,9 @@ pub struct DatasetTeachers {
     pub m: usize,
     /// The teacher set's name (its first model's teachers).
     pub fingerprint: String,
+    /// What every teacher set over the same subsets is named starting
+    /// with, when the configuration can tell (the demo: its seed).
+    pub data: Option<String>,
 }
 
 /// Opens what `wanted` names, waiting up to `store.start_wait_ms` for a
@@ -136,7 +139,8 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
     let mut datasets = Vec::with_capacity(wanted.datasets.len());
     for (dataset, teachers) in settings.datasets().zip(&wanted.datasets) {
         let index = dataset.secret_index_file.as_deref();
-        let secret = secret::establish(&store, &dataset.name, index, teachers.m, &teachers.fingerprint).await?;
+        let (m, fingerprint, data) = (teachers.m, &teachers.fingerprint, teachers.data.as_deref());
+        let secret = secret::establish(&store, &dataset.name, index, m, fingerprint, data).await?;
         let params = SessionParams {
             per_query: dataset.per_query,
             policy: dataset.policy,
