@@ -526,8 +526,10 @@ async fn ensemble(
 /// What every fingerprint of teachers over `source`'s subsets starts with,
 /// when the configuration can tell: for the demo, its seed (which alone
 /// draws the split and the subsets of its real examples); for remote
-/// teachers nothing (their subsets are the operator's declaration, and two
-/// servers may name their models alike).
+/// teachers nothing beyond the fingerprint itself (their subsets are the
+/// operator's declaration). Two datasets whose remote teachers have the
+/// same names and versions are refused even on two servers: the check errs
+/// toward one secret, never two budgets.
 fn same_data(source: &TeacherSource) -> Option<String> {
     match source {
         TeacherSource::Demo { seed, .. } => Some(format!("demo digits seed={seed} m=")),
