@@ -74,7 +74,7 @@ impl Handle {
     /// The store key of the session charged: the principal's name, or
     /// [`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION) under global scope, prefixed
     /// by the dataset's name outside the default dataset
-    /// ([`session_key`](crate::store::session_key)); the budget gauges' label.
+    /// ([`session_key`](crate::store::session_key)).
     pub fn session_name(&self) -> &str {
         self.session.key()
     }

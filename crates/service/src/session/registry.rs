@@ -77,8 +77,6 @@ pub struct Account {
 pub struct DatasetAccount {
     /// The dataset's name.
     pub dataset: String,
-    /// The store key of the session charged (see [`Handle::session_name`]).
-    pub session: String,
     /// The dataset's session scope.
     pub scope: Scope,
     /// The session's account (the shared one under global scope).
@@ -494,7 +492,6 @@ impl Sessions {
         for (dataset, session) in self.datasets.iter().zip(sessions.iter()) {
             datasets.push(DatasetAccount {
                 dataset: dataset.terms.name.to_string(),
-                session: session.key().to_owned(),
                 scope: dataset.terms.scope,
                 budget: handle::account_of(session).await?,
             });

@@ -214,7 +214,7 @@ pub async fn serve(
             Ok(store::DatasetTeachers {
                 m: first.teachers.m(),
                 fingerprint: teacher_fingerprint(&first.teachers),
-                data: same_data(&first.teachers),
+                data: data_prefix(&first.teachers),
             })
         })
         .collect::<Result<Vec<_>, StartError>>()?;
@@ -530,7 +530,7 @@ async fn ensemble(
 /// operator's declaration). Two datasets whose remote teachers have the
 /// same names and versions are refused even on two servers: the check errs
 /// toward one secret, never two budgets.
-fn same_data(source: &TeacherSource) -> Option<String> {
+fn data_prefix(source: &TeacherSource) -> Option<String> {
     match source {
         TeacherSource::Demo { seed, .. } => Some(format!("demo digits seed={seed} m=")),
         TeacherSource::Remote(_) => None,
