@@ -92,13 +92,7 @@ async fn two_models_of_one_dataset_step_one_session_and_drain_one_budget() {
     // The session's posterior is exactly its journal replayed, steps of
     // both models in the order they were taken.
     server.kill();
-    let store = EmbeddedStore::open(&store).expect("store opens");
-    for (principal, steps) in [("alice", 6), ("carol", 3)] {
-        let record = store.load(principal).expect("readable").expect("answered");
-        let journal = store.journal(principal).expect("journal");
-        assert_eq!(journal.len(), steps, "{principal}: one entry per charged answer of either model");
-        assert_eq!(replay(M, &journal), record.posterior, "{principal}: posterior = the journal replayed");
-    }
+    each_posterior_is_its_journal_replayed(&store, &[("alice", 6), ("carol", 3)]);
 }
 
 /// Two datasets: carol's budget spent in one leaves the other answering,
@@ -151,8 +145,15 @@ async fn a_spent_dataset_leaves_another_answering() {
     predict(&mut c, "carol-key", of("split7", "o2", 40)).await.expect("the other still answers");
     server.kill();
 
-    let store = EmbeddedStore::open(&store).expect("store opens");
-    for (session, steps) in [("carol", 3), ("other/carol", 3)] {
+    each_posterior_is_its_journal_replayed(&store, &[("carol", 3), ("other/carol", 3)]);
+}
+
+/// Each of `sessions` (store key, charged steps) in the embedded store at
+/// `path` has one journal entry per charged answer of its dataset's
+/// models, and its posterior is exactly that journal replayed.
+fn each_posterior_is_its_journal_replayed(path: &std::path::Path, sessions: &[(&str, usize)]) {
+    let store = EmbeddedStore::open(path).expect("store opens");
+    for &(session, steps) in sessions {
         let record = store.load(session).expect("readable").expect("answered");
         let journal = store.journal(session).expect("journal");
         assert_eq!(journal.len(), steps, "{session}: one entry per charged answer of its dataset's models");

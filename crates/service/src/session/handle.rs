@@ -55,10 +55,7 @@ impl Handle {
     /// principal's name, or [`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION)
     /// under global scope.
     pub fn account_label(&self) -> &str {
-        match self.scope {
-            Scope::PerPrincipal => &self.principal,
-            Scope::Global => crate::store::GLOBAL_SESSION,
-        }
+        self.scope.account_of(&self.principal)
     }
 
     /// The name of the dataset whose session this is.

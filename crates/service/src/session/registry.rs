@@ -83,17 +83,6 @@ pub struct DatasetAccount {
     pub budget: BudgetView,
 }
 
-impl DatasetAccount {
-    /// Whose account it is, as the budget gauges label it: `principal`, or
-    /// [`GLOBAL_SESSION`] under global scope.
-    pub fn label<'a>(&self, principal: &'a str) -> &'a str {
-        match self.scope {
-            Scope::PerPrincipal => principal,
-            Scope::Global => GLOBAL_SESSION,
-        }
-    }
-}
-
 /// One dataset of the registry: how its sessions are opened.
 #[derive(Clone, Debug)]
 pub struct DatasetTerms {

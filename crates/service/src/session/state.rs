@@ -211,4 +211,14 @@ impl Scope {
             Scope::Global => "global",
         }
     }
+
+    /// Whose account `principal`'s session is under this scope, as the
+    /// budget gauges label it: the principal's own, or the shared
+    /// session's ([`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION)).
+    pub fn account_of(self, principal: &str) -> &str {
+        match self {
+            Scope::PerPrincipal => principal,
+            Scope::Global => crate::store::GLOBAL_SESSION,
+        }
+    }
 }

@@ -54,6 +54,12 @@ pub(super) fn more_datasets(
     Ok(out)
 }
 
+/// Where dataset `name`'s keys are written: `privacy` for the default
+/// dataset, `datasets.NAME` for another.
+pub(super) fn section_of(name: &str) -> String {
+    if name == DEFAULT_DATASET { "privacy".to_owned() } else { format!("datasets.{name}") }
+}
+
 /// No two `datasets` read their secret index from one file: the secrets
 /// would be equal, not independent, and answers of one dataset would tell
 /// about the other's (accounting §10).
@@ -67,9 +73,7 @@ pub(super) fn distinct_secrets(datasets: &[DatasetSettings]) -> Result<(), Setti
     for (i, dataset) in datasets.iter().enumerate() {
         let Some(mine) = file(dataset) else { continue };
         if let Some(earlier) = datasets[..i].iter().find(|d| file(d).as_ref() == Some(&mine)) {
-            let key = |d: &DatasetSettings| {
-                if d.name == DEFAULT_DATASET { "privacy".to_owned() } else { format!("datasets.{}", d.name) }
-            };
+            let key = |d: &DatasetSettings| section_of(&d.name);
             return Err(err(
                 &format!("{}.secret_index_file", key(dataset)),
                 format!(

@@ -41,7 +41,7 @@ mod telemetry;
 use crate::store::DEFAULT_DATASET;
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
-use datasets::{RawDataset, distinct_secrets, more_datasets};
+use datasets::{RawDataset, distinct_secrets, more_datasets, section_of};
 use models::{Base, RawMoreModel, demo_naive_bayes, more_models};
 pub use models::{DEFAULT_MODEL, ModelSettings};
 pub use parse::SettingsError;
@@ -243,13 +243,9 @@ impl Raw {
         // rows of one request all stay in the answer cache, so a retry
         // after a withheld answer, or a repeat within the batch, finds
         // them; and the largest response fits the encode limit.
-        // Where a dataset's keys are written: `privacy` or `datasets.NAME`.
-        let section = |name: &str| {
-            if name == DEFAULT_DATASET { "privacy".to_owned() } else { format!("datasets.{name}") }
-        };
         for dataset in &datasets {
             if server.max_batch_rows > dataset.cache.capacity {
-                let key = section(&dataset.name);
+                let key = section_of(&dataset.name);
                 return Err(err(
                     "server.max_batch_rows",
                     format!(
@@ -277,7 +273,7 @@ impl Raw {
                         server.max_batch_rows,
                         if noisy { " with their noisy vectors" } else { "" },
                         if noisy {
-                            format!(" (or turn {}.release_noisy_vector off)", section(&model.dataset))
+                            format!(" (or turn {}.release_noisy_vector off)", section_of(&model.dataset))
                         } else {
                             String::new()
                         },

@@ -237,7 +237,7 @@ pub async fn serve(
     metrics.service.principals(accounts.len());
     for a in &accounts {
         for d in &a.datasets {
-            let label = d.label(&a.principal.name);
+            let label = d.scope.account_of(&a.principal.name);
             metrics.service.budget(label, &d.dataset, d.budget.spent, d.budget.limit, d.budget.mia_bound);
         }
     }
