@@ -1,7 +1,7 @@
 """An unchanged tritonclient program against pacpriv's Open Inference
 Protocol front-end, over gRPC or HTTP/REST (driven by tests/it/interop.rs).
 
-    python tests/triton_client.py grpc|http ADDR KEY MODEL IMAGES.json [SMALL_KEY [OTHER_MODEL]]
+    python tests/triton_client.py grpc|http ADDR KEY MODEL IMAGES.json [SMALL_KEY [OTHER_MODEL [ADMIN_ADDR TOKEN]]]
 
 Does what a Triton user's program does — liveness, readiness, model
 metadata, then one `infer` per image (FP32 [1, 64], requested outputs
@@ -11,7 +11,9 @@ and prints one JSON document of what came back. The Rust test asserts on
 it. With SMALL_KEY (a principal whose budget covers fewer rows than a
 batch), the refused batch and the batch it can pay for. With OTHER_MODEL
 (a second model over the same data), the repository index and one answer
-of that model to the first image.
+of that model to the first image. With ADMIN_ADDR and its TOKEN (gRPC),
+OTHER_MODEL unloaded there (`unload_model`), what clients then see, and
+loaded again (`load_model`).
 """
 import json
 import math
@@ -23,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 protocol, addr, key, model, images_path = sys.argv[1:6]
 small_key = sys.argv[6] if len(sys.argv) > 6 else None
 other_model = sys.argv[7] if len(sys.argv) > 7 else None
+admin_addr, admin_token = sys.argv[8:10] if len(sys.argv) > 9 else (None, None)
 if protocol == "grpc":
     import tritonclient.grpc as tc
 else:
@@ -95,6 +98,22 @@ if other_model:
     report["index"] = index["models"] if protocol == "grpc" else index
     report["other"] = answer(infer([images[0]], model=other_model, outputs=("label", "mi_charged")),
                              outputs=("label", "mi_charged"))
+if other_model and admin_addr and protocol == "grpc":
+    admin = tc.InferenceServerClient(url=admin_addr)
+    auth = {"authorization": f"Bearer {admin_token}"}
+    report["unload_on_client_listener"] = error(lambda: client.unload_model(other_model, headers=auth))
+    report["unload_without_token"] = error(lambda: admin.unload_model(other_model, headers=headers))
+    admin.unload_model(other_model, headers=auth)
+    index = client.get_model_repository_index(as_json=True)["models"]
+    report["after_unload"] = {
+        "index": [m for m in index if m["name"] == other_model],
+        "ready": client.is_model_ready(other_model),
+        "infer": error(lambda: infer([images[1]], model=other_model, outputs=("label",))),
+    }
+    admin.load_model(other_model, headers=auth)
+    report["after_load_ready"] = client.is_model_ready(other_model)
+    report["after_load"] = answer(infer([images[1]], model=other_model, outputs=("label", "mi_charged")),
+                                  outputs=("label", "mi_charged"))
 report["errors"] = {
     "unknown_key": error(lambda: infer([images[0]], headers={"x-api-key": "not-a-key"})),
     "no_key": error(lambda: infer([images[0]], headers={})),

@@ -10,7 +10,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={PROTO}");
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     let at = |file: &str| format!("{PROTO}/{file}");
-    tonic_prost_build::configure().compile_protos(&[at("inference.proto")], &[PROTO.to_owned()])?;
+    // Default stubs (UNIMPLEMENTED): a teacher server, or the admin
+    // listener's repository service, implements only what it serves.
+    tonic_prost_build::configure()
+        .generate_default_stubs(true)
+        .compile_protos(&[at("inference.proto")], &[PROTO.to_owned()])?;
     // One package, so one call (prost writes one file per package). Each
     // listener's reflection names only the services it serves.
     tonic_prost_build::configure()

@@ -40,6 +40,7 @@ async fn the_python_clients_tests_pass_against_real_servers() {
             ("PACPRIV__PRINCIPALS__TINY__KEY_SHA256", key_hash("tiny-key")),
             ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", format!("{}", B / 2.0)),
             ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1".into()),
+            ("PACPRIV__VERSIONS__RIDGE__2__DEMO__REGULARISATION", "2".into()),
         ]),
     );
     let tls = Process::serve(
@@ -60,5 +61,5 @@ async fn the_python_clients_tests_pass_against_real_servers() {
         .expect("python runs");
     let report = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the client's tests failed:\n{report}");
-    assert!(report.contains("Ran 6 tests") && report.contains("OK"), "{report}");
+    assert!(report.contains("Ran 7 tests") && report.contains("OK"), "{report}");
 }

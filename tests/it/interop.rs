@@ -8,8 +8,8 @@
 //! - in front: an unchanged tritonclient program (`tests/triton_client.py`)
 //!   calls pacpriv's private model over the same protocol.
 
+use crate::util::{ADMIN_TOKEN, key_hash, sample, scrape, small_demo};
 use crate::util::{B, Peer, Process, budget, client, digit, free_port, image, interop_python, pacpriv_ok, predict};
-use crate::util::{key_hash, sample, scrape, small_demo};
 use pacpriv_service::proto::inference::ModelReadyRequest;
 use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pacpriv_service::proto::pacpriv::PredictResponse;
@@ -176,8 +176,10 @@ fn tritonclient_program(protocol: &str) {
             ("PACPRIV__PRINCIPALS__SMALL__KEY_SHA256", key_hash("small-key")),
             ("PACPRIV__PRINCIPALS__SMALL__BUDGET_MI", format!("{}", 3.0 * B)),
             ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1".into()),
+            ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
         ]),
     );
+    let admin = server.listener("admin");
     let addr = if protocol == "grpc" { server.addr.clone() } else { server.listener("http") };
     let dir = tempfile::tempdir().expect("temp dir");
     let images_path = dir.path().join("images.json");
@@ -194,6 +196,8 @@ fn tritonclient_program(protocol: &str) {
             &images_path.display().to_string(),
             "small-key",
             "ridge",
+            &admin,
+            ADMIN_TOKEN,
         ])
         .output()
         .expect("python runs");
@@ -289,6 +293,23 @@ fn tritonclient_program(protocol: &str) {
     assert_eq!(other["mi_charged"], serde_json::json!([B]), "another model's first answer to that image: charged");
     assert_eq!(other["parameters"]["cached"].as_bool(), Some(false));
     assert_eq!(other["parameters"]["budget_spent"].as_f64(), Some(11.0 * B), "alice's one account");
+    if protocol == "grpc" {
+        // tritonclient's unload_model and load_model, on the admin
+        // listener with the admin token only: while unloaded, the model
+        // is UNAVAILABLE in the index and its queries are refused, nothing
+        // charged; loaded again, it answers that query for b.
+        let refused = |case: &str| report[case]["status"].as_str().unwrap_or("answered").to_owned();
+        assert_eq!(refused("unload_on_client_listener"), "StatusCode.UNIMPLEMENTED");
+        assert_eq!(refused("unload_without_token"), "StatusCode.UNAUTHENTICATED");
+        let after = &report["after_unload"];
+        assert_eq!(after["index"][0]["state"], "UNAVAILABLE", "{after}");
+        assert_eq!(after["index"][0]["reason"], "unloaded", "{after}");
+        assert_eq!(after["ready"], false);
+        assert_eq!(after["infer"]["status"], "StatusCode.UNAVAILABLE", "{after}");
+        assert_eq!(report["after_load_ready"], true);
+        let answered = &report["after_load"]["parameters"]["budget_spent"];
+        assert_eq!(answered.as_f64(), Some(12.0 * B), "the refused query was not charged");
+    }
 
     let errors = &report["errors"];
     let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();

@@ -6,11 +6,16 @@
 //! sessions are its own.
 
 use crate::util::{
-    B, Process, budget, client, curl, digit, image, key_hash, predict, replay, request, small_demo, with_key,
+    ADMIN_TOKEN, B, Process, bearer, budget, client, curl, digit, image, key_hash, predict, refusal, replay, request,
+    small_demo, with_key,
 };
-use pacpriv_service::proto::inference::ModelMetadataRequest;
 use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use pacpriv_service::proto::pacpriv::{GetBudgetRequest, PredictRequest};
+use pacpriv_service::proto::inference::model_repository_parameter::ParameterChoice;
+use pacpriv_service::proto::inference::{
+    ModelMetadataRequest, ModelReadyRequest, ModelRepositoryParameter, RepositoryIndexRequest,
+    RepositoryModelUnloadRequest,
+};
+use pacpriv_service::proto::pacpriv::{GetBudgetRequest, PredictRequest, PredictResponse};
 use pacpriv_service::store::EmbeddedStore;
 use tonic::Code;
 
@@ -146,6 +151,99 @@ async fn a_spent_dataset_leaves_another_answering() {
     server.kill();
 
     each_posterior_is_its_journal_replayed(&store, &[("carol", 3), ("other/carol", 3)]);
+}
+
+/// Versions: `[versions.private.2]` is the default model retrained on
+/// the same 16 subsets. A request naming no version gets the newest ready
+/// one; both versions step one session; unloading a version (the admin
+/// listener only, with the admin token) refuses its new requests before
+/// anything is charged, and loading it back serves it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn versions_step_one_session_and_unload_without_a_charge() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = dir.path().join("state.redb");
+    let env = small_demo(&[
+        ("PACPRIV__VERSIONS__PRIVATE__2__DEMO__REGULARISATION", "1".to_owned()),
+        ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
+        ("PACPRIV__STORE__JOURNAL", "true".to_owned()),
+        ("PACPRIV__STORE__PATH", store.display().to_string()),
+    ]);
+    let mut server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    let versioned = |version: &str, id: &str, seed: u32| PredictRequest {
+        model_version: version.to_owned(),
+        ..image(id, &digit(seed))
+    };
+    let answered_by = |r: &PredictResponse| (r.model.clone(), r.model_version.clone());
+
+    // The newest ready version answers a request naming none; version 1
+    // when named; one account, and each version's own cache entry.
+    let r = predict(&mut c, "alice-key", versioned("", "q1", 3)).await.expect("answered");
+    assert_eq!((answered_by(&r), r.mi_charged), (("private".into(), "2".into()), B));
+    let r = predict(&mut c, "alice-key", versioned("1", "q2", 3)).await.expect("answered");
+    assert_eq!((answered_by(&r), r.cached, r.mi_charged), (("private".into(), "1".into()), false, B));
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 2.0 * B, "one account for both versions");
+    let mut oip = GrpcInferenceServiceClient::connect(format!("http://{}", server.addr)).await.expect("OIP client");
+    let meta = oip.model_metadata(ModelMetadataRequest { name: "private".into(), version: String::new() }).await;
+    assert_eq!(meta.expect("metadata").into_inner().versions, ["1", "2"]);
+
+    // Load and unload are not the client listener's, nor anyone's without
+    // the admin token.
+    let unload = |version: &str| RepositoryModelUnloadRequest {
+        model_name: "private".into(),
+        parameters: [(
+            "version".to_owned(),
+            ModelRepositoryParameter { parameter_choice: Some(ParameterChoice::StringParam(version.to_owned())) },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let e = oip.repository_model_unload(unload("2")).await.expect_err("not on the client listener");
+    assert_eq!(e.code(), Code::Unimplemented, "{e:?}");
+    let rest = format!("http://{}/v2/repository/models/private/unload", server.listener("http"));
+    assert_eq!(curl("POST", &rest, &["authorization: Bearer alice-key"], Some("{}")).code, 403);
+    let admin_addr = format!("http://{}", server.listener("admin"));
+    let mut repository = GrpcInferenceServiceClient::connect(admin_addr).await.expect("admin listener");
+    let e = repository.repository_model_unload(bearer(unload("2"), "alice-key")).await.expect_err("no admin token");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let e = repository.repository_model_unload(bearer(unload("9"), ADMIN_TOKEN)).await.expect_err("no version 9");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // Unloaded: refused before anything is asked or charged; the index
+    // says why; a request naming no version gets version 1.
+    repository.repository_model_unload(bearer(unload("2"), ADMIN_TOKEN)).await.expect("unloaded");
+    let e = predict(&mut c, "alice-key", versioned("2", "q3", 4)).await.expect_err("unloaded");
+    assert_eq!(refusal(&e), (Code::Unavailable, "MODEL_UNLOADED".into(), Some("false".into())), "{e:?}");
+    assert!(e.message().contains("pacpriv admin load private"), "{}", e.message());
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 2.0 * B, "nothing charged");
+    let index = oip.repository_index(RepositoryIndexRequest::default()).await.expect("index").into_inner().models;
+    let state = |v: &str| {
+        index.iter().find(|m| m.name == "private" && m.version == v).map(|m| (m.state.clone(), m.reason.clone()))
+    };
+    assert_eq!(state("2"), Some(("UNAVAILABLE".into(), "unloaded".into())));
+    assert_eq!(state("1"), Some(("READY".into(), String::new())));
+    let ready = oip.model_ready(ModelReadyRequest { name: "private".into(), version: "2".into() }).await;
+    assert!(!ready.expect("readiness").into_inner().ready);
+    let r = predict(&mut c, "alice-key", versioned("", "q4", 4)).await.expect("version 1 answers");
+    assert_eq!(answered_by(&r), ("private".into(), "1".into()));
+
+    // `pacpriv admin load` serves it again; `admin models` lists it.
+    let loaded = server.admin_cli(&["load", "private", "--version", "2"]);
+    assert!(loaded.status.success(), "{}", String::from_utf8_lossy(&loaded.stderr));
+    let listed = server.admin_cli(&["models"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(listed.contains("private\tversion=2\tstate=READY"), "{listed}");
+    let r = predict(&mut c, "alice-key", versioned("", "q5", 5)).await.expect("answered");
+    assert_eq!(answered_by(&r), ("private".into(), "2".into()));
+    let http = format!("http://{}/v2/models/private/versions/1/infer", server.listener("http"));
+    let reply = curl("POST", &http, &["x-api-key: alice-key"], Some(&request(&[digit(6)], &["label"])));
+    assert_eq!((reply.code, &reply.body["model_version"]), (200, &serde_json::json!("1")), "{:?}", reply.body);
+
+    // Five answers of two versions, one session: its posterior is its
+    // journal replayed.
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 5.0 * B);
+    server.kill();
+    each_posterior_is_its_journal_replayed(&store, &[("alice", 5)]);
 }
 
 /// Each of `sessions` (store key, charged steps) in the embedded store at

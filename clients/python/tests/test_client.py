@@ -4,6 +4,7 @@ tests/it/client.rs, which passes where through the environment):
     PACPRIV_TEST_ADDR        plaintext server: principals alice (budget 1)
                              and tiny (budget below one answer), the
                              default model and a second one, "ridge"
+                             (versions 1 and 2)
     PACPRIV_TEST_TLS_ADDR    TLS server, rate limit 1 query a second
     PACPRIV_TEST_CA          the CA file of the TLS server's certificate
     PACPRIV_TEST_B           the per-query charge b, nats
@@ -65,6 +66,14 @@ class PlainServer(unittest.TestCase):
         with self.assertRaises(NotFound) as e:
             self.client.predict(image(22), model="nope")
         self.assertIn('"ridge"', str(e.exception))
+
+    def test_a_version_is_named_or_the_newest(self):
+        newest = self.client.predict(image(23), model="ridge")
+        self.assertEqual((newest.model, newest.model_version), ("ridge", "2"))
+        first = self.client.predict(image(23), model="ridge", version="1")
+        self.assertEqual((first.model_version, first.cached, first.mi_charged), ("1", False, B))
+        with self.assertRaises(NotFound):
+            self.client.predict(image(24), model="ridge", version="3")
 
     def test_a_stream_answers_in_order(self):
         answers = list(self.client.predict_stream(image(10 + k) for k in range(5)))

@@ -1,6 +1,7 @@
 //! `pacpriv admin`: the admin API from the command line — create, list,
-//! inspect and revoke principals on a running server, and export its
-//! journal for `pacpriv verify`. The admin token is
+//! inspect, revoke and rotate principals on a running server, export its
+//! journal for `pacpriv verify`, and list, load and unload its model
+//! versions (the repository calls of the admin listener). The admin token is
 //! read from `PACPRIV_ADMIN_TOKEN` (not a flag, so it stays out of shell
 //! history and `ps`).
 
@@ -8,6 +9,11 @@ use super::connect::{TlsArgs, channel};
 use super::verify::format;
 use crate::plural;
 use anyhow::Context;
+use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use pacpriv_service::proto::inference::model_repository_parameter::ParameterChoice;
+use pacpriv_service::proto::inference::{
+    ModelRepositoryParameter, RepositoryIndexRequest, RepositoryModelLoadRequest, RepositoryModelUnloadRequest,
+};
 use pacpriv_service::proto::pacpriv::admin_client::AdminClient;
 use pacpriv_service::proto::pacpriv::journaled::Item;
 use pacpriv_service::proto::pacpriv::{
@@ -15,6 +21,7 @@ use pacpriv_service::proto::pacpriv::{
     RevokePrincipalRequest, RotateKeyRequest,
 };
 use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
+use std::collections::HashMap;
 use std::io::Write;
 
 /// Arguments of `pacpriv admin`.
@@ -60,6 +67,26 @@ pub enum Action {
         /// Its name.
         name: String,
     },
+    /// Every model version and its state (READY, or UNAVAILABLE and why).
+    Models,
+    /// Let new requests reach a model's versions again (every version, or
+    /// `--version`).
+    Load {
+        /// The model.
+        name: String,
+        /// One version of it.
+        #[arg(long)]
+        version: Option<String>,
+    },
+    /// Refuse new requests to a model's versions on this server (every
+    /// version, or `--version`); requests already answering finish.
+    Unload {
+        /// The model.
+        name: String,
+        /// One version of it.
+        #[arg(long)]
+        version: Option<String>,
+    },
     /// Write every session's journal and record as JSON Lines, for
     /// `pacpriv verify` (needs `store.journal = true`).
     Export {
@@ -69,9 +96,11 @@ pub enum Action {
     },
 }
 
+/// A principal's line: its default dataset's account, then one indented
+/// line per further dataset.
 fn line(p: &Principal) -> String {
     let a = p.account.clone().unwrap_or_default();
-    format!(
+    let mut text = format!(
         "{name}\torigin={origin}\trevoked={revoked}\tspent={spent:e}\tlimit={limit:e}\tremaining={remaining:e}\t\
          answered={answered}\tmia_bound={mia:.6}\tepsilon={eps:.6}",
         name = p.name,
@@ -83,7 +112,24 @@ fn line(p: &Principal) -> String {
         answered = a.answered,
         mia = a.mia_bound,
         eps = p.epsilon_equivalent,
-    )
+    );
+    for d in p.datasets.iter().skip(1) {
+        text.push_str(&format!(
+            "\n  dataset={}\tspent={:e}\tlimit={:e}\tremaining={:e}\tanswered={}\tmia_bound={:.6}",
+            d.dataset, d.spent, d.limit, d.remaining, d.answered, d.mia_bound
+        ));
+    }
+    text
+}
+
+/// A load or unload's parameters: the version, if one is named.
+fn version_parameter(version: Option<String>) -> HashMap<String, ModelRepositoryParameter> {
+    version
+        .map(|v| {
+            ("version".to_owned(), ModelRepositoryParameter { parameter_choice: Some(ParameterChoice::StringParam(v)) })
+        })
+        .into_iter()
+        .collect()
 }
 
 /// What an export wrote.
@@ -147,13 +193,13 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     runtime.block_on(async {
         let value: tonic::metadata::MetadataValue<_> =
             format!("Bearer {token}").parse().context("the admin token must be printable ASCII")?;
-        let mut admin = AdminClient::with_interceptor(
-            channel(&args.addr, &args.tls, "the admin listener").await?,
-            move |mut req: tonic::Request<()>| {
-                req.metadata_mut().insert("authorization", value.clone());
-                Ok(req)
-            },
-        );
+        let channel = channel(&args.addr, &args.tls, "the admin listener").await?;
+        let bearer = move |mut req: tonic::Request<()>| {
+            req.metadata_mut().insert("authorization", value.clone());
+            Ok(req)
+        };
+        let mut admin = AdminClient::with_interceptor(channel.clone(), bearer.clone());
+        let mut repository = GrpcInferenceServiceClient::with_interceptor(channel, bearer);
         match args.action {
             Action::Create { name, budget_mi } => {
                 let created = admin.create_principal(CreatePrincipalRequest { name, budget_mi }).await?.into_inner();
@@ -181,6 +227,26 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                     writeln!(out, "{}", line(p))?;
                 }
                 writeln!(out, "api_key={}", rotated.api_key)?;
+            }
+            Action::Models => {
+                let index = repository.repository_index(RepositoryIndexRequest::default()).await?.into_inner();
+                for m in index.models {
+                    let reason = if m.reason.is_empty() { String::new() } else { format!("\treason={}", m.reason) };
+                    writeln!(out, "{}\tversion={}\tstate={}{reason}", m.name, m.version, m.state)?;
+                }
+            }
+            Action::Load { name, version } => {
+                let parameters = version_parameter(version);
+                let request = RepositoryModelLoadRequest { model_name: name.clone(), parameters, ..Default::default() };
+                repository.repository_model_load(request).await?;
+                writeln!(out, "loaded {name}")?;
+            }
+            Action::Unload { name, version } => {
+                let parameters = version_parameter(version);
+                let request =
+                    RepositoryModelUnloadRequest { model_name: name.clone(), parameters, ..Default::default() };
+                repository.repository_model_unload(request).await?;
+                writeln!(out, "unloaded {name}")?;
             }
             Action::Export { out: None } => {
                 export(&mut admin, out).await?;

@@ -198,12 +198,14 @@ class Client:
         self._timeout = timeout
 
     def predict(self, example, *, alpha: Optional[float] = None, return_noisy: bool = False,
-                query_id: str = "", model: str = "") -> pb.PredictResponse:
+                query_id: str = "", model: str = "", version: str = "") -> pb.PredictResponse:
         """One example, or a batch of rows answered whole or not at all
         (`response.rows`, one per row), by `model` (empty: the server's
-        default model; every model is charged to the same budget)."""
+        default model; every model of a dataset is charged to the same
+        budget) at `version` (empty: its newest ready one;
+        `response.model_version` says which answered)."""
         request = pb.PredictRequest(query_id=query_id, input=_tensor(example), return_noisy=return_noisy,
-                                    model=model)
+                                    model=model, model_version=version)
         if alpha is not None:
             request.confidence_alpha = alpha
         try:
@@ -212,13 +214,15 @@ class Client:
             raise _error(e) from None
 
     def predict_stream(self, examples: Iterable[Sequence[float]], *,
-                       alpha: Optional[float] = None, model: str = "") -> Iterator[pb.PredictResponse]:
+                       alpha: Optional[float] = None, model: str = "",
+                       version: str = "") -> Iterator[pb.PredictResponse]:
         """Answers `examples` in order over one stream (paced, never refused,
-        by the rate limit) by `model` (empty: the default); the first
-        failure ends it, raised typed."""
+        by the rate limit) by `model` (empty: the default) at `version`
+        (empty: the newest ready); the first failure ends it, raised typed."""
         def requests():
             for i, example in enumerate(examples):
-                r = pb.PredictRequest(query_id=str(i), input=_tensor(example), model=model)
+                r = pb.PredictRequest(query_id=str(i), input=_tensor(example), model=model,
+                                      model_version=version)
                 if alpha is not None:
                     r.confidence_alpha = alpha
                 yield r

@@ -68,6 +68,7 @@ fn predict_request() -> impl Strategy<Value = PredictRequest> {
             confidence_alpha: alpha,
             return_noisy: false,
             model: String::new(),
+            model_version: String::new(),
         },
     )
 }

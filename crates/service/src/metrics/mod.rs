@@ -450,7 +450,8 @@ impl TeacherMetrics {
         r.register("pacpriv_teachers", "Configured teachers (every model's m)", self.total.clone());
     }
 
-    /// The same series, for the teachers of the private model `model`.
+    /// The same series, for the teachers of the private model version
+    /// `model` labels (`ModelSettings::label`: a name, or `name/V`).
     pub fn of_model(&self, model: &str) -> TeacherMetrics {
         TeacherMetrics { model: model.into(), ..self.clone() }
     }

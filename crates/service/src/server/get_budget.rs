@@ -13,7 +13,7 @@ use crate::session::{Caller, DEFAULT_DATASET_INDEX};
 /// An unknown dataset or model (NOT_FOUND, naming those served), a
 /// poisoned session or an unreachable store.
 pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Result<Budget, ServiceError> {
-    let of_model = (!request.model.is_empty()).then(|| app.models.get(&request.model)).transpose()?;
+    let of_model = (!request.model.is_empty()).then(|| app.models.named(&request.model, "")).transpose()?;
     let dataset = if request.dataset.is_empty() {
         of_model.map_or(DEFAULT_DATASET_INDEX, |m| m.dataset)
     } else {

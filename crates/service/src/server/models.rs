@@ -14,6 +14,15 @@
 //!   did, so the caches it wrote carry over.
 //! - Which model a request names is public (the client chose it): it
 //!   selects teachers and a cache key, never anything about s*.
+//! - A model has versions (`[versions.<name>.<V>]`): each its own teachers
+//!   over the same subsets, so each steps the same sessions. An empty
+//!   version is the newest loaded one whose teachers are ready (else the
+//!   newest loaded one) — public facts, as the repository index shows.
+//! - Loading and unloading (the admin listener's `RepositoryModelLoad` /
+//!   `RepositoryModelUnload`) only decide which versions new requests may
+//!   resolve to: a request that resolved a version before it was unloaded
+//!   finishes on it; one that names an unloaded version is refused before
+//!   anything is asked or charged.
 
 use super::input::InputSpec;
 use super::status::ServiceError;
@@ -23,13 +32,15 @@ use crate::teachers::Ensemble;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The only version of every model.
-pub const MODEL_VERSION: &str = "1";
+/// The version of every model's own tables (`[model]`, `[models.<name>]`).
+pub use crate::settings::FIRST_VERSION;
 
-/// What a model is built from.
+/// What a model version is built from.
 pub struct Served {
     /// Its name on the wire.
     pub name: String,
+    /// Its version ("1", or a `[versions.<name>.<V>]`).
+    pub version: String,
     /// Its dataset's position in the registry.
     pub dataset: DatasetIndex,
     /// Its m teachers.
@@ -38,7 +49,7 @@ pub struct Served {
     pub input: InputSpec,
 }
 
-/// One model: its teachers and what its input looks like.
+/// One version of a model: its teachers and what its input looks like.
 pub struct Model {
     /// Its name on the wire.
     pub name: String,
@@ -51,16 +62,26 @@ pub struct Model {
     pub dataset: DatasetIndex,
     /// Its name and version, as the journal records them.
     tag: ModelTag,
-    /// The default model's cache keys are the input's digest alone.
-    default: bool,
+    /// Its version as a number (newest = largest).
+    number: u64,
+    /// The default model's version 1 keys the cache by the input's
+    /// digest alone (as every earlier release did).
+    legacy_digest: bool,
     /// Whether the last probe found every one of its teachers ready.
     ready: AtomicBool,
+    /// Whether new requests may resolve to it (load / unload).
+    loaded: AtomicBool,
 }
 
 impl Model {
     /// Its name and version, as the journal records them.
     pub fn tag(&self) -> &ModelTag {
         &self.tag
+    }
+
+    /// Its version.
+    pub fn version(&self) -> &str {
+        &self.tag.version
     }
 
     /// Whether the last probe found every one of its teachers ready.
@@ -73,66 +94,164 @@ impl Model {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// Whether new requests may resolve to it.
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(Ordering::SeqCst)
+    }
+
     /// The answer cache's digest of an input whose digest is `input`,
-    /// asked of this model.
+    /// asked of this model version.
     pub fn digest(&self, input: QueryDigest) -> QueryDigest {
-        if self.default { input } else { input.of_model(&self.name, MODEL_VERSION) }
+        if self.legacy_digest { input } else { input.of_model(&self.name, self.version()) }
     }
 }
 
-/// Every model, by name; one of them the default.
+/// Every model version; one model the default.
 pub struct Models {
-    default: Arc<Model>,
-    /// The others, in name order.
-    more: Vec<Arc<Model>>,
+    /// The default model's name (what an empty model name means).
+    default: String,
+    /// Every version of every model, by name then version.
+    all: Vec<Arc<Model>>,
 }
 
 impl Models {
-    /// The default model `(name, ensemble, input)` and `more`, whose names
-    /// are distinct (the settings checked).
+    /// The default model's version 1, `default`, and `more` (models and
+    /// versions whose (name, version) pairs are distinct and whose
+    /// versions are numbers: the settings checked), every one loaded.
     pub fn new(default: Served, more: Vec<Served>) -> Self {
-        let model = |Served { name, dataset, ensemble, input }, default| {
-            let tag = ModelTag { name: name.as_str().into(), version: MODEL_VERSION.into() };
-            Arc::new(Model { name, ensemble, input, dataset, tag, default, ready: false.into() })
+        let name = default.name.clone();
+        let model = |Served { name, version, dataset, ensemble, input }: Served, legacy_digest| {
+            let number = version.parse().unwrap_or(0);
+            let tag = ModelTag { name: name.as_str().into(), version: version.into() };
+            let (ready, loaded) = (false.into(), true.into());
+            Arc::new(Model { name, ensemble, input, dataset, tag, number, legacy_digest, ready, loaded })
         };
-        Models { default: model(default, true), more: more.into_iter().map(|m| model(m, false)).collect() }
+        let mut all: Vec<Arc<Model>> =
+            std::iter::once(model(default, true)).chain(more.into_iter().map(|m| model(m, false))).collect();
+        // The default model first, then by name; versions in order.
+        all.sort_by(|a, b| (a.name != name, &a.name, a.number).cmp(&(b.name != name, &b.name, b.number)));
+        Models { default: name, all }
     }
 
-    /// Every model, the default first.
+    /// Every model version, the default model's first.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Model>> {
-        std::iter::once(&self.default).chain(&self.more)
+        self.all.iter()
     }
 
-    /// The model called `name`, or the default one if `name` is empty
-    /// (`PredictRequest.model`).
+    /// The default model's name.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// The version of `name` (empty: the default model) a request that
+    /// names no version is answered by ([`Models::serving`]).
     ///
     /// # Errors
-    /// [`ServiceError::NotFound`], listing what is served.
+    /// As [`Models::serving`].
     pub fn get(&self, name: &str) -> Result<&Arc<Model>, ServiceError> {
-        if name.is_empty() { Ok(&self.default) } else { self.named(name, "") }
+        self.serving(name, "")
     }
 
-    /// The model called `name` at `version` (empty: the newest), as the
-    /// Open Inference Protocol names a model.
+    /// The model `name` (empty: the default one) at `version` that a new
+    /// request is answered by: that version if it is loaded; for an empty
+    /// version the newest loaded one whose teachers are ready, else the
+    /// newest loaded one.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] for a name or version not served here,
+    /// [`ServiceError::Unloaded`] for an unloaded version (or a model
+    /// whose every version is unloaded).
+    pub fn serving(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
+        let name = if name.is_empty() { self.default.as_str() } else { name };
+        let model = self.named(name, version)?;
+        if !version.is_empty() {
+            return if model.loaded() { Ok(model) } else { Err(unloaded(name, Some(version))) };
+        }
+        let loaded = || self.versions(name).iter().filter(|m| m.loaded());
+        loaded().rfind(|m| m.teachers_ready()).or_else(|| loaded().next_back()).ok_or_else(|| unloaded(name, None))
+    }
+
+    /// The model called `name` at `version` (empty: its newest), loaded
+    /// or not, as the Open Inference Protocol's metadata and readiness
+    /// calls name a model.
     ///
     /// # Errors
     /// [`ServiceError::NotFound`], listing what is served.
     pub fn named(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
-        match self.iter().find(|m| m.name == name) {
-            Some(model) if version.is_empty() || version == MODEL_VERSION => Ok(model),
-            _ => {
-                let names: Vec<String> = self.iter().map(|m| format!("{:?}", m.name)).collect();
-                // The client's words are echoed, but never more than a name's length.
-                let (name, version) = (clip(name), clip(version));
-                Err(ServiceError::NotFound(format!(
-                    "model {name:?} version {version:?} is not served here: this pacpriv serves {} (version \
-                     \"{MODEL_VERSION}\" or empty; an empty model name is {:?})",
-                    names.join(", "),
-                    self.default.name
-                )))
+        let found = if version.is_empty() {
+            self.versions(name).last()
+        } else {
+            self.versions(name).iter().find(|m| m.version() == version)
+        };
+        found.ok_or_else(|| self.not_found(name, version))
+    }
+
+    /// Every version of `name`, oldest first (they are next to each
+    /// other: [`Models::new`] sorts by name).
+    pub fn versions(&self, name: &str) -> &[Arc<Model>] {
+        let start = self.all.iter().position(|m| m.name == name).unwrap_or(self.all.len());
+        let len = self.all[start..].iter().take_while(|m| m.name == name).count();
+        &self.all[start..start + len]
+    }
+
+    /// Loads (`loaded`) or unloads `version` (not empty) of `name`, or
+    /// every version of it (`None`); the versions it changed.
+    ///
+    /// # Errors
+    /// [`ServiceError::NotFound`] for a name or version not served here.
+    pub fn set_loaded(
+        &self,
+        name: &str,
+        version: Option<&str>,
+        loaded: bool,
+    ) -> Result<Vec<&Arc<Model>>, ServiceError> {
+        let chosen: Vec<&Arc<Model>> = match version {
+            None => self.versions(name).iter().collect(),
+            Some(v) => vec![self.named(name, v)?],
+        };
+        if chosen.is_empty() {
+            return Err(self.not_found(name, ""));
+        }
+        for model in &chosen {
+            model.loaded.store(loaded, Ordering::SeqCst);
+        }
+        Ok(chosen)
+    }
+
+    fn not_found(&self, name: &str, version: &str) -> ServiceError {
+        let mut served: Vec<String> = Vec::new();
+        for m in &self.all {
+            match served.last_mut() {
+                Some(last) if last.starts_with(&format!("{:?} ", m.name)) => {
+                    last.push_str(&format!(", {:?}", m.version()))
+                }
+                _ => served.push(format!("{:?} (versions {:?}", m.name, m.version())),
             }
         }
+        let served: Vec<String> = served.into_iter().map(|s| s + ")").collect();
+        // The client's words are echoed, but never more than a name's length.
+        let (name, version) = (clip(name), clip(version));
+        ServiceError::NotFound(format!(
+            "model {name:?} version {version:?} is not served here: this pacpriv serves {} (an empty version is the \
+             newest; an empty model name is {:?})",
+            served.join(", "),
+            self.default
+        ))
     }
+}
+
+/// The refusal of a request for an unloaded `version` of `name` (`None`:
+/// every version is unloaded).
+fn unloaded(name: &str, version: Option<&str>) -> ServiceError {
+    let (name, which) = match version {
+        Some(v) => (clip(name), format!("version {:?} of model", clip(v))),
+        None => (clip(name), "every version of model".to_owned()),
+    };
+    ServiceError::Unloaded(format!(
+        "{which} {name:?} is unloaded on this server: nothing was asked or charged; ask another version (an \
+         empty version is the newest loaded one), or ask the operator to load it (RepositoryModelLoad on the \
+         admin listener: pacpriv admin load {name})"
+    ))
 }
 
 /// At most 64 characters of `s`: a model name or version a client sent,

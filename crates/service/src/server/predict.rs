@@ -78,6 +78,8 @@ pub struct Asked {
 /// A charged step whose record is on its way to the store.
 pub struct Taken {
     query: Query,
+    /// The model version that answers.
+    model: ModelTag,
     step: Step,
     /// The session charged.
     handle: Handle,
@@ -122,7 +124,7 @@ pub async fn ask(
     let started = Instant::now();
     // Which model's teachers and which dataset's session (its name is
     // the client's choice, public), then the input against its shape.
-    let parsed = app.models.get(&request.model).map(Arc::clone).and_then(|model| {
+    let parsed = app.models.serving(&request.model, &request.model_version).map(Arc::clone).and_then(|model| {
         let query = model.input.parse(request)?;
         let handle = caller.on(model.dataset)?.clone();
         Ok((model, query, handle))
@@ -193,7 +195,7 @@ pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Tr
     let begun = handle.begin(rows).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
     app.metrics.service.stage(Stage::Calibration, stepping.elapsed().as_secs_f64());
-    Ok(traced.then(Taken { query, step, handle }))
+    Ok(traced.then(Taken { query, model, step, handle }))
 }
 
 /// Phase 2 for a query of a stream, which authenticated once when it
@@ -216,7 +218,7 @@ pub async fn step_in_stream(app: &App, caller: &Caller, asked: Traced<Asked>) ->
 /// # Errors
 /// The commit failed: the answer is withheld, its charge stands.
 pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
-    let (Taken { query, step, handle }, traced) = taken.take();
+    let (Taken { query, model, step, handle }, traced) = taken.take();
     let charging = Instant::now();
     let (replies, view) = step.release().await.map_err(|e| traced.fail(e))?;
     app.metrics.service.stage(Stage::DurableCharge, charging.elapsed().as_secs_f64());
@@ -252,6 +254,8 @@ pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<Predic
         noisy: first.noisy,
         cached: first.cached,
         rows,
+        model: model.name.to_string(),
+        model_version: model.version.to_string(),
     })
 }
 

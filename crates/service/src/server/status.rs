@@ -30,6 +30,8 @@ pub mod reason {
     pub const NOT_RELEASED: &str = "NOT_RELEASED";
     /// A model, or principal, this server does not have (NOT_FOUND).
     pub const NOT_FOUND: &str = "NOT_FOUND";
+    /// A model version this server has but has unloaded (UNAVAILABLE).
+    pub const MODEL_UNLOADED: &str = "MODEL_UNLOADED";
     /// A teacher did not answer in time (UNAVAILABLE).
     pub const TEACHERS_UNAVAILABLE: &str = "TEACHERS_UNAVAILABLE";
     /// A teacher answered with an output that does not fit the configuration (INTERNAL).
@@ -81,6 +83,11 @@ pub enum ServiceError {
     /// rejected before any teacher was asked.
     #[error("{0}")]
     NotFound(String),
+    /// A request named a model version this server has unloaded (or a
+    /// model whose every version it has); rejected before any teacher
+    /// was asked.
+    #[error("{0}")]
+    Unloaded(String),
     /// Authentication or the session refused.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -111,6 +118,7 @@ impl From<ServiceError> for Status {
             ServiceError::InvalidInput(msg) => with_reason(Code::InvalidArgument, msg, INVALID_INPUT, false, &[]),
             ServiceError::NotReleased(msg) => with_reason(Code::FailedPrecondition, msg, NOT_RELEASED, false, &[]),
             ServiceError::NotFound(msg) => with_reason(Code::NotFound, msg, NOT_FOUND, false, &[]),
+            ServiceError::Unloaded(msg) => with_reason(Code::Unavailable, msg, MODEL_UNLOADED, false, &[]),
             ServiceError::Session(SessionError::Unauthenticated) => with_reason(
                 Code::Unauthenticated,
                 "missing or unknown API key: send the key your operator provisioned as `x-api-key: <key>` \
@@ -217,7 +225,10 @@ impl From<ServiceError> for Status {
 /// The metrics outcome of a failed query.
 pub fn outcome(e: &ServiceError) -> Outcome {
     match e {
-        ServiceError::InvalidInput(_) | ServiceError::NotReleased(_) | ServiceError::NotFound(_) => Outcome::Invalid,
+        ServiceError::InvalidInput(_)
+        | ServiceError::NotReleased(_)
+        | ServiceError::NotFound(_)
+        | ServiceError::Unloaded(_) => Outcome::Invalid,
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
         ServiceError::RateLimited { .. } => Outcome::RefusedRate,

@@ -14,8 +14,9 @@
 //!   `server` (server and tls), `store`; `teachers` (model, teachers and
 //!   demo: it reads the server's message limits); `models` (more models,
 //!   each over a dataset, each the sections above with its own keys over
-//!   them); `datasets` (more secret spaces, each `privacy` with its own
-//!   keys over it);
+//!   them); `versions` (more versions of a model, each its teachers and
+//!   demo keys over the model's); `datasets` (more secret spaces, each
+//!   `privacy` with its own keys over it);
 //! - this file: [`Settings`], every section together, and the checks
 //!   that span sections.
 use crate::session::PrincipalConfig;
@@ -37,13 +38,14 @@ mod server;
 mod store;
 mod teachers;
 mod telemetry;
+mod versions;
 
 use crate::store::DEFAULT_DATASET;
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
 use datasets::{RawDataset, distinct_secrets, more_datasets, section_of};
 use models::{Base, RawMoreModel, demo_naive_bayes, more_models};
-pub use models::{DEFAULT_MODEL, ModelSettings};
+pub use models::{DEFAULT_MODEL, FIRST_VERSION, ModelSettings};
 pub use parse::SettingsError;
 use parse::err;
 use principals::{RawPrincipal, principals};
@@ -57,6 +59,7 @@ pub use teachers::{DemoLearner, NO_DEMO, TeacherSource};
 use teachers::{RawDemo, RawModel, RawTeachers};
 use telemetry::RawTelemetry;
 pub use telemetry::TelemetrySettings;
+use versions::{Bases, RawVersion, versions};
 
 /// The shipped defaults, compiled into the binary so `pacpriv serve` works
 /// from any directory.
@@ -105,8 +108,9 @@ pub struct Settings {
     /// The default model (`[model]`, `[teachers]`, `[demo]`): what a
     /// request that names no model is answered by.
     pub model: ModelSettings,
-    /// `[models.<name>]`, in name order: more models, each stepping the
-    /// sessions of its dataset.
+    /// `[models.<name>]`, in name order, then `[versions.<name>.<V>]`:
+    /// more models and versions, each stepping the sessions of its
+    /// dataset. A dataset's first model is version 1 of one of them.
     pub more_models: Vec<ModelSettings>,
     /// How often every model's teachers' readiness is probed for the
     /// health service.
@@ -211,6 +215,8 @@ struct Raw {
     models: BTreeMap<String, RawMoreModel>,
     #[serde(default)]
     datasets: BTreeMap<String, RawDataset>,
+    #[serde(default)]
+    versions: BTreeMap<String, BTreeMap<String, RawVersion>>,
 }
 
 impl Raw {
@@ -229,6 +235,7 @@ impl Raw {
         let admin = self.admin.validate()?;
         let model = ModelSettings {
             name: server.inference_model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+            version: FIRST_VERSION.to_owned(),
             dataset: DEFAULT_DATASET.to_owned(),
             mode,
             input_shape,
@@ -237,8 +244,11 @@ impl Raw {
             batching: fanout.batching,
         };
         let base = Base { model: &model, health_interval: fanout.health_interval, datasets: &datasets };
-        let mut more_models = more_models(config, self.models, base)?;
+        let mut more_models = more_models(config, &self.models, base)?;
         demo_naive_bayes(&naive_bayes_model, &model, &mut more_models)?;
+        let bases = Bases { default: &model, tables: &self.models, health_interval: fanout.health_interval };
+        let versions = versions(config, self.versions, bases, &more_models)?;
+        more_models.extend(versions);
         // Nothing is charged that cannot be delivered (issue 40 §3): the
         // rows of one request all stay in the answer cache, so a retry
         // after a withheld answer, or a repeat within the batch, finds

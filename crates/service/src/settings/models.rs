@@ -26,6 +26,9 @@ use std::time::Duration;
 /// (each holds its teachers' connections, and trains its demo teachers at start).
 const MAX_MORE_MODELS: usize = 15;
 
+/// The version of every model's own tables (`[model]`, `[models.<name>]`).
+pub const FIRST_VERSION: &str = "1";
+
 /// The default model's name when `server.inference_model` is empty (the
 /// Open Inference Protocol is then not served, but `Predict` still
 /// names models).
@@ -38,6 +41,9 @@ pub struct ModelSettings {
     /// Its name on the wire (`PredictRequest.model`, the Open Inference
     /// Protocol's model name).
     pub name: String,
+    /// Its version: "1" for the model's own tables, V for
+    /// `[versions.<name>.<V>]` (`settings::versions`).
+    pub version: String,
     /// The dataset its teachers were trained on (a
     /// [`DatasetSettings::name`]).
     pub dataset: String,
@@ -53,6 +59,14 @@ pub struct ModelSettings {
     pub batching: Batching,
 }
 
+impl ModelSettings {
+    /// How metrics name it: the model's name for version 1 (as before
+    /// versions), `name/V` for its other versions.
+    pub fn label(&self) -> String {
+        if self.version == FIRST_VERSION { self.name.clone() } else { format!("{}/{}", self.name, self.version) }
+    }
+}
+
 /// `[models.<name>]` as written: each table holds keys of the top-level
 /// section of that name.
 #[derive(Deserialize)]
@@ -63,9 +77,9 @@ pub(super) struct RawMoreModel {
     #[serde(default)]
     model: BTreeMap<String, Value>,
     #[serde(default)]
-    teachers: BTreeMap<String, Value>,
+    pub(super) teachers: BTreeMap<String, Value>,
     #[serde(default)]
-    demo: BTreeMap<String, Value>,
+    pub(super) demo: BTreeMap<String, Value>,
 }
 
 /// What the models are checked against: the default model, the
@@ -86,7 +100,7 @@ pub(super) struct Base<'a> {
 /// `datasets.<name>` for a dataset no model is over).
 pub(super) fn more_models(
     config: &Config,
-    raw: BTreeMap<String, RawMoreModel>,
+    raw: &BTreeMap<String, RawMoreModel>,
     default: Base<'_>,
 ) -> Result<Vec<ModelSettings>, SettingsError> {
     if raw.len() > MAX_MORE_MODELS {
@@ -95,14 +109,14 @@ pub(super) fn more_models(
     let mut out = Vec::with_capacity(raw.len());
     for (name, tables) in raw {
         let within = |e: SettingsError| SettingsError { key: format!("models.{name}.{}", e.key), ..e };
-        if !valid_name(&name) {
+        if !valid_name(name) {
             return Err(err(
                 &format!("models.{name}"),
                 "a model name is 1 to 64 lower-case letters, digits, '_', '.' or '-' (lower-case, so that \
                  PACPRIV__MODELS__NAME__… variables reach it)",
             ));
         }
-        if name == default.model.name {
+        if *name == default.model.name {
             return Err(err(
                 &format!("models.{name}"),
                 "the default model (server.inference_model, or \"private\" when it is empty) already has this name",
@@ -110,9 +124,9 @@ pub(super) fn more_models(
         }
         let own_demo = !tables.demo.is_empty();
         let key = |section: &str| format!("models.{name}.{section}");
-        let model: RawModel = overlay(config, "model", tables.model, &key("model"))?;
-        let teachers: RawTeachers = overlay(config, "teachers", tables.teachers, &key("teachers"))?;
-        let demo: RawDemo = overlay(config, "demo", tables.demo, &key("demo"))?;
+        let model: RawModel = overlay(config, "model", tables.model.clone(), &key("model"))?;
+        let teachers: RawTeachers = overlay(config, "teachers", tables.teachers.clone(), &key("teachers"))?;
+        let demo: RawDemo = overlay(config, "demo", tables.demo.clone(), &key("demo"))?;
         let (mode, input_shape) = model.validate().map_err(within)?;
         let fanout = teachers.validate(demo).map_err(within)?;
         if fanout.health_interval != default.health_interval {
@@ -121,7 +135,7 @@ pub(super) fn more_models(
                 "every model's teachers are probed together, every teachers.health_interval_ms: set it there",
             ));
         }
-        let dataset = tables.dataset.unwrap_or_else(|| DEFAULT_DATASET.to_owned());
+        let dataset = tables.dataset.clone().unwrap_or_else(|| DEFAULT_DATASET.to_owned());
         if !default.datasets.iter().any(|d| d.name == dataset) {
             let named: Vec<&str> = default.datasets.iter().map(|d| d.name.as_str()).collect();
             return Err(err(
@@ -131,6 +145,7 @@ pub(super) fn more_models(
         }
         let model = ModelSettings {
             name: name.clone(),
+            version: FIRST_VERSION.to_owned(),
             dataset,
             mode,
             input_shape,
@@ -171,7 +186,7 @@ pub(super) fn more_models(
 /// the same split and subsets (`demo.seed`, `demo.canaries`). That
 /// teacher i of a remote model was trained on subset i is the operator's
 /// declaration (P7).
-fn same_data(model: &ModelSettings, first: &ModelSettings) -> Result<(), SettingsError> {
+pub(super) fn same_data(model: &ModelSettings, first: &ModelSettings) -> Result<(), SettingsError> {
     let key = |k: &str| format!("models.{}.{k}", model.name);
     let (m, m0) = (model.teachers.m(), first.teachers.m());
     if m != m0 {
@@ -292,7 +307,7 @@ fn other_data<'a>(model: &ModelSettings, others: impl Iterator<Item = &'a ModelS
 
 /// `model` and `other` are two models: not the same teachers under two
 /// names, nor demo teachers on one listener.
-fn distinct(model: &ModelSettings, other: &ModelSettings) -> Result<(), SettingsError> {
+pub(super) fn distinct(model: &ModelSettings, other: &ModelSettings) -> Result<(), SettingsError> {
     let key = |k: &str| format!("models.{}.{k}", model.name);
     if let (TeacherSource::Demo { listen, .. }, TeacherSource::Demo { listen: listen0, .. }) =
         (&model.teachers, &other.teachers)

@@ -530,3 +530,53 @@ fn a_principal_name_that_could_collide_with_a_session_key_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_version_is_the_model_retrained_on_the_same_subsets() -> Result<(), SettingsError> {
+    let s = load(&[
+        ("PACPRIV__DEMO__MODELS", "16"),
+        ("PACPRIV__VERSIONS__PRIVATE__2__DEMO__REGULARISATION", "0.5"),
+        ("PACPRIV__MODELS__RIDGE__DEMO__REGULARISATION", "1.5"),
+        ("PACPRIV__VERSIONS__RIDGE__3__DEMO__REGULARISATION", "2.5"),
+        ("PACPRIV__VERSIONS__RIDGE__3__TEACHERS__DEADLINE_MS", "70"),
+    ])?;
+    let named: Vec<(&str, &str)> = s.models().map(|m| (m.name.as_str(), m.version.as_str())).collect();
+    // Every version 1 first (a dataset's first model is one), then the versions.
+    assert_eq!(named, [("private", "1"), ("bayes", "1"), ("ridge", "1"), ("private", "2"), ("ridge", "3")]);
+    let version = |name: &str, v: &str| s.models().find(|m| m.name == name && m.version == v).cloned();
+    let private2 = version("private", "2").ok_or_else(|| err("test", "no private 2"))?;
+    assert!(matches!(private2.teachers, TeacherSource::Demo { models: 16, regularisation: 0.5, .. }));
+    assert_eq!(
+        (&private2.dataset, private2.mode, &private2.input_shape),
+        (&s.model.dataset, s.model.mode, &s.model.input_shape)
+    );
+    let ridge3 = version("ridge", "3").ok_or_else(|| err("test", "no ridge 3"))?;
+    // Over the model's own keys, not only the top-level sections'.
+    assert!(matches!(ridge3.teachers, TeacherSource::Demo { regularisation: 2.5, .. }));
+    assert_eq!(ridge3.call.deadline, Duration::from_millis(70));
+    Ok(())
+}
+
+#[test]
+fn a_version_that_is_not_one_is_refused_naming_its_key() {
+    for (env, key) in [
+        (vec![("PACPRIV__VERSIONS__PRIVATE__1__DEMO__REGULARISATION", "0.5")], "versions.private.1"),
+        (vec![("PACPRIV__VERSIONS__PRIVATE__02__DEMO__REGULARISATION", "0.5")], "versions.private.02"),
+        (vec![("PACPRIV__VERSIONS__PRIVATE__V2__DEMO__REGULARISATION", "0.5")], "versions.private.v2"),
+        (vec![("PACPRIV__VERSIONS__NOSUCH__2__DEMO__REGULARISATION", "0.5")], "versions.nosuch"),
+        // The demo's naive Bayes model is the default's teachers refitted.
+        (vec![("PACPRIV__VERSIONS__BAYES__2__DEMO__REGULARISATION", "0.5")], "versions.bayes"),
+        // The same teachers as version 1: not a retrained model.
+        (vec![("PACPRIV__VERSIONS__PRIVATE__2__DEMO__MODELS", "128")], "versions.private.2.teachers"),
+        // Another m, another seed: not the same subsets.
+        (vec![("PACPRIV__VERSIONS__PRIVATE__2__DEMO__MODELS", "64")], "versions.private.2.demo.models"),
+        (vec![("PACPRIV__VERSIONS__PRIVATE__2__DEMO__SEED", "7")], "versions.private.2.demo"),
+        // A version's input and output are its model's.
+        (vec![("PACPRIV__VERSIONS__PRIVATE__2__MODEL__MODE", "vector")], "versions"),
+    ] {
+        match load(&env) {
+            Ok(_) => panic!("{env:?} loaded"),
+            Err(e) => assert!(e.key.starts_with(key), "{env:?}: {e}"),
+        }
+    }
+}

@@ -199,6 +199,7 @@ pub async fn serve(
         let release_noisy = settings.datasets().nth(dataset).is_some_and(|d| d.release_noisy_vector);
         served.push(Served {
             name: model.name.clone(),
+            version: model.version.clone(),
             dataset,
             ensemble: ensemble(model, &metrics, &background, &stop).await?,
             input: InputSpec { shape: model.input_shape.clone(), release_noisy, max_rows: settings.max_batch_rows },
@@ -311,10 +312,17 @@ pub async fn serve(
         let (listener, bound) = bind(admin.listen).await?;
         admin_addr = Some(bound);
         let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
+        // The model repository's load and unload (Triton's gRPC service,
+        // its other calls UNIMPLEMENTED here: the client listener's).
+        let repository = GrpcInferenceServiceServer::new(admin::repository::RepositoryService::new(
+            Arc::clone(&app),
+            admin.key_sha256,
+        ));
         let server = net::builder(&settings.limits)
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
-            .add_service(service);
+            .add_service(service)
+            .add_service(repository);
         servers.push(grpc(server, listener, tls.as_ref(), &settings.limits, &stop));
     } else {
         tracing::info!("admin API off: set admin.key_sha256 to provision principals at run time");
@@ -515,14 +523,12 @@ async fn ensemble(
         }
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
-    let series = metrics.teachers.of_model(&model.name);
+    let series = metrics.teachers.of_model(&model.label());
     let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &series)?;
     ensemble.check_tls().await?;
     Ok(ensemble)
 }
 
-/// Names the teacher set s* indexes into: the demo's seed and m (however
-/// they are served), or the remote models in order (endpoints may move;
 /// What every fingerprint of teachers over `source`'s subsets starts with,
 /// when the configuration can tell: for the demo, its seed (which alone
 /// draws the split and the subsets of its real examples); for remote
@@ -537,6 +543,8 @@ fn data_prefix(source: &TeacherSource) -> Option<String> {
     }
 }
 
+/// Names the teacher set s* indexes into: the demo's seed and m (however
+/// they are served), or the remote models in order (endpoints may move;
 /// the models may not).
 fn teacher_fingerprint(source: &TeacherSource) -> String {
     match source {

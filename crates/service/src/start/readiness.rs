@@ -57,7 +57,8 @@ pub async fn watch(
 }
 
 /// Probes every model's teachers at once and records each model's
-/// readiness; returns how many of the default model's are not ready. The
+/// readiness; returns how many of the default model's are not ready (of
+/// the version a request naming no model is answered by). The
 /// gauge counts every model's teachers.
 async fn probe(app: &App) -> usize {
     let missing = futures_util::future::join_all(app.models.iter().map(|m| m.ensemble.not_ready())).await;
@@ -66,7 +67,10 @@ async fn probe(app: &App) -> usize {
     }
     let total: usize = app.models.iter().map(|m| m.ensemble.len()).sum();
     app.metrics.teachers.readiness(total.saturating_sub(missing.iter().sum()), total);
-    missing.first().copied().unwrap_or(0)
+    // The version a request naming no model is answered by (a ready one
+    // when there is one); none, when every version is unloaded.
+    let default = app.models.get("").ok();
+    app.models.iter().zip(&missing).find(|(m, _)| default.is_some_and(|d| Arc::ptr_eq(d, m))).map_or(0, |(_, &n)| n)
 }
 
 async fn set_health(app: &App, health: &HealthReporter, missing: usize) {

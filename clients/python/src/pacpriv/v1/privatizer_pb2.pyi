@@ -21,21 +21,23 @@ class Tensor(_message.Message):
     def __init__(self, datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fp32_contents: _Optional[_Iterable[float]] = ..., fp64_contents: _Optional[_Iterable[float]] = ..., raw_contents: _Optional[bytes] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("query_id", "input", "confidence_alpha", "return_noisy", "model")
+    __slots__ = ("query_id", "input", "confidence_alpha", "return_noisy", "model", "model_version")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_ALPHA_FIELD_NUMBER: _ClassVar[int]
     RETURN_NOISY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     input: Tensor
     confidence_alpha: float
     return_noisy: bool
     model: str
-    def __init__(self, query_id: _Optional[str] = ..., input: _Optional[_Union[Tensor, _Mapping]] = ..., confidence_alpha: _Optional[float] = ..., return_noisy: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...
+    model_version: str
+    def __init__(self, query_id: _Optional[str] = ..., input: _Optional[_Union[Tensor, _Mapping]] = ..., confidence_alpha: _Optional[float] = ..., return_noisy: _Optional[bool] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
-    __slots__ = ("query_id", "label", "unanimous", "mi_charged", "budget", "confident", "noisy", "cached", "rows")
+    __slots__ = ("query_id", "label", "unanimous", "mi_charged", "budget", "confident", "noisy", "cached", "rows", "model", "model_version")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     UNANIMOUS_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +47,8 @@ class PredictResponse(_message.Message):
     NOISY_FIELD_NUMBER: _ClassVar[int]
     CACHED_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     label: int
     unanimous: bool
@@ -54,7 +58,9 @@ class PredictResponse(_message.Message):
     noisy: _containers.RepeatedScalarFieldContainer[float]
     cached: bool
     rows: _containers.RepeatedCompositeFieldContainer[RowAnswer]
-    def __init__(self, query_id: _Optional[str] = ..., label: _Optional[int] = ..., unanimous: _Optional[bool] = ..., mi_charged: _Optional[float] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., confident: _Optional[bool] = ..., noisy: _Optional[_Iterable[float]] = ..., cached: _Optional[bool] = ..., rows: _Optional[_Iterable[_Union[RowAnswer, _Mapping]]] = ...) -> None: ...
+    model: str
+    model_version: str
+    def __init__(self, query_id: _Optional[str] = ..., label: _Optional[int] = ..., unanimous: _Optional[bool] = ..., mi_charged: _Optional[float] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., confident: _Optional[bool] = ..., noisy: _Optional[_Iterable[float]] = ..., cached: _Optional[bool] = ..., rows: _Optional[_Iterable[_Union[RowAnswer, _Mapping]]] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class RowAnswer(_message.Message):
     __slots__ = ("label", "unanimous", "mi_charged", "confident", "noisy", "cached")

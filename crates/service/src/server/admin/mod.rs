@@ -1,16 +1,18 @@
 //! The `pacpriv.v1.Admin` service, on its own listener: provisioning
-//! principals. Every call must carry the admin token (`authorization:
-//! Bearer <token>`); a client API key is not one, and the client listener
-//! does not serve this service at all.
+//! principals; and beside it the model repository's load and unload
+//! ([`repository`]). Every call must carry the admin token
+//! (`authorization: Bearer <token>`); a client API key is not one, and the
+//! client listener does not serve these calls at all.
 //!
-//! A request's path: `AdminService::check_token` → the RPC's file ([`create`],
-//! [`list`], [`inspect`], [`revoke`], [`rotate`], [`export`]) → [`super::status`] for any error.
+//! A request's path: [`check_token`] → the RPC's file ([`create`],
+//! [`list`], [`inspect`], [`revoke`], [`rotate`], [`export`], [`repository`]) → [`super::status`] for any error.
 //! There is no reset and no raise: see `proto/pacpriv/v1/admin.proto`.
 
 pub mod create;
 pub mod export;
 pub mod inspect;
 pub mod list;
+pub mod repository;
 pub mod revoke;
 pub mod rotate;
 
@@ -44,15 +46,19 @@ impl AdminService {
         AdminService { app, token_sha256 }
     }
 
-    /// Checks the admin token, in time independent of where the digests
-    /// differ.
     fn check_token<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        let presented: [u8; 32] = match api_key(request.metadata()) {
-            Some(token) => Sha256::digest(token.as_bytes()).into(),
-            None => return Err(unauthenticated()),
-        };
-        if bool::from(presented.ct_eq(&self.token_sha256)) { Ok(()) } else { Err(unauthenticated()) }
+        check_token(request, &self.token_sha256)
     }
+}
+
+/// Checks that `request` carries the admin token hashing to
+/// `token_sha256`, in time independent of where the digests differ.
+fn check_token<T>(request: &Request<T>, token_sha256: &[u8; 32]) -> Result<(), Status> {
+    let presented: [u8; 32] = match api_key(request.metadata()) {
+        Some(token) => Sha256::digest(token.as_bytes()).into(),
+        None => return Err(unauthenticated()),
+    };
+    if bool::from(presented.ct_eq(token_sha256)) { Ok(()) } else { Err(unauthenticated()) }
 }
 
 fn unauthenticated() -> Status {

@@ -74,6 +74,9 @@ pub fn router(app: Arc<App>, max_bytes: usize, timeout: Duration) -> Router {
         // Unauthenticated: its optional body is a few bytes, so no more
         // is read.
         .route("/v2/repository/index", post(repository_index).layer(DefaultBodyLimit::max(INDEX_BODY)))
+        // Load and unload are the admin listener's (gRPC, admin token).
+        .route("/v2/repository/models/{model}/load", post(not_here).layer(DefaultBodyLimit::max(INDEX_BODY)))
+        .route("/v2/repository/models/{model}/unload", post(not_here).layer(DefaultBodyLimit::max(INDEX_BODY)))
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
@@ -129,17 +132,24 @@ async fn repository_index(State(s): State<Arc<InferenceService>>, body: Bytes) -
         let message = "the repository index takes an empty body or {\"ready\": true|false}";
         return error(ServiceError::InvalidInput(message.into()).into());
     };
-    let models: Vec<Value> = s
-        .index(asked.ready)
+    let models: Vec<Value> = super::index(&s.app, asked.ready)
         .into_iter()
         .map(|m| json!({ "name": m.name, "version": m.version, "state": m.state, "reason": m.reason }))
         .collect();
     Json(Value::Array(models)).into_response()
 }
 
+/// Load and unload asked of the client listener: refused, saying where
+/// they are served.
+async fn not_here() -> Response {
+    let message = super::LOAD_ON_ADMIN;
+    (StatusCode::FORBIDDEN, Json(json!({ "error": message, "reason": status::reason::NOT_FOUND, "charged": false })))
+        .into_response()
+}
+
 async fn model_metadata(State(s): State<Arc<InferenceService>>, Path(p): Path<ModelPath>) -> Response {
     let m = match s.names(&p.model, &p.version) {
-        Ok(model) => metadata::model(model),
+        Ok(model) => s.metadata(model),
         Err(e) => return error(e.into()),
     };
     let tensors = |ts: Vec<crate::proto::inference::model_metadata_response::TensorMetadata>| -> Vec<Value> {
@@ -203,14 +213,11 @@ async fn infer_traced(
             return (code, Json(body)).into_response();
         }
     };
-    let parsed = s
-        .names(&p.model, &p.version)
-        .map(|model| model.name.clone())
-        .and_then(|name| Ok((name, read_request(&headers, &body, &p)?)))
-        .and_then(|(name, (request, binary))| {
-            Infer::parse(request).map(|(predict, infer)| (name, predict, infer, binary))
-        });
-    let (name, request, infer, binary) = match parsed {
+    // The model and version travel in the request (from the path) and
+    // are resolved where the query is asked (`predict::ask`).
+    let parsed = read_request(&headers, &body, &p)
+        .and_then(|(request, binary)| Infer::parse(request).map(|(predict, infer)| (predict, infer, binary)));
+    let (request, infer, binary) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
             app.metrics.service.query(status::outcome(&e));
@@ -218,7 +225,7 @@ async fn infer_traced(
         }
     };
     match predict::handle(app, &handle, request, Rpc::HttpInfer).await {
-        Ok(answer) => write_response(&infer.respond(&name, answer), &binary),
+        Ok(answer) => write_response(&infer.respond(answer), &binary),
         Err(e) => error(e.into()),
     }
 }

@@ -1,7 +1,6 @@
 //! `ServerMetadata` and `ModelMetadata`: what a generic Open Inference
 //! Protocol client needs to build a request for the private model.
 
-use super::MODEL_VERSION;
 use super::model_infer::{LABEL, MI_CHARGED, NOISY};
 use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{ModelMetadataResponse, ServerMetadataResponse};
@@ -16,11 +15,11 @@ pub fn server() -> ServerMetadataResponse {
     }
 }
 
-/// The private model `model`: n examples of the configured shape in (FP32
+/// The private model `model`, one of `versions`: n examples of the configured shape in (FP32
 /// advertised; FP64 accepted too; -1 is the batch dimension, as Triton
 /// writes it), a label and a charge per example out, and the noisy
 /// releases when the operator allows it.
-pub fn model(model: &Model) -> ModelMetadataResponse {
+pub fn model(model: &Model, versions: Vec<String>) -> ModelMetadataResponse {
     let tensor = |name: &str, datatype: &str, shape: Vec<i64>| TensorMetadata {
         name: name.to_owned(),
         datatype: datatype.to_owned(),
@@ -34,7 +33,7 @@ pub fn model(model: &Model) -> ModelMetadataResponse {
     }
     ModelMetadataResponse {
         name: model.name.clone(),
-        versions: vec![MODEL_VERSION.to_owned()],
+        versions,
         platform: "pacpriv".to_owned(),
         inputs: vec![tensor("input", "FP32", example)],
         outputs,

@@ -5,7 +5,9 @@
 //!
 //! Every model of [`super::models`]: the default one, named by
 //! `server.inference_model` (default `private`), and each
-//! `[models.<name>]`, all version `1`. `ModelInfer` is `Predict` under
+//! `[models.<name>]`, each at version `1` and its `[versions.<name>.<V>]`
+//! (load and unload are the admin listener's: `super::admin::repository`).
+//! `ModelInfer` is `Predict` under
 //! another encoding: the same
 //! credential (`x-api-key` or `authorization: Bearer` metadata), the same
 //! validation, charge and durability ([`super::predict::handle`]), the
@@ -29,8 +31,9 @@ use crate::metrics::Rpc;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::{
     ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
-    ModelReadyResponse, RepositoryIndexRequest, RepositoryIndexResponse, ServerLiveRequest, ServerLiveResponse,
-    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    ModelReadyResponse, RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
+    RepositoryModelLoadResponse, RepositoryModelUnloadRequest, RepositoryModelUnloadResponse, ServerLiveRequest,
+    ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     repository_index_response::ModelIndex,
 };
 use model_infer::Infer;
@@ -38,8 +41,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
-
-pub use super::models::MODEL_VERSION;
 
 /// The `inference.GRPCInferenceService` implementation.
 pub struct InferenceService {
@@ -59,44 +60,61 @@ impl InferenceService {
         self.app.ready.load(Ordering::Relaxed)
     }
 
-    /// Whether `model` answers: its teachers were all ready at the last
-    /// probe, and the server is not draining.
+    /// Whether `model` answers ([`model_ready`]).
     fn model_ready(&self, model: &Model) -> bool {
-        model.teachers_ready() && !self.app.draining.load(Ordering::Relaxed)
+        model_ready(&self.app, model)
     }
 
-    /// Every model and version, READY while it answers ([`Self::model_ready`]),
-    /// else UNAVAILABLE; only the ready ones if `ready_only`.
-    fn index(&self, ready_only: bool) -> Vec<ModelIndex> {
-        self.app
-            .models
-            .iter()
-            .map(|model| (model, self.model_ready(model)))
-            .filter(|&(_, ready)| ready || !ready_only)
-            .map(|(model, ready)| {
-                let (state, reason) = if ready {
-                    ("READY", "")
-                } else if self.app.draining.load(Ordering::Relaxed) {
-                    ("UNAVAILABLE", "the server is draining")
-                } else {
-                    ("UNAVAILABLE", "its teachers are not all ready")
-                };
-                ModelIndex {
-                    name: model.name.clone(),
-                    version: MODEL_VERSION.to_owned(),
-                    state: state.to_owned(),
-                    reason: reason.to_owned(),
-                }
-            })
-            .collect()
+    /// `model`'s metadata, listing every version of it.
+    fn metadata(&self, model: &Model) -> ModelMetadataResponse {
+        let versions = self.app.models.versions(&model.name).iter().map(|m| m.version().to_owned()).collect();
+        metadata::model(model, versions)
     }
 
-    /// The model `name`/`version` (an empty version means the latest, as
-    /// in Triton).
+    /// The model `name`/`version`, loaded or not (an empty version means
+    /// the newest, as in Triton).
     fn names(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
         self.app.models.named(name, version)
     }
 }
+
+/// Whether `model` answers: it is loaded, its teachers were all ready at
+/// the last probe, and the server is not draining.
+fn model_ready(app: &App, model: &Model) -> bool {
+    model.loaded() && model.teachers_ready() && !app.draining.load(Ordering::Relaxed)
+}
+
+/// Every model and version, READY while it answers ([`model_ready`]), else
+/// UNAVAILABLE with the reason; only the ready ones if `ready_only`. Names,
+/// versions and states: nothing about any session.
+pub fn index(app: &App, ready_only: bool) -> Vec<ModelIndex> {
+    app.models
+        .iter()
+        .map(|model| (model, model_ready(app, model)))
+        .filter(|&(_, ready)| ready || !ready_only)
+        .map(|(model, ready)| {
+            let (state, reason) = if ready {
+                ("READY", "")
+            } else if !model.loaded() {
+                ("UNAVAILABLE", "unloaded")
+            } else if app.draining.load(Ordering::Relaxed) {
+                ("UNAVAILABLE", "the server is draining")
+            } else {
+                ("UNAVAILABLE", "its teachers are not all ready")
+            };
+            ModelIndex {
+                name: model.name.clone(),
+                version: model.version().to_owned(),
+                state: state.to_owned(),
+                reason: reason.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// What the client listener says of load and unload.
+pub const LOAD_ON_ADMIN: &str = "load and unload are served on the admin listener only, with the admin token \
+     (inference.GRPCInferenceService/RepositoryModelLoad and RepositoryModelUnload; pacpriv admin load|unload NAME)";
 
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
@@ -127,36 +145,47 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let r = request.get_ref();
         let model = self.names(&r.name, &r.version)?;
-        Ok(Response::new(metadata::model(model)))
+        Ok(Response::new(self.metadata(model)))
     }
 
     async fn repository_index(
         &self,
         request: Request<RepositoryIndexRequest>,
     ) -> Result<Response<RepositoryIndexResponse>, Status> {
-        Ok(Response::new(RepositoryIndexResponse { models: self.index(request.get_ref().ready) }))
+        Ok(Response::new(RepositoryIndexResponse { models: index(&self.app, request.get_ref().ready) }))
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let span = super::grpc_span(Rpc::ModelInfer, &request);
         self.infer(request).instrument(span).await
     }
+
+    async fn repository_model_load(
+        &self,
+        _: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        Err(Status::unimplemented(LOAD_ON_ADMIN))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        Err(Status::unimplemented(LOAD_ON_ADMIN))
+    }
 }
 
 impl InferenceService {
     async fn infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let handle = auth::querier(&self.app, &request).await?;
-        let request = request.into_inner();
-        let parsed = self
-            .names(&request.model_name, &request.model_version)
-            .map(|model| model.name.clone())
-            .and_then(|name| Ok((name, Infer::parse(request)?)));
-        let (name, (predict, infer)) = parsed.map_err(|e| {
+        // The model and version are resolved again where the query is
+        // asked (`predict::ask`); parsing names them in the request.
+        let (predict, infer) = Infer::parse(request.into_inner()).map_err(|e| {
             self.app.metrics.service.query(status::outcome(&e));
             Status::from(e)
         })?;
         let answer = super::predict::handle(&self.app, &handle, predict, Rpc::ModelInfer).await?;
-        Ok(Response::new(infer.respond(&name, answer)))
+        Ok(Response::new(infer.respond(answer)))
     }
 }
 

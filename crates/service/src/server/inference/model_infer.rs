@@ -29,8 +29,6 @@ use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer, Tensor};
 use crate::server::status::ServiceError;
 use std::collections::HashMap;
 
-use super::MODEL_VERSION;
-
 /// The label output's name.
 pub const LABEL: &str = "label";
 /// The published noisy vector's output name.
@@ -68,7 +66,8 @@ impl Infer {
     /// [`ServiceError::InvalidInput`] saying what to change.
     pub fn parse(request: ModelInferRequest) -> Result<(PredictRequest, Infer), ServiceError> {
         let bad = ServiceError::InvalidInput;
-        let ModelInferRequest { model_name, id, parameters, inputs, outputs, mut raw_input_contents, .. } = request;
+        let ModelInferRequest { model_name, model_version, id, parameters, inputs, outputs, mut raw_input_contents } =
+            request;
         let [input]: [InferInputTensor; 1] = inputs.try_into().map_err(|inputs: Vec<InferInputTensor>| {
             bad(format!(
                 "the private model takes exactly one input tensor (one example, FP32 or FP64); got {}",
@@ -128,12 +127,13 @@ impl Infer {
             confidence_alpha,
             return_noisy: wanted.contains(&Output::Noisy),
             model: model_name,
+            model_version,
         };
         Ok((predict, Infer { id, outputs: wanted, raw: raw_request }))
     }
 
     /// The `ModelInfer` response carrying `answer`.
-    pub fn respond(self, model: &str, answer: PredictResponse) -> ModelInferResponse {
+    pub fn respond(self, answer: PredictResponse) -> ModelInferResponse {
         let mut outputs = Vec::with_capacity(self.outputs.len());
         let mut raw_output_contents = Vec::new();
         for output in &self.outputs {
@@ -172,8 +172,8 @@ impl Infer {
             }
         }
         ModelInferResponse {
-            model_name: model.to_owned(),
-            model_version: MODEL_VERSION.to_owned(),
+            model_name: answer.model.clone(),
+            model_version: answer.model_version.clone(),
             id: if self.id.is_empty() { answer.query_id.clone() } else { self.id },
             parameters: parameters(&answer),
             outputs,

@@ -49,6 +49,8 @@ fn answer() -> PredictResponse {
             noisy: noisy(),
             cached: false,
         }],
+        model: "private".into(),
+        model_version: "1".into(),
     }
 }
 
@@ -81,7 +83,7 @@ fn a_raw_request_becomes_the_same_predict_request_as_a_typed_one() {
 #[test]
 fn outputs_come_back_in_the_requested_order_and_the_requests_encoding() {
     let (_, infer) = Infer::parse(request(true, &[NOISY, LABEL])).expect("valid");
-    let r = infer.respond("private", answer());
+    let r = infer.respond(answer());
     let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, [NOISY, LABEL]);
     assert!(r.outputs.iter().all(|o| o.contents.is_none()), "raw request, raw reply");
@@ -91,7 +93,7 @@ fn outputs_come_back_in_the_requested_order_and_the_requests_encoding() {
     assert_eq!((r.id.as_str(), r.model_name.as_str(), r.model_version.as_str()), ("q1", "private", "1"));
 
     let (_, infer) = Infer::parse(request(false, &[])).expect("valid");
-    let r = infer.respond("private", answer());
+    let r = infer.respond(answer());
     assert!(r.raw_output_contents.is_empty(), "typed request, typed reply");
     assert_eq!(r.outputs.len(), 1, "label only by default");
     assert_eq!(r.outputs[0].contents.as_ref().map(|c| c.int64_contents.clone()), Some(vec![7]));
@@ -177,6 +179,9 @@ fn the_largest_response_bound_holds_for_both_protocols() {
             noisy: row.noisy.clone(),
             cached: true,
             rows: vec![row; rows],
+            // The longest model name and version the settings accept.
+            model: "m".repeat(64),
+            model_version: "999999".into(),
         };
         let bound = crate::settings::largest_response(rows, d, noisy);
         assert!(answer.encoded_len() <= bound, "Predict, {rows} × {d}: {} > {bound}", answer.encoded_len());
@@ -185,7 +190,7 @@ fn the_largest_response_bound_holds_for_both_protocols() {
             let mut req = request(raw, wanted);
             req.id = "i".repeat(128);
             let (_, infer) = Infer::parse(req).expect("valid");
-            let encoded = infer.respond(&"m".repeat(128), answer.clone()).encoded_len();
+            let encoded = infer.respond(answer.clone()).encoded_len();
             assert!(encoded <= bound, "ModelInfer (raw {raw}), {rows} × {d}: {encoded} > {bound}");
         }
     }

@@ -19,6 +19,7 @@ fn every_error_status_names_its_reason_and_whether_it_was_charged() {
         (ServiceError::InvalidInput("bad shape".into()), Code::InvalidArgument, reason::INVALID_INPUT, "false"),
         (ServiceError::NotReleased("noisy".into()), Code::FailedPrecondition, reason::NOT_RELEASED, "false"),
         (ServiceError::NotFound("x".into()), Code::NotFound, reason::NOT_FOUND, "false"),
+        (ServiceError::Unloaded("x".into()), Code::Unavailable, reason::MODEL_UNLOADED, "false"),
         (SessionError::Unauthenticated.into(), Code::Unauthenticated, reason::UNAUTHENTICATED, "false"),
         (
             SessionError::Exhausted { spent: 1.0, limit: 1.0, charge: 0.1 }.into(),
