@@ -182,7 +182,9 @@ async fn versions_step_one_session_and_unload_without_a_charge() {
     assert_eq!((answered_by(&r), r.mi_charged), (("private".into(), "2".into()), B));
     let r = predict(&mut c, "alice-key", versioned("1", "q2", 3)).await.expect("answered");
     assert_eq!((answered_by(&r), r.cached, r.mi_charged), (("private".into(), "1".into()), false, B));
-    assert_eq!(budget(&mut c, "alice-key").await.spent, 2.0 * B, "one account for both versions");
+    let r = predict(&mut c, "alice-key", versioned("", "q1b", 7)).await.expect("answered");
+    assert_eq!(answered_by(&r), ("private".into(), "2".into()));
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 3.0 * B, "one account for both versions");
     let mut oip = GrpcInferenceServiceClient::connect(format!("http://{}", server.addr)).await.expect("OIP client");
     let meta = oip.model_metadata(ModelMetadataRequest { name: "private".into(), version: String::new() }).await;
     assert_eq!(meta.expect("metadata").into_inner().versions, ["1", "2"]);
@@ -215,7 +217,14 @@ async fn versions_step_one_session_and_unload_without_a_charge() {
     let e = predict(&mut c, "alice-key", versioned("2", "q3", 4)).await.expect_err("unloaded");
     assert_eq!(refusal(&e), (Code::Unavailable, "MODEL_UNLOADED".into(), Some("false".into())), "{e:?}");
     assert!(e.message().contains("pacpriv admin load private"), "{}", e.message());
-    assert_eq!(budget(&mut c, "alice-key").await.spent, 2.0 * B, "nothing charged");
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 3.0 * B, "nothing charged");
+    // What version 2 answered it still gives again, free (a retry, a
+    // repeat): named, or as the version that answered a request naming
+    // none — no teacher is asked.
+    for (version, seed) in [("2", 3), ("", 7)] {
+        let r = predict(&mut c, "alice-key", versioned(version, "again", seed)).await.expect("from the cache");
+        assert_eq!((answered_by(&r), r.cached, r.mi_charged), (("private".into(), "2".into()), true, 0.0));
+    }
     let index = oip.repository_index(RepositoryIndexRequest::default()).await.expect("index").into_inner().models;
     let state = |v: &str| {
         index.iter().find(|m| m.name == "private" && m.version == v).map(|m| (m.state.clone(), m.reason.clone()))
@@ -239,11 +248,11 @@ async fn versions_step_one_session_and_unload_without_a_charge() {
     let reply = curl("POST", &http, &["x-api-key: alice-key"], Some(&request(&[digit(6)], &["label"])));
     assert_eq!((reply.code, &reply.body["model_version"]), (200, &serde_json::json!("1")), "{:?}", reply.body);
 
-    // Five answers of two versions, one session: its posterior is its
+    // Six answers of two versions, one session: its posterior is its
     // journal replayed.
-    assert_eq!(budget(&mut c, "alice-key").await.spent, 5.0 * B);
+    assert_eq!(budget(&mut c, "alice-key").await.spent, 6.0 * B);
     server.kill();
-    each_posterior_is_its_journal_replayed(&store, &[("alice", 5)]);
+    each_posterior_is_its_journal_replayed(&store, &[("alice", 6)]);
 }
 
 /// Each of `sessions` (store key, charged steps) in the embedded store at

@@ -1,11 +1,12 @@
 //! Reload without restart: SIGHUP re-reads the configuration and puts new
-//! principals, rotated keys, changed budgets, a rate limit and new TLS
-//! certificates in force, while established connections keep working; a
+//! principals, rotated keys, changed budgets, a rate limit, new TLS
+//! certificates and new model versions in force, while established connections keep working; a
 //! configuration that does not validate is rejected, counted, and the
 //! running one stays.
 
 use crate::ops::certificates;
 use crate::util::{B, Process, digit, image, key_hash, sample, scrape, with_key};
+use pacpriv_service::proto::pacpriv::PredictRequest;
 use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
 use std::path::Path;
 use std::time::Duration;
@@ -306,4 +307,85 @@ async fn a_rotated_key_replaces_the_old_one_on_postgres() {
         ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
     ])
     .await;
+}
+
+/// Issue 54 §5: the configuration is the model repository. A reload adds
+/// `[versions.private.2]` while four clients query: no request fails,
+/// requests naming no version move to version 2 once it is built and its
+/// teachers ready, and every answer of either version is charged to the
+/// one session (the charges add up to its spending). A reload removing it
+/// leaves version 1 serving; a request naming version 2 is then NOT_FOUND,
+/// nothing charged. The default model's teachers still need a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_adds_and_removes_a_version_under_load() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("pacpriv.toml");
+    let base = format!("[principals.alice]\nkey_sha256 = \"{}\"\nbudget_mi = 1\n\n", key_hash("ka"));
+    let version_2 = "[versions.private.2]\ndemo = { regularisation = 1.0 }\n";
+    std::fs::write(&file, &base).expect("config");
+    let env = [
+        ("PACPRIV__DEMO__MODELS", "16".to_owned()),
+        ("PACPRIV__DEMO__NAIVE_BAYES_MODEL", String::new()),
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+    ];
+    let server = Process::serve(Some(&file), &env);
+    let metrics = server.listener("metrics");
+
+    // Four clients, each at most 40 fresh queries, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for task in 0..4u32 {
+        let (addr, stop) = (server.addr.clone(), std::sync::Arc::clone(&stop));
+        load.push(tokio::spawn(async move {
+            let mut c = crate::util::client(&addr).await;
+            let mut answers = Vec::new();
+            for i in 0..40u32 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let seed = 1000 + task * 100 + i;
+                let r = crate::util::predict(&mut c, "ka", image(&format!("{task}-{i}"), &digit(seed))).await;
+                answers.push(r.map(|r| (r.model_version, r.mi_charged)).map_err(|e| e.code()));
+            }
+            answers
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&file, format!("{base}{version_2}")).expect("config");
+    reload(&server, &metrics, "applied", 1.0).await;
+    let mut c = crate::util::client(&server.addr).await;
+    let r = crate::util::predict(&mut c, "ka", image("after", &digit(1))).await.expect("answered");
+    assert_eq!(r.model_version, "2", "the new version, built and ready, answers requests naming none");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut charged = r.mi_charged;
+    let mut versions = std::collections::BTreeSet::new();
+    for task in load {
+        for answer in task.await.expect("a client") {
+            let (version, charge) = answer.expect("no request fails across the reload");
+            versions.insert(version);
+            charged += charge;
+        }
+    }
+    assert!(versions.contains("1"), "answers before the reload came from version 1: {versions:?}");
+    let spent = crate::util::budget(&mut c, "ka").await.spent;
+    assert!((spent - charged).abs() < 1e-12, "one session: spent {spent}, the answers' charges {charged}");
+
+    // Version 2 removed: version 1 answers; version 2 is not found, free.
+    std::fs::write(&file, &base).expect("config");
+    reload(&server, &metrics, "applied", 2.0).await;
+    let named = |version: &str, seed: u32| PredictRequest {
+        model_version: version.to_owned(),
+        ..image(&format!("v{version}-{seed}"), &digit(seed))
+    };
+    let e = crate::util::predict(&mut c, "ka", named("2", 2)).await.expect_err("version 2 is gone");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert_eq!(crate::util::budget(&mut c, "ka").await.spent, spent, "nothing charged");
+    let r = crate::util::predict(&mut c, "ka", named("", 3)).await.expect("version 1 answers");
+    assert_eq!(r.model_version, "1");
+
+    // The default model's own teachers are the default dataset's: a restart.
+    std::fs::write(&file, format!("{base}[demo]\nregularisation = 0.5\n")).expect("config");
+    reload(&server, &metrics, "rejected", 1.0).await;
+    assert!(server.logs().contains("model / teachers / demo"), "{}", server.logs());
 }

@@ -25,6 +25,7 @@ __all__ = [
     "Unauthenticated",
     "NotReleased",
     "NotFound",
+    "ModelUnloaded",
     "TeachersUnavailable",
     "TeacherOutputInvalid",
     "StoreUnavailable",
@@ -94,6 +95,12 @@ class NotReleased(PacprivError):
 
 class NotFound(PacprivError):
     reason = "NOT_FOUND"
+
+
+class ModelUnloaded(PacprivError):
+    """The model version asked is unloaded on this server (nothing was
+    charged): ask another version, or none (the newest loaded one)."""
+    reason = "MODEL_UNLOADED"
 
 
 class TeachersUnavailable(PacprivError):

@@ -13,9 +13,11 @@ use crate::session::{Caller, DEFAULT_DATASET_INDEX};
 /// An unknown dataset or model (NOT_FOUND, naming those served), a
 /// poisoned session or an unreachable store.
 pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Result<Budget, ServiceError> {
-    let of_model = (!request.model.is_empty()).then(|| app.models.named(&request.model, "")).transpose()?;
+    // The dataset of the model named, if one is.
+    let of_model = (!request.model.is_empty()).then(|| app.models().named(&request.model, "").map(|m| m.dataset));
+    let of_model = of_model.transpose()?;
     let dataset = if request.dataset.is_empty() {
-        of_model.map_or(DEFAULT_DATASET_INDEX, |m| m.dataset)
+        of_model.unwrap_or(DEFAULT_DATASET_INDEX)
     } else {
         app.sessions.dataset_index(&request.dataset).ok_or_else(|| {
             let served: Vec<&str> = app.sessions.datasets().collect();
@@ -23,7 +25,7 @@ pub async fn apply(app: &App, caller: &Caller, request: &GetBudgetRequest) -> Re
             ServiceError::NotFound(format!("no dataset {asked:?} here: the datasets are {served:?}"))
         })?
     };
-    if of_model.is_some_and(|m| m.dataset != dataset) {
+    if of_model.is_some_and(|d| d != dataset) {
         return Err(ServiceError::InvalidInput(format!(
             "model {:?} is not over dataset {:?}: name one of them (its account is its dataset's)",
             request.model, request.dataset

@@ -32,8 +32,9 @@ use tracing::Instrument;
 pub struct App {
     /// Principals and their sessions.
     pub sessions: Sessions,
-    /// The models, each its m teachers and input shape.
-    pub models: models::Models,
+    /// The models, each its m teachers and input shape: replaced whole by
+    /// a reload that adds or removes models or versions ([`App::models`]).
+    pub models: std::sync::RwLock<Arc<models::Models>>,
     /// A verified client certificate's CN may name the principal.
     pub principal_from_cert: bool,
     /// Every exported metric.
@@ -45,6 +46,21 @@ pub struct App {
     pub draining: std::sync::atomic::AtomicBool,
     /// Per-principal query rate limit.
     pub rate: rate::RateLimit,
+}
+
+impl App {
+    /// The models as they are now. A request resolves its model once, from
+    /// one snapshot, and keeps that version (its teachers) until it is
+    /// answered, whatever a reload does meanwhile.
+    pub fn models(&self) -> Arc<models::Models> {
+        // A poisoned lock held a complete value (it is only ever replaced).
+        Arc::clone(&self.models.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Serves `models` from now on (a reload).
+    pub fn replace_models(&self, models: Arc<models::Models>) {
+        *self.models.write().unwrap_or_else(std::sync::PoisonError::into_inner) = models;
+    }
 }
 
 /// The `pacpriv.v1.Privatizer` implementation: authenticates, then hands

@@ -31,9 +31,9 @@ use crate::session::{DatasetIndex, ModelTag};
 use crate::teachers::Ensemble;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_util::sync::DropGuard;
 
-/// The version of every model's own tables (`[model]`, `[models.<name>]`).
-pub use crate::settings::FIRST_VERSION;
+use crate::settings::FIRST_VERSION;
 
 /// What a model version is built from.
 pub struct Served {
@@ -47,6 +47,9 @@ pub struct Served {
     pub ensemble: Ensemble,
     /// What an input example looks like.
     pub input: InputSpec,
+    /// Stops its teachers' own tasks (the demo's server) when dropped:
+    /// with the last request that holds the version.
+    pub teachers_running: DropGuard,
 }
 
 /// One version of a model: its teachers and what its input looks like.
@@ -71,9 +74,33 @@ pub struct Model {
     ready: AtomicBool,
     /// Whether new requests may resolve to it (load / unload).
     loaded: AtomicBool,
+    /// Ends its teachers' own tasks once it is dropped.
+    _teachers_running: DropGuard,
 }
 
 impl Model {
+    /// `served`, loaded, its teachers not yet probed; the default model
+    /// (named `default`)'s version 1 keys the cache as earlier releases did.
+    pub fn new(served: Served, default: &str) -> Arc<Model> {
+        let Served { name, version, dataset, ensemble, input, teachers_running } = served;
+        let number = version.parse().unwrap_or(0);
+        let legacy_digest = name == default && version == FIRST_VERSION;
+        let tag = ModelTag { name: name.as_str().into(), version: version.into() };
+        let (ready, loaded) = (false.into(), true.into());
+        Arc::new(Model {
+            name,
+            ensemble,
+            input,
+            dataset,
+            tag,
+            number,
+            legacy_digest,
+            ready,
+            loaded,
+            _teachers_running: teachers_running,
+        })
+    }
+
     /// Its name and version, as the journal records them.
     pub fn tag(&self) -> &ModelTag {
         &self.tag
@@ -115,22 +142,19 @@ pub struct Models {
 }
 
 impl Models {
-    /// The default model's version 1, `default`, and `more` (models and
-    /// versions whose (name, version) pairs are distinct and whose
-    /// versions are numbers: the settings checked), every one loaded.
-    pub fn new(default: Served, more: Vec<Served>) -> Self {
-        let name = default.name.clone();
-        let model = |Served { name, version, dataset, ensemble, input }: Served, legacy_digest| {
-            let number = version.parse().unwrap_or(0);
-            let tag = ModelTag { name: name.as_str().into(), version: version.into() };
-            let (ready, loaded) = (false.into(), true.into());
-            Arc::new(Model { name, ensemble, input, dataset, tag, number, legacy_digest, ready, loaded })
-        };
-        let mut all: Vec<Arc<Model>> =
-            std::iter::once(model(default, true)).chain(more.into_iter().map(|m| model(m, false))).collect();
+    /// Every version in `all` (whose (name, version) pairs are distinct
+    /// and whose versions are numbers: the settings checked), `default`
+    /// the model an empty name means.
+    pub fn new(default: String, mut all: Vec<Arc<Model>>) -> Self {
         // The default model first, then by name; versions in order.
-        all.sort_by(|a, b| (a.name != name, &a.name, a.number).cmp(&(b.name != name, &b.name, b.number)));
-        Models { default: name, all }
+        let key = |m: &Arc<Model>| (m.name != default, m.name.clone(), m.number);
+        all.sort_by_key(key);
+        Models { default, all }
+    }
+
+    /// The version `version` of `name`, if there is one.
+    pub fn version(&self, name: &str, version: &str) -> Option<&Arc<Model>> {
+        self.versions(name).iter().find(|m| m.version() == version)
     }
 
     /// Every model version, the default model's first.
@@ -178,11 +202,7 @@ impl Models {
     /// # Errors
     /// [`ServiceError::NotFound`], listing what is served.
     pub fn named(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
-        let found = if version.is_empty() {
-            self.versions(name).last()
-        } else {
-            self.versions(name).iter().find(|m| m.version() == version)
-        };
+        let found = if version.is_empty() { self.versions(name).last() } else { self.version(name, version) };
         found.ok_or_else(|| self.not_found(name, version))
     }
 

@@ -11,6 +11,7 @@
 
 use super::App;
 use super::input::Query;
+use super::models::{Model, Models};
 use super::output;
 use super::rate::{Admitted, Over};
 use super::status::{self, ServiceError};
@@ -124,19 +125,44 @@ pub async fn ask(
     let started = Instant::now();
     // Which model's teachers and which dataset's session (its name is
     // the client's choice, public), then the input against its shape.
-    let parsed = app.models.serving(&request.model, &request.model_version).map(Arc::clone).and_then(|model| {
+    let models = app.models();
+    let named_version = !request.model_version.is_empty();
+    let parsed = version(&models, &request.model, &request.model_version).and_then(|(model, unloaded)| {
         let query = model.input.parse(request)?;
         let handle = caller.on(model.dataset)?.clone();
-        Ok((model, query, handle))
+        Ok((model, unloaded, query, handle))
     });
-    let query_id = parsed.as_ref().map(|(_, q, _)| q.query_id.clone()).unwrap_or_default();
+    let query_id = parsed.as_ref().map(|(_, _, q, _)| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %caller.principal(), query_id = %query_id);
     let traced = Traced { value: (), span: span.clone(), started };
     admitted.map_err(|e| traced.fail(e))?;
-    let (model, query, handle) = parsed.map_err(|e| traced.fail(e))?;
-    let keys: Vec<CacheKey> = query.rows.iter().map(|r| handle.cache_key(model.digest(r.digest))).collect();
+    let (mut model, unloaded, query, handle) = parsed.map_err(|e| traced.fail(e))?;
+    let keys_of = |model: &Model| -> Vec<CacheKey> {
+        query.rows.iter().map(|r| handle.cache_key(model.digest(r.digest))).collect()
+    };
+    let mut keys = keys_of(&model);
     let outputs = async {
         app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
+        // An answer is released again, free, by the version that gave it
+        // (the cache keys the version): a request naming an unloaded
+        // version is answered if the session holds every row's answer;
+        // one naming none, by another version that answered every row,
+        // if the one chosen did not (a retry after the newest version
+        // changed). Both are the session's own history; neither asks a
+        // teacher.
+        if let Some(refusal) = unloaded {
+            if !handle.answered(&keys).await? {
+                return Err(refusal);
+            }
+        } else if !named_version && models.versions(&model.name).len() > 1 && !handle.answered(&keys).await? {
+            for other in models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, &model)) {
+                let other_keys = keys_of(other);
+                if handle.answered(&other_keys).await? {
+                    (model, keys) = (Arc::clone(other), other_keys);
+                    break;
+                }
+            }
+        }
         // One read of the session: a repeat costs nothing and needs no
         // teacher (its refusal, if its answer was evicted, neither).
         let found = handle.preflight(&keys, &query.row_id(0)).await?;
@@ -164,6 +190,25 @@ pub async fn ask(
     .await
     .map_err(|e| traced.fail(e))?;
     Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs }))
+}
+
+/// The version of `name` (empty: the default model) at `version` (empty:
+/// the one [`Models::serving`] chooses) a request is asked of; with the
+/// refusal to give if the session has not answered it before, for a
+/// named version that is unloaded.
+///
+/// # Errors
+/// [`ServiceError::NotFound`], or [`ServiceError::Unloaded`] for a model
+/// whose every version is unloaded.
+fn version(models: &Models, name: &str, version: &str) -> Result<(Arc<Model>, Option<ServiceError>), ServiceError> {
+    match models.serving(name, version) {
+        Ok(model) => Ok((Arc::clone(model), None)),
+        Err(refusal @ ServiceError::Unloaded(_)) if !version.is_empty() => {
+            let name = if name.is_empty() { models.default_name() } else { name };
+            Ok((Arc::clone(models.named(name, version)?), Some(refusal)))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Phase 2: one step of Algorithm 1 on `caller`'s session in the asked

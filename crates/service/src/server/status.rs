@@ -32,6 +32,9 @@ pub mod reason {
     pub const NOT_FOUND: &str = "NOT_FOUND";
     /// A model version this server has but has unloaded (UNAVAILABLE).
     pub const MODEL_UNLOADED: &str = "MODEL_UNLOADED";
+    /// Load or unload asked of the client listener: the admin listener's
+    /// (UNIMPLEMENTED; HTTP 403).
+    pub const ADMIN_ONLY: &str = "ADMIN_ONLY";
     /// A teacher did not answer in time (UNAVAILABLE).
     pub const TEACHERS_UNAVAILABLE: &str = "TEACHERS_UNAVAILABLE";
     /// A teacher answered with an output that does not fit the configuration (INTERNAL).

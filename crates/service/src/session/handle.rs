@@ -97,6 +97,18 @@ impl Handle {
         }
     }
 
+    /// Whether the session holds an answer to every one of `keys` (cached,
+    /// not evicted): one read, nothing refused, journaled or charged. How
+    /// a request naming no model version finds the version that answered
+    /// it before (a retry, or a repeat after a newer version came).
+    ///
+    /// # Errors
+    /// [`SessionError::Poisoned`] or a store error.
+    pub async fn answered(&self, keys: &[CacheKey]) -> Result<bool, SessionError> {
+        let probes: Vec<CacheProbe> = keys.iter().map(CacheProbe::from).collect();
+        self.session.read(&probes, |v| keys.iter().all(|key| matches!(v.cache.lookup(key), Lookup::Hit(_)))).await
+    }
+
     /// Before any teacher is asked, one read of the session: for each of
     /// a request's rows, whether the session answered `key` before
     /// ([`Preflight::Known`]: no teacher, no budget), else

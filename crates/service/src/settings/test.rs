@@ -568,6 +568,14 @@ fn a_version_that_is_not_one_is_refused_naming_its_key() {
         (vec![("PACPRIV__VERSIONS__BAYES__2__DEMO__REGULARISATION", "0.5")], "versions.bayes"),
         // The same teachers as version 1: not a retrained model.
         (vec![("PACPRIV__VERSIONS__PRIVATE__2__DEMO__MODELS", "128")], "versions.private.2.teachers"),
+        // Two versions with the same teachers.
+        (
+            vec![
+                ("PACPRIV__VERSIONS__PRIVATE__2__DEMO__REGULARISATION", "0.5"),
+                ("PACPRIV__VERSIONS__PRIVATE__3__DEMO__REGULARISATION", "0.5"),
+            ],
+            "versions.private.3.teachers",
+        ),
         // Another m, another seed: not the same subsets.
         (vec![("PACPRIV__VERSIONS__PRIVATE__2__DEMO__MODELS", "64")], "versions.private.2.demo.models"),
         (vec![("PACPRIV__VERSIONS__PRIVATE__2__DEMO__SEED", "7")], "versions.private.2.demo"),

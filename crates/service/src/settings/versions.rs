@@ -142,7 +142,7 @@ pub(super) fn versions(
             };
             let first = models().find(|m| m.dataset == model.dataset).unwrap_or(base);
             same_data(&model, first).map_err(rename)?;
-            for other in models().chain(&out) {
+            for other in models().chain(&out).chain(numbered.iter().map(|(_, m)| m)) {
                 distinct(&model, other).map_err(|e| {
                     let e = rename(e);
                     SettingsError { message: format!("{} (its version {})", e.message, other.version), ..e }

@@ -32,6 +32,7 @@
 //!   and is the error [`Started::server`] returns.
 
 pub mod descriptors;
+pub mod models;
 pub mod readiness;
 pub mod reload;
 pub mod store;
@@ -44,19 +45,12 @@ use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService
 use crate::proto::pacpriv::admin_server::AdminServer;
 use crate::proto::pacpriv::privatizer_server::PrivatizerServer;
 use crate::server::auth::CredentialFirst;
-use crate::server::input::InputSpec;
-use crate::server::models::{Models, Served};
+use crate::server::models::{Model, Models};
 use crate::server::{App, Service, admin, inference, rate};
 use crate::session::secret::SecretError;
-#[cfg(feature = "demo")]
-use crate::settings::DemoLearner;
-use crate::settings::{ModelSettings, Settings, TeacherSource};
+use crate::settings::{Settings, TeacherSource};
 use crate::store::StoreError;
-#[cfg(feature = "demo")]
-use crate::teachers::demo::{self, DemoServer};
-use crate::teachers::{Ensemble, FanoutError, Teachers};
-#[cfg(feature = "demo")]
-use pacpriv_demo::Trained;
+use crate::teachers::{FanoutError, Teachers};
 use pacpriv_privacy::mechanism::Calibration;
 use sha2::Digest;
 use std::future::Future;
@@ -193,17 +187,10 @@ pub async fn serve(
         servers.push(now(grpc(server, listener, None, &settings.limits, &stop)));
     }
 
-    let mut served = Vec::with_capacity(1 + settings.more_models.len());
+    let builder = models::Builder::new(Arc::clone(&metrics), background.clone(), stop.clone());
+    let mut built = Vec::with_capacity(1 + settings.more_models.len());
     for model in settings.models() {
-        let dataset = settings.dataset_of(model).ok_or_else(|| StartError::UnknownDataset(model.dataset.clone()))?;
-        let release_noisy = settings.datasets().nth(dataset).is_some_and(|d| d.release_noisy_vector);
-        served.push(Served {
-            name: model.name.clone(),
-            version: model.version.clone(),
-            dataset,
-            ensemble: ensemble(model, &metrics, &background, &stop).await?,
-            input: InputSpec { shape: model.input_shape.clone(), release_noisy, max_rows: settings.max_batch_rows },
-        });
+        built.push(Model::new(builder.served(&settings, model).await?, &settings.model.name));
     }
     // The sessions belong to the data: each dataset's first model's
     // teacher set names it (its others are over the same subsets).
@@ -219,9 +206,7 @@ pub async fn serve(
             })
         })
         .collect::<Result<Vec<_>, StartError>>()?;
-    let mut served = served.into_iter();
-    let default = served.next().ok_or_else(|| StartError::UnknownDataset(settings.dataset.name.clone()))?;
-    let models = Models::new(default, served.collect());
+    let models = Models::new(settings.model.name.clone(), built);
     descriptors::provide(descriptors::need(&settings, models.iter().map(|model| model.ensemble.len()).sum()))?;
     if settings.calibration != Calibration::Certified {
         tracing::error!(
@@ -245,7 +230,7 @@ pub async fn serve(
     let principal_from_cert = settings.tls.as_ref().is_some_and(|t| t.principal_from_cert);
     let app = Arc::new(App {
         sessions,
-        models,
+        models: std::sync::RwLock::new(Arc::new(models)),
         principal_from_cert,
         metrics: Arc::clone(&metrics),
         ready: false.into(),
@@ -344,7 +329,7 @@ pub async fn serve(
         datasets = settings.datasets().count(), models = settings.models().count(), tls = settings.tls.is_some(), "pacpriv serving");
     cancel_on_error.disarm();
     let server: Serving = Box::pin(run(servers, stop, settings.drain_deadline, background));
-    let reloader = reload::Reloader::new(app, tls, settings.clone());
+    let reloader = reload::Reloader::new(app, tls, builder, settings.clone());
     Ok(Started {
         addr,
         http: http_addr,
@@ -458,75 +443,6 @@ async fn run(
     background.close();
     background.wait().await;
     outcome
-}
-
-/// What the demo ensemble is trained from.
-#[cfg(feature = "demo")]
-struct Demo {
-    models: usize,
-    seed: u64,
-    learner: pacpriv_demo::Learner,
-    canaries: usize,
-}
-
-/// Starts the demo teachers on their own loopback listener (a task of this
-/// runtime, ended by `stop`) and returns how to ask them: m models, or
-/// their stacked one.
-#[cfg(feature = "demo")]
-async fn start_demo(
-    Demo { models, seed, learner, canaries }: Demo,
-    listen: SocketAddr,
-    stacked: bool,
-    background: &TaskTracker,
-    stop: &CancellationToken,
-) -> Result<Teachers, StartError> {
-    let started = std::time::Instant::now();
-    let ensemble = tokio::task::spawn_blocking(move || Trained::train_learner(models, seed, learner, canaries))
-        .await
-        .map_err(|e| StartError::Demo(e.to_string()))?
-        .map_err(StartError::Demo)?;
-    let (listener, addr) = bind(listen).await?;
-    tracing::info!(models, %addr, seconds = started.elapsed().as_secs_f64(), "demo teachers trained and serving");
-    background.spawn(DemoServer::new(ensemble.teachers).serve(listener, stop.clone().cancelled_owned()));
-    Ok(if stacked {
-        Teachers::Stacked { spec: demo::stacked_spec(addr), models }
-    } else {
-        Teachers::PerTeacher(demo::specs(addr, models))
-    })
-}
-
-/// `model`'s teachers (the demo ones trained and served first), their
-/// TLS checked.
-async fn ensemble(
-    model: &ModelSettings,
-    metrics: &Metrics,
-    background: &TaskTracker,
-    stop: &CancellationToken,
-) -> Result<Ensemble, StartError> {
-    let teachers = match &model.teachers {
-        #[cfg(feature = "demo")]
-        TeacherSource::Demo { models, seed, listen, stacked, learner, regularisation, canaries } => {
-            let learner = match learner {
-                DemoLearner::Logistic => pacpriv_demo::Learner::Logistic { regularisation: *regularisation },
-                DemoLearner::NaiveBayes => pacpriv_demo::Learner::NaiveBayes,
-            };
-            let demo = Demo { models: *models, seed: *seed, learner, canaries: *canaries };
-            start_demo(demo, *listen, *stacked, background, stop).await?
-        }
-        // Refused when the settings were read (teachers.source); kept
-        // as an error, not a panic, should a caller build settings by hand.
-        #[cfg(not(feature = "demo"))]
-        TeacherSource::Demo { .. } => {
-            // Only the demo teachers run as tasks of their own.
-            let _ = (background, stop);
-            return Err(StartError::Demo(crate::settings::NO_DEMO.into()));
-        }
-        TeacherSource::Remote(teachers) => teachers.clone(),
-    };
-    let series = metrics.teachers.of_model(&model.label());
-    let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &series)?;
-    ensemble.check_tls().await?;
-    Ok(ensemble)
 }
 
 /// What every fingerprint of teachers over `source`'s subsets starts with,

@@ -61,16 +61,17 @@ pub async fn watch(
 /// the version a request naming no model is answered by). The
 /// gauge counts every model's teachers.
 async fn probe(app: &App) -> usize {
-    let missing = futures_util::future::join_all(app.models.iter().map(|m| m.ensemble.not_ready())).await;
-    for (model, &missing) in app.models.iter().zip(&missing) {
+    let models = app.models();
+    let missing = futures_util::future::join_all(models.iter().map(|m| m.ensemble.not_ready())).await;
+    for (model, &missing) in models.iter().zip(&missing) {
         model.set_teachers_ready(missing == 0);
     }
-    let total: usize = app.models.iter().map(|m| m.ensemble.len()).sum();
+    let total: usize = models.iter().map(|m| m.ensemble.len()).sum();
     app.metrics.teachers.readiness(total.saturating_sub(missing.iter().sum()), total);
     // The version a request naming no model is answered by (a ready one
     // when there is one); none, when every version is unloaded.
-    let default = app.models.get("").ok();
-    app.models.iter().zip(&missing).find(|(m, _)| default.is_some_and(|d| Arc::ptr_eq(d, m))).map_or(0, |(_, &n)| n)
+    let default = models.get("").ok();
+    models.iter().zip(&missing).find(|(m, _)| default.is_some_and(|d| Arc::ptr_eq(d, m))).map_or(0, |(_, &n)| n)
 }
 
 async fn set_health(app: &App, health: &HealthReporter, missing: usize) {

@@ -4,13 +4,16 @@
 //! listener with the admin token, beside the repository index.
 //!
 //! The repository is the configuration: every model and version it
-//! names is built at start; loading and unloading decide which of them
-//! new requests may resolve to, on this replica, until it restarts
-//! (`docs/operations/models.md` says how a deployment changes them
-//! everywhere). Neither touches a session: an unloaded version's requests
-//! are refused before anything is asked or charged
-//! ([`crate::server::models::Models::serving`]), and requests already
-//! answering on it finish on it.
+//! names is built at start (and by a reload that adds it); loading and
+//! unloading decide which of them new requests may resolve to, on this
+//! replica, until it restarts or a reload rebuilds the version
+//! (`docs/concepts/models-and-datasets.md`: a deployment changes what
+//! every replica serves through the configuration, reloaded). Neither
+//! touches a session: an unloaded version's new questions are refused
+//! before anything is asked or charged
+//! ([`crate::server::models::Models::serving`]), what it answered before
+//! is still given again from the cache, and requests already answering on
+//! it finish on it.
 //!
 //! A request's path: [`check_token`] → [`parse`] → [`apply`].
 
@@ -103,7 +106,8 @@ pub fn parse(
 /// [`ServiceError::NotFound`] for a model or version the configuration
 /// does not name.
 pub fn apply(app: &App, change: Change) -> Result<(), ServiceError> {
-    let changed = app.models.set_loaded(&change.name, change.version.as_deref(), change.load)?;
+    let models = app.models();
+    let changed = models.set_loaded(&change.name, change.version.as_deref(), change.load)?;
     let versions: Vec<&str> = changed.iter().map(|m| m.version()).collect();
     tracing::info!(model = %change.name, ?versions, loaded = change.load, "model repository: versions loaded or unloaded");
     Ok(())

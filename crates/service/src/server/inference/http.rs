@@ -143,13 +143,13 @@ async fn repository_index(State(s): State<Arc<InferenceService>>, body: Bytes) -
 /// they are served.
 async fn not_here() -> Response {
     let message = super::LOAD_ON_ADMIN;
-    (StatusCode::FORBIDDEN, Json(json!({ "error": message, "reason": status::reason::NOT_FOUND, "charged": false })))
+    (StatusCode::FORBIDDEN, Json(json!({ "error": message, "reason": status::reason::ADMIN_ONLY, "charged": false })))
         .into_response()
 }
 
 async fn model_metadata(State(s): State<Arc<InferenceService>>, Path(p): Path<ModelPath>) -> Response {
     let m = match s.names(&p.model, &p.version) {
-        Ok(model) => s.metadata(model),
+        Ok(model) => s.metadata(&model),
         Err(e) => return error(e.into()),
     };
     let tensors = |ts: Vec<crate::proto::inference::model_metadata_response::TensorMetadata>| -> Vec<Value> {
@@ -167,7 +167,7 @@ async fn model_metadata(State(s): State<Arc<InferenceService>>, Path(p): Path<Mo
 
 async fn model_ready(State(s): State<Arc<InferenceService>>, Path(p): Path<ModelPath>) -> Response {
     let ready = match s.names(&p.model, &p.version) {
-        Ok(model) => s.model_ready(model),
+        Ok(model) => s.model_ready(&model),
         Err(e) => return error(e.into()),
     };
     let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

@@ -67,14 +67,14 @@ impl InferenceService {
 
     /// `model`'s metadata, listing every version of it.
     fn metadata(&self, model: &Model) -> ModelMetadataResponse {
-        let versions = self.app.models.versions(&model.name).iter().map(|m| m.version().to_owned()).collect();
+        let versions = self.app.models().versions(&model.name).iter().map(|m| m.version().to_owned()).collect();
         metadata::model(model, versions)
     }
 
     /// The model `name`/`version`, loaded or not (an empty version means
     /// the newest, as in Triton).
-    fn names(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
-        self.app.models.named(name, version)
+    fn names(&self, name: &str, version: &str) -> Result<Arc<Model>, ServiceError> {
+        self.app.models().named(name, version).map(Arc::clone)
     }
 }
 
@@ -88,7 +88,7 @@ fn model_ready(app: &App, model: &Model) -> bool {
 /// UNAVAILABLE with the reason; only the ready ones if `ready_only`. Names,
 /// versions and states: nothing about any session.
 pub fn index(app: &App, ready_only: bool) -> Vec<ModelIndex> {
-    app.models
+    app.models()
         .iter()
         .map(|model| (model, model_ready(app, model)))
         .filter(|&(_, ready)| ready || !ready_only)
@@ -128,7 +128,13 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let r = request.get_ref();
-        let ready = self.names(&r.name, &r.version).is_ok_and(|model| self.model_ready(model));
+        // An empty version: whether a request naming none is answered
+        // (by the version it would be asked of).
+        let ready = if r.version.is_empty() {
+            self.app.models().serving(&r.name, "").is_ok_and(|model| self.model_ready(model))
+        } else {
+            self.names(&r.name, &r.version).is_ok_and(|model| self.model_ready(&model))
+        };
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
@@ -145,7 +151,7 @@ impl GrpcInferenceService for InferenceService {
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let r = request.get_ref();
         let model = self.names(&r.name, &r.version)?;
-        Ok(Response::new(self.metadata(model)))
+        Ok(Response::new(self.metadata(&model)))
     }
 
     async fn repository_index(
@@ -164,15 +170,20 @@ impl GrpcInferenceService for InferenceService {
         &self,
         _: Request<RepositoryModelLoadRequest>,
     ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
-        Err(Status::unimplemented(LOAD_ON_ADMIN))
+        Err(load_on_admin())
     }
 
     async fn repository_model_unload(
         &self,
         _: Request<RepositoryModelUnloadRequest>,
     ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
-        Err(Status::unimplemented(LOAD_ON_ADMIN))
+        Err(load_on_admin())
     }
+}
+
+/// Load or unload asked of the client listener.
+fn load_on_admin() -> Status {
+    status::with_reason(tonic::Code::Unimplemented, LOAD_ON_ADMIN.into(), status::reason::ADMIN_ONLY, false, &[])
 }
 
 impl InferenceService {
