@@ -248,6 +248,13 @@ async fn versions_step_one_session_and_unload_without_a_charge() {
     let reply = curl("POST", &http, &["x-api-key: alice-key"], Some(&request(&[digit(6)], &["label"])));
     assert_eq!((reply.code, &reply.body["model_version"]), (200, &serde_json::json!("1")), "{:?}", reply.body);
 
+    // Every answer counted by the version that gave it.
+    let metrics = crate::util::scrape(&server.listener("metrics"));
+    let answers = |v: &str| {
+        crate::util::sample(&metrics, &format!("pacpriv_model_answers_total{{model=\"private\",version=\"{v}\"}}"))
+    };
+    assert_eq!((answers("1"), answers("2")), (Some(3.0), Some(5.0)), "{metrics}");
+
     // Six answers of two versions, one session: its posterior is its
     // journal replayed.
     assert_eq!(budget(&mut c, "alice-key").await.spent, 6.0 * B);

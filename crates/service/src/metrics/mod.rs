@@ -147,6 +147,14 @@ impl TeacherError {
     }
 }
 
+/// A private model version (configured names: at most 16 models and 15
+/// more versions, so the series are bounded).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+    version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
@@ -203,6 +211,7 @@ fn batch_sizes() -> Histogram {
 #[derive(Clone)]
 pub struct ServiceMetrics {
     queries: Family<OutcomeLabel, Counter>,
+    by_model: Family<ModelLabel, Counter>,
     unanimous: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
@@ -230,6 +239,7 @@ impl ServiceMetrics {
     fn new(max_principal_series: usize) -> Self {
         let m = ServiceMetrics {
             queries: Family::default(),
+            by_model: Family::default(),
             unanimous: Counter::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
@@ -272,6 +282,11 @@ impl ServiceMetrics {
 
     fn register(&self, r: &mut Registry) {
         r.register("pacpriv_queries", "Queries by outcome", self.queries.clone());
+        r.register(
+            "pacpriv_model_answers",
+            "Answers released, by the model and version that gave them (fresh or from the cache)",
+            self.by_model.clone(),
+        );
         r.register("pacpriv_answers_unanimous", "Answers on which all teachers agreed", self.unanimous.clone());
         r.register(
             "pacpriv_answer_cache_hits",
@@ -326,6 +341,12 @@ impl ServiceMetrics {
             self.unanimous.inc();
         }
         self.mi_charged.inc_by(charge);
+    }
+
+    /// Counts `answers` released by `version` of `model`.
+    pub fn model_answers(&self, model: &str, version: &str, answers: usize) {
+        let label = ModelLabel { model: model.to_owned(), version: version.to_owned() };
+        self.by_model.get_or_create(&label).inc_by(answers as u64);
     }
 
     /// Records an RPC's latency.
