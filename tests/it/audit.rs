@@ -182,3 +182,23 @@ fn repeating_every_query_costs_nothing_and_teaches_the_adversary_nothing() {
     // each query once.
     assert_within_bound(&rows, b);
 }
+
+/// Issue 54: the audit of another model of the dataset (`--model bayes`,
+/// the demo's naive Bayes teachers on the same subsets): the adversary
+/// rebuilds those teachers, asks that model, and stays within the bound of
+/// the one session.
+#[test]
+fn the_adversary_audits_the_model_it_is_told() {
+    let setup = Setup::new("2^-12", true);
+    let out = setup.audit_with(40, &["--model", "bayes"]);
+    assert!(out.status.success(), "audit failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("demo teachers of bayes@1"));
+    assert_within_bound(&setup.table(), 2f64.powi(-12));
+    let metrics = crate::util::scrape(&setup.server.listener("metrics"));
+    let answers = |model: &str| {
+        crate::util::sample(&metrics, &format!("pacpriv_model_answers_total{{model=\"{model}\",version=\"1\"}}"))
+    };
+    assert_eq!((answers("bayes"), answers("private")), (Some(40.0), None), "every query asked of bayes");
+    let out = setup.audit_with(1, &["--model", "forest"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such model version"), "{out:?}");
+}

@@ -21,6 +21,8 @@ pub mod admin;
 pub mod audit;
 pub mod budget;
 pub mod connect;
+#[cfg(feature = "demo")]
+pub mod demo_model;
 pub mod health;
 pub mod label;
 pub mod subsets;

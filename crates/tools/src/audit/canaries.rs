@@ -33,9 +33,9 @@
 
 use super::{check_fresh, get_budget, stream_error};
 use crate::connect;
+use crate::demo_model::DemoModel;
 use anyhow::{Context, bail};
 use chacha20::ChaCha20Rng;
-use pacpriv_demo::Trained;
 use pacpriv_demo::digits::Example;
 use pacpriv_privacy::attack;
 use pacpriv_privacy::grid::PUBLISHED_GRID;
@@ -44,8 +44,7 @@ use pacpriv_privacy::report;
 use pacpriv_privacy::{Nats, PrivacyError};
 use pacpriv_service::proto::pacpriv::PredictRequest;
 use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
-use pacpriv_service::settings::{Settings, TeacherSource};
-use pacpriv_service::teachers::OutputMode;
+use pacpriv_service::settings::Settings;
 use plotters::prelude::*;
 use rand::RngExt;
 use statrs::distribution::{Beta, ContinuousCDF};
@@ -110,18 +109,14 @@ pub struct Row {
 /// is not fresh — and a lower bound above what was charged.
 pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation, canaries: k, .. } = settings.model.teachers else {
-        bail!("the canary audit rebuilds the demo teachers; the configuration has teachers.source = \"remote\"");
-    };
+    let model = DemoModel::of(&settings, &args.model, "the canary audit")?;
+    let (models, k, classes) = (model.m, model.canaries, model.classes);
     if k == 0 {
         bail!(
             "the configuration plants no canaries: serve and audit with demo.canaries > 0 \
              (PACPRIV__DEMO__CANARIES=32) — an audit deployment, not a production one"
         );
     }
-    let OutputMode::Label { classes } = settings.model.mode else {
-        bail!("the canary audit plays the label-mode adversary; the configuration has model.mode = \"vector\"");
-    };
     let Some(secret_file) = args.secret_index_file.as_deref() else {
         bail!("the canary audit scores its guesses against the truth: pass --secret-index-file");
     };
@@ -132,7 +127,7 @@ pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
     };
 
     eprintln!("training the {models} demo teachers with {k} canaries (the adversary knows them) ...");
-    let ensemble = Trained::train_with_canaries(models, seed, regularisation, k).map_err(anyhow::Error::msg)?;
+    let ensemble = model.train()?;
     let n = ensemble.split.train.len();
     let first = n - k;
     let mut rng = super::rng(args.seed);
@@ -161,7 +156,7 @@ pub fn run(args: &super::Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 let around = qs.iter().enumerate().skip(1).map(move |(j, q)| (format!("canary-{c}-near-{j}"), q));
                 itself.chain(around)
             })
-            .map(|(id, q)| super::request(id, &q.pixels))
+            .map(|(id, q)| super::request(id, &q.pixels, &model))
             .collect();
         let mut request = tonic::Request::new(tokio_stream::iter(requests));
         request.metadata_mut().insert("x-api-key", key.clone());

@@ -24,9 +24,9 @@
 pub mod canaries;
 
 use super::connect::{self, TlsArgs};
+use crate::demo_model::DemoModel;
 use anyhow::{Context, bail};
 use chacha20::ChaCha20Rng;
-use pacpriv_demo::Trained;
 use pacpriv_demo::digits::FEATURES;
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::attack;
@@ -34,8 +34,7 @@ use pacpriv_privacy::grid::PUBLISHED_GRID;
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
 use pacpriv_service::proto::pacpriv::{Budget, GetBudgetRequest, PredictRequest, Tensor};
-use pacpriv_service::settings::{Settings, TeacherSource};
-use pacpriv_service::teachers::OutputMode;
+use pacpriv_service::settings::Settings;
 use plotters::prelude::*;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -61,6 +60,12 @@ pub struct Args {
     /// teachers and subsets from it.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// The model to audit, `NAME` (its newest version) or `NAME@V`
+    /// (default: the default model's newest version); its teachers must
+    /// be demo ones, which the adversary rebuilds. Every model of a
+    /// dataset steps the same session.
+    #[arg(long, default_value = "", value_name = "MODEL")]
+    pub model: String,
     /// The server's privacy.secret_index_file, to also score the guesses
     /// against the truth (never read by the adversary).
     #[arg(long, value_name = "PATH")]
@@ -128,15 +133,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         return canaries::run(&args, out);
     }
     let settings = Settings::load(args.config.as_deref())?;
-    let TeacherSource::Demo { models, seed, regularisation, canaries, .. } = settings.model.teachers else {
-        bail!(
-            "pacpriv audit rebuilds the teachers to play the adversary, and can do so only for the demo ensemble \
-             (teachers.source = \"demo\")"
-        );
-    };
-    let OutputMode::Label { classes } = settings.model.mode else {
-        bail!("pacpriv audit plays the label-mode adversary; the configuration has model.mode = \"vector\"");
-    };
+    let model = DemoModel::of(&settings, &args.model, "pacpriv audit")?;
+    let (models, classes) = (model.m, model.classes);
     let key = match args.api_key.clone() {
         Some(k) => k,
         None => std::env::var("PACPRIV_API_KEY").context("pass --api-key or set PACPRIV_API_KEY")?,
@@ -144,8 +142,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let secret =
         args.secret_index_file.as_deref().map(|f| pacpriv_service::session::secret::read(f, models)).transpose()?;
 
-    eprintln!("training the {models} demo teachers (the adversary knows them) ...");
-    let ensemble = Trained::train_with_canaries(models, seed, regularisation, canaries).map_err(anyhow::Error::msg)?;
+    eprintln!("training the {models} demo teachers of {}@{} (the adversary knows them) ...", model.name, model.version);
+    let ensemble = model.train()?;
     let universe: Vec<Vec<f32>> = ensemble.split.train.iter().map(|e| e.pixels.to_vec()).collect();
     let labels = ensemble.labels(&ensemble.split.train);
     let n = universe.len();
@@ -167,7 +165,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             .enumerate()
             .flat_map(|(t, &u)| (0..repeat).map(move |k| (t, u, k)))
             .map(|(t, u, k)| {
-                request(if k == 0 { format!("audit-{t}") } else { format!("audit-{t}-again-{k}") }, &universe[u])
+                let id = if k == 0 { format!("audit-{t}") } else { format!("audit-{t}-again-{k}") };
+                request(id, &universe[u], &model)
             })
             .collect();
         // The stream from request `from` on: opened again after a query the
@@ -368,10 +367,12 @@ fn rng(seed: Option<u64>) -> ChaCha20Rng {
     }
 }
 
-/// A query for the image `pixels` (FP32, 64 values) asking for the
-/// release itself, which the adversary replays Eq. 4 on.
-fn request(query_id: String, pixels: &[f32]) -> PredictRequest {
+/// A query of `model` for the image `pixels` (FP32, 64 values) asking for
+/// the release itself, which the adversary replays Eq. 4 on.
+fn request(query_id: String, pixels: &[f32], model: &DemoModel) -> PredictRequest {
     PredictRequest {
+        model: model.name.clone(),
+        model_version: model.version.clone(),
         query_id,
         input: Some(Tensor {
             datatype: "FP32".into(),

@@ -14,13 +14,13 @@
 pub mod sim;
 
 use super::budget::{PerQuery, parse_nats, parse_per_query};
+use crate::demo_model::DemoModel;
 use anyhow::Context;
 use pacpriv_demo::{Teacher, Trained};
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::{Nats, PrivacyError, report};
 use pacpriv_service::session::Scope;
-use pacpriv_service::settings::{Settings, TeacherSource};
-use pacpriv_service::teachers::OutputMode;
+use pacpriv_service::settings::Settings;
 use sim::{Forecast, Refusal, Summary, Votes};
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,6 +40,12 @@ pub struct Args {
     /// principals.demo.budget_mi the default --budget-mi.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+
+    /// The model to measure, `NAME` (its newest version) or `NAME@V`
+    /// (default: the default model's newest version): its demo teachers
+    /// are trained as the server trains them.
+    #[arg(long, default_value = "", value_name = "MODEL")]
+    pub model: String,
 
     /// Per-query MI budgets b to compare, comma-separated, each a decimal
     /// (0.0039) or a power of two (2^-32).
@@ -80,23 +86,10 @@ fn parse_budget(s: &str) -> Result<PerQuery, PrivacyError> {
 /// fit, a mechanism error, or a failed write.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref())?;
-    let (m, seed, regularisation, canaries) = match &settings.model.teachers {
-        TeacherSource::Demo { models, seed, regularisation, canaries, .. } => {
-            (*models, *seed, *regularisation, *canaries)
-        }
-        TeacherSource::Remote(_) => anyhow::bail!(
-            "teachers.source is \"remote\": pacpriv utility only measures the demo ensemble, which it trains \
-             in-process from demo.models and demo.seed (set teachers.source = \"demo\"); reporting on remote \
-             teachers would need their labels for a held-out split, which is out of scope"
-        ),
-    };
-    let classes = match settings.model.mode {
-        OutputMode::Label { classes } => classes,
-        OutputMode::Vector { .. } => anyhow::bail!(
-            "model.mode is \"vector\": pacpriv utility reports label mode (the paper's Table 3), where the \
-             service privatises each teacher's label; set model.mode = \"label\""
-        ),
-    };
+    // Remote teachers would need their labels for a held-out split, which
+    // is out of scope; vector mode is not the paper's Table 3.
+    let model = DemoModel::of(&settings, &args.model, "pacpriv utility (the demo ensemble, label mode)")?;
+    let (m, seed, classes) = (model.m, model.seed, model.classes);
     let budget = match args.budget_mi {
         Some(b) => b,
         None => default_budget(&settings)?,
@@ -105,10 +98,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         sim::check_per_query(b.nats).with_context(|| format!("--per-query-mi {}", b.given))?;
     }
 
-    tracing::info!(m, seed, "training the demo teachers");
-    let ensemble = Trained::train_with_canaries(m, seed, regularisation, canaries)
-        .map_err(anyhow::Error::msg)
-        .context("training the demo teachers")?;
+    tracing::info!(m, seed, model = %model.name, version = %model.version, "training the demo teachers");
+    let ensemble = model.train().context("training the demo teachers")?;
     let full = ensemble.full_data_model().map_err(anyhow::Error::msg).context("training the non-private model")?;
     let votes = votes(&ensemble, classes)?;
     let non_private = accuracy_of(&full, &ensemble);
