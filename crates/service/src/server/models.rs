@@ -167,15 +167,6 @@ impl Models {
         &self.default
     }
 
-    /// The version of `name` (empty: the default model) a request that
-    /// names no version is answered by ([`Models::serving`]).
-    ///
-    /// # Errors
-    /// As [`Models::serving`].
-    pub fn get(&self, name: &str) -> Result<&Arc<Model>, ServiceError> {
-        self.serving(name, "")
-    }
-
     /// The model `name` (empty: the default one) at `version` that a new
     /// request is answered by: that version if it is loaded; for an empty
     /// version the newest loaded one whose teachers are ready, else the

@@ -70,7 +70,7 @@ async fn probe(app: &App) -> usize {
     app.metrics.teachers.readiness(total.saturating_sub(missing.iter().sum()), total);
     // The version a request naming no model is answered by (a ready one
     // when there is one); none, when every version is unloaded.
-    let default = models.get("").ok();
+    let default = models.serving("", "").ok();
     models.iter().zip(&missing).find(|(m, _)| default.is_some_and(|d| Arc::ptr_eq(d, m))).map_or(0, |(_, &n)| n)
 }
 
