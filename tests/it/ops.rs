@@ -73,7 +73,8 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
         for pair in labels.into_iter().flat_map(|l| l.split(',')).filter(|p| !p.is_empty()) {
             let key = pair.split('=').next().unwrap_or_default();
             assert!(
-                ["outcome", "rpc", "stage", "principal", "dataset", "model", "teacher", "kind", "le"].contains(&key),
+                ["outcome", "rpc", "stage", "principal", "dataset", "model", "version", "teacher", "kind", "le"]
+                    .contains(&key),
                 "label {key} in {line}"
             );
         }

@@ -50,8 +50,8 @@ impl DemoModel {
         };
         let TeacherSource::Demo { models, seed, learner, regularisation, canaries, .. } = &model.teachers else {
             bail!(
-                "{tool} rebuilds the teachers it plays against, which it can do only for demo teachers: model {:?} \
-                 has teachers.source = \"remote\"",
+                "{tool} rebuilds the teachers it plays against, which it can do only for the demo ensemble: model \
+                 {:?}'s teachers.source is \"remote\"",
                 model.name
             );
         };
