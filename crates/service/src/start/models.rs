@@ -8,7 +8,9 @@
 //!   version is dropped — once no request holds it — or at shutdown,
 //!   whichever is first ([`Served::teachers_running`]).
 
-use super::{StartError, bind};
+use super::StartError;
+#[cfg(feature = "demo")]
+use super::bind;
 use crate::metrics::Metrics;
 use crate::server::input::InputSpec;
 use crate::server::models::Served;
