@@ -6,7 +6,7 @@
 
 use anyhow::bail;
 use pacpriv_demo::{Learner, Trained};
-use pacpriv_service::settings::{DemoLearner, ModelSettings, Settings, TeacherSource};
+use pacpriv_service::settings::{ModelSettings, Settings, TeacherSource};
 use pacpriv_service::teachers::OutputMode;
 
 /// A demo model version, as a tool rebuilds it.
@@ -58,16 +58,12 @@ impl DemoModel {
         let OutputMode::Label { classes } = model.mode else {
             bail!("{tool} works in label mode; model {:?} has model.mode = \"vector\"", model.name);
         };
-        let learner = match learner {
-            DemoLearner::Logistic => Learner::Logistic { regularisation: *regularisation },
-            DemoLearner::NaiveBayes => Learner::NaiveBayes,
-        };
         Ok(DemoModel {
             name: model.name.clone(),
             version: model.version.clone(),
             m: *models,
             seed: *seed,
-            learner,
+            learner: learner.with(*regularisation),
             canaries: *canaries,
             classes,
         })

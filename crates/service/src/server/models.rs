@@ -162,9 +162,9 @@ impl Models {
         self.all.iter()
     }
 
-    /// The default model's name.
-    pub fn default_name(&self) -> &str {
-        &self.default
+    /// The model a request's `name` means: the default one if it is empty.
+    pub fn model_name<'a>(&'a self, name: &'a str) -> &'a str {
+        if name.is_empty() { &self.default } else { name }
     }
 
     /// The model `name` (empty: the default one) at `version` that a new
@@ -177,7 +177,7 @@ impl Models {
     /// [`ServiceError::Unloaded`] for an unloaded version (or a model
     /// whose every version is unloaded).
     pub fn serving(&self, name: &str, version: &str) -> Result<&Arc<Model>, ServiceError> {
-        let name = if name.is_empty() { self.default.as_str() } else { name };
+        let name = self.model_name(name);
         let model = self.named(name, version)?;
         if !version.is_empty() {
             return if model.loaded() { Ok(model) } else { Err(unloaded(name, Some(version))) };

@@ -204,8 +204,7 @@ fn version(models: &Models, name: &str, version: &str) -> Result<(Arc<Model>, Op
     match models.serving(name, version) {
         Ok(model) => Ok((Arc::clone(model), None)),
         Err(refusal @ ServiceError::Unloaded(_)) if !version.is_empty() => {
-            let name = if name.is_empty() { models.default_name() } else { name };
-            Ok((Arc::clone(models.named(name, version)?), Some(refusal)))
+            Ok((Arc::clone(models.named(models.model_name(name), version)?), Some(refusal)))
         }
         Err(e) => Err(e),
     }

@@ -305,6 +305,19 @@ pub enum DemoLearner {
     NaiveBayes,
 }
 
+#[cfg(feature = "demo")]
+impl DemoLearner {
+    /// The demo crate's learner, a logistic one with the L2 penalty
+    /// `regularisation` (`demo.regularisation`): what the server trains,
+    /// and what a tool rebuilding its teachers trains.
+    pub fn with(self, regularisation: f64) -> pacpriv_demo::Learner {
+        match self {
+            DemoLearner::Logistic => pacpriv_demo::Learner::Logistic { regularisation },
+            DemoLearner::NaiveBayes => pacpriv_demo::Learner::NaiveBayes,
+        }
+    }
+}
+
 /// m teachers, one per half of the data split into pairs: even, at least 2.
 pub(super) fn teacher_count(key: &str, m: usize) -> Result<(), SettingsError> {
     if m < 2 || !m.is_multiple_of(2) {

@@ -14,8 +14,6 @@ use super::bind;
 use crate::metrics::Metrics;
 use crate::server::input::InputSpec;
 use crate::server::models::Served;
-#[cfg(feature = "demo")]
-use crate::settings::DemoLearner;
 use crate::settings::{ModelSettings, Settings, TeacherSource};
 use crate::teachers::Ensemble;
 #[cfg(feature = "demo")]
@@ -114,11 +112,8 @@ async fn ensemble(
     let teachers = match &model.teachers {
         #[cfg(feature = "demo")]
         TeacherSource::Demo { models, seed, listen, stacked, learner, regularisation, canaries } => {
-            let learner = match learner {
-                DemoLearner::Logistic => pacpriv_demo::Learner::Logistic { regularisation: *regularisation },
-                DemoLearner::NaiveBayes => pacpriv_demo::Learner::NaiveBayes,
-            };
-            let demo = Demo { models: *models, seed: *seed, learner, canaries: *canaries };
+            let demo =
+                Demo { models: *models, seed: *seed, learner: learner.with(*regularisation), canaries: *canaries };
             start_demo(demo, *listen, *stacked, background, stop).await?
         }
         // Refused when the settings were read (teachers.source); kept
