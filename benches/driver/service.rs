@@ -229,6 +229,7 @@ fn settings(target: &Target, teachers: SocketAddr, knobs: &Knobs, store: &Path) 
             name: format!("bench-{i}"),
             key_sha256: Sha256::digest(api_key(i).as_bytes()).into(),
             budget,
+            dataset_budgets: Default::default(),
         })
         .collect();
     Ok(s)

@@ -498,6 +498,7 @@ pub(super) fn principals(n: usize) -> anyhow::Result<Vec<PrincipalConfig>> {
             name: format!("bench-{i:06}"),
             key_sha256: Sha256::digest(key(i).as_bytes()).into(),
             budget,
+            dataset_budgets: Default::default(),
         })
         .collect())
 }

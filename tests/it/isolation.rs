@@ -28,7 +28,7 @@ async fn principals_are_isolated_and_revocation_is_immediate() {
     ]);
     let mut server = Process::serve(None, &env);
     let mut admin = admin_client(&server.listener("admin")).await;
-    let create = CreatePrincipalRequest { name: "bob".into(), budget_mi: "1".into() };
+    let create = CreatePrincipalRequest { name: "bob".into(), budget_mi: "1".into(), ..Default::default() };
     let bob_key = admin.create_principal(bearer(create, ADMIN_TOKEN)).await.expect("bob created").into_inner().api_key;
     let mut c = client(&server.addr).await;
 
@@ -78,7 +78,10 @@ async fn principals_are_isolated_and_revocation_is_immediate() {
             admin.inspect_principal(bearer(InspectPrincipalRequest { name: "bob".into() }, key)).await.map(drop),
             admin.revoke_principal(bearer(RevokePrincipalRequest { name: "bob".into() }, key)).await.map(drop),
             admin
-                .create_principal(bearer(CreatePrincipalRequest { name: "mallory".into(), budget_mi: "9".into() }, key))
+                .create_principal(bearer(
+                    CreatePrincipalRequest { name: "mallory".into(), budget_mi: "9".into(), ..Default::default() },
+                    key,
+                ))
                 .await
                 .map(drop),
         ]

@@ -101,8 +101,11 @@ async fn two_models_of_one_dataset_step_one_session_and_drain_one_budget() {
 }
 
 /// Two datasets: carol's budget spent in one leaves the other answering,
-/// each account its own (GetBudget by dataset), each session its own
-/// record and journal under its own key, kept across a restart.
+/// each account its own (GetBudget by dataset) with its own limit (her
+/// `dataset_budget_mi.other`), each session its own record and journal
+/// under its own key, kept across a restart. An admin-created principal
+/// gets its own budget per dataset too, and one for an unknown dataset is
+/// refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spent_dataset_leaves_another_answering() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -112,6 +115,8 @@ async fn a_spent_dataset_leaves_another_answering() {
         ("PACPRIV__DATASETS__OTHER__POLICY", "paper".to_owned()),
         ("PACPRIV__MODELS__SPLIT7__DATASET", "other".to_owned()),
         ("PACPRIV__MODELS__SPLIT7__DEMO__SEED", "7".to_owned()),
+        ("PACPRIV__PRINCIPALS__CAROL__DATASET_BUDGET_MI__OTHER", format!("{}", 4.0 * B)),
+        ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
     ]);
     let mut server = Process::serve(None, &env);
     let mut c = client(&server.addr).await;
@@ -127,7 +132,7 @@ async fn a_spent_dataset_leaves_another_answering() {
         assert_eq!(r.budget.as_ref().map(|b| (b.dataset.as_str(), b.answered)), Some(("other", k as u64 + 1)));
     }
     let other = c.get_budget(with_key(of_dataset("other"), "carol-key")).await.expect("GetBudget").into_inner();
-    assert_eq!((other.dataset.as_str(), other.answered, other.spent), ("other", 2, 2.0 * B));
+    assert_eq!((other.dataset.as_str(), other.answered, other.spent, other.limit), ("other", 2, 2.0 * B, 4.0 * B));
     // A client may name the model instead: its answers' account.
     let of_model = GetBudgetRequest { model: "split7".into(), ..Default::default() };
     let by_model = c.get_budget(with_key(of_model, "carol-key")).await.expect("GetBudget").into_inner();
@@ -136,7 +141,10 @@ async fn a_spent_dataset_leaves_another_answering() {
     let e = c.get_budget(with_key(both, "carol-key")).await.expect_err("a model of another dataset");
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     let default = budget(&mut c, "carol-key").await;
-    assert_eq!((default.dataset.as_str(), default.answered, default.spent), ("default", 3, 3.0 * B));
+    assert_eq!(
+        (default.dataset.as_str(), default.answered, default.spent, default.limit),
+        ("default", 3, 3.0 * B, 3.0 * B)
+    );
     let e = c.get_budget(with_key(of_dataset("nope"), "carol-key")).await.expect_err("no such dataset");
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
     assert!(e.message().contains("\"default\"") && e.message().contains("\"other\""), "{}", e.message());
@@ -147,10 +155,31 @@ async fn a_spent_dataset_leaves_another_answering() {
     let mut c = client(&server.addr).await;
     let other = c.get_budget(with_key(of_dataset("other"), "carol-key")).await.expect("GetBudget").into_inner();
     assert_eq!((other.answered, other.spent), (2, 2.0 * B));
-    predict(&mut c, "carol-key", of("split7", "o2", 40)).await.expect("the other still answers");
+    for k in 2..4 {
+        predict(&mut c, "carol-key", of("split7", &format!("o{k}"), 40 + k)).await.expect("the other still answers");
+    }
+    let e = predict(&mut c, "carol-key", of("split7", "o-over", 50)).await.expect_err("her limit in the other");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+
+    // `pacpriv admin create --dataset-budget-mi`: a limit of its own in
+    // the other dataset; the default dataset, or one the server does not
+    // have, is refused, naming it.
+    let created = server.admin_cli(&["create", "dan", "--budget-mi", "2^-6", "--dataset-budget-mi", "other=0"]);
+    let out = String::from_utf8_lossy(&created.stdout);
+    assert!(created.status.success(), "{out}{}", String::from_utf8_lossy(&created.stderr));
+    let dan_key = out.lines().find_map(|l| l.strip_prefix("api_key=")).expect("the key is printed").to_owned();
+    let e = predict(&mut c, &dan_key, of("split7", "d0", 60)).await.expect_err("a zero limit in the other");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    predict(&mut c, &dan_key, of("", "d1", 61)).await.expect("the default dataset: his budget_mi");
+    for (dataset, refused) in [("default", "other than the default one"), ("nope", "nope")] {
+        let arg = format!("{dataset}=1");
+        let o = server.admin_cli(&["create", "eve", "--budget-mi", "1", "--dataset-budget-mi", &arg]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(refused) && err.contains("this server has"), "{dataset}: {err}");
+    }
     server.kill();
 
-    each_posterior_is_its_journal_replayed(&store, &[("carol", 3), ("other/carol", 3)]);
+    each_posterior_is_its_journal_replayed(&store, &[("carol", 3), ("other/carol", 4), ("dan", 1)]);
 }
 
 /// Versions: `[versions.private.2]` is the default model retrained on

@@ -94,7 +94,7 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
     assert!(logs.contains("new store") && logs.contains(&store.1), "{logs}");
 
     // Only the admin token opens the admin API; the client port has no admin API.
-    let create = || CreatePrincipalRequest { name: "dave".into(), budget_mi: "2^-6".into() };
+    let create = || CreatePrincipalRequest { name: "dave".into(), budget_mi: "2^-6".into(), ..Default::default() };
     for token in ["wrong", "alice-key"] {
         let e = admin.create_principal(bearer(create(), token)).await.expect_err("refused");
         assert_eq!(e.code(), Code::Unauthenticated, "{token}");
@@ -144,7 +144,7 @@ async fn admin_creates_a_principal_that_answers_until_revoked_and_stays_revoked(
     assert_eq!(e.code(), Code::AlreadyExists);
     let e = admin.inspect_principal(inspect("nobody")).await.expect_err("unknown");
     assert_eq!(e.code(), Code::NotFound);
-    let bad_budget = CreatePrincipalRequest { name: "erin".into(), budget_mi: "lots".into() };
+    let bad_budget = CreatePrincipalRequest { name: "erin".into(), budget_mi: "lots".into(), ..Default::default() };
     let e = admin.create_principal(bearer(bad_budget, ADMIN_TOKEN)).await.expect_err("bad budget");
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().contains("budget_mi"), "{}", e.message());

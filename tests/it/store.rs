@@ -28,6 +28,7 @@ fn principals() -> Vec<PrincipalConfig> {
             name: (*name).into(),
             key_sha256: Sha256::digest(format!("{name}-key").as_bytes()).into(),
             budget: Nats::new(40.0 * B).expect("budget"),
+            dataset_budgets: Default::default(),
         })
         .collect()
 }
@@ -207,11 +208,15 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
 
     // The principal registry: a created principal answers, a revoked one
     // stops at once, and both facts (and the spending) survive a restart.
-    let (carol, key) = s.create("carol", Nats::new(4.0 * B).expect("budget")).await.expect("create");
+    let (carol, key) =
+        s.create("carol", Nats::new(4.0 * B).expect("budget"), &Default::default()).await.expect("create");
     assert_eq!((carol.datasets[0].budget.limit, carol.datasets[0].budget.spent), (4.0 * B, 0.0));
     let handle = s.authenticate(Credential::ApiKey(&key)).await.map(default).expect("carol");
     handle.answer(outputs(1), None, "c1".into()).await.expect("answered");
-    assert!(matches!(s.create("carol", Nats::new(1.0).expect("b")).await, Err(SessionError::Registry(_))));
+    assert!(matches!(
+        s.create("carol", Nats::new(1.0).expect("b"), &Default::default()).await,
+        Err(SessionError::Registry(_))
+    ));
     s.revoke("carol").await.expect("revoke");
     assert!(matches!(s.authenticate(Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
     drop((bob, handle, s, store));
@@ -235,6 +240,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         origin: Origin::Config,
         created_unix: 1,
         revoked_unix: None,
+        dataset_budgets: Default::default(),
     };
     let batch = [record("dave", "dave-key"), record("erin", "shared-key"), record("frank", "shared-key")];
     assert!(matches!(store.provision_all(&batch).await, Err(StoreError::KeyInUse { name }) if name == "frank"));
@@ -249,6 +255,15 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         .await
         .expect("update");
     assert_eq!((again[0].created_unix, again[0].key_sha256), (1, Sha256::digest(b"dave-key-2").into()));
+    // A configured principal's budgets in other datasets are stored and
+    // replaced with the configuration's at the next start.
+    let budgets: std::collections::BTreeMap<_, _> = [("census".to_owned(), 0.125), ("other".to_owned(), 0.0)].into();
+    let dave = PrincipalRecord { dataset_budgets: budgets.clone(), ..record("dave", "dave-key-2") };
+    store.provision_all(std::slice::from_ref(&dave)).await.expect("budgets");
+    let stored = store.principal("dave").await.expect("read").expect("dave");
+    assert_eq!((&stored.dataset_budgets, stored.budget_in("census"), stored.budget_in("x")), (&budgets, 0.125, 1.0));
+    store.provision_all(&[record("dave", "dave-key-2")]).await.expect("budgets dropped");
+    assert!(store.principal("dave").await.expect("read").expect("dave").dataset_budgets.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -289,6 +304,7 @@ async fn replicas_provisioning_the_same_principals_at_once_all_start() {
                     origin: Origin::Config,
                     created_unix: 1,
                     revoked_unix: None,
+                    dataset_budgets: Default::default(),
                 }
             })
             .collect();
@@ -354,6 +370,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         (2, "journal events (cache hits and refusals)"),
         (3, "answer cache in its own tables"),
         (4, "datasets besides the default one: each its secret index and teacher set"),
+        (5, "principals' budgets in datasets other than the default one"),
     ];
     let expected: Vec<(i32, String)> = expected.iter().map(|&(v, d)| (v, d.to_owned())).collect();
     assert_eq!(applied, expected, "each migration once");
@@ -377,7 +394,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .expect("future migration");
     let refused =
         PgStore::connect(&pg.url, &PgLink::plain(1)).await.err().expect("a newer schema is refused").to_string();
-    assert!(refused.contains("migration 99, newer than this release knows (4)"), "{refused}");
+    assert!(refused.contains("migration 99, newer than this release knows (5)"), "{refused}");
 }
 
 /// Issue 23 §4: TLS to PostgreSQL with libpq's sslmodes, against a real
@@ -490,6 +507,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
             name: (*name).into(),
             key_sha256: Sha256::digest(format!("{name}-key").as_bytes()).into(),
             budget: Nats::new(1.0).expect("budget"),
+            dataset_budgets: Default::default(),
         })
         .collect();
     let open = async |store: &Store, scope| {

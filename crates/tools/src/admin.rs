@@ -45,9 +45,13 @@ pub enum Action {
     Create {
         /// 1 to 64 letters, digits, '_', '.' or '-'.
         name: String,
-        /// MI budget in nats ("2^-8" or a decimal).
+        /// MI budget in nats ("2^-8" or a decimal): its limit in the
+        /// default dataset and in every other not given below.
         #[arg(long)]
         budget_mi: String,
+        /// Its limit in another dataset, DATASET=NATS (repeatable).
+        #[arg(long = "dataset-budget-mi", value_name = "DATASET=NATS", value_parser = dataset_budget)]
+        dataset_budget_mi: Vec<(String, String)>,
     },
     /// Every principal, one line each.
     List,
@@ -201,8 +205,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let mut admin = AdminClient::with_interceptor(channel.clone(), bearer.clone());
         let mut repository = GrpcInferenceServiceClient::with_interceptor(channel, bearer);
         match args.action {
-            Action::Create { name, budget_mi } => {
-                let created = admin.create_principal(CreatePrincipalRequest { name, budget_mi }).await?.into_inner();
+            Action::Create { name, budget_mi, dataset_budget_mi } => {
+                let dataset_budget_mi = dataset_budget_mi.into_iter().collect();
+                let request = CreatePrincipalRequest { name, budget_mi, dataset_budget_mi };
+                let created = admin.create_principal(request).await?.into_inner();
                 if let Some(p) = &created.principal {
                     writeln!(out, "{}", line(p))?;
                 }
@@ -266,4 +272,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// `DATASET=NATS` of `--dataset-budget-mi`.
+fn dataset_budget(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((dataset, nats)) if !dataset.is_empty() && !nats.is_empty() => Ok((dataset.to_owned(), nats.to_owned())),
+        _ => Err(format!("{s:?} is not DATASET=NATS (e.g. census=2^-10)")),
+    }
 }

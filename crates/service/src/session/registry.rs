@@ -2,7 +2,8 @@
 //! session each principal is charged to in each dataset. Principals come
 //! from the configuration (re-applied at every start) and from the admin
 //! API; both are kept in the store ([`crate::store::principal`]). A
-//! principal's budget is its limit in every dataset.
+//! principal's budget is its limit in every dataset but those it has a
+//! budget of its own in (never the default dataset).
 //!
 //! # Invariants
 //! - A credential is looked up by the SHA-256 of the key, never by the key:
@@ -31,7 +32,7 @@ use pacpriv_privacy::Nats;
 use rand::TryRng;
 use rand::rngs::SysRng;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 /// Longest principal name.
@@ -44,8 +45,10 @@ pub struct PrincipalConfig {
     pub name: String,
     /// SHA-256 of its API key.
     pub key_sha256: [u8; 32],
-    /// Its MI budget (its session's limit under per-principal scope).
+    /// Its MI budget (its sessions' limit under per-principal scope).
     pub budget: Nats,
+    /// Its limit in some datasets other than the default one, by name.
+    pub dataset_budgets: BTreeMap<String, Nats>,
 }
 
 impl PrincipalConfig {
@@ -55,6 +58,7 @@ impl PrincipalConfig {
             name: self.name.clone(),
             key_sha256: self.key_sha256,
             budget: self.budget.get(),
+            dataset_budgets: self.dataset_budgets.iter().map(|(d, b)| (d.clone(), b.get())).collect(),
             origin: crate::store::Origin::Config,
             created_unix: now_unix,
             revoked_unix: None,
@@ -243,18 +247,15 @@ impl Sessions {
                     self.insert_local(&mut local, record)?;
                     continue;
                 };
-                let sessions = if old.budget == record.budget {
-                    session
-                } else {
-                    let limit = Nats::new(record.budget)?;
-                    let retargeted = self.datasets.iter().zip(session.iter()).map(|(dataset, session)| {
-                        if dataset.shared.is_some() {
-                            return Ok(Arc::clone(session));
-                        }
-                        Ok(Arc::new(session.retarget(Terms { params: dataset.terms.params, limit })?))
-                    });
-                    retargeted.collect::<Result<Vec<_>, SessionError>>()?.into()
-                };
+                let retargeted = self.datasets.iter().zip(session.iter()).map(|(dataset, session)| {
+                    let name = &*dataset.terms.name;
+                    if dataset.shared.is_some() || old.budget_in(name) == record.budget_in(name) {
+                        return Ok(Arc::clone(session));
+                    }
+                    let limit = Nats::new(record.budget_in(name))?;
+                    Ok(Arc::new(session.retarget(Terms { params: dataset.terms.params, limit })?))
+                });
+                let sessions = retargeted.collect::<Result<Vec<_>, SessionError>>()?.into();
                 if old.key_sha256 != record.key_sha256 && local.by_key.get(&old.key_sha256) == Some(&record.name) {
                     local.by_key.remove(&old.key_sha256);
                 }
@@ -274,10 +275,9 @@ impl Sessions {
         if self.collides(&record.name) {
             return Err(colliding(&record.name));
         }
-        let limit = Nats::new(record.budget)?;
         let sessions = self.datasets.iter().map(|dataset| match &dataset.shared {
             Some(shared) => Ok(Arc::clone(shared)),
-            None => open(&self.store, &dataset.terms, &record.name, limit),
+            None => open(&self.store, &dataset.terms, &record.name, Nats::new(record.budget_in(&dataset.terms.name))?),
         });
         Ok(sessions.collect::<Result<Vec<_>, SessionError>>()?.into())
     }
@@ -364,20 +364,35 @@ impl Sessions {
         }
     }
 
-    /// Provisions a new principal with `budget` and a fresh random API key,
-    /// durably; returns the record and the key (shown once, stored only as
-    /// its hash).
+    /// Provisions a new principal with `budget` (and `dataset_budgets` in
+    /// those datasets) and a fresh random API key, durably; returns the
+    /// record and the key (shown once, stored only as its hash).
     ///
     /// # Errors
-    /// [`SessionError::InvalidPrincipal`] for a bad name,
+    /// [`SessionError::InvalidPrincipal`] for a bad name or a dataset
+    /// budget for the default dataset or one this registry does not have,
     /// [`SessionError::Registry`] for a taken name or a store failure.
-    pub async fn create(&self, name: &str, budget: Nats) -> Result<(Account, String), SessionError> {
+    pub async fn create(
+        &self,
+        name: &str,
+        budget: Nats,
+        dataset_budgets: &BTreeMap<String, Nats>,
+    ) -> Result<(Account, String), SessionError> {
         check_name(name)?;
+        let further = || self.datasets.iter().skip(1).map(|d| &*d.terms.name);
+        if let Some(dataset) = dataset_budgets.keys().find(|d| !further().any(|f| f == d.as_str())) {
+            let known: Vec<_> = further().collect();
+            return Err(SessionError::InvalidPrincipal(format!(
+                "no budget for dataset {dataset:?}: a principal's own budgets are for datasets other than the \
+                 default one (whose limit is its budget_mi); this server has {known:?}"
+            )));
+        }
         let key = new_api_key()?;
         let record = PrincipalRecord {
             name: name.to_owned(),
             key_sha256: Sha256::digest(key.as_bytes()).into(),
             budget: budget.get(),
+            dataset_budgets: dataset_budgets.iter().map(|(d, b)| (d.clone(), b.get())).collect(),
             origin: Origin::Admin,
             created_unix: now_unix(),
             revoked_unix: None,

@@ -15,7 +15,12 @@ use std::sync::Arc;
 
 fn principal(name: &str, key: &str, budget: f64) -> Result<PrincipalConfig, PrivacyError> {
     let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-    Ok(PrincipalConfig { name: name.into(), key_sha256: digest, budget: Nats::new(budget)? })
+    Ok(PrincipalConfig {
+        name: name.into(),
+        key_sha256: digest,
+        budget: Nats::new(budget)?,
+        dataset_budgets: Default::default(),
+    })
 }
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -178,7 +183,7 @@ async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durabl
     let dir = tempfile::tempdir()?;
     let key = {
         let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Paper).await?;
-        let (account, key) = s.create("carol", Nats::new(0.25)?).await?;
+        let (account, key) = s.create("carol", Nats::new(0.25)?, &Default::default()).await?;
         assert!(key.starts_with("ppk_") && key.len() == 68, "{key}");
         assert_eq!(
             (account.principal.origin, account.datasets[0].budget.limit, account.datasets[0].budget.spent),
@@ -190,10 +195,22 @@ async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durabl
         assert_eq!(s.inspect("carol").await?.datasets[0].budget.spent, 0.125);
 
         // Names are never reused, revoked or not; nor are bad names accepted.
-        assert!(matches!(s.create("carol", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
-        assert!(matches!(s.create("alice", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
+        assert!(matches!(
+            s.create("carol", Nats::new(1.0)?, &Default::default()).await,
+            Err(SessionError::Registry(_))
+        ));
+        assert!(matches!(
+            s.create("alice", Nats::new(1.0)?, &Default::default()).await,
+            Err(SessionError::Registry(_))
+        ));
         for bad in ["", "*global*", "a b", &"x".repeat(65)] {
-            assert!(matches!(s.create(bad, Nats::new(1.0)?).await, Err(SessionError::InvalidPrincipal(_))), "{bad:?}");
+            assert!(
+                matches!(
+                    s.create(bad, Nats::new(1.0)?, &Default::default()).await,
+                    Err(SessionError::InvalidPrincipal(_))
+                ),
+                "{bad:?}"
+            );
         }
 
         let revoked = s.revoke("carol").await?;
@@ -202,7 +219,10 @@ async fn admin_principals_get_a_fresh_key_and_revocation_is_immediate_and_durabl
         assert!(matches!(login(&s, Credential::ApiKey(&key)).await, Err(SessionError::Unauthenticated)));
         assert!(matches!(carol_again(&s).await, Err(SessionError::Unauthenticated)));
         assert!(matches!(s.revoke("nobody").await, Err(SessionError::UnknownPrincipal(_))));
-        assert!(matches!(s.create("carol", Nats::new(1.0)?).await, Err(SessionError::Registry(_))));
+        assert!(matches!(
+            s.create("carol", Nats::new(1.0)?, &Default::default()).await,
+            Err(SessionError::Registry(_))
+        ));
         let names: Vec<String> = s.list().await?.into_iter().map(|a| a.principal.name).collect();
         assert_eq!(names, ["alice", "bob", "carol"]);
         key

@@ -291,8 +291,8 @@ impl Raw {
                 ));
             }
         }
-        let principals = principals(self.principals)?;
         let names = || datasets.iter().map(|d| d.name.as_str());
+        let principals = principals(self.principals, names().skip(1))?;
         if let Some(p) = principals.iter().find(|p| crate::session::registry::collides(&p.name, names())) {
             return Err(err(
                 &format!("principals.{}", p.name),

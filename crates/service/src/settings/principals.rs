@@ -1,5 +1,6 @@
 //! `[principals.NAME]`: who may ask, each by the SHA-256 of its key and
-//! with its own limit.
+//! with its own limit: `budget_mi` in the default dataset and every other
+//! one, but those `dataset_budget_mi` names.
 
 use super::parse::{SettingsError, err, nats, parse_sha256};
 use crate::session::PrincipalConfig;
@@ -11,9 +12,17 @@ use std::collections::BTreeMap;
 pub(super) struct RawPrincipal {
     pub(super) key_sha256: String,
     pub(super) budget_mi: String,
+    /// Its limit in some datasets other than the default one.
+    #[serde(default)]
+    pub(super) dataset_budget_mi: BTreeMap<String, String>,
 }
 
-pub(super) fn principals(raw: BTreeMap<String, RawPrincipal>) -> Result<Vec<PrincipalConfig>, SettingsError> {
+/// `raw` validated; `further` are the datasets besides the default one,
+/// the only ones `dataset_budget_mi` may name.
+pub(super) fn principals<'a>(
+    raw: BTreeMap<String, RawPrincipal>,
+    further: impl Iterator<Item = &'a str> + Clone,
+) -> Result<Vec<PrincipalConfig>, SettingsError> {
     let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
     for (name, p) in raw {
         let key = format!("principals.{name}.key_sha256");
@@ -23,7 +32,22 @@ pub(super) fn principals(raw: BTreeMap<String, RawPrincipal>) -> Result<Vec<Prin
             return Err(err(&key, format!("same key as principals.{}; every principal needs its own key", other.name)));
         }
         let budget = nats(&format!("principals.{name}.budget_mi"), &p.budget_mi)?;
-        out.push(PrincipalConfig { name, key_sha256: hash, budget });
+        let mut dataset_budgets = BTreeMap::new();
+        for (dataset, value) in p.dataset_budget_mi {
+            let key = format!("principals.{name}.dataset_budget_mi.{dataset}");
+            if !further.clone().any(|d| d == dataset) {
+                let known: Vec<_> = further.clone().collect();
+                return Err(err(
+                    &key,
+                    format!(
+                        "names no dataset besides the default one (declared: {known:?}); the default dataset's \
+                         limit is principals.{name}.budget_mi"
+                    ),
+                ));
+            }
+            dataset_budgets.insert(dataset, nats(&key, &value)?);
+        }
+        out.push(PrincipalConfig { name, key_sha256: hash, budget, dataset_budgets });
     }
     Ok(out)
 }

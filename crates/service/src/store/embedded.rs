@@ -609,7 +609,15 @@ fn provision_in(
                 return Err(StoreError::PrincipalExists { name: record.name.clone(), origin: old.origin.as_str() });
             }
             let old_key = old.key_sha256;
-            (PrincipalRecord { key_sha256: record.key_sha256, budget: record.budget, ..old }, Some(old_key))
+            (
+                PrincipalRecord {
+                    key_sha256: record.key_sha256,
+                    budget: record.budget,
+                    dataset_budgets: record.dataset_budgets.clone(),
+                    ..old
+                },
+                Some(old_key),
+            )
         }
     };
     if keys.0.get(&stored.key_sha256).is_some_and(|holder| *holder != stored.name) {

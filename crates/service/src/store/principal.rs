@@ -9,6 +9,8 @@
 //!   record were dropped, reset — an account. Revocation keeps the record.
 //! - Keys are unique across principals.
 
+use std::collections::BTreeMap;
+
 /// Who provisioned a principal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -44,8 +46,13 @@ pub struct PrincipalRecord {
     pub name: String,
     /// SHA-256 of its API key.
     pub key_sha256: [u8; 32],
-    /// Its MI budget, nats.
+    /// Its MI budget, nats: its limit in the default dataset and in every
+    /// other dataset not in `dataset_budgets`.
     pub budget: f64,
+    /// Its limit in some datasets other than the default one, nats, by
+    /// dataset name (never the default dataset's: an earlier release reads
+    /// `budget` for it, and must read the same limit).
+    pub dataset_budgets: BTreeMap<String, f64>,
     /// Who provisioned it.
     pub origin: Origin,
     /// When it was first provisioned (Unix seconds).
@@ -58,6 +65,11 @@ impl PrincipalRecord {
     /// Whether it may still authenticate.
     pub fn active(&self) -> bool {
         self.revoked_unix.is_none()
+    }
+
+    /// Its limit in `dataset`, nats.
+    pub fn budget_in(&self, dataset: &str) -> f64 {
+        self.dataset_budgets.get(dataset).copied().unwrap_or(self.budget)
     }
 }
 

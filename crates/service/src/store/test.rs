@@ -61,6 +61,7 @@ fn principal(name: &str, key: u8, budget: f64, origin: Origin) -> PrincipalRecor
         origin,
         created_unix: 1_000 + i64::from(key),
         revoked_unix: None,
+        dataset_budgets: Default::default(),
     }
 }
 

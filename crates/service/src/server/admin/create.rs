@@ -5,23 +5,34 @@ use crate::proto::pacpriv::{CreatePrincipalRequest, CreatePrincipalResponse};
 use crate::server::App;
 use crate::server::status::ServiceError;
 use pacpriv_privacy::Nats;
+use std::collections::BTreeMap;
 
 /// A validated request.
 pub struct Create {
     name: String,
     budget: Nats,
+    dataset_budgets: BTreeMap<String, Nats>,
 }
 
-/// Checks the budget (the name is checked by the registry).
+/// Checks the budgets (the name and the datasets are checked by the
+/// registry).
 ///
 /// # Errors
 /// [`ServiceError::InvalidInput`] for a budget that is not a non-negative
 /// number of nats.
 pub fn parse(request: CreatePrincipalRequest) -> Result<Create, ServiceError> {
-    let budget = request.budget_mi.parse::<Nats>().map_err(|e| {
-        ServiceError::InvalidInput(format!("budget_mi {:?}: {e} (nats, e.g. \"2^-8\" or 0.01)", request.budget_mi))
-    })?;
-    Ok(Create { name: request.name, budget })
+    let nats = |key: &str, value: &str| {
+        value
+            .parse::<Nats>()
+            .map_err(|e| ServiceError::InvalidInput(format!("{key} {value:?}: {e} (nats, e.g. \"2^-8\" or 0.01)")))
+    };
+    let budget = nats("budget_mi", &request.budget_mi)?;
+    let dataset_budgets = request
+        .dataset_budget_mi
+        .iter()
+        .map(|(dataset, value)| Ok((dataset.clone(), nats(&format!("dataset_budget_mi[{dataset:?}]"), value)?)))
+        .collect::<Result<_, ServiceError>>()?;
+    Ok(Create { name: request.name, budget, dataset_budgets })
 }
 
 /// Provisions it durably; the key is in the response and nowhere else.
@@ -29,7 +40,7 @@ pub fn parse(request: CreatePrincipalRequest) -> Result<Create, ServiceError> {
 /// # Errors
 /// A bad or taken name, or a store failure.
 pub async fn apply(app: &App, c: Create) -> Result<CreatePrincipalResponse, ServiceError> {
-    let (account, api_key) = app.sessions.create(&c.name, c.budget).await?;
+    let (account, api_key) = app.sessions.create(&c.name, c.budget, &c.dataset_budgets).await?;
     refresh_gauges(&app.sessions, &app.metrics.service).await?;
     Ok(CreatePrincipalResponse { principal: Some(principal_message(&account)), api_key })
 }

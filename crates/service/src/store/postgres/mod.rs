@@ -90,7 +90,7 @@ macro_rules! select_principals {
 /// The columns [`principal_of`] reads, in its order.
 macro_rules! principal_columns {
     () => {
-        "name, key_sha256, budget, origin, created_unix, revoked_unix"
+        "name, key_sha256, budget, origin, created_unix, revoked_unix, budget_datasets, budget_values"
     };
 }
 
@@ -554,11 +554,14 @@ async fn provision_in(
     let key: &[u8] = &record.key_sha256;
     let origin = record.origin.as_str();
     let unique = |e| key_in_use(&record.name, e);
+    let (datasets, budgets): (Vec<&str>, Vec<f64>) =
+        record.dataset_budgets.iter().map(|(d, b)| (d.as_str(), *b)).unzip();
     let inserted = tx
         .execute(
-            "INSERT INTO pacpriv_principals (name, key_sha256, budget, origin, created_unix, revoked_unix) \
-             VALUES ($1, $2, $3, $4, $5, NULL) ON CONFLICT (name) DO NOTHING",
-            &[&record.name, &key, &record.budget, &origin, &record.created_unix],
+            "INSERT INTO pacpriv_principals \
+             (name, key_sha256, budget, origin, created_unix, revoked_unix, budget_datasets, budget_values) \
+             VALUES ($1, $2, $3, $4, $5, NULL, $6, $7) ON CONFLICT (name) DO NOTHING",
+            &[&record.name, &key, &record.budget, &origin, &record.created_unix, &datasets, &budgets],
         )
         .await
         .map_err(unique)?;
@@ -571,8 +574,9 @@ async fn provision_in(
             Origin::Admin => 0,
             Origin::Config => tx
                 .execute(
-                    "UPDATE pacpriv_principals SET key_sha256 = $2, budget = $3 WHERE name = $1 AND origin = 'config'",
-                    &[&record.name, &key, &record.budget],
+                    "UPDATE pacpriv_principals SET key_sha256 = $2, budget = $3, budget_datasets = $4, budget_values = $5 \
+                     WHERE name = $1 AND origin = 'config'",
+                    &[&record.name, &key, &record.budget, &datasets, &budgets],
                 )
                 .await
                 .map_err(unique)?,
@@ -601,7 +605,12 @@ fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError
     let corrupt = |reason: &str| StoreError::Corrupt { session: format!("(principal {name})"), reason: reason.into() };
     let key: &[u8] = row.get(1);
     let origin: &str = row.get(3);
+    let (datasets, budgets): (Vec<String>, Vec<f64>) = (row.get(6), row.get(7));
+    if datasets.len() != budgets.len() {
+        return Err(corrupt("budget_datasets and budget_values differ in length"));
+    }
     Ok(PrincipalRecord {
+        dataset_budgets: datasets.into_iter().zip(budgets).collect(),
         key_sha256: key.try_into().map_err(|_| corrupt("key_sha256 is not 32 bytes"))?,
         budget: row.get(2),
         origin: Origin::parse(origin).ok_or_else(|| corrupt("unknown origin"))?,

@@ -97,6 +97,15 @@ CREATE TABLE pacpriv_dataset_meta (
 );
 ",
     ),
+    (
+        5,
+        "principals' budgets in datasets other than the default one",
+        "
+ALTER TABLE pacpriv_principals
+    ADD COLUMN budget_datasets TEXT[] NOT NULL DEFAULT '{}',
+    ADD COLUMN budget_values DOUBLE PRECISION[] NOT NULL DEFAULT '{}';
+",
+    ),
 ];
 
 /// A session's record.

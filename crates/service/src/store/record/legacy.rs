@@ -142,5 +142,6 @@ pub(super) fn principal(name: &str, bytes: &[u8]) -> Option<PrincipalRecord> {
         origin,
         created_unix,
         revoked_unix: (revoked >= 0).then_some(revoked),
+        dataset_budgets: Default::default(),
     })
 }

@@ -367,6 +367,7 @@ pub fn encode_principal(p: &PrincipalRecord) -> Vec<u8> {
         origin: p.origin.as_str().to_owned(),
         created_unix: p.created_unix,
         revoked_unix: p.revoked_unix,
+        dataset_budgets: p.dataset_budgets.clone(),
     })
 }
 
@@ -381,6 +382,7 @@ pub fn decode_principal(name: &str, bytes: &[u8]) -> Option<PrincipalRecord> {
             origin: Origin::parse(&m.origin)?,
             created_unix: m.created_unix,
             revoked_unix: m.revoked_unix,
+            dataset_budgets: m.dataset_budgets,
         })
     });
     marked.or_else(|| legacy::principal(name, bytes))

@@ -64,6 +64,7 @@ fn principals() -> [PrincipalRecord; 2] {
             origin: Origin::Config,
             created_unix: 1_001,
             revoked_unix: None,
+            dataset_budgets: Default::default(),
         },
         PrincipalRecord {
             name: "bob".into(),
@@ -72,6 +73,7 @@ fn principals() -> [PrincipalRecord; 2] {
             origin: Origin::Admin,
             created_unix: 1_002,
             revoked_unix: Some(2_000),
+            dataset_budgets: Default::default(),
         },
     ]
 }
@@ -122,6 +124,11 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
     for p in principals() {
         assert_eq!(decode_principal(&p.name, &encode_principal(&p)), Some(p));
     }
+    let [alice, _] = principals();
+    let budgets = [("census".to_owned(), 2f64.powi(-12)), ("other".to_owned(), 0.0)];
+    let alice = PrincipalRecord { dataset_budgets: budgets.into_iter().collect(), ..alice };
+    assert_eq!(decode_principal("alice", &encode_principal(&alice)), Some(alice.clone()));
+    assert_eq!((alice.budget_in("census"), alice.budget_in("default")), (2f64.powi(-12), 2f64.powi(-10)));
 }
 
 /// Format 1 (no mark, no schema) is read without loss: every value a
