@@ -62,6 +62,11 @@ pub struct Args {
     /// speak TLS. Absent: plaintext.
     #[arg(long)]
     pub ca: Option<std::path::PathBuf>,
+    /// The models asked, comma-separated (no version: each replica's
+    /// newest); query n of client i asks model i + n (round robin).
+    /// Absent: the default model.
+    #[arg(long, value_delimiter = ',')]
+    pub models: Vec<String>,
 }
 
 /// What one query came to, as one JSON line.
@@ -75,6 +80,10 @@ struct Outcome {
     outcome: &'static str,
     /// The replica that answered (answered) or last refused/failed.
     target: String,
+    /// The model asked ("": the default).
+    model: String,
+    /// The version that answered (answered only).
+    model_version: Option<String>,
     label: Option<u32>,
     charged: Option<f64>,
     cached: Option<bool>,
@@ -143,6 +152,7 @@ async fn drive(args: &Args, tls: Option<ClientTlsConfig>) -> anyhow::Result<Vec<
             id: client,
             key: args.keys[client % args.keys.len()].clone(),
             prefix: args.prefix.clone(),
+            models: if args.models.is_empty() { vec![String::new()].into() } else { args.models.clone().into() },
             channels: channels.clone(),
             timeout: Duration::from_millis(args.timeout_ms),
             interval: Duration::from_secs_f64(1.0 / args.rate),
@@ -164,6 +174,7 @@ struct Client {
     id: usize,
     key: String,
     prefix: String,
+    models: Arc<[String]>,
     channels: Arc<[(String, Channel)]>,
     timeout: Duration,
     interval: Duration,
@@ -200,7 +211,9 @@ impl Client {
     /// Query `n` of this client, retried until it has an outcome.
     async fn ask(&self, n: u64) -> Outcome {
         let replicas = self.channels.len();
-        let mut target = (self.id + usize::try_from(n).unwrap_or(0)) % replicas;
+        let turn = self.id + usize::try_from(n).unwrap_or(0);
+        let mut target = turn % replicas;
+        let model = self.models[turn % self.models.len()].clone();
         let query_id = format!("{}-c{}-q{n}", self.prefix, self.id);
         let pixels = image(&query_id);
         let mut outcome = Outcome {
@@ -208,6 +221,8 @@ impl Client {
             key: self.key.clone(),
             outcome: "unresolved",
             target: String::new(),
+            model,
+            model_version: None,
             label: None,
             charged: None,
             cached: None,
@@ -223,6 +238,7 @@ impl Client {
             outcome.target.clone_from(name);
             let mut request = tonic::Request::new(PredictRequest {
                 query_id: outcome.query_id.clone(),
+                model: outcome.model.clone(),
                 input: Some(Tensor {
                     datatype: "FP32".into(),
                     shape: vec![64],
@@ -246,6 +262,7 @@ impl Client {
                     outcome.label = Some(answer.label);
                     outcome.charged = Some(answer.mi_charged);
                     outcome.cached = Some(answer.cached);
+                    outcome.model_version = Some(answer.model_version);
                     break;
                 }
                 Ok(Err(status)) => status,

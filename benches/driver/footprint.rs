@@ -27,20 +27,29 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    /// The registry of `names` (every principal active), each session with
-    /// `m` log-weights, as `Sessions::new` builds it for the embedded store.
-    pub fn of(names: &[String], m: usize) -> Footprint {
+    /// The registry of `names` (every principal active), each with a
+    /// session in each of `datasets` datasets (the default one, then
+    /// `d1`, `d2`, …) of `m` log-weights, as `Sessions::new` builds it for
+    /// the embedded store.
+    pub fn of(names: &[String], m: usize, datasets: usize) -> Footprint {
         let n = names.len();
         // An Arc's allocation: two counts and the value.
         let arc = |value: usize| heap_chunk(2 * size_of::<usize>() + value);
         // The state held in memory: its lock and the store it commits to.
         let held = arc(size_of::<Mutex<Versioned>>() + size_of::<usize>());
+        // A further dataset's session key is "dN/NAME".
+        let session_keys = |name: &str| {
+            heap_chunk(name.len())
+                + (1..datasets).map(|i| heap_chunk(name.len() + format!("d{i}/").len())).sum::<usize>()
+        };
         Footprint {
             principals: n,
-            log_weights: n * heap_chunk(8 * m),
-            session_objects: n * (arc(size_of::<Session>()) + held),
-            maps: table_bytes::<String, (PrincipalRecord, Arc<Session>)>(n) + table_bytes::<[u8; 32], String>(n),
-            names: names.iter().map(|name| 4 * heap_chunk(name.len())).sum(),
+            log_weights: n * datasets * heap_chunk(8 * m),
+            // Each principal's sessions are one `Arc<[Arc<Session>]>`.
+            session_objects: n * (datasets * (arc(size_of::<Session>()) + held) + arc(datasets * size_of::<usize>())),
+            maps: table_bytes::<String, (PrincipalRecord, Arc<[Arc<Session>]>)>(n) + table_bytes::<[u8; 32], String>(n),
+            // Map key, record, key index's value, and each session's key.
+            names: names.iter().map(|name| 3 * heap_chunk(name.len()) + session_keys(name)).sum(),
         }
     }
 

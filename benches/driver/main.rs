@@ -10,7 +10,9 @@
 //!   with where the time went (`observe`), as Markdown (`report`);
 //! - `store` ([`store`]): durable charges per second through the session
 //!   path and the embedded store's group commit;
-//! - `sessions` ([`sessions`]): resident memory per idle session;
+//! - `sessions` ([`sessions`]): resident memory per idle session (per
+//!   principal and dataset with `--datasets`);
+//! - `models` ([`models`]): the server's resident memory per further model;
 //! - `history` ([`history`]): a step's cost and bytes written as one
 //!   session's history grows, on either store;
 //! - `cluster-load` ([`cluster`]): the cluster test's clients
@@ -33,6 +35,7 @@ mod footprint;
 mod history;
 mod load;
 mod math;
+mod models;
 mod observe;
 mod plan;
 mod proxy;
@@ -66,6 +69,9 @@ pub enum Command {
     /// Resident memory per idle session: provisions N principals, then
     /// measures the process's RSS before and after opening their sessions.
     Sessions(sessions::Args),
+    /// The server's resident memory with k more models of one dataset,
+    /// each with remote teachers of its own: the cost of one more model.
+    Models(models::Args),
     /// What a step costs as one session's history grows: durable charges/s
     /// and bytes written per step with P prior answers (cache full, refuse),
     /// beside the cache off, on the embedded store or PostgreSQL.
@@ -107,6 +113,7 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Service(args) => service::run(args, out),
         Command::Store(args) => store::run(args, out),
         Command::Sessions(args) => sessions::run(args, out),
+        Command::Models(args) => models::run(args, out),
         Command::History(args) => history::run(args, out),
         Command::ClusterLoad(args) => cluster::run(args, out),
         Command::Verify(args) => verify::run(args, out),

@@ -38,6 +38,10 @@ pub struct Args {
     /// Number of teachers m (the posterior's length).
     #[arg(long, default_value_t = 128, value_name = "M")]
     pub teachers: usize,
+    /// Datasets D: every principal has a session in each (the default
+    /// one and D − 1 more, fresh), so N·D sessions are measured.
+    #[arg(long, default_value_t = 1, value_name = "D")]
+    pub datasets: usize,
     /// Give every session one answered query first, so each resumes from a
     /// durable record (read through redb's page cache) instead of the prior.
     #[arg(long)]
@@ -62,6 +66,7 @@ pub struct Args {
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     ensure!(args.count >= 1, "--count must be at least 1");
     ensure!(args.teachers >= 2 && args.teachers.is_multiple_of(2), "--teachers must be even and at least 2");
+    ensure!((1..=16).contains(&args.datasets), "--datasets must be 1 to 16 (the default dataset and up to 15 more)");
     if let Some(path) = &args.setup {
         return setup(&args, path, out);
     }
@@ -75,12 +80,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let params = params(&args, &store).await?;
         let before = Rss::now()?;
         let opening = Instant::now();
-        let sessions = Sessions::new(
-            &[],
-            vec![DatasetTerms::default_dataset(Scope::PerPrincipal, Nats::new(BUDGET)?, params)],
-            &store,
-        )
-        .await?;
+        let sessions = Sessions::new(&[], datasets(args.datasets, params)?, &store).await?;
         let opened = opening.elapsed().as_secs_f64();
         let after = Rss::now()?;
         let active = sessions.active_count().await?;
@@ -90,11 +90,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let answered = last.budget().await?.answered;
         ensure!(answered == u64::from(args.resumed), "the last session resumed with {answered} answers");
         let names: Vec<String> = principals(args.count)?.into_iter().map(|p| p.name).collect();
-        let footprint = Footprint::of(&names, args.teachers);
+        let footprint = Footprint::of(&names, args.teachers, args.datasets);
         anyhow::Ok((before, after, footprint, opened))
     })?;
 
-    let n = args.count as f64;
+    // Per (principal, dataset) session.
+    let n = (args.count * args.datasets) as f64;
     let per = |bytes: f64| bytes / n;
     writeln!(out, "pacpriv-bench sessions")?;
     writeln!(out, "machine: {}", machine())?;
@@ -106,8 +107,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "sessions: {} (m={}), {}",
+        "sessions: {} principals × {} dataset(s) (m={}), {}",
         args.count,
+        args.datasets,
         args.teachers,
         if args.resumed { "each resumed from its record after 1 answer" } else { "fresh (uniform prior, no record)" }
     )?;
@@ -119,7 +121,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     let delta = 1024.0 * after.total.saturating_sub(before.total) as f64;
     writeln!(out)?;
-    writeln!(out, "sessions_open {}", footprint.principals)?;
+    writeln!(out, "sessions_open {}", footprint.principals * args.datasets)?;
     writeln!(out, "open_seconds {opened:.2} (Sessions::new: every stored session resumed, as at start-up)")?;
     writeln!(out, "bytes_per_session {:.0}", per(delta))?;
     writeln!(out, "estimated heap per session (benches/driver/footprint.rs):")?;
@@ -222,6 +224,20 @@ fn open(args: &Args, path: &Path) -> anyhow::Result<Arc<EmbeddedStore>> {
         Some(mib) => EmbeddedStore::open_with_cache(path, metrics, mib << 20)?,
         None => EmbeddedStore::open_with(path, metrics)?,
     }))
+}
+
+/// The default dataset and `count` − 1 more (`d1`, `d2`, …), all with
+/// `params`: only the number of sessions per principal matters here.
+fn datasets(count: usize, params: SessionParams) -> anyhow::Result<Vec<DatasetTerms>> {
+    let budget = Nats::new(BUDGET)?;
+    let mut all = vec![DatasetTerms::default_dataset(Scope::PerPrincipal, budget, params)];
+    all.extend((1..count).map(|i| DatasetTerms {
+        name: format!("d{i}").into(),
+        scope: Scope::PerPrincipal,
+        global_budget: budget,
+        params,
+    }));
+    Ok(all)
 }
 
 /// The bench sessions' parameters, with the store's sealed secret index.

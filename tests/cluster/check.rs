@@ -12,6 +12,9 @@ pub struct Seen {
     pub query_id: String,
     pub outcome: String,
     pub target: String,
+    /// The model asked ("": the default) and the version that answered.
+    pub model: String,
+    pub model_version: String,
     pub charged: Option<f64>,
     pub cached: bool,
     pub sent_ms: u64,
@@ -29,6 +32,8 @@ impl Seen {
             query_id: s("query_id"),
             outcome: s("outcome"),
             target: s("target"),
+            model: s("model"),
+            model_version: s("model_version"),
             charged: v["charged"].as_f64(),
             cached: v["cached"].as_bool().unwrap_or(false),
             sent_ms: v["sent_ms"].as_u64().unwrap_or(0),

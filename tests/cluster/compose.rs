@@ -214,7 +214,7 @@ impl Drop for Project {
             return;
         }
         let _ = self
-            .compose(&["--profile", "load", "down", "-v", "--remove-orphans", "-t", "5"])
+            .compose(&["--profile", "load", "--profile", "models", "down", "-v", "--remove-orphans", "-t", "5"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();

@@ -117,7 +117,7 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
         return;
     }
     let turn = compose::one_at_a_time();
-    let (_dir, mut project) = project(&turn);
+    let (dir, mut project) = project(&turn);
     project.set("PACPRIV_POSTGRES_URL", "postgres://pacpriv@postgres/pacpriv");
     let mut services = vec!["postgres", "pacpriv-teachers"];
     services.extend(REPLICAS);
@@ -139,6 +139,17 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
             figures.push(Figures { phase: format!("{fault:?}"), faults, counts: Counts::of(&seen[before..], charges) });
         }
     }
+
+    // Issue 54 §5: a second model of the same dataset added by a reload,
+    // then its version 2 rolled out replica by replica under load.
+    let before = seen.len();
+    seen.extend(models_phase(&project, &dir.path().join("pacpriv.toml")));
+    let charges = check::accounts_agree(&Db::read(&project, "postgres", "pacpriv"), &seen, B, &per_principal);
+    figures.push(Figures {
+        phase: "models: a version rolled out by reload".into(),
+        faults: 0,
+        counts: Counts::of(&seen[before..], charges),
+    });
 
     let memory = memory(&project);
 
@@ -334,6 +345,94 @@ fn phase(project: &Project, fault: Fault, prefix: &str) -> (usize, Vec<Seen>) {
         assert!(again, "{fault:?}: {replica} answered nothing after the faults ended");
     }
     (faults, seen)
+}
+
+/// Issue 54 §5, as a replicated deployment rolls out a model version: the
+/// configuration (every replica's mounted `config`) gains model `ridge`
+/// — teachers retrained on the same 128 subsets, so the same sessions —
+/// and every replica is sent SIGHUP; under load on both models, the
+/// configuration gains `ridge` version 2 and the replicas are sent SIGHUP
+/// one at a time. No query fails (the charges are checked as after every
+/// phase); every replica answers `ridge` by version 2 once reloaded, and
+/// a request naming no version goes to the newest.
+fn models_phase(project: &Project, config: &Path) -> Vec<Seen> {
+    run(&mut project.compose(&[
+        "--profile",
+        "models",
+        "up",
+        "-d",
+        "pacpriv-teachers-ridge",
+        "pacpriv-teachers-ridge-2",
+    ]));
+    project.wait_healthy(&["pacpriv-teachers-ridge", "pacpriv-teachers-ridge-2"], HEALTHY_WITHIN);
+    let stacked = |host: &str| {
+        format!(
+            "teachers = {{ stacked = {{ endpoint = \"http://{host}:8001\", model = \"digits-ensemble\", models = 128 }} }}\n"
+        )
+    };
+    // Appended in place: the replicas mount the file, not its directory.
+    let append = |text: String| {
+        let mut file = std::fs::OpenOptions::new().append(true).open(config).expect("the mounted config");
+        std::io::Write::write_all(&mut file, text.as_bytes()).expect("appended");
+    };
+    append(format!("\n[models.ridge]\n{}", stacked("pacpriv-teachers-ridge")));
+    for replica in REPLICAS {
+        reload(project, replica, "ridge@1");
+    }
+
+    let seconds = 30;
+    let load = project.load(&load_args(LOAD_KEYS, "models", seconds, &["--models", "private,ridge"]));
+    std::thread::sleep((load.started + Duration::from_secs(4)).saturating_duration_since(Instant::now()));
+    append(format!("\n[versions.ridge.2]\n{}", stacked("pacpriv-teachers-ridge-2")));
+    let mut rolled = Vec::new();
+    for replica in REPLICAS {
+        reload(project, replica, "ridge@2");
+        rolled.push((replica, unix_ms()));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let took = load.started.elapsed();
+    let seen: Vec<Seen> = load.finish().iter().map(Seen::of).collect();
+    assert!(took + Duration::from_secs(4) < Duration::from_secs(seconds), "the rollout took {took:?}");
+
+    let answered = |model: &str, version: &str| {
+        seen.iter().filter(|s| s.answered() && s.model == model && s.model_version == version).count()
+    };
+    assert!(answered("private", "1") > 0 && answered("ridge", "1") > 0, "both models answered before the rollout");
+    for (replica, at) in rolled {
+        let after: Vec<&Seen> = seen
+            .iter()
+            .filter(|s| s.answered() && s.model == "ridge" && s.target.starts_with(replica) && s.sent_ms > at)
+            .collect();
+        assert!(!after.is_empty(), "{replica} answered no ridge request after its reload");
+        let old: Vec<&str> = after.iter().filter(|s| s.model_version != "2").map(|s| s.query_id.as_str()).collect();
+        assert!(old.is_empty(), "{replica} answered ridge by an older version after its reload: {old:?}");
+    }
+    seen
+}
+
+/// Sends `replica` SIGHUP and waits until it logs a reload serving
+/// `served` (a model@version); a rejected reload fails the test with its
+/// error.
+fn reload(project: &Project, replica: &str, served: &str) {
+    let id = project.container(replica);
+    let count = |what: &str| {
+        let logs = run(Command::new("docker").args(["logs", &id]));
+        let text = String::from_utf8_lossy(&logs.stdout).into_owned() + &String::from_utf8_lossy(&logs.stderr);
+        text.lines().filter(|l| l.contains(what) && (what != "configuration reloaded" || l.contains(served))).count()
+    };
+    let (applied, rejected) = (count("configuration reloaded"), count("configuration reload rejected"));
+    run(Command::new("docker").args(["kill", "-s", "HUP", &id]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count("configuration reloaded") == applied {
+        assert_eq!(
+            count("configuration reload rejected"),
+            rejected,
+            "{replica} rejected the reload:\n{}",
+            project.logs(replica)
+        );
+        assert!(Instant::now() < deadline, "{replica} did not reload within 60 s:\n{}", project.logs(replica));
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// A replica cut off from the database network: (replica, from, to) in

@@ -57,9 +57,30 @@ impl App {
         Arc::clone(&self.models.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// Serves `models` from now on (a reload).
+    /// Serves `models` from now on (a reload); a version served before
+    /// keeps its load state (an admin's unload survives its rebuild).
     pub fn replace_models(&self, models: Arc<models::Models>) {
-        *self.models.write().unwrap_or_else(std::sync::PoisonError::into_inner) = models;
+        let mut serving = self.models.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        models.keep_load_state(&serving);
+        *serving = models;
+    }
+
+    /// Loads or unloads `version` (none: every version) of model `name`
+    /// on this replica; the versions changed. Under the lock a reload
+    /// replaces the models with, so neither undoes the other.
+    ///
+    /// # Errors
+    /// [`ServiceError`](status::ServiceError)`::NotFound` for a model or
+    /// version not served.
+    pub fn set_loaded(
+        &self,
+        name: &str,
+        version: Option<&str>,
+        load: bool,
+    ) -> Result<Vec<String>, status::ServiceError> {
+        let serving = self.models.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = serving.set_loaded(name, version, load)?;
+        Ok(changed.iter().map(|m| m.version().to_owned()).collect())
     }
 }
 

@@ -229,6 +229,15 @@ impl Models {
         Ok(chosen)
     }
 
+    /// Gives each version `old` also serves its load state there.
+    pub fn keep_load_state(&self, old: &Models) {
+        for model in &self.all {
+            if let Some(before) = old.version(&model.name, model.version()) {
+                model.loaded.store(before.loaded(), Ordering::SeqCst);
+            }
+        }
+    }
+
     fn not_found(&self, name: &str, version: &str) -> ServiceError {
         let mut served: Vec<String> = Vec::new();
         for m in &self.all {

@@ -149,23 +149,41 @@ pub async fn ask(
         // one naming none, by another version that answered every row,
         // if the one chosen did not (a retry after the newest version
         // changed). Both are the session's own history; neither asks a
-        // teacher.
-        if let Some(refusal) = unloaded {
-            if !handle.answered(&keys).await? {
-                return Err(refusal);
+        // teacher. One read of the session, for every version at once.
+        let chosen = Arc::clone(&model);
+        let mut switched = false;
+        if let Some(refusal) = &unloaded {
+            if handle.first_answered(std::slice::from_ref(&keys)).await?.is_none() {
+                return Err(ServiceError::Unloaded(refusal.clone()));
             }
-        } else if !named_version && models.versions(&model.name).len() > 1 && !handle.answered(&keys).await? {
-            for other in models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, &model)) {
-                let other_keys = keys_of(other);
-                if handle.answered(&other_keys).await? {
-                    (model, keys) = (Arc::clone(other), other_keys);
-                    break;
-                }
+        } else if !named_version && models.versions(&model.name).len() > 1 {
+            let others: Vec<&Arc<Model>> =
+                models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, &model)).collect();
+            let candidates: Vec<Vec<CacheKey>> =
+                std::iter::once(keys.clone()).chain(others.iter().map(|m| keys_of(m))).collect();
+            if let Some(i) = handle.first_answered(&candidates).await?
+                && let Some(other) = i.checked_sub(1).and_then(|j| others.get(j))
+            {
+                (model, keys, switched) = (Arc::clone(other), candidates[i].clone(), true);
             }
         }
         // One read of the session: a repeat costs nothing and needs no
         // teacher (its refusal, if its answer was evicted, neither).
-        let found = handle.preflight(&keys, &query.row_id(0)).await?;
+        let mut found = handle.preflight(&keys, &query.row_id(0)).await?;
+        if found.contains(&Preflight::Ask) {
+            // An answer the read above found was evicted since (by another
+            // request of the session, or on another replica): an unloaded
+            // version is never asked afresh, nor a version the request was
+            // switched to; a switched request goes to the version chosen.
+            if let Some(refusal) = unloaded {
+                return Err(ServiceError::Unloaded(refusal));
+            }
+            if switched {
+                keys = keys_of(&chosen);
+                model = chosen;
+                found = handle.preflight(&keys, &query.row_id(0)).await?;
+            }
+        }
         let admitted = Instant::now();
         app.metrics.service.stage(Stage::Admission, (admitted - started).as_secs_f64());
         let fanout = found.contains(&Preflight::Ask);
@@ -194,16 +212,16 @@ pub async fn ask(
 
 /// The version of `name` (empty: the default model) at `version` (empty:
 /// the one [`Models::serving`] chooses) a request is asked of; with the
-/// refusal to give if the session has not answered it before, for a
-/// named version that is unloaded.
+/// refusal ([`ServiceError::Unloaded`]'s message) to give if the session
+/// has not answered it before, for a named version that is unloaded.
 ///
 /// # Errors
 /// [`ServiceError::NotFound`], or [`ServiceError::Unloaded`] for a model
 /// whose every version is unloaded.
-fn version(models: &Models, name: &str, version: &str) -> Result<(Arc<Model>, Option<ServiceError>), ServiceError> {
+fn version(models: &Models, name: &str, version: &str) -> Result<(Arc<Model>, Option<String>), ServiceError> {
     match models.serving(name, version) {
         Ok(model) => Ok((Arc::clone(model), None)),
-        Err(refusal @ ServiceError::Unloaded(_)) if !version.is_empty() => {
+        Err(ServiceError::Unloaded(refusal)) if !version.is_empty() => {
             Ok((Arc::clone(models.named(models.model_name(name), version)?), Some(refusal)))
         }
         Err(e) => Err(e),

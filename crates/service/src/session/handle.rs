@@ -97,16 +97,23 @@ impl Handle {
         }
     }
 
-    /// Whether the session holds an answer to every one of `keys` (cached,
-    /// not evicted): one read, nothing refused, journaled or charged. How
-    /// a request naming no model version finds the version that answered
-    /// it before (a retry, or a repeat after a newer version came).
+    /// The first of `candidates` (a request's keys under each of several
+    /// model versions) every one of whose keys the session holds an
+    /// answer to (cached, not evicted): one read, nothing refused,
+    /// journaled or charged. How a request naming no model version finds
+    /// the version that answered it before (a retry, or a repeat after a
+    /// newer version came), and one naming an unloaded version whether it
+    /// was answered.
     ///
     /// # Errors
     /// [`SessionError::Poisoned`] or a store error.
-    pub async fn answered(&self, keys: &[CacheKey]) -> Result<bool, SessionError> {
-        let probes: Vec<CacheProbe> = keys.iter().map(CacheProbe::from).collect();
-        self.session.read(&probes, |v| keys.iter().all(|key| matches!(v.cache.lookup(key), Lookup::Hit(_)))).await
+    pub async fn first_answered(&self, candidates: &[Vec<CacheKey>]) -> Result<Option<usize>, SessionError> {
+        let probes: Vec<CacheProbe> = candidates.iter().flatten().map(CacheProbe::from).collect();
+        self.session
+            .read(&probes, |v| {
+                candidates.iter().position(|keys| keys.iter().all(|key| matches!(v.cache.lookup(key), Lookup::Hit(_))))
+            })
+            .await
     }
 
     /// Before any teacher is asked, one read of the session: for each of

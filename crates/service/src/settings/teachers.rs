@@ -267,6 +267,9 @@ impl Datatype {
 pub(super) struct RawStacked {
     pub(super) endpoint: String,
     pub(super) model: String,
+    // Defaulted here too: a model's `teachers.stacked` replaces
+    // `[teachers]`'s table whole, without the shipped default's keys.
+    #[serde(default)]
     pub(super) version: String,
     pub(super) models: usize,
     #[serde(default)]

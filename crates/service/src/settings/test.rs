@@ -611,3 +611,20 @@ fn a_version_that_is_not_one_is_refused_naming_its_key() {
         }
     }
 }
+
+/// A model's `teachers.stacked` replaces `[teachers]`'s table whole: the
+/// keys a `[teachers]` table may leave out, it may too (the cluster test's
+/// reload found `version` required).
+#[test]
+fn a_models_stacked_teachers_take_the_same_optional_keys() -> Result<(), SettingsError> {
+    let dir = tempfile::tempdir().map_err(|e| err("test", e.to_string()))?;
+    let file = dir.path().join("m.toml");
+    let toml = "[teachers]\nsource = \"remote\"\nlayout = \"stacked\"\n\
+                stacked = { endpoint = \"http://10.0.0.5:8001\", model = \"digits-ensemble\", models = 128 }\n\n\
+                [models.ridge]\n\
+                teachers = { stacked = { endpoint = \"http://10.0.0.6:8001\", model = \"digits-ensemble\", models = 128 } }\n";
+    std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
+    let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
+    assert_eq!(s.more_models.iter().map(|m| (m.name.as_str(), m.teachers.m())).collect::<Vec<_>>(), [("ridge", 128)]);
+    Ok(())
+}

@@ -54,6 +54,9 @@ impl Builder {
         let dataset = settings.dataset_of(model).ok_or_else(|| StartError::UnknownDataset(model.dataset.clone()))?;
         let release_noisy = settings.datasets().nth(dataset).is_some_and(|d| d.release_noisy_vector);
         let own = self.stop.child_token();
+        // Guarded before anything starts: a build that fails after its
+        // demo server started (a later check, a reload refused) stops it.
+        let teachers_running = own.clone().drop_guard();
         let ensemble = ensemble(model, &self.metrics, &self.background, &own).await?;
         Ok(Served {
             name: model.name.clone(),
@@ -61,7 +64,7 @@ impl Builder {
             dataset,
             ensemble,
             input: InputSpec { shape: model.input_shape.clone(), release_noisy, max_rows: settings.max_batch_rows },
-            teachers_running: own.drop_guard(),
+            teachers_running,
         })
     }
 }

@@ -6,7 +6,8 @@
 //! The repository is the configuration: every model and version it
 //! names is built at start (and by a reload that adds it); loading and
 //! unloading decide which of them new requests may resolve to, on this
-//! replica, until it restarts or a reload rebuilds the version
+//! replica, until it restarts or a reload removes the version (one that
+//! rebuilds it keeps its state: [`App::replace_models`])
 //! (`docs/concepts/models-and-datasets.md`: a deployment changes what
 //! every replica serves through the configuration, reloaded). Neither
 //! touches a session: an unloaded version's new questions are refused
@@ -106,9 +107,7 @@ pub fn parse(
 /// [`ServiceError::NotFound`] for a model or version the configuration
 /// does not name.
 pub fn apply(app: &App, change: Change) -> Result<(), ServiceError> {
-    let models = app.models();
-    let changed = models.set_loaded(&change.name, change.version.as_deref(), change.load)?;
-    let versions: Vec<&str> = changed.iter().map(|m| m.version()).collect();
+    let versions = app.set_loaded(&change.name, change.version.as_deref(), change.load)?;
     tracing::info!(model = %change.name, ?versions, loaded = change.load, "model repository: versions loaded or unloaded");
     Ok(())
 }
