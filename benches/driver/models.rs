@@ -1,10 +1,9 @@
 //! `pacpriv-bench models`: what one more model of a dataset costs the
 //! server (issue 54 §8). For each count k, `pacpriv serve` (the binary
-//! beside this one) runs the default model (the demo ensemble, m
-//! teachers) and k more models of the same dataset, each with its own
-//! remote stacked teachers — a `pacpriv teachers` process of its own
-//! (another L2 penalty, so other teachers), outside the measured process,
-//! as in production. Every model answers one query (its connection and
+//! beside this one) runs the default model and k more models of the same
+//! dataset, each with its own remote stacked teachers (m of them) — a
+//! `pacpriv teachers` process of its own (another L2 penalty, so other
+//! teachers), outside the measured process, as in production. Every model answers one query (its connection and
 //! first call made), then the server's resident set is read from
 //! /proc/PID/status. The per-model cost is the slope over k.
 
@@ -80,19 +79,18 @@ fn rss_kib(pid: u32) -> anyhow::Result<u64> {
         .context("no VmRSS in /proc/PID/status")
 }
 
-/// The configuration of the default model and one more per teacher server
-/// in `teachers`.
+/// The configuration of the default model (the first teacher server of
+/// `teachers`) and one more model per further one.
 fn config(dir: &Path, teachers: &[String], m: usize) -> String {
+    let stacked = |addr: &str| format!("{{ endpoint = \"http://{addr}\", model = \"digits-ensemble\", models = {m} }}");
     let mut toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nhttp_listen = \"\"\nhealth_listen = \"\"\n\n[metrics]\nlisten = \"\"\n\n\
-         [store]\npath = \"{}\"\n\n[demo]\nmodels = {m}\nnaive_bayes_model = \"\"\n",
-        dir.join("state.redb").display()
+         [store]\npath = \"{}\"\n\n[teachers]\nsource = \"remote\"\nlayout = \"stacked\"\nstacked = {}\n",
+        dir.join("state.redb").display(),
+        stacked(&teachers[0]),
     );
-    for (i, addr) in teachers.iter().enumerate() {
-        toml.push_str(&format!(
-            "\n[models.m{i}]\nteachers = {{ source = \"remote\", layout = \"stacked\", stacked = {{ endpoint = \
-             \"http://{addr}\", model = \"digits-ensemble\", models = {m} }} }}\n"
-        ));
+    for (i, addr) in teachers[1..].iter().enumerate() {
+        toml.push_str(&format!("\n[models.m{i}]\nteachers = {{ stacked = {} }}\n", stacked(addr)));
     }
     toml
 }
@@ -106,8 +104,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     ensure!(args.more.contains(&0), "--more must include 0 (the baseline)");
     ensure!(most <= 15, "--more: at most 15 more models");
     let m = args.teachers.to_string();
-    let mut servers = Vec::with_capacity(most);
-    for i in 0..most {
+    let mut servers = Vec::with_capacity(most + 1);
+    for i in 0..=most {
         let penalty = format!("{}", 0.1 * (i + 2) as f64);
         let argv = ["teachers", "--models", &m, "--regularisation", &penalty, "--listen", "127.0.0.1:0"];
         servers.push(start(&argv, &[], "teachers listening on")?);
@@ -115,7 +113,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     writeln!(out, "pacpriv-bench models")?;
     writeln!(out, "machine: {}", machine())?;
-    writeln!(out, "m = {}; each further model: remote stacked teachers in a process of their own", args.teachers)?;
+    writeln!(out, "m = {}; every model: remote stacked teachers in a process of their own", args.teachers)?;
     writeln!(out)?;
     writeln!(out, "| more models | resident KiB | KiB per model over the baseline |")?;
     writeln!(out, "|---:|---:|---:|")?;
@@ -123,7 +121,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     for &k in &args.more {
         let (dir, _) = scratch(None)?;
         let file = dir.path().join("models.toml");
-        let addrs: Vec<String> = servers[..k].iter().map(|(_, a)| a.clone()).collect();
+        let addrs: Vec<String> = servers[..=k].iter().map(|(_, a)| a.clone()).collect();
         std::fs::write(&file, config(dir.path(), &addrs, args.teachers)).context("writing the configuration")?;
         let (server, addr) = start(&["serve", "--config", &file.display().to_string()], &[], "pacpriv listening on")?;
         let names: Vec<String> = std::iter::once(String::new()).chain((0..k).map(|i| format!("m{i}"))).collect();

@@ -65,12 +65,15 @@ fn bench_sessions_opens_every_provisioned_session_and_itemises_them() {
         "--resumed",
         "--cache-mib",
         "1",
+        "--datasets",
+        "2",
         "--dir",
         &dir_arg,
     ]);
     assert!(report.contains("provisioned 2000 principals in one transaction"), "{report}");
     assert!(report.contains("answered once on each"), "{report}");
-    assert_eq!(number(row(&report, "sessions_open")[1]), 2000.0, "{report}");
+    // A session per principal in each of the two datasets.
+    assert_eq!(number(row(&report, "sessions_open")[1]), 4000.0, "{report}");
     let rss = |what: &str| number(row(&report, what)[1]);
     assert!(rss("before") > 0.0 && rss("after") > 0.0, "{report}");
     number(row(&report, "bytes_per_session")[1]);
@@ -154,5 +157,17 @@ async fn bench_store_on_postgres_reports_charges_the_ledgers_confirm() {
             let line = report.lines().find(|l| l.starts_with(&format!("ledgers {name} "))).expect("ledger line");
             assert!(line.ends_with(&format!("= charges {charges}")), "{report}");
         }
+    }
+}
+
+/// `pacpriv-bench models`, tiny: the server with one more model (its own
+/// teacher process) answers on both and its resident set is reported.
+#[test]
+fn bench_models_measures_the_server_with_more_models() {
+    let report = bench_ok(&["models", "--more", "0,1", "--teachers", "16"]);
+    for k in ["0", "1"] {
+        let line = report.lines().find(|l| l.starts_with(&format!("| {k} |"))).unwrap_or_else(|| panic!("{report}"));
+        let kib: f64 = line.split('|').nth(2).and_then(|c| c.trim().parse().ok()).unwrap_or_else(|| panic!("{line}"));
+        assert!(kib > 1000.0, "{line}");
     }
 }
