@@ -124,13 +124,15 @@ pub fn long_version() -> String {
     format!(
         "{version}\n\
          store records: sessions format {session} ({tail} with a cache tail), \
-         journal entries, events and principals format {format}; reads every format from 1\n\
+         journal entries, events and principals format {format} ({budgets} for a principal with \
+         per-dataset budgets); reads every format from 1\n\
          PostgreSQL schema: migration {schema}\n\
          journal export: {export}",
         version = env!("CARGO_PKG_VERSION"),
         session = record::SESSION_FORMAT,
         tail = record::TAIL_FORMAT,
         format = record::FORMAT,
+        budgets = record::PRINCIPAL_BUDGETS_FORMAT,
         schema = postgres::SCHEMA_VERSION,
         export = verify::format::FORMAT,
     )

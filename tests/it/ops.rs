@@ -324,7 +324,11 @@ fn version_names_the_release_and_the_formats_it_writes() {
     for expected in [
         format!("pacpriv {}", env!("CARGO_PKG_VERSION")),
         format!("sessions format {} ({} with a cache tail)", record::SESSION_FORMAT, record::TAIL_FORMAT),
-        format!("principals format {}", record::FORMAT),
+        format!(
+            "principals format {} ({} for a principal with per-dataset budgets)",
+            record::FORMAT,
+            record::PRINCIPAL_BUDGETS_FORMAT
+        ),
         format!("PostgreSQL schema: migration {}", postgres::SCHEMA_VERSION),
         format!("journal export: {}", pacpriv_tools::verify::format::FORMAT),
     ] {

@@ -100,7 +100,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         alice.answer(outputs(n), None, format!("q{n}")).await.expect("fits");
     }
     assert!(matches!(
-        alice.preflight(&[QueryDigest::of(&[-1.0]).into()], "q").await,
+        alice.preflight(&[QueryDigest::of(&[-1.0]).into()], Some("q")).await,
         Err(SessionError::Exhausted { .. })
     ));
     assert!(matches!(alice.answer(outputs(41), None, "q41".into()).await, Err(SessionError::Exhausted { .. })));
@@ -162,7 +162,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let s = sessions(&store).await;
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
     assert_eq!(
-        bob.preflight(&[QueryDigest::of(&[1.0, 2.0]).into()], "q").await.expect("preflight"),
+        bob.preflight(&[QueryDigest::of(&[1.0, 2.0]).into()], Some("q")).await.expect("preflight"),
         [Preflight::Known]
     );
     let (after, view) = bob.begin(vec![(None, keyed())]).await.expect("step").release().await.expect("cached");

@@ -18,7 +18,7 @@ use super::status::{self, ServiceError};
 use crate::metrics::{Rpc, Stage};
 use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
 use crate::session::cache::CacheKey;
-use crate::session::{Asking, Caller, DatasetIndex, Handle, ModelTag, Preflight, Reply, Step};
+use crate::session::{Asking, Caller, DatasetIndex, Handle, ModelTag, Preflight, Reply, SessionError, Step};
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use std::sync::Arc;
 use std::time::Instant;
@@ -169,21 +169,30 @@ pub async fn ask(
         }
         // One read of the session: a repeat costs nothing and needs no
         // teacher (its refusal, if its answer was evicted, neither).
-        let mut found = handle.preflight(&keys, &query.row_id(0)).await?;
-        if found.contains(&Preflight::Ask) {
-            // An answer the read above found was evicted since (by another
-            // request of the session, or on another replica): an unloaded
-            // version is never asked afresh, nor a version the request was
-            // switched to; a switched request goes to the version chosen.
-            if let Some(refusal) = unloaded {
-                return Err(ServiceError::Unloaded(refusal));
-            }
-            if switched {
+        let row_id = query.row_id(0);
+        let tentative = unloaded.is_some() || switched;
+        let found = handle.preflight(&keys, (!tentative).then_some(row_id.as_str())).await;
+        // For an unloaded version, or one the request was switched to, an
+        // answer the read above found was evicted since (by another
+        // request of the session, or on another replica) if any row needs
+        // a fresh answer (or the budget for one): such a version is never
+        // asked afresh, and its budget refusal is not this request's. An
+        // unloaded version's request is refused; a switched one goes to
+        // the version chosen, whose preflight journals its own refusal.
+        let fresh = |found: &Result<Vec<Preflight>, SessionError>| match found {
+            Ok(found) => found.contains(&Preflight::Ask),
+            Err(SessionError::Exhausted { .. }) => true,
+            Err(_) => false,
+        };
+        let found = match (unloaded, tentative && fresh(&found)) {
+            (Some(refusal), true) => return Err(ServiceError::Unloaded(refusal)),
+            (None, true) => {
                 keys = keys_of(&chosen);
                 model = chosen;
-                found = handle.preflight(&keys, &query.row_id(0)).await?;
+                handle.preflight(&keys, Some(&row_id)).await?
             }
-        }
+            (_, false) => found?,
+        };
         let admitted = Instant::now();
         app.metrics.service.stage(Stage::Admission, (admitted - started).as_secs_f64());
         let fanout = found.contains(&Preflight::Ask);

@@ -123,12 +123,14 @@ impl Handle {
     /// unanimous ones under `contested`, b each otherwise) of all the new
     /// rows still fit. Depends on the session's own transcript and public
     /// state only. With the journal on, a refusal is journaled (as the
-    /// request `query_id`) before it is returned.
+    /// request `query_id`) before it is returned; with no `query_id`, it
+    /// is returned only (a tentative read: the request may go on
+    /// elsewhere, and journals its own refusal there).
     ///
     /// # Errors
     /// [`SessionError::Exhausted`], [`SessionError::Poisoned`] or a store
     /// error.
-    pub async fn preflight(&self, keys: &[CacheKey], query_id: &str) -> Result<Vec<Preflight>, SessionError> {
+    pub async fn preflight(&self, keys: &[CacheKey], query_id: Option<&str>) -> Result<Vec<Preflight>, SessionError> {
         let probes: Vec<CacheProbe> = keys.iter().map(CacheProbe::from).collect();
         let found = self
             .session
@@ -155,7 +157,10 @@ impl Handle {
         match found {
             Ok(found) => Ok(found),
             Err((charged, refused @ SessionError::Exhausted { .. })) if self.session.context().params.journal => {
-                Err(self.journal_exhausted(query_id, charged, refused).await)
+                match query_id {
+                    Some(query_id) => Err(self.journal_exhausted(query_id, charged, refused).await),
+                    None => Err(refused),
+                }
             }
             Err((_, refused)) => Err(refused),
         }

@@ -379,12 +379,14 @@ impl Sessions {
         dataset_budgets: &BTreeMap<String, Nats>,
     ) -> Result<(Account, String), SessionError> {
         check_name(name)?;
-        let further = || self.datasets.iter().skip(1).map(|d| &*d.terms.name);
+        // Its own budgets are for further datasets of per-principal scope
+        // (under global scope every principal shares one session).
+        let further = || self.datasets.iter().skip(1).filter(|d| d.shared.is_none()).map(|d| &*d.terms.name);
         if let Some(dataset) = dataset_budgets.keys().find(|d| !further().any(|f| f == d.as_str())) {
             let known: Vec<_> = further().collect();
             return Err(SessionError::InvalidPrincipal(format!(
                 "no budget for dataset {dataset:?}: a principal's own budgets are for datasets other than the \
-                 default one (whose limit is its budget_mi); this server has {known:?}"
+                 default one (whose limit is its budget_mi) and not of global scope; this server has {known:?}"
             )));
         }
         let key = new_api_key()?;

@@ -345,7 +345,7 @@ async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Res
 
 /// The preflight of one query.
 async fn preflight(h: &Handle, key: CacheKey) -> Result<Preflight, SessionError> {
-    let found = h.preflight(&[key], "q").await?;
+    let found = h.preflight(&[key], Some("q")).await?;
     assert_eq!(found.len(), 1);
     Ok(found[0])
 }

@@ -292,7 +292,7 @@ impl Raw {
             }
         }
         let names = || datasets.iter().map(|d| d.name.as_str());
-        let principals = principals(self.principals, names().skip(1))?;
+        let principals = principals(self.principals, datasets.iter().skip(1))?;
         if let Some(p) = principals.iter().find(|p| crate::session::registry::collides(&p.name, names())) {
             return Err(err(
                 &format!("principals.{}", p.name),

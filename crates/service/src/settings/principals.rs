@@ -3,7 +3,8 @@
 //! one, but those `dataset_budget_mi` names.
 
 use super::parse::{SettingsError, err, nats, parse_sha256};
-use crate::session::PrincipalConfig;
+use super::privacy::DatasetSettings;
+use crate::session::{PrincipalConfig, Scope};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -18,10 +19,11 @@ pub(super) struct RawPrincipal {
 }
 
 /// `raw` validated; `further` are the datasets besides the default one,
-/// the only ones `dataset_budget_mi` may name.
+/// the only ones `dataset_budget_mi` may name (and not one under global
+/// scope, whose one session every principal shares).
 pub(super) fn principals<'a>(
     raw: BTreeMap<String, RawPrincipal>,
-    further: impl Iterator<Item = &'a str> + Clone,
+    further: impl Iterator<Item = &'a DatasetSettings> + Clone,
 ) -> Result<Vec<PrincipalConfig>, SettingsError> {
     let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
     for (name, p) in raw {
@@ -35,13 +37,22 @@ pub(super) fn principals<'a>(
         let mut dataset_budgets = BTreeMap::new();
         for (dataset, value) in p.dataset_budget_mi {
             let key = format!("principals.{name}.dataset_budget_mi.{dataset}");
-            if !further.clone().any(|d| d == dataset) {
-                let known: Vec<_> = further.clone().collect();
+            let Some(found) = further.clone().find(|d| d.name == dataset) else {
+                let known: Vec<_> = further.clone().map(|d| d.name.as_str()).collect();
                 return Err(err(
                     &key,
                     format!(
                         "names no dataset besides the default one (declared: {known:?}); the default dataset's \
                          limit is principals.{name}.budget_mi"
+                    ),
+                ));
+            };
+            if found.scope == Scope::Global {
+                return Err(err(
+                    &key,
+                    format!(
+                        "dataset {dataset:?} has scope = \"global\": every principal shares its one session, whose \
+                         limit is its global_budget_mi"
                     ),
                 ));
             }

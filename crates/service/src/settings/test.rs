@@ -455,17 +455,8 @@ fn a_dataset_takes_privacy_keys_and_its_models_their_own_data() -> Result<(), Se
         ("PACPRIV__MODELS__NB__DEMO__SEED", "7"),
         ("PACPRIV__MODELS__NB__DEMO__MODELS", "32"),
         ("PACPRIV__DEMO__NAIVE_BAYES_MODEL", ""),
-        ("PACPRIV__PRINCIPALS__TINY__KEY_SHA256", "abababababababababababababababababababababababababababababababab"),
-        ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", "0.25"),
-        ("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__FASHION", "2^-12"),
     ];
     let s = load(&fashion)?;
-    let tiny = s.principals.iter().find(|p| p.name == "tiny").expect("tiny");
-    assert_eq!(tiny.budget.get(), 0.25);
-    assert_eq!(
-        tiny.dataset_budgets.iter().map(|(d, b)| (d.as_str(), b.get())).collect::<Vec<_>>(),
-        [("fashion", 2f64.powi(-12))]
-    );
     assert_eq!(s.datasets().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["default", "fashion"]);
     let other = &s.more_datasets[0];
     assert_eq!((other.per_query.get(), other.scope), (2f64.powi(-10), crate::session::Scope::Global));
@@ -485,20 +476,6 @@ fn a_dataset_takes_privacy_keys_and_its_models_their_own_data() -> Result<(), Se
         (&[("PACPRIV__DATASETS__FASHION__PER_QUERY_MI", "-1")], "datasets.fashion.per_query_mi"),
         (&[("PACPRIV__DATASETS__FASHION__PER_QUERY", "2^-10")], "datasets.fashion"),
         (&[("PACPRIV__DATASETS__EMPTY__SCOPE", "global")], "datasets.empty"),
-        // A principal's own budget: in another dataset than the default one
-        // (whose limit is its budget_mi), and in nats.
-        (
-            &[("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__DEFAULT", "1")],
-            "principals.tiny.dataset_budget_mi.default",
-        ),
-        (
-            &[("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__FASHOIN", "1")],
-            "principals.tiny.dataset_budget_mi.fashoin",
-        ),
-        (
-            &[("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__FASHION", "-1")],
-            "principals.tiny.dataset_budget_mi.fashion",
-        ),
         // The default model's subsets declared as a second dataset.
         (
             &[("PACPRIV__MODELS__NB__DEMO__SEED", "20261123"), ("PACPRIV__MODELS__NB__DEMO__MODELS", "128")],
@@ -626,5 +603,51 @@ fn a_models_stacked_teachers_take_the_same_optional_keys() -> Result<(), Setting
     std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
     let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
     assert_eq!(s.more_models.iter().map(|m| (m.name.as_str(), m.teachers.m())).collect::<Vec<_>>(), [("ridge", 128)]);
+    Ok(())
+}
+
+/// A principal's own budget in a further dataset: refused, naming the key,
+/// for the default dataset (its limit is budget_mi), an unknown one, a
+/// value that is not nats, and a dataset of global scope (whose one
+/// session every principal shares).
+#[test]
+fn a_principal_has_its_own_budget_in_a_further_dataset() -> Result<(), SettingsError> {
+    let base = [
+        ("PACPRIV__DATASETS__FASHION__PER_QUERY_MI", "2^-10"),
+        ("PACPRIV__MODELS__NB__DATASET", "fashion"),
+        ("PACPRIV__MODELS__NB__DEMO__SEED", "7"),
+        ("PACPRIV__MODELS__NB__DEMO__MODELS", "32"),
+        ("PACPRIV__DEMO__NAIVE_BAYES_MODEL", ""),
+        ("PACPRIV__PRINCIPALS__TINY__KEY_SHA256", "abababababababababababababababababababababababababababababababab"),
+        ("PACPRIV__PRINCIPALS__TINY__BUDGET_MI", "0.25"),
+    ];
+    let own = ("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__FASHION", "2^-12");
+    let s = load(&[&base[..], &[own]].concat())?;
+    let tiny = s.principals.iter().find(|p| p.name == "tiny").expect("tiny");
+    let budgets: Vec<(&str, f64)> = tiny.dataset_budgets.iter().map(|(d, b)| (d.as_str(), b.get())).collect();
+    assert_eq!((tiny.budget.get(), budgets), (0.25, vec![("fashion", 2f64.powi(-12))]));
+
+    let refused: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__DEFAULT", "1")],
+            "principals.tiny.dataset_budget_mi.default",
+        ),
+        (
+            &[("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__FASHOIN", "1")],
+            "principals.tiny.dataset_budget_mi.fashoin",
+        ),
+        (
+            &[("PACPRIV__PRINCIPALS__TINY__DATASET_BUDGET_MI__FASHION", "-1")],
+            "principals.tiny.dataset_budget_mi.fashion",
+        ),
+        (&[own, ("PACPRIV__DATASETS__FASHION__SCOPE", "global")], "principals.tiny.dataset_budget_mi.fashion"),
+    ];
+    for (added, key) in refused {
+        let env: Vec<(&str, &str)> = base.iter().chain(added.iter()).copied().collect();
+        match load(&env) {
+            Ok(_) => panic!("{env:?} was accepted"),
+            Err(e) => assert_eq!(e.key, *key, "{env:?}: {e}"),
+        }
+    }
     Ok(())
 }

@@ -50,8 +50,9 @@ pub struct PrincipalRecord {
     /// other dataset not in `dataset_budgets`.
     pub budget: f64,
     /// Its limit in some datasets other than the default one, nats, by
-    /// dataset name (never the default dataset's: an earlier release reads
-    /// `budget` for it, and must read the same limit).
+    /// dataset name (never the default dataset's: `budget` is the limit
+    /// every release reads there). A record with any is written in a
+    /// format earlier releases refuse (`record::PRINCIPAL_BUDGETS_FORMAT`).
     pub dataset_budgets: BTreeMap<String, f64>,
     /// Who provisioned it.
     pub origin: Origin,

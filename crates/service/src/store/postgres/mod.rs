@@ -605,12 +605,18 @@ fn principal_of(row: &tokio_postgres::Row) -> Result<PrincipalRecord, StoreError
     let corrupt = |reason: &str| StoreError::Corrupt { session: format!("(principal {name})"), reason: reason.into() };
     let key: &[u8] = row.get(1);
     let origin: &str = row.get(3);
-    let (datasets, budgets): (Vec<String>, Vec<f64>) = (row.get(6), row.get(7));
+    let datasets: Vec<String> = row.try_get(6).map_err(|_| corrupt("budget_datasets is not a list of names"))?;
+    let budgets: Vec<f64> = row.try_get(7).map_err(|_| corrupt("budget_values is not a list of numbers"))?;
     if datasets.len() != budgets.len() {
         return Err(corrupt("budget_datasets and budget_values differ in length"));
     }
+    let named = datasets.len();
+    let dataset_budgets: std::collections::BTreeMap<String, f64> = datasets.into_iter().zip(budgets).collect();
+    if dataset_budgets.len() != named {
+        return Err(corrupt("budget_datasets names a dataset twice"));
+    }
     Ok(PrincipalRecord {
-        dataset_budgets: datasets.into_iter().zip(budgets).collect(),
+        dataset_budgets,
         key_sha256: key.try_into().map_err(|_| corrupt("key_sha256 is not 32 bytes"))?,
         budget: row.get(2),
         origin: Origin::parse(origin).ok_or_else(|| corrupt("unknown origin"))?,

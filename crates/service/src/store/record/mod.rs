@@ -46,6 +46,12 @@ pub const MARK: [u8; 8] = [0xFF; 8];
 /// The format written now (1 was the unmarked hand-written codec).
 pub const FORMAT: u32 = 2;
 
+/// The format of a principal record with per-dataset budgets. A release
+/// that knows only [`FORMAT`] refuses it: read as format 2 it would lose
+/// them, and a record it rewrote (a key rotated) would give the principal
+/// its default budget in every dataset.
+pub const PRINCIPAL_BUDGETS_FORMAT: u32 = 3;
+
 /// The format a session record is written in now: 3, the answer cache in
 /// its own tables. A release that knows only format 2 refuses such a
 /// record (it would read it as a session with an empty cache), so replicas
@@ -361,7 +367,7 @@ pub fn chain_order(entries: Vec<JournalEntry>, events: Vec<JournalEvent>) -> Vec
 /// columns; the name is the key, not part of the value).
 pub fn encode_principal(p: &PrincipalRecord) -> Vec<u8> {
     seal(&schema::PrincipalRecord {
-        format: FORMAT,
+        format: if p.dataset_budgets.is_empty() { FORMAT } else { PRINCIPAL_BUDGETS_FORMAT },
         key_sha256: p.key_sha256.to_vec(),
         budget: p.budget,
         origin: p.origin.as_str().to_owned(),
@@ -374,7 +380,8 @@ pub fn encode_principal(p: &PrincipalRecord) -> Vec<u8> {
 /// Reads a principal called `name` in any format a release has written;
 /// `None` for malformed bytes.
 pub fn decode_principal(name: &str, bytes: &[u8]) -> Option<PrincipalRecord> {
-    let marked = open(bytes, |m: &schema::PrincipalRecord| m.format == FORMAT).ok().flatten().and_then(|m| {
+    let known = |m: &schema::PrincipalRecord| m.format == FORMAT || m.format == PRINCIPAL_BUDGETS_FORMAT;
+    let marked = open(bytes, known).ok().flatten().and_then(|m| {
         Some(PrincipalRecord {
             name: name.to_owned(),
             key_sha256: m.key_sha256.as_slice().try_into().ok()?,

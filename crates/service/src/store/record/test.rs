@@ -127,7 +127,13 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
     let [alice, _] = principals();
     let budgets = [("census".to_owned(), 2f64.powi(-12)), ("other".to_owned(), 0.0)];
     let alice = PrincipalRecord { dataset_budgets: budgets.into_iter().collect(), ..alice };
-    assert_eq!(decode_principal("alice", &encode_principal(&alice)), Some(alice.clone()));
+    let bytes = encode_principal(&alice);
+    assert_eq!(decode_principal("alice", &bytes), Some(alice.clone()));
+    // In a format an earlier release refuses rather than drop the budgets.
+    let written = <schema::PrincipalRecord as prost::Message>::decode(&bytes[MARK.len()..]).expect("marked protobuf");
+    assert_eq!(written.format, PRINCIPAL_BUDGETS_FORMAT);
+    let plain = <schema::PrincipalRecord as prost::Message>::decode(&encode_principal(&principals()[0])[MARK.len()..]);
+    assert_eq!(plain.expect("marked protobuf").format, FORMAT, "a principal without them stays readable");
     assert_eq!((alice.budget_in("census"), alice.budget_in("default")), (2f64.powi(-12), 2f64.powi(-10)));
 }
 
