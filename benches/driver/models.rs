@@ -9,6 +9,7 @@
 
 use super::report::machine;
 use super::scratch::scratch;
+use super::sessions::Rss;
 use anyhow::{Context, bail, ensure};
 use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
 use pacpriv_service::proto::pacpriv::{PredictRequest, Tensor};
@@ -70,15 +71,6 @@ fn pacpriv() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// VmRSS of process `pid`, KiB.
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading /proc/PID/status")?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok())
-        .context("no VmRSS in /proc/PID/status")
-}
-
 /// The configuration of the default model (the first teacher server of
 /// `teachers`) and one more model per further one.
 fn config(dir: &Path, teachers: &[String], m: usize) -> String {
@@ -127,7 +119,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         let names: Vec<String> = std::iter::once(String::new()).chain((0..k).map(|i| format!("m{i}"))).collect();
         runtime.block_on(ask_each(&addr, &names))?;
         std::thread::sleep(Duration::from_millis(500));
-        let rss = rss_kib(server.0.id())?;
+        let rss = Rss::of(&server.0.id().to_string())?.total;
         let base = *baseline.get_or_insert(rss);
         let per = if k == 0 { "—".to_owned() } else { format!("{:.0}", (rss as f64 - base as f64) / k as f64) };
         writeln!(out, "| {k} | {rss} | {per} |")?;

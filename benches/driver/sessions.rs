@@ -254,21 +254,28 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
     })
 }
 
-/// This process's resident set, KiB (/proc/self/status).
-struct Rss {
-    total: u64,
+/// A process's resident set, KiB (/proc/PID/status).
+pub struct Rss {
+    pub total: u64,
     anon: u64,
     file: u64,
 }
 
 impl Rss {
+    /// This process's.
     fn now() -> anyhow::Result<Self> {
-        let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+        Rss::of("self")
+    }
+
+    /// Process `pid`'s (a number, or "self").
+    pub fn of(pid: &str) -> anyhow::Result<Self> {
+        let path = format!("/proc/{pid}/status");
+        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let field = |name: &str| -> anyhow::Result<u64> {
             status
                 .lines()
                 .find_map(|l| l.strip_prefix(name)?.trim().strip_suffix("kB")?.trim().parse().ok())
-                .with_context(|| format!("no {name} in /proc/self/status"))
+                .with_context(|| format!("no {name} in {path}"))
         };
         Ok(Rss { total: field("VmRSS:")?, anon: field("RssAnon:")?, file: field("RssFile:")? })
     }

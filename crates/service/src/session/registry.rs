@@ -58,12 +58,17 @@ impl PrincipalConfig {
             name: self.name.clone(),
             key_sha256: self.key_sha256,
             budget: self.budget.get(),
-            dataset_budgets: self.dataset_budgets.iter().map(|(d, b)| (d.clone(), b.get())).collect(),
+            dataset_budgets: in_nats(&self.dataset_budgets),
             origin: crate::store::Origin::Config,
             created_unix: now_unix,
             revoked_unix: None,
         }
     }
+}
+
+/// Per-dataset budgets as the store record holds them (nats as `f64`).
+fn in_nats(budgets: &BTreeMap<String, Nats>) -> BTreeMap<String, f64> {
+    budgets.iter().map(|(dataset, b)| (dataset.clone(), b.get())).collect()
 }
 
 /// A principal and its current account in each dataset.
@@ -394,7 +399,7 @@ impl Sessions {
             name: name.to_owned(),
             key_sha256: Sha256::digest(key.as_bytes()).into(),
             budget: budget.get(),
-            dataset_budgets: dataset_budgets.iter().map(|(d, b)| (d.clone(), b.get())).collect(),
+            dataset_budgets: in_nats(dataset_budgets),
             origin: Origin::Admin,
             created_unix: now_unix(),
             revoked_unix: None,
