@@ -104,7 +104,10 @@ impl Orthonormal {
     /// orthonormal than the tolerance.
     pub fn check(u: Array2<f64>) -> Result<Self, PrivacyError> {
         let (n, r) = u.dim();
-        let gram = u.t().dot(&u);
+        // UᵀU by `dsyrk`: one triangle, half a general product's flops;
+        // each entry is still one dot product, so the bound below holds.
+        let gram = pacpriv_lapack::gram(u.view(), pacpriv_lapack::Side::Columns)
+            .map_err(|e| PrivacyError::Linalg(e.to_string()))?;
         let (mut worst, mut frobenius_sq) = (0.0, 0.0);
         for ((i, j), g) in gram.indexed_iter() {
             let e = (g - if i == j { 1.0 } else { 0.0 }).abs();
@@ -369,6 +372,21 @@ impl Noise {
         delta_residual: ArrayView1<'_, f64>,
         draw: &NoiseDraw,
     ) -> f64 {
+        let outside = if self.complement == 0.0 {
+            0.0
+        } else if delta_residual.is_empty() {
+            draw.residual.dot(&draw.residual)
+        } else {
+            delta_residual.iter().zip(&draw.residual).map(|(d, z)| (d + z) * (d + z)).sum()
+        };
+        self.log_likelihood_outside(delta_coef, outside, draw)
+    }
+
+    /// [`log_likelihood`](Self::log_likelihood) with the release's part
+    /// outside the basis given as `outside` = ‖δ_residual + z_residual‖²
+    /// (ignored when f = 0): vector mode computes it for every teacher
+    /// from the release's residual without forming each δ.
+    pub fn log_likelihood_outside(&self, delta_coef: ArrayView1<'_, f64>, outside: f64, draw: &NoiseDraw) -> f64 {
         let mut qf = 0.0;
         for ((d, g), v) in delta_coef.iter().zip(&draw.std_coef).zip(&self.variances) {
             // (δ + √v·g)²/v = (δ/√v + g)²: exact for the true subset (δ = 0).
@@ -376,8 +394,7 @@ impl Noise {
             qf += t * t;
         }
         if self.complement > 0.0 {
-            let res = if delta_residual.is_empty() { draw.residual.clone() } else { &delta_residual + &draw.residual };
-            qf += res.dot(&res) / self.complement;
+            qf += outside / self.complement;
         }
         -0.5 * qf
     }

@@ -412,14 +412,15 @@ fn norm(x: &Array1<f64>) -> f64 {
     largest * x.iter().map(|v| (v / largest).powi(2)).sum::<f64>().sqrt()
 }
 
-/// Vector mode with d > 2m: Σ on the basis the verifier did not take (the
-/// SVD if it took the Gram matrix, and the other way round), if that
-/// calibrates and certifies.
+/// Vector mode: Σ on the basis the verifier did not take (the SVD if it
+/// took a Gram matrix, and the other way round), if that calibrates and
+/// certifies. A server before issue 56 took the SVD at m < d ≤ 2m, and one
+/// whose Gram path declined takes it at any d.
 fn other_path(state: &SessionState, outputs: &TeacherOutputs, b: Nats, taken: &Calibrated) -> Option<Calibrated> {
     let other = match taken.source? {
         vector::Basis::Gram => vector::Path::Svd,
-        vector::Basis::Svd if outputs.dim() > 2 * outputs.len() => vector::Path::Gram,
-        vector::Basis::Svd | vector::Basis::Unanimous => return None,
+        vector::Basis::Svd => vector::Path::Gram,
+        vector::Basis::Unanimous => return None,
     };
     calibrate(state, outputs, b, other).ok()
 }

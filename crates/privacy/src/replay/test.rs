@@ -281,12 +281,13 @@ fn a_release_at_the_clamp_is_reported_unchecked_not_passed() {
 /// slightly different variances, and the release's part there is the same
 /// for every teacher — which every update rule ignores. Replay compares ℓ
 /// up to that constant, so a step verifies on either path, whichever the
-/// server took (issue 52 §4): forced both ways here.
+/// server took (issue 52 §4): forced both ways here, for d > m (K, with a
+/// complement) and d ≤ m (C, a full basis: a server before issue 56 took
+/// the SVD there).
 #[test]
 fn a_step_verifies_on_either_basis_whichever_the_server_took() {
-    let (m, d) = (8, 40);
     let mut shifted = 0;
-    for b_exp in [4, 12, 24] {
+    for ((m, d), b_exp) in [(8, 40), (8, 6)].into_iter().flat_map(|shape| [4, 12, 24].map(|b| (shape, b))) {
         let start = state(m, 2f64.powi(-b_exp), Policy::Contested);
         for server_path in [vector::Path::Gram, vector::Path::Svd] {
             for verifier_path in [vector::Path::Gram, vector::Path::Svd] {

@@ -111,20 +111,40 @@ fn kl_of_offset(x: f64) -> f64 {
 /// bounds by B. kl is increasing on [½, 1], so p ≤ the root.
 ///
 /// # Runtime
-/// Bisection on x = s − ½ ∈ [0, ½] down to adjacent doubles: ≤ ~60
-/// evaluations for B ≥ 10⁻³⁰⁰, at most ~1100 for subnormal B. The upper end
-/// of the final bracket is returned, rounded up onto the `f64` grid of s, so
-/// the result is the smallest `f64` whose kl is ≥ B.
+/// Newton's method on x = s − ½ from Pinsker's bound, then bisection
+/// inside the bracket it gives, down to adjacent doubles: ~10–25 KL
+/// evaluations where bisection from [0, ½] alone took ~60–90 (this is in
+/// every response's budget; `BENCHMARKS.md`, "Profile at saturation"). The
+/// upper end of the final bracket is returned, rounded up onto the `f64`
+/// grid of s, so the result is the smallest `f64` whose kl is ≥ B.
 pub fn mia_bound(total: Nats) -> f64 {
     let b = total.get();
     // f64 LN_2 is below the real ln 2, so saturating here only rounds up.
     if b >= LN_2 {
         return 1.0;
     }
-    let x = advantage(b);
-    let s = 0.5 + x;
+    on_grid_of_s(b, advantage(b))
+}
+
+/// s = ½ + x rounded up onto the `f64` grid of s, then settled there: the
+/// smallest double s with kl_from_half(s) ≥ B among its neighbours. Above
+/// x ≈ 0.05 the KL's two rounded terms cancel, so its computed value is
+/// not monotone at the ulp of s, and the crossing found in x need not be
+/// one in s; at most a few steps either way.
+fn on_grid_of_s(b: f64, x: f64) -> f64 {
+    let mut s = 0.5 + x;
     // s − ½ is exact (Sterbenz); if ½ + x was rounded down, step up.
-    if s - 0.5 < x { s.next_up() } else { s }
+    if s - 0.5 < x {
+        s = s.next_up();
+    }
+    // Ends: kl_from_half(1) = ln 2 > B, and s never goes below ½.
+    while kl_from_half(s) < b {
+        s = s.next_up();
+    }
+    while s > 0.5 && kl_from_half(s.next_down()) >= b {
+        s = s.next_down();
+    }
+    s
 }
 
 /// The smallest `f64` x ∈ [0, ½] with `kl_of_offset(x) ≥ b`, for
@@ -134,8 +154,50 @@ fn advantage(b: f64) -> f64 {
     if b <= 0.0 {
         return 0.0;
     }
-    // Invariant: kl(lo) < b ≤ kl(hi).
-    let (mut lo, mut hi) = (0.0_f64, 0.5_f64);
+    let (lo, hi) = newton_bracket(b).unwrap_or((0.0, 0.5));
+    bisect(b, lo, hi)
+}
+
+/// A bracket kl(lo) < b ≤ kl(hi) a few thousand ulps wide around the root,
+/// or `None` (bisect all of [0, ½]). Newton's method starts at Pinsker's
+/// bound √(b/2), which is above the root (kl(x) ≥ 2x²); kl is increasing
+/// and convex on [0, ½), so its iterates fall towards the root from above.
+/// The bracket is only a starting point: both ends are checked against
+/// kl itself, so the bisection returns the same double it would from [0, ½].
+fn newton_bracket(b: f64) -> Option<(f64, f64)> {
+    let mut x = (b / 2.0).sqrt().min(0.5);
+    for _ in 0..NEWTON_STEPS {
+        // kl'(x) = ln((1 + 2x)/(1 − 2x)): ∞ at ½, where b < ln 2 lies below.
+        let slope = (2.0 * x).ln_1p() - (-2.0 * x).ln_1p();
+        let next = x - (kl_of_offset(x) - b) / slope;
+        if !(next.is_finite() && next > 0.0 && next < 0.5) || next == x {
+            break;
+        }
+        x = next;
+    }
+    let mut width = x * BRACKET_WIDTH;
+    for _ in 0..4 {
+        let (lo, hi) = ((x - width).max(0.0), (x + width).min(0.5));
+        if kl_of_offset(lo) < b && kl_of_offset(hi) >= b {
+            return Some((lo, hi));
+        }
+        width *= 256.0;
+    }
+    None
+}
+
+/// Newton steps before the bracket is checked: from √(b/2) the relative
+/// error is ~x²/3 and squares each step, so four reach round-off for every
+/// b below ~0.6 nats; near ln 2 (x → ½) the bracket check widens instead.
+const NEWTON_STEPS: u32 = 6;
+
+/// The bracket's half-width relative to Newton's x: ~2¹² ulps of x, wider
+/// than the KL's few-ulp rounding moves the root.
+const BRACKET_WIDTH: f64 = 1e-12;
+
+/// Bisection on [lo, hi] (kl(lo) < b ≤ kl(hi)) down to adjacent doubles;
+/// returns the upper end.
+fn bisect(b: f64, mut lo: f64, mut hi: f64) -> f64 {
     loop {
         let mid = lo + (hi - lo) / 2.0;
         if mid <= lo || mid >= hi {

@@ -246,6 +246,20 @@ proptest! {
         prop_assert!(mia_bound(nats(b)) <= mia_bound(nats(b * (1.0 + r))));
     }
 
+    /// Newton's bracket changes where the bisection starts, not the bound:
+    /// the same s as bisecting all of [0, ½], for B from 10⁻³⁰⁰ up to ln 2,
+    /// where the bracket is widest. (Above x ≈ 0.05 the crossing in x may
+    /// differ by a few ulps of x, where the KL's rounding is not monotone;
+    /// settled on the grid of s, it is the same.)
+    #[test]
+    fn the_newton_bracket_finds_the_bisections_bound(e in -300.0f64..LN_2.log10(), near_ln2 in 0.0f64..1e-3) {
+        for b in [10f64.powf(e), LN_2 * (1.0 - near_ln2)] {
+            if b < LN_2 {
+                prop_assert_eq!(mia_bound(nats(b)), on_grid_of_s(b, bisect(b, 0.0, 0.5)), "B = {:e}", b);
+            }
+        }
+    }
+
     /// The bisection solves kl(½ + x) = B to full precision in x.
     #[test]
     fn advantage_inverts_kl(b in budget()) {

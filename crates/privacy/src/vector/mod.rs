@@ -5,8 +5,9 @@
 //! as label mode (argument in `docs/assurance/privacy-core.md` §4).
 //!
 //! With X = diag(√w)(V − 1μᵀ), C = XᵀX. The basis U (d × r) is X's right
-//! singular vectors, found either by the thin SVD of X or, when d > 2m, from
-//! the eigenvectors of the m × m Gram matrix K = XXᵀ ([`Basis`]); each
+//! singular vectors, found from the eigenvectors of the smaller of X's two
+//! Gram matrices — C itself when d ≤ m, K = XXᵀ (m × m) otherwise — or, when
+//! that declines, by the thin SVD of X ([`Basis`]); each
 //! direction's variance comes from an upper bound of ‖X u_j‖², the exact
 //! quadratic form. When r < d the signal left outside span(U) is bounded
 //! from above and covered by isotropic noise on the complement (a
@@ -14,18 +15,21 @@
 //! range(Σ) holds without trusting either decomposition's rank.
 //!
 //! # Runtime
-//! d ≤ 2m: one thin SVD of m × d (LAPACK `gesdd`) and three O(m·d·r)
-//! products. d > 2m: K (one m × d × m product), `gesdd` on K (m × m), the
-//! d-wide directions, the orthonormality check, the coefficients and the
-//! residual (four more): ~0.5–0.6× the SVD path's time at d = 1000 and
-//! 10 000. Milliseconds at d = 1000; callers run it off the async executor.
+//! d ≤ m: C (BLAS `dsyrk`, m·d² flops), LAPACK `dsyevd` on the d × d C, the
+//! orthonormality check and the coefficients. d > m: K (`dsyrk`, m²·d),
+//! `dsyevd` on K (m × m), the d-wide directions, the orthonormality check,
+//! the coefficients and the residual (four O(m·d·r) products). Both are
+//! faster than the thin SVD of X (LAPACK `gesdd`), which serves only when
+//! they decline. Milliseconds at d = 1000; callers run it off the async
+//! executor.
 
 use super::noise::{Noise, NoiseDraw, Orthonormal};
 use super::posterior::Posterior;
 use super::{Nats, PrivacyError};
 use ndarray::linalg::general_mat_mul;
-use ndarray::{Array1, Array2, ArrayView2, Axis};
+use ndarray::{Array1, Array2, ArrayView2, Axis, Slice};
 use ndarray_linalg::{JobSvd, SVDDC};
+use pacpriv_lapack::Side;
 
 /// Noise for one vector-mode query under one posterior.
 #[derive(Clone, Debug)]
@@ -63,7 +67,7 @@ pub enum Path {
     Auto,
     /// The SVD of X.
     Svd,
-    /// The Gram matrix whenever it can give a checked basis (d > 2m) and
+    /// A Gram matrix whenever it gives a checked basis and (d > m)
     /// leaves out at most [`GRAM_LEFT_OUT_MARGIN`] times what
     /// [`Path::Auto`] allows — what a verifier needs to follow a server
     /// whose kernels chose it near that threshold, and no further, so that
@@ -77,8 +81,8 @@ pub enum Path {
 ///
 /// # Errors
 /// As [`calibrate`]; [`PrivacyError::Linalg`] if `path` is [`Path::Gram`]
-/// and the Gram matrix gives no checked basis (d ≤ 2m, or LAPACK or the
-/// checks refuse it).
+/// and the Gram matrix gives no checked basis (LAPACK or the checks
+/// refuse it).
 pub fn calibrate_on<'a>(
     posterior: &Posterior,
     outputs: ArrayView2<'a, f64>,
@@ -187,7 +191,8 @@ pub enum Basis {
     Unanimous,
     /// Right singular vectors of X (LAPACK `gesdd` on m × d).
     Svd,
-    /// Eigenvectors of K = XXᵀ mapped to ℝ^d (`gram_basis`).
+    /// Eigenvectors of C = XᵀX (d ≤ m), or of K = XXᵀ mapped to ℝ^d
+    /// (`gram_basis`).
     Gram,
 }
 
@@ -210,53 +215,82 @@ pub const GRAM_LEFT_OUT_MARGIN: f64 = 10.0;
 
 /// How much of the signal the Gram basis may leave outside itself: the
 /// isotropic noise that covers it on all d coordinates must stay below
-/// this share of the noise along the basis (see [`gram_basis`]).
+/// this share of the noise along the basis (see [`rows_basis`]).
 const GRAM_LEFT_OUT: f64 = 1e-6;
 
-/// The basis from the m × m Gram matrix K = XXᵀ (issue 44 §3): when d is
-/// well above m, one m × d × m product and an m × m eigendecomposition
-/// cost a fraction of the thin SVD of X. With K = WΛWᵀ, u_j = Xᵀw_j/‖Xᵀw_j‖
-/// is X's right singular vector for λ_j.
+/// The basis from the smaller of X's two Gram matrices (issue 44 §3,
+/// issue 56 §1): C = XᵀX when d ≤ m ([`columns_basis`]), K = XXᵀ otherwise
+/// ([`rows_basis`]). Either is one BLAS `dsyrk` and one LAPACK `dsyevd` on a
+/// matrix of at most m × m, where the thin SVD of X costs more at every d
+/// measured (`BENCHMARKS.md`, "Vector mode").
 ///
-/// `None` (use the SVD) when d ≤ 2m, when LAPACK fails on K, when K's
-/// largest eigenvalue is too small for [`GRAM_KEEP`] to be a normal
-/// number, when a mapped column's squared norm is not a normal number,
-/// when K's spectrum would leave out more signal than `left_out_share`
-/// ([`GRAM_LEFT_OUT`] on the server's path) allows — what is left out gets isotropic noise of
-/// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total, against
-/// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
-/// the orthonormality check. So the choice can cost time, never privacy:
-/// whichever basis is returned goes through the same certificate.
+/// `None` (use the SVD) when the chosen side declines. Whichever basis is
+/// returned goes through the same orthonormality check and certificate, so
+/// the choice can cost time, never privacy.
 fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
     let (m, d) = centred.dim();
-    if d <= 2 * m {
-        return None;
-    }
+    if d <= m { columns_basis(centred, sqrt_w) } else { rows_basis(centred, sqrt_w, left_out_share) }
+}
+
+/// d ≤ m: U = every eigenvector of the d × d C = XᵀX. LAPACK returns them
+/// orthonormal to round-off whatever the spectrum, so all d are kept and
+/// nothing is left outside the basis. Where C's rounding (~m·2⁻⁵³·‖X‖²)
+/// swamps a direction's signal its eigenvector is mixed with others; its
+/// quadratic form, computed from X, then carries that rounding, and the
+/// direction gets a little more noise than the SVD would give it (never
+/// less: the certificate holds for any orthonormal basis).
+///
+/// `None` when C's entries overflow, when LAPACK fails, or when the
+/// eigenvectors fail the orthonormality check.
+fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Option<Orthonormal> {
+    let x = centred * &sqrt_w.view().insert_axis(Axis(1));
+    let c = pacpriv_lapack::gram(x.view(), Side::Columns).ok()?;
+    let eigen = pacpriv_lapack::eigh(c.view()).ok()?;
+    Orthonormal::check(eigen.vectors).ok()
+}
+
+/// d > m: with K = XXᵀ = WΛWᵀ (m × m), u_j = Xᵀw_j/‖Xᵀw_j‖ is X's right
+/// singular vector for λ_j: one m × d × m product and an m × m
+/// eigendecomposition cost a fraction of the thin SVD of X.
+///
+/// `None` (use the SVD) when LAPACK fails on K, when K's largest
+/// eigenvalue is too small for [`GRAM_KEEP`] to be a normal number, when a
+/// mapped column's squared norm is not a normal number, when K's spectrum
+/// would leave out more signal than `left_out_share` ([`GRAM_LEFT_OUT`] on
+/// the server's path) allows — what is left out gets isotropic noise of
+/// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total, against
+/// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
+/// the orthonormality check.
+fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
+    let (m, d) = centred.dim();
     // X = diag(√w)·centred is never formed: K = diag(√w)(centred·centredᵀ)diag(√w)
     // and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide scaling each.
-    let mut k = centred.dot(&centred.t());
+    let mut k = pacpriv_lapack::gram(centred.view(), Side::Rows).ok()?;
     for ((i, j), kij) in k.indexed_iter_mut() {
         *kij *= sqrt_w[i] * sqrt_w[j];
     }
     // A LAPACK failure here only costs the SVD.
-    let Ok((Some(mut w), lambda, _)) = k.svddc(JobSvd::Some) else {
-        return None;
-    };
+    let eigen = pacpriv_lapack::eigh(k.view()).ok()?;
+    // Ascending: the largest is last.
+    let lambda = &eigen.values;
     // Below this, GRAM_KEEP·top underflows and directions of no signal
     // would be kept (the SVD serves such inputs).
-    let top = lambda.first().copied().unwrap_or(0.0);
+    let top = lambda.last().copied().unwrap_or(0.0);
     if top < f64::MIN_POSITIVE / GRAM_KEEP {
         return None;
     }
-    let kept = lambda.iter().take_while(|&&l| l >= GRAM_KEEP * top).count();
-    let left_out: f64 = lambda.iter().skip(kept).sum();
-    let along: f64 = lambda.iter().take(kept).map(|l| l.sqrt()).sum();
+    let kept = lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count();
+    let first_kept = m - kept;
+    // A negative eigenvalue is K's rounding: it holds no signal.
+    let left_out: f64 = lambda.iter().take(first_kept).map(|l| l.max(0.0)).sum();
+    let along: f64 = lambda.iter().skip(first_kept).map(|l| l.sqrt()).sum();
     // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b).
     if d as f64 * left_out > left_out_share * super::noise::RESIDUAL_SHARE * along * along {
         return None;
     }
+    let mut w = eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..));
     w *= &sqrt_w.view().insert_axis(Axis(1));
-    let mut basis = centred.t().dot(&w.slice_axis(Axis(1), (..kept).into()));
+    let mut basis = centred.t().dot(&w);
     // Column norms in one pass over the rows (the basis is d × r, row-major).
     let mut norms = Array1::<f64>::zeros(kept);
     for row in basis.rows() {
@@ -311,16 +345,22 @@ impl VectorCalibration<'_> {
         if self.noise.is_exact() {
             return Array1::zeros(m);
         }
-        let empty = Array1::zeros(0);
+        let secret_residual = (!self.residual.is_empty()).then(|| self.residual.row(secret));
         (0..m)
             .map(|i| {
                 let dc = &self.coef.row(secret) - &self.coef.row(i);
-                if self.residual.is_empty() {
-                    self.noise.log_likelihood(dc.view(), empty.view(), draw)
-                } else {
-                    let dr = &self.residual.row(secret) - &self.residual.row(i);
-                    self.noise.log_likelihood(dc.view(), dr.view(), draw)
-                }
+                // ‖(res_s − res_i) + z_res‖², δ_res formed term by term, as
+                // Noise::log_likelihood forms it: exactly z_res for i = s.
+                let outside = match secret_residual {
+                    Some(rs) => rs
+                        .iter()
+                        .zip(self.residual.row(i))
+                        .zip(&draw.residual)
+                        .map(|((s, x), z)| (s - x + z) * (s - x + z))
+                        .sum(),
+                    None => draw.residual.dot(&draw.residual),
+                };
+                self.noise.log_likelihood_outside(dc.view(), outside, draw)
             })
             .collect()
     }

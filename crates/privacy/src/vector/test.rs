@@ -142,11 +142,23 @@ fn a_concentrated_posterior_falls_back_to_the_svd() -> Result<(), PrivacyError> 
     Ok(())
 }
 
-/// d ≤ 2m: the Gram matrix would not be smaller than the SVD's work.
+/// d ≤ m: the basis is every eigenvector of the d × d C = XᵀX, and the
+/// noise is the SVD path's: the same certificate, the same total noise up to
+/// what C's rounding adds to its weakest directions.
 #[test]
-fn few_outputs_use_the_svd() -> Result<(), PrivacyError> {
-    let v = jittered_scores(8, 16);
-    let cal = calibrate(&spread_posterior(8, 1.0, 3), v.view(), b(2f64.powi(-32)))?;
-    assert_eq!(cal.basis_source(), Basis::Svd);
+fn few_outputs_take_the_covariance_and_give_the_svds_noise() -> Result<(), PrivacyError> {
+    for (m, d) in [(8, 1), (8, 5), (8, 8), (128, 10), (128, 100), (128, 128)] {
+        let v = jittered_scores(m, d);
+        let p = spread_posterior(m, 1.0, 3);
+        let bb = 2f64.powi(-32);
+        let gram = calibrate(&p, v.view(), b(bb))?;
+        let svd = calibrate_on(&p, v.view(), b(bb), Path::Svd)?;
+        assert_eq!((gram.basis_source(), svd.basis_source()), (Basis::Gram, Basis::Svd), "m = {m}, d = {d}");
+        assert_eq!((gram.noise().rank(), gram.noise().complement()), (d, 0.0), "a full basis, no complement");
+        assert!(gram.noise().mi_bound() <= bb * (1.0 - crate::noise::CERTIFICATE_MARGIN));
+        let total = |n: &Noise| n.variances().sum();
+        let (g, s) = (total(gram.noise()), total(svd.noise()));
+        assert!(g >= s * (1.0 - 1e-9) && g <= s * (1.0 + 1e-6), "m = {m}, d = {d}: trace {g:e} vs {s:e}");
+    }
     Ok(())
 }
