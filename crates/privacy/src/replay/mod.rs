@@ -32,8 +32,8 @@
 //! so, for the caller to refuse or report (`pacpriv verify` fails on it
 //! unless told to list such steps instead).
 //!
-//! In vector mode with d > 2m the server's kernels may have found the
-//! basis through the other decomposition than the verifier's; a step that
+//! In vector mode the server's kernels (or an earlier release) may have
+//! found the basis through the other decomposition than the verifier's; a step that
 //! does not match on the verifier's is checked on the other before it is
 //! called a mismatch (`privacy-core.md` §9).
 //!
@@ -320,7 +320,8 @@ pub(crate) fn replay_on(
         },
     };
     let noise = &calibrated.noise;
-    let either_basis = matches!(outputs, TeacherOutputs::Vectors(_)) && outputs.dim() > 2 * outputs.len();
+    let either_basis =
+        matches!(outputs, TeacherOutputs::Vectors(_)) && vector::keeps_part_of_k(outputs.len(), outputs.dim());
     let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, either_basis);
     // Checked (or reported unchecked): now applied exactly as the server did.
     apply_recorded(state, step)?;

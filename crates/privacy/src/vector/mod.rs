@@ -218,6 +218,15 @@ pub const GRAM_LEFT_OUT_MARGIN: f64 = 10.0;
 /// this share of the noise along the basis (see [`rows_basis`]).
 const GRAM_LEFT_OUT: f64 = 1e-6;
 
+/// Whether the Gram path takes K = XXᵀ for m teachers' outputs of width d,
+/// and so may keep only part of its spectrum ([`rows_basis`]) where the
+/// SVD keeps every direction: the verifier's noise audit then counts only
+/// directions both would keep
+/// ([`SIGNAL_SHARE_EITHER_BASIS`](crate::noise_audit::SIGNAL_SHARE_EITHER_BASIS)).
+pub fn keeps_part_of_k(m: usize, d: usize) -> bool {
+    d > m
+}
+
 /// The basis from the smaller of X's two Gram matrices (issue 44 §3,
 /// issue 56 §1): C = XᵀX when d ≤ m ([`columns_basis`]), K = XXᵀ otherwise
 /// ([`rows_basis`]). Either is one BLAS `dsyrk` and one LAPACK `dsyevd` on a
@@ -229,7 +238,7 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 /// the choice can cost time, never privacy.
 fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
     let (m, d) = centred.dim();
-    if d <= m { columns_basis(centred, sqrt_w) } else { rows_basis(centred, sqrt_w, left_out_share) }
+    if keeps_part_of_k(m, d) { rows_basis(centred, sqrt_w, left_out_share) } else { columns_basis(centred, sqrt_w) }
 }
 
 /// d ≤ m: U = every eigenvector of the d × d C = XᵀX. LAPACK returns them
