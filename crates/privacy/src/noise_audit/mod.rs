@@ -100,7 +100,7 @@ pub const DEFAULT_ALPHA: f64 = 1e-6;
 /// machine's kernels would compute another variance for it.
 pub const SIGNAL_SHARE: f64 = 1e-5;
 
-/// In vector mode with d > m (where the basis may come from either
+/// In vector mode (where the basis may come from either
 /// decomposition, and the Gram matrix keeps directions down to 10⁻⁶ of its
 /// largest eigenvalue while the SVD keeps them all), a direction counts
 /// only if its variance is at least this share of the largest (√10⁻⁵: its
@@ -164,8 +164,7 @@ pub struct StepEvidence {
 /// The evidence of one noisy step: `noise` is Σ_t as the verifier
 /// recalibrated it, `published` the release on `noise`'s coordinates,
 /// `centres[s]` candidate s's output there, and `either_basis` whether the
-/// basis may come from either vector-mode decomposition (d > m,
-/// [`keeps_part_of_k`](crate::vector::keeps_part_of_k)).
+/// basis may come from either vector-mode decomposition (vector mode).
 pub fn evidence(
     noise: &Noise,
     published: ArrayView1<'_, f64>,

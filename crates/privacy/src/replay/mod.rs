@@ -320,8 +320,7 @@ pub(crate) fn replay_on(
         },
     };
     let noise = &calibrated.noise;
-    let either_basis =
-        matches!(outputs, TeacherOutputs::Vectors(_)) && vector::keeps_part_of_k(outputs.len(), outputs.dim());
+    let either_basis = matches!(outputs, TeacherOutputs::Vectors(_));
     let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, either_basis);
     // Checked (or reported unchecked): now applied exactly as the server did.
     apply_recorded(state, step)?;

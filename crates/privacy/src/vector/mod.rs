@@ -67,7 +67,7 @@ pub enum Path {
     Auto,
     /// The SVD of X.
     Svd,
-    /// A Gram matrix whenever it gives a checked basis and (d > m)
+    /// A Gram matrix whenever it gives a checked basis and
     /// leaves out at most [`GRAM_LEFT_OUT_MARGIN`] times what
     /// [`Path::Auto`] allows — what a verifier needs to follow a server
     /// whose kernels chose it near that threshold, and no further, so that
@@ -191,8 +191,8 @@ pub enum Basis {
     Unanimous,
     /// Right singular vectors of X (LAPACK `gesdd` on m × d).
     Svd,
-    /// Eigenvectors of C = XᵀX (d ≤ m), or of K = XXᵀ mapped to ℝ^d
-    /// (`gram_basis`).
+    /// Strong eigenvectors of C = XᵀX (d ≤ m), or of K = XXᵀ mapped to
+    /// ℝ^d (`gram_basis`).
     Gram,
 }
 
@@ -203,9 +203,10 @@ fn svd_basis(x: &Array2<f64>) -> Result<Orthonormal, PrivacyError> {
     Orthonormal::check(vt.reversed_axes())
 }
 
-/// Directions kept from K's spectrum: eigenvalues at least this share of
-/// the largest. Below it the eigenvectors of K (whose rounding is
-/// ~d·2⁻⁵³·‖X‖²) map to directions too far from orthonormal.
+/// Directions kept from a Gram matrix's spectrum: eigenvalues at least
+/// this share of the largest. Below it the eigenvectors of K (whose
+/// rounding is ~d·2⁻⁵³·‖X‖²) map to directions too far from orthonormal,
+/// and those of C are decided by its rounding.
 const GRAM_KEEP: f64 = 1e-6;
 
 /// How far past [`GRAM_LEFT_OUT`] a verifier follows the Gram path
@@ -215,63 +216,59 @@ pub const GRAM_LEFT_OUT_MARGIN: f64 = 10.0;
 
 /// How much of the signal the Gram basis may leave outside itself: the
 /// isotropic noise that covers it on all d coordinates must stay below
-/// this share of the noise along the basis (see [`rows_basis`]).
+/// this share of the noise along the basis (see [`Spectrum::strong`]).
 const GRAM_LEFT_OUT: f64 = 1e-6;
-
-/// Whether the Gram path takes K = XXᵀ for m teachers' outputs of width d,
-/// and so may keep only part of its spectrum ([`rows_basis`]) where the
-/// SVD keeps every direction: the verifier's noise audit then counts only
-/// directions both would keep
-/// ([`SIGNAL_SHARE_EITHER_BASIS`](crate::noise_audit::SIGNAL_SHARE_EITHER_BASIS)).
-pub fn keeps_part_of_k(m: usize, d: usize) -> bool {
-    d > m
-}
 
 /// The basis from the smaller of X's two Gram matrices (issue 44 §3,
 /// issue 56 §1): C = XᵀX when d ≤ m ([`columns_basis`]), K = XXᵀ otherwise
 /// ([`rows_basis`]). Either is one BLAS `dsyrk` and one LAPACK `dsyevd` on a
 /// matrix of at most m × m, where the thin SVD of X costs more at every d
-/// measured (`BENCHMARKS.md`, "Vector mode").
+/// measured (`BENCHMARKS.md`, "Vector mode"). Both square X's condition
+/// number, so both keep only the directions whose eigenvalue is at least
+/// [`GRAM_KEEP`] of the largest ([`Spectrum::strong`]); what they leave out
+/// is covered by the complement's isotropic noise.
 ///
 /// `None` (use the SVD) when the chosen side declines. Whichever basis is
 /// returned goes through the same orthonormality check and certificate, so
 /// the choice can cost time, never privacy.
 fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
     let (m, d) = centred.dim();
-    if keeps_part_of_k(m, d) { rows_basis(centred, sqrt_w, left_out_share) } else { columns_basis(centred, sqrt_w) }
+    if d <= m { columns_basis(centred, sqrt_w, left_out_share) } else { rows_basis(centred, sqrt_w, left_out_share) }
 }
 
-/// d ≤ m: U = every eigenvector of the d × d C = XᵀX. LAPACK returns them
-/// orthonormal to round-off whatever the spectrum, so all d are kept and
-/// nothing is left outside the basis. Where C's rounding (~m·2⁻⁵³·‖X‖²)
-/// swamps a direction's signal its eigenvector is mixed with others; its
-/// quadratic form, computed from X, then carries that rounding, and the
-/// direction gets a little more noise than the SVD would give it (never
-/// less: the certificate holds for any orthonormal basis).
+/// d ≤ m: U = the eigenvectors of the d × d C = XᵀX for its strong
+/// eigenvalues. They are X's right singular vectors, orthonormal to
+/// round-off as LAPACK returns them.
 ///
-/// `None` when C's entries overflow, when LAPACK fails, or when the
-/// eigenvectors fail the orthonormality check.
-fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>) -> Option<Orthonormal> {
+/// Why not all d of them: C's rounding (~m·2⁻⁵³·‖X‖²) decides the
+/// eigenvectors of its weakest eigenvalues, and with them those
+/// directions' variances, so another machine's kernels would compute
+/// another Σ there and Eq. 4's update could not be checked (`pacpriv
+/// verify`). The complement's isotropic noise covers them instead, as in
+/// [`rows_basis`].
+///
+/// `None` when C's entries overflow, when LAPACK fails, when the spectrum
+/// declines ([`Spectrum::strong`]), or when the eigenvectors fail the
+/// orthonormality check.
+fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
+    let d = centred.ncols();
     let x = centred * &sqrt_w.view().insert_axis(Axis(1));
     let c = pacpriv_lapack::gram(x.view(), Side::Columns).ok()?;
     let eigen = pacpriv_lapack::eigh(c.view()).ok()?;
-    Orthonormal::check(eigen.vectors).ok()
+    let first_kept = Spectrum(&eigen.values).strong(d, left_out_share)?;
+    Orthonormal::check(eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..))).ok()
 }
 
 /// d > m: with K = XXᵀ = WΛWᵀ (m × m), u_j = Xᵀw_j/‖Xᵀw_j‖ is X's right
 /// singular vector for λ_j: one m × d × m product and an m × m
 /// eigendecomposition cost a fraction of the thin SVD of X.
 ///
-/// `None` (use the SVD) when LAPACK fails on K, when K's largest
-/// eigenvalue is too small for [`GRAM_KEEP`] to be a normal number, when a
-/// mapped column's squared norm is not a normal number, when K's spectrum
-/// would leave out more signal than `left_out_share` ([`GRAM_LEFT_OUT`] on
-/// the server's path) allows — what is left out gets isotropic noise of
-/// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total, against
-/// (Σ_kept √λ)²/(2b) along the basis — or when the mapped directions fail
-/// the orthonormality check.
+/// `None` (use the SVD) when LAPACK fails on K, when the spectrum declines
+/// ([`Spectrum::strong`]), when a mapped column's squared norm is not a
+/// normal number, or when the mapped directions fail the orthonormality
+/// check.
 fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
-    let (m, d) = centred.dim();
+    let d = centred.ncols();
     // X = diag(√w)·centred is never formed: K = diag(√w)(centred·centredᵀ)diag(√w)
     // and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide scaling each.
     let mut k = pacpriv_lapack::gram(centred.view(), Side::Rows).ok()?;
@@ -280,23 +277,8 @@ fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
     }
     // A LAPACK failure here only costs the SVD.
     let eigen = pacpriv_lapack::eigh(k.view()).ok()?;
-    // Ascending: the largest is last.
-    let lambda = &eigen.values;
-    // Below this, GRAM_KEEP·top underflows and directions of no signal
-    // would be kept (the SVD serves such inputs).
-    let top = lambda.last().copied().unwrap_or(0.0);
-    if top < f64::MIN_POSITIVE / GRAM_KEEP {
-        return None;
-    }
-    let kept = lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count();
-    let first_kept = m - kept;
-    // A negative eigenvalue is K's rounding: it holds no signal.
-    let left_out: f64 = lambda.iter().take(first_kept).map(|l| l.max(0.0)).sum();
-    let along: f64 = lambda.iter().skip(first_kept).map(|l| l.sqrt()).sum();
-    // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ GRAM_LEFT_OUT · along²/(2b).
-    if d as f64 * left_out > left_out_share * super::noise::RESIDUAL_SHARE * along * along {
-        return None;
-    }
+    let first_kept = Spectrum(&eigen.values).strong(d, left_out_share)?;
+    let kept = eigen.values.len() - first_kept;
     let mut w = eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..));
     w *= &sqrt_w.view().insert_axis(Axis(1));
     let mut basis = centred.t().dot(&w);
@@ -311,6 +293,37 @@ fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
     let inverse = norms.mapv(|n| 1.0 / n.sqrt());
     basis *= &inverse.view().insert_axis(Axis(0));
     Orthonormal::check(basis).ok()
+}
+
+/// A Gram matrix's eigenvalues in ascending order (LAPACK's).
+struct Spectrum<'a>(&'a Array1<f64>);
+
+impl Spectrum<'_> {
+    /// The index of the first eigenvalue kept: those at least
+    /// [`GRAM_KEEP`] of the largest. `None` (use the SVD) when the largest
+    /// is too small for that share to be a normal number, or when what the
+    /// left-out directions carry would get more isotropic noise than
+    /// `left_out_share` allows ([`GRAM_LEFT_OUT`] on the server's path):
+    /// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total,
+    /// against (Σ_kept √λ)²/(2b) along the basis.
+    fn strong(&self, d: usize, left_out_share: f64) -> Option<usize> {
+        let lambda = self.0;
+        // Below this, GRAM_KEEP·top underflows and directions of no signal
+        // would be kept (the SVD serves such inputs).
+        let top = lambda.last().copied().unwrap_or(0.0);
+        if top < f64::MIN_POSITIVE / GRAM_KEEP {
+            return None;
+        }
+        let first_kept = lambda.len() - lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count();
+        // A negative eigenvalue is rounding: it holds no signal.
+        let left_out: f64 = lambda.iter().take(first_kept).map(|l| l.max(0.0)).sum();
+        let along: f64 = lambda.iter().skip(first_kept).map(|l| l.sqrt()).sum();
+        // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ share · along²/(2b).
+        if d as f64 * left_out > left_out_share * super::noise::RESIDUAL_SHARE * along * along {
+            return None;
+        }
+        Some(first_kept)
+    }
 }
 
 /// Teacher vectors must have at least one column and only finite values.
