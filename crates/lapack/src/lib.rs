@@ -14,10 +14,17 @@
 //! This is the workspace's one crate with `unsafe` code, and it holds
 //! nothing else. Each unsafe block is a single FFI call. The function
 //! around it establishes everything the routine reads before the call:
-//! dimensions that fit a C `int`, leading dimensions ≥ 1, buffers of
-//! exactly the length the routine indexes, owned and contiguous, and finite
-//! input. After the call it reads only what the routine wrote. Nothing
-//! borrowed outlives the call.
+//! dimensions that fit a C `int`, leading dimensions ≥ 1, and buffers of
+//! exactly the length the routine indexes, owned and contiguous (and, for
+//! `dsyevd`, finite input: NaN would be its to handle; `dsyrk` just
+//! propagates it). After the call it reads only what the routine wrote.
+//! Nothing borrowed outlives the call.
+//!
+//! Both calls assume an LP64 OpenBLAS (32-bit `int`), Debian's
+//! `libopenblas-dev`; an ILP64 build would need `i64` sizes. `dsyevd_` is
+//! declared here with the two hidden lengths of its character arguments
+//! that gfortran-compiled LAPACK expects, rather than through a binding
+//! that omits them.
 //!
 //! The privacy core does not trust either result: the basis it builds from
 //! them is checked to be orthonormal and every quadratic form is recomputed
@@ -153,9 +160,10 @@ pub fn eigh(a: ArrayView2<'_, f64>) -> Result<Eigh, Error> {
     // SAFETY: every pointer is to an owned buffer of the length dsyevd indexes:
     // A n × n with lda = n ≥ 1, W n, WORK lwork and IWORK liwork, both at least
     // the documented minimum for JOBZ = 'V' (1 + 6n + 2n², 3 + 5n); the
-    // scalars are locals. All outlive the call.
+    // scalars are locals, and the two character arguments are one byte each
+    // (their hidden lengths). All outlive the call.
     unsafe {
-        lapack_sys::dsyevd_(
+        dsyevd_(
             &(b'V' as c_char),
             &(b'U' as c_char),
             &n_c,
@@ -167,6 +175,8 @@ pub fn eigh(a: ArrayView2<'_, f64>) -> Result<Eigh, Error> {
             iwork.as_mut_ptr(),
             &liwork_c,
             &mut info,
+            1,
+            1,
         );
     }
     if info != 0 {
@@ -175,6 +185,26 @@ pub fn eigh(a: ArrayView2<'_, f64>) -> Result<Eigh, Error> {
     // LAPACK returns the eigenvectors as the columns of a column-major matrix.
     let vectors = Array2::from_shape_vec((n, n).f(), buf).map_err(|e| Error::Shape(e.to_string()))?;
     Ok(Eigh { values: Array1::from(values), vectors })
+}
+
+// LAPACK's Fortran interface, with the hidden lengths of JOBZ and UPLO
+// that gfortran passes after the other arguments (size_t each).
+unsafe extern "C" {
+    fn dsyevd_(
+        jobz: *const c_char,
+        uplo: *const c_char,
+        n: *const c_int,
+        a: *mut f64,
+        lda: *const c_int,
+        w: *mut f64,
+        work: *mut f64,
+        lwork: *const c_int,
+        iwork: *mut c_int,
+        liwork: *const c_int,
+        info: *mut c_int,
+        jobz_len: usize,
+        uplo_len: usize,
+    );
 }
 
 fn int(x: usize) -> Result<c_int, Error> {

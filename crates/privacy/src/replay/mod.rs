@@ -414,7 +414,7 @@ fn norm(x: &Array1<f64>) -> f64 {
 
 /// Vector mode: Σ on the basis the verifier did not take (the SVD if it
 /// took a Gram matrix, and the other way round), if that calibrates and
-/// certifies. A server before issue 56 took the SVD at m < d ≤ 2m, and one
+/// certifies. A server before issue 56 took the SVD at d ≤ 2m, and one
 /// whose Gram path declined takes it at any d.
 fn other_path(state: &SessionState, outputs: &TeacherOutputs, b: Nats, taken: &Calibrated) -> Option<Calibrated> {
     let other = match taken.source? {

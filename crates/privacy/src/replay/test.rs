@@ -113,7 +113,7 @@ proptest! {
 
     #[test]
     fn vector_transcripts_verify(
-        // d > 2m: the Gram-space basis (vector::gram_basis) as well as the SVD.
+        // d ≤ m and d > m: both Gram matrices' bases (vector::gram_basis).
         m in 2usize..8, d in 1usize..40, n in 1usize..10, b_exp in 4i32..24, seed in any::<u64>(),
         secret_pick in any::<usize>(),
     ) {

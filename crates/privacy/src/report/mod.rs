@@ -165,7 +165,8 @@ fn advantage(b: f64) -> f64 {
 /// The bracket is only a starting point: both ends are checked against
 /// kl itself, so the bisection returns the same double it would from [0, ½].
 fn newton_bracket(b: f64) -> Option<(f64, f64)> {
-    let mut x = (b / 2.0).sqrt().min(0.5);
+    // Below ½, where kl' is finite: at ½ Newton could not move.
+    let mut x = (b / 2.0).sqrt().min(0.5 * (1.0 - 2f64.powi(-20)));
     for _ in 0..NEWTON_STEPS {
         // kl'(x) = ln((1 + 2x)/(1 − 2x)): ∞ at ½, where b < ln 2 lies below.
         let slope = (2.0 * x).ln_1p() - (-2.0 * x).ln_1p();

@@ -16,9 +16,10 @@
 //!
 //! # Runtime
 //! d ≤ m: C (BLAS `dsyrk`, m·d² flops), LAPACK `dsyevd` on the d × d C, the
-//! orthonormality check and the coefficients. d > m: K (`dsyrk`, m²·d),
-//! `dsyevd` on K (m × m), the d-wide directions, the orthonormality check,
-//! the coefficients and the residual (four O(m·d·r) products). Both are
+//! orthonormality check, the coefficients and (when a direction is left
+//! out) the residual. d > m: K (`dsyrk`, m²·d), `dsyevd` on K (m × m), the
+//! d-wide directions, the orthonormality check, the coefficients and the
+//! residual (four O(m·d·r) products). Both are
 //! faster than the thin SVD of X (LAPACK `gesdd`), which serves only when
 //! they decline. Milliseconds at d = 1000; callers run it off the async
 //! executor.
