@@ -26,6 +26,12 @@ import sys
 LAYOUTS = {"per-teacher": ("proxy", "privatizer"), "stacked": ("proxy-stacked", "privatizer-stacked")}
 
 
+def goal(clients):
+    """(median ratio, lowest ratio, p99 ratio) a cell is held to: issue 44
+    up to 32 clients (latency-bound), issue 56 §2 at saturation."""
+    return (0.9, 0.85, 1.25) if clients >= 64 else (0.95, 0.9, 1.2)
+
+
 def rows(report):
     """target -> (answers/s, p99 ms) from the bench's results table."""
     out = {}
@@ -97,17 +103,18 @@ def main():
     print()
     print(f"policy = {a.policy}")
     print()
-    print(f"| layout | clients | privatizer / proxy, median of {a.runs} | lowest | goal ≥ 0.95×, none < 0.9× "
-          f"| p99 ratio, median | goal ≤ 1.2× | unanimous answers |")
+    print(f"| layout | clients | privatizer / proxy, median of {a.runs} | lowest | goal "
+          f"| p99 ratio, median | goal | unanimous answers |")
     print("|---|---:|---:|---:|---|---:|---|---:|")
     for (layout, n), xs in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         med = statistics.median(r for r, _, _ in xs)
         low = min(r for r, _, _ in xs)
         p99 = statistics.median(q for _, q, _ in xs)
         share = statistics.median(u for _, _, u in xs)
-        ok = "met" if med >= 0.95 and low >= 0.9 else "missed"
-        print(f"| {layout} | {n} | {med:.2f}× | {low:.2f}× | {ok} | {p99:.2f}× | {'met' if p99 <= 1.2 else 'missed'} "
-              f"| {share:.1f} % |")
+        (want, floor, tail) = goal(n)
+        ok = "met" if med >= want and low >= floor else "missed"
+        print(f"| {layout} | {n} | {med:.2f}× | {low:.2f}× | ≥ {want}×, none < {floor}×: {ok} | {p99:.2f}× "
+              f"| ≤ {tail}×: {'met' if p99 <= tail else 'missed'} | {share:.1f} % |")
 
     print()
     print(f"CPU µs per answer, median of {a.runs} (the kernel's per-thread accounting: the service's runtime threads, "

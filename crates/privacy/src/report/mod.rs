@@ -114,7 +114,7 @@ fn kl_of_offset(x: f64) -> f64 {
 /// Newton's method on x = s − ½ from Pinsker's bound, then bisection
 /// inside the bracket it gives, down to adjacent doubles: ~10–25 KL
 /// evaluations where bisection from [0, ½] alone took ~60–90 (this is in
-/// every response's budget; `BENCHMARKS.md`, "Profile at saturation"). The
+/// every response's budget; `BENCHMARKS.md`, "Saturation, profiled"). The
 /// upper end of the final bracket is returned, rounded up onto the `f64`
 /// grid of s, so the result is the smallest `f64` whose kl is ≥ B.
 pub fn mia_bound(total: Nats) -> f64 {
