@@ -96,7 +96,8 @@ fn vector_mode(c: &mut Criterion) {
 
 /// The pieces of vector mode in the m × m Gram space (issue 44 §3), each
 /// timed alone on the jittered scores' weighted, centred m × d matrix X,
-/// beside the thin SVD of X that `vector::calibrate` runs for d ≤ 2m: the Gram
+/// beside the thin SVD of X (the fallback, and before issue 56 the path at
+/// d ≤ 2m): the Gram
 /// matrix K = XXᵀ (one m × d × m product), two ways to eigendecompose the
 /// 128 × 128 K (LAPACK `dsyev` through `eigh`; `gesdd` through `svddc`,
 /// whose singular vectors of a symmetric PSD matrix are its eigenvectors),

@@ -326,7 +326,7 @@ proptest! {
             (0..m).map(|_| if draw.random_bool(0.2) { -700.0 } else { draw.random_range(-20.0..0.0) }).collect();
         let all_agree = draw.random_bool(0.2);
         let outputs = if vector {
-            // d > 2m takes the Gram-space basis (vector::gram_basis), d ≤ 2m the SVD.
+            // d ≤ m takes C's basis, d > m K's (vector::gram_basis); the SVD where they decline.
             let d = draw.random_range(1..=40);
             TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| {
                 if all_agree { 0.5 } else { draw.random_range(0.0..1.0) }

@@ -431,3 +431,36 @@ fn honest_vector_steps_verify_checked_at_deployment_sizes() {
         assert_eq!(bits(&s.posterior), bits(&server.posterior));
     }
 }
+
+/// At d ≤ m a server may have taken the SVD (an earlier release, or its
+/// Gram path declined), whose basis spans all d, while the verifier's C
+/// basis leaves the centring's null direction to a complement: an honest
+/// session replays step by step and passes the noise audit. (The audit
+/// also no longer holds such a server's weak directions to the grid floor
+/// that only a complement guarantees, `noise_audit::evidence`; these
+/// outputs do not reach the corner where that floor would have decided.)
+#[test]
+fn an_svd_server_passes_the_audit_of_a_verifier_on_c() {
+    let (m, d) = (8, 8);
+    let start = state(m, 2f64.powi(-12), Policy::Contested);
+    let mut rng = ChaCha20Rng::seed_from_u64(56);
+    let (mut server, mut verifier) = (start.clone(), start.clone());
+    let mut audit = noise_audit::NoiseAudit::new(m);
+    for step in 0..300 {
+        let base: Vec<f64> = (0..d).map(|_| rng.random_range(0.0..1.0)).collect();
+        let v = Array2::from_shape_fn((m, d), |(_, j)| base[j] + rng.random_range(0.0..1e-3));
+        if step == 0 {
+            // The verifier's basis is C's, with a complement (rank ≤ m − 1 < d).
+            let cal =
+                vector::calibrate(&verifier.posterior, v.view(), verifier.ledger.per_query()).expect("calibrates");
+            assert_eq!(cal.basis_source(), vector::Basis::Gram);
+            assert!(cal.noise().complement() > 0.0 && cal.noise().rank() < d);
+        }
+        let entry = vector_step(&mut server, TeacherOutputs::Vectors(v), vector::Path::Svd, &mut rng);
+        let replayed = replay_on(&mut verifier, &entry.recorded(), vector::Path::Auto)
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        audit.add(&replayed.evidence.expect("a noisy step"));
+    }
+    let verdict = audit.verdict();
+    assert!(!verdict.caught(1e-6), "an honest SVD server was caught: {verdict:?}");
+}
