@@ -123,14 +123,33 @@ fn basis_ms(d: usize, path: vector::Path, queries: usize) -> anyhow::Result<f64>
     let posterior = Posterior::from_log_weights((0..M).map(|_| rng.random_range(-8.0..0.0)).collect())?;
     let scores = jittered_scores(d);
     let b = Nats::new(2f64.powi(-32))?;
+    let ns = median_ns(
+        queries,
+        || (),
+        |_| {
+            std::hint::black_box(vector::calibrate_on(&posterior, scores.view(), b, path)?);
+            Ok(())
+        },
+    )?;
+    Ok(ns / 1e6)
+}
+
+/// Median ns per call of `call` over 5 batches of `queries / 5`, each
+/// batch on a fresh `start()`.
+fn median_ns<S>(
+    queries: usize,
+    mut start: impl FnMut() -> S,
+    mut call: impl FnMut(&mut S) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
     let batch = (queries / 5).max(1);
     let mut times = Vec::with_capacity(5);
     for _ in 0..5 {
+        let mut state = start();
         let began = Instant::now();
         for _ in 0..batch {
-            std::hint::black_box(vector::calibrate_on(&posterior, scores.view(), b, path)?);
+            call(&mut state)?;
         }
-        times.push(began.elapsed().as_secs_f64() * 1e3 / batch as f64);
+        times.push(began.elapsed().as_secs_f64() * 1e9 / batch as f64);
     }
     times.sort_by(f64::total_cmp);
     Ok(times[2])
@@ -187,18 +206,14 @@ fn rust_ns(outputs: &TeacherOutputs, queries: usize) -> anyhow::Result<f64> {
         ledger: Ledger::new(Nats::new(2f64.powi(-32))?, Nats::new(1e9)?, Policy::Paper)?,
     };
     let secret = SecretIndex::new(M - 1, M)?;
-    let batch = (queries / 5).max(1);
-    let mut times = Vec::with_capacity(5);
-    for _ in 0..5 {
-        let mut state = start.clone();
-        let began = Instant::now();
-        for _ in 0..batch {
-            std::hint::black_box(mechanism::answer(&mut state, outputs, secret, None, &mut rng)?);
-        }
-        times.push(began.elapsed().as_secs_f64() * 1e9 / batch as f64);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[2])
+    median_ns(
+        queries,
+        || start.clone(),
+        |state| {
+            std::hint::black_box(mechanism::answer(state, outputs, secret, None, &mut rng)?);
+            Ok(())
+        },
+    )
 }
 
 /// One case of the baseline's output.

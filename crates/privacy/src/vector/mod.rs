@@ -217,7 +217,7 @@ pub const GRAM_LEFT_OUT_MARGIN: f64 = 10.0;
 
 /// How much of the signal the Gram basis may leave outside itself: the
 /// isotropic noise that covers it on all d coordinates must stay below
-/// this share of the noise along the basis (see [`Spectrum::strong`]).
+/// this share of the noise along the basis (see [`first_strong`]).
 const GRAM_LEFT_OUT: f64 = 1e-6;
 
 /// The basis from the smaller of X's two Gram matrices (issue 44 §3,
@@ -226,7 +226,7 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 /// matrix of at most m × m, where the thin SVD of X costs more at every d
 /// measured (`BENCHMARKS.md`, "Vector mode"). Both square X's condition
 /// number, so both keep only the directions whose eigenvalue is at least
-/// [`GRAM_KEEP`] of the largest ([`Spectrum::strong`]); what they leave out
+/// [`GRAM_KEEP`] of the largest ([`first_strong`]); what they leave out
 /// is covered by the complement's isotropic noise.
 ///
 /// `None` (use the SVD) when the chosen side declines. Whichever basis is
@@ -249,14 +249,14 @@ fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
 /// [`rows_basis`].
 ///
 /// `None` when C's entries overflow, when LAPACK fails, when the spectrum
-/// declines ([`Spectrum::strong`]), or when the eigenvectors fail the
+/// declines ([`first_strong`]), or when the eigenvectors fail the
 /// orthonormality check.
 fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
     let d = centred.ncols();
     let x = centred * &sqrt_w.view().insert_axis(Axis(1));
     let c = pacpriv_lapack::gram(x.view(), Side::Columns).ok()?;
     let eigen = pacpriv_lapack::eigh(c.view()).ok()?;
-    let first_kept = Spectrum(&eigen.values).strong(d, left_out_share)?;
+    let first_kept = first_strong(&eigen.values, d, left_out_share)?;
     Orthonormal::check(eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..))).ok()
 }
 
@@ -265,7 +265,7 @@ fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f6
 /// eigendecomposition cost a fraction of the thin SVD of X.
 ///
 /// `None` (use the SVD) when LAPACK fails on K, when the spectrum declines
-/// ([`Spectrum::strong`]), when a mapped column's squared norm is not a
+/// ([`first_strong`]), when a mapped column's squared norm is not a
 /// normal number, or when the mapped directions fail the orthonormality
 /// check.
 fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
@@ -278,7 +278,7 @@ fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
     }
     // A LAPACK failure here only costs the SVD.
     let eigen = pacpriv_lapack::eigh(k.view()).ok()?;
-    let first_kept = Spectrum(&eigen.values).strong(d, left_out_share)?;
+    let first_kept = first_strong(&eigen.values, d, left_out_share)?;
     let kept = eigen.values.len() - first_kept;
     let mut w = eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..));
     w *= &sqrt_w.view().insert_axis(Axis(1));
@@ -296,35 +296,30 @@ fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
     Orthonormal::check(basis).ok()
 }
 
-/// A Gram matrix's eigenvalues in ascending order (LAPACK's).
-struct Spectrum<'a>(&'a Array1<f64>);
-
-impl Spectrum<'_> {
-    /// The index of the first eigenvalue kept: those at least
-    /// [`GRAM_KEEP`] of the largest. `None` (use the SVD) when the largest
-    /// is too small for that share to be a normal number, or when what the
-    /// left-out directions carry would get more isotropic noise than
-    /// `left_out_share` allows ([`GRAM_LEFT_OUT`] on the server's path):
-    /// Σ_dropped λ/(2·10⁻³·b) per coordinate, d times that in total,
-    /// against (Σ_kept √λ)²/(2b) along the basis.
-    fn strong(&self, d: usize, left_out_share: f64) -> Option<usize> {
-        let lambda = self.0;
-        // Below this, GRAM_KEEP·top underflows and directions of no signal
-        // would be kept (the SVD serves such inputs).
-        let top = lambda.last().copied().unwrap_or(0.0);
-        if top < f64::MIN_POSITIVE / GRAM_KEEP {
-            return None;
-        }
-        let first_kept = lambda.len() - lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count();
-        // A negative eigenvalue is rounding: it holds no signal.
-        let left_out: f64 = lambda.iter().take(first_kept).map(|l| l.max(0.0)).sum();
-        let along: f64 = lambda.iter().skip(first_kept).map(|l| l.sqrt()).sum();
-        // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ share · along²/(2b).
-        if d as f64 * left_out > left_out_share * super::noise::RESIDUAL_SHARE * along * along {
-            return None;
-        }
-        Some(first_kept)
+/// The index of the first eigenvalue kept of a Gram matrix's `lambda`
+/// (ascending, as LAPACK returns them): those at least [`GRAM_KEEP`] of
+/// the largest. `None` (use the SVD) when the largest is too small for that
+/// share to be a normal number, or when what the left-out directions carry
+/// would get more isotropic noise than `left_out_share` allows
+/// ([`GRAM_LEFT_OUT`] on the server's path): Σ_dropped λ/(2·10⁻³·b) per
+/// coordinate, d times that in total, against (Σ_kept √λ)²/(2b) along the
+/// basis.
+fn first_strong(lambda: &Array1<f64>, d: usize, left_out_share: f64) -> Option<usize> {
+    // Below this, GRAM_KEEP·top underflows and directions of no signal
+    // would be kept (the SVD serves such inputs).
+    let top = lambda.last().copied().unwrap_or(0.0);
+    if top < f64::MIN_POSITIVE / GRAM_KEEP {
+        return None;
     }
+    let first_kept = lambda.len() - lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count();
+    // A negative eigenvalue is rounding: it holds no signal.
+    let left_out: f64 = lambda.iter().take(first_kept).map(|l| l.max(0.0)).sum();
+    let along: f64 = lambda.iter().skip(first_kept).map(|l| l.sqrt()).sum();
+    // Total isotropic noise d·left_out/(2·10⁻³·b) ≤ share · along²/(2b).
+    if d as f64 * left_out > left_out_share * super::noise::RESIDUAL_SHARE * along * along {
+        return None;
+    }
+    Some(first_kept)
 }
 
 /// Teacher vectors must have at least one column and only finite values.
