@@ -1,8 +1,9 @@
 //! pacpriv's privacy core: everything that decides how much noise an answer gets,
 //! what the client learns from it, and what that costs. Pure: no I/O, no
-//! async, no global state, no logging. Noise comes only from a caller's
-//! [`rand::CryptoRng`]; the one internal generator is the seeded ChaCha20
-//! that makes the public secret-space assignment reproducible.
+//! async, no global state, no logging. Noise comes from a caller's
+//! [`rand::CryptoRng`] or from a dataset's secret noise key ([`keyed`]);
+//! the one other internal generator is the seeded ChaCha20 that makes the
+//! public secret-space assignment reproducible.
 //!
 //! Paper: Zhu, Sridhar, Devadas, "PAC-Private Responses with Adversarial
 //! Composition". The argument for each
@@ -14,6 +15,8 @@
 //! | [`nats`] | §2.1 | the checked MI quantity type |
 //! | [`conservative`] | — | arithmetic that rounds privacy loss up |
 //! | [`noise`] | Thm 2.4 | a calibrated covariance Σ, its certificate, sampling |
+//! | [`keyed`] | — | committed noise: the keyed generator of every release's normals |
+//! | [`key_audit`] | Alg. 1 | which teacher plus the key's noise is a published release (`pacpriv verify --noise-key`) |
 //! | [`label`] | Thm 2.4, §4.2.4 | label-mode calibration (k active classes) |
 //! | [`vector`] | Thm 2.4, §2.1 remark | vector-mode calibration (weighted SVD or m × m Gram matrix) |
 //! | [`posterior`] | Eq. 4, Lemma 3.2 | the belief over the m subsets |
@@ -46,6 +49,8 @@ pub mod attack;
 pub mod confidence;
 pub mod conservative;
 pub mod grid;
+pub mod key_audit;
+pub mod keyed;
 pub mod label;
 pub mod ledger;
 pub mod mechanism;

@@ -11,6 +11,7 @@
 
 use super::confidence;
 use super::grid;
+use super::keyed::KeyedNormals;
 use super::label::{self, LabelCalibration};
 use super::ledger::{Ledger, Policy};
 use super::noise::NoiseDraw;
@@ -19,6 +20,7 @@ use super::vector;
 use super::{Nats, PrivacyError};
 use ndarray::{Array1, Array2};
 use rand::CryptoRng;
+use rand_distr::{Distribution, StandardNormal};
 use std::fmt;
 
 /// Index of the secret subset s*, i.e. of the teacher whose output is
@@ -219,7 +221,26 @@ pub fn answer_calibrated<R: CryptoRng + ?Sized>(
     rng: &mut R,
     calibration: Calibration,
 ) -> Result<Answer, PrivacyError> {
-    answer_drawn(state, outputs, secret, alpha, rng, calibration, |_| ())
+    answer_drawn(state, outputs, secret, alpha, &mut || StandardNormal.sample(rng), calibration, |_| ())
+}
+
+/// [`answer_calibrated`] with the draw's standard normals from the keyed
+/// generator at the step's position ([`super::keyed`]): what the service
+/// runs, so that an auditor holding the key recomputes the draw
+/// ([`super::key_audit`]). The caller names the position; it must be one
+/// no other release of the dataset used (`accounting.md` §11).
+///
+/// # Errors
+/// As [`answer`].
+pub fn answer_keyed(
+    state: &mut SessionState,
+    outputs: &TeacherOutputs,
+    secret: SecretIndex,
+    alpha: Option<f64>,
+    normals: &mut KeyedNormals,
+    calibration: Calibration,
+) -> Result<Answer, PrivacyError> {
+    answer_drawn(state, outputs, secret, alpha, &mut || normals.next_normal(), calibration, |_| ())
 }
 
 /// BROKEN ON PURPOSE, tests only: [`answer`] with the noise drawn from
@@ -236,20 +257,21 @@ pub(crate) fn answer_scaled<R: CryptoRng + ?Sized>(
     rng: &mut R,
     c: f64,
 ) -> Result<Answer, PrivacyError> {
-    answer_drawn(state, outputs, secret, None, rng, Calibration::Certified, |draw| {
+    answer_drawn(state, outputs, secret, None, &mut || StandardNormal.sample(rng), Calibration::Certified, |draw| {
         draw.std_coef *= c;
         draw.residual *= c;
     })
 }
 
-/// [`answer_calibrated`] with `reshape` applied to the draw: the identity
-/// everywhere but in the tests' dishonest mechanisms ([`answer_scaled`]).
-pub(crate) fn answer_drawn<R: CryptoRng + ?Sized>(
+/// [`answer_calibrated`] on the standard normals `normals` gives, with
+/// `reshape` applied to the draw: the identity everywhere but in the
+/// tests' dishonest mechanisms ([`answer_scaled`]).
+pub(crate) fn answer_drawn(
     state: &mut SessionState,
     outputs: &TeacherOutputs,
     secret: SecretIndex,
     alpha: Option<f64>,
-    rng: &mut R,
+    normals: &mut dyn FnMut() -> f64,
     calibration: Calibration,
     reshape: impl FnOnce(&mut NoiseDraw),
 ) -> Result<Answer, PrivacyError> {
@@ -311,7 +333,7 @@ pub(crate) fn answer_drawn<R: CryptoRng + ?Sized>(
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
             let center =
                 cal.position_of_teacher(s).ok_or_else(|| PrivacyError::Domain("secret index out of range".into()))?;
-            let mut draw = cal.noise().sample(rng);
+            let mut draw = cal.noise().sample_from(&mut *normals);
             reshape(&mut draw);
             let (label, noisy, published, evidence) = release_label(&cal, center, &draw);
             let log_lik = cal.update_posterior(&mut posterior, center, &draw)?;
@@ -319,7 +341,7 @@ pub(crate) fn answer_drawn<R: CryptoRng + ?Sized>(
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
-            let mut draw = cal.noise().sample(rng);
+            let mut draw = cal.noise().sample_from(&mut *normals);
             reshape(&mut draw);
             let noisy = cal.release(s, &draw);
             let published = grid::publish(v.row(s), &cal.noise().noise_vector(&draw));

@@ -324,15 +324,32 @@ impl Noise {
         self.complement
     }
 
-    /// Draws z ~ N(0, Σ) from a cryptographically secure generator.
+    /// Draws z ~ N(0, Σ) from a cryptographically secure generator
+    /// ([`Noise::sample_from`] on its standard normals).
     pub fn sample<R: CryptoRng + ?Sized>(&self, rng: &mut R) -> NoiseDraw {
-        let std_coef: Array1<f64> = (0..self.rank()).map(|_| StandardNormal.sample(rng)).collect();
+        self.sample_from(|| StandardNormal.sample(rng))
+    }
+
+    /// Draws z = Σ^{1/2}·g for g the next |coords| values of `normal`
+    /// (standard normals; none for an exact answer): along u_j the
+    /// coefficient g_j' = u_jᵀg, in the complement √f·(g − U·Uᵀg).
+    ///
+    /// The symmetric square root, not U·diag(√v)·g′ for g′ drawn in the
+    /// basis, so that the noise depends on U only through Σ: a verifier
+    /// whose LAPACK returns another basis of a repeated eigenvalue's space
+    /// recomputes the same z from the same g (the keyed audit,
+    /// `privacy-core.md` §10). For U orthonormal, Uᵀg and (I − UUᵀ)g are
+    /// independent N(0, I_r) and N(0, I − UUᵀ), so z ~ N(0, Σ); a nearly
+    /// orthonormal U (η ≤ 10⁻¹⁰) moves the coefficients' covariance UᵀU by
+    /// at most η, which the certificate's margin covers (§2).
+    pub fn sample_from(&self, mut normal: impl FnMut() -> f64) -> NoiseDraw {
+        if self.is_exact() {
+            return NoiseDraw { std_coef: Array1::zeros(0), residual: Array1::zeros(0) };
+        }
+        let g: Array1<f64> = (0..self.coords.len()).map(|_| normal()).collect();
+        let std_coef = self.basis.t().dot(&g);
         let residual = if self.complement > 0.0 {
-            // (I − UUᵀ)g with g isotropic is independent of Uᵀg, so the
-            // coefficients above and this part together are N(0, Σ).
-            let g: Array1<f64> = (0..self.coords.len()).map(|_| StandardNormal.sample(rng)).collect();
-            let proj = self.basis.dot(&self.basis.t().dot(&g));
-            (g - proj) * self.complement.sqrt()
+            (g - self.basis.dot(&std_coef)) * self.complement.sqrt()
         } else {
             Array1::zeros(0)
         };

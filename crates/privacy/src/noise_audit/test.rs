@@ -70,7 +70,8 @@ fn session(mode: Mode, steps: usize, c: Option<f64>, seed: u64) -> Verdict {
             None => answer(&mut server, &outputs, secret, None, &mut rng),
             // c < 0 stands for the complement's noise dropped, the rest honest.
             Some(c) if c < 0.0 => {
-                answer_drawn(&mut server, &outputs, secret, None, &mut rng, Calibration::Certified, |d| {
+                let mut normal = || rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut rng);
+                answer_drawn(&mut server, &outputs, secret, None, &mut normal, Calibration::Certified, |d| {
                     d.residual *= 0.0
                 })
             }

@@ -46,6 +46,8 @@
 //! - On a mismatch the state is left as it was before the step.
 
 use super::grid::{self, PUBLISHED_CLAMP, PUBLISHED_GRID};
+use super::key_audit;
+use super::keyed::{NoiseKey, Position};
 use super::label;
 use super::ledger::Policy;
 use super::mechanism::{self, SessionState, TeacherOutputs};
@@ -228,6 +230,9 @@ pub struct Replayed {
     /// over a session it bounds how far the replayed posterior can be from
     /// the true one (`privacy-core.md` §9).
     pub slack: f64,
+    /// The keyed audit of the release ([`replay_keyed`]; `None` without a
+    /// key, and for an exact answer, which drew nothing).
+    pub key: Option<key_audit::KeyCheck>,
 }
 
 /// Checks `step` against `state` (the session before it) and applies it.
@@ -235,7 +240,23 @@ pub struct Replayed {
 /// # Errors
 /// The first [`Mismatch`] found; `state` is then unchanged.
 pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed, Mismatch> {
-    replay_on(state, step, vector::Path::Auto)
+    replay_on(state, step, vector::Path::Auto, None)
+}
+
+/// [`replay`], and with the dataset's noise key and the step's position,
+/// the keyed audit of its release ([`key_audit::check`], in
+/// [`Replayed::key`]): on the Σ the recorded update matched, and in vector
+/// mode on the other basis too when that one does not match the key.
+///
+/// # Errors
+/// As [`replay`].
+pub fn replay_keyed(
+    state: &mut SessionState,
+    step: &Recorded<'_>,
+    key: &NoiseKey,
+    at: &Position<'_>,
+) -> Result<Replayed, Mismatch> {
+    replay_on(state, step, vector::Path::Auto, Some((key, at)))
 }
 
 /// [`replay`] with the verifier's first choice of vector-mode basis forced
@@ -244,6 +265,7 @@ pub(crate) fn replay_on(
     state: &mut SessionState,
     step: &Recorded<'_>,
     first: vector::Path,
+    key: Option<(&NoiseKey, &Position<'_>)>,
 ) -> Result<Replayed, Mismatch> {
     let outputs = step.outputs;
     if outputs.len() != state.posterior.len() {
@@ -284,7 +306,7 @@ pub(crate) fn replay_on(
             return Err(Mismatch::NotExact("a log-likelihood vector was applied".into()));
         }
         state.ledger.record(charge).map_err(|e| Mismatch::OverBudget(e.to_string()))?;
-        return Ok(Replayed { mi_bound: 0.0, unanimous, unchecked: None, evidence: None, slack: 0.0 });
+        return Ok(Replayed { mi_bound: 0.0, unanimous, unchecked: None, evidence: None, slack: 0.0, key: None });
     }
 
     let b = state.ledger.per_query();
@@ -322,9 +344,20 @@ pub(crate) fn replay_on(
     let noise = &calibrated.noise;
     let either_basis = matches!(outputs, TeacherOutputs::Vectors(_));
     let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, either_basis);
+    let key = key.map(|(key, at)| {
+        let keyed = |c: &Calibrated| key_audit::check(&c.noise, &c.centres, r.view(), &mut key.normals(at));
+        let check = keyed(&calibrated);
+        if !check.matching.is_empty() {
+            return check;
+        }
+        other_path(state, outputs, b, &calibrated)
+            .map(|o| keyed(&o))
+            .filter(|c| !c.matching.is_empty())
+            .unwrap_or(check)
+    });
     // Checked (or reported unchecked): now applied exactly as the server did.
     apply_recorded(state, step)?;
-    Ok(Replayed { mi_bound: noise.mi_bound(), unanimous, unchecked, evidence: Some(evidence), slack })
+    Ok(Replayed { mi_bound: noise.mi_bound(), unanimous, unchecked, evidence: Some(evidence), slack, key })
 }
 
 /// Applies `step` as recorded, unchecked: the charge (where it fits) and

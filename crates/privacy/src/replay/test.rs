@@ -306,7 +306,7 @@ fn a_step_verifies_on_either_basis_whichever_the_server_took() {
                     if (entry.log_likelihood[0] - derived).abs() > 1e-6 {
                         shifted += 1;
                     }
-                    let replayed = replay_on(&mut verifier, &entry.recorded(), verifier_path);
+                    let replayed = replay_on(&mut verifier, &entry.recorded(), verifier_path, None);
                     let replayed = replayed.unwrap_or_else(|e| {
                         panic!("b = 2^-{b_exp}, step {step}: {server_path:?} on {verifier_path:?}: {e}")
                     });
@@ -457,7 +457,7 @@ fn an_svd_server_passes_the_audit_of_a_verifier_on_c() {
             assert!(cal.noise().complement() > 0.0 && cal.noise().rank() < d);
         }
         let entry = vector_step(&mut server, TeacherOutputs::Vectors(v), vector::Path::Svd, &mut rng);
-        let replayed = replay_on(&mut verifier, &entry.recorded(), vector::Path::Auto)
+        let replayed = replay_on(&mut verifier, &entry.recorded(), vector::Path::Auto, None)
             .unwrap_or_else(|e| panic!("step {step}: {e}"));
         audit.add(&replayed.evidence.expect("a noisy step"));
     }

@@ -1,0 +1,141 @@
+//! The keyed audit of one step: which teachers' output, plus the draw the
+//! noise key gives at the step's position shaped by the Σ the verifier
+//! recalibrated, is the published release (`pacpriv verify --noise-key`;
+//! argument: `docs/assurance/privacy-core.md` §10).
+//!
+//! Algorithm 1 releases r = x_{s*} + Σ^{1/2}·g ([`Noise::sample_from`]),
+//! published as Q(r) on the 2⁻³² grid. With g recomputed from the key, the
+//! verifier forms Q(x_i + z′) for each teacher i, z′ = Σ′^{1/2}·g on its own
+//! Σ′, and calls teacher i *matching* when the difference d from the
+//! published release is within what the grid and the drift between two
+//! machines' kernels explain, in **every** direction of Σ′, whitened:
+//!
+//! - along each basis direction u_j: |u_jᵀd| / √v_j ≤ τ_j =
+//!   (2⁻³²·‖u_j‖₁ + [`KERNEL_DRIFT`]·‖z′‖₂) / √v_j;
+//! - in the complement (vector mode): ‖(I − UUᵀ)d‖₂ / √f ≤
+//!   (2⁻³²·√n + [`KERNEL_DRIFT`]·‖z′‖₂) / √f.
+//!
+//! An operator that released c·z instead of z moves direction j by
+//! (1 − c)·|g′_j| standard deviations: it passes only where that is within
+//! τ_j everywhere. [`KeyCheck::undetectable`] is the largest such 1 − c for
+//! the step; directions with τ_j ≥ 1 (the grid cannot see one standard
+//! deviation of their noise) are counted in [`KeyCheck::unresolved`].
+//!
+//! # Invariants
+//! - Pure: a function of Σ′, the centres, the published release and g.
+//! - Nothing here needs s*: every teacher is tried; the caller checks that
+//!   one teacher matches every step of a dataset.
+
+use super::grid::{self, PUBLISHED_GRID};
+use super::keyed::KeyedNormals;
+use super::noise::Noise;
+use ndarray::{Array1, ArrayView1};
+
+/// The relative drift allowed between the server's z and the verifier's
+/// z′ for the same g: ‖z − z′‖₂ ≤ KERNEL_DRIFT·‖z′‖₂. Σ is recomputed from
+/// the same public inputs, so the two differ only by the kernels' rounding
+/// (eigenvectors, dot products): measured below 10⁻¹² between OpenBLAS's
+/// SSE3 and AVX-512 kernels on the demo's exports (`tests/it/verify.rs`);
+/// this allows a thousand times that.
+pub const KERNEL_DRIFT: f64 = 1e-9;
+
+/// What the key says about one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyCheck {
+    /// The teachers whose output plus the key's noise is the release (in
+    /// label mode, every teacher of the matching class).
+    pub matching: Vec<usize>,
+    /// The largest shortfall 1 − c such that releasing c·z instead of z
+    /// would still match: min over directions of τ_j / |g′_j| (at most 1,
+    /// no noise at all).
+    pub undetectable: f64,
+    /// Directions of Σ′ (and the complement, as one) whose tolerance is a
+    /// whole standard deviation or more: the grid cannot see their noise.
+    pub unresolved: usize,
+}
+
+/// Checks `published` (the release on the noise's coordinate block, in its
+/// order) against every teacher's `centres` (on the same block) plus the
+/// draw `normals` gives, shaped by `noise` (the verifier's Σ′).
+pub fn check(
+    noise: &Noise,
+    centres: &[Array1<f64>],
+    published: ArrayView1<'_, f64>,
+    normals: &mut KeyedNormals,
+) -> KeyCheck {
+    let draw = noise.sample_from(|| normals.next_normal());
+    let z = noise.block(&draw);
+    let basis = noise.basis();
+    let drift = KERNEL_DRIFT * z.dot(&z).sqrt();
+    let tolerances: Vec<f64> = basis
+        .columns()
+        .into_iter()
+        .zip(noise.variances())
+        .map(|(u, v)| (PUBLISHED_GRID * u.iter().map(|x| x.abs()).sum::<f64>() + drift) / v.sqrt())
+        .collect();
+    let n = noise.coords().len();
+    let complement = noise.complement();
+    let res_tolerance = (complement > 0.0).then(|| (PUBLISHED_GRID * (n as f64).sqrt() + drift) / complement.sqrt());
+    // ‖(I − UUᵀ)g‖₂: the complement's draw, whitened.
+    let res_g = if complement > 0.0 { draw.residual.dot(&draw.residual).sqrt() / complement.sqrt() } else { 0.0 };
+
+    let mut undetectable = tolerances
+        .iter()
+        .zip(&draw.std_coef)
+        .map(|(t, g)| t / g.abs())
+        .chain(res_tolerance.map(|t| t / res_g))
+        .fold(f64::INFINITY, f64::min);
+    // More than the whole noise cannot go: a shortfall of 1 is no noise.
+    undetectable = undetectable.min(1.0);
+    let unresolved = tolerances.iter().chain(&res_tolerance).filter(|&&t| t >= 1.0).count();
+
+    // Teachers with the same centre (label mode: one class) are judged once.
+    let mut judged: Vec<(&Array1<f64>, bool)> = Vec::new();
+    let mut matching = Vec::new();
+    for (i, x) in centres.iter().enumerate() {
+        let same = judged.iter().find(|(y, _)| *y == x).map(|&(_, m)| m);
+        let matches = same.unwrap_or_else(|| {
+            let m = matches(noise, x, &z, published, &tolerances, res_tolerance, drift);
+            judged.push((x, m));
+            m
+        });
+        if matches {
+            matching.push(i);
+        }
+    }
+    KeyCheck { matching, undetectable, unresolved }
+}
+
+/// Whether Q(x + z′) is `published` within the tolerances, direction by
+/// direction.
+fn matches(
+    noise: &Noise,
+    x: &Array1<f64>,
+    z: &Array1<f64>,
+    published: ArrayView1<'_, f64>,
+    tolerances: &[f64],
+    res_tolerance: Option<f64>,
+    drift: f64,
+) -> bool {
+    let d: Array1<f64> = x.iter().zip(z).zip(published).map(|((&x, &z), &p)| p - grid::publish_one(x, z)).collect();
+    // Quick reject: an honest coordinate is off by at most a grid step and
+    // the drift. Written so that a NaN fails too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    if d.iter().any(|v| !(v.abs() <= PUBLISHED_GRID + drift)) {
+        return false;
+    }
+    let basis = noise.basis();
+    let t = basis.t().dot(&d);
+    let along = t.iter().zip(noise.variances()).zip(tolerances).all(|((t, v), tol)| t.abs() / v.sqrt() <= *tol);
+    let outside = match res_tolerance {
+        Some(tol) => {
+            let rest = &d - &basis.dot(&t);
+            rest.dot(&rest).sqrt() / noise.complement().sqrt() <= tol
+        }
+        None => true,
+    };
+    along && outside
+}
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,180 @@
+use super::*;
+use crate::keyed::{NoiseKey, Position};
+use crate::ledger::{Ledger, Policy};
+use crate::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
+use crate::noise::Orthonormal;
+use crate::posterior::Posterior;
+use crate::{Nats, PrivacyError, label, vector};
+use ndarray::{Array2, array};
+
+const KEY: [u8; 32] = [5; 32];
+
+fn at(step: u64) -> Position<'static> {
+    Position { dataset: "default", session: "s", step }
+}
+
+fn session(m: usize) -> Result<SessionState, PrivacyError> {
+    let b = Nats::new(2f64.powi(-10))?;
+    Ok(SessionState { posterior: Posterior::uniform(m)?, ledger: Ledger::new(b, Nats::new(1.0)?, Policy::Contested)? })
+}
+
+/// Σ′ and the centres as the verifier recomputes them before a step.
+fn recalibrate(state: &SessionState, outputs: &TeacherOutputs) -> Result<(Noise, Vec<Array1<f64>>), PrivacyError> {
+    let b = state.ledger.per_query();
+    Ok(match outputs {
+        TeacherOutputs::Labels { labels, classes } => {
+            let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
+            let centres = (0..labels.len())
+                .map(|i| {
+                    let mut x = Array1::zeros(cal.classes().len());
+                    x[cal.position_of_teacher(i).unwrap_or_default()] = 1.0;
+                    x
+                })
+                .collect();
+            (cal.noise().clone(), centres)
+        }
+        TeacherOutputs::Vectors(v) => {
+            let cal = vector::calibrate(&state.posterior, v.view(), b)?;
+            (cal.noise().clone(), v.rows().into_iter().map(|r| r.to_owned()).collect())
+        }
+    })
+}
+
+/// One step through the real mechanism on keyed normals, then its keyed
+/// check on the published release with `published` changed by `forge`
+/// (the identity for an honest operator).
+fn step(
+    state: &mut SessionState,
+    outputs: &TeacherOutputs,
+    secret: usize,
+    version: u64,
+    forge: impl Fn(&Noise, &mut Vec<f64>, &Array1<f64>),
+) -> Result<KeyCheck, PrivacyError> {
+    let (noise, centres) = recalibrate(state, outputs)?;
+    let key = NoiseKey::from_bytes(KEY);
+    let secret = SecretIndex::new(secret, outputs.len())?;
+    let answer =
+        mechanism::answer_keyed(state, outputs, secret, None, &mut key.normals(&at(version)), Calibration::Certified)?;
+    let mut published: Vec<f64> = noise.coords().iter().map(|&c| answer.published[c]).collect();
+    forge(&noise, &mut published, &centres[secret.expose()]);
+    Ok(check(&noise, &centres, ArrayView1::from(&published), &mut key.normals(&at(version))))
+}
+
+/// A release with its noise scaled by `c` around `x` (what a dishonest
+/// operator publishes).
+fn scaled(c: f64) -> impl Fn(&Noise, &mut Vec<f64>, &Array1<f64>) {
+    move |_, published, x| {
+        for (p, x) in published.iter_mut().zip(x) {
+            *p = grid::q(x + c * (*p - x), grid::PUBLISHED_CLAMP);
+        }
+    }
+}
+
+#[test]
+fn honest_label_steps_match_exactly_the_secret_class() -> Result<(), PrivacyError> {
+    let mut state = session(16)?;
+    let secret = 11;
+    for (version, k) in (1..=60).zip([2usize, 3, 10].iter().cycle()) {
+        let labels: Vec<usize> = (0..16).map(|i| (i * 7 + version as usize) % k).collect();
+        let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: 10 };
+        let check = step(&mut state, &outputs, secret, version, |_, _, _| ())?;
+        let class: Vec<usize> = (0..16).filter(|&i| labels[i] == labels[secret]).collect();
+        assert_eq!(check.matching, class, "step {version}, k = {k}");
+        assert!(check.undetectable < 1e-6, "step {version}: {}", check.undetectable);
+        assert_eq!(check.unresolved, 0);
+    }
+    Ok(())
+}
+
+#[test]
+fn scaled_or_missing_label_noise_matches_no_teacher() -> Result<(), PrivacyError> {
+    for c in [0.0, 1e-4, 0.5, 0.999, 1.001, 2.0] {
+        let mut state = session(16)?;
+        for version in 1..=5 {
+            let labels: Vec<usize> = (0..16).map(|i| (i + version as usize) % 3).collect();
+            let outputs = TeacherOutputs::Labels { labels, classes: 3 };
+            let check = step(&mut state, &outputs, 4, version, scaled(c))?;
+            assert!(check.matching.is_empty(), "c = {c}, step {version}: {:?}", check.matching);
+        }
+    }
+    Ok(())
+}
+
+/// Vector mode, d = 8 with Hadamard-like columns (what a colluding client
+/// would choose): honest steps match the secret teacher alone; a release
+/// whose weakest direction's noise was cut to a hundredth, or whose
+/// complement's noise was removed, matches none.
+#[test]
+fn vector_steps_match_the_secret_and_every_direction_counts() -> Result<(), PrivacyError> {
+    let (m, d) = (8, 8);
+    let hadamard = |i: usize, j: usize| if (i & j).count_ones().is_multiple_of(2) { 1.0 } else { -1.0 };
+    let scores = |version: u64| {
+        Array2::from_shape_fn((m, d), |(i, j)| 0.5 + 0.1 * hadamard(i, j) * (1.0 + 0.01 * (version as f64 + j as f64)))
+    };
+    let secret = 6;
+    let mut state = session(m)?;
+    for version in 1..=20 {
+        let outputs = TeacherOutputs::Vectors(scores(version).mapv(grid::centre));
+        let check = step(&mut state, &outputs, secret, version, |_, _, _| ())?;
+        assert_eq!(check.matching, vec![secret], "step {version}");
+    }
+    // The weakest direction cut, or the complement removed.
+    let cut_weakest = |noise: &Noise, published: &mut Vec<f64>, x: &Array1<f64>| {
+        let u = noise.basis();
+        let weakest = (0..noise.rank()).fold(0, |w, j| if noise.variances()[j] < noise.variances()[w] { j } else { w });
+        let r: Array1<f64> = published.iter().zip(x).map(|(p, x)| p - x).collect();
+        let along = u.column(weakest).dot(&r);
+        for (c, p) in published.iter_mut().enumerate() {
+            *p = grid::q(*p - 0.99 * along * u[[c, weakest]], grid::PUBLISHED_CLAMP);
+        }
+    };
+    let no_complement = |noise: &Noise, published: &mut Vec<f64>, x: &Array1<f64>| {
+        let u = noise.basis();
+        let r: Array1<f64> = published.iter().zip(x).map(|(p, x)| p - x).collect();
+        let inside = u.dot(&u.t().dot(&r));
+        for (c, p) in published.iter_mut().enumerate() {
+            *p = grid::q(x[c] + inside[c], grid::PUBLISHED_CLAMP);
+        }
+    };
+    let mut state = session(m)?;
+    let mut complement_caught = 0;
+    for version in 1..=5 {
+        let outputs = TeacherOutputs::Vectors(scores(version).mapv(grid::centre));
+        let (noise, _) = recalibrate(&state, &outputs)?;
+        assert!(noise.complement() > 0.0, "d = m leaves a complement (the centring)");
+        let mut probe = state.clone();
+        let check = step(&mut probe, &outputs, secret, version, cut_weakest)?;
+        assert!(check.matching.is_empty(), "weakest cut, step {version}: {:?}", check.matching);
+        if noise.complement() > 0.0 {
+            let mut probe = state.clone();
+            let check = step(&mut probe, &outputs, secret, version, no_complement)?;
+            complement_caught += usize::from(check.matching.is_empty());
+        }
+        step(&mut state, &outputs, secret, version, |_, _, _| ())?;
+    }
+    // The complement here is one dimension at f ≈ 10⁻¹³ (its tolerance is
+    // ~KERNEL_DRIFT·‖z′‖/√f): removing it shows where |g| exceeds that.
+    assert!(complement_caught >= 4, "complement removal caught at {complement_caught} of 5 steps");
+    Ok(())
+}
+
+/// The noise depends on the basis only through Σ: another orthonormal
+/// basis of a repeated eigenvalue's space (what another LAPACK may return)
+/// gives the same z from the same normals.
+#[test]
+fn the_draw_does_not_depend_on_the_basis_of_a_repeated_eigenvalue() -> Result<(), PrivacyError> {
+    let b = Nats::new(2f64.powi(-6))?;
+    let h = std::f64::consts::FRAC_1_SQRT_2;
+    let axes = Noise::certified(3, vec![0, 1, 2], Orthonormal::check(Array2::eye(3))?, &[0.2, 0.2, 0.2], 0.0, b)?;
+    let turned = array![[h, -h, 0.0], [h, h, 0.0], [0.0, 0.0, 1.0]];
+    let turned = Noise::certified(3, vec![0, 1, 2], Orthonormal::check(turned)?, &[0.2, 0.2, 0.2], 0.0, b)?;
+    let key = NoiseKey::from_bytes(KEY);
+    let z = |n: &Noise| {
+        let mut g = key.normals(&at(1));
+        n.block(&n.sample_from(|| g.next_normal()))
+    };
+    let (a, t) = (z(&axes), z(&turned));
+    let scale = a.iter().fold(0.0f64, |s, v| s.max(v.abs()));
+    assert!(a.iter().zip(&t).all(|(a, t)| (a - t).abs() <= 1e-14 * scale), "{a} vs {t}");
+    Ok(())
+}
