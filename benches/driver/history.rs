@@ -199,6 +199,8 @@ async fn point(
         policy: Policy::Paper,
         m: args.teachers,
         secret,
+        noise: pacpriv_service::session::secret::establish_noise_key(&store, pacpriv_service::store::DEFAULT_DATASET)
+            .await?,
         journal: false,
         cache,
         calibration: Default::default(),

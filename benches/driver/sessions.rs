@@ -248,6 +248,8 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
         policy: Policy::Paper,
         m: args.teachers,
         secret,
+        noise: pacpriv_service::session::secret::establish_noise_key(store, pacpriv_service::store::DEFAULT_DATASET)
+            .await?,
         journal: false,
         cache: pacpriv_service::session::cache::CacheSettings::OFF,
         calibration: Default::default(),

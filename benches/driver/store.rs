@@ -268,6 +268,8 @@ async fn durable(
         policy: Policy::Paper,
         m: args.teachers,
         secret,
+        noise: pacpriv_service::session::secret::establish_noise_key(&store, pacpriv_service::store::DEFAULT_DATASET)
+            .await?,
         journal: args.journal,
         cache: CacheSettings { capacity: args.cached, on_evicted: OnEvicted::Charge },
         calibration: Default::default(),

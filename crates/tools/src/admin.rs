@@ -6,7 +6,7 @@
 //! history and `ps`).
 
 use super::connect::{TlsArgs, channel};
-use super::verify::format;
+use super::verify::{format, keys};
 use crate::plural;
 use anyhow::Context;
 use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -17,10 +17,11 @@ use pacpriv_service::proto::inference::{
 use pacpriv_service::proto::pacpriv::admin_client::AdminClient;
 use pacpriv_service::proto::pacpriv::journaled::Item;
 use pacpriv_service::proto::pacpriv::{
-    CreatePrincipalRequest, ExportJournalRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
+    CreatePrincipalRequest, ExportJournalRequest, ExportNoiseKeysRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
     RevokePrincipalRequest, RotateKeyRequest,
 };
 use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
+use pacpriv_privacy::keyed::NoiseKey;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -92,11 +93,19 @@ pub enum Action {
         version: Option<String>,
     },
     /// Write every session's journal and record as JSON Lines, for
-    /// `pacpriv verify` (needs `store.journal = true`).
+    /// `pacpriv verify` (needs `store.journal = true`); with `--noise-key`,
+    /// every dataset's noise key.
     Export {
-        /// Where to write it (default: standard output).
+        /// Where to write the journal (default: standard output, unless
+        /// only `--noise-key` is given).
         #[arg(long, value_name = "FILE")]
         out: Option<std::path::PathBuf>,
+        /// Also write every dataset's noise key to FILE (created readable
+        /// by its owner alone), for `pacpriv verify --noise-key`. Its holder
+        /// can recompute every release's noise, and so tell the secret
+        /// index: hand it only to an auditor the data owner trusts.
+        #[arg(long, value_name = "FILE")]
+        noise_key: Option<std::path::PathBuf>,
     },
 }
 
@@ -254,24 +263,49 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 repository.repository_model_unload(request).await?;
                 writeln!(out, "unloaded {name}")?;
             }
-            Action::Export { out: None } => {
-                export(&mut admin, out).await?;
-            }
-            Action::Export { out: Some(path) } => {
-                let file = std::fs::File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
-                let mut file = std::io::BufWriter::new(file);
-                let Exported { entries, events, sessions } = export(&mut admin, &mut file).await?;
-                file.flush().with_context(|| format!("cannot write {}", path.display()))?;
-                let (s, e) = (plural(sessions), plural(events));
-                writeln!(
-                    out,
-                    "exported {entries} journal entries and {events} event{e} of {sessions} session{s} to {}",
-                    path.display()
-                )?;
+            Action::Export { out: journal, noise_key } => {
+                if let Some(path) = &noise_key {
+                    let keys = admin.export_noise_keys(ExportNoiseKeysRequest {}).await?.into_inner().keys;
+                    let keys: Vec<(String, NoiseKey)> = keys
+                        .into_iter()
+                        .map(|k| {
+                            let bytes: [u8; 32] =
+                                k.key.try_into().map_err(|_| anyhow::anyhow!("the server sent a key of another size"))?;
+                            Ok((k.dataset, NoiseKey::from_bytes(bytes)))
+                        })
+                        .collect::<anyhow::Result<_>>()?;
+                    keys::write(path, &keys)?;
+                    let datasets: Vec<&str> = keys.iter().map(|(d, _)| d.as_str()).collect();
+                    writeln!(out, "wrote the noise keys of {} to {}", datasets.join(", "), path.display())?;
+                }
+                match journal {
+                    None if noise_key.is_some() => {}
+                    None => {
+                        export(&mut admin, out).await?;
+                    }
+                    Some(path) => export_to(&mut admin, &path, out).await?,
+                }
             }
         }
         Ok(())
     })
+}
+
+/// [`export`] to the file `path`, saying what was written on `out`.
+async fn export_to<T>(admin: &mut AdminClient<T>, path: &std::path::Path, out: &mut dyn Write) -> anyhow::Result<()>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut file = std::io::BufWriter::new(file);
+    let Exported { entries, events, sessions } = export(admin, &mut file).await?;
+    file.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    let (s, e) = (plural(sessions), plural(events));
+    writeln!(out, "exported {entries} journal entries and {events} event{e} of {sessions} session{s} to {}", path.display())?;
+    Ok(())
 }
 
 /// `DATASET=NATS` of `--dataset-budget-mi`.

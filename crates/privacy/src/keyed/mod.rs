@@ -43,7 +43,7 @@ pub const DRAW_DOMAIN: &[u8] = b"pacpriv-noise-draw/1";
 /// A dataset's noise key: 32 bytes from the OS CSPRNG. Whoever holds it can
 /// recompute every release's noise, and so tell s* from which teacher's
 /// output each release is centred on: the same care as s*.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct NoiseKey([u8; 32]);
 
 impl NoiseKey {

@@ -12,7 +12,7 @@ use super::cache::{CacheKey, Lookup, Owner, QueryDigest};
 use super::error::SessionError;
 use super::query::{Asking, Reply};
 use super::state::{BudgetView, Scope, Session};
-use super::step::step_all;
+use super::step::{Site, step_all};
 use crate::store::Change;
 use crate::store::record::EventKind;
 use crate::store::{CacheProbe, Ticket};
@@ -236,8 +236,9 @@ impl Handle {
         // would cost more than the step (BENCHMARKS.md).
         let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
         let params = self.session.context().params;
+        let site = Site { dataset: self.dataset.clone(), session: self.session.key().into() };
         let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
-        let (outcome, ticket) = self.session.step(blocking, probes, move |v| step_all(&params, v, &rows)).await?;
+        let (outcome, ticket) = self.session.step(blocking, probes, move |v| step_all(&params, &site, v, &rows)).await?;
         match (outcome, ticket) {
             (Ok((replies, view)), ticket) => Ok(Step { replies, view, ticket }),
             // Rows that drew were charged: a failed write withholds, as

@@ -13,6 +13,7 @@ use super::query::Asking;
 use super::state::Versioned;
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{JournalEntry, JournalEvent};
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::{Answer, TeacherOutputs};
 
 impl Versioned {
@@ -69,16 +70,23 @@ impl Versioned {
 
 /// The journal entry of the step that just took `v` to its version — what
 /// it used and released, in the form `pacpriv verify` re-derives it from
-/// (the teachers' outputs on the release grid, as the mechanism used them)
+/// (the teachers' outputs on the release grid, as the mechanism used them;
+/// for a noisy step, the commitment to the noise key its draw came from)
 /// — chained next.
 pub(super) fn journal_entry(
     v: &mut Versioned,
     outputs: &TeacherOutputs,
     asking: &Asking,
     answer: &Answer,
+    noise: &NoiseKey,
 ) -> JournalEntry {
-    let mut step =
-        JournalStepRecord { published: answer.published.clone(), label: answer.label as u32, ..v.answered_by(asking) };
+    let mut step = JournalStepRecord {
+        published: answer.published.clone(),
+        label: answer.label as u32,
+        // A unanimous step drew nothing: no key to commit to.
+        noise_key: if answer.unanimous { Vec::new() } else { noise.commitment().to_vec() },
+        ..v.answered_by(asking)
+    };
     record_outputs(&mut step, outputs);
     let mut entry = JournalEntry {
         version: v.version,

@@ -538,6 +538,12 @@ impl Sessions {
         self.datasets.iter().any(|d| d.terms.params.journal)
     }
 
+    /// Each dataset's name and noise key, in order: what `pacpriv admin
+    /// export --noise-key` hands an auditor (the admin API only).
+    pub fn noise_keys(&self) -> impl Iterator<Item = (&str, &pacpriv_privacy::keyed::NoiseKey)> {
+        self.datasets.iter().map(|d| (&*d.terms.name, &d.terms.params.noise))
+    }
+
     /// The datasets' names, in order: what a [`DatasetIndex`] indexes.
     pub fn datasets(&self) -> impl Iterator<Item = &str> {
         self.datasets.iter().map(|d| &*d.terms.name)

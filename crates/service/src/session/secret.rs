@@ -7,9 +7,10 @@
 
 use crate::store::{Meta, Store, StoreError};
 use chacha20::ChaCha20Rng;
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::SecretIndex;
 use rand::rngs::SysRng;
-use rand::{RngExt, SeedableRng};
+use rand::{RngExt, SeedableRng, TryRng};
 use std::path::Path;
 
 /// Why no secret index could be established.
@@ -121,6 +122,29 @@ pub async fn establish(
     SecretIndex::new(meta.secret, m).map_err(|_| SecretError::Invalid { path: shown, m })
 }
 
+/// `dataset`'s noise key ([`NoiseKey`]): on its first start (or the first
+/// start of a release with keys, for a dataset created before them) 256
+/// bits from the OS CSPRNG, written durably before any draw uses them;
+/// every later start, and every other replica, reads the stored one. Its
+/// commitment (public) is logged when it is created; the key never is.
+///
+/// # Errors
+/// [`SecretError`]: the OS random source or the store failed.
+pub async fn establish_noise_key(store: &Store, dataset: &str) -> Result<NoiseKey, SecretError> {
+    let mut candidate = [0u8; 32];
+    SysRng.try_fill_bytes(&mut candidate).map_err(|e| SecretError::Entropy(e.to_string()))?;
+    let stored = NoiseKey::from_bytes(store.init_noise_key(dataset, &candidate).await?);
+    if stored.expose() == &candidate {
+        tracing::info!(
+            dataset,
+            commitment = %super::hex(&stored.commitment()),
+            "new noise key for this dataset (committed in every journaled step; `pacpriv admin export --noise-key` \
+             hands it to an auditor)"
+        );
+    }
+    Ok(stored)
+}
+
 fn draw(m: usize) -> Result<usize, SecretError> {
     let mut rng = ChaCha20Rng::try_from_rng(&mut SysRng).map_err(|e| SecretError::Entropy(e.to_string()))?;
     Ok(rng.random_range(0..m))
@@ -211,6 +235,13 @@ mod test {
             "a restart keeps each s*"
         );
         assert_eq!(establish(&store, "other", None, 16, "u16", None).await?.expose(), 5);
+        // Each dataset its own noise key, kept across restarts.
+        let (k1, k2) = (establish_noise_key(&store, DEFAULT_DATASET).await?, establish_noise_key(&store, "other").await?);
+        assert_ne!(k1, k2);
+        drop(store);
+        let store = open(&path)?;
+        assert_eq!(establish_noise_key(&store, DEFAULT_DATASET).await?, k1, "a restart keeps the noise key");
+        assert_eq!(establish_noise_key(&store, "other").await?, k2);
         let swapped = establish(&store, "other", None, 16, "u32", None).await;
         assert!(matches!(swapped, Err(SecretError::Store(StoreError::TeacherSetChanged { .. }))));
         // The default dataset's teachers under another name: refused, not

@@ -15,6 +15,7 @@ use super::error::SessionError;
 use crate::store::cell::{Cell, State};
 use crate::store::{CacheRows, CacheWrite, JournalEntry, SessionRecord, StoreError};
 use pacpriv_privacy::ledger::{Ledger, Policy};
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::{Calibration, SecretIndex, SessionState};
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_privacy::{Nats, PrivacyError, report};
@@ -184,6 +185,9 @@ pub struct SessionParams {
     pub m: usize,
     /// s*.
     pub secret: SecretIndex,
+    /// The dataset's noise key: every draw's normals come from it
+    /// ([`pacpriv_privacy::keyed`]).
+    pub noise: NoiseKey,
     /// Journal every step (for audit and replay).
     pub journal: bool,
     /// The answer cache.

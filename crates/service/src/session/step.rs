@@ -27,10 +27,25 @@ use super::state::{BudgetView, SessionParams, Versioned};
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{Change, Release};
 use crate::store::{JournalEntry, JournalEvent};
+use pacpriv_privacy::keyed::Position;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{self, TeacherOutputs};
 use pacpriv_privacy::{PrivacyError, confidence};
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where a session's draws sit: its dataset and its store key. With each
+/// step's version this is the position of the step's draw in the
+/// dataset's keyed generator ([`pacpriv_privacy::keyed::Position`]):
+/// unique per release, since sessions are never deleted and each step
+/// moves the version by one (`docs/assurance/accounting.md` §11).
+#[derive(Clone, Debug)]
+pub(super) struct Site {
+    /// The dataset's name.
+    pub(super) dataset: Arc<str>,
+    /// The session's store key.
+    pub(super) session: Arc<str>,
+}
 
 /// What one answered row leaves in the journal (when it is on).
 pub(super) enum Row {
@@ -45,6 +60,7 @@ pub(super) enum Row {
 /// Algorithm 1 on `outputs`.
 pub(super) fn step(
     params: &SessionParams,
+    site: &Site,
     v: &mut Versioned,
     outputs: Option<&TeacherOutputs>,
     asking: &Asking,
@@ -71,12 +87,13 @@ pub(super) fn step(
     }
     // The preflight saw an answer that is gone now.
     let outputs = outputs.ok_or(SessionError::CacheMoved)?;
-    let answer = mechanism::answer_calibrated(
+    let at = Position { dataset: &site.dataset, session: &site.session, step: v.version + 1 };
+    let answer = mechanism::answer_keyed(
         &mut v.state,
         outputs,
         params.secret,
         asking.alpha,
-        &mut rand::rng(),
+        &mut params.noise.normals(&at),
         params.calibration,
     )?;
     if let Some(key) = asking.key {
@@ -89,7 +106,7 @@ pub(super) fn step(
         v.cache.insert(key, kept, params.cache);
     }
     v.version += 1;
-    let entry = params.journal.then(|| journal_entry(v, outputs, asking, &answer));
+    let entry = params.journal.then(|| journal_entry(v, outputs, asking, &answer, &params.noise));
     Ok((Reply::fresh(answer), Row::Stepped(entry)))
 }
 
@@ -109,10 +126,11 @@ pub(super) type Refused = (Option<usize>, SessionError);
 /// nothing.
 pub(super) fn step_all(
     params: &SessionParams,
+    site: &Site,
     v: &mut Versioned,
     rows: &[(Option<TeacherOutputs>, Asking)],
 ) -> Result<(Outcome, Change), SessionError> {
-    let (row, error) = match answer_all(params, v, rows) {
+    let (row, error) = match answer_all(params, site, v, rows) {
         Ok(done) => return Ok(done),
         Err(refused) => refused,
     };
@@ -149,6 +167,7 @@ pub(super) fn step_all(
 /// error.
 pub(super) fn answer_all(
     params: &SessionParams,
+    site: &Site,
     v: &mut Versioned,
     rows: &[(Option<TeacherOutputs>, Asking)],
 ) -> Result<(Outcome, Change), Refused> {
@@ -166,7 +185,7 @@ pub(super) fn answer_all(
     let least = if params.journal { Release::Durable } else { Release::Free };
     let mut change = Change { release: least, ..Change::default() };
     for (i, (outputs, asking)) in rows.iter().enumerate() {
-        let (reply, row) = match step(params, v, outputs.as_ref(), asking) {
+        let (reply, row) = match step(params, site, v, outputs.as_ref(), asking) {
             Ok(done) => done,
             Err(e) if change.steps > 0 => {
                 // Every refusal that does not depend on the draw was found

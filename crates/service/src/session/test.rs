@@ -6,6 +6,7 @@ use futures_util::FutureExt;
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::PrivacyError;
 use pacpriv_privacy::ledger::Policy;
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::{Posterior, UpdateRule};
 use sha2::{Digest, Sha256};
@@ -49,6 +50,11 @@ async fn login(s: &Sessions, credential: Credential<'_>) -> Result<Handle, Sessi
     Ok(s.authenticate(credential).await?.on(0)?.clone())
 }
 
+/// The draws' site of the session "s" that the step tests resume.
+fn site() -> step::Site {
+    step::Site { dataset: DEFAULT_DATASET.into(), session: "s".into() }
+}
+
 /// The sessions' parameters: m = 4, b = 0.125, journal on, [`CACHE`].
 fn params(policy: Policy) -> Result<SessionParams, PrivacyError> {
     Ok(SessionParams {
@@ -56,6 +62,7 @@ fn params(policy: Policy) -> Result<SessionParams, PrivacyError> {
         policy,
         m: 4,
         secret: SecretIndex::new(2, 4)?,
+        noise: NoiseKey::from_bytes([7; 32]),
         journal: true,
         cache: CACHE,
         calibration: Default::default(),
@@ -257,6 +264,7 @@ async fn certificates_name_active_principals_and_config_keys_can_rotate() -> Tes
         policy: Policy::Paper,
         m: 4,
         secret: SecretIndex::new(2, 4)?,
+        noise: NoiseKey::from_bytes([7; 32]),
         journal: true,
         cache: CACHE,
         calibration: Default::default(),
@@ -732,12 +740,12 @@ fn a_step_on_a_bare_state_is_all_or_nothing() -> TestResult {
     ];
     let before = v.state.clone();
 
-    let (outcome, change) = step::step_all(&terms.params, &mut v, &rows)?;
+    let (outcome, change) = step::step_all(&terms.params, &site(), &mut v, &rows)?;
     assert!(matches!(outcome, Err(SessionError::Privacy(PrivacyError::Contested))), "{outcome:?}");
     assert_eq!((v.version, &v.state), (0, &before), "a refused request changes nothing");
     assert_eq!((change.steps, change.journal.len(), change.events.len()), (0, 0, 1));
 
-    let (outcome, change) = step::step_all(&terms.params, &mut v, &rows[..1])?;
+    let (outcome, change) = step::step_all(&terms.params, &site(), &mut v, &rows[..1])?;
     let (replies, view) = outcome?;
     assert_eq!((replies.len(), replies[0].label, replies[0].unanimous), (1, 1, true));
     assert_eq!((v.version, view.spent, view.answered), (1, 0.0, 1), "unanimous: answered, free");
@@ -760,12 +768,12 @@ fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
     let rows = vec![(Some(split()), keyed(1.0, false, None)), (Some(split()), keyed(2.0, false, None))];
 
     step::fault::fail_row(1);
-    let (outcome, change) = step::step_all(&terms.params, &mut v, &rows)?;
+    let (outcome, change) = step::step_all(&terms.params, &site(), &mut v, &rows)?;
     assert!(matches!(outcome, Err(SessionError::RowFailed { row: 1, drew: 1 })), "{outcome:?}");
     assert_eq!((v.version, v.state.ledger.charged(), v.state.ledger.spent().get()), (1, 1, 0.125));
     assert_eq!((change.steps, change.journal.len(), change.release), (1, 1, Release::Durable));
 
-    let (outcome, change) = step::step_all(&terms.params, &mut v, &rows)?;
+    let (outcome, change) = step::step_all(&terms.params, &site(), &mut v, &rows)?;
     let (replies, view) = outcome?;
     assert!(replies[0].cached && replies[0].charge == Nats::ZERO && !replies[1].cached, "{replies:?}");
     assert_eq!((v.version, view.charged, view.answered, change.steps), (2, 2, 2, 1));

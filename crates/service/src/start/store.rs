@@ -141,11 +141,13 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
         let index = dataset.secret_index_file.as_deref();
         let (m, fingerprint, data) = (teachers.m, &teachers.fingerprint, teachers.data.as_deref());
         let secret = secret::establish(&store, &dataset.name, index, m, fingerprint, data).await?;
+        let noise = secret::establish_noise_key(&store, &dataset.name).await?;
         let params = SessionParams {
             per_query: dataset.per_query,
             policy: dataset.policy,
             m: teachers.m,
             secret,
+            noise,
             journal: settings.journal,
             cache: dataset.cache,
             calibration: settings.calibration,

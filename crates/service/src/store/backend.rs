@@ -74,6 +74,16 @@ impl Store {
         dispatch!(self, init_meta(dataset, meta))
     }
 
+    /// `dataset`'s noise key: `candidate`, written durably, unless one is
+    /// already stored; returns the stored one (with several replicas, the
+    /// first writer's). Kept as s* is: never logged, never in an error.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn init_noise_key(&self, dataset: &str, candidate: &[u8; 32]) -> Result<[u8; 32], StoreError> {
+        dispatch!(self, init_noise_key(dataset, candidate))
+    }
+
     /// A session's latest durable record.
     ///
     /// # Errors

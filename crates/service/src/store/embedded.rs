@@ -285,6 +285,32 @@ impl EmbeddedStore {
         Ok(meta.clone())
     }
 
+    /// `dataset`'s noise key (the [`META`] key `noise_key`, or
+    /// `DATASET/noise_key`): `candidate`, written durably, unless one is
+    /// stored.
+    ///
+    /// # Errors
+    /// Backend, or a stored key that is not 32 bytes.
+    pub fn init_noise_key(&self, dataset: &str, candidate: &[u8; 32]) -> Result<[u8; 32], StoreError> {
+        let name = super::session_key(dataset, "noise_key");
+        let stored = |bytes: &[u8]| {
+            <[u8; 32]>::try_from(bytes)
+                .map_err(|_| StoreError::Corrupt { session: "(meta)".into(), reason: "noise key unreadable".into() })
+        };
+        if let Some(table) = self.read_table(META)?
+            && let Some(v) = table.get(name.as_str()).map_err(backend)?
+        {
+            return stored(v.value());
+        }
+        let txn = self.db.begin_write()?;
+        {
+            let mut table = txn.open_table(META).map_err(backend)?;
+            table.insert(name.as_str(), candidate.as_slice()).map_err(backend)?;
+        }
+        txn.commit().map_err(backend)?;
+        Ok(*candidate)
+    }
+
     /// A session's latest durable record.
     ///
     /// # Errors

@@ -22,12 +22,13 @@ use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
 use serde::{Deserialize, Serialize};
 
 /// The first line's `format`: 2 adds each step's `model` and
-/// `model_version`.
-pub const FORMAT: &str = "pacpriv-journal-export/2";
+/// `model_version`; 3 each noisy step's `noise_key` (the commitment to the
+/// dataset's noise key its draw came from).
+pub const FORMAT: &str = "pacpriv-journal-export/3";
 
 /// The formats this release reads: every one a release has written (1 is
-/// 2 without models).
-pub const READS: [&str; 2] = ["pacpriv-journal-export/1", FORMAT];
+/// 2 without models, 2 is 3 without noise keys: audited statistically).
+pub const READS: [&str; 3] = ["pacpriv-journal-export/1", "pacpriv-journal-export/2", FORMAT];
 
 /// The first line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -161,6 +162,11 @@ pub struct StepLine {
     /// Its version.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model_version: String,
+    /// SHA-256 commitment to the noise key the step's draw came from, hex
+    /// (export format 3; empty for a step drawn before keys existed, a
+    /// unanimous step and an event).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub noise_key: String,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -270,6 +276,7 @@ impl StepLine {
             label: step.label,
             model: step.model,
             model_version: step.model_version,
+            noise_key: hex(&step.noise_key),
         }
     }
 
@@ -288,6 +295,7 @@ impl StepLine {
             label: self.label,
             model: self.model.clone(),
             model_version: self.model_version.clone(),
+            noise_key: unhex(&self.noise_key)?,
         })
     }
 }

@@ -31,19 +31,21 @@
 //! Argument: `docs/assurance/accounting.md` §9.
 
 pub mod format;
+pub mod keys;
 
 use crate::plural;
 use format::{EntryLine, EventLine, Line, RecordLine};
 use ndarray::Array2;
+use pacpriv_privacy::keyed::{NoiseKey, Position};
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{SessionState, TeacherOutputs};
 use pacpriv_privacy::noise_audit::{self, NoiseAudit, Verdict};
 use pacpriv_privacy::posterior::{Form, Posterior, UpdateRule};
 use pacpriv_privacy::replay::{self, Recorded, Unchecked};
 use pacpriv_privacy::{Nats, PrivacyError, report};
-use pacpriv_service::store::JournalEntry;
+use pacpriv_service::store::{DEFAULT_DATASET, JournalEntry};
 use pacpriv_service::store::record::EventKind;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
@@ -68,6 +70,13 @@ pub struct Args {
     /// more noisy steps to catch a given shortfall.
     #[arg(long, value_name = "ALPHA", default_value_t = noise_audit::DEFAULT_ALPHA, value_parser = alpha)]
     pub noise_alpha: f64,
+    /// The datasets' noise keys (`pacpriv admin export --noise-key FILE`):
+    /// every step drawn from a key is then checked exactly — its release
+    /// must be one teacher's output (the same teacher for every step of a
+    /// dataset) plus the key's noise, in every direction of Σ. A key that
+    /// does not match the commitment its steps recorded is refused.
+    #[arg(long, value_name = "FILE")]
+    pub noise_key: Option<PathBuf>,
 }
 
 fn alpha(s: &str) -> Result<f64, String> {
@@ -197,6 +206,16 @@ pub struct Verified {
     /// The lines of contested steps whose release equals a teacher's output
     /// exactly although noise the grid resolves was due.
     pub exact_releases: Vec<usize>,
+    /// Its noisy steps checked against the noise key.
+    pub keyed_steps: u64,
+    /// Its noisy steps audited statistically only (no key given, or drawn
+    /// before the dataset had one).
+    pub statistical_steps: u64,
+    /// The largest noise shortfall 1 − c (releasing c·z for z) that a keyed
+    /// step's check could not see.
+    pub undetectable: f64,
+    /// Directions of its keyed steps too narrow for the grid to resolve.
+    pub unresolved: u64,
 }
 
 /// Checks `args.file`, prints one line per session, the noise audit and a
@@ -206,7 +225,11 @@ pub struct Verified {
 /// [`Failed`] naming every record that does not match; I/O.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let name = args.file.display().to_string();
-    let options = Options { allow_unchecked: args.allow_unchecked, noise_alpha: args.noise_alpha };
+    let keys = match &args.noise_key {
+        Some(path) => keys::read(path)?,
+        None => BTreeMap::new(),
+    };
+    let options = Options { allow_unchecked: args.allow_unchecked, noise_alpha: args.noise_alpha, keys: &keys };
     let sessions = if name == "-" {
         check(std::io::stdin().lock(), &name, options)?
     } else {
@@ -237,6 +260,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         )?;
     }
     write_noise_audit(out, &sessions, &name, args.noise_alpha)?;
+    if !keys.is_empty() {
+        write_key_audit(out, &sessions)?;
+    }
     let steps: u64 = sessions.iter().map(|s| s.steps).sum();
     let events: u64 = sessions.iter().map(|s| s.cache_hits + s.refusals).sum();
     let n = sessions.len();
@@ -302,6 +328,31 @@ fn write_noise_audit(out: &mut dyn Write, sessions: &[Verified], file: &str, alp
     Ok(())
 }
 
+/// The key audit's table: per session, the steps checked exactly and the
+/// largest scale-down of the noise a check could miss. It never names the
+/// teacher the releases matched (that is s*).
+fn write_key_audit(out: &mut dyn Write, sessions: &[Verified]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "key audit (--noise-key; each keyed step's release is one teacher's output plus the key's noise in every \
+         direction of Σ, the same teacher for every step of a dataset; c_min: the least scale c of the noise a step's \
+         check passes):"
+    )?;
+    writeln!(out, "session\tkeyed_steps\tstatistical_only\tc_min\tunresolved_directions")?;
+    for s in sessions {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}",
+            s.session,
+            s.keyed_steps,
+            s.statistical_steps,
+            1.0 - s.undetectable,
+            s.unresolved
+        )?;
+    }
+    Ok(())
+}
+
 /// What the audit left out and why, for the table.
 fn left_out(v: &Verdict, exact_steps: u64) -> String {
     format!(
@@ -322,16 +373,21 @@ fn left_out(v: &Verdict, exact_steps: u64) -> String {
 
 /// What `check` accepts and tests at.
 #[derive(Clone, Copy, Debug)]
-pub struct Options {
+pub struct Options<'a> {
     /// List steps whose update cannot be checked instead of failing on them.
     pub allow_unchecked: bool,
     /// The noise audit's significance.
     pub noise_alpha: f64,
+    /// The datasets' noise keys, by name (empty: the statistical audit only).
+    pub keys: &'a BTreeMap<String, NoiseKey>,
 }
 
-impl Default for Options {
+/// No keys.
+static NO_KEYS: BTreeMap<String, NoiseKey> = BTreeMap::new();
+
+impl Default for Options<'_> {
     fn default() -> Self {
-        Options { allow_unchecked: false, noise_alpha: noise_audit::DEFAULT_ALPHA }
+        Options { allow_unchecked: false, noise_alpha: noise_audit::DEFAULT_ALPHA, keys: &NO_KEYS }
     }
 }
 
@@ -340,8 +396,9 @@ impl Default for Options {
 /// # Errors
 /// [`Failed`] naming every line that does not match (up to
 /// [`MAX_FINDINGS`]).
-pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<Verified>, Failed> {
+pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<Vec<Verified>, Failed> {
     let mut findings = Findings { list: Vec::new(), more: 0 };
+    let mut teachers: HashMap<String, Vec<usize>> = HashMap::new();
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
     let mut lines = 0;
@@ -377,7 +434,8 @@ pub fn check(reader: impl BufRead, file: &str, options: Options) -> Result<Vec<V
                         continue;
                     }
                 };
-                if let Err(what) = c.step(&e, n, options.allow_unchecked) {
+                let keyed = Keyed { keys: options.keys, teachers: &mut teachers };
+                if let Err(what) = c.step(&e, n, options.allow_unchecked, keyed) {
                     findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
@@ -447,9 +505,27 @@ fn replaying<'a>(
     Ok(current.get_or_insert_with(|| Replaying::new(session)))
 }
 
+/// What the key audit of a step needs beyond its session: the keys given,
+/// and per dataset the teachers that matched every keyed step so far
+/// (s* is one per dataset, whatever the session).
+struct Keyed<'a, 'b> {
+    keys: &'a BTreeMap<String, NoiseKey>,
+    teachers: &'b mut HashMap<String, Vec<usize>>,
+}
+
 /// One session being re-derived.
 struct Replaying {
     session: String,
+    /// The session's dataset: its key's prefix before '/', or the default.
+    dataset: String,
+    /// Noisy steps the key audit checked.
+    keyed_steps: u64,
+    /// Noisy steps it could not (no key given, or drawn before keys).
+    statistical_steps: u64,
+    /// The largest scale-down 1 − c a keyed step could not see.
+    undetectable: f64,
+    /// Directions of keyed steps the grid cannot resolve.
+    unresolved: u64,
     /// `None` before the first entry (m is not known yet).
     state: Option<SessionState>,
     head: [u8; 32],
@@ -476,8 +552,14 @@ struct Replaying {
 
 impl Replaying {
     fn new(session: &str) -> Self {
+        let dataset = session.split_once('/').map_or(DEFAULT_DATASET, |(dataset, _)| dataset);
         Replaying {
             session: session.to_owned(),
+            dataset: dataset.to_owned(),
+            keyed_steps: 0,
+            statistical_steps: 0,
+            undetectable: 0.0,
+            unresolved: 0,
             state: None,
             head: JournalEntry::genesis(session),
             version: 0,
@@ -606,7 +688,7 @@ impl Replaying {
     /// applies it. A step that does not match is applied as recorded and
     /// reported; one whose update cannot be checked is listed (with
     /// `allow_unchecked`) or reported.
-    fn step(&mut self, e: &EntryLine, line: usize, allow_unchecked: bool) -> Result<(), String> {
+    fn step(&mut self, e: &EntryLine, line: usize, allow_unchecked: bool, keyed: Keyed<'_, '_>) -> Result<(), String> {
         if self.broken {
             return Ok(());
         }
@@ -680,7 +762,25 @@ impl Replaying {
             log_likelihood: &e.log_likelihood,
             update_rule: rule,
         };
-        let verdict = match replay::replay(&mut state, &recorded) {
+        let key = keyed.keys.get(&self.dataset).filter(|_| !s.noise_key.is_empty());
+        if let Some(key) = key
+            && format::hex(&key.commitment()) != s.noise_key.to_ascii_lowercase()
+        {
+            return fail(
+                self,
+                format!(
+                    "its draw came from a noise key other than the one given for dataset {:?} (the commitments \
+                     differ): that key is refused",
+                    self.dataset
+                ),
+            );
+        }
+        let at = Position { dataset: &self.dataset, session: &self.session, step: e.version };
+        let replayed = match key {
+            Some(key) => replay::replay_keyed(&mut state, &recorded, key, &at),
+            None => replay::replay(&mut state, &recorded),
+        };
+        let verdict = match replayed {
             Ok(replayed) => {
                 self.worst = self.worst.max(replayed.mi_bound / s.per_query);
                 self.slack += replayed.slack;
@@ -693,13 +793,19 @@ impl Replaying {
                     }
                     None => self.exact_steps += 1,
                 }
-                match replayed.unchecked {
+                let keyed_finding = self.key_audit(&replayed, &s.noise_key, keyed.teachers);
+                let checked = match replayed.unchecked {
                     Some(_) if allow_unchecked => {
                         self.unchecked.push(line);
                         Ok(())
                     }
                     Some(why) => Err(unchecked(why)),
                     None => Ok(()),
+                };
+                match (checked, keyed_finding) {
+                    (checked, None) => checked,
+                    (Ok(()), Some(k)) => Err(k),
+                    (Err(c), Some(k)) => Err(format!("{c}; and {k}")),
                 }
             }
             Err(mismatch) => match replay::apply_recorded(&mut state, &recorded) {
@@ -715,6 +821,49 @@ impl Replaying {
         let altered = self.follow(&entry.chain, computed);
         self.version = e.version;
         with_altered(altered, verdict)
+    }
+
+    /// The keyed audit of a replayed step whose journal recorded the noise
+    /// key commitment `commitment` (hex; empty: drawn before keys): counts
+    /// it, and narrows the dataset's `teachers` (those that matched every
+    /// keyed step so far) to the step's matching ones. What it finds wrong.
+    fn key_audit(
+        &mut self,
+        replayed: &replay::Replayed,
+        commitment: &str,
+        teachers: &mut HashMap<String, Vec<usize>>,
+    ) -> Option<String> {
+        let Some(check) = &replayed.key else {
+            if replayed.evidence.is_none() {
+                return None;
+            }
+            self.statistical_steps += 1;
+            return (commitment.is_empty() && self.keyed_steps > 0).then(|| {
+                "its draw was not taken from the noise key, although earlier steps of the session were: it can only \
+                 be audited statistically"
+                    .to_owned()
+            });
+        };
+        self.keyed_steps += 1;
+        self.undetectable = self.undetectable.max(check.undetectable);
+        self.unresolved += check.unresolved as u64;
+        if check.matching.is_empty() {
+            return Some(format!(
+                "its release is no teacher's output plus the noise key's draw at this step, in some direction of Σ: \
+                 it carries other noise than the key gives (scaled down by as little as {:.1e} would show)",
+                check.undetectable
+            ));
+        }
+        let so_far = teachers.entry(self.dataset.clone()).or_insert_with(|| check.matching.clone());
+        so_far.retain(|t| check.matching.contains(t));
+        so_far.is_empty().then(|| {
+            format!(
+                "its release is one teacher's output plus the key's noise, but not the output of any teacher that \
+                 every earlier keyed step of dataset {:?} matched: the releases are not all centred on one secret \
+                 teacher",
+                self.dataset
+            )
+        })
     }
 
     /// Compares the stored record with the replayed end state and runs the
@@ -784,6 +933,10 @@ impl Replaying {
                 noise,
                 exact_steps: 0,
                 exact_releases: Vec::new(),
+                keyed_steps: 0,
+                statistical_steps: 0,
+                undetectable: 0.0,
+                unresolved: 0,
             });
         };
         let l = &state.ledger;
@@ -820,6 +973,10 @@ impl Replaying {
             noise,
             exact_steps: self.exact_steps,
             exact_releases: self.exact_releases,
+            keyed_steps: self.keyed_steps,
+            statistical_steps: self.statistical_steps,
+            undetectable: self.undetectable,
+            unresolved: self.unresolved,
         })
     }
 }

@@ -5,13 +5,14 @@
 //! client listener does not serve these calls at all.
 //!
 //! A request's path: [`check_token`] → the RPC's file ([`create`],
-//! [`list`], [`inspect`], [`revoke`], [`rotate`], [`export`], [`repository`]) → [`super::status`] for any error.
+//! [`list`], [`inspect`], [`revoke`], [`rotate`], [`export`], [`noise_keys`], [`repository`]) → [`super::status`] for any error.
 //! There is no reset and no raise: see `proto/pacpriv/v1/admin.proto`.
 
 pub mod create;
 pub mod export;
 pub mod inspect;
 pub mod list;
+pub mod noise_keys;
 pub mod repository;
 pub mod revoke;
 pub mod rotate;
@@ -23,7 +24,8 @@ use super::status::ServiceError;
 use crate::metrics::ServiceMetrics;
 use crate::proto::pacpriv::admin_server::Admin;
 use crate::proto::pacpriv::{
-    CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, InspectPrincipalRequest,
+    CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, ExportNoiseKeysRequest, InspectPrincipalRequest,
+    NoiseKeys,
     ListPrincipalsRequest, ListPrincipalsResponse, Principal, RevokePrincipalRequest, RotateKeyRequest,
 };
 use crate::session::{Account, Sessions};
@@ -143,5 +145,10 @@ impl Admin for AdminService {
         self.check_token(&request)?;
         export::parse(&self.app)?;
         Ok(Response::new(export::apply(self.app.clone())))
+    }
+
+    async fn export_noise_keys(&self, request: Request<ExportNoiseKeysRequest>) -> Result<Response<NoiseKeys>, Status> {
+        self.check_token(&request)?;
+        Ok(Response::new(noise_keys::apply(&self.app)))
     }
 }

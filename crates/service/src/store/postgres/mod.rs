@@ -246,6 +246,28 @@ impl PgStore {
         self.meta(dataset).await?.ok_or_else(|| backend("meta row missing after insert"))
     }
 
+    /// `dataset`'s noise key: `candidate` unless another replica wrote one
+    /// first; returns what is stored.
+    ///
+    /// # Errors
+    /// Backend, or a stored key that is not 32 bytes.
+    pub async fn init_noise_key(&self, dataset: &str, candidate: &[u8; 32]) -> Result<[u8; 32], StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO pacpriv_noise_key (dataset, key) VALUES ($1, $2) ON CONFLICT (dataset) DO NOTHING",
+                &[&dataset, &candidate.as_slice()],
+            )
+            .await
+            .map_err(pg)?;
+        let row = client
+            .query_one("SELECT key FROM pacpriv_noise_key WHERE dataset = $1", &[&dataset])
+            .await
+            .map_err(pg)?;
+        let key: Vec<u8> = row.try_get(0).map_err(pg)?;
+        <[u8; 32]>::try_from(key.as_slice()).map_err(|_| backend("stored noise key is not 32 bytes"))
+    }
+
     /// A session's latest record.
     ///
     /// # Errors

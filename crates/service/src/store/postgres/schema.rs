@@ -106,6 +106,16 @@ ALTER TABLE pacpriv_principals
     ADD COLUMN budget_values DOUBLE PRECISION[] NOT NULL DEFAULT '{}';
 ",
     ),
+    (
+        6,
+        "each dataset's noise key (committed noise, issue 66)",
+        "
+CREATE TABLE pacpriv_noise_key (
+    dataset   TEXT PRIMARY KEY,
+    key       BYTEA NOT NULL CHECK (length(key) = 32)
+);
+",
+    ),
 ];
 
 /// A session's record.
