@@ -8,6 +8,7 @@
 use crate::util::{
     ADMIN_TOKEN, Postgres, Process, client, digit, held_out, image, key_hash, pacpriv, predict, small_demo, write_csv,
 };
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_service::proto::pacpriv::PredictRequest;
 use pacpriv_service::store::JournalEntry;
 use pacpriv_tools::verify::format::{self, Line};
@@ -49,6 +50,38 @@ async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
     let said = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "export: {}", String::from_utf8_lossy(&o.stderr));
     assert!(said.contains("exported 43 journal entries and 3 events of 3 sessions"), "{said}");
+    // The dataset's noise key, for the key audit, beside the export.
+    let keys = dir.join("keys.json");
+    let o = server.admin_cli(&["export", "--noise-key", &keys.display().to_string()]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && said.contains("wrote the noise keys of default to"),
+        "{said}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let logs = server.logs();
+    assert!(logs.contains("noise keys exported through the admin API"), "the export is logged");
+    let key = pacpriv_tools::verify::keys::read(&keys).expect("the key file reads")["default"];
+    assert!(!logs.contains(&format::hex(key.expose())), "the key is never logged");
+}
+
+/// The key audit of a real server's export: every noisy step drawn from the
+/// dataset's key and checked exactly, none left to the statistics alone.
+fn the_export_passes_the_key_audit(file: &Path) {
+    let o = verify_keyed(file, &file.with_file_name("keys.json"));
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    let rows: Vec<&str> =
+        out.lines().skip_while(|l| !l.starts_with("key audit")).skip(2).take_while(|l| l.contains('\t')).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    for row in rows {
+        let fields: Vec<&str> = row.split('\t').collect();
+        assert_eq!(fields[2], "0", "every noisy step is keyed: {row}");
+        let c_min: f64 = fields[3].parse().expect("c_min");
+        assert!(c_min > 1.0 - 1e-6, "{row}");
+    }
+    let demo = out.lines().skip_while(|l| !l.starts_with("key audit")).find(|l| l.starts_with("demo\t")).expect("demo");
+    assert!(demo.split('\t').nth(1).is_some_and(|n| n.parse::<u64>().is_ok_and(|n| n > 0)), "{demo}");
 }
 
 fn verify(file: &Path) -> Output {
@@ -308,6 +341,7 @@ async fn a_labelling_run_on_the_embedded_store_verifies_and_tampering_is_named()
     let file = dir.path().join("journal.jsonl");
     label_and_export(&server, dir.path(), &file).await;
     the_export_verifies_and_tampering_is_named(&file);
+    the_export_passes_the_key_audit(&file);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -324,6 +358,7 @@ async fn a_labelling_run_on_postgres_verifies() {
     let file = dir.path().join("journal.jsonl");
     label_and_export(&server, dir.path(), &file).await;
     the_export_verifies_and_tampering_is_named(&file);
+    the_export_passes_the_key_audit(&file);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -394,8 +429,9 @@ async fn an_export_verifies_the_same_on_other_openblas_kernels() {
     let reports: Vec<String> = ["Prescott", "Haswell"]
         .iter()
         .map(|core| {
+            let keys = dir.path().join("keys.json");
             let o = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
-                .args(["verify", &file.display().to_string()])
+                .args(["verify", "--noise-key", &keys.display().to_string(), &file.display().to_string()])
                 .env("OPENBLAS_CORETYPE", core)
                 .env("OPENBLAS_VERBOSE", "2")
                 .output()
@@ -440,32 +476,77 @@ fn without_update_slack(report: &str) -> (String, Vec<f64>) {
 /// the real calibration, posterior update and ledger, with the draw
 /// scaled by c (`None`: honest). Never part of a binary.
 fn forge(file: &Path, sessions: &[(&str, Option<f64>, usize)]) {
+    let forged: Vec<Forged<'_>> = sessions
+        .iter()
+        .map(|&(name, c, steps)| Forged {
+            name,
+            steps,
+            classes: 3,
+            secret: None,
+            scale: Box::new(move |_| c.unwrap_or(1.0)),
+        })
+        .collect();
+    forge_with(file, None, &forged);
+}
+
+/// One forged session: its name, its steps, the classes its queries split
+/// the 16 teachers into, the teacher its releases are centred on (`None`:
+/// drawn, or with a key the dataset's one), and the scale of each step's
+/// noise (by version; 1 = honest).
+struct Forged<'a> {
+    name: &'a str,
+    steps: usize,
+    classes: usize,
+    secret: Option<usize>,
+    scale: Box<dyn Fn(usize) -> f64 + 'a>,
+}
+
+/// Writes an export of `sessions` of the default dataset (m = 16, d = 10,
+/// b = 2⁻⁸, less past 400 steps): each step through the real calibration, release grid,
+/// posterior update and ledger, journaled consistently, with its draw
+/// scaled as the session says. With `key`, the draws are the key's at each
+/// step's position and every step commits to it, as the server's are; all
+/// sessions share one secret teacher (s* is the dataset's).
+fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
     use chacha20::ChaCha20Rng;
+    use pacpriv_privacy::keyed::Position;
     use pacpriv_privacy::ledger::{Ledger, Policy};
     use pacpriv_privacy::posterior::Posterior;
     use pacpriv_privacy::{Nats, grid, label, mechanism};
     use rand::{RngExt, SeedableRng};
 
     let (m, classes) = (16, 10);
-    let b = 2f64.powi(-8);
     let mut lines = vec![format!("{{\"format\":\"{}\"}}", format::FORMAT)];
-    for (n, &(session, c, steps)) in sessions.iter().enumerate() {
+    let shared_secret = dataset_secret();
+    for (n, forged) in sessions.iter().enumerate() {
+        let (session, steps) = (forged.name, forged.steps);
         let mut rng = ChaCha20Rng::seed_from_u64(52 + n as u64);
         let secret = rng.random_range(0..m);
+        let secret = forged.secret.unwrap_or(if key.is_some() { shared_secret } else { secret });
+        // At most 400·2⁻⁸ nats in all: past that the posterior singles the
+        // secret teacher out, and the calibration rightly adds no noise.
+        let b = 2f64.powf(-8.0 - (steps.max(400) as f64 / 400.0).log2().ceil());
         let mut posterior = Posterior::uniform(m).expect("m");
         let limit = b * steps as f64;
         let mut ledger =
             Ledger::new(Nats::new(b).expect("b"), Nats::new(limit).expect("limit"), Policy::Contested).expect("ledger");
+        let active = [2, 5, 7, 0, 1, 3, 4, 6, 8, 9];
         for version in 1..=steps {
-            // Three classes, the teachers shuffled among them.
-            let mut labels: Vec<usize> = (0..m).map(|i| [2, 5, 7][i % 3]).collect();
+            // `classes` classes, the teachers shuffled among them.
+            let mut labels: Vec<usize> = (0..m).map(|i| active[i % forged.classes]).collect();
             for i in (1..m).rev() {
                 labels.swap(i, rng.random_range(0..=i));
             }
             let cal = label::calibrate(&posterior, &labels, classes, Nats::new(b).expect("b")).expect("calibrates");
             let centre = cal.position_of_teacher(secret).expect("the secret teacher's class");
-            let mut draw = cal.noise().sample(&mut rng);
-            draw.std_coef *= c.unwrap_or(1.0);
+            let mut draw = match key {
+                Some(key) => {
+                    let mut normals = key.normals(&Position { dataset: "default", session, step: version as u64 });
+                    cal.noise().sample_from(|| normals.next_normal())
+                }
+                None => cal.noise().sample(&mut rng),
+            };
+            draw.std_coef *= (forged.scale)(version);
             let z = cal.noise().block(&draw);
             let mut published = vec![0.0; classes];
             for (a, &class) in cal.classes().iter().enumerate() {
@@ -487,6 +568,7 @@ fn forge(file: &Path, sessions: &[(&str, Option<f64>, usize)]) {
                     labels: labels.iter().map(|&l| l as u32).collect(),
                     label: mechanism::argmax(published.iter().copied()) as u32,
                     published,
+                    noise_key: key.map(|k| format::hex(&k.commitment())).unwrap_or_default(),
                     ..format::StepLine::default()
                 },
                 log_likelihood: ll.to_vec(),
@@ -516,4 +598,103 @@ fn forge(file: &Path, sessions: &[(&str, Option<f64>, usize)]) {
     // Every hash, from the first line on.
     let chained = rechained(file.parent().expect("dir"), &lines, 1, |_| ());
     std::fs::rename(chained, file).expect("rename");
+}
+
+/// The teacher a keyed forged export's sessions are centred on (of 16).
+fn dataset_secret() -> usize {
+    use rand::{RngExt, SeedableRng};
+    chacha20::ChaCha20Rng::seed_from_u64(66).random_range(0..16)
+}
+
+/// Writes `key` as the default dataset's in a noise-key file.
+fn key_file(dir: &Path, name: &str, key: &NoiseKey) -> std::path::PathBuf {
+    let path = dir.join(name);
+    pacpriv_tools::verify::keys::write(&path, &[("default".to_owned(), *key)]).expect("key file");
+    path
+}
+
+fn verify_keyed(file: &Path, keys: &Path) -> Output {
+    pacpriv(&["verify", "--noise-key", &keys.display().to_string(), &file.display().to_string()])
+}
+
+/// Issue 66 §3: dishonest operators who know the statistical audit, each
+/// journaling consistently (Σ as verify recalibrates it, ℓ of what it
+/// published, posterior, ledger and chain), with their draws from the
+/// committed key: the key audit names the first dishonest step of each —
+/// near-noiseless every tenth step, and an honest prefix then c = 0.5 for
+/// the last quarter — over 400- and 4 000-step sessions, k = 2, 3 and 10
+/// classes a query. Honest keyed sessions pass with the key, and a key
+/// other than the committed one is refused.
+#[test]
+fn the_key_audit_names_the_first_dishonest_step() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = NoiseKey::from_bytes([66; 32]);
+    let keys = key_file(dir.path(), "keys.json", &key);
+    type Cheat = fn(usize, usize) -> f64;
+    let every_tenth: Cheat = |v, _| if v % 10 == 0 { 1e-4 } else { 1.0 };
+    let last_quarter: Cheat = |v, steps| if v > steps * 3 / 4 { 0.5 } else { 1.0 };
+    let cases: [(&str, Cheat, fn(usize) -> usize); 2] =
+        [("every_tenth", every_tenth, |_| 10), ("last_quarter", last_quarter, |steps| steps * 3 / 4 + 1)];
+    for (steps, classes) in [(400, 2), (400, 3), (400, 10), (4000, 3)] {
+        for (name, cheat, first) in cases {
+            let file = dir.path().join(format!("{name}-{steps}-{classes}.jsonl"));
+            let scale = Box::new(move |v| cheat(v, steps));
+            forge_with(&file, Some(&key), &[Forged { name, steps, classes, secret: None, scale }]);
+            let o = verify_keyed(&file, &keys);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(65), "{name}, {steps} steps, k = {classes}: {err}");
+            // The header is line 1: version v is line v + 1.
+            let expected = format!(
+                "{}:{}: session {name:?} version {}: its release is no teacher's output",
+                file.display(),
+                first(steps) + 1,
+                first(steps)
+            );
+            assert!(
+                err.lines().next().is_some_and(|l| l.contains(&expected)),
+                "{name}, {steps} steps, k = {classes}: {err}"
+            );
+        }
+    }
+
+    // Honest keyed sessions (two, one secret teacher) pass with the key,
+    // every noisy step checked exactly; the report names no teacher.
+    let honest = dir.path().join("honest.jsonl");
+    let sessions: Vec<Forged<'_>> = ["h1", "h2"]
+        .iter()
+        .map(|&name| Forged { name, steps: 400, classes: 3, secret: None, scale: Box::new(|_| 1.0) })
+        .collect();
+    forge_with(&honest, Some(&key), &sessions);
+    let o = verify_keyed(&honest, &keys);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    let row =
+        out.lines().skip_while(|l| !l.starts_with("key audit")).find(|l| l.starts_with("h1\t")).expect("h1's key row");
+    let fields: Vec<&str> = row.split('\t').collect();
+    assert_eq!(&fields[1..3], ["400", "0"], "{row}");
+    let c_min: f64 = fields[3].parse().expect("c_min");
+    assert!(c_min > 1.0 - 1e-6 && c_min <= 1.0, "{row}");
+
+    // Another key: refused, naming the commitment.
+    let other = key_file(dir.path(), "other.json", &NoiseKey::from_bytes([67; 32]));
+    let o = verify_keyed(&honest, &other);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(err.contains("a noise key other than the one given for dataset \"default\""), "{err}");
+
+    // A second session of the dataset centred on another teacher: each of
+    // its steps is some teacher's output plus the key's noise, but once the
+    // classes split the two apart no one teacher is all of the dataset's.
+    let split = dir.path().join("split.jsonl");
+    let shifted =
+        Forged { name: "h3", steps: 40, classes: 10, secret: Some(dataset_secret() ^ 1), scale: Box::new(|_| 1.0) };
+    forge_with(
+        &split,
+        Some(&key),
+        &[Forged { steps: 40, classes: 10, ..sessions.into_iter().next().expect("h1") }, shifted],
+    );
+    let o = verify_keyed(&split, &keys);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(err.contains("session \"h3\"") && err.contains("not all centred on one secret teacher"), "{err}");
 }

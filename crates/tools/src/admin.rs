@@ -9,6 +9,7 @@ use super::connect::{TlsArgs, channel};
 use super::verify::{format, keys};
 use crate::plural;
 use anyhow::Context;
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pacpriv_service::proto::inference::model_repository_parameter::ParameterChoice;
 use pacpriv_service::proto::inference::{
@@ -17,11 +18,10 @@ use pacpriv_service::proto::inference::{
 use pacpriv_service::proto::pacpriv::admin_client::AdminClient;
 use pacpriv_service::proto::pacpriv::journaled::Item;
 use pacpriv_service::proto::pacpriv::{
-    CreatePrincipalRequest, ExportJournalRequest, ExportNoiseKeysRequest, InspectPrincipalRequest, ListPrincipalsRequest, Principal,
-    RevokePrincipalRequest, RotateKeyRequest,
+    CreatePrincipalRequest, ExportJournalRequest, ExportNoiseKeysRequest, InspectPrincipalRequest,
+    ListPrincipalsRequest, Principal, RevokePrincipalRequest, RotateKeyRequest,
 };
 use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
-use pacpriv_privacy::keyed::NoiseKey;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -269,8 +269,10 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                     let keys: Vec<(String, NoiseKey)> = keys
                         .into_iter()
                         .map(|k| {
-                            let bytes: [u8; 32] =
-                                k.key.try_into().map_err(|_| anyhow::anyhow!("the server sent a key of another size"))?;
+                            let bytes: [u8; 32] = k
+                                .key
+                                .try_into()
+                                .map_err(|_| anyhow::anyhow!("the server sent a key of another size"))?;
                             Ok((k.dataset, NoiseKey::from_bytes(bytes)))
                         })
                         .collect::<anyhow::Result<_>>()?;
@@ -304,7 +306,11 @@ where
     let Exported { entries, events, sessions } = export(admin, &mut file).await?;
     file.flush().with_context(|| format!("cannot write {}", path.display()))?;
     let (s, e) = (plural(sessions), plural(events));
-    writeln!(out, "exported {entries} journal entries and {events} event{e} of {sessions} session{s} to {}", path.display())?;
+    writeln!(
+        out,
+        "exported {entries} journal entries and {events} event{e} of {sessions} session{s} to {}",
+        path.display()
+    )?;
     Ok(())
 }
 

@@ -33,11 +33,14 @@ use ndarray::{Array1, ArrayView1};
 
 /// The relative drift allowed between the server's z and the verifier's
 /// z′ for the same g: ‖z − z′‖₂ ≤ KERNEL_DRIFT·‖z′‖₂. Σ is recomputed from
-/// the same public inputs, so the two differ only by the kernels' rounding
-/// (eigenvectors, dot products): measured below 10⁻¹² between OpenBLAS's
-/// SSE3 and AVX-512 kernels on the demo's exports (`tests/it/verify.rs`);
-/// this allows a thousand times that.
-pub const KERNEL_DRIFT: f64 = 1e-9;
+/// the same public inputs on the path the server journaled, so the two
+/// differ only by the kernels' rounding. Measured between OpenBLAS's SSE3
+/// and AVX-512 kernels on the demo's exports (`tests/it/verify.rs`): below
+/// 10⁻¹³ in label mode and on the Gram path, up to 2.5·10⁻⁹ on vector
+/// mode's SVD path at d = 10, whose weakest directions rounding decides
+/// (one coordinate moved by two grid steps). This allows 40 times that;
+/// what it leaves unresolved is counted ([`KeyCheck::unresolved`]).
+pub const KERNEL_DRIFT: f64 = 1e-7;
 
 /// What the key says about one step.
 #[derive(Clone, Debug, PartialEq)]

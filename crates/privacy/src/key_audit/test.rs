@@ -137,7 +137,6 @@ fn vector_steps_match_the_secret_and_every_direction_counts() -> Result<(), Priv
         }
     };
     let mut state = session(m)?;
-    let mut complement_caught = 0;
     for version in 1..=5 {
         let outputs = TeacherOutputs::Vectors(scores(version).mapv(grid::centre));
         let (noise, _) = recalibrate(&state, &outputs)?;
@@ -148,13 +147,15 @@ fn vector_steps_match_the_secret_and_every_direction_counts() -> Result<(), Priv
         if noise.complement() > 0.0 {
             let mut probe = state.clone();
             let check = step(&mut probe, &outputs, secret, version, no_complement)?;
-            complement_caught += usize::from(check.matching.is_empty());
+            // Caught, or the step says a direction is beyond what it can
+            // resolve: never a silent pass.
+            assert!(check.matching.is_empty() || check.unresolved > 0, "complement removed, step {version}");
         }
         step(&mut state, &outputs, secret, version, |_, _, _| ())?;
     }
-    // The complement here is one dimension at f ≈ 10⁻¹³ (its tolerance is
-    // ~KERNEL_DRIFT·‖z′‖/√f): removing it shows where |g| exceeds that.
-    assert!(complement_caught >= 4, "complement removal caught at {complement_caught} of 5 steps");
+    // (The complement here is one dimension at f ≈ 10⁻¹³, ~10⁻⁸ of the
+    // largest variance: its tolerance KERNEL_DRIFT·‖z′‖/√f is more than a
+    // standard deviation, so its removal is reported unresolved.)
     Ok(())
 }
 

@@ -161,6 +161,11 @@ pub struct Answer {
     /// How the posterior applied it ([`UpdateRule`]); a journal records it
     /// so that replay renormalises the same way, bit for bit.
     pub update_rule: UpdateRule,
+    /// Vector mode: the basis path Σ was calibrated on, with its kept rank
+    /// (`None` in label mode and for an exact answer). A journal records
+    /// it, so that replay recomputes this Σ, not the one its own kernels
+    /// would choose near a threshold, and Σ is fixed before the draw.
+    pub path: Option<vector::Path>,
 }
 
 /// What Σ is calibrated to. Every deployment is [`Calibration::Certified`];
@@ -323,12 +328,13 @@ pub(crate) fn answer_drawn(
             published,
             log_likelihood: None,
             update_rule: UpdateRule::PerSubset,
+            path: None,
         });
     }
 
     // The fallible posterior update runs on a copy, swapped in at the commit.
     let mut posterior = state.posterior.clone();
-    let (label, noisy, published, log_lik, rule, noise_mi, evidence) = match outputs {
+    let (label, noisy, published, log_lik, rule, noise_mi, evidence, path) = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
             let cal = label::calibrate(&state.posterior, labels, *classes, b)?;
             let center =
@@ -337,7 +343,7 @@ pub(crate) fn answer_drawn(
             reshape(&mut draw);
             let (label, noisy, published, evidence) = release_label(&cal, center, &draw);
             let log_lik = cal.update_posterior(&mut posterior, center, &draw)?;
-            (label, noisy, published, log_lik, UpdateRule::Linear, cal.noise().mi_bound(), Some(evidence))
+            (label, noisy, published, log_lik, UpdateRule::Linear, cal.noise().mi_bound(), Some(evidence), None)
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
@@ -348,7 +354,8 @@ pub(crate) fn answer_drawn(
             let log_lik = cal.teacher_log_likelihoods(s, &draw);
             posterior.update(log_lik.view())?;
             let label = argmax(published.iter().copied());
-            (label, noisy, published, log_lik, UpdateRule::PerSubset, cal.noise().mi_bound(), None)
+            let path = cal.path_taken();
+            (label, noisy, published, log_lik, UpdateRule::PerSubset, cal.noise().mi_bound(), None, path)
         }
     };
 
@@ -373,6 +380,7 @@ pub(crate) fn answer_drawn(
         published,
         log_likelihood: Some(log_lik),
         update_rule: rule,
+        path,
     })
 }
 

@@ -86,6 +86,7 @@ fn session(mode: Mode, steps: usize, c: Option<f64>, seed: u64) -> Verdict {
             charge: a.charge.get(),
             log_likelihood: &ll,
             update_rule: a.update_rule,
+            path: a.path,
         };
         // The dishonest journal passes every per-step check.
         let replayed = replay::replay(&mut verifier, &recorded).expect("every step verifies");

@@ -73,6 +73,10 @@ pub struct Recorded<'a> {
     pub log_likelihood: &'a [f64],
     /// How the server's posterior applied it.
     pub update_rule: UpdateRule,
+    /// Vector mode: the basis path the server journaled it took
+    /// ([`mechanism::Answer::path`]; `None`: not recorded, and then either
+    /// path is tried).
+    pub path: Option<vector::Path>,
 }
 
 /// Why a recorded step is not what the mechanism would have done.
@@ -310,7 +314,10 @@ pub(crate) fn replay_on(
     }
 
     let b = state.ledger.per_query();
-    let calibrated = calibrate(state, outputs, b, first)?;
+    // A journaled path is the server's Σ: recomputed as such, with no
+    // second choice (journals before issue 66 record none).
+    let calibrated = calibrate(state, outputs, b, step.path.unwrap_or(first))?;
+    let either = |c: &Calibrated| if step.path.is_some() { None } else { other_path(state, outputs, b, c) };
     check_support(&calibrated.noise, outputs, step.published)?;
     if step.log_likelihood.len() != calibrated.centres.len() {
         return Err(Mismatch::Outputs(format!(
@@ -330,7 +337,7 @@ pub(crate) fn replay_on(
             // ours (near the Gram path's thresholds): follow it before
             // calling the step a mismatch, or unchecked.
             first => {
-                let other = other_path(state, outputs, b, &calibrated).and_then(|other| {
+                let other = either(&calibrated).and_then(|other| {
                     Some((check_log_likelihood(state, &other, &r, step.log_likelihood).ok()?, other))
                 });
                 match (first, other) {

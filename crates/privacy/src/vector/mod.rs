@@ -75,6 +75,36 @@ pub enum Path {
     /// a step cannot be matched to a Σ no server would have drawn from.
     /// Either path's Σ is certified.
     Gram,
+    /// The Gram path keeping exactly this many directions: what a server
+    /// journaled it took (`replay`), so that a verifier recomputes the
+    /// server's Σ even where its own kernels round an eigenvalue to the
+    /// other side of [`GRAM_KEEP`]. Accepted only within [`KEEP_BAND`] of
+    /// that threshold and [`GRAM_LEFT_OUT_MARGIN`] of the left-out share.
+    GramKeeping(usize),
+}
+
+impl Path {
+    /// The path as a journal records it: (basis, rank), basis 1 for the
+    /// SVD, 2 for a Gram matrix keeping `rank` directions, (0, 0) for the
+    /// paths that choose ([`Path::Auto`], [`Path::Gram`]), which the
+    /// mechanism never reports as taken.
+    pub fn code(self) -> (u32, u32) {
+        match self {
+            Path::Svd => (1, 0),
+            Path::GramKeeping(r) => (2, u32::try_from(r).unwrap_or(u32::MAX)),
+            Path::Auto | Path::Gram => (0, 0),
+        }
+    }
+
+    /// The path a journaled (basis, rank) names (`None`: not recorded, or
+    /// a code this release does not know).
+    pub fn from_code(basis: u32, rank: u32) -> Option<Path> {
+        match basis {
+            1 => Some(Path::Svd),
+            2 => Some(Path::GramKeeping(rank as usize)),
+            _ => None,
+        }
+    }
 }
 
 /// [`calibrate`] on the basis `path` asks for: what `replay` uses to
@@ -112,9 +142,13 @@ pub fn calibrate_on<'a>(
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
     let gram = match path {
-        Path::Auto => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT),
-        Path::Gram => {
-            let basis = gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN);
+        Path::Auto => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT, None),
+        Path::Gram | Path::GramKeeping(_) => {
+            let kept = match path {
+                Path::GramKeeping(r) => Some(r),
+                _ => None,
+            };
+            let basis = gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN, kept);
             Some(basis.ok_or_else(|| PrivacyError::Linalg("the Gram matrix gives no checked basis here".into()))?)
         }
         Path::Svd => None,
@@ -210,6 +244,12 @@ fn svd_basis(x: &Array2<f64>) -> Result<Orthonormal, PrivacyError> {
 /// and those of C are decided by its rounding.
 const GRAM_KEEP: f64 = 1e-6;
 
+/// How far (relative) an eigenvalue kept or left out by a journaled rank
+/// ([`Path::GramKeeping`]) may sit on the other side of [`GRAM_KEEP`]:
+/// kernels move an eigenvalue near the threshold by ~m·2⁻⁵³ of the
+/// largest, 10⁻⁸ of the threshold; this allows a hundred thousand times that.
+pub const KEEP_BAND: f64 = 1e-3;
+
 /// How far past [`GRAM_LEFT_OUT`] a verifier follows the Gram path
 /// ([`Path::Gram`]): kernels move the left-out signal's share by round-off,
 /// far less than this factor.
@@ -232,9 +272,18 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 /// `None` (use the SVD) when the chosen side declines. Whichever basis is
 /// returned goes through the same orthonormality check and certificate, so
 /// the choice can cost time, never privacy.
-fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
+fn gram_basis(
+    centred: &Array2<f64>,
+    sqrt_w: &Array1<f64>,
+    left_out_share: f64,
+    kept: Option<usize>,
+) -> Option<Orthonormal> {
     let (m, d) = centred.dim();
-    if d <= m { columns_basis(centred, sqrt_w, left_out_share) } else { rows_basis(centred, sqrt_w, left_out_share) }
+    if d <= m {
+        columns_basis(centred, sqrt_w, left_out_share, kept)
+    } else {
+        rows_basis(centred, sqrt_w, left_out_share, kept)
+    }
 }
 
 /// d ≤ m: U = the eigenvectors of the d × d C = XᵀX for its strong
@@ -251,12 +300,17 @@ fn gram_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
 /// `None` when C's entries overflow, when LAPACK fails, when the spectrum
 /// declines ([`first_strong`]), or when the eigenvectors fail the
 /// orthonormality check.
-fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
+fn columns_basis(
+    centred: &Array2<f64>,
+    sqrt_w: &Array1<f64>,
+    left_out_share: f64,
+    kept: Option<usize>,
+) -> Option<Orthonormal> {
     let d = centred.ncols();
     let x = centred * &sqrt_w.view().insert_axis(Axis(1));
     let c = pacpriv_lapack::gram(x.view(), Side::Columns).ok()?;
     let eigen = pacpriv_lapack::eigh(c.view()).ok()?;
-    let first_kept = first_strong(&eigen.values, d, left_out_share)?;
+    let first_kept = first_strong(&eigen.values, d, left_out_share, kept)?;
     Orthonormal::check(eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..))).ok()
 }
 
@@ -268,7 +322,12 @@ fn columns_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f6
 /// ([`first_strong`]), when a mapped column's squared norm is not a
 /// normal number, or when the mapped directions fail the orthonormality
 /// check.
-fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) -> Option<Orthonormal> {
+fn rows_basis(
+    centred: &Array2<f64>,
+    sqrt_w: &Array1<f64>,
+    left_out_share: f64,
+    kept: Option<usize>,
+) -> Option<Orthonormal> {
     let d = centred.ncols();
     // X = diag(√w)·centred is never formed: K = diag(√w)(centred·centredᵀ)diag(√w)
     // and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide scaling each.
@@ -278,7 +337,7 @@ fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
     }
     // A LAPACK failure here only costs the SVD.
     let eigen = pacpriv_lapack::eigh(k.view()).ok()?;
-    let first_kept = first_strong(&eigen.values, d, left_out_share)?;
+    let first_kept = first_strong(&eigen.values, d, left_out_share, kept)?;
     let kept = eigen.values.len() - first_kept;
     let mut w = eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..));
     w *= &sqrt_w.view().insert_axis(Axis(1));
@@ -303,15 +362,24 @@ fn rows_basis(centred: &Array2<f64>, sqrt_w: &Array1<f64>, left_out_share: f64) 
 /// would get more isotropic noise than `left_out_share` allows
 /// ([`GRAM_LEFT_OUT`] on the server's path): Σ_dropped λ/(2·10⁻³·b) per
 /// coordinate, d times that in total, against (Σ_kept √λ)²/(2b) along the
-/// basis.
-fn first_strong(lambda: &Array1<f64>, d: usize, left_out_share: f64) -> Option<usize> {
+/// basis. With `kept`, exactly that many, if each kept eigenvalue is within
+/// [`KEEP_BAND`] above the threshold and each left out within it below.
+fn first_strong(lambda: &Array1<f64>, d: usize, left_out_share: f64, kept: Option<usize>) -> Option<usize> {
     // Below this, GRAM_KEEP·top underflows and directions of no signal
     // would be kept (the SVD serves such inputs).
     let top = lambda.last().copied().unwrap_or(0.0);
     if top < f64::MIN_POSITIVE / GRAM_KEEP {
         return None;
     }
-    let first_kept = lambda.len() - lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count();
+    let first_kept = match kept {
+        None => lambda.len() - lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count(),
+        Some(r) => {
+            let first = lambda.len().checked_sub(r)?;
+            let within = lambda.iter().skip(first).all(|&l| l >= GRAM_KEEP * top * (1.0 - KEEP_BAND))
+                && lambda.iter().take(first).all(|&l| l <= GRAM_KEEP * top * (1.0 + KEEP_BAND));
+            within.then_some(first)?
+        }
+    };
     // A negative eigenvalue is rounding: it holds no signal.
     let left_out: f64 = lambda.iter().take(first_kept).map(|l| l.max(0.0)).sum();
     let along: f64 = lambda.iter().skip(first_kept).map(|l| l.sqrt()).sum();
@@ -345,6 +413,16 @@ impl VectorCalibration<'_> {
     /// Which decomposition found the noise basis.
     pub fn basis_source(&self) -> Basis {
         self.source
+    }
+
+    /// The path that recomputes this calibration's basis exactly: what the
+    /// journal records (`None` for unanimous outputs, which draw nothing).
+    pub fn path_taken(&self) -> Option<Path> {
+        match self.source {
+            Basis::Unanimous => None,
+            Basis::Svd => Some(Path::Svd),
+            Basis::Gram => Some(Path::GramKeeping(self.noise.rank())),
+        }
     }
 
     /// The certified noise.

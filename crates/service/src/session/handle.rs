@@ -238,7 +238,8 @@ impl Handle {
         let params = self.session.context().params;
         let site = Site { dataset: self.dataset.clone(), session: self.session.key().into() };
         let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
-        let (outcome, ticket) = self.session.step(blocking, probes, move |v| step_all(&params, &site, v, &rows)).await?;
+        let (outcome, ticket) =
+            self.session.step(blocking, probes, move |v| step_all(&params, &site, v, &rows)).await?;
         match (outcome, ticket) {
             (Ok((replies, view)), ticket) => Ok(Step { replies, view, ticket }),
             // Rows that drew were charged: a failed write withholds, as

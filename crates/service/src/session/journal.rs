@@ -85,6 +85,8 @@ pub(super) fn journal_entry(
         label: answer.label as u32,
         // A unanimous step drew nothing: no key to commit to.
         noise_key: if answer.unanimous { Vec::new() } else { noise.commitment().to_vec() },
+        basis: answer.path.map_or(0, |p| p.code().0),
+        rank: answer.path.map_or(0, |p| p.code().1),
         ..v.answered_by(asking)
     };
     record_outputs(&mut step, outputs);

@@ -236,7 +236,8 @@ mod test {
         );
         assert_eq!(establish(&store, "other", None, 16, "u16", None).await?.expose(), 5);
         // Each dataset its own noise key, kept across restarts.
-        let (k1, k2) = (establish_noise_key(&store, DEFAULT_DATASET).await?, establish_noise_key(&store, "other").await?);
+        let (k1, k2) =
+            (establish_noise_key(&store, DEFAULT_DATASET).await?, establish_noise_key(&store, "other").await?);
         assert_ne!(k1, k2);
         drop(store);
         let store = open(&path)?;

@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 /// The first line's `format`: 2 adds each step's `model` and
 /// `model_version`; 3 each noisy step's `noise_key` (the commitment to the
-/// dataset's noise key its draw came from).
+/// dataset's noise key its draw came from) and a vector-mode step's
+/// `basis` and `rank` (the path Σ was calibrated on).
 pub const FORMAT: &str = "pacpriv-journal-export/3";
 
 /// The formats this release reads: every one a release has written (1 is
@@ -167,6 +168,14 @@ pub struct StepLine {
     /// unanimous step and an event).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub noise_key: String,
+    /// Vector mode: the basis path Σ was calibrated on (export format 3;
+    /// 0: not recorded, 1: the SVD, 2: a Gram matrix keeping `rank`
+    /// directions).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub basis: u32,
+    /// The Gram path's kept directions.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rank: u32,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -277,6 +286,8 @@ impl StepLine {
             model: step.model,
             model_version: step.model_version,
             noise_key: hex(&step.noise_key),
+            basis: step.basis,
+            rank: step.rank,
         }
     }
 
@@ -296,6 +307,8 @@ impl StepLine {
             model: self.model.clone(),
             model_version: self.model_version.clone(),
             noise_key: unhex(&self.noise_key)?,
+            basis: self.basis,
+            rank: self.rank,
         })
     }
 }

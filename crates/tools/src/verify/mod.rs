@@ -42,9 +42,10 @@ use pacpriv_privacy::mechanism::{SessionState, TeacherOutputs};
 use pacpriv_privacy::noise_audit::{self, NoiseAudit, Verdict};
 use pacpriv_privacy::posterior::{Form, Posterior, UpdateRule};
 use pacpriv_privacy::replay::{self, Recorded, Unchecked};
+use pacpriv_privacy::vector;
 use pacpriv_privacy::{Nats, PrivacyError, report};
-use pacpriv_service::store::{DEFAULT_DATASET, JournalEntry};
 use pacpriv_service::store::record::EventKind;
+use pacpriv_service::store::{DEFAULT_DATASET, JournalEntry};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -761,6 +762,7 @@ impl Replaying {
             charge: e.charge,
             log_likelihood: &e.log_likelihood,
             update_rule: rule,
+            path: vector::Path::from_code(s.basis, s.rank),
         };
         let key = keyed.keys.get(&self.dataset).filter(|_| !s.noise_key.is_empty());
         if let Some(key) = key
@@ -850,7 +852,8 @@ impl Replaying {
         if check.matching.is_empty() {
             return Some(format!(
                 "its release is no teacher's output plus the noise key's draw at this step, in some direction of Σ: \
-                 it carries other noise than the key gives (scaled down by as little as {:.1e} would show)",
+                 it carries other noise than the key gives (this step's check sees its noise scaled by any c below \
+                 1 − {:.1e})",
                 check.undetectable
             ));
         }

@@ -24,9 +24,9 @@ use super::status::ServiceError;
 use crate::metrics::ServiceMetrics;
 use crate::proto::pacpriv::admin_server::Admin;
 use crate::proto::pacpriv::{
-    CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, ExportNoiseKeysRequest, InspectPrincipalRequest,
-    NoiseKeys,
-    ListPrincipalsRequest, ListPrincipalsResponse, Principal, RevokePrincipalRequest, RotateKeyRequest,
+    CreatePrincipalRequest, CreatePrincipalResponse, ExportJournalRequest, ExportNoiseKeysRequest,
+    InspectPrincipalRequest, ListPrincipalsRequest, ListPrincipalsResponse, NoiseKeys, Principal,
+    RevokePrincipalRequest, RotateKeyRequest,
 };
 use crate::session::{Account, Sessions};
 use pacpriv_privacy::report;

@@ -260,10 +260,8 @@ impl PgStore {
             )
             .await
             .map_err(pg)?;
-        let row = client
-            .query_one("SELECT key FROM pacpriv_noise_key WHERE dataset = $1", &[&dataset])
-            .await
-            .map_err(pg)?;
+        let row =
+            client.query_one("SELECT key FROM pacpriv_noise_key WHERE dataset = $1", &[&dataset]).await.map_err(pg)?;
         let key: Vec<u8> = row.try_get(0).map_err(pg)?;
         <[u8; 32]>::try_from(key.as_slice()).map_err(|_| backend("stored noise key is not 32 bytes"))
     }
