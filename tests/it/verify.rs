@@ -62,6 +62,12 @@ async fn label_and_export(server: &Process, dir: &Path, file: &Path) {
     let logs = server.logs();
     assert!(logs.contains("noise keys exported through the admin API"), "the export is logged");
     let key = pacpriv_tools::verify::keys::read(&keys).expect("the key file reads")["default"];
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&keys).expect("key file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key file is its owner's alone");
+    }
     assert!(!logs.contains(&format::hex(key.expose())), "the key is never logged");
 }
 
@@ -77,8 +83,10 @@ fn the_export_passes_the_key_audit(file: &Path) {
     for row in rows {
         let fields: Vec<&str> = row.split('\t').collect();
         assert_eq!(fields[2], "0", "every noisy step is keyed: {row}");
-        let c_min: f64 = fields[3].parse().expect("c_min");
-        assert!(c_min > 1.0 - 1e-6, "{row}");
+        // Label mode's 1 − c is ~10⁻⁷; vector mode's SVD steps leave
+        // their weakest directions to the kernel drift (~10⁻³ at d = 10).
+        let shortfall: f64 = fields[3].parse().expect("undetectable_shortfall");
+        assert!((0.0..1e-2).contains(&shortfall), "{row}");
     }
     let demo = out.lines().skip_while(|l| !l.starts_with("key audit")).find(|l| l.starts_with("demo\t")).expect("demo");
     assert!(demo.split('\t').nth(1).is_some_and(|n| n.parse::<u64>().is_ok_and(|n| n > 0)), "{demo}");
@@ -509,8 +517,9 @@ struct Forged<'a> {
 /// sessions share one secret teacher (s* is the dataset's).
 fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
     use chacha20::ChaCha20Rng;
-    use pacpriv_privacy::keyed::Position;
+    use pacpriv_privacy::keyed::{Position, inputs_digest};
     use pacpriv_privacy::ledger::{Ledger, Policy};
+    use pacpriv_privacy::mechanism::TeacherOutputs;
     use pacpriv_privacy::posterior::Posterior;
     use pacpriv_privacy::{Nats, grid, label, mechanism};
     use rand::{RngExt, SeedableRng};
@@ -541,7 +550,12 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
             let centre = cal.position_of_teacher(secret).expect("the secret teacher's class");
             let mut draw = match key {
                 Some(key) => {
-                    let mut normals = key.normals(&Position { dataset: "default", session, step: version as u64 });
+                    let at = Position { dataset: "default", session, step: version as u64 };
+                    let inputs = inputs_digest(
+                        &TeacherOutputs::Labels { labels: labels.clone(), classes },
+                        Nats::new(b).expect("b"),
+                    );
+                    let mut normals = key.normals(&at, &inputs);
                     cal.noise().sample_from(|| normals.next_normal())
                 }
                 None => cal.noise().sample(&mut rng),
@@ -630,10 +644,13 @@ fn the_key_audit_names_the_first_dishonest_step() {
     let dir = tempfile::tempdir().expect("temp dir");
     let key = NoiseKey::from_bytes([66; 32]);
     let keys = key_file(dir.path(), "keys.json", &key);
+    // The scale of a step's noise (by version and session length), and
+    // the first dishonest version (by session length).
     type Cheat = fn(usize, usize) -> f64;
+    type First = fn(usize) -> usize;
     let every_tenth: Cheat = |v, _| if v % 10 == 0 { 1e-4 } else { 1.0 };
     let last_quarter: Cheat = |v, steps| if v > steps * 3 / 4 { 0.5 } else { 1.0 };
-    let cases: [(&str, Cheat, fn(usize) -> usize); 2] =
+    let cases: [(&str, Cheat, First); 2] =
         [("every_tenth", every_tenth, |_| 10), ("last_quarter", last_quarter, |steps| steps * 3 / 4 + 1)];
     for (steps, classes) in [(400, 2), (400, 3), (400, 10), (4000, 3)] {
         for (name, cheat, first) in cases {
@@ -672,15 +689,15 @@ fn the_key_audit_names_the_first_dishonest_step() {
         out.lines().skip_while(|l| !l.starts_with("key audit")).find(|l| l.starts_with("h1\t")).expect("h1's key row");
     let fields: Vec<&str> = row.split('\t').collect();
     assert_eq!(&fields[1..3], ["400", "0"], "{row}");
-    let c_min: f64 = fields[3].parse().expect("c_min");
-    assert!(c_min > 1.0 - 1e-6 && c_min <= 1.0, "{row}");
+    let shortfall: f64 = fields[3].parse().expect("undetectable_shortfall");
+    assert!((0.0..1e-6).contains(&shortfall), "{row}");
 
     // Another key: refused, naming the commitment.
     let other = key_file(dir.path(), "other.json", &NoiseKey::from_bytes([67; 32]));
     let o = verify_keyed(&honest, &other);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(65), "{err}");
-    assert!(err.contains("a noise key other than the one given for dataset \"default\""), "{err}");
+    assert!(err.contains("a noise key that --noise-key does not hold"), "{err}");
 
     // A second session of the dataset centred on another teacher: each of
     // its steps is some teacher's output plus the key's noise, but once the

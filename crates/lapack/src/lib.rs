@@ -21,7 +21,9 @@
 //! Nothing borrowed outlives the call.
 //!
 //! Both calls assume an LP64 OpenBLAS (32-bit `int`), Debian's
-//! `libopenblas-dev`; an ILP64 build would need `i64` sizes. `dsyevd_` is
+//! `libopenblas-dev`; an ILP64 build would need `i64` sizes, and
+//! [`check_lp64`] refuses one (the server and `pacpriv verify` run it
+//! first). Every buffer size is computed with checked arithmetic. `dsyevd_` is
 //! declared here with the two hidden lengths of its character arguments
 //! that gfortran-compiled LAPACK expects, rather than through a binding
 //! that omits them.
@@ -118,6 +120,27 @@ pub fn gram(a: ArrayView2<'_, f64>, side: Side) -> Result<Array2<f64>, Error> {
     Array2::from_shape_vec((n, n), c).map_err(|e| Error::Shape(e.to_string()))
 }
 
+/// Checks that the linked OpenBLAS takes 32-bit integers (LP64), as both
+/// wrappers declare: an ILP64 build (`USE64BITINT` in its configuration)
+/// would read each size as half of a 64-bit one. Callers run it once at
+/// start and refuse to go on otherwise.
+///
+/// # Errors
+/// [`Error::Shape`] naming the library's configuration when it is ILP64.
+pub fn check_lp64() -> Result<(), Error> {
+    // SAFETY: openblas_get_config takes nothing and returns a pointer to a
+    // static NUL-terminated string owned by the library (never freed),
+    // read here before anything else could call into it.
+    let config = unsafe { std::ffi::CStr::from_ptr(openblas_get_config()) }.to_string_lossy().into_owned();
+    if config.contains("USE64BITINT") {
+        return Err(Error::Shape(format!(
+            "the linked OpenBLAS is built with 64-bit integers (ILP64: \"{config}\"); pacpriv calls BLAS/LAPACK \
+             with 32-bit ones: install an LP64 build (Debian's libopenblas-dev; libopenblas64-dev is ILP64)"
+        )));
+    }
+    Ok(())
+}
+
 /// The eigendecomposition of a symmetric matrix A = V·diag(λ)·Vᵀ.
 #[derive(Clone, Debug)]
 pub struct Eigh {
@@ -151,8 +174,13 @@ pub fn eigh(a: ArrayView2<'_, f64>) -> Result<Eigh, Error> {
     let mut buf: Vec<f64> = a.iter().copied().collect();
     let mut values = vec![0.0; n];
     // dsyevd's minimal workspaces for JOBZ = 'V' (n ≥ 2; n = 1 needs 1 each).
-    let lwork = 2usize.checked_mul(n * n).and_then(|x| x.checked_add(1 + 6 * n)).ok_or_else(|| too_large(n))?;
-    let liwork = 3 + 5 * n;
+    let lwork = n
+        .checked_mul(n)
+        .and_then(|nn| nn.checked_mul(2))
+        .and_then(|x| n.checked_mul(6).and_then(|six| x.checked_add(six)))
+        .and_then(|x| x.checked_add(1))
+        .ok_or_else(|| too_large(n))?;
+    let liwork = n.checked_mul(5).and_then(|x| x.checked_add(3)).ok_or_else(|| too_large(n))?;
     let mut work = vec![0.0; lwork];
     let mut iwork: Vec<c_int> = vec![0; liwork];
     let (n_c, lwork_c, liwork_c) = (int(n)?, int(lwork)?, int(liwork)?);
@@ -188,8 +216,11 @@ pub fn eigh(a: ArrayView2<'_, f64>) -> Result<Eigh, Error> {
 }
 
 // LAPACK's Fortran interface, with the hidden lengths of JOBZ and UPLO
-// that gfortran passes after the other arguments (size_t each).
+// that gfortran passes after the other arguments (size_t each); and
+// OpenBLAS's description of its own build.
 unsafe extern "C" {
+    fn openblas_get_config() -> *const c_char;
+
     fn dsyevd_(
         jobz: *const c_char,
         uplo: *const c_char,

@@ -68,3 +68,10 @@ fn eigh_refuses_what_dsyevd_cannot_take() {
     assert_eq!(eigh(array![[1.0, f64::NAN], [f64::NAN, 1.0]].view()).err(), Some(Error::NonFinite));
     assert_eq!(eigh(array![[f64::INFINITY]].view()).err(), Some(Error::NonFinite));
 }
+
+/// The machine's OpenBLAS (Debian's libopenblas-dev) is LP64: what both
+/// wrappers declare, and what the server checks at start.
+#[test]
+fn the_linked_openblas_is_lp64() {
+    assert_eq!(check_lp64(), Ok(()));
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::keyed::{NoiseKey, Position};
+use crate::keyed::{NoiseKey, Position, inputs_digest};
 use crate::ledger::{Ledger, Policy};
 use crate::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
 use crate::noise::Orthonormal;
@@ -53,11 +53,12 @@ fn step(
     let (noise, centres) = recalibrate(state, outputs)?;
     let key = NoiseKey::from_bytes(KEY);
     let secret = SecretIndex::new(secret, outputs.len())?;
-    let answer =
-        mechanism::answer_keyed(state, outputs, secret, None, &mut key.normals(&at(version)), Calibration::Certified)?;
+    let inputs = inputs_digest(outputs, state.ledger.per_query());
+    let normals = &mut key.normals(&at(version), &inputs);
+    let answer = mechanism::answer_keyed(state, outputs, secret, None, normals, Calibration::Certified)?;
     let mut published: Vec<f64> = noise.coords().iter().map(|&c| answer.published[c]).collect();
     forge(&noise, &mut published, &centres[secret.expose()]);
-    Ok(check(&noise, &centres, ArrayView1::from(&published), &mut key.normals(&at(version))))
+    Ok(check(&noise, &centres, ArrayView1::from(&published), &mut key.normals(&at(version), &inputs)))
 }
 
 /// A release with its noise scaled by `c` around `x` (what a dishonest
@@ -171,7 +172,7 @@ fn the_draw_does_not_depend_on_the_basis_of_a_repeated_eigenvalue() -> Result<()
     let turned = Noise::certified(3, vec![0, 1, 2], Orthonormal::check(turned)?, &[0.2, 0.2, 0.2], 0.0, b)?;
     let key = NoiseKey::from_bytes(KEY);
     let z = |n: &Noise| {
-        let mut g = key.normals(&at(1));
+        let mut g = key.normals(&at(1), &[0; 32]);
         n.block(&n.sample_from(|| g.next_normal()))
     };
     let (a, t) = (z(&axes), z(&turned));

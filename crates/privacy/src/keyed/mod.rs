@@ -7,10 +7,14 @@
 //! is expanded at a [`Position`] — the dataset, the session and the step's
 //! version — into a stream:
 //!
-//! - seed = HMAC-SHA256(key, "pacpriv-noise-draw/1" ‖ len‖dataset ‖ len‖session ‖ step),
-//!   lengths and the step as 8-byte big-endian integers;
-//! - the ChaCha20 keystream of that seed (RFC 8439, nonce 0, block counter
-//!   from 0), read 8 bytes at a time as little-endian `u64` words;
+//! - the session's seed = HMAC-SHA256(key, "pacpriv-noise-draw/1" ‖
+//!   len‖dataset ‖ len‖session), lengths as 8-byte big-endian integers
+//!   ([`SessionDraws`], derived once per request, not per step);
+//! - the step's seed = HMAC-SHA256(session seed, step ‖ inputs), the step
+//!   as 8 bytes big-endian and inputs = [`inputs_digest`] of the step's
+//!   public inputs (b and the teachers' outputs on the release grid);
+//! - the ChaCha20 keystream of the step's seed (RFC 8439, nonce 0, block
+//!   counter from 0), read 8 bytes at a time as little-endian `u64` words;
 //! - each pair of words (w₁, w₂) gives two normals by Box–Muller on 53-bit
 //!   uniforms: u₁ = (⌊w₁/2¹¹⌋ + 1)·2⁻⁵³ ∈ (0, 1], u₂ = ⌊w₂/2¹¹⌋·2⁻⁵³,
 //!   R = √(−2·ln u₁), z₁ = R·cos(2π·u₂), z₂ = R·sin(2π·u₂), in that order.
@@ -20,15 +24,22 @@
 //! same bits. Normals never exceed √(−2·ln 2⁻⁵³) ≈ 8.57 in magnitude.
 //!
 //! # Invariants
-//! - A draw is a function of (key, position) alone; positions differ in at
-//!   least one field for every two releases of a store (the step's version
-//!   is unique within a session's key, which is unique within a dataset),
-//!   so no two releases share a draw (`accounting.md` §11).
+//! - A draw is a function of (key, position, inputs) alone. Two releases
+//!   of a store differ in the position (the step's version is unique
+//!   within a session's key, which is unique within a dataset); and should
+//!   a session ever be rolled back to an earlier version (a restored
+//!   backup, a failover that lost commits), a step at a version already
+//!   released draws afresh unless its inputs are the same, in which case
+//!   it releases exactly what was released — so no two different releases
+//!   share a draw (`accounting.md` §11).
 //! - The key has no `Display` and a redacting `Debug`.
 //! - Without the key the stream is indistinguishable from random
 //!   (HMAC-SHA256 as a PRF, ChaCha20 as a stream cipher): the releases are
 //!   as private as with the OS CSPRNG, computationally.
 
+use super::Nats;
+use super::grid;
+use super::mechanism::TeacherOutputs;
 use chacha20::ChaCha20Rng;
 use hmac::{Hmac, KeyInit, Mac};
 use rand::{Rng, SeedableRng};
@@ -65,18 +76,83 @@ impl NoiseKey {
         Sha256::new().chain_update(COMMITMENT_DOMAIN).chain_update(self.0).finalize().into()
     }
 
-    /// The normals of the draw at `at`.
-    pub fn normals(&self, at: &Position<'_>) -> KeyedNormals {
-        // HMAC accepts a key of any length: this cannot fail.
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes a 32-byte key");
+    /// The normals of the draw at `at` on `inputs` ([`inputs_digest`]).
+    pub fn normals(&self, at: &Position<'_>, inputs: &[u8; 32]) -> KeyedNormals {
+        self.session(at.dataset, at.session).normals(at.step, inputs)
+    }
+
+    /// The draws of `session` in `dataset`: one HMAC here, then one per
+    /// step keyed by the session's seed (its inner and outer pads computed
+    /// once, here).
+    pub fn session(&self, dataset: &str, session: &str) -> SessionDraws {
+        let mut mac = hmac(&self.0);
         mac.update(DRAW_DOMAIN);
-        for field in [at.dataset.as_bytes(), at.session.as_bytes()] {
+        for field in [dataset.as_bytes(), session.as_bytes()] {
             mac.update(&(field.len() as u64).to_be_bytes());
             mac.update(field);
         }
-        mac.update(&at.step.to_be_bytes());
+        let seed: [u8; 32] = mac.finalize().into_bytes().into();
+        SessionDraws(hmac(&seed))
+    }
+}
+
+/// HMAC-SHA256 keyed by `key` (any length is accepted: this cannot fail).
+fn hmac(key: &[u8; 32]) -> Hmac<Sha256> {
+    <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes a 32-byte key")
+}
+
+/// A session's seed, as the HMAC it keys ([`NoiseKey::session`]): as
+/// secret as the key, for that session. No `Display`; a redacting `Debug`.
+#[derive(Clone)]
+pub struct SessionDraws(Hmac<Sha256>);
+
+impl SessionDraws {
+    /// The normals of the session's step `step` (the version it produces)
+    /// on `inputs` ([`inputs_digest`]).
+    pub fn normals(&self, step: u64, inputs: &[u8; 32]) -> KeyedNormals {
+        let mut mac = self.0.clone();
+        mac.update(&step.to_be_bytes());
+        mac.update(inputs);
         let seed: [u8; 32] = mac.finalize().into_bytes().into();
         KeyedNormals { stream: ChaCha20Rng::from_seed(seed), spare: None }
+    }
+}
+
+/// Domain of [`inputs_digest`].
+pub const INPUTS_DOMAIN: &[u8] = b"pacpriv-noise-inputs/1";
+
+/// SHA-256 of a step's public inputs that decide its Σ and its centres: b
+/// and the teachers' outputs on the release grid (what the journal
+/// records). Encoded as the domain, b's bits (8 bytes little-endian), then
+/// label mode: 0u8, d and m (8 bytes LE each), each label (4 bytes LE);
+/// vector mode: 1u8, m and d, each value on the grid row by row (its bits,
+/// 8 bytes LE).
+pub fn inputs_digest(outputs: &TeacherOutputs, b: Nats) -> [u8; 32] {
+    let mut h = Sha256::new().chain_update(INPUTS_DOMAIN).chain_update(b.get().to_bits().to_le_bytes());
+    match outputs {
+        TeacherOutputs::Labels { labels, classes } => {
+            h.update([0u8]);
+            h.update((*classes as u64).to_le_bytes());
+            h.update((labels.len() as u64).to_le_bytes());
+            for &l in labels {
+                h.update((l as u32).to_le_bytes());
+            }
+        }
+        TeacherOutputs::Vectors(v) => {
+            h.update([1u8]);
+            h.update((v.nrows() as u64).to_le_bytes());
+            h.update((v.ncols() as u64).to_le_bytes());
+            for x in v.iter() {
+                h.update(grid::centre(*x).to_bits().to_le_bytes());
+            }
+        }
+    }
+    h.finalize().into()
+}
+
+impl std::fmt::Debug for SessionDraws {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionDraws(<redacted>)")
     }
 }
 

@@ -330,26 +330,32 @@ impl Noise {
         self.sample_from(|| StandardNormal.sample(rng))
     }
 
-    /// Draws z = Σ^{1/2}·g for g the next |coords| values of `normal`
-    /// (standard normals; none for an exact answer): along u_j the
-    /// coefficient g_j' = u_jᵀg, in the complement √f·(g − U·Uᵀg).
+    /// Draws z ~ N(0, Σ) from the standard normals `normal` gives (none
+    /// for an exact answer): g, the next |coords| of them, gives the
+    /// coefficients along the basis, u_jᵀg; when there is a complement, h,
+    /// the |coords| after them, gives its part, √f·(I − UUᵀ)h.
     ///
-    /// The symmetric square root, not U·diag(√v)·g′ for g′ drawn in the
-    /// basis, so that the noise depends on U only through Σ: a verifier
-    /// whose LAPACK returns another basis of a repeated eigenvalue's space
-    /// recomputes the same z from the same g (the keyed audit,
-    /// `privacy-core.md` §10). For U orthonormal, Uᵀg and (I − UUᵀ)g are
-    /// independent N(0, I_r) and N(0, I − UUᵀ), so z ~ N(0, Σ); a nearly
-    /// orthonormal U (η ≤ 10⁻¹⁰) moves the coefficients' covariance UᵀU by
-    /// at most η, which the certificate's margin covers (§2).
+    /// So z = U·diag(√v)·Uᵀg + √f·(I − UUᵀ)h: the noise depends on U only
+    /// through Σ's spectral projectors, and a verifier whose LAPACK returns
+    /// another basis of a repeated eigenvalue's space recomputes the same z
+    /// from the same normals (the keyed audit, `privacy-core.md` §10). For U
+    /// orthonormal Uᵀg ~ N(0, I_r) and (I − UUᵀ)h ~ N(0, I − UUᵀ),
+    /// independent, so z ~ N(0, Σ); for the checked basis (η ≤ 10⁻¹⁰) the
+    /// coefficients' covariance UᵀU ⪰ (1 − η)I, which the certificate's
+    /// margin covers (§2). The two parts use separate normals so that no
+    /// cross term between the basis and the complement arises when U is
+    /// only nearly orthonormal.
     pub fn sample_from(&self, mut normal: impl FnMut() -> f64) -> NoiseDraw {
         if self.is_exact() {
             return NoiseDraw { std_coef: Array1::zeros(0), residual: Array1::zeros(0) };
         }
-        let g: Array1<f64> = (0..self.coords.len()).map(|_| normal()).collect();
+        let n = self.coords.len();
+        let g: Array1<f64> = (0..n).map(|_| normal()).collect();
         let std_coef = self.basis.t().dot(&g);
         let residual = if self.complement > 0.0 {
-            (g - self.basis.dot(&std_coef)) * self.complement.sqrt()
+            let h: Array1<f64> = (0..n).map(|_| normal()).collect();
+            let inside = self.basis.dot(&self.basis.t().dot(&h));
+            (h - inside) * self.complement.sqrt()
         } else {
             Array1::zeros(0)
         };

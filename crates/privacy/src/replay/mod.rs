@@ -47,7 +47,7 @@
 
 use super::grid::{self, PUBLISHED_CLAMP, PUBLISHED_GRID};
 use super::key_audit;
-use super::keyed::{NoiseKey, Position};
+use super::keyed::{self, NoiseKey, Position};
 use super::label;
 use super::ledger::Policy;
 use super::mechanism::{self, SessionState, TeacherOutputs};
@@ -352,7 +352,8 @@ pub(crate) fn replay_on(
     let either_basis = matches!(outputs, TeacherOutputs::Vectors(_));
     let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, either_basis);
     let key = key.map(|(key, at)| {
-        let keyed = |c: &Calibrated| key_audit::check(&c.noise, &c.centres, r.view(), &mut key.normals(at));
+        let inputs = keyed::inputs_digest(outputs, b);
+        let keyed = |c: &Calibrated| key_audit::check(&c.noise, &c.centres, r.view(), &mut key.normals(at, &inputs));
         let check = keyed(&calibrated);
         if !check.matching.is_empty() {
             return check;

@@ -236,7 +236,7 @@ impl Handle {
         // would cost more than the step (BENCHMARKS.md).
         let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
         let params = self.session.context().params;
-        let site = Site { dataset: self.dataset.clone(), session: self.session.key().into() };
+        let site = Site(params.noise.session(&self.dataset, self.session.key()));
         let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
         let (outcome, ticket) =
             self.session.step(blocking, probes, move |v| step_all(&params, &site, v, &rows)).await?;

@@ -27,25 +27,20 @@ use super::state::{BudgetView, SessionParams, Versioned};
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{Change, Release};
 use crate::store::{JournalEntry, JournalEvent};
-use pacpriv_privacy::keyed::Position;
+use pacpriv_privacy::keyed::{self, SessionDraws};
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{self, TeacherOutputs};
 use pacpriv_privacy::{PrivacyError, confidence};
 use std::collections::HashMap;
-use std::sync::Arc;
 
-/// Where a session's draws sit: its dataset and its store key. With each
-/// step's version this is the position of the step's draw in the
-/// dataset's keyed generator ([`pacpriv_privacy::keyed::Position`]):
-/// unique per release, since sessions are never deleted and each step
-/// moves the version by one (`docs/assurance/accounting.md` §11).
+/// Where a session's draws sit: the dataset's key at (its name, the
+/// session's store key), derived once per request. With each step's
+/// version this is the position of the step's draw in the dataset's keyed
+/// generator ([`pacpriv_privacy::keyed::Position`]): unique per release,
+/// since sessions are never deleted and each step moves the version by one
+/// (`docs/assurance/accounting.md` §11).
 #[derive(Clone, Debug)]
-pub(super) struct Site {
-    /// The dataset's name.
-    pub(super) dataset: Arc<str>,
-    /// The session's store key.
-    pub(super) session: Arc<str>,
-}
+pub(super) struct Site(pub(super) SessionDraws);
 
 /// What one answered row leaves in the journal (when it is on).
 pub(super) enum Row {
@@ -87,15 +82,13 @@ pub(super) fn step(
     }
     // The preflight saw an answer that is gone now.
     let outputs = outputs.ok_or(SessionError::CacheMoved)?;
-    let at = Position { dataset: &site.dataset, session: &site.session, step: v.version + 1 };
-    let answer = mechanism::answer_keyed(
-        &mut v.state,
-        outputs,
-        params.secret,
-        asking.alpha,
-        &mut params.noise.normals(&at),
-        params.calibration,
-    )?;
+    // The draw is the key's at (this session, the next version, these
+    // inputs): a session rolled back to this version draws afresh unless
+    // asked the same again.
+    let inputs = keyed::inputs_digest(outputs, v.state.ledger.per_query());
+    let mut normals = site.0.normals(v.version + 1, &inputs);
+    let answer =
+        mechanism::answer_keyed(&mut v.state, outputs, params.secret, asking.alpha, &mut normals, params.calibration)?;
     if let Some(key) = asking.key {
         let kept = Cached {
             label: answer.label,

@@ -52,7 +52,7 @@ async fn login(s: &Sessions, credential: Credential<'_>) -> Result<Handle, Sessi
 
 /// The draws' site of the session "s" that the step tests resume.
 fn site() -> step::Site {
-    step::Site { dataset: DEFAULT_DATASET.into(), session: "s".into() }
+    step::Site(NoiseKey::from_bytes([7; 32]).session(DEFAULT_DATASET, "s"))
 }
 
 /// The sessions' parameters: m = 4, b = 0.125, journal on, [`CACHE`].

@@ -92,6 +92,10 @@ pub enum StartError {
     /// TLS files unreadable or unusable.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The linked BLAS/LAPACK takes other integers than pacpriv passes
+    /// (an ILP64 OpenBLAS).
+    #[error("BLAS/LAPACK: {0}")]
+    Lapack(#[from] pacpriv_lapack::Error),
     /// The process may not open the file descriptors the configuration
     /// may hold (`descriptors`).
     #[error("file descriptors: {0}")]
@@ -158,6 +162,8 @@ pub async fn serve(
     settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Started, StartError> {
+    // Before any calibration: every LAPACK call assumes 32-bit integers.
+    pacpriv_lapack::check_lp64()?;
     let stop = CancellationToken::new();
     let background = TaskTracker::new();
     // The signal is watched from the start; the drain begins once there

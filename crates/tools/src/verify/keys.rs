@@ -9,8 +9,9 @@
 //! - A key is read only if its commitment is the one written beside it
 //!   ([`NoiseKey::commitment`]): a corrupted or mismatched file is refused,
 //!   never used.
-//! - The file is created readable by its owner alone (mode 0600 on Unix):
-//!   the key lets its holder tell the secret index.
+//! - The file is created anew, readable by its owner alone (mode 0600 on
+//!   Unix; a file or symlink already at the path is removed first): the
+//!   key lets its holder tell the secret index.
 
 use super::format::{hex, unhex};
 use anyhow::{Context, bail};
@@ -55,8 +56,16 @@ pub fn write(path: &Path, keys: &[(String, NoiseKey)]) -> anyhow::Result<()> {
             })
             .collect(),
     };
+    // A new file, never an existing one's permissions nor a symlink's
+    // target: what is there is removed first (a link itself, not what it
+    // points at).
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot replace {}", path.display())),
+    }
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut out = options.open(path).with_context(|| format!("cannot write {}", path.display()))?;

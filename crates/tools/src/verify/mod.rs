@@ -44,8 +44,8 @@ use pacpriv_privacy::posterior::{Form, Posterior, UpdateRule};
 use pacpriv_privacy::replay::{self, Recorded, Unchecked};
 use pacpriv_privacy::vector;
 use pacpriv_privacy::{Nats, PrivacyError, report};
+use pacpriv_service::store::JournalEntry;
 use pacpriv_service::store::record::EventKind;
-use pacpriv_service::store::{DEFAULT_DATASET, JournalEntry};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -225,6 +225,8 @@ pub struct Verified {
 /// # Errors
 /// [`Failed`] naming every record that does not match; I/O.
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
+    // Every recalibration calls LAPACK with 32-bit integers.
+    pacpriv_lapack::check_lp64()?;
     let name = args.file.display().to_string();
     let keys = match &args.noise_key {
         Some(path) => keys::read(path)?,
@@ -336,19 +338,15 @@ fn write_key_audit(out: &mut dyn Write, sessions: &[Verified]) -> std::io::Resul
     writeln!(
         out,
         "key audit (--noise-key; each keyed step's release is one teacher's output plus the key's noise in every \
-         direction of Σ, the same teacher for every step of a dataset; c_min: the least scale c of the noise a step's \
-         check passes):"
+         direction of Σ, the same teacher for every step of a dataset; undetectable_shortfall: the largest 1 − c such \
+         that a step's noise scaled by c would still pass its check):"
     )?;
-    writeln!(out, "session\tkeyed_steps\tstatistical_only\tc_min\tunresolved_directions")?;
+    writeln!(out, "session\tkeyed_steps\tstatistical_only\tundetectable_shortfall\tunresolved_directions")?;
     for s in sessions {
         writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}",
-            s.session,
-            s.keyed_steps,
-            s.statistical_steps,
-            1.0 - s.undetectable,
-            s.unresolved
+            "{}\t{}\t{}\t{:.1e}\t{}",
+            s.session, s.keyed_steps, s.statistical_steps, s.undetectable, s.unresolved
         )?;
     }
     Ok(())
@@ -517,7 +515,8 @@ struct Keyed<'a, 'b> {
 /// One session being re-derived.
 struct Replaying {
     session: String,
-    /// The session's dataset: its key's prefix before '/', or the default.
+    /// The session's dataset: the one whose key its keyed steps committed
+    /// to (empty before the first).
     dataset: String,
     /// Noisy steps the key audit checked.
     keyed_steps: u64,
@@ -553,10 +552,9 @@ struct Replaying {
 
 impl Replaying {
     fn new(session: &str) -> Self {
-        let dataset = session.split_once('/').map_or(DEFAULT_DATASET, |(dataset, _)| dataset);
         Replaying {
             session: session.to_owned(),
-            dataset: dataset.to_owned(),
+            dataset: String::new(),
             keyed_steps: 0,
             statistical_steps: 0,
             undetectable: 0.0,
@@ -764,22 +762,34 @@ impl Replaying {
             update_rule: rule,
             path: vector::Path::from_code(s.basis, s.rank),
         };
-        let key = keyed.keys.get(&self.dataset).filter(|_| !s.noise_key.is_empty());
-        if let Some(key) = key
-            && format::hex(&key.commitment()) != s.noise_key.to_ascii_lowercase()
-        {
-            return fail(
-                self,
-                format!(
-                    "its draw came from a noise key other than the one given for dataset {:?} (the commitments \
-                     differ): that key is refused",
-                    self.dataset
-                ),
-            );
-        }
-        let at = Position { dataset: &self.dataset, session: &self.session, step: e.version };
-        let replayed = match key {
-            Some(key) => replay::replay_keyed(&mut state, &recorded, key, &at),
+        // The key a step's commitment names: its dataset's, found by the
+        // commitment itself (a session key does not always name its
+        // dataset: the default one's are bare principal names, which may
+        // hold a '/').
+        let key = match (keyed.keys.is_empty(), s.noise_key.is_empty()) {
+            (false, false) => {
+                let commitment = s.noise_key.to_ascii_lowercase();
+                match keyed.keys.iter().find(|(_, k)| format::hex(&k.commitment()) == commitment) {
+                    Some((dataset, key)) => Some((dataset.clone(), *key)),
+                    None => {
+                        return fail(
+                            self,
+                            "its draw came from a noise key that --noise-key does not hold (no key there has its \
+                             commitment): the keys given are refused for it; export them all with `pacpriv admin \
+                             export --noise-key`"
+                                .into(),
+                        );
+                    }
+                }
+            }
+            _ => None,
+        };
+        let replayed = match &key {
+            Some((dataset, key)) => {
+                self.dataset.clone_from(dataset);
+                let at = Position { dataset, session: &self.session, step: e.version };
+                replay::replay_keyed(&mut state, &recorded, key, &at)
+            }
             None => replay::replay(&mut state, &recorded),
         };
         let verdict = match replayed {
@@ -836,9 +846,8 @@ impl Replaying {
         teachers: &mut HashMap<String, Vec<usize>>,
     ) -> Option<String> {
         let Some(check) = &replayed.key else {
-            if replayed.evidence.is_none() {
-                return None;
-            }
+            // An exact step drew nothing: nothing to check.
+            replayed.evidence.as_ref()?;
             self.statistical_steps += 1;
             return (commitment.is_empty() && self.keyed_steps > 0).then(|| {
                 "its draw was not taken from the noise key, although earlier steps of the session were: it can only \
