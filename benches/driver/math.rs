@@ -17,8 +17,9 @@
 
 use anyhow::{Context, ensure};
 use pacpriv_privacy::Nats;
+use pacpriv_privacy::keyed::{self, NoiseKey};
 use pacpriv_privacy::ledger::{Ledger, Policy};
-use pacpriv_privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv_privacy::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_privacy::vector;
 use rand::{RngExt, SeedableRng};
@@ -67,6 +68,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out, "| d | pattern | Rust µs/query | numpy µs/query | numpy / Rust | goal |")?;
     writeln!(out, "|---:|---|---:|---:|---:|---|")?;
     let mut paths = Vec::new();
+    let mut draws = Vec::new();
     for &d in &args.d {
         if args.vector > 0 {
             paths.push((
@@ -85,7 +87,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             cases.push((VECTOR, TeacherOutputs::Vectors(jittered_scores(d)), args.vector, vector_goal(d)));
         }
         for (name, outputs, queries, Goal(goal, within_us)) in cases {
-            let rust = rust_ns(&outputs, queries)?;
+            let rust = rust_ns(&outputs, queries, Draw::Csprng)?;
+            draws.push((d, name, rust, rust_ns(&outputs, queries, Draw::Keyed)?));
             let numpy = baseline
                 .iter()
                 .find(|c| c.d == d && c.pattern == name)
@@ -102,6 +105,18 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 numpy / 1e3
             )?;
         }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "The draw: the service's keyed generator (the session's HMAC keyed once, then per answer the inputs' \
+         SHA-256, one HMAC and ChaCha20; issue 66 §5: within 5 %) against a CSPRNG (ChaCha20), same answers:"
+    )?;
+    writeln!(out)?;
+    writeln!(out, "| d | pattern | CSPRNG µs/query | keyed µs/query | keyed / CSPRNG |")?;
+    writeln!(out, "|---:|---|---:|---:|---:|")?;
+    for (d, name, csprng, keyed) in draws {
+        writeln!(out, "| {d} | {name} | {:.2} | {:.2} | {:.3}× |", csprng / 1e3, keyed / 1e3, keyed / csprng)?;
     }
     if !paths.is_empty() {
         writeln!(out)?;
@@ -198,19 +213,40 @@ fn jittered_scores(d: usize) -> ndarray::Array2<f64> {
     })
 }
 
+/// Where an answer's standard normals come from.
+#[derive(Clone, Copy)]
+enum Draw {
+    /// A CSPRNG (ChaCha20), as `mechanism::answer` takes.
+    Csprng,
+    /// The service's keyed generator: per answer the inputs' digest, the
+    /// step's HMAC and its ChaCha20 stream (the session's HMAC keyed once).
+    Keyed,
+}
+
 /// Median ns per answer over 5 batches, the posterior moving as it would.
-fn rust_ns(outputs: &TeacherOutputs, queries: usize) -> anyhow::Result<f64> {
+fn rust_ns(outputs: &TeacherOutputs, queries: usize, draw: Draw) -> anyhow::Result<f64> {
     let mut rng = chacha20::ChaCha20Rng::seed_from_u64(1);
     let start = SessionState {
         posterior: Posterior::from_log_weights((0..M).map(|_| rng.random_range(-8.0..0.0)).collect())?,
         ledger: Ledger::new(Nats::new(2f64.powi(-32))?, Nats::new(1e9)?, Policy::Paper)?,
     };
     let secret = SecretIndex::new(M - 1, M)?;
+    let session = NoiseKey::from_bytes([1; 32]).session("default", "bench");
+    let mut step = 0;
     median_ns(
         queries,
         || start.clone(),
         |state| {
-            std::hint::black_box(mechanism::answer(state, outputs, secret, None, &mut rng)?);
+            let answer = match draw {
+                Draw::Csprng => mechanism::answer(state, outputs, secret, None, &mut rng)?,
+                Draw::Keyed => {
+                    step += 1;
+                    let inputs = keyed::inputs_digest(outputs, state.ledger.per_query());
+                    let normals = &mut session.normals(step, &inputs);
+                    mechanism::answer_keyed(state, outputs, secret, None, normals, Calibration::Certified)?
+                }
+            };
+            std::hint::black_box(answer);
             Ok(())
         },
     )

@@ -99,6 +99,15 @@ fn math_bench_reports_the_ratio_to_the_numpy_path_for_every_case() {
             assert!(rust > 0.0 && numpy > 0.0, "{line}");
             let verdict = cells[6].rsplit(' ').next().unwrap_or_default();
             assert!(cells[5].ends_with('×') && ["met", "missed"].contains(&verdict), "{line}");
+            // And the keyed generator's cost beside a CSPRNG's (issue 66 §5).
+            let keyed = report
+                .lines()
+                .skip_while(|l| !l.starts_with("The draw:"))
+                .find(|l| l.starts_with(&format!("| {d} | {pattern} |")))
+                .unwrap_or_else(|| panic!("no keyed row for d={d} {pattern}: {report}"));
+            let cells: Vec<&str> = keyed.split('|').map(str::trim).collect();
+            let (csprng, keyed_us): (f64, f64) = (cells[3].parse().expect("µs"), cells[4].parse().expect("µs"));
+            assert!(csprng > 0.0 && keyed_us > 0.0 && cells[5].ends_with('×'), "{keyed}");
         }
     }
 }

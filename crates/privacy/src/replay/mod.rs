@@ -316,6 +316,17 @@ pub(crate) fn replay_on(
     let b = state.ledger.per_query();
     // A journaled path is the server's Σ: recomputed as such, with no
     // second choice (journals before issue 66 record none).
+    if let (Some(vector::Path::Svd), TeacherOutputs::Vectors(v)) = (step.path, outputs) {
+        let gram =
+            vector::gram_always_serves(&state.posterior, v.view()).map_err(|e| Mismatch::Outputs(e.to_string()))?;
+        if gram {
+            return Err(Mismatch::Uncertified(
+                "the journal says the SVD found the basis, but the mechanism takes a Gram matrix here on every \
+                 machine: Σ was chosen another way than the mechanism chooses it"
+                    .into(),
+            ));
+        }
+    }
     let calibrated = calibrate(state, outputs, b, step.path.unwrap_or(first))?;
     let either = |c: &Calibrated| if step.path.is_some() { None } else { other_path(state, outputs, b, c) };
     check_support(&calibrated.noise, outputs, step.published)?;

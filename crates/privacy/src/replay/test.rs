@@ -467,3 +467,30 @@ fn an_svd_server_passes_the_audit_of_a_verifier_on_c() {
     let verdict = audit.verdict();
     assert!(!verdict.caught(1e-6), "an honest SVD server was caught: {verdict:?}");
 }
+
+/// Issue 66: a vector step replays on the path its journal names, and a
+/// journal that names the SVD where every machine's mechanism takes a Gram
+/// matrix (Σ chosen another way, possibly after seeing the draw) is refused.
+#[test]
+fn a_journaled_path_is_followed_and_an_svd_where_gram_serves_is_refused() {
+    let (m, d) = (16, 8);
+    let start = state(m, 2f64.powi(-10), Policy::Paper);
+    let mut rng = ChaCha20Rng::seed_from_u64(66);
+    let outputs = TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| rng.random_range(0.0..1.0)));
+    let secret = SecretIndex::new(3, m).expect("secret");
+    let a = answer(&mut start.clone(), &outputs, secret, None, &mut rng).expect("answered");
+    assert!(matches!(a.path, Some(vector::Path::GramKeeping(_))), "{:?}", a.path);
+    assert!(vector::gram_always_serves(&start.posterior, outputs_view(&outputs)).expect("fits"));
+    let entry = Entry::answered(outputs, a.clone());
+    let recorded = |path| Recorded { path, ..entry.recorded() };
+    replay(&mut start.clone(), &recorded(a.path)).expect("the journaled path verifies");
+    let refused = replay(&mut start.clone(), &recorded(Some(vector::Path::Svd)));
+    assert!(matches!(&refused, Err(Mismatch::Uncertified(why)) if why.contains("Gram matrix")), "{refused:?}");
+}
+
+fn outputs_view(outputs: &TeacherOutputs) -> ndarray::ArrayView2<'_, f64> {
+    match outputs {
+        TeacherOutputs::Vectors(v) => v.view(),
+        TeacherOutputs::Labels { .. } => panic!("vector outputs"),
+    }
+}

@@ -107,6 +107,28 @@ impl Path {
     }
 }
 
+/// Whether every server would have taken a Gram matrix for these outputs
+/// under `posterior`: the Gram path serves even with a tenth of the
+/// left-out share [`Path::Auto`] allows ([`GRAM_LEFT_OUT_MARGIN`]), far
+/// beyond what kernels' rounding moves. A journal that says the SVD served
+/// such a step chose Σ another way than the mechanism does — possibly
+/// after seeing the draw — and `replay` refuses it.
+///
+/// # Errors
+/// As [`calibrate`] for outputs that do not fit.
+pub fn gram_always_serves(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -> Result<bool, PrivacyError> {
+    let m = outputs.nrows();
+    if m != posterior.len() {
+        return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: m });
+    }
+    check_outputs(outputs)?;
+    let w = posterior.weights();
+    let mu = w.dot(&outputs);
+    let centred = &outputs - &mu.view().insert_axis(Axis(0));
+    let sqrt_w = w.mapv(f64::sqrt);
+    Ok(gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN, None).is_some())
+}
+
 /// [`calibrate`] on the basis `path` asks for: what `replay` uses to
 /// follow a server whose kernels chose the other path than the verifier's.
 ///
