@@ -79,6 +79,10 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     );
     // Another dataset's record is its own.
     assert_eq!(store.meta("other").await.expect("meta"), None);
+    // The old store gets its noise key at its first start under this
+    // release, and keeps it (the first writer's).
+    assert_eq!(store.init_noise_key(DEFAULT_DATASET, &[1; 32]).await.expect("a key"), [1; 32]);
+    assert_eq!(store.init_noise_key(DEFAULT_DATASET, &[2; 32]).await.expect("the key"), [1; 32]);
     assert_eq!(store.init_meta("other", &second).await.expect("init other"), second);
     assert_eq!(store.meta(DEFAULT_DATASET).await.expect("meta"), Some(first.clone()));
 
@@ -372,6 +376,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         (3, "answer cache in its own tables"),
         (4, "datasets besides the default one: each its secret index and teacher set"),
         (5, "principals' budgets in datasets other than the default one"),
+        (6, "each dataset's noise key (committed noise, issue 66)"),
     ];
     let expected: Vec<(i32, String)> = expected.iter().map(|&(v, d)| (v, d.to_owned())).collect();
     assert_eq!(applied, expected, "each migration once");
@@ -395,7 +400,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .expect("future migration");
     let refused =
         PgStore::connect(&pg.url, &PgLink::plain(1)).await.err().expect("a newer schema is refused").to_string();
-    assert!(refused.contains("migration 99, newer than this release knows (5)"), "{refused}");
+    assert!(refused.contains("migration 99, newer than this release knows (6)"), "{refused}");
 }
 
 /// Issue 23 §4: TLS to PostgreSQL with libpq's sslmodes, against a real
