@@ -3,10 +3,11 @@
 //! recalibrated, is the published release (`pacpriv verify --noise-key`;
 //! argument: `docs/assurance/privacy-core.md` §10).
 //!
-//! Algorithm 1 releases r = x_{s*} + Σ^{1/2}·g ([`Noise::sample_from`]),
-//! published as Q(r) on the 2⁻³² grid. With g recomputed from the key, the
-//! verifier forms Q(x_i + z′) for each teacher i, z′ = Σ′^{1/2}·g on its own
-//! Σ′, and calls teacher i *matching* when the difference d from the
+//! Algorithm 1 releases r = x_{s*} + z, z drawn from the key's normals by
+//! [`Noise::sample_from`] (a function of Σ and the normals, not of the
+//! basis), published as Q(r) on the 2⁻³² grid. With the normals recomputed
+//! from the key, the verifier forms Q(x_i + z′) for each teacher i, z′ drawn
+//! the same way on its own Σ′, and calls teacher i *matching* when the difference d from the
 //! published release is within what the grid and the drift between two
 //! machines' kernels explain, in **every** direction of Σ′, whitened:
 //!
@@ -79,7 +80,7 @@ pub fn check(
     let n = noise.coords().len();
     let complement = noise.complement();
     let res_tolerance = (complement > 0.0).then(|| (PUBLISHED_GRID * (n as f64).sqrt() + drift) / complement.sqrt());
-    // ‖(I − UUᵀ)g‖₂: the complement's draw, whitened.
+    // ‖(I − UUᵀ)h‖₂: the complement's draw, whitened.
     let res_g = if complement > 0.0 { draw.residual.dot(&draw.residual).sqrt() / complement.sqrt() } else { 0.0 };
 
     let mut undetectable = tolerances
