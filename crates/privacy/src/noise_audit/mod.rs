@@ -21,17 +21,20 @@
 //! for every s, whatever the adaptively chosen queries.
 //!
 //! - **Too little noise.** X_T(s) = Π_t (1 + θ(E_t(s) − 1)) / (1 + p̄_t)
-//!   with θ = ½ (a bet of half the wealth each step: one step can cost at
-//!   most ln 2, so no outlying release can switch the test off) is a
-//!   non-negative supermartingale from 1 for every s and λ (p̄_t bounds the
-//!   chance that step t is left out for sitting at the clamp), and so is
-//!   the average over the λ grid [`LOWER_LAMBDAS`] and over the m
-//!   candidates. The same bet runs on what J_t leaves out — the weak and
-//!   unresolved basis directions, and apart from them the vector
-//!   complement — against f_lo, a floor that every machine's Σ exceeds
-//!   there, so that noise removed only where J_t does not look is caught
-//!   too; the three are averaged. By
-//!   Ville's inequality the p-value bound is min(1, 1 / mean X_T).
+//!   is a non-negative supermartingale from 1 for every s, λ and bet size
+//!   θ (p̄_t bounds the chance that step t is left out for sitting at the
+//!   clamp), and so is the average over the λ grid [`LOWER_LAMBDAS`] (up to
+//!   2⁴⁰, past every step's resolution), the bet sizes [`BETS`] (2⁻¹ down
+//!   to 2⁻²³: a step costs the bet of θ at most ln(1/(1 − θ)), so honest
+//!   steps cost the small bets almost nothing and cannot recharge room for
+//!   dishonest ones) and the m candidates. The same bets run on what J_t
+//!   leaves out — the weak and unresolved basis directions, and apart from
+//!   them the vector complement — against f_lo, a floor that every
+//!   machine's Σ exceeds there, so that noise removed only where J_t does
+//!   not look is caught too; the three are averaged. By Ville's inequality
+//!   the p-value bound is min(1, 1 / mean X_T). At most
+//!   [`near_noiseless_passing`] near-noiseless releases pass it, whatever
+//!   the operator knows.
 //! - **Too much noise, or a release placed far out.** With Q̲_t ≤ Q_t a
 //!   lower bound and 0 < λ < ½, Π_t (1 − 2λ)^{|J_t|/2}·e^{λ Q_t(s*)} has
 //!   mean 1; min_s Σ_t Q̲_t(s) ≤ Σ_t Q_t(s*), so
@@ -42,8 +45,11 @@
 //!   where the operator wants it, or large noise on some steps hiding none
 //!   on others.
 //!
-//! Each test runs at α/2, so a session honestly served fails with
-//! probability ≤ α.
+//! Each test runs at α/2, so a dataset honestly served fails with
+//! probability ≤ α. A dataset's sessions are one test ([`combine`]): a
+//! product does not depend on the order of its factors, so the bets'
+//! wealth over all its sessions is the real-time supermartingale's, and a
+//! new session brings no fresh wealth.
 //!
 //! # Invariants
 //! - Pure: a function of the public record (outputs, Σ_t, the published
@@ -59,34 +65,41 @@ use super::posterior::log_sum_exp;
 use ndarray::{Array1, Array2, ArrayView1};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
 
-/// The too-little-noise test's λ grid, uniform weights: 2⁻⁸ … 2¹⁰. A λ
-/// near (1/c² − 1)/2 is the most powerful against noise scaled by c, so
-/// this covers c from about 0.996 down to no noise at all.
-pub const LOWER_LAMBDAS: [f64; 19] = [
-    0.003_906_25,
-    0.007_812_5,
-    0.015_625,
-    0.031_25,
-    0.0625,
-    0.125,
-    0.25,
-    0.5,
-    1.0,
-    2.0,
-    4.0,
-    8.0,
-    16.0,
-    32.0,
-    64.0,
-    128.0,
-    256.0,
-    512.0,
-    1024.0,
-];
+/// The too-little-noise test's λ grid, uniform weights: 2⁻⁸, 2⁻⁷, …, 2⁴⁰.
+/// A λ near (1/c² − 1)/2 is the most powerful against noise scaled by c,
+/// so this covers c from about 0.996 down to 10⁻⁶, past every step's
+/// resolution (a counted direction's grid slack is at most 10⁻³ of its
+/// standard deviation, [`GRID_SHARE`]): one near-exact release of many
+/// degrees of freedom is decisive on its own.
+pub const LOWER_LAMBDAS: [f64; 49] = powers_of_two(-8, 1);
 
-/// The share of its running value the too-little-noise test stakes on each
-/// step: a step can lower it by at most ln(1/(1 − θ)) = ln 2.
-pub const BET: f64 = 0.5;
+/// The shares θ of its running value a too-little-noise bet stakes on each
+/// step, uniform weights: 2⁻¹, 2⁻³, …, 2⁻²³. A bet of θ loses at most
+/// ln(1/(1 − θ)) ≈ θ on any step, so an honest step costs the small bets
+/// almost nothing: a dataset can serve ~1/θ honest steps before the bet of
+/// θ has paid one nat for them, and an operator cannot recharge room for
+/// dishonest steps by serving honest ones (the bound is
+/// [`near_noiseless_passing`]). Fixed sizes, not adaptive ones, so that each
+/// bet's wealth is a product over steps that does not depend on their
+/// order: a dataset's sessions combine into one test ([`combine`]).
+pub const BETS: [f64; 12] = powers_of_two(-1, -2);
+
+/// 2^first, 2^(first + step), …: exact in binary.
+const fn powers_of_two<const N: usize>(first: i32, step: i32) -> [f64; N] {
+    let mut out = [0.0; N];
+    let mut i = 0;
+    while i < N {
+        let e = first + step * i as i32;
+        let (mut x, mut k) = (1.0, 0);
+        while k < e.abs() {
+            x = if e > 0 { x * 2.0 } else { x * 0.5 };
+            k += 1;
+        }
+        out[i] = x;
+        i += 1;
+    }
+    out
+}
 
 /// The too-much-noise test's λ grid (each < ½), uniform weights.
 pub const UPPER_LAMBDAS: [f64; 6] = [0.031_25, 0.0625, 0.125, 0.25, 0.375, 0.45];
@@ -297,23 +310,61 @@ fn clamp_bound(noise: &Noise, centres: &[Array1<f64>], largest: f64) -> f64 {
     (2.0 * n as f64 * tail).min(1.0)
 }
 
-/// ln((1 − θ) + θ·e^{log_e}): one step of the too-little-noise bet, in logs
-/// (E itself overflows for hundreds of degrees of freedom at λ = 2¹⁰).
-fn bet(log_e: f64) -> f64 {
-    let (a, b) = ((1.0 - BET).ln(), BET.ln() + log_e);
-    let top = a.max(b);
-    top + ((a - top).exp() + (b - top).exp()).ln()
+/// ln((1 − θ) + θ·e^{log_e}): one step of the bet of size θ, in logs (E
+/// itself overflows for hundreds of degrees of freedom at λ = 2⁴⁰).
+fn bet(theta: f64, log_e: f64) -> f64 {
+    if log_e < 700.0 {
+        (theta * log_e.exp_m1()).ln_1p()
+    } else {
+        // θ·E dominates: ln(θE) + ln(1 + (1 − θ)/(θE)).
+        log_e + theta.ln() + ((1.0 - theta) * (-log_e).exp() / theta).ln_1p()
+    }
+}
+
+/// One subspace's too-little-noise bets: log X(s, λ, θ) for every
+/// candidate s, λ of [`LOWER_LAMBDAS`] and θ of [`BETS`], laid out
+/// [s][λ][θ].
+#[derive(Clone, Debug)]
+struct Bets(Vec<f64>);
+
+impl Bets {
+    fn new(m: usize) -> Self {
+        Bets(vec![0.0; m * LOWER_LAMBDAS.len() * BETS.len()])
+    }
+
+    /// One tested step: `statistic[s]` on `dof` degrees of freedom, each
+    /// bet then divided by 1 + p̄ (`penalty` = ln(1 + p̄)).
+    fn add(&mut self, statistic: &[f64], dof: usize, penalty: f64) {
+        let half = 0.5 * dof as f64;
+        for (rows, &q) in self.0.chunks_mut(LOWER_LAMBDAS.len() * BETS.len()).zip(statistic) {
+            for (row, lambda) in rows.chunks_mut(BETS.len()).zip(LOWER_LAMBDAS) {
+                let log_e = half * (2.0 * lambda).ln_1p() - lambda * q;
+                for (w, theta) in row.iter_mut().zip(BETS) {
+                    *w += bet(theta, log_e) - penalty;
+                }
+            }
+        }
+    }
+
+    /// A step this subspace does not test: it stakes nothing (E taken as
+    /// 1) and pays the clamp's p̄.
+    fn pay(&mut self, penalty: f64) {
+        self.0.iter_mut().for_each(|w| *w -= penalty);
+    }
+
+    /// The product with another session's bets of the same m.
+    fn merge(&mut self, other: &Bets) {
+        self.0.iter_mut().zip(&other.0).for_each(|(w, o)| *w += o);
+    }
 }
 
 /// A session's audit so far.
 #[derive(Clone, Debug)]
 pub struct NoiseAudit {
-    /// log X_T(s) per λ of [`LOWER_LAMBDAS`], [s][λ].
-    log_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
-    /// The same bet on the left-out basis directions and on the complement,
-    /// each against its floor.
-    left_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
-    complement_bets: Vec<[f64; LOWER_LAMBDAS.len()]>,
+    /// The bets on the directions that count, on the left-out basis
+    /// directions and on the complement, each against its variance or
+    /// floor.
+    bets: [Bets; 3],
     floor_dof: u64,
     /// Σ_t Q̄_t(s).
     sum: Vec<f64>,
@@ -331,10 +382,13 @@ pub struct NoiseAudit {
     exact: u64,
 }
 
-/// The audit's verdict on one session.
+/// The audit's verdict on one session, or on a dataset's sessions
+/// together ([`combine`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Verdict {
-    /// min_s Σ_t Q̄_t(s): the residuals' size under the best-fitting subset.
+    /// min_s Σ_t Q̄_t(s): the residuals' size under the best-fitting subset
+    /// (sessions whose secret is not known to be shared: the sum of each
+    /// one's).
     pub statistic: f64,
     /// Σ_t |J_t|.
     pub dof: u64,
@@ -381,15 +435,19 @@ impl Verdict {
     pub fn caught(&self, alpha: f64) -> bool {
         self.less(alpha) || self.more(alpha)
     }
+
+    /// Nothing was tested: no direction of any noisy step counted, and no
+    /// left-out dimension was tested against its floor.
+    pub fn untested(&self) -> bool {
+        self.dof == 0 && self.floor_dof == 0
+    }
 }
 
 impl NoiseAudit {
     /// An audit over `m` candidate subsets.
     pub fn new(m: usize) -> Self {
         NoiseAudit {
-            log_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
-            left_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
-            complement_bets: vec![[0.0; LOWER_LAMBDAS.len()]; m],
+            bets: [Bets::new(m), Bets::new(m), Bets::new(m)],
             floor_dof: 0,
             sum: vec![0.0; m],
             sum_lower: vec![0.0; m],
@@ -405,6 +463,11 @@ impl NoiseAudit {
         }
     }
 
+    /// The number of candidate subsets.
+    pub fn candidates(&self) -> usize {
+        self.sum.len()
+    }
+
     /// Adds one noisy step. Evidence for another number of candidates is
     /// ignored (replay refuses such a step before it gets here).
     pub fn add(&mut self, e: &StepEvidence) {
@@ -418,65 +481,77 @@ impl NoiseAudit {
         let penalty = e.clamp_bound.ln_1p();
         self.clamp_penalty += penalty;
         if e.clamped {
-            // Left out: the bet stakes nothing on it (E taken as 1).
+            // Left out: the bets stake nothing on it.
             self.clamped += 1;
-            self.log_bets
-                .iter_mut()
-                .chain(&mut self.left_bets)
-                .chain(&mut self.complement_bets)
-                .flatten()
-                .for_each(|l| *l -= penalty);
+            self.bets.iter_mut().for_each(|b| b.pay(penalty));
             return;
         }
-        if e.statistic.len() != self.sum.len() || e.lower.len() != self.sum.len() {
+        let m = self.sum.len();
+        if e.statistic.len() != m || e.lower.len() != m {
             return;
         }
         self.used += 1;
         self.exact += u64::from(e.exact);
         self.dof += e.dof as u64;
-        let half = 0.5 * e.dof as f64;
         for (s, (&q, &low)) in e.statistic.iter().zip(&e.lower).enumerate() {
             self.sum[s] += q;
             self.sum_lower[s] += low;
-            for (l, lambda) in self.log_bets[s].iter_mut().zip(LOWER_LAMBDAS) {
-                *l += bet(half * (2.0 * lambda).ln_1p() - lambda * q) - penalty;
-            }
         }
-        let m = self.sum.len();
-        for (bets, statistic, dof) in [
-            (&mut self.left_bets, &e.left_statistic, e.left_dof),
-            (&mut self.complement_bets, &e.complement_statistic, e.complement_dof),
-        ] {
-            let tested = statistic.len() == m && dof > 0;
-            self.floor_dof += if tested { dof as u64 } else { 0 };
-            let half = 0.5 * dof as f64;
-            for (s, logs) in bets.iter_mut().enumerate() {
-                for (l, lambda) in logs.iter_mut().zip(LOWER_LAMBDAS) {
-                    // Untested, the bet stakes nothing; the clamp's p̄ is paid.
-                    *l += match statistic.get(s).filter(|_| tested) {
-                        Some(&q) => bet(half * (2.0 * lambda).ln_1p() - lambda * q),
-                        None => 0.0,
-                    } - penalty;
-                }
+        let [counted, left, complement] = &mut self.bets;
+        counted.add(&e.statistic, e.dof, penalty);
+        for (bets, statistic, dof) in
+            [(left, &e.left_statistic, e.left_dof), (complement, &e.complement_statistic, e.complement_dof)]
+        {
+            if statistic.len() == m && dof > 0 {
+                self.floor_dof += dof as u64;
+                bets.add(statistic, dof, penalty);
+            } else {
+                bets.pay(penalty);
             }
         }
     }
 
     /// The verdict so far.
     pub fn verdict(&self) -> Verdict {
+        let lowest = |x: &[f64]| x.iter().copied().fold(f64::INFINITY, f64::min);
+        self.verdict_with(lowest(&self.sum), lowest(&self.sum_lower))
+    }
+
+    /// The product with another session's audit of the same m: every bet
+    /// and every sum, per candidate.
+    fn merge(&mut self, other: &NoiseAudit) {
+        for (b, o) in self.bets.iter_mut().zip(&other.bets) {
+            b.merge(o);
+        }
+        self.sum.iter_mut().zip(&other.sum).for_each(|(a, b)| *a += b);
+        self.sum_lower.iter_mut().zip(&other.sum_lower).for_each(|(a, b)| *a += b);
+        self.floor_dof += other.floor_dof;
+        self.clamp_penalty += other.clamp_penalty;
+        self.dof += other.dof;
+        self.steps += other.steps;
+        self.used += other.used;
+        self.clamped += other.clamped;
+        self.weak += other.weak;
+        self.unresolved += other.unresolved;
+        self.complement += other.complement;
+        self.exact += other.exact;
+    }
+
+    /// The verdict with `statistic` as the best fit's Σ Q̄ and `lowest` as
+    /// a lower bound on Σ_t Q_t(s*).
+    fn verdict_with(&self, statistic: f64, lowest: f64) -> Verdict {
         let m = self.sum.len();
         let (p_less, p_more, statistic, scale) = if self.dof == 0 || m == 0 {
             (1.0, 1.0, 0.0, 1.0)
         } else {
-            // mean over the three subspaces, the candidates and λ of X_T.
-            let all = self.log_bets.iter().chain(&self.left_bets).chain(&self.complement_bets);
-            let mean = log_sum_exp(all.flatten().copied()) - ((3 * m * LOWER_LAMBDAS.len()) as f64).ln();
-            let lowest = self.sum_lower.iter().copied().fold(f64::INFINITY, f64::min);
+            // The mean of X_T over the three subspaces, the candidates, λ
+            // and θ.
+            let all = self.bets.iter().flat_map(|b| b.0.iter().copied());
+            let mean = log_sum_exp(all) - components(m).ln();
             let d = self.dof as f64;
             let more = log_sum_exp(
                 UPPER_LAMBDAS.iter().map(|l| l * lowest + 0.5 * d * (-2.0 * l).ln_1p() - self.clamp_penalty),
             ) - (UPPER_LAMBDAS.len() as f64).ln();
-            let statistic = self.sum.iter().copied().fold(f64::INFINITY, f64::min);
             ((-mean).exp().min(1.0), (-more).exp().min(1.0), statistic, (statistic / d).sqrt())
         };
         Verdict {
@@ -497,34 +572,140 @@ impl NoiseAudit {
     }
 }
 
+/// The number of bets the too-little-noise test averages over m
+/// candidates: three subspaces × m × |Λ| × |Θ|.
+fn components(m: usize) -> f64 {
+    (3 * m * LOWER_LAMBDAS.len() * BETS.len()) as f64
+}
+
+/// Whether a dataset's sessions are known to share one secret subset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secret {
+    /// They committed to one dataset's noise key: one s* for all, so the
+    /// too-much-noise test takes min_s of the sum over sessions.
+    Shared,
+    /// Not known (journals before noise keys): each session's s* may be
+    /// another, so that test sums each session's min_s. The too-little-noise
+    /// bets hold for every candidate either way.
+    Unknown,
+}
+
+/// One test over a dataset's sessions, at α for the dataset (argument:
+/// `privacy-core.md` §9). Every bet's wealth is a product over steps of
+/// factors whose conditional mean, given everything released before that
+/// step in any session, is at most 1 — for every candidate, not only s* —
+/// and a product does not depend on the order its factors are taken in: so
+/// the product over all the dataset's steps, session by session, is the
+/// real-time supermartingale's value at the export, and Ville's inequality
+/// holds for it. An operator who opens a new session gets no fresh wealth.
+/// `None` when the sessions have different numbers of candidates.
+pub fn combine<'a>(sessions: impl IntoIterator<Item = &'a NoiseAudit>, secret: Secret) -> Option<Verdict> {
+    let mut sessions = sessions.into_iter();
+    let Some(first) = sessions.next() else {
+        return Some(NoiseAudit::new(0).verdict());
+    };
+    let own = |a: &NoiseAudit| {
+        let v = a.verdict();
+        let lowest = a.sum_lower.iter().copied().fold(f64::INFINITY, f64::min);
+        (if v.dof == 0 { 0.0 } else { v.statistic }, if a.sum_lower.is_empty() { 0.0 } else { lowest })
+    };
+    let mut all = first.clone();
+    let (mut statistic, mut lowest) = own(first);
+    for a in sessions {
+        if a.candidates() != all.candidates() {
+            return None;
+        }
+        all.merge(a);
+        let (s, l) = own(a);
+        statistic += s;
+        lowest += l;
+    }
+    Some(match secret {
+        Secret::Shared => all.verdict(),
+        Secret::Unknown => all.verdict_with(statistic, lowest),
+    })
+}
+
+/// The χ²_k quantile at `u`, by bisection on the CDF (statrs' inverse is
+/// NaN in the far left tail).
+fn chi_squared_quantile(chi: &ChiSquared, k: usize, u: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, 10.0 * k as f64 + 200.0);
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if chi.cdf(mid) < u { lo = mid } else { hi = mid }
+    }
+    0.5 * (lo + hi)
+}
+
 /// The expected degrees of freedom after which noise scaled by `c` on
 /// steps of `k` degrees of freedom each is caught at significance `alpha`
-/// among `m` candidates: ln(2·3m·|Λ|/α) over the best λ's expected gain per
-/// step, E ln(1 − θ + θ(1 + 2λ)^{k/2} e^{−λc²χ²_k}) (numerical, over 4 000
-/// quantiles of χ²_k), times k. The statistic's spread moves the actual
-/// point by O(√D); `None` when no λ gains (c too close to 1).
+/// among `m` candidates: ln(2·3m·|Λ|·|Θ|/α) over the best bet's expected
+/// gain per step, E ln(1 − θ + θ(1 + 2λ)^{k/2} e^{−λc²χ²_k}) (numerical,
+/// over 4 000 quantiles of χ²_k), times k. The statistic's spread moves
+/// the actual point by O(√D); `None` when no bet gains more than the
+/// quadrature's error (c too close to 1).
 pub fn expected_dof(c: f64, k: usize, m: usize, alpha: f64) -> Option<f64> {
     let chi = ChiSquared::new(k as f64).ok()?;
     let n = 4_000;
-    // By bisection on the CDF (statrs' inverse is NaN in the far left tail).
-    let quantile = |u: f64| {
-        let (mut lo, mut hi) = (0.0, 10.0 * k as f64 + 100.0);
-        for _ in 0..100 {
-            let mid = 0.5 * (lo + hi);
-            if chi.cdf(mid) < u { lo = mid } else { hi = mid }
-        }
-        0.5 * (lo + hi)
-    };
-    let quantiles: Vec<f64> = (0..n).map(|i| quantile((i as f64 + 0.5) / n as f64)).collect();
+    let quantiles: Vec<f64> = (0..n).map(|i| chi_squared_quantile(&chi, k, (i as f64 + 0.5) / n as f64)).collect();
     let gain = LOWER_LAMBDAS
         .iter()
-        .map(|l| {
+        .flat_map(|&l| BETS.map(|theta| (l, theta)))
+        .map(|(l, theta)| {
             let log_e = |x: f64| 0.5 * k as f64 * (2.0 * l).ln_1p() - l * c * c * x;
-            quantiles.iter().map(|&x| bet(log_e(x))).sum::<f64>() / n as f64
+            quantiles.iter().map(|&x| bet(theta, log_e(x))).sum::<f64>() / n as f64
         })
         .fold(f64::NEG_INFINITY, f64::max);
-    let threshold = (2.0 * (3 * m * LOWER_LAMBDAS.len()) as f64 / alpha).ln();
-    (gain > 0.0).then(|| threshold / gain * k as f64)
+    let threshold = (2.0 * components(m) / alpha).ln();
+    // Honest noise's gain is at most 0 (Jensen); the quadrature's error
+    // is far below this.
+    (gain > QUADRATURE_ERROR).then(|| threshold / gain * k as f64)
+}
+
+/// Gains per step below this are within [`expected_dof`]'s quadrature
+/// error, and taken as none.
+const QUADRATURE_ERROR: f64 = 1e-7;
+
+/// The chance, per near-noiseless release, that the bound
+/// [`near_noiseless_passing`] does not cover it: its draw's χ² is above
+/// this upper quantile.
+pub const NEAR_NOISELESS_TAIL: f64 = 1e-6;
+
+/// The guarantee (`privacy-core.md` §9): at most this many releases whose
+/// noise is scaled by `c` or less, on steps of `k` degrees of freedom that
+/// count, pass the too-little-noise test at `alpha` in a dataset of `m`
+/// candidates that also served `honest` other noisy steps — in any order,
+/// by an operator who knows the audit and its wealth at every step. Each
+/// such release's draw must have its χ²_k below the 1 − 10⁻⁶ quantile
+/// ([`NEAR_NOISELESS_TAIL`]) and the grid to move its whitened residual by
+/// at most `slack` (at most [`GRID_SHARE`] on any direction that counts);
+/// the clamp's p̄ is taken at 0 (each step's ln(1 + p̄) adds to its honest
+/// cost).
+///
+/// For every bet (θ, λ) on s*, an honest step lowers log X by at most
+/// ln(1/(1 − θ)) and a near-noiseless one raises it by at least
+/// g = ln(1 − θ + θ(1 + 2λ)^{k/2}e^{−λQ̄_max}); the dataset passes only if
+/// every bet stays below 2·3m|Λ||Θ|/α, so N·g − H·ln(1/(1 − θ)) <
+/// ln(2·3m|Λ||Θ|/α) for every bet, and N is at most the least over bets of
+/// ⌈(ln(2·3m|Λ||Θ|/α) + H·ln(1/(1 − θ)))/g⌉ − 1. It grows like ln H: the
+/// bet of θ ≈ 1/H pays about one nat for the honest steps.
+pub fn near_noiseless_passing(c: f64, k: usize, m: usize, honest: u64, alpha: f64, slack: f64) -> u64 {
+    let Ok(chi) = ChiSquared::new(k as f64) else {
+        return u64::MAX;
+    };
+    let reach = c * chi_squared_quantile(&chi, k, 1.0 - NEAR_NOISELESS_TAIL).sqrt() + slack * (1.0 + 1e-6);
+    let q_max = (1.0 + VARIANCE_DRIFT) * reach * reach;
+    let threshold = (2.0 * components(m) / alpha).ln();
+    LOWER_LAMBDAS
+        .iter()
+        .flat_map(|&l| BETS.map(|theta| (l, theta)))
+        .filter_map(|(l, theta)| {
+            let gain = bet(theta, 0.5 * k as f64 * (2.0 * l).ln_1p() - l * q_max);
+            let room = threshold - honest as f64 * (-theta).ln_1p();
+            (gain > 0.0).then(|| (room / gain).ceil() as u64 - 1)
+        })
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -54,6 +54,11 @@ impl Mode {
 /// None`) or drawing from c²·Σ and journaling consistently — replays the
 /// journal as `pacpriv verify` does, and returns the audit's verdict.
 fn session(mode: Mode, steps: usize, c: Option<f64>, seed: u64) -> Verdict {
+    audited(mode, steps, c, seed, None).verdict()
+}
+
+/// [`session`]'s audit, centred on `secret` (`None`: drawn from the seed).
+fn audited(mode: Mode, steps: usize, c: Option<f64>, seed: u64, secret: Option<usize>) -> NoiseAudit {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let b = Nats::new(2f64.powi(-12)).expect("b");
     let limit = Nats::new(steps as f64).expect("limit");
@@ -61,7 +66,8 @@ fn session(mode: Mode, steps: usize, c: Option<f64>, seed: u64) -> Verdict {
         posterior: Posterior::uniform(M).expect("m"),
         ledger: Ledger::new(b, limit, Policy::Paper).expect("ledger"),
     };
-    let secret = SecretIndex::new(rng.random_range(0..M), M).expect("secret");
+    let drawn = rng.random_range(0..M);
+    let secret = SecretIndex::new(secret.unwrap_or(drawn), M).expect("secret");
     let (mut server, mut verifier) = (start.clone(), start);
     let mut audit = NoiseAudit::new(M);
     for _ in 0..steps {
@@ -95,7 +101,7 @@ fn session(mode: Mode, steps: usize, c: Option<f64>, seed: u64) -> Verdict {
             audit.add(&e);
         }
     }
-    audit.verdict()
+    audit
 }
 
 /// Steps by which noise scaled by c is caught at α = 10⁻⁶ all but
@@ -152,6 +158,14 @@ fn honest_sessions_raise_false_alarms_at_most_at_rate_alpha() {
     let modes = [MODES.as_slice(), &[Mode::Wide]].concat();
     let verdicts: Vec<Verdict> =
         (0..sessions).map(|seed| session(modes[seed as usize % modes.len()], 30, None, 100 + seed)).collect();
+    // And as datasets of four sessions each, one secret a dataset.
+    let datasets: Vec<Verdict> = (0..sessions / 4)
+        .map(|d| {
+            let mode = modes[d as usize % modes.len()];
+            let four: Vec<NoiseAudit> = (0..4).map(|i| audited(mode, 30, None, 700 + 4 * d + i, Some(d as usize % M))).collect();
+            combine(&four, Secret::Shared).expect("same m")
+        })
+        .collect();
     let n = sessions as f64;
     for alpha in [0.05, 0.2, 0.5] {
         let alarms = verdicts.iter().filter(|v| v.caught(alpha)).count();
@@ -159,6 +173,10 @@ fn honest_sessions_raise_false_alarms_at_most_at_rate_alpha() {
         let allowed = alpha * n + 3.0 * (n * alpha * (1.0 - alpha)).sqrt();
         eprintln!("α = {alpha}: {alarms} false alarms in {sessions} honest sessions (α·n = {})", alpha * n);
         assert!((alarms as f64) <= allowed, "α = {alpha}: {alarms} of {sessions}");
+        let alarms = datasets.iter().filter(|v| v.caught(alpha)).count();
+        let d = datasets.len() as f64;
+        let allowed = alpha * d + 3.0 * (d * alpha * (1.0 - alpha)).sqrt();
+        assert!((alarms as f64) <= allowed, "α = {alpha}: {alarms} of {} datasets", datasets.len());
     }
 }
 
@@ -199,8 +217,8 @@ fn one_honest_step_has_expected_factor_at_most_one() {
     }
 }
 
-/// The p-value bounds against their closed forms for one step: the bet
-/// 1 / mean_{s,λ}(½ + ½(1 + 2λ)^{k/2}e^{−λQ̄}), and the upper test
+/// The p-value bounds against their closed forms for one step: the bets
+/// 1 / mean_{s,λ,θ}(1 − θ + θ(1 + 2λ)^{k/2}e^{−λQ̄}), and the upper test
 /// 1 / mean_λ((1 − 2λ)^{k/2}e^{λ·min Q̲}).
 #[test]
 fn the_bounds_are_their_closed_forms() {
@@ -225,9 +243,10 @@ fn the_bounds_are_their_closed_forms() {
     let mean: f64 = e
         .statistic
         .iter()
-        .flat_map(|q| LOWER_LAMBDAS.iter().map(move |l| 0.5 + 0.5 * (1.0 + 2.0 * l).powf(1.5) * (-l * q).exp()))
+        .flat_map(|q| LOWER_LAMBDAS.iter().map(move |l| (1.0 + 2.0 * l).powf(1.5) * (-l * q).exp()))
+        .flat_map(|e| BETS.iter().map(move |theta| 1.0 - theta + theta * e))
         .sum::<f64>()
-        / (4.0 * LOWER_LAMBDAS.len() as f64);
+        / (4 * LOWER_LAMBDAS.len() * BETS.len()) as f64;
     // What J leaves out was not tested: those bets stay at 1.
     let mean = (mean + 2.0) / 3.0;
     assert!((v.p_less - (1.0 / mean).min(1.0)).abs() < 1e-9, "{v:?}");
@@ -243,8 +262,8 @@ fn the_bounds_are_their_closed_forms() {
     assert_eq!((c.dof, c.clamped), (3, 1));
     assert!((c.p_less - (v.p_less * 1.5).min(1.0)).abs() < 1e-9, "{c:?}");
 
-    // One release far out costs the too-little-noise test at most ln 2 a
-    // candidate, and fails the too-much-noise test.
+    // One release far out costs each bet at most ln(1/(1 − θ)) ≤ ln 2, and
+    // fails the too-much-noise test.
     let mut far = audit.clone();
     let out = StepEvidence { statistic: vec![1e6; 4], lower: vec![1e6 - 10.0; 4], ..e.clone() };
     far.add(&out);
@@ -255,8 +274,8 @@ fn the_bounds_are_their_closed_forms() {
 
 /// An operator who hides noiseless steps among noisier ones, keeping the
 /// residuals' average honest (half the steps at c = 0, half at c = √2),
-/// is caught: each noisy step can lower the bet by at most ln 2, each
-/// noiseless one raises it by more.
+/// is caught within a few steps: each noisy step can lower a bet of θ by
+/// at most ln(1/(1 − θ)), each noiseless one raises it by far more.
 #[test]
 fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
     let mut audit = NoiseAudit::new(M);
@@ -264,7 +283,7 @@ fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
     let mut steps = 0;
     while !audit.verdict().caught(DEFAULT_ALPHA) {
         steps += 1;
-        assert!(steps <= 40, "not caught: {:?}", audit.verdict());
+        assert!(steps <= 4, "not caught: {:?}", audit.verdict());
         let scale = if steps % 2 == 0 { 0.0 } else { 2.0 };
         let q: f64 = (0..2).map(|_| rng.sample::<f64, _>(rand_distr::StandardNormal).powi(2)).sum::<f64>() * scale;
         audit.add(&StepEvidence {
@@ -284,7 +303,7 @@ fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
         });
     }
     let v = audit.verdict();
-    assert!(v.less(DEFAULT_ALPHA) && (v.scale - 1.0).abs() < 0.5, "{v:?}");
+    assert!(v.less(DEFAULT_ALPHA), "{v:?}");
 }
 
 /// Directions the grid cannot resolve, or that carry too little signal to
@@ -334,11 +353,136 @@ fn the_power_analysis_table() {
         table.push((c, steps));
     }
     let quoted = [
-        (0.9, vec![2355.0, 1186.0, 351.0, 277.0, 22.0]),
-        (0.8, vec![635.0, 319.0, 94.0, 74.0, 5.0]),
-        (0.5, vec![104.0, 52.0, 14.0, 11.0, 1.0]),
-        (0.0, vec![8.0, 4.0, 1.0, 1.0, 1.0]),
+        (0.9, vec![2700.0, 1360.0, 403.0, 317.0, 26.0]),
+        (0.8, vec![728.0, 366.0, 108.0, 85.0, 6.0]),
+        (0.5, vec![119.0, 59.0, 16.0, 12.0, 1.0]),
+        (0.0, vec![2.0, 1.0, 1.0, 1.0, 1.0]),
     ];
     assert_eq!(table, quoted);
     assert!(expected_dof(1.0, 1, 128, 1e-6).is_none(), "honest noise gains nothing at any λ");
+}
+
+
+/// Synthetic evidence of one step with `dof` counted directions: s*'s
+/// statistic is the draw's χ² scaled by c², every other candidate's lies
+/// 100 further out (its output is far from s*'s).
+fn synthetic(rng: &mut ChaCha20Rng, dof: usize, c: f64, secret: usize) -> StepEvidence {
+    let q = c * c * (0..dof).map(|_| rng.sample::<f64, _>(rand_distr::StandardNormal).powi(2)).sum::<f64>();
+    let statistic: Vec<f64> = (0..M).map(|s| if s == secret { q } else { q + 100.0 }).collect();
+    StepEvidence {
+        lower: statistic.clone(),
+        statistic,
+        left_statistic: vec![],
+        left_dof: 0,
+        complement_statistic: vec![],
+        complement_dof: 0,
+        dof,
+        clamp_bound: 0.0,
+        weak: 0,
+        unresolved: 0,
+        complement: 0,
+        clamped: false,
+        exact: false,
+    }
+}
+
+/// Issue 66 §2–3: an operator who replicates the audit's wealth exactly
+/// and releases near-noiselessly (c = 10⁻⁴) whenever the audit would stay
+/// 1 000× below its threshold afterwards, honestly otherwise, gets at most
+/// [`near_noiseless_passing`] such releases past it over 400 and 4 000
+/// steps, at 1, 2 and 9 degrees of freedom a step — however it orders
+/// them. Honest steps do not recharge room: its count grows like ln H.
+#[test]
+fn an_operator_who_replicates_the_wealth_passes_at_most_the_bound() {
+    let mut rng = ChaCha20Rng::seed_from_u64(66);
+    for dof in [1usize, 2, 9] {
+        for steps in [400u64, 4000] {
+            let mut audit = NoiseAudit::new(M);
+            let mut cheats = 0;
+            for _ in 0..steps {
+                let cheat = synthetic(&mut rng, dof, 1e-4, 3);
+                let mut tried = audit.clone();
+                tried.add(&cheat);
+                if tried.verdict().p_less >= 1000.0 * 0.5 * DEFAULT_ALPHA {
+                    audit = tried;
+                    cheats += 1;
+                } else {
+                    audit.add(&synthetic(&mut rng, dof, 1.0, 3));
+                }
+            }
+            let bound = near_noiseless_passing(1e-4, dof, M, steps, DEFAULT_ALPHA, GRID_SHARE);
+            eprintln!("{dof} dof, {steps} steps: {cheats} near-noiseless releases passed (bound {bound})");
+            assert!(cheats <= bound, "{dof} dof, {steps} steps: {cheats} > {bound}");
+            assert!(!audit.verdict().caught(DEFAULT_ALPHA), "it stayed below the threshold");
+        }
+    }
+}
+
+/// The guarantee's numbers, quoted in `privacy-core.md` §9 and the verify
+/// chapter (m = 16, α = 10⁻⁶, c = 10⁻⁴): near-noiseless releases that can
+/// pass among H honest steps, by degrees of freedom a step, for the
+/// largest grid slack a counted direction can have (10⁻³) and for a
+/// direction the grid resolves to 10⁻⁶.
+#[test]
+fn the_guarantee_table() {
+    let table = |slack: f64| -> Vec<Vec<u64>> {
+        [1usize, 2, 9]
+            .iter()
+            .map(|&k| {
+                [400u64, 4000, 100_000, 1_000_000]
+                    .iter()
+                    .map(|&h| near_noiseless_passing(1e-4, k, M, h, DEFAULT_ALPHA, slack))
+                    .collect()
+            })
+            .collect()
+    };
+    let quoted_worst = [vec![14, 39, 379, 2854], vec![3, 5, 10, 23], vec![0, 0, 0, 0]];
+    let quoted_fine = [vec![10, 23, 155, 1045], vec![2, 3, 6, 10], vec![0, 0, 0, 0]];
+    assert_eq!(table(GRID_SHARE), quoted_worst);
+    assert_eq!(table(1e-6), quoted_fine);
+    // More candidates or a smaller α raise it only through ln(m/α).
+    assert!(near_noiseless_passing(1e-4, 2, 128, 4000, 1e-9, GRID_SHARE) <= 8);
+}
+
+/// Issue 66 §2: one test per dataset. An operator who opens a fresh
+/// session for each near-noiseless release, each session passing alone, is
+/// caught once the dataset's sessions are combined; honest sessions
+/// combined pass; sessions of different secrets pass the too-much-noise
+/// test combined as `Unknown`, while claiming one secret for them fails
+/// it; and sessions of different m do not combine.
+#[test]
+fn a_datasets_sessions_are_one_test() {
+    let mut rng = ChaCha20Rng::seed_from_u64(67);
+    let sessions: Vec<NoiseAudit> = (0..24)
+        .map(|_| {
+            let mut a = NoiseAudit::new(M);
+            for _ in 0..19 {
+                a.add(&synthetic(&mut rng, 2, 1.0, 5));
+            }
+            a.add(&synthetic(&mut rng, 2, 1e-4, 5));
+            a
+        })
+        .collect();
+    assert!(sessions.iter().all(|a| !a.verdict().caught(DEFAULT_ALPHA)), "each session passes alone");
+    let all = combine(&sessions, Secret::Shared).expect("same m");
+    assert!(all.less(DEFAULT_ALPHA), "{all:?}");
+    assert_eq!((all.steps, all.dof), (480, 960));
+
+    let honest: Vec<NoiseAudit> =
+        (0..8).map(|seed| audited(Mode::Labels(3), 40, None, 300 + seed, Some(4))).collect();
+    let v = combine(&honest, Secret::Shared).expect("same m");
+    assert!(!v.caught(DEFAULT_ALPHA) && near(v, 1.0), "{v:?}");
+
+    // Each its own secret: honest, but no one subset fits them all.
+    let apart: Vec<NoiseAudit> =
+        (0..8).map(|seed| audited(Mode::Labels(8), 40, None, 400 + seed, Some(seed as usize))).collect();
+    let (unknown, shared) = (combine(&apart, Secret::Unknown), combine(&apart, Secret::Shared));
+    let (unknown, shared) = (unknown.expect("same m"), shared.expect("same m"));
+    assert!(!unknown.caught(DEFAULT_ALPHA), "{unknown:?}");
+    // The sum of each one's best fit is at most the best common fit: a
+    // smaller statistic, so a larger p_more.
+    assert!(unknown.statistic <= shared.statistic && unknown.p_more >= shared.p_more, "{unknown:?} {shared:?}");
+    assert_eq!(unknown.p_less, shared.p_less, "the bets hold for every candidate either way");
+
+    assert!(combine([&sessions[0], &NoiseAudit::new(M + 1)], Secret::Shared).is_none());
 }
