@@ -31,7 +31,10 @@
 //!   leaves out — the weak and unresolved basis directions, and apart from
 //!   them the vector complement — against f_lo, a floor that every
 //!   machine's Σ exceeds there, so that noise removed only where J_t does
-//!   not look is caught too; the three are averaged. By Ville's inequality
+//!   not look is caught too; and on the counted directions in groups by
+//!   the rank of their variance ([`RANK_GROUPS`]), so that noise removed
+//!   from a few is not averaged away among many honest ones. All are
+//!   averaged. By Ville's inequality
 //!   the p-value bound is min(1, 1 / mean X_T). At most
 //!   [`near_noiseless_passing`] near-noiseless releases pass it, whatever
 //!   the operator knows.
@@ -65,16 +68,16 @@ use super::posterior::log_sum_exp;
 use ndarray::{Array1, Array2, ArrayView1};
 use statrs::distribution::{ChiSquared, ContinuousCDF, Normal};
 
-/// The too-little-noise test's λ grid, uniform weights: 2⁻⁸, 2⁻⁷, …, 2⁴⁰.
+/// The too-little-noise test's λ grid, uniform weights: 2⁻⁸, 2⁻⁶, …, 2⁴⁰.
 /// A λ near (1/c² − 1)/2 is the most powerful against noise scaled by c,
 /// so this covers c from about 0.996 down to 10⁻⁶, past every step's
 /// resolution (a counted direction's grid slack is at most 10⁻³ of its
 /// standard deviation, [`GRID_SHARE`]): one near-exact release of many
 /// degrees of freedom is decisive on its own.
-pub const LOWER_LAMBDAS: [f64; 49] = powers_of_two(-8, 1);
+pub const LOWER_LAMBDAS: [f64; 25] = powers_of_two(-8, 2);
 
 /// The shares θ of its running value a too-little-noise bet stakes on each
-/// step, uniform weights: 2⁻¹, 2⁻³, …, 2⁻²³. A bet of θ loses at most
+/// step, uniform weights: 2⁻¹, 2⁻⁵, …, 2⁻²¹. A bet of θ loses at most
 /// ln(1/(1 − θ)) ≈ θ on any step, so an honest step costs the small bets
 /// almost nothing: a dataset can serve ~1/θ honest steps before the bet of
 /// θ has paid one nat for them, and an operator cannot recharge room for
@@ -82,7 +85,18 @@ pub const LOWER_LAMBDAS: [f64; 49] = powers_of_two(-8, 1);
 /// [`near_noiseless_passing`]). Fixed sizes, not adaptive ones, so that each
 /// bet's wealth is a product over steps that does not depend on their
 /// order: a dataset's sessions combine into one test ([`combine`]).
-pub const BETS: [f64; 12] = powers_of_two(-1, -2);
+pub const BETS: [f64; 6] = powers_of_two(-1, -4);
+
+/// The counted directions are also bet on in groups by the rank of their
+/// variance — the largest alone, the next two, the next four, … and the
+/// last group the rest — so that noise removed from a few directions is
+/// not averaged away among many honest ones: a direction's group has at
+/// most as many directions as rank before it.
+pub const RANK_GROUPS: usize = 8;
+
+/// The bets' subspaces: all counted directions together, the left-out
+/// basis directions, the complement, and the [`RANK_GROUPS`] groups.
+const SUBSPACES: usize = 3 + RANK_GROUPS;
 
 /// 2^first, 2^(first + step), …: exact in binary.
 const fn powers_of_two<const N: usize>(first: i32, step: i32) -> [f64; N] {
@@ -113,6 +127,20 @@ pub const DEFAULT_ALPHA: f64 = 1e-6;
 /// machine's kernels would compute another variance for it.
 pub const SIGNAL_SHARE: f64 = 1e-5;
 
+/// The share of the largest variance from which a direction counts when
+/// the basis is the server's own (label mode; vector mode whose journal
+/// names the path the server took): [`SIGNAL_SHARE`], raised for wide
+/// blocks so that q_j's round-off, ~n·2⁻⁵²·q_max, moves v_j ∝ √q_j by at
+/// most a quarter of [`VARIANCE_DRIFT`]. These weak directions are held to
+/// their honest variance; only below this share does the floor apply.
+pub fn signal_share(n: usize) -> f64 {
+    SIGNAL_SHARE.max((2.0 * n as f64 * f64::EPSILON / (0.25 * VARIANCE_DRIFT)).sqrt())
+}
+
+/// Flag a session when more than this share of the b charged on its noisy
+/// steps lies in directions no test covers.
+pub const UNCOVERED_WARNING: f64 = 1e-2;
+
 /// In vector mode (where the basis may come from either
 /// decomposition, and the Gram matrix keeps directions down to 10⁻⁶ of its
 /// largest eigenvalue while the SVD keeps them all), a direction counts
@@ -136,6 +164,17 @@ pub const GRID_SHARE: f64 = 1e-3;
 /// (`privacy-core.md` §9). Q̄ is inflated by 1 + this.
 pub const VARIANCE_DRIFT: f64 = 2e-3;
 
+/// One block of directions a step's bets test: its degrees of freedom and,
+/// per candidate, an upper bound on its whitened residual (empty when not
+/// tested).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Block {
+    /// Directions in the block (0: not tested).
+    pub dof: usize,
+    /// The bound per candidate.
+    pub statistic: Vec<f64>,
+}
+
 /// What one noisy step contributes to the audit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepEvidence {
@@ -144,16 +183,15 @@ pub struct StepEvidence {
     pub statistic: Vec<f64>,
     /// Q̲_t(s) ≤ Q_t(s) for every candidate s (likewise).
     pub lower: Vec<f64>,
+    /// The counted directions by rank group ([`RANK_GROUPS`]; groups the
+    /// step has too few directions for are empty).
+    pub ranked: Vec<Block>,
     /// The left-out basis directions (weak, unresolved), tested against a
     /// floor every machine's Σ exceeds there: an upper bound of
-    /// ‖P(r − x_s)‖²/f_lo for every candidate (empty when not tested).
-    pub left_statistic: Vec<f64>,
-    /// Their number when tested, else 0.
-    pub left_dof: usize,
-    /// The vector complement, likewise (empty when not tested).
-    pub complement_statistic: Vec<f64>,
-    /// Its dimension when tested, else 0.
-    pub complement_dof: usize,
+    /// ‖P(r − x_s)‖²/f_lo for every candidate.
+    pub left: Block,
+    /// The vector complement, likewise.
+    pub complement_block: Block,
     /// |J_t|: the directions that count.
     pub dof: usize,
     /// p̄_t: a bound on the chance that honest noise reaches the clamp on
@@ -174,22 +212,30 @@ pub struct StepEvidence {
     /// The published block equals a candidate's output exactly although a
     /// direction that counts carries noise.
     pub exact: bool,
+    /// The share of the step's certificate ½·tr(Σ⁺C) (of b) in directions
+    /// no test covers (1 when nothing is tested).
+    pub uncovered: f64,
+    /// The share held only to the floor (the left-out bets).
+    pub floor_only: f64,
 }
 
 /// The evidence of one noisy step: `noise` is Σ_t as the verifier
 /// recalibrated it, `published` the release on `noise`'s coordinates,
-/// `centres[s]` candidate s's output there, and `either_basis` whether the
-/// basis may come from either vector-mode decomposition (vector mode).
+/// `centres[s]` candidate s's output there, `weights[s]` its posterior
+/// weight (for the shares of b), and `either_basis` whether the basis may
+/// come from either vector-mode decomposition (vector mode whose journal
+/// does not name the server's).
 pub fn evidence(
     noise: &Noise,
     published: ArrayView1<'_, f64>,
     centres: &[Array1<f64>],
+    weights: ArrayView1<'_, f64>,
     either_basis: bool,
 ) -> StepEvidence {
     let n = noise.coords().len();
     let v = noise.variances();
     let largest = v.iter().fold(0.0f64, |a, &x| a.max(x));
-    let share = if either_basis { SIGNAL_SHARE_EITHER_BASIS } else { SIGNAL_SHARE };
+    let share = if either_basis { SIGNAL_SHARE_EITHER_BASIS } else { signal_share(n) };
     let resolvable = grid::resolved_variance(n, GRID_SHARE);
     let (mut weak, mut unresolved) = (0, 0);
     let mut used = Vec::new();
@@ -208,10 +254,9 @@ pub fn evidence(
     let mut e = StepEvidence {
         statistic: Vec::new(),
         lower: Vec::new(),
-        left_statistic: Vec::new(),
-        left_dof: 0,
-        complement_statistic: Vec::new(),
-        complement_dof: 0,
+        ranked: Vec::new(),
+        left: Block::default(),
+        complement_block: Block::default(),
         dof: used.len(),
         clamp_bound: 0.0,
         weak,
@@ -219,6 +264,8 @@ pub fn evidence(
         complement,
         clamped: false,
         exact: false,
+        uncovered: 1.0,
+        floor_only: 0.0,
     };
     if used.is_empty() {
         return e;
@@ -232,6 +279,15 @@ pub fn evidence(
 
     let basis = noise.basis();
     let v_min = used.iter().map(|&j| v[j]).fold(f64::INFINITY, f64::min);
+    // The counted directions by rank of variance, largest first: group g
+    // holds ranks 2^g − 1 … 2^(g+1) − 2, the last group the rest.
+    let mut by_rank = used.clone();
+    by_rank.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
+    let mut groups: Vec<Vec<usize>> = vec![Vec::new(); RANK_GROUPS];
+    for (rank, &j) in by_rank.iter().enumerate() {
+        groups[((rank + 1).ilog2() as usize).min(RANK_GROUPS - 1)].push(j);
+    }
+    e.ranked = groups.iter().map(|g| Block { dof: g.len(), statistic: Vec::new() }).collect();
     // How far a whitened residual over k directions of variance ≥ var can
     // be between the exact release and the published one: the grid's
     // 2⁻³³ a coordinate, then the verifier's round-off of uᵀδ (within
@@ -269,24 +325,60 @@ pub fn evidence(
     let floor_bound = |part: &Array1<f64>, delta: &Array1<f64>| {
         (1.0 + VARIANCE_DRIFT) * (norm(part) / f_lo.sqrt() + slack(delta, n, f_lo)).powi(2)
     };
+    let mut coefficients = Vec::with_capacity(centres.len());
+    let mut outside = Vec::with_capacity(centres.len());
     for x in centres {
         // r̂ − x is exact: both are multiples of 2⁻³² below 2²¹.
         let delta = &published - x;
         let t = basis.t().dot(&delta);
+        if with_complement {
+            outside.push(&delta - &basis.dot(&t));
+        }
         let root = used.iter().map(|&j| t[j] * t[j] / v[j]).sum::<f64>().sqrt();
         let s = slack(&delta, used.len(), v_min);
         e.statistic.push((1.0 + VARIANCE_DRIFT) * (root + s).powi(2));
         e.lower.push((root - s).max(0.0).powi(2) / (1.0 + VARIANCE_DRIFT));
+        for (block, group) in e.ranked.iter_mut().zip(&groups).filter(|(_, g)| !g.is_empty()) {
+            let root = group.iter().map(|&j| t[j] * t[j] / v[j]).sum::<f64>().sqrt();
+            let least = group.iter().map(|&j| v[j]).fold(f64::INFINITY, f64::min);
+            block.statistic.push((1.0 + VARIANCE_DRIFT) * (root + slack(&delta, group.len(), least)).powi(2));
+        }
         if test_left {
             let t_left: Array1<f64> = left.iter().map(|&j| t[j]).collect();
-            e.left_statistic.push(floor_bound(&u_left.dot(&t_left), &delta));
+            e.left.statistic.push(floor_bound(&u_left.dot(&t_left), &delta));
         }
-        if test_complement {
-            e.complement_statistic.push(floor_bound(&(&delta - &basis.dot(&t)), &delta));
+        coefficients.push(t);
+        if let Some(part) = outside.last().filter(|_| test_complement) {
+            e.complement_block.statistic.push(floor_bound(part, &delta));
         }
     }
-    e.left_dof = if test_left { left.len() } else { 0 };
-    e.complement_dof = if test_complement { n - noise.rank() } else { 0 };
+    e.left.dof = if test_left { left.len() } else { 0 };
+    e.complement_block.dof = if test_complement { n - noise.rank() } else { 0 };
+
+    // Where b lies: ½·tr(Σ⁺C) splits into c_j/v_j per basis direction and
+    // E‖P⊥(x − x̄)‖²/f over the complement, with c_j = E(u_jᵀ(x − x̄))² under
+    // the posterior, computed from r − x (the release's offset cancels).
+    let total = weights.sum();
+    let spread = |values: &[f64]| {
+        let mean = values.iter().zip(&weights).map(|(x, w)| x * w).sum::<f64>() / total;
+        values.iter().zip(&weights).map(|(x, w)| w * (x - mean).powi(2)).sum::<f64>() / total
+    };
+    let per_direction: Vec<f64> =
+        (0..v.len()).map(|j| spread(&coefficients.iter().map(|t| t[j]).collect::<Vec<_>>()) / v[j]).collect();
+    let in_complement = if with_complement {
+        (0..n).map(|i| spread(&outside.iter().map(|p| p[i]).collect::<Vec<_>>())).sum::<f64>() / noise.complement()
+    } else {
+        0.0
+    };
+    let all = per_direction.iter().sum::<f64>() + in_complement;
+    if all > 0.0 && all.is_finite() {
+        let (mut floor_only, mut none) = (0.0, 0.0);
+        let left_share: f64 = left.iter().map(|&j| per_direction[j]).sum();
+        *(if test_left { &mut floor_only } else { &mut none }) += left_share;
+        *(if test_complement { &mut floor_only } else { &mut none }) += in_complement;
+        e.uncovered = none / all;
+        e.floor_only = floor_only / all;
+    }
     e
 }
 
@@ -324,7 +416,7 @@ fn bet(theta: f64, log_e: f64) -> f64 {
 /// One subspace's too-little-noise bets: log X(s, λ, θ) for every
 /// candidate s, λ of [`LOWER_LAMBDAS`] and θ of [`BETS`], laid out
 /// [s][λ][θ].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Bets(Vec<f64>);
 
 impl Bets {
@@ -336,11 +428,15 @@ impl Bets {
     /// bet then divided by 1 + p̄ (`penalty` = ln(1 + p̄)).
     fn add(&mut self, statistic: &[f64], dof: usize, penalty: f64) {
         let half = 0.5 * dof as f64;
+        // At E < e⁻⁴⁰ a bet's factor is 1 − θ to the last bit.
+        let lost = BETS.map(|theta| (-theta).ln_1p() - penalty);
         for (rows, &q) in self.0.chunks_mut(LOWER_LAMBDAS.len() * BETS.len()).zip(statistic) {
             for (row, lambda) in rows.chunks_mut(BETS.len()).zip(LOWER_LAMBDAS) {
                 let log_e = half * (2.0 * lambda).ln_1p() - lambda * q;
-                for (w, theta) in row.iter_mut().zip(BETS) {
-                    *w += bet(theta, log_e) - penalty;
+                if log_e < -40.0 {
+                    row.iter_mut().zip(lost).for_each(|(w, l)| *w += l);
+                } else {
+                    row.iter_mut().zip(BETS).for_each(|(w, theta)| *w += bet(theta, log_e) - penalty);
                 }
             }
         }
@@ -359,12 +455,12 @@ impl Bets {
 }
 
 /// A session's audit so far.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NoiseAudit {
     /// The bets on the directions that count, on the left-out basis
-    /// directions and on the complement, each against its variance or
-    /// floor.
-    bets: [Bets; 3],
+    /// directions, on the complement, and on each rank group, each against
+    /// its variance or floor ([`SUBSPACES`]).
+    bets: Vec<Bets>,
     floor_dof: u64,
     /// Σ_t Q̄_t(s).
     sum: Vec<f64>,
@@ -380,6 +476,9 @@ pub struct NoiseAudit {
     unresolved: u64,
     complement: u64,
     exact: u64,
+    /// Σ_t of the step's uncovered and floor-only shares of b.
+    uncovered: f64,
+    floor_only: f64,
 }
 
 /// The audit's verdict on one session, or on a dataset's sessions
@@ -417,6 +516,11 @@ pub struct Verdict {
     pub exact: u64,
     /// Left-out dimensions tested against their floor, summed over steps.
     pub floor_dof: u64,
+    /// The share of the b charged on noisy steps that lies in directions
+    /// no test covers (0 without a noisy step).
+    pub uncovered: f64,
+    /// The share held only to the floor.
+    pub floor_only: f64,
 }
 
 impl Verdict {
@@ -447,7 +551,7 @@ impl NoiseAudit {
     /// An audit over `m` candidate subsets.
     pub fn new(m: usize) -> Self {
         NoiseAudit {
-            bets: [Bets::new(m), Bets::new(m), Bets::new(m)],
+            bets: (0..SUBSPACES).map(|_| Bets::new(m)).collect(),
             floor_dof: 0,
             sum: vec![0.0; m],
             sum_lower: vec![0.0; m],
@@ -460,6 +564,8 @@ impl NoiseAudit {
             unresolved: 0,
             complement: 0,
             exact: 0,
+            uncovered: 0.0,
+            floor_only: 0.0,
         }
     }
 
@@ -475,6 +581,8 @@ impl NoiseAudit {
         self.weak += e.weak as u64;
         self.unresolved += e.unresolved as u64;
         self.complement += e.complement as u64;
+        self.uncovered += if e.clamped { 1.0 } else { e.uncovered };
+        self.floor_only += if e.clamped { 0.0 } else { e.floor_only };
         if e.dof == 0 {
             return;
         }
@@ -497,15 +605,16 @@ impl NoiseAudit {
             self.sum[s] += q;
             self.sum_lower[s] += low;
         }
-        let [counted, left, complement] = &mut self.bets;
+        let (counted, rest) = self.bets.split_first_mut().expect("SUBSPACES > 0");
         counted.add(&e.statistic, e.dof, penalty);
-        for (bets, statistic, dof) in
-            [(left, &e.left_statistic, e.left_dof), (complement, &e.complement_statistic, e.complement_dof)]
-        {
-            if statistic.len() == m && dof > 0 {
-                self.floor_dof += dof as u64;
-                bets.add(statistic, dof, penalty);
+        let empty = Block::default();
+        let blocks = [&e.left, &e.complement_block].into_iter().chain(&e.ranked).chain(std::iter::repeat(&empty));
+        for (i, (bets, block)) in rest.iter_mut().zip(blocks).enumerate() {
+            if block.statistic.len() == m && block.dof > 0 {
+                self.floor_dof += if i < 2 { block.dof as u64 } else { 0 };
+                bets.add(&block.statistic, block.dof, penalty);
             } else {
+                // Untested, the bet stakes nothing; the clamp's p̄ is paid.
                 bets.pay(penalty);
             }
         }
@@ -535,6 +644,8 @@ impl NoiseAudit {
         self.unresolved += other.unresolved;
         self.complement += other.complement;
         self.exact += other.exact;
+        self.uncovered += other.uncovered;
+        self.floor_only += other.floor_only;
     }
 
     /// The verdict with `statistic` as the best fit's Σ Q̄ and `lowest` as
@@ -544,8 +655,7 @@ impl NoiseAudit {
         let (p_less, p_more, statistic, scale) = if self.dof == 0 || m == 0 {
             (1.0, 1.0, 0.0, 1.0)
         } else {
-            // The mean of X_T over the three subspaces, the candidates, λ
-            // and θ.
+            // The mean of X_T over the subspaces, the candidates, λ and θ.
             let all = self.bets.iter().flat_map(|b| b.0.iter().copied());
             let mean = log_sum_exp(all) - components(m).ln();
             let d = self.dof as f64;
@@ -568,14 +678,16 @@ impl NoiseAudit {
             complement: self.complement,
             exact: self.exact,
             floor_dof: self.floor_dof,
+            uncovered: if self.steps == 0 { 0.0 } else { self.uncovered / self.steps as f64 },
+            floor_only: if self.steps == 0 { 0.0 } else { self.floor_only / self.steps as f64 },
         }
     }
 }
 
 /// The number of bets the too-little-noise test averages over m
-/// candidates: three subspaces × m × |Λ| × |Θ|.
+/// candidates: the subspaces × m × |Λ| × |Θ|.
 fn components(m: usize) -> f64 {
-    (3 * m * LOWER_LAMBDAS.len() * BETS.len()) as f64
+    (SUBSPACES * m * LOWER_LAMBDAS.len() * BETS.len()) as f64
 }
 
 /// Whether a dataset's sessions are known to share one secret subset.
@@ -639,7 +751,7 @@ fn chi_squared_quantile(chi: &ChiSquared, k: usize, u: f64) -> f64 {
 
 /// The expected degrees of freedom after which noise scaled by `c` on
 /// steps of `k` degrees of freedom each is caught at significance `alpha`
-/// among `m` candidates: ln(2·3m·|Λ|·|Θ|/α) over the best bet's expected
+/// among `m` candidates: ln(2·11m·|Λ|·|Θ|/α) (11 subspaces) over the best bet's expected
 /// gain per step, E ln(1 − θ + θ(1 + 2λ)^{k/2} e^{−λc²χ²_k}) (numerical,
 /// over 4 000 quantiles of χ²_k), times k. The statistic's spread moves
 /// the actual point by O(√D); `None` when no bet gains more than the
@@ -685,9 +797,9 @@ pub const NEAR_NOISELESS_TAIL: f64 = 1e-6;
 /// For every bet (θ, λ) on s*, an honest step lowers log X by at most
 /// ln(1/(1 − θ)) and a near-noiseless one raises it by at least
 /// g = ln(1 − θ + θ(1 + 2λ)^{k/2}e^{−λQ̄_max}); the dataset passes only if
-/// every bet stays below 2·3m|Λ||Θ|/α, so N·g − H·ln(1/(1 − θ)) <
-/// ln(2·3m|Λ||Θ|/α) for every bet, and N is at most the least over bets of
-/// ⌈(ln(2·3m|Λ||Θ|/α) + H·ln(1/(1 − θ)))/g⌉ − 1. It grows like ln H: the
+/// every bet stays below 2·11m|Λ||Θ|/α (11 subspaces), so N·g − H·ln(1/(1 − θ)) <
+/// ln(2·11m|Λ||Θ|/α) for every bet, and N is at most the least over bets of
+/// ⌈(ln(2·11m|Λ||Θ|/α) + H·ln(1/(1 − θ)))/g⌉ − 1. It grows like ln H: the
 /// bet of θ ≈ 1/H pays about one nat for the honest steps.
 pub fn near_noiseless_passing(c: f64, k: usize, m: usize, honest: u64, alpha: f64, slack: f64) -> u64 {
     let Ok(chi) = ChiSquared::new(k as f64) else {

@@ -226,10 +226,9 @@ fn the_bounds_are_their_closed_forms() {
     let e = StepEvidence {
         statistic: vec![3.0, 0.5, 9.0, 40.0],
         lower: vec![2.5, 0.25, 8.0, 39.0],
-        left_statistic: vec![],
-        left_dof: 0,
-        complement_statistic: vec![],
-        complement_dof: 0,
+        ranked: vec![],
+        left: Block::default(),
+        complement_block: Block::default(),
         dof: 3,
         clamp_bound: 0.0,
         weak: 1,
@@ -237,6 +236,8 @@ fn the_bounds_are_their_closed_forms() {
         complement: 0,
         clamped: false,
         exact: false,
+        uncovered: 0.0,
+        floor_only: 0.0,
     };
     audit.add(&e);
     let v = audit.verdict();
@@ -289,10 +290,9 @@ fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
         audit.add(&StepEvidence {
             statistic: vec![q; M],
             lower: vec![q; M],
-            left_statistic: vec![],
-            left_dof: 0,
-            complement_statistic: vec![],
-            complement_dof: 0,
+            ranked: vec![],
+            left: Block::default(),
+            complement_block: Block::default(),
             dof: 2,
             clamp_bound: 0.0,
             weak: 0,
@@ -300,6 +300,8 @@ fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
             complement: 0,
             clamped: false,
             exact: false,
+            uncovered: 0.0,
+            floor_only: 0.0,
         });
     }
     let v = audit.verdict();
@@ -326,7 +328,7 @@ fn unresolvable_and_weak_directions_are_left_out() {
         })
         .collect();
     let r = centres[0].clone();
-    let e = evidence(cal.noise(), r.view(), &centres, false);
+    let e = evidence(cal.noise(), r.view(), &centres, posterior.weights().view(), false);
     assert_eq!((e.dof, e.weak + e.unresolved), (1, 1), "{e:?}");
     assert!(e.exact);
 
@@ -335,7 +337,7 @@ fn unresolvable_and_weak_directions_are_left_out() {
     let collapsed = Posterior::from_log_weights(vec![0.0, 0.0, -1200.0, -1200.0, -1200.0, -1200.0]).expect("posterior");
     let b = Nats::new(2f64.powi(-8)).expect("b");
     let floor = crate::label::calibrate(&collapsed, &labels, 3, b).expect("cal");
-    let tiny = evidence(floor.noise(), r.view(), &centres, false);
+    let tiny = evidence(floor.noise(), r.view(), &centres, collapsed.weights().view(), false);
     assert_eq!((tiny.dof, tiny.unresolved), (0, 2), "{tiny:?}");
 }
 
@@ -353,9 +355,9 @@ fn the_power_analysis_table() {
         table.push((c, steps));
     }
     let quoted = [
-        (0.9, vec![2700.0, 1360.0, 403.0, 317.0, 26.0]),
-        (0.8, vec![728.0, 366.0, 108.0, 85.0, 6.0]),
-        (0.5, vec![119.0, 59.0, 16.0, 12.0, 1.0]),
+        (0.9, vec![2693.0, 1357.0, 402.0, 317.0, 34.0]),
+        (0.8, vec![756.0, 406.0, 132.0, 102.0, 6.0]),
+        (0.5, vec![119.0, 61.0, 18.0, 13.0, 1.0]),
         (0.0, vec![2.0, 1.0, 1.0, 1.0, 1.0]),
     ];
     assert_eq!(table, quoted);
@@ -372,10 +374,9 @@ fn synthetic(rng: &mut ChaCha20Rng, dof: usize, c: f64, secret: usize) -> StepEv
     StepEvidence {
         lower: statistic.clone(),
         statistic,
-        left_statistic: vec![],
-        left_dof: 0,
-        complement_statistic: vec![],
-        complement_dof: 0,
+        ranked: vec![],
+        left: Block::default(),
+        complement_block: Block::default(),
         dof,
         clamp_bound: 0.0,
         weak: 0,
@@ -383,6 +384,8 @@ fn synthetic(rng: &mut ChaCha20Rng, dof: usize, c: f64, secret: usize) -> StepEv
         complement: 0,
         clamped: false,
         exact: false,
+        uncovered: 0.0,
+        floor_only: 0.0,
     }
 }
 
@@ -436,8 +439,8 @@ fn the_guarantee_table() {
             })
             .collect()
     };
-    let quoted_worst = [vec![14, 39, 379, 2854], vec![3, 5, 10, 23], vec![0, 0, 0, 0]];
-    let quoted_fine = [vec![10, 23, 155, 1045], vec![2, 3, 6, 10], vec![0, 0, 0, 0]];
+    let quoted_worst = [vec![14, 55, 378, 3053], vec![4, 5, 10, 28], vec![0, 0, 0, 0]];
+    let quoted_fine = [vec![10, 27, 189, 1141], vec![2, 3, 6, 10], vec![0, 0, 0, 0]];
     assert_eq!(table(GRID_SHARE), quoted_worst);
     assert_eq!(table(1e-6), quoted_fine);
     // More candidates or a smaller α raise it only through ln(m/α).
@@ -485,4 +488,118 @@ fn a_datasets_sessions_are_one_test() {
     assert_eq!(unknown.p_less, shared.p_less, "the bets hold for every candidate either way");
 
     assert!(combine([&sessions[0], &NoiseAudit::new(M + 1)], Secret::Shared).is_none());
+}
+
+/// A colluding client's query (issue 66 §3): d = 8 columns of ±1 Hadamard
+/// patterns (Sylvester's H₁₆, columns 1–8), scaled so that the directions'
+/// variances span 1 … 10⁻⁴ of the largest — below the share either basis
+/// would count (10⁻²·⁵), above the share the server's own basis does
+/// ([`signal_share`]).
+fn hadamard_query() -> TeacherOutputs {
+    let scales = [1.0, 0.3, 0.1, 0.03, 1e-2, 1e-3, 3e-4, 1e-4];
+    TeacherOutputs::Vectors(Array2::from_shape_fn((M, 8), |(i, j)| {
+        let sign = if ((i & (j + 1)).count_ones()) % 2 == 0 { 1.0 } else { -1.0 };
+        0.5 + 0.25 * scales[j] * sign
+    }))
+}
+
+/// Runs `steps` Hadamard queries, the operator scaling the noise of every
+/// direction below 10⁻²·⁵ of the largest variance by `cut(v_j, f_lo)`
+/// (f_lo: the floor every machine's Σ exceeds), journaled consistently
+/// with the path it took (`journal_path`) or without; the audit's verdict.
+fn weak_cut(steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u64) -> Verdict {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let b = Nats::new(2f64.powi(-12)).expect("b");
+    let start = SessionState {
+        posterior: Posterior::uniform(M).expect("m"),
+        ledger: Ledger::new(b, Nats::new(1.0).expect("limit"), Policy::Paper).expect("ledger"),
+    };
+    let secret = SecretIndex::new(rng.random_range(0..M), M).expect("secret");
+    let (mut server, mut verifier) = (start.clone(), start);
+    let mut audit = NoiseAudit::new(M);
+    let outputs = hadamard_query();
+    let TeacherOutputs::Vectors(x) = &outputs else { unreachable!("vectors") };
+    for _ in 0..steps {
+        let cal = crate::vector::calibrate(&server.posterior, x.view(), b).expect("calibrates");
+        let v = cal.noise().variances().to_owned();
+        let top = v.iter().fold(0.0f64, |a, &x| a.max(x)).max(cal.noise().complement());
+        let floor = crate::noise::dynamic_range_floor(8) * top;
+
+        let scales: Vec<f64> =
+            v.iter().map(|&vj| if vj < SIGNAL_SHARE_EITHER_BASIS * top { cut(vj, floor) } else { 1.0 }).collect();
+        let mut normal = || rand_distr::Distribution::sample(&rand_distr::StandardNormal, &mut rng);
+        let a = answer_drawn(&mut server, &outputs, secret, None, &mut normal, Calibration::Certified, |d| {
+            d.std_coef.iter_mut().zip(&scales).for_each(|(g, c)| *g *= c)
+        })
+        .expect("answered");
+        let ll = a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default();
+        let recorded = Recorded {
+            outputs: &outputs,
+            published: &a.published,
+            label: a.label,
+            charge: a.charge.get(),
+            log_likelihood: &ll,
+            update_rule: a.update_rule,
+            path: if journal_path { a.path } else { None },
+        };
+        let replayed = replay::replay(&mut verifier, &recorded).expect("every step verifies");
+        if let Some(e) = replayed.evidence {
+            audit.add(&e);
+        }
+    }
+    audit.verdict()
+}
+
+/// Issue 66 §2–3: in vector mode, weak-direction noise cut to the floor,
+/// or removed, on the directions a colluding client pushes its signal
+/// into (d = 8, Hadamard columns), is caught within a few steps once the
+/// journal names the server's basis path — those directions are held to
+/// their honest variance — while an honest session of the same queries
+/// passes with none of its b uncovered. Without the path (journals before
+/// issue 66) only the floor held them, and the cut to it passes: why the
+/// path is journaled.
+#[test]
+fn weak_direction_noise_cut_to_the_floor_is_caught() {
+    let to_floor: fn(f64, f64) -> f64 = |v, floor| (floor / v).sqrt();
+    let removed: fn(f64, f64) -> f64 = |_, _| 0.0;
+    for (cut, name) in [(to_floor, "to the floor"), (removed, "removed")] {
+        let v = weak_cut(4, cut, true, 31);
+        assert!(v.less(DEFAULT_ALPHA), "{name}: {v:?}");
+    }
+    let honest = weak_cut(200, |_, _| 1.0, true, 32);
+    assert!(!honest.caught(DEFAULT_ALPHA), "{honest:?}");
+    assert!(honest.uncovered < 1e-9 && honest.weak == 0, "every direction counts: {honest:?}");
+    let unjournaled = weak_cut(200, to_floor, false, 33);
+    assert!(!unjournaled.caught(DEFAULT_ALPHA) && unjournaled.weak > 0, "{unjournaled:?}");
+}
+
+/// Where b lies: a step whose every direction counts leaves none of it
+/// uncovered; a weak direction's share goes to the floor's bets or to no
+/// test; a step with nothing tested leaves all of it uncovered.
+#[test]
+fn the_uncovered_share_of_b_is_where_no_test_looks() {
+    let labels = [0, 0, 1, 1, 2, 2];
+    let centres: Vec<Array1<f64>> = labels
+        .iter()
+        .map(|&y| {
+            let mut x = Array1::zeros(3);
+            x[y] = 1.0;
+            x
+        })
+        .collect();
+    let b = Nats::new(2f64.powi(-8)).expect("b");
+    let uniform = Posterior::uniform(6).expect("posterior");
+    let cal = crate::label::calibrate(&uniform, &labels, 3, b).expect("cal");
+    let r = centres[0].clone();
+    let e = evidence(cal.noise(), r.view(), &centres, uniform.weights().view(), false);
+    assert!(e.uncovered < 1e-12 && e.floor_only < 1e-12, "{e:?}");
+
+    let mut log_w = vec![0.0; 6];
+    log_w[4] = -40.0;
+    log_w[5] = -40.0;
+    let skewed = Posterior::from_log_weights(log_w).expect("posterior");
+    let cal = crate::label::calibrate(&skewed, &labels, 3, b).expect("cal");
+    let e = evidence(cal.noise(), r.view(), &centres, skewed.weights().view(), false);
+    let left = e.uncovered + e.floor_only;
+    assert!(left > 0.0 && left < 1.0, "{e:?}");
 }

@@ -360,8 +360,11 @@ pub(crate) fn replay_on(
         },
     };
     let noise = &calibrated.noise;
-    let either_basis = matches!(outputs, TeacherOutputs::Vectors(_));
-    let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, either_basis);
+    // A journaled path is the server's basis: its weak directions are
+    // held to their variance as label mode's are.
+    let either_basis = matches!(outputs, TeacherOutputs::Vectors(_)) && step.path.is_none();
+    let weights = state.posterior.weights();
+    let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, weights.view(), either_basis);
     let key = key.map(|(key, at)| {
         let inputs = keyed::inputs_digest(outputs, b);
         let keyed = |c: &Calibrated| key_audit::check(&c.noise, &c.centres, r.view(), &mut key.normals(at, &inputs));
