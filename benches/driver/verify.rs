@@ -4,20 +4,25 @@
 //! The journal is a real one: N label-mode steps of the mechanism on one
 //! session of m teachers (most agreeing, some dissent, as the demo
 //! teachers do), each journaled and chained exactly as the session writes
-//! it, exported as JSON Lines to a scratch file. The baseline in the same
-//! run is the mechanism's own time for those steps, so the result reads as
-//! "verifying costs X× answering".
+//! it, exported as JSON Lines to a scratch file, each step's noise drawn
+//! from a noise key as the service draws it. The baseline in the same run
+//! is the mechanism's own time for those steps (the keyed draw included),
+//! so the result reads as "verifying costs X× answering" — without the key
+//! (the statistical audit) and with it (each draw recomputed and checked
+//! exactly as well).
 
 use super::scratch::scratch;
 use anyhow::{Context, ensure};
 use pacpriv_privacy::Nats;
+use pacpriv_privacy::keyed::{NoiseKey, inputs_digest};
 use pacpriv_privacy::ledger::{Ledger, Policy};
-use pacpriv_privacy::mechanism::{self, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv_privacy::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_service::store::record::JournalStepRecord;
 use pacpriv_service::store::{JournalEntry, SessionRecord};
 use pacpriv_tools::verify::{self, format};
 use rand::RngExt;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -50,6 +55,9 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let secret = SecretIndex::new(m / 3, m)?;
     let mut rng = rand::rng();
+    let key = NoiseKey::from_bytes(rand::random());
+    let draws = key.session("default", "bench");
+    let commitment = key.commitment().to_vec();
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path).context("the scratch file")?);
     serde_json::to_writer(&mut file, &format::Header { format: format::FORMAT.into() })?;
     writeln!(file)?;
@@ -60,7 +68,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             (0..m).map(|_| if rng.random_range(0..20) == 0 { rng.random_range(0..d) } else { common }).collect();
         let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: d };
         let started = Instant::now();
-        let a = mechanism::answer(&mut state, &outputs, secret, None, &mut rng)?;
+        let mut normals = draws.normals(version, &inputs_digest(&outputs, b));
+        let a = mechanism::answer_keyed(&mut state, &outputs, secret, None, &mut normals, Calibration::Certified)?;
         answering += started.elapsed();
         let mut entry = JournalEntry {
             version,
@@ -77,6 +86,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
                 labels: labels.iter().map(|&l| l as u32).collect(),
                 published: a.published,
                 label: a.label as u32,
+                noise_key: if a.unanimous { Vec::new() } else { commitment.clone() },
                 ..Default::default()
             }),
             chain: Vec::new(),
@@ -96,11 +106,19 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     drop(file);
     let bytes = std::fs::metadata(&path)?.len();
 
-    let started = Instant::now();
-    let reader = std::io::BufReader::new(std::fs::File::open(&path)?);
-    let verified = verify::check(reader, &path.display().to_string(), verify::Options::default())?;
-    let verifying = started.elapsed();
-    ensure!(verified.len() == 1 && verified[0].steps == args.steps, "verified {verified:?}");
+    let keys = BTreeMap::from([("default".to_owned(), key)]);
+    let none = BTreeMap::new();
+    let verify = |keys: &BTreeMap<String, NoiseKey>| -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let reader = std::io::BufReader::new(std::fs::File::open(&path)?);
+        let options = verify::Options { keys, ..verify::Options::default() };
+        let verified = verify::check(reader, &path.display().to_string(), options)?;
+        let took = started.elapsed();
+        ensure!(verified.len() == 1 && verified[0].steps == args.steps, "verified {verified:?}");
+        Ok(took)
+    };
+    let verifying = verify(&none)?;
+    let keyed = verify(&keys)?;
 
     let per_step = |t: Duration| t.as_secs_f64() * 1e6 / args.steps as f64;
     writeln!(out, "### `pacpriv verify` on {} journaled steps (m = {m}, d = {d}, label mode)\n", args.steps)?;
@@ -113,12 +131,14 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         answering.as_secs_f64(),
         per_step(answering)
     )?;
-    writeln!(
-        out,
-        "| verifying (read, parse, chain, replay) | {:.2} s | {:.1} µs | {:.2}× |",
-        verifying.as_secs_f64(),
-        per_step(verifying),
-        verifying.as_secs_f64() / answering.as_secs_f64()
-    )?;
+    for (what, took) in [("statistical noise audit", verifying), ("and the key audit (`--noise-key`)", keyed)] {
+        writeln!(
+            out,
+            "| verifying (read, parse, chain, replay, {what}) | {:.2} s | {:.1} µs | {:.2}× |",
+            took.as_secs_f64(),
+            per_step(took),
+            took.as_secs_f64() / answering.as_secs_f64()
+        )?;
+    }
     Ok(())
 }

@@ -173,3 +173,40 @@ pub fn accounts_agree(db: &Db, seen: &[Seen], b: f64, session_of: &dyn Fn(&str) 
 
     charges
 }
+
+/// Issue 66: the journal as an auditor receives it — `pacpriv admin
+/// export` and `export --noise-key`, run in `replica` against its own admin
+/// listener — checked on this machine by `pacpriv verify --noise-key`:
+/// every noisy step's release is its dataset's key's draw at its position
+/// around one teacher, across every replica, fault and retry the phases
+/// put it through (a draw used twice, or a step re-answered after a
+/// failover with another draw, would not match), none left to statistics,
+/// and the statistical audit passes too. Returns the noisy steps keyed.
+pub fn export_verifies(project: &Project, replica: &str, dir: &std::path::Path) -> u64 {
+    let admin = |args: &str, file: &str| {
+        let script = format!(
+            "PACPRIV_ADMIN_TOKEN=admin-key pacpriv admin --addr {replica}:50052 --ca /etc/pacpriv/tls/ca.crt export \
+             {args} /tmp/{file} >&2 && cat /tmp/{file} && rm -f /tmp/{file}"
+        );
+        let out = crate::compose::run(&mut project.compose(&["exec", "-T", replica, "sh", "-c", &script]));
+        let path = dir.join(file);
+        std::fs::write(&path, &out.stdout).expect("write the export");
+        path
+    };
+    let journal = admin("--out", "journal.jsonl");
+    let keys = admin("--noise-key", "keys.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_pacpriv"))
+        .args(["verify", "--noise-key", &keys.display().to_string(), &journal.display().to_string()])
+        .output()
+        .expect("pacpriv verify runs");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "the cluster's export verifies with its noise key: {out}{err}");
+    let mut keyed = 0;
+    for row in out.lines().skip_while(|l| !l.starts_with("key audit")).skip(2).take_while(|l| l.contains('\t')) {
+        let fields: Vec<&str> = row.split('\t').collect();
+        assert_eq!(fields.get(2), Some(&"0"), "every noisy step is keyed: {row}");
+        keyed += fields.get(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    }
+    assert!(keyed > 0, "the phases' answers are noisy steps: {out}");
+    keyed
+}

@@ -13,7 +13,9 @@
 //! statuses on the way were only retryable ones. Also: a replica cut off
 //! from the database answers nothing until it is back, every replica
 //! answers again after each fault with nothing restarted by hand, and a
-//! SIGTERM'd replica exits 0.
+//! SIGTERM'd replica exits 0. At the end the journal, exported through
+//! the admin API with the dataset's noise key, passes `pacpriv verify
+//! --noise-key`: every release is the key's draw at its position.
 //!
 //! Needs a Docker engine with Compose; without one the test says so and
 //! passes (CI machines have one). Builds its images first (`docker/build.sh`
@@ -167,6 +169,8 @@ fn replicas_on_one_postgres_survive_node_loss_partitions_and_restarts() {
         faults: 0,
         counts: Counts::of(&seen[before..], charges),
     });
+    let keyed = check::export_verifies(&project, REPLICAS[0], dir.path());
+    eprintln!("the export verifies with its noise key: {keyed} noisy steps checked exactly");
 
     // The same under scope = "global" (a fresh database): 30.5 b for all.
     project.set("PACPRIV_SCOPE", "global");

@@ -377,40 +377,60 @@ async fn export_says_when_the_journal_is_off() {
     assert!(!o.status.success() && err.contains("store.journal = true"), "{err}");
 }
 
-/// Issue 52 §1–2: a dishonest operator who draws the noise from c²·Σ (or
-/// adds none) and journals consistently — each ℓ that of what it
-/// published under the calibrated Σ, so every per-step check passes — is
-/// caught by the noise audit, naming the session; an honest session of as
-/// many steps passes, and the report shows the statistic.
+/// Issue 52 §1–2, issue 66 §2: a dishonest operator who draws the noise
+/// from c²·Σ (or adds none) and journals consistently — each ℓ that of
+/// what it published under the calibrated Σ, so every per-step check
+/// passes — is caught by the noise audit, one test over the dataset's
+/// sessions, naming them; a release with no noise at all is a finding at
+/// its own line. An honest session of as many steps passes, and the report
+/// shows the statistic per session and the test per dataset.
 #[test]
 fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let file = dir.path().join("dishonest.jsonl");
     // m = 16 teachers, 3 classes per query: 2 degrees of freedom a step;
-    // c = 0.5 is expected by ~32 steps (m = 16, α = 10⁻⁶), all but
-    // certainly by 64; no noise at all within 4.
-    let sessions = [("honest", None, 64), ("halved", Some(0.5), 64), ("silent", Some(0.0), 4)];
-    forge(&file, &sessions);
+    // c = 0.5 is expected by ~55 steps (m = 16, α = 10⁻⁶), all but
+    // certainly by 160 even beside 64 honest steps of the same dataset
+    // (which cost the small bets little, the large ones more); no noise
+    // at all within 1.
+    let sessions = [("honest", None, 64), ("halved", Some(0.5), 160), ("silent", Some(0.0), 4)];
+    let file = dir.path().join("halved.jsonl");
+    forge(&file, &sessions[..2]);
     let o = verify(&file);
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(65), "{out}{err}");
-    for caught in ["halved", "silent"] {
-        assert!(
-            err.lines()
-                .any(|l| l.contains(&format!("session {caught:?}: its releases carry less noise than calibrated"))),
-            "{caught}: {err}"
-        );
-    }
-    assert!(!err.contains("\"honest\""), "{err}");
+    assert!(
+        err.contains(
+            "dataset (no key commitment) (sessions \"honest\", \"halved\"): its releases carry less noise than \
+             calibrated"
+        ),
+        "{err}"
+    );
 
-    // The honest session alone verifies, and the table shows its audit.
+    // No noise at all: every such release is named at its line.
+    let file = dir.path().join("silent.jsonl");
+    forge(&file, &sessions[2..]);
+    let o = verify(&file);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    for version in 1..=4 {
+        let line = format!(
+            "{}:{}: session \"silent\" version {version}: its release equals a teacher's output exactly",
+            file.display(),
+            version + 1
+        );
+        assert!(err.contains(&line), "{line}: {err}");
+    }
+
+    // The honest session alone verifies, and the tables show its audit.
     let honest = dir.path().join("honest.jsonl");
     forge(&honest, &sessions[..1]);
     let o = verify(&honest);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
-    let row = out.lines().find(|l| l.starts_with("honest\t64\t128\t")).expect("the audit's row");
-    assert!(row.contains("\tpass\t0 unanimous steps, 0 clamped steps"), "{row}");
+    let row = out.lines().find(|l| l.starts_with("honest\t64\t128\t")).expect("the session's row");
+    assert!(row.contains("\t0 unanimous steps, 0 clamped steps"), "{row}");
+    let dataset = out.lines().find(|l| l.starts_with("(no key commitment)\t1\t64\t128\t")).expect("its dataset");
+    assert!(dataset.ends_with("\tpass"), "{dataset}");
 
     // α must be a probability.
     let o = pacpriv(&["verify", "--noise-alpha", "2", &honest.display().to_string()]);
@@ -501,6 +521,7 @@ fn forge(file: &Path, sessions: &[(&str, Option<f64>, usize)]) {
             classes: 3,
             secret: None,
             scale: Box::new(move |_| c.unwrap_or(1.0)),
+            replicates: false,
         })
         .collect();
     forge_with(file, None, &forged);
@@ -509,13 +530,25 @@ fn forge(file: &Path, sessions: &[(&str, Option<f64>, usize)]) {
 /// One forged session: its name, its steps, the classes its queries split
 /// the 16 teachers into, the teacher its releases are centred on (`None`:
 /// drawn, or with a key the dataset's one), and the scale of each step's
-/// noise (by version; 1 = honest).
+/// noise (by version; 1 = honest). An operator that `replicates` the
+/// audit instead runs `pacpriv verify`'s replay and noise audit over the
+/// export as it writes it (the dataset's wealth, all sessions so far), and
+/// releases with its noise scaled by 10⁻⁴ whenever the dataset's p_less
+/// stays at least 1 000 × α/2 afterwards, honestly otherwise.
 struct Forged<'a> {
     name: &'a str,
     steps: usize,
     classes: usize,
     secret: Option<usize>,
     scale: Box<dyn Fn(usize) -> f64 + 'a>,
+    replicates: bool,
+}
+
+impl Forged<'_> {
+    /// An honest session of `steps` queries of `classes` classes.
+    fn honest(name: &str, steps: usize, classes: usize) -> Forged<'_> {
+        Forged { name, steps, classes, secret: None, scale: Box::new(|_| 1.0), replicates: false }
+    }
 }
 
 /// Writes an export of `sessions` of the default dataset (m = 16, d = 10,
@@ -533,9 +566,15 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
     use pacpriv_privacy::{Nats, grid, label, mechanism};
     use rand::{RngExt, SeedableRng};
 
+    use pacpriv_privacy::mechanism::SessionState;
+    use pacpriv_privacy::noise_audit::{DEFAULT_ALPHA, NoiseAudit};
+    use pacpriv_privacy::replay::{self, Recorded};
+
     let (m, classes) = (16, 10);
     let mut lines = vec![format!("{{\"format\":\"{}\"}}", format::FORMAT)];
     let shared_secret = dataset_secret();
+    // The replicating operator's copy of the dataset's audit.
+    let mut audit = NoiseAudit::new(m);
     for (n, forged) in sessions.iter().enumerate() {
         let (session, steps) = (forged.name, forged.steps);
         let mut rng = ChaCha20Rng::seed_from_u64(52 + n as u64);
@@ -548,6 +587,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
         let limit = b * steps as f64;
         let mut ledger =
             Ledger::new(Nats::new(b).expect("b"), Nats::new(limit).expect("limit"), Policy::Contested).expect("ledger");
+        let mut verifier = SessionState { posterior: posterior.clone(), ledger: ledger.clone() };
         let active = [2, 5, 7, 0, 1, 3, 4, 6, 8, 9];
         for version in 1..=steps {
             // `classes` classes, the teachers shuffled among them.
@@ -557,7 +597,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
             }
             let cal = label::calibrate(&posterior, &labels, classes, Nats::new(b).expect("b")).expect("calibrates");
             let centre = cal.position_of_teacher(secret).expect("the secret teacher's class");
-            let mut draw = match key {
+            let draw = match key {
                 Some(key) => {
                     let at = Position { dataset: "default", session, step: version as u64 };
                     let inputs = inputs_digest(
@@ -569,14 +609,47 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
                 }
                 None => cal.noise().sample(&mut rng),
             };
-            draw.std_coef *= (forged.scale)(version);
-            let z = cal.noise().block(&draw);
-            let mut published = vec![0.0; classes];
-            for (a, &class) in cal.classes().iter().enumerate() {
-                published[class] = grid::publish_one(if a == centre { 1.0 } else { 0.0 }, z[a]);
-            }
-            let ll = cal.update_posterior(&mut posterior, centre, &draw).expect("update");
+            let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes };
             let charge = ledger.charge_for(false);
+            // What the operator publishes and journals with its noise
+            // scaled by `scale`, and the posterior it then holds.
+            let release = |scale: f64| {
+                let mut draw = draw.clone();
+                draw.std_coef *= scale;
+                let z = cal.noise().block(&draw);
+                let mut published = vec![0.0; classes];
+                for (a, &class) in cal.classes().iter().enumerate() {
+                    published[class] = grid::publish_one(if a == centre { 1.0 } else { 0.0 }, z[a]);
+                }
+                let mut after = posterior.clone();
+                let ll = cal.update_posterior(&mut after, centre, &draw).expect("update").to_vec();
+                (published, ll, after)
+            };
+            // Replays a release as verify does and adds it to `audit`.
+            let audited = |verifier: &mut SessionState, audit: &mut NoiseAudit, published: &[f64], ll: &[f64]| {
+                let recorded = Recorded {
+                    outputs: &outputs,
+                    published,
+                    label: mechanism::argmax(published.iter().copied()),
+                    charge: charge.get(),
+                    log_likelihood: ll,
+                    update_rule: pacpriv_privacy::posterior::UpdateRule::Linear,
+                    path: None,
+                };
+                let replayed = replay::replay(verifier, &recorded).expect("the journal replays");
+                audit.add(&replayed.evidence.expect("a noisy step"));
+            };
+            let scale = if forged.replicates {
+                let (published, ll, _) = release(1e-4);
+                let (mut v, mut a) = (verifier.clone(), audit.clone());
+                audited(&mut v, &mut a, &published, &ll);
+                if a.verdict().p_less >= 1000.0 * 0.5 * DEFAULT_ALPHA { 1e-4 } else { 1.0 }
+            } else {
+                (forged.scale)(version)
+            };
+            let (published, ll, after) = release(scale);
+            audited(&mut verifier, &mut audit, &published, &ll);
+            posterior = after;
             ledger.record(charge).expect("fits");
             let entry = format::EntryLine {
                 session: session.to_owned(),
@@ -594,7 +667,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
                     noise_key: key.map(|k| format::hex(&k.commitment())).unwrap_or_default(),
                     ..format::StepLine::default()
                 },
-                log_likelihood: ll.to_vec(),
+                log_likelihood: ll,
                 update_rule: pacpriv_privacy::posterior::UpdateRule::Linear.code(),
                 chain: String::new(),
             };
@@ -665,7 +738,7 @@ fn the_key_audit_names_the_first_dishonest_step() {
         for (name, cheat, first) in cases {
             let file = dir.path().join(format!("{name}-{steps}-{classes}.jsonl"));
             let scale = Box::new(move |v| cheat(v, steps));
-            forge_with(&file, Some(&key), &[Forged { name, steps, classes, secret: None, scale }]);
+            forge_with(&file, Some(&key), &[Forged { scale, ..Forged::honest(name, steps, classes) }]);
             let o = verify_keyed(&file, &keys);
             let err = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(65), "{name}, {steps} steps, k = {classes}: {err}");
@@ -686,10 +759,7 @@ fn the_key_audit_names_the_first_dishonest_step() {
     // Honest keyed sessions (two, one secret teacher) pass with the key,
     // every noisy step checked exactly; the report names no teacher.
     let honest = dir.path().join("honest.jsonl");
-    let sessions: Vec<Forged<'_>> = ["h1", "h2"]
-        .iter()
-        .map(|&name| Forged { name, steps: 400, classes: 3, secret: None, scale: Box::new(|_| 1.0) })
-        .collect();
+    let sessions: Vec<Forged<'_>> = ["h1", "h2"].iter().map(|&name| Forged::honest(name, 400, 3)).collect();
     forge_with(&honest, Some(&key), &sessions);
     let o = verify_keyed(&honest, &keys);
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
@@ -712,8 +782,7 @@ fn the_key_audit_names_the_first_dishonest_step() {
     // its steps is some teacher's output plus the key's noise, but once the
     // classes split the two apart no one teacher is all of the dataset's.
     let split = dir.path().join("split.jsonl");
-    let shifted =
-        Forged { name: "h3", steps: 40, classes: 10, secret: Some(dataset_secret() ^ 1), scale: Box::new(|_| 1.0) };
+    let shifted = Forged { secret: Some(dataset_secret() ^ 1), ..Forged::honest("h3", 40, 10) };
     forge_with(
         &split,
         Some(&key),
@@ -723,4 +792,92 @@ fn the_key_audit_names_the_first_dishonest_step() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(65), "{err}");
     assert!(err.contains("session \"h3\"") && err.contains("not all centred on one secret teacher"), "{err}");
+}
+
+/// Issue 66 §2–3: the statistical audit — without the key — against
+/// operators who know it, each journaling consistently: a near-noiseless
+/// release (c = 10⁻⁴) every tenth step is caught, as the guarantee says
+/// (at most `near_noiseless_passing` such releases pass); c = 0.5 for the
+/// last quarter is caught where the power analysis expects it; and an
+/// operator that replays the audit as it goes and cheats whenever the
+/// dataset's wealth stays 1 000× below the threshold gets no more past it
+/// than the guarantee — over 400- and 4 000-step sessions, k = 2, 3 and
+/// 10 classes a query.
+#[test]
+fn the_statistical_audit_holds_against_operators_who_know_it() {
+    use pacpriv_privacy::noise_audit::{DEFAULT_ALPHA, GRID_SHARE, expected_dof, near_noiseless_passing};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = NoiseKey::from_bytes([68; 32]);
+    for (steps, classes) in [(400, 2), (400, 3), (400, 10), (4000, 2), (4000, 3)] {
+        let dof = classes - 1;
+        let case = format!("{steps} steps, k = {classes}");
+        let caught = |file: &Path| {
+            let o = verify(file);
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            (o.status.code() == Some(65) && err.contains("its releases carry less noise than calibrated"), err)
+        };
+
+        let every_tenth = dir.path().join(format!("tenth-{steps}-{classes}.jsonl"));
+        let scale = Box::new(|v: usize| if v % 10 == 0 { 1e-4 } else { 1.0 });
+        forge_with(&every_tenth, Some(&key), &[Forged { scale, ..Forged::honest("tenth", steps, classes) }]);
+        let cheats = steps as u64 / 10;
+        assert!(cheats > near_noiseless_passing(1e-4, dof, 16, steps as u64, DEFAULT_ALPHA, GRID_SHARE), "{case}");
+        let (found, err) = caught(&every_tenth);
+        assert!(found && err.contains("dataset key "), "every tenth, {case}: {err}");
+
+        // c = 0.5 on the last quarter: caught once it holds twice the
+        // steps the power analysis expects.
+        let quarter = dir.path().join(format!("quarter-{steps}-{classes}.jsonl"));
+        let scale = Box::new(move |v: usize| if v > steps * 3 / 4 { 0.5 } else { 1.0 });
+        forge_with(&quarter, Some(&key), &[Forged { scale, ..Forged::honest("quarter", steps, classes) }]);
+        let expected = expected_dof(0.5, dof, 16, DEFAULT_ALPHA).expect("c = 0.5 is caught") / dof as f64;
+        if steps as f64 / 4.0 >= 2.0 * expected {
+            let (found, err) = caught(&quarter);
+            assert!(found, "last quarter, {case} (expected by {expected:.0} steps): {err}");
+        }
+
+        // The replicating operator passes, with at most the bound.
+        let replicating = dir.path().join(format!("replicating-{steps}-{classes}.jsonl"));
+        let forged = Forged { replicates: true, ..Forged::honest("replicating", steps, classes) };
+        forge_with(&replicating, Some(&key), &[forged]);
+        let (found, err) = caught(&replicating);
+        assert!(!found, "it stays below the threshold, {case}: {err}");
+        let near_noiseless = lines(&replicating)
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|l| l["step"]["published"].as_array().cloned())
+            .filter(|p| {
+                // A release within 10⁻³ of the one-hot output on every
+                // coordinate: its noise was scaled by 10⁻⁴.
+                let p: Vec<f64> = p.iter().filter_map(Value::as_f64).collect();
+                p.iter().filter(|&&x| (x - 1.0).abs() < 1e-3).count() == 1
+                    && p.iter().filter(|&&x| x.abs() >= 1e-3 && (x - 1.0).abs() >= 1e-3).count() == 0
+            })
+            .count() as u64;
+        let bound = near_noiseless_passing(1e-4, dof, 16, steps as u64, DEFAULT_ALPHA, GRID_SHARE);
+        eprintln!("{case}: the replicating operator released {near_noiseless} near-noiselessly (bound {bound})");
+        assert!(near_noiseless <= bound, "{case}: {near_noiseless} > {bound}");
+    }
+}
+
+/// Issue 66 §3: no false alarms from either audit over 200 honest keyed
+/// sessions of one dataset (20 steps each, k = 2, 3 and 10 classes): the
+/// key audit matches every step, the statistical audit passes at α.
+#[test]
+fn two_hundred_honest_sessions_pass_both_audits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let key = NoiseKey::from_bytes([69; 32]);
+    let keys = key_file(dir.path(), "keys.json", &key);
+    let names: Vec<String> = (0..200).map(|i| format!("h{i}")).collect();
+    let sessions: Vec<Forged<'_>> =
+        names.iter().enumerate().map(|(i, name)| Forged::honest(name, 20, [2, 3, 10][i % 3])).collect();
+    let file = dir.path().join("honest.jsonl");
+    forge_with(&file, Some(&key), &sessions);
+    let o = verify_keyed(&file, &keys);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    let dataset = out.lines().find(|l| l.starts_with("default\t200\t4000\t")).expect("one dataset of 200 sessions");
+    assert!(dataset.ends_with("\tpass"), "{dataset}");
+    let keyed: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("key audit")).skip(2).collect();
+    assert!(keyed.iter().take(200).all(|row| row.split('\t').nth(1) == Some("20")), "{out}");
 }

@@ -162,7 +162,8 @@ fn honest_sessions_raise_false_alarms_at_most_at_rate_alpha() {
     let datasets: Vec<Verdict> = (0..sessions / 4)
         .map(|d| {
             let mode = modes[d as usize % modes.len()];
-            let four: Vec<NoiseAudit> = (0..4).map(|i| audited(mode, 30, None, 700 + 4 * d + i, Some(d as usize % M))).collect();
+            let four: Vec<NoiseAudit> =
+                (0..4).map(|i| audited(mode, 30, None, 700 + 4 * d + i, Some(d as usize % M))).collect();
             combine(&four, Secret::Shared).expect("same m")
         })
         .collect();
@@ -364,7 +365,6 @@ fn the_power_analysis_table() {
     assert!(expected_dof(1.0, 1, 128, 1e-6).is_none(), "honest noise gains nothing at any λ");
 }
 
-
 /// Synthetic evidence of one step with `dof` counted directions: s*'s
 /// statistic is the draw's χ² scaled by c², every other candidate's lies
 /// 100 further out (its output is far from s*'s).
@@ -471,8 +471,7 @@ fn a_datasets_sessions_are_one_test() {
     assert!(all.less(DEFAULT_ALPHA), "{all:?}");
     assert_eq!((all.steps, all.dof), (480, 960));
 
-    let honest: Vec<NoiseAudit> =
-        (0..8).map(|seed| audited(Mode::Labels(3), 40, None, 300 + seed, Some(4))).collect();
+    let honest: Vec<NoiseAudit> = (0..8).map(|seed| audited(Mode::Labels(3), 40, None, 300 + seed, Some(4))).collect();
     let v = combine(&honest, Secret::Shared).expect("same m");
     assert!(!v.caught(DEFAULT_ALPHA) && near(v, 1.0), "{v:?}");
 

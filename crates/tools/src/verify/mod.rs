@@ -30,6 +30,7 @@
 //! `--allow-unchecked` is given, which lists every such line instead.
 //! Argument: `docs/assurance/accounting.md` §9.
 
+pub mod audit;
 pub mod format;
 pub mod keys;
 
@@ -200,13 +201,19 @@ pub struct Verified {
     /// to ([`replay::Replayed::slack`]): every step's true MI is within
     /// e^{2·slack} of its certificate (`privacy-core.md` §9).
     pub update_slack: f64,
-    /// The noise audit's verdict.
+    /// The noise audit's verdict on this session alone (its dataset's
+    /// test is [`audit::datasets`]).
     pub noise: Verdict,
+    /// Its audit, combined with its dataset's other sessions (`None`
+    /// without a noisy step).
+    pub audit: Option<NoiseAudit>,
+    /// The noise-key commitment its steps recorded (hex; empty: none): its
+    /// dataset's.
+    pub commitment: String,
+    /// Its record line.
+    pub line: usize,
     /// Its steps that drew no noise (unanimous teachers).
     pub exact_steps: u64,
-    /// The lines of contested steps whose release equals a teacher's output
-    /// exactly although noise the grid resolves was due.
-    pub exact_releases: Vec<usize>,
     /// Its noisy steps checked against the noise key.
     pub keyed_steps: u64,
     /// Its noisy steps audited statistically only (no key given, or drawn
@@ -262,7 +269,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             s.update_slack
         )?;
     }
-    write_noise_audit(out, &sessions, &name, args.noise_alpha)?;
+    let datasets = audit::datasets(&sessions, &dataset_names(&keys));
+    audit::write(out, &sessions, &datasets, args.noise_alpha)?;
     if !keys.is_empty() {
         write_key_audit(out, &sessions)?;
     }
@@ -292,45 +300,6 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The noise audit's table: per session, the statistic, its degrees of
-/// freedom, the bound on its p-value, the verdict, and what was left out.
-fn write_noise_audit(out: &mut dyn Write, sessions: &[Verified], file: &str, alpha: f64) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "noise audit (α = {alpha:e}; statistic = min over subsets of the releases' squared residuals in units of \
-         the calibrated variances, χ² on dof when honest; p_less, p_more: bounds on how likely honest noise is \
-         to leave them this small, this large):"
-    )?;
-    writeln!(out, "session\tnoisy_steps\tdof\tstatistic\tscale\tp_less\tp_more\tverdict\tleft_out")?;
-    for s in sessions {
-        let v = &s.noise;
-        let verdict = if v.dof == 0 { "nothing to test" } else { "pass" };
-        writeln!(
-            out,
-            "{}\t{}\t{}\t{:.6e}\t{:.4}\t{:.3e}\t{:.3e}\t{verdict}\t{}",
-            s.session,
-            v.steps,
-            v.dof,
-            v.statistic,
-            v.scale,
-            v.p_less,
-            v.p_more,
-            left_out(v, s.exact_steps)
-        )?;
-    }
-    for s in sessions {
-        for line in &s.exact_releases {
-            writeln!(
-                out,
-                "note: {file}:{line}: session {:?}: a contested release equals a teacher's output exactly, although \
-                 noise the 2^-32 grid resolves was due",
-                s.session
-            )?;
-        }
-    }
-    Ok(())
-}
-
 /// The key audit's table: per session, the steps checked exactly and the
 /// largest scale-down of the noise a check could miss. It never names the
 /// teacher the releases matched (that is s*).
@@ -350,24 +319,6 @@ fn write_key_audit(out: &mut dyn Write, sessions: &[Verified]) -> std::io::Resul
         )?;
     }
     Ok(())
-}
-
-/// What the audit left out and why, for the table.
-fn left_out(v: &Verdict, exact_steps: u64) -> String {
-    format!(
-        "{exact_steps} unanimous step{}, {} clamped step{}, {} weak and {} unresolved direction{}, {} complement \
-         dimension{}; {} left-out dimension{} tested against their floor",
-        plural(exact_steps),
-        v.clamped,
-        plural(v.clamped),
-        v.weak,
-        v.unresolved,
-        plural(v.weak + v.unresolved),
-        v.complement,
-        plural(v.complement),
-        v.floor_dof,
-        plural(v.floor_dof)
-    )
 }
 
 /// What `check` accepts and tests at.
@@ -460,7 +411,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                     continue;
                 }
                 let session = s.session.clone();
-                match c.finish(&s.record, options.noise_alpha) {
+                match c.finish(&s.record, n) {
                     Ok(v) => done.push(v),
                     Err(whats) => {
                         whats.into_iter().for_each(|what| findings.add(n, format!("session {session:?}: {what}")))
@@ -476,11 +427,20 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
         }
         (_, None) => {}
     }
+    // The statistical audit, one test per dataset.
+    for f in audit::findings(&audit::datasets(&done, &dataset_names(options.keys)), options.noise_alpha) {
+        findings.add(f.line, f.what);
+    }
     if findings.list.is_empty() {
         Ok(done)
     } else {
         Err(Failed { file: file.to_owned(), findings: findings.list, more: findings.more })
     }
+}
+
+/// The datasets' names by their keys' commitments (hex).
+fn dataset_names(keys: &BTreeMap<String, NoiseKey>) -> BTreeMap<String, String> {
+    keys.iter().map(|(name, key)| (format::hex(&key.commitment()), name.clone())).collect()
 }
 
 /// The session being re-derived, for line `line` of `session`: the current
@@ -518,6 +478,8 @@ struct Replaying {
     /// The session's dataset: the one whose key its keyed steps committed
     /// to (empty before the first).
     dataset: String,
+    /// The noise-key commitment its steps recorded (empty before the first).
+    commitment: String,
     /// Noisy steps the key audit checked.
     keyed_steps: u64,
     /// Noisy steps it could not (no key given, or drawn before keys).
@@ -543,7 +505,6 @@ struct Replaying {
     /// The noise audit (`None` before the first entry: m is not known).
     audit: Option<NoiseAudit>,
     exact_steps: u64,
-    exact_releases: Vec<usize>,
     slack: f64,
     /// Set at a gap (a missing or reordered record): nothing after it in
     /// this session can be re-derived, and is skipped.
@@ -555,6 +516,7 @@ impl Replaying {
         Replaying {
             session: session.to_owned(),
             dataset: String::new(),
+            commitment: String::new(),
             keyed_steps: 0,
             statistical_steps: 0,
             undetectable: 0.0,
@@ -571,7 +533,6 @@ impl Replaying {
             unchecked: Vec::new(),
             audit: None,
             exact_steps: 0,
-            exact_releases: Vec::new(),
             slack: 0.0,
             broken: false,
         }
@@ -766,6 +727,19 @@ impl Replaying {
         // commitment itself (a session key does not always name its
         // dataset: the default one's are bare principal names, which may
         // hold a '/').
+        // One session is one dataset's: every step commits to one key.
+        if !s.noise_key.is_empty() {
+            let commitment = s.noise_key.to_ascii_lowercase();
+            if self.commitment.is_empty() {
+                self.commitment = commitment;
+            } else if self.commitment != commitment {
+                return fail(
+                    self,
+                    "its draw committed to another noise key than the session's earlier steps: a session is one                      dataset's, and a dataset has one key"
+                        .into(),
+                );
+            }
+        }
         let key = match (keyed.keys.is_empty(), s.noise_key.is_empty()) {
             (false, false) => {
                 let commitment = s.noise_key.to_ascii_lowercase();
@@ -796,16 +770,22 @@ impl Replaying {
             Ok(replayed) => {
                 self.worst = self.worst.max(replayed.mi_bound / s.per_query);
                 self.slack += replayed.slack;
+                let mut exact = None;
                 match &replayed.evidence {
                     Some(evidence) => {
                         audit.add(evidence);
-                        if evidence.exact {
-                            self.exact_releases.push(line);
-                        }
+                        exact = evidence.exact.then(|| {
+                            "its release equals a teacher's output exactly, although the teachers disagree and                              noise the 2^-32 grid resolves was due: it was released without noise"
+                                .to_owned()
+                        });
                     }
                     None => self.exact_steps += 1,
                 }
                 let keyed_finding = self.key_audit(&replayed, &s.noise_key, keyed.teachers);
+                let keyed_finding = match (exact, keyed_finding) {
+                    (Some(e), Some(k)) => Some(format!("{e}; and {k}")),
+                    (e, k) => e.or(k),
+                };
                 let checked = match replayed.unchecked {
                     Some(_) if allow_unchecked => {
                         self.unchecked.push(line);
@@ -878,9 +858,9 @@ impl Replaying {
         })
     }
 
-    /// Compares the stored record with the replayed end state and runs the
-    /// noise audit at `alpha`; every difference found.
-    fn finish(self, record: &RecordLine, alpha: f64) -> Result<Verified, Vec<String>> {
+    /// Compares the stored record (at `line`) with the replayed end state;
+    /// every difference found.
+    fn finish(self, record: &RecordLine, line: usize) -> Result<Verified, Vec<String>> {
         if self.broken {
             // Said at the gap.
             return Err(Vec::new());
@@ -904,27 +884,11 @@ impl Replaying {
             problems.push("its record's chain head is not its journal's last chain hash".into());
         }
         let noise = self.audit.as_ref().map_or_else(|| NoiseAudit::new(0).verdict(), NoiseAudit::verdict);
-        if noise.less(alpha) {
+        if noise.steps > 0 && noise.untested() && self.keyed_steps < noise.steps {
             problems.push(format!(
-                "its releases carry less noise than calibrated: the residual statistic is {:.6e} on {} degrees of \
-                 freedom (apparent scale {:.4} of the calibrated noise), p ≤ {:.3e} < --noise-alpha/2 = {:e}",
-                noise.statistic,
-                noise.dof,
-                noise.scale,
-                noise.p_less,
-                0.5 * alpha
-            ));
-        }
-        if noise.more(alpha) {
-            problems.push(format!(
-                "its releases lie farther from every subset's output than the calibrated noise puts them: the \
-                 residual statistic is {:.6e} on {} degrees of freedom (apparent scale {:.4}), p ≤ {:.3e} < \
-                 --noise-alpha/2 = {:e}; a release placed far out moves the posterior where its operator chose",
-                noise.statistic,
-                noise.dof,
-                noise.scale,
-                noise.p_more,
-                0.5 * alpha
+                "{} of its noisy step{} were charged b and audited statistically, but no direction of their noise                  could be tested (each weak, below the 2^-32 grid's resolution, or clamped): nothing shows they                  carried noise; verify with the dataset's --noise-key to check them exactly",
+                noise.steps - self.keyed_steps,
+                plural(noise.steps - self.keyed_steps)
             ));
         }
         let Some(state) = self.state else {
@@ -943,8 +907,10 @@ impl Replaying {
                 unchecked: self.unchecked,
                 update_slack: 0.0,
                 noise,
+                audit: None,
+                commitment: self.commitment,
+                line,
                 exact_steps: 0,
-                exact_releases: Vec::new(),
                 keyed_steps: 0,
                 statistical_steps: 0,
                 undetectable: 0.0,
@@ -983,8 +949,10 @@ impl Replaying {
             unchecked: self.unchecked,
             update_slack: self.slack,
             noise,
+            audit: self.audit,
+            commitment: self.commitment,
+            line,
             exact_steps: self.exact_steps,
-            exact_releases: self.exact_releases,
             keyed_steps: self.keyed_steps,
             statistical_steps: self.statistical_steps,
             undetectable: self.undetectable,
