@@ -95,28 +95,33 @@ Examples (real runs):
 
 An honest export: the built-in demo labelling 359 digits, then 64 again
 from the cache. The noise audit's statistic is χ² on its degrees of
-freedom when the noise is as calibrated; the p-value bounds hold however
-the client chose its queries.
+freedom when the noise is as calibrated; the p-value bounds, one test per
+dataset, hold however the client chose its queries.
 
   $ pacpriv verify journal.jsonl
   session  steps  cache_hits  refusals  charged  spent_nats  …  update_slack_nats
   demo     359    64          1         359      2.1398e-5   …  2.7e-7
-  noise audit (α = 1e-6; …):
-  session  noisy_steps  dof  statistic   scale   p_less   p_more   verdict  left_out
-  demo     79           120  1.090391e2  0.9532  1.000e0  1.000e0  pass     280 unanimous steps, …
+  noise audit (α = 1e-6 per dataset; …):
+  session  noisy_steps  dof  statistic   scale   uncovered_b  floor_only_b  left_out
+  demo     79           120  1.090391e2  0.9532  0.0e0        0.0e0         280 unanimous steps, …
+  dataset      sessions  noisy_steps  dof  statistic   scale   p_less   p_more   verdict
+  key 5b0e7c…  1         79           120  1.090391e2  0.9532  1.000e0  1.000e0  pass
   verified: 359 steps and 65 events of 1 session; …, and the noise audited
 
 An export whose operator drew the noise from Σ/4 (`halved`) or added none
-(`silent`) and journaled every update consistently (exit status 65; each
-finding is named at the session's record line):
+(`silent`) and journaled every update consistently (exit status 65; a
+release without noise is named at its line, the dataset's test at its last
+session's record line):
 
   $ pacpriv verify dishonest.jsonl
-  error: dishonest.jsonl:131: session \"halved\": its releases carry less noise than calibrated: the residual
-  statistic is 2.589816e1 on 128 degrees of freedom (apparent scale 0.4498 of the calibrated noise),
-  p ≤ 3.107e-16 < --noise-alpha/2 = 5e-7
-  dishonest.jsonl:136: session \"silent\": its releases carry less noise than calibrated: the residual
-  statistic is 1.976886e-21 on 8 degrees of freedom (apparent scale 0.0000 of the calibrated noise),
-  p ≤ 7.739e-10 < --noise-alpha/2 = 5e-7
+  error: dishonest.jsonl:228: session \"silent\" version 1: its release equals a teacher's output
+  exactly, although the teachers disagree and noise the 2^-32 grid resolves was due: it was
+  released without noise
+  …
+  dishonest.jsonl:232: dataset (no key commitment) (sessions \"honest\", \"halved\", \"silent\"):
+  its releases carry less noise than calibrated: the residual statistic is 1.962642e2 on 456
+  degrees of freedom (apparent scale 0.6561 of the calibrated noise), p ≤ 1.429e-36 <
+  --noise-alpha/2 = 5e-7
 ";
 
 /// How many findings are listed before the rest are only counted.
@@ -735,7 +740,8 @@ impl Replaying {
             } else if self.commitment != commitment {
                 return fail(
                     self,
-                    "its draw committed to another noise key than the session's earlier steps: a session is one                      dataset's, and a dataset has one key"
+                    "its draw committed to another noise key than the session's earlier steps: a session is one \
+                     dataset's, and a dataset has one key"
                         .into(),
                 );
             }
@@ -775,7 +781,8 @@ impl Replaying {
                     Some(evidence) => {
                         audit.add(evidence);
                         exact = evidence.exact.then(|| {
-                            "its release equals a teacher's output exactly, although the teachers disagree and                              noise the 2^-32 grid resolves was due: it was released without noise"
+                            "its release equals a teacher's output exactly, although the teachers disagree and \
+                             noise the 2^-32 grid resolves was due: it was released without noise"
                                 .to_owned()
                         });
                     }
@@ -886,7 +893,9 @@ impl Replaying {
         let noise = self.audit.as_ref().map_or_else(|| NoiseAudit::new(0).verdict(), NoiseAudit::verdict);
         if noise.steps > 0 && noise.untested() && self.keyed_steps < noise.steps {
             problems.push(format!(
-                "{} of its noisy step{} were charged b and audited statistically, but no direction of their noise                  could be tested (each weak, below the 2^-32 grid's resolution, or clamped): nothing shows they                  carried noise; verify with the dataset's --noise-key to check them exactly",
+                "{} of its noisy step{} were charged b and audited statistically, but no direction of their noise \
+                 could be tested (each weak, below the 2^-32 grid's resolution, or clamped): nothing shows they \
+                 carried noise; verify with the dataset's --noise-key to check them exactly",
                 noise.steps - self.keyed_steps,
                 plural(noise.steps - self.keyed_steps)
             ));
