@@ -400,7 +400,7 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     assert_eq!(o.status.code(), Some(65), "{out}{err}");
     assert!(
         err.contains(
-            "dataset (no key commitment) (sessions \"honest\", \"halved\"): its releases carry less noise than \
+            "the sessions of m = 16: (no key given) (\"honest\", \"halved\"): its releases carry less noise than \
              calibrated"
         ),
         "{err}"
@@ -429,7 +429,7 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
     let row = out.lines().find(|l| l.starts_with("honest\t64\t128\t")).expect("the session's row");
     assert!(row.contains("\t0 unanimous steps, 0 clamped steps"), "{row}");
-    let dataset = out.lines().find(|l| l.starts_with("(no key commitment)\t1\t64\t128\t")).expect("its dataset");
+    let dataset = out.lines().find(|l| l.starts_with("m = 16: (no key given)\t1\t64\t128\t")).expect("its test");
     assert!(dataset.ends_with("\tpass"), "{dataset}");
 
     // α must be a probability.
@@ -818,12 +818,12 @@ fn the_statistical_audit_holds_against_operators_who_know_it() {
         };
 
         let every_tenth = dir.path().join(format!("tenth-{steps}-{classes}.jsonl"));
-        let scale = Box::new(|v: usize| if v % 10 == 0 { 1e-4 } else { 1.0 });
+        let scale = Box::new(|v: usize| if v.is_multiple_of(10) { 1e-4 } else { 1.0 });
         forge_with(&every_tenth, Some(&key), &[Forged { scale, ..Forged::honest("tenth", steps, classes) }]);
         let cheats = steps as u64 / 10;
         assert!(cheats > near_noiseless_passing(1e-4, dof, 16, steps as u64, DEFAULT_ALPHA, GRID_SHARE), "{case}");
         let (found, err) = caught(&every_tenth);
-        assert!(found && err.contains("dataset key "), "every tenth, {case}: {err}");
+        assert!(found && err.contains("the sessions of m = 16: (no key given)"), "every tenth, {case}: {err}");
 
         // c = 0.5 on the last quarter: caught once it holds twice the
         // steps the power analysis expects.
@@ -876,7 +876,8 @@ fn two_hundred_honest_sessions_pass_both_audits() {
     let o = verify_keyed(&file, &keys);
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{out}{err}");
-    let dataset = out.lines().find(|l| l.starts_with("default\t200\t4000\t")).expect("one dataset of 200 sessions");
+    let dataset =
+        out.lines().find(|l| l.starts_with("m = 16: default\t200\t4000\t")).expect("one test of 200 sessions");
     assert!(dataset.ends_with("\tpass"), "{dataset}");
     let keyed: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("key audit")).skip(2).collect();
     assert!(keyed.iter().take(200).all(|row| row.split('\t').nth(1) == Some("20")), "{out}");

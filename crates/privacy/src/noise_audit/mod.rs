@@ -25,7 +25,7 @@
 //!   θ (p̄_t bounds the chance that step t is left out for sitting at the
 //!   clamp), and so is the average over the λ grid [`LOWER_LAMBDAS`] (up to
 //!   2⁴⁰, past every step's resolution), the bet sizes [`BETS`] (2⁻¹ down
-//!   to 2⁻²³: a step costs the bet of θ at most ln(1/(1 − θ)), so honest
+//!   to 2⁻²¹: a step costs the bet of θ at most ln(1/(1 − θ)), so honest
 //!   steps cost the small bets almost nothing and cannot recharge room for
 //!   dishonest ones) and the m candidates. The same bets run on what J_t
 //!   leaves out — the weak and unresolved basis directions, and apart from
@@ -137,6 +137,10 @@ pub fn signal_share(n: usize) -> f64 {
     SIGNAL_SHARE.max((2.0 * n as f64 * f64::EPSILON / (0.25 * VARIANCE_DRIFT)).sqrt())
 }
 
+/// An exact release is a finding (not left to the bets) when honest noise
+/// would round to one with at most this chance: over a million steps, 10⁻⁶.
+pub const EXACT_FINDING: f64 = 1e-12;
+
 /// Flag a session when more than this share of the b charged on its noisy
 /// steps lies in directions no test covers.
 pub const UNCOVERED_WARNING: f64 = 1e-2;
@@ -212,6 +216,11 @@ pub struct StepEvidence {
     /// The published block equals a candidate's output exactly although a
     /// direction that counts carries noise.
     pub exact: bool,
+    /// A bound on the chance that honest noise rounds to an exact release:
+    /// Π_j min(1, √(2/π)·2⁻³³‖u_j‖₁/√v_j) over the directions that count
+    /// (every coordinate within half a grid step of the centre puts each
+    /// |u_jᵀz| within 2⁻³³‖u_j‖₁).
+    pub exact_chance: f64,
     /// The share of the step's certificate ½·tr(Σ⁺C) (of b) in directions
     /// no test covers (1 when nothing is tested).
     pub uncovered: f64,
@@ -264,6 +273,7 @@ pub fn evidence(
         complement,
         clamped: false,
         exact: false,
+        exact_chance: 1.0,
         uncovered: 1.0,
         floor_only: 0.0,
     };
@@ -276,6 +286,13 @@ pub fn evidence(
         return e;
     }
     e.exact = centres.iter().any(|x| x.iter().zip(&published).all(|(a, b)| a.to_bits() == b.to_bits()));
+    e.exact_chance = used
+        .iter()
+        .map(|&j| {
+            let width = 0.5 * PUBLISHED_GRID * noise.basis().column(j).iter().map(|x| x.abs()).sum::<f64>();
+            ((2.0 / std::f64::consts::PI).sqrt() * width / v[j].sqrt()).min(1.0)
+        })
+        .product();
 
     let basis = noise.basis();
     let v_min = used.iter().map(|&j| v[j]).fold(f64::INFINITY, f64::min);
@@ -413,31 +430,66 @@ fn bet(theta: f64, log_e: f64) -> f64 {
     }
 }
 
+/// How many distinct statistics a step's bets keep the factors of (label
+/// mode has one per class; vector mode's are all distinct, and the
+/// search for a repeat would cost more than it saves).
+const DISTINCT_STATISTICS: usize = 16;
+
+/// log of each bet's factor on a step of `dof` degrees of freedom whose
+/// statistic is `q`, less `penalty`, laid out [λ][θ].
+fn factors(q: f64, dof: usize, penalty: f64) -> Vec<f64> {
+    let half = 0.5 * dof as f64;
+    // At E < e⁻⁴⁰ a bet's factor is 1 − θ to the last bit.
+    let lost = BETS.map(|theta| (-theta).ln_1p() - penalty);
+    let mut out = Vec::with_capacity(LOWER_LAMBDAS.len() * BETS.len());
+    for lambda in LOWER_LAMBDAS {
+        let log_e = half * (2.0 * lambda).ln_1p() - lambda * q;
+        if log_e < -40.0 {
+            out.extend(lost);
+        } else {
+            out.extend(BETS.map(|theta| bet(theta, log_e) - penalty));
+        }
+    }
+    out
+}
+
 /// One subspace's too-little-noise bets: log X(s, λ, θ) for every
 /// candidate s, λ of [`LOWER_LAMBDAS`] and θ of [`BETS`], laid out
 /// [s][λ][θ].
 #[derive(Clone, Debug, PartialEq)]
-struct Bets(Vec<f64>);
+struct Bets {
+    wealth: Vec<f64>,
+    /// Σ ln(1 + p̄) over the steps this subspace did not test, owed by
+    /// every bet alike (kept apart so that an untested step costs O(1)).
+    paid: f64,
+}
 
 impl Bets {
     fn new(m: usize) -> Self {
-        Bets(vec![0.0; m * LOWER_LAMBDAS.len() * BETS.len()])
+        Bets { wealth: vec![0.0; m * LOWER_LAMBDAS.len() * BETS.len()], paid: 0.0 }
+    }
+
+    /// Every bet's log wealth.
+    fn values(&self) -> impl Iterator<Item = f64> + Clone + '_ {
+        self.wealth.iter().map(move |w| w - self.paid)
     }
 
     /// One tested step: `statistic[s]` on `dof` degrees of freedom, each
-    /// bet then divided by 1 + p̄ (`penalty` = ln(1 + p̄)).
+    /// bet then divided by 1 + p̄ (`penalty` = ln(1 + p̄)). Candidates with
+    /// the same statistic (in label mode, every teacher of a class) share
+    /// one evaluation of the bets' factors.
     fn add(&mut self, statistic: &[f64], dof: usize, penalty: f64) {
-        let half = 0.5 * dof as f64;
-        // At E < e⁻⁴⁰ a bet's factor is 1 − θ to the last bit.
-        let lost = BETS.map(|theta| (-theta).ln_1p() - penalty);
-        for (rows, &q) in self.0.chunks_mut(LOWER_LAMBDAS.len() * BETS.len()).zip(statistic) {
-            for (row, lambda) in rows.chunks_mut(BETS.len()).zip(LOWER_LAMBDAS) {
-                let log_e = half * (2.0 * lambda).ln_1p() - lambda * q;
-                if log_e < -40.0 {
-                    row.iter_mut().zip(lost).for_each(|(w, l)| *w += l);
-                } else {
-                    row.iter_mut().zip(BETS).for_each(|(w, theta)| *w += bet(theta, log_e) - penalty);
-                }
+        let width = LOWER_LAMBDAS.len() * BETS.len();
+        let mut known: Vec<(u64, Vec<f64>)> = Vec::new();
+        for (rows, &q) in self.wealth.chunks_mut(width).zip(statistic) {
+            let at = known.iter().position(|(bits, _)| *bits == q.to_bits());
+            let at = at.unwrap_or_else(|| {
+                known.push((q.to_bits(), factors(q, dof, penalty)));
+                known.len() - 1
+            });
+            rows.iter_mut().zip(&known[at].1).for_each(|(w, f)| *w += f);
+            if known.len() > DISTINCT_STATISTICS {
+                known.clear();
             }
         }
     }
@@ -445,12 +497,13 @@ impl Bets {
     /// A step this subspace does not test: it stakes nothing (E taken as
     /// 1) and pays the clamp's p̄.
     fn pay(&mut self, penalty: f64) {
-        self.0.iter_mut().for_each(|w| *w -= penalty);
+        self.paid += penalty;
     }
 
     /// The product with another session's bets of the same m.
     fn merge(&mut self, other: &Bets) {
-        self.0.iter_mut().zip(&other.0).for_each(|(w, o)| *w += o);
+        self.wealth.iter_mut().zip(&other.wealth).for_each(|(w, o)| *w += o);
+        self.paid += other.paid;
     }
 }
 
@@ -656,7 +709,7 @@ impl NoiseAudit {
             (1.0, 1.0, 0.0, 1.0)
         } else {
             // The mean of X_T over the subspaces, the candidates, λ and θ.
-            let all = self.bets.iter().flat_map(|b| b.0.iter().copied());
+            let all = self.bets.iter().flat_map(Bets::values);
             let mean = log_sum_exp(all) - components(m).ln();
             let d = self.dof as f64;
             let more = log_sum_exp(
@@ -703,39 +756,51 @@ pub enum Secret {
 }
 
 /// One test over a dataset's sessions, at α for the dataset (argument:
-/// `privacy-core.md` §9). Every bet's wealth is a product over steps of
-/// factors whose conditional mean, given everything released before that
-/// step in any session, is at most 1 — for every candidate, not only s* —
-/// and a product does not depend on the order its factors are taken in: so
-/// the product over all the dataset's steps, session by session, is the
-/// real-time supermartingale's value at the export, and Ville's inequality
-/// holds for it. An operator who opens a new session gets no fresh wealth.
-/// `None` when the sessions have different numbers of candidates.
+/// `privacy-core.md` §9): [`combine_groups`] with one group.
 pub fn combine<'a>(sessions: impl IntoIterator<Item = &'a NoiseAudit>, secret: Secret) -> Option<Verdict> {
-    let mut sessions = sessions.into_iter();
-    let Some(first) = sessions.next() else {
-        return Some(NoiseAudit::new(0).verdict());
-    };
-    let own = |a: &NoiseAudit| {
-        let v = a.verdict();
-        let lowest = a.sum_lower.iter().copied().fold(f64::INFINITY, f64::min);
-        (if v.dof == 0 { 0.0 } else { v.statistic }, if a.sum_lower.is_empty() { 0.0 } else { lowest })
-    };
-    let mut all = first.clone();
-    let (mut statistic, mut lowest) = own(first);
-    for a in sessions {
-        if a.candidates() != all.candidates() {
-            return None;
+    combine_groups([(sessions.into_iter().collect::<Vec<_>>(), secret)])
+}
+
+/// One test over sessions of the same m, in groups that each share one
+/// secret or are not known to. Every bet's wealth is a product over steps
+/// of factors whose conditional mean, given everything released before
+/// that step in any session, is at most 1 — for every candidate, not only
+/// s* — and a product does not depend on the order its factors are taken
+/// in: so the product over all the steps, session by session, is the
+/// real-time supermartingale's value at the export, and Ville's
+/// inequality holds for it. The too-little-noise bets are therefore taken
+/// over every session at once, whatever group it claims: an operator who
+/// opens a new session, or labels it as another dataset's, gets no fresh
+/// wealth. The too-much-noise test sums each group's lower bound on
+/// Σ_t Q_t(s*) (min_s of the group's sums where it shares one secret, each
+/// session's min_s where not known to). `None` when the sessions have
+/// different numbers of candidates.
+pub fn combine_groups<'a>(groups: impl IntoIterator<Item = (Vec<&'a NoiseAudit>, Secret)>) -> Option<Verdict> {
+    let lowest_of = |x: &[f64]| if x.is_empty() { 0.0 } else { x.iter().copied().fold(f64::INFINITY, f64::min) };
+    let (mut all, mut statistic, mut lowest): (Option<NoiseAudit>, f64, f64) = (None, 0.0, 0.0);
+    for (sessions, secret) in groups {
+        let Some((first, rest)) = sessions.split_first() else { continue };
+        let mut group = (*first).clone();
+        for a in rest {
+            if a.candidates() != group.candidates() {
+                return None;
+            }
+            group.merge(a);
         }
-        all.merge(a);
-        let (s, l) = own(a);
+        let fit = |a: &NoiseAudit| (if a.dof == 0 { 0.0 } else { lowest_of(&a.sum) }, lowest_of(&a.sum_lower));
+        let (s, l) = match secret {
+            Secret::Shared => fit(&group),
+            Secret::Unknown => sessions.iter().map(|a| fit(a)).fold((0.0, 0.0), |(s, l), (a, b)| (s + a, l + b)),
+        };
         statistic += s;
         lowest += l;
+        match &mut all {
+            Some(all) if all.candidates() != group.candidates() => return None,
+            Some(all) => all.merge(&group),
+            None => all = Some(group),
+        }
     }
-    Some(match secret {
-        Secret::Shared => all.verdict(),
-        Secret::Unknown => all.verdict_with(statistic, lowest),
-    })
+    Some(all.map_or_else(|| NoiseAudit::new(0).verdict(), |all| all.verdict_with(statistic, lowest)))
 }
 
 /// The χ²_k quantile at `u`, by bisection on the CDF (statrs' inverse is

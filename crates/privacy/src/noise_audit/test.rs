@@ -237,6 +237,7 @@ fn the_bounds_are_their_closed_forms() {
         complement: 0,
         clamped: false,
         exact: false,
+        exact_chance: 1.0,
         uncovered: 0.0,
         floor_only: 0.0,
     };
@@ -301,6 +302,7 @@ fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
             complement: 0,
             clamped: false,
             exact: false,
+            exact_chance: 1.0,
             uncovered: 0.0,
             floor_only: 0.0,
         });
@@ -384,6 +386,7 @@ fn synthetic(rng: &mut ChaCha20Rng, dof: usize, c: f64, secret: usize) -> StepEv
         complement: 0,
         clamped: false,
         exact: false,
+        exact_chance: 1.0,
         uncovered: 0.0,
         floor_only: 0.0,
     }

@@ -2,14 +2,14 @@
 //! ([`pacpriv_privacy::noise_audit::combine`]), its table and its findings.
 //!
 //! s* is a dataset's, not a session's: an operator who opens a session per
-//! dishonest release must not get fresh wealth with each. A session's
-//! dataset is known by the noise-key commitment its steps recorded (issue
-//! 66), never by its name (the default dataset's session keys are bare
-//! principal names, which may hold a '/'). Sessions journaled before keys
-//! committed to nothing: they are tested together as one group whose
-//! secret is not known to be shared — the too-little-noise bets hold for
-//! every candidate, and the too-much-noise test sums each session's best
-//! fit.
+//! dishonest release must not get fresh wealth with each. The
+//! too-little-noise bets hold for every candidate whatever the secret, so
+//! every session of the same number of teachers is in one test. A
+//! session's dataset is known by the noise-key commitment its steps
+//! recorded (issue 66), never by its name (the default dataset's session
+//! keys are bare principal names, which may hold a '/'), and only once the
+//! key file authenticates it: then its sessions share one secret in the
+//! too-much-noise test; every other session is fitted on its own.
 
 use super::{Finding, Verified};
 use crate::plural;
@@ -17,11 +17,11 @@ use pacpriv_privacy::noise_audit::{self, Secret, UNCOVERED_WARNING, Verdict};
 use std::collections::BTreeMap;
 use std::io::Write;
 
-/// One dataset's audit.
+/// One test of the noise audit: the sessions of one number of candidates.
 #[derive(Clone, Debug)]
 pub struct Dataset {
-    /// Its name in the report: the key file's name for it, else its key's
-    /// commitment (shortened), else `(no key commitment)`.
+    /// Its name in the report: m, and the datasets the key file
+    /// authenticates among its sessions (`(no key given)` for the rest).
     pub name: String,
     /// Its sessions, in the export's order.
     pub sessions: Vec<String>,
@@ -31,33 +31,34 @@ pub struct Dataset {
     pub line: usize,
 }
 
-/// The export's datasets: its sessions grouped by the commitment their
-/// steps recorded and by their number of candidates, named by `names`
-/// (commitment → dataset, from the key file). Sessions without a noisy
-/// step are left out.
+/// The export's tests: its sessions with a noisy step, one test per
+/// number of candidates m. The too-little-noise bets hold for every
+/// candidate whatever the secret, so every session of the same m is in
+/// one test, whichever dataset it claims: a commitment is only a hex
+/// string in the export until a key (`names`: commitment → dataset, from
+/// the key file) authenticates it, and an operator must not get fresh
+/// wealth by writing another. Sessions whose commitment a key
+/// authenticates share their dataset's secret (the too-much-noise test
+/// fits one subset to all of them); the others are taken each with its
+/// own.
 pub fn datasets(sessions: &[Verified], names: &BTreeMap<String, String>) -> Vec<Dataset> {
-    let mut groups: BTreeMap<(String, usize), Vec<&Verified>> = BTreeMap::new();
+    let mut by_m: BTreeMap<usize, BTreeMap<Option<&String>, Vec<&Verified>>> = BTreeMap::new();
     for s in sessions {
         if let Some(audit) = &s.audit {
-            groups.entry((s.commitment.clone(), audit.candidates())).or_default().push(s);
+            by_m.entry(audit.candidates()).or_default().entry(names.get(&s.commitment)).or_default().push(s);
         }
     }
-    let several_m = |commitment: &str| groups.keys().filter(|(c, _)| c == commitment).count() > 1;
-    groups
-        .iter()
-        .filter_map(|((commitment, m), members)| {
-            let secret = if commitment.is_empty() { Secret::Unknown } else { Secret::Shared };
-            let verdict = noise_audit::combine(members.iter().filter_map(|s| s.audit.as_ref()), secret)?;
-            let mut name = match (names.get(commitment), commitment.is_empty()) {
-                (Some(name), _) => name.clone(),
-                (None, true) => "(no key commitment)".to_owned(),
-                (None, false) => format!("key {}…", &commitment[..commitment.len().min(16)]),
-            };
-            if several_m(commitment) {
-                name.push_str(&format!(" (m = {m})"));
-            }
+    by_m.iter()
+        .filter_map(|(m, groups)| {
+            let tested = groups.iter().map(|(dataset, members)| {
+                let secret = if dataset.is_some() { Secret::Shared } else { Secret::Unknown };
+                (members.iter().filter_map(|s| s.audit.as_ref()).collect::<Vec<_>>(), secret)
+            });
+            let verdict = noise_audit::combine_groups(tested)?;
+            let named: Vec<&str> = groups.keys().map(|d| d.map_or("(no key given)", |d| d.as_str())).collect();
+            let members: Vec<&&Verified> = groups.values().flatten().collect();
             Some(Dataset {
-                name,
+                name: format!("m = {m}: {}", named.join(", ")),
                 sessions: members.iter().map(|s| s.session.clone()).collect(),
                 verdict,
                 line: members.iter().map(|s| s.line).max().unwrap_or(1),
@@ -71,7 +72,7 @@ pub fn findings(datasets: &[Dataset], alpha: f64) -> Vec<Finding> {
     let mut found = Vec::new();
     for d in datasets {
         let v = &d.verdict;
-        let who = format!("dataset {} (session{} {})", d.name, plural(d.sessions.len() as u64), quoted(&d.sessions));
+        let who = format!("the sessions of {} ({})", d.name, quoted(&d.sessions));
         if v.less(alpha) {
             found.push(Finding {
                 line: d.line,
@@ -141,7 +142,7 @@ pub fn write(out: &mut dyn Write, sessions: &[Verified], datasets: &[Dataset], a
             left_out(v, s.exact_steps)
         )?;
     }
-    writeln!(out, "dataset\tsessions\tnoisy_steps\tdof\tstatistic\tscale\tp_less\tp_more\tverdict")?;
+    writeln!(out, "test\tsessions\tnoisy_steps\tdof\tstatistic\tscale\tp_less\tp_more\tverdict")?;
     for d in datasets {
         let v = &d.verdict;
         let verdict = match (v.untested(), v.caught(alpha)) {
@@ -162,11 +163,19 @@ pub fn write(out: &mut dyn Write, sessions: &[Verified], datasets: &[Dataset], a
             v.p_more
         )?;
     }
+    for s in sessions.iter().filter(|s| s.noise.steps > 0 && s.noise.untested() && s.commitment.is_empty()) {
+        writeln!(
+            out,
+            "warning: session {:?}: none of its {} noisy steps had a direction the statistical audit could test, \
+             and they were journaled before noise keys: nothing shows they carried noise",
+            s.session, s.noise.steps
+        )?;
+    }
     for s in sessions.iter().filter(|s| s.noise.uncovered > UNCOVERED_WARNING) {
         writeln!(
             out,
             "warning: session {:?}: {:.1} % of the b charged on its noisy steps lies in directions no statistical \
-             test covers (weak, unresolved or clamped); only the key audit (--noise-key) checks them",
+             test covers (weak, unresolved or clamped); only the key audit (--noise-key) checks them, within its drift",
             s.session,
             100.0 * s.noise.uncovered
         )?;

@@ -104,21 +104,21 @@ dataset, hold however the client chose its queries.
   noise audit (α = 1e-6 per dataset; …):
   session  noisy_steps  dof  statistic   scale   uncovered_b  floor_only_b  left_out
   demo     79           120  1.090391e2  0.9532  0.0e0        0.0e0         280 unanimous steps, …
-  dataset      sessions  noisy_steps  dof  statistic   scale   p_less   p_more   verdict
-  key 5b0e7c…  1         79           120  1.090391e2  0.9532  1.000e0  1.000e0  pass
+  test                     sessions  noisy_steps  dof  statistic   …  p_less   p_more   verdict
+  m = 128: (no key given)  1         79           120  1.090391e2  …  1.000e0  1.000e0  pass
   verified: 359 steps and 65 events of 1 session; …, and the noise audited
 
 An export whose operator drew the noise from Σ/4 (`halved`) or added none
 (`silent`) and journaled every update consistently (exit status 65; a
-release without noise is named at its line, the dataset's test at its last
-session's record line):
+release without noise is named at its line, the test of every session of
+16 teachers at its last session's record line):
 
   $ pacpriv verify dishonest.jsonl
   error: dishonest.jsonl:228: session \"silent\" version 1: its release equals a teacher's output
   exactly, although the teachers disagree and noise the 2^-32 grid resolves was due: it was
   released without noise
   …
-  dishonest.jsonl:232: dataset (no key commitment) (sessions \"honest\", \"halved\", \"silent\"):
+  dishonest.jsonl:232: the sessions of m = 16: (no key given) (\"honest\", \"halved\", \"silent\"):
   its releases carry less noise than calibrated: the residual statistic is 1.962642e2 on 456
   degrees of freedom (apparent scale 0.6561 of the calibrated noise), p ≤ 1.429e-36 <
   --noise-alpha/2 = 5e-7
@@ -780,7 +780,8 @@ impl Replaying {
                 match &replayed.evidence {
                     Some(evidence) => {
                         audit.add(evidence);
-                        exact = evidence.exact.then(|| {
+                        // Left to the bets where honest noise rounds to it now and then.
+                        exact = (evidence.exact && evidence.exact_chance <= noise_audit::EXACT_FINDING).then(|| {
                             "its release equals a teacher's output exactly, although the teachers disagree and \
                              noise the 2^-32 grid resolves was due: it was released without noise"
                                 .to_owned()
@@ -789,6 +790,21 @@ impl Replaying {
                     None => self.exact_steps += 1,
                 }
                 let keyed_finding = self.key_audit(&replayed, &s.noise_key, keyed.teachers);
+                // Steps drawn from a key journal their basis path too (the
+                // same format): without it the audit would fall back to the
+                // looser rule for either basis.
+                let pathless = (matches!(outputs, TeacherOutputs::Vectors(_))
+                    && !s.noise_key.is_empty()
+                    && recorded.path.is_none()
+                    && replayed.evidence.is_some())
+                .then(|| {
+                    "its draw committed to a noise key but it journals no basis path, as every such step does"
+                        .to_owned()
+                });
+                let keyed_finding = match (pathless, keyed_finding) {
+                    (Some(p), Some(k)) => Some(format!("{p}; and {k}")),
+                    (p, k) => p.or(k),
+                };
                 let keyed_finding = match (exact, keyed_finding) {
                     (Some(e), Some(k)) => Some(format!("{e}; and {k}")),
                     (e, k) => e.or(k),
@@ -891,7 +907,9 @@ impl Replaying {
             problems.push("its record's chain head is not its journal's last chain hash".into());
         }
         let noise = self.audit.as_ref().map_or_else(|| NoiseAudit::new(0).verdict(), NoiseAudit::verdict);
-        if noise.steps > 0 && noise.untested() && self.keyed_steps < noise.steps {
+        // Committed steps can be checked exactly with the key; steps from
+        // before keys only warn (`audit::write`).
+        if noise.steps > 0 && noise.untested() && self.keyed_steps < noise.steps && !self.commitment.is_empty() {
             problems.push(format!(
                 "{} of its noisy step{} were charged b and audited statistically, but no direction of their noise \
                  could be tested (each weak, below the 2^-32 grid's resolution, or clamped): nothing shows they \
