@@ -217,9 +217,9 @@ pub struct StepEvidence {
     /// direction that counts carries noise.
     pub exact: bool,
     /// A bound on the chance that honest noise rounds to an exact release:
-    /// Π_j min(1, √(2/π)·2⁻³³‖u_j‖₁/√v_j) over the directions that count
-    /// (every coordinate within half a grid step of the centre puts each
-    /// |u_jᵀz| within 2⁻³³‖u_j‖₁).
+    /// D·Π_j min(1, √(2/π)·2⁻³³‖u_j‖₁/√v_j) over the directions that count,
+    /// D the distinct centres (every coordinate within half a grid step of
+    /// a centre puts each |u_jᵀ(r − x)| within 2⁻³³‖u_j‖₁).
     pub exact_chance: f64,
     /// The share of the step's certificate ½·tr(Σ⁺C) (of b) in directions
     /// no test covers (1 when nothing is tested).
@@ -286,13 +286,26 @@ pub fn evidence(
         return e;
     }
     e.exact = centres.iter().any(|x| x.iter().zip(&published).all(|(a, b)| a.to_bits() == b.to_bits()));
-    e.exact_chance = used
-        .iter()
-        .map(|&j| {
-            let width = 0.5 * PUBLISHED_GRID * noise.basis().column(j).iter().map(|x| x.abs()).sum::<f64>();
-            ((2.0 / std::f64::consts::PI).sqrt() * width / v[j].sqrt()).min(1.0)
-        })
-        .product();
+    // Any of the distinct centres (Anderson's inequality: a box about
+    // another centre is no likelier than about the draw's own); on a basis
+    // that may not be the server's, its variances may be 1 − drift of ours.
+    let mut distinct: Vec<&Array1<f64>> = Vec::new();
+    for x in centres {
+        if !distinct.contains(&x) {
+            distinct.push(x);
+        }
+    }
+    let basis_drift = if either_basis { (1.0 - VARIANCE_DRIFT).powf(-0.5 * used.len() as f64) } else { 1.0 };
+    e.exact_chance = (distinct.len() as f64
+        * basis_drift
+        * used
+            .iter()
+            .map(|&j| {
+                let width = 0.5 * PUBLISHED_GRID * noise.basis().column(j).iter().map(|x| x.abs()).sum::<f64>();
+                ((2.0 / std::f64::consts::PI).sqrt() * width / v[j].sqrt()).min(1.0)
+            })
+            .product::<f64>())
+    .min(1.0);
 
     let basis = noise.basis();
     let v_min = used.iter().map(|&j| v[j]).fold(f64::INFINITY, f64::min);
@@ -705,12 +718,19 @@ impl NoiseAudit {
     /// a lower bound on Σ_t Q_t(s*).
     fn verdict_with(&self, statistic: f64, lowest: f64) -> Verdict {
         let m = self.sum.len();
-        let (p_less, p_more, statistic, scale) = if self.dof == 0 || m == 0 {
+        // The mean of X_T over the subspaces, the candidates, λ and θ.
+        let all = self.bets.iter().flat_map(Bets::values);
+        let log_mean = if m == 0 { 0.0 } else { log_sum_exp(all) - components(m).ln() };
+        self.verdict_from(statistic, lowest, log_mean)
+    }
+
+    /// The verdict with the bets' log mean wealth `log_mean` (and, as
+    /// [`Self::verdict_with`], the statistic and the bound on Σ_t Q_t(s*)).
+    fn verdict_from(&self, statistic: f64, lowest: f64, log_mean: f64) -> Verdict {
+        let (p_less, p_more, statistic, scale) = if self.dof == 0 {
             (1.0, 1.0, 0.0, 1.0)
         } else {
-            // The mean of X_T over the subspaces, the candidates, λ and θ.
-            let all = self.bets.iter().flat_map(Bets::values);
-            let mean = log_sum_exp(all) - components(m).ln();
+            let mean = log_mean;
             let d = self.dof as f64;
             let more = log_sum_exp(
                 UPPER_LAMBDAS.iter().map(|l| l * lowest + 0.5 * d * (-2.0 * l).ln_1p() - self.clamp_penalty),
@@ -776,31 +796,100 @@ pub fn combine<'a>(sessions: impl IntoIterator<Item = &'a NoiseAudit>, secret: S
 /// session's min_s where not known to). `None` when the sessions have
 /// different numbers of candidates.
 pub fn combine_groups<'a>(groups: impl IntoIterator<Item = (Vec<&'a NoiseAudit>, Secret)>) -> Option<Verdict> {
-    let lowest_of = |x: &[f64]| if x.is_empty() { 0.0 } else { x.iter().copied().fold(f64::INFINITY, f64::min) };
-    let (mut all, mut statistic, mut lowest): (Option<NoiseAudit>, f64, f64) = (None, 0.0, 0.0);
-    for (sessions, secret) in groups {
-        let Some((first, rest)) = sessions.split_first() else { continue };
-        let mut group = (*first).clone();
-        for a in rest {
-            if a.candidates() != group.candidates() {
-                return None;
+    Some(verdict_across(&[Part::of(groups)?]))
+}
+
+/// One test over every session of an export, whatever its number of
+/// candidates: `by_m` holds, per m, the groups [`combine_groups`] takes.
+/// Each step moves the bets of its own m only, so for every subspace, λ
+/// and θ the product over the m's of each m's average over its candidates
+/// is a supermartingale from 1, and so is their average: an operator who
+/// journals sessions with other teacher counts gets no fresh wealth (each
+/// further m costs the test ln m, not a new α). `None` when a group mixes
+/// numbers of candidates.
+pub fn combine_export<'a>(by_m: impl IntoIterator<Item = Vec<(Vec<&'a NoiseAudit>, Secret)>>) -> Option<Verdict> {
+    let parts: Option<Vec<Part>> = by_m.into_iter().map(Part::of).collect();
+    Some(verdict_across(&parts?))
+}
+
+/// One number of candidates' share of a test: its sessions' audits merged,
+/// the best fit's statistic, and a lower bound on Σ_t Q_t(s*).
+struct Part {
+    all: NoiseAudit,
+    statistic: f64,
+    lowest: f64,
+}
+
+impl Part {
+    fn of<'a>(groups: impl IntoIterator<Item = (Vec<&'a NoiseAudit>, Secret)>) -> Option<Part> {
+        let lowest_of = |x: &[f64]| if x.is_empty() { 0.0 } else { x.iter().copied().fold(f64::INFINITY, f64::min) };
+        let mut part = Part { all: NoiseAudit::new(0), statistic: 0.0, lowest: 0.0 };
+        let mut first = true;
+        for (sessions, secret) in groups {
+            let Some((head, rest)) = sessions.split_first() else { continue };
+            let mut group = (*head).clone();
+            for a in rest {
+                if a.candidates() != group.candidates() {
+                    return None;
+                }
+                group.merge(a);
             }
-            group.merge(a);
+            let fit = |a: &NoiseAudit| (if a.dof == 0 { 0.0 } else { lowest_of(&a.sum) }, lowest_of(&a.sum_lower));
+            let (s, l) = match secret {
+                Secret::Shared => fit(&group),
+                Secret::Unknown => sessions.iter().map(|a| fit(a)).fold((0.0, 0.0), |(s, l), (a, b)| (s + a, l + b)),
+            };
+            part.statistic += s;
+            part.lowest += l;
+            if first {
+                part.all = group;
+                first = false;
+            } else if part.all.candidates() != group.candidates() {
+                return None;
+            } else {
+                part.all.merge(&group);
+            }
         }
-        let fit = |a: &NoiseAudit| (if a.dof == 0 { 0.0 } else { lowest_of(&a.sum) }, lowest_of(&a.sum_lower));
-        let (s, l) = match secret {
-            Secret::Shared => fit(&group),
-            Secret::Unknown => sessions.iter().map(|a| fit(a)).fold((0.0, 0.0), |(s, l), (a, b)| (s + a, l + b)),
-        };
-        statistic += s;
-        lowest += l;
-        match &mut all {
-            Some(all) if all.candidates() != group.candidates() => return None,
-            Some(all) => all.merge(&group),
-            None => all = Some(group),
-        }
+        Some(part)
     }
-    Some(all.map_or_else(|| NoiseAudit::new(0).verdict(), |all| all.verdict_with(statistic, lowest)))
+}
+
+/// The verdict of one test over `parts` (each its own m).
+fn verdict_across(parts: &[Part]) -> Verdict {
+    let mut total = NoiseAudit::new(0);
+    for p in parts {
+        let a = &p.all;
+        total.floor_dof += a.floor_dof;
+        total.clamp_penalty += a.clamp_penalty;
+        total.dof += a.dof;
+        total.steps += a.steps;
+        total.used += a.used;
+        total.clamped += a.clamped;
+        total.weak += a.weak;
+        total.unresolved += a.unresolved;
+        total.complement += a.complement;
+        total.exact += a.exact;
+        total.uncovered += a.uncovered;
+        total.floor_only += a.floor_only;
+    }
+    let statistic: f64 = parts.iter().map(|p| p.statistic).sum();
+    let lowest: f64 = parts.iter().map(|p| p.lowest).sum();
+    let tested: Vec<&Part> = parts.iter().filter(|p| p.all.candidates() > 0).collect();
+    // log X per (subspace, λ, θ): Σ over the m's of the log of that m's
+    // average over its candidates.
+    let width = LOWER_LAMBDAS.len() * BETS.len();
+    let per_component = (0..SUBSPACES).flat_map(|sub| (0..width).map(move |k| (sub, k))).map(|(sub, k)| {
+        tested
+            .iter()
+            .map(|p| {
+                let m = p.all.candidates();
+                let bets = &p.all.bets[sub];
+                log_sum_exp((0..m).map(|s| bets.wealth[s * width + k] - bets.paid)) - (m as f64).ln()
+            })
+            .sum::<f64>()
+    });
+    let log_mean = log_sum_exp(per_component.collect::<Vec<_>>()) - ((SUBSPACES * width) as f64).ln();
+    total.verdict_from(statistic, lowest, log_mean)
 }
 
 /// The χ²_k quantile at `u`, by bisection on the CDF (statrs' inverse is

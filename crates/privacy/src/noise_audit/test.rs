@@ -605,3 +605,38 @@ fn the_uncovered_share_of_b_is_where_no_test_looks() {
     let left = e.uncovered + e.floor_only;
     assert!(left > 0.0 && left < 1.0, "{e:?}");
 }
+
+/// Attacker review of issue 66: an operator who journals each
+/// near-noiseless release in a session of another teacher count m (without
+/// the key nothing pins m) gets no fresh wealth — the export's test takes
+/// the product over the m's of each m's average over its candidates.
+#[test]
+fn sessions_of_other_teacher_counts_are_one_test() {
+    let mut rng = ChaCha20Rng::seed_from_u64(68);
+    let sessions: Vec<NoiseAudit> = (0..12)
+        .map(|i| {
+            let m = M + i;
+            let mut a = NoiseAudit::new(m);
+            let mut step = |c: f64| {
+                let mut e = synthetic(&mut rng, 2, c, 0);
+                let q = e.statistic[0];
+                e.statistic = (0..m).map(|s| if s == 0 { q } else { q + 100.0 }).collect();
+                e.lower = e.statistic.clone();
+                a.add(&e);
+            };
+            for _ in 0..19 {
+                step(1.0);
+            }
+            step(1e-4);
+            a
+        })
+        .collect();
+    assert!(sessions.iter().all(|a| !a.verdict().caught(DEFAULT_ALPHA)), "each session passes alone");
+    let all = combine_export(sessions.iter().map(|a| vec![(vec![a], Secret::Unknown)])).expect("one m a group");
+    assert!(all.less(DEFAULT_ALPHA) && all.steps == 240, "{all:?}");
+    // One m: the same as combining its sessions.
+    let (one, alone) =
+        (combine_export([vec![(vec![&sessions[0]], Secret::Shared)]]).expect("one m"), sessions[0].verdict());
+    assert!((one.p_less / alone.p_less - 1.0).abs() < 1e-9, "{one:?} {alone:?}");
+    assert_eq!(Verdict { p_less: alone.p_less, ..one }, alone);
+}

@@ -1,5 +1,5 @@
-//! The statistical noise audit over an export: one test per dataset
-//! ([`pacpriv_privacy::noise_audit::combine`]), its table and its findings.
+//! The statistical noise audit over an export: one test over every session
+//! ([`pacpriv_privacy::noise_audit::combine_export`]), its tables and its findings.
 //!
 //! s* is a dataset's, not a session's: an operator who opens a session per
 //! dishonest release must not get fresh wealth with each. The
@@ -17,7 +17,7 @@ use pacpriv_privacy::noise_audit::{self, Secret, UNCOVERED_WARNING, Verdict};
 use std::collections::BTreeMap;
 use std::io::Write;
 
-/// One test of the noise audit: the sessions of one number of candidates.
+/// The noise audit's test: every session of the export.
 #[derive(Clone, Debug)]
 pub struct Dataset {
     /// Its name in the report: m, and the datasets the key file
@@ -31,13 +31,13 @@ pub struct Dataset {
     pub line: usize,
 }
 
-/// The export's tests: its sessions with a noisy step, one test per
-/// number of candidates m. The too-little-noise bets hold for every
-/// candidate whatever the secret, so every session of the same m is in
-/// one test, whichever dataset it claims: a commitment is only a hex
-/// string in the export until a key (`names`: commitment → dataset, from
-/// the key file) authenticates it, and an operator must not get fresh
-/// wealth by writing another. Sessions whose commitment a key
+/// The export's test: every session with a noisy step, in one test
+/// ([`noise_audit::combine_export`]). The too-little-noise bets hold for
+/// every candidate whatever the secret, so every session is in it,
+/// whichever dataset and number of teachers it claims: a commitment is only
+/// a hex string in the export until a key (`names`: commitment → dataset,
+/// from the key file) authenticates it, m only what the journal says, and
+/// an operator must not get fresh wealth by writing another. Sessions whose commitment a key
 /// authenticates share their dataset's secret (the too-much-noise test
 /// fits one subset to all of them); the others are taken each with its
 /// own.
@@ -48,23 +48,37 @@ pub fn datasets(sessions: &[Verified], names: &BTreeMap<String, String>) -> Vec<
             by_m.entry(audit.candidates()).or_default().entry(names.get(&s.commitment)).or_default().push(s);
         }
     }
-    by_m.iter()
-        .filter_map(|(m, groups)| {
-            let tested = groups.iter().map(|(dataset, members)| {
+    if by_m.is_empty() {
+        return Vec::new();
+    }
+    let tested = by_m.values().map(|groups| {
+        groups
+            .iter()
+            .map(|(dataset, members)| {
                 let secret = if dataset.is_some() { Secret::Shared } else { Secret::Unknown };
                 (members.iter().filter_map(|s| s.audit.as_ref()).collect::<Vec<_>>(), secret)
-            });
-            let verdict = noise_audit::combine_groups(tested)?;
-            let named: Vec<&str> = groups.keys().map(|d| d.map_or("(no key given)", |d| d.as_str())).collect();
-            let members: Vec<&&Verified> = groups.values().flatten().collect();
-            Some(Dataset {
-                name: format!("m = {m}: {}", named.join(", ")),
-                sessions: members.iter().map(|s| s.session.clone()).collect(),
-                verdict,
-                line: members.iter().map(|s| s.line).max().unwrap_or(1),
             })
+            .collect::<Vec<_>>()
+    });
+    // Sessions are grouped by m, so every group has one m.
+    let Some(verdict) = noise_audit::combine_export(tested) else {
+        return Vec::new();
+    };
+    let name = by_m
+        .iter()
+        .map(|(m, groups)| {
+            let named: Vec<&str> = groups.keys().map(|d| d.map_or("(no key given)", |d| d.as_str())).collect();
+            format!("m = {m}: {}", named.join(", "))
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .join("; ");
+    let members: Vec<&&Verified> = by_m.values().flat_map(|groups| groups.values().flatten()).collect();
+    vec![Dataset {
+        name,
+        sessions: members.iter().map(|s| s.session.clone()).collect(),
+        verdict,
+        line: members.iter().map(|s| s.line).max().unwrap_or(1),
+    }]
 }
 
 /// What the dataset tests find at `alpha`.
@@ -118,13 +132,13 @@ fn quoted(sessions: &[String]) -> String {
 }
 
 /// The noise audit's tables: per session, its residuals and what was left
-/// out; per dataset, the test.
+/// out; then the one test over them all.
 pub fn write(out: &mut dyn Write, sessions: &[Verified], datasets: &[Dataset], alpha: f64) -> std::io::Result<()> {
     writeln!(
         out,
-        "noise audit (α = {alpha:e} per dataset; statistic = min over subsets of the releases' squared residuals \
+        "noise audit (α = {alpha:e} for the export; statistic = min over subsets of the releases' squared residuals \
          in units of the calibrated variances, χ² on dof when honest; p_less, p_more: bounds on how likely honest \
-         noise is to leave them this small, this large, over all of a dataset's sessions):"
+         noise is to leave them this small, this large, over all its sessions):"
     )?;
     writeln!(out, "session\tnoisy_steps\tdof\tstatistic\tscale\tuncovered_b\tfloor_only_b\tleft_out")?;
     for s in sessions {

@@ -95,13 +95,13 @@ Examples (real runs):
 
 An honest export: the built-in demo labelling 359 digits, then 64 again
 from the cache. The noise audit's statistic is χ² on its degrees of
-freedom when the noise is as calibrated; the p-value bounds, one test per
-dataset, hold however the client chose its queries.
+freedom when the noise is as calibrated; the p-value bounds, one test over
+the export, hold however the client chose its queries.
 
   $ pacpriv verify journal.jsonl
   session  steps  cache_hits  refusals  charged  spent_nats  …  update_slack_nats
   demo     359    64          1         359      2.1398e-5   …  2.7e-7
-  noise audit (α = 1e-6 per dataset; …):
+  noise audit (α = 1e-6 for the export; …):
   session  noisy_steps  dof  statistic   scale   uncovered_b  floor_only_b  left_out
   demo     79           120  1.090391e2  0.9532  0.0e0        0.0e0         280 unanimous steps, …
   test                     sessions  noisy_steps  dof  statistic   …  p_less   p_more   verdict
@@ -432,7 +432,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
         }
         (_, None) => {}
     }
-    // The statistical audit, one test per dataset.
+    // The statistical audit, one test over every session.
     for f in audit::findings(&audit::datasets(&done, &dataset_names(options.keys)), options.noise_alpha) {
         findings.add(f.line, f.what);
     }
