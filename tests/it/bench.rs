@@ -64,7 +64,12 @@ fn verify_bench_verifies_a_real_journal() {
     assert!(report.contains("on 500 journaled steps (m = 16"), "{report}");
     let answering = row(&report, "answering (the mechanism, baseline)");
     assert_eq!(answering[3], "1.00×", "{report}");
-    assert!(row(&report, "verifying (read, parse, chain, replay)")[3].ends_with('×'), "{report}");
+    for verifying in [
+        "verifying (read, parse, chain, replay, statistical noise audit)",
+        "verifying (read, parse, chain, replay, and the key audit (`--noise-key`))",
+    ] {
+        assert!(row(&report, verifying)[3].ends_with('×'), "{verifying}: {report}");
+    }
 }
 
 /// `pacpriv-bench math` (issue 26 §1): the Rust mechanism and the paper's
