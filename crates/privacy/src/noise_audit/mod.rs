@@ -700,6 +700,11 @@ impl NoiseAudit {
         }
         self.sum.iter_mut().zip(&other.sum).for_each(|(a, b)| *a += b);
         self.sum_lower.iter_mut().zip(&other.sum_lower).for_each(|(a, b)| *a += b);
+        self.merge_counts(other);
+    }
+
+    /// Adds another audit's counts and penalties (not its bets or sums).
+    fn merge_counts(&mut self, other: &NoiseAudit) {
         self.floor_dof += other.floor_dof;
         self.clamp_penalty += other.clamp_penalty;
         self.dof += other.dof;
@@ -775,32 +780,24 @@ pub enum Secret {
     Unknown,
 }
 
-/// One test over a dataset's sessions, at α for the dataset (argument:
-/// `privacy-core.md` §9): [`combine_groups`] with one group.
-pub fn combine<'a>(sessions: impl IntoIterator<Item = &'a NoiseAudit>, secret: Secret) -> Option<Verdict> {
-    combine_groups([(sessions.into_iter().collect::<Vec<_>>(), secret)])
-}
-
-/// One test over sessions of the same m, in groups that each share one
-/// secret or are not known to. Every bet's wealth is a product over steps
-/// of factors whose conditional mean, given everything released before
-/// that step in any session, is at most 1 — for every candidate, not only
-/// s* — and a product does not depend on the order its factors are taken
-/// in: so the product over all the steps, session by session, is the
-/// real-time supermartingale's value at the export, and Ville's
-/// inequality holds for it. The too-little-noise bets are therefore taken
-/// over every session at once, whatever group it claims: an operator who
-/// opens a new session, or labels it as another dataset's, gets no fresh
-/// wealth. The too-much-noise test sums each group's lower bound on
-/// Σ_t Q_t(s*) (min_s of the group's sums where it shares one secret, each
-/// session's min_s where not known to). `None` when the sessions have
+/// One test over sessions of the same m that share one secret or are not
+/// known to (argument: `privacy-core.md` §9). Every bet's wealth is a
+/// product over steps of factors whose conditional mean, given everything
+/// released before that step in any session, is at most 1 — for every
+/// candidate, not only s* — and a product does not depend on the order its
+/// factors are taken in: so the product over all the steps, session by
+/// session, is the real-time supermartingale's value at the export, and
+/// Ville's inequality holds for it. `None` when the sessions have
 /// different numbers of candidates.
-pub fn combine_groups<'a>(groups: impl IntoIterator<Item = (Vec<&'a NoiseAudit>, Secret)>) -> Option<Verdict> {
-    Some(verdict_across(&[Part::of(groups)?]))
+pub fn combine<'a>(sessions: impl IntoIterator<Item = &'a NoiseAudit>, secret: Secret) -> Option<Verdict> {
+    Some(verdict_across(&[Part::of([(sessions.into_iter().collect(), secret)])?]))
 }
 
 /// One test over every session of an export, whatever its number of
-/// candidates: `by_m` holds, per m, the groups [`combine_groups`] takes.
+/// candidates: `by_m` holds, per m, its sessions in groups that each share
+/// one secret or are not known to (the too-much-noise test sums each
+/// group's lower bound on Σ_t Q_t(s*): min_s of the group's sums where it
+/// shares one secret, each session's min_s where not known to).
 /// Each step moves the bets of its own m only, so for every subspace, λ
 /// and θ the product over the m's of each m's average over its candidates
 /// is a supermartingale from 1, and so is their average: an operator who
@@ -857,21 +854,7 @@ impl Part {
 /// The verdict of one test over `parts` (each its own m).
 fn verdict_across(parts: &[Part]) -> Verdict {
     let mut total = NoiseAudit::new(0);
-    for p in parts {
-        let a = &p.all;
-        total.floor_dof += a.floor_dof;
-        total.clamp_penalty += a.clamp_penalty;
-        total.dof += a.dof;
-        total.steps += a.steps;
-        total.used += a.used;
-        total.clamped += a.clamped;
-        total.weak += a.weak;
-        total.unresolved += a.unresolved;
-        total.complement += a.complement;
-        total.exact += a.exact;
-        total.uncovered += a.uncovered;
-        total.floor_only += a.floor_only;
-    }
+    parts.iter().for_each(|p| total.merge_counts(&p.all));
     let statistic: f64 = parts.iter().map(|p| p.statistic).sum();
     let lowest: f64 = parts.iter().map(|p| p.lowest).sum();
     let tested: Vec<&Part> = parts.iter().filter(|p| p.all.candidates() > 0).collect();

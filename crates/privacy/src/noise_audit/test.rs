@@ -224,23 +224,7 @@ fn one_honest_step_has_expected_factor_at_most_one() {
 #[test]
 fn the_bounds_are_their_closed_forms() {
     let mut audit = NoiseAudit::new(4);
-    let e = StepEvidence {
-        statistic: vec![3.0, 0.5, 9.0, 40.0],
-        lower: vec![2.5, 0.25, 8.0, 39.0],
-        ranked: vec![],
-        left: Block::default(),
-        complement_block: Block::default(),
-        dof: 3,
-        clamp_bound: 0.0,
-        weak: 1,
-        unresolved: 0,
-        complement: 0,
-        clamped: false,
-        exact: false,
-        exact_chance: 1.0,
-        uncovered: 0.0,
-        floor_only: 0.0,
-    };
+    let e = StepEvidence { lower: vec![2.5, 0.25, 8.0, 39.0], weak: 1, ..counted(vec![3.0, 0.5, 9.0, 40.0], 3) };
     audit.add(&e);
     let v = audit.verdict();
     let mean: f64 = e
@@ -289,23 +273,7 @@ fn noiseless_steps_hidden_among_noisier_ones_are_caught() {
         assert!(steps <= 4, "not caught: {:?}", audit.verdict());
         let scale = if steps % 2 == 0 { 0.0 } else { 2.0 };
         let q: f64 = (0..2).map(|_| rng.sample::<f64, _>(rand_distr::StandardNormal).powi(2)).sum::<f64>() * scale;
-        audit.add(&StepEvidence {
-            statistic: vec![q; M],
-            lower: vec![q; M],
-            ranked: vec![],
-            left: Block::default(),
-            complement_block: Block::default(),
-            dof: 2,
-            clamp_bound: 0.0,
-            weak: 0,
-            unresolved: 0,
-            complement: 0,
-            clamped: false,
-            exact: false,
-            exact_chance: 1.0,
-            uncovered: 0.0,
-            floor_only: 0.0,
-        });
+        audit.add(&counted(vec![q; M], 2));
     }
     let v = audit.verdict();
     assert!(v.less(DEFAULT_ALPHA), "{v:?}");
@@ -372,7 +340,12 @@ fn the_power_analysis_table() {
 /// 100 further out (its output is far from s*'s).
 fn synthetic(rng: &mut ChaCha20Rng, dof: usize, c: f64, secret: usize) -> StepEvidence {
     let q = c * c * (0..dof).map(|_| rng.sample::<f64, _>(rand_distr::StandardNormal).powi(2)).sum::<f64>();
-    let statistic: Vec<f64> = (0..M).map(|s| if s == secret { q } else { q + 100.0 }).collect();
+    counted((0..M).map(|s| if s == secret { q } else { q + 100.0 }).collect(), dof)
+}
+
+/// A step whose `dof` counted directions give each candidate `statistic`
+/// (upper and lower bound alike), nothing else tested or left out.
+fn counted(statistic: Vec<f64>, dof: usize) -> StepEvidence {
     StepEvidence {
         lower: statistic.clone(),
         statistic,

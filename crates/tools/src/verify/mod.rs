@@ -801,27 +801,17 @@ impl Replaying {
                     "its draw committed to a noise key but it journals no basis path, as every such step does"
                         .to_owned()
                 });
-                let keyed_finding = match (pathless, keyed_finding) {
-                    (Some(p), Some(k)) => Some(format!("{p}; and {k}")),
-                    (p, k) => p.or(k),
-                };
-                let keyed_finding = match (exact, keyed_finding) {
-                    (Some(e), Some(k)) => Some(format!("{e}; and {k}")),
-                    (e, k) => e.or(k),
-                };
                 let checked = match replayed.unchecked {
                     Some(_) if allow_unchecked => {
                         self.unchecked.push(line);
-                        Ok(())
+                        None
                     }
-                    Some(why) => Err(unchecked(why)),
-                    None => Ok(()),
+                    Some(why) => Some(unchecked(why)),
+                    None => None,
                 };
-                match (checked, keyed_finding) {
-                    (checked, None) => checked,
-                    (Ok(()), Some(k)) => Err(k),
-                    (Err(c), Some(k)) => Err(format!("{c}; and {k}")),
-                }
+                let found: Vec<String> =
+                    checked.into_iter().chain(exact).chain(pathless).chain(keyed_finding).collect();
+                if found.is_empty() { Ok(()) } else { Err(found.join("; and ")) }
             }
             Err(mismatch) => match replay::apply_recorded(&mut state, &recorded) {
                 Ok(()) => Err(mismatch.to_string()),
