@@ -96,6 +96,12 @@ fn verify(file: &Path) -> Output {
     pacpriv(&["verify", &file.display().to_string()])
 }
 
+/// `pacpriv verify --allow-unkeyed`: for exports whose noisy steps commit
+/// to no noise key (as a store written before committed noise holds).
+fn verify_unkeyed(file: &Path) -> Output {
+    pacpriv(&["verify", "--allow-unkeyed", &file.display().to_string()])
+}
+
 fn lines(file: &Path) -> Vec<String> {
     std::fs::read_to_string(file).expect("export").lines().map(str::to_owned).collect()
 }
@@ -384,6 +390,11 @@ async fn export_says_when_the_journal_is_off() {
 /// sessions, naming them; a release with no noise at all is a finding at
 /// its own line. An honest session of as many steps passes, and the report
 /// shows the statistic per session and the test per dataset.
+///
+/// Issue 66 (M1 of its review): these forged steps commit to no noise key,
+/// as an operator who strips the commitments to escape the key audit would
+/// journal them; each session is named for it at its first noisy step
+/// unless `--allow-unkeyed` says the store predates committed noise.
 #[test]
 fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -396,6 +407,15 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     let file = dir.path().join("halved.jsonl");
     forge(&file, &sessions[..2]);
     let o = verify(&file);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    let unkeyed = "its draw commits to no noise key";
+    assert_eq!(err.matches(unkeyed).count(), 2, "once a session: {err}");
+    for (session, line) in [("honest", 2), ("halved", 67)] {
+        let at = format!("{}:{line}: session \"{session}\" version 1: {unkeyed}", file.display());
+        assert!(err.contains(&at) && err.contains("verify with --allow-unkeyed"), "{at}: {err}");
+    }
+    let o = verify_unkeyed(&file);
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(65), "{out}{err}");
     assert!(
@@ -409,7 +429,7 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     // No noise at all: every such release is named at its line.
     let file = dir.path().join("silent.jsonl");
     forge(&file, &sessions[2..]);
-    let o = verify(&file);
+    let o = verify_unkeyed(&file);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(65), "{err}");
     for version in 1..=4 {
@@ -424,7 +444,7 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     // The honest session alone verifies, and the tables show its audit.
     let honest = dir.path().join("honest.jsonl");
     forge(&honest, &sessions[..1]);
-    let o = verify(&honest);
+    let o = verify_unkeyed(&honest);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
     let row = out.lines().find(|l| l.starts_with("honest\t64\t128\t")).expect("the session's row");

@@ -79,6 +79,14 @@ pub struct Args {
     /// does not match the commitment its steps recorded is refused.
     #[arg(long, value_name = "FILE")]
     pub noise_key: Option<PathBuf>,
+    /// Accept noisy steps whose journal commits to no noise key, auditing
+    /// them statistically only. Stores written before committed noise
+    /// (export format 3) hold such steps; a server of this release never
+    /// writes one, so without this flag each is a finding: an operator who
+    /// strips the commitments would otherwise escape the key audit and the
+    /// stricter rules committed steps are held to.
+    #[arg(long)]
+    pub allow_unkeyed: bool,
 }
 
 fn alpha(s: &str) -> Result<f64, String> {
@@ -109,11 +117,12 @@ the export, hold however the client chose its queries.
   verified: 359 steps and 65 events of 1 session; …, and the noise audited
 
 An export whose operator drew the noise from Σ/4 (`halved`) or added none
-(`silent`) and journaled every update consistently (exit status 65; a
+(`silent`) and journaled every update consistently, committing to no
+noise key as a store from before committed noise (exit status 65; a
 release without noise is named at its line, the test of every session of
 16 teachers at its last session's record line):
 
-  $ pacpriv verify dishonest.jsonl
+  $ pacpriv verify --allow-unkeyed dishonest.jsonl
   error: dishonest.jsonl:228: session \"silent\" version 1: its release equals a teacher's output
   exactly, although the teachers disagree and noise the 2^-32 grid resolves was due: it was
   released without noise
@@ -244,7 +253,12 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         Some(path) => keys::read(path)?,
         None => BTreeMap::new(),
     };
-    let options = Options { allow_unchecked: args.allow_unchecked, noise_alpha: args.noise_alpha, keys: &keys };
+    let options = Options {
+        allow_unchecked: args.allow_unchecked,
+        allow_unkeyed: args.allow_unkeyed,
+        noise_alpha: args.noise_alpha,
+        keys: &keys,
+    };
     let sessions = if name == "-" {
         check(std::io::stdin().lock(), &name, options)?
     } else {
@@ -331,6 +345,9 @@ fn write_key_audit(out: &mut dyn Write, sessions: &[Verified]) -> std::io::Resul
 pub struct Options<'a> {
     /// List steps whose update cannot be checked instead of failing on them.
     pub allow_unchecked: bool,
+    /// Audit noisy steps that commit to no noise key statistically instead
+    /// of failing on them (stores written before committed noise).
+    pub allow_unkeyed: bool,
     /// The noise audit's significance.
     pub noise_alpha: f64,
     /// The datasets' noise keys, by name (empty: the statistical audit only).
@@ -342,7 +359,12 @@ static NO_KEYS: BTreeMap<String, NoiseKey> = BTreeMap::new();
 
 impl Default for Options<'_> {
     fn default() -> Self {
-        Options { allow_unchecked: false, noise_alpha: noise_audit::DEFAULT_ALPHA, keys: &NO_KEYS }
+        Options {
+            allow_unchecked: false,
+            allow_unkeyed: false,
+            noise_alpha: noise_audit::DEFAULT_ALPHA,
+            keys: &NO_KEYS,
+        }
     }
 }
 
@@ -389,8 +411,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                         continue;
                     }
                 };
-                let keyed = Keyed { keys: options.keys, teachers: &mut teachers };
-                if let Err(what) = c.step(&e, n, options.allow_unchecked, keyed) {
+                if let Err(what) = c.step(&e, n, options, &mut teachers) {
                     findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
@@ -472,11 +493,6 @@ fn replaying<'a>(
 /// What the key audit of a step needs beyond its session: the keys given,
 /// and per dataset the teachers that matched every keyed step so far
 /// (s* is one per dataset, whatever the session).
-struct Keyed<'a, 'b> {
-    keys: &'a BTreeMap<String, NoiseKey>,
-    teachers: &'b mut HashMap<String, Vec<usize>>,
-}
-
 /// One session being re-derived.
 struct Replaying {
     session: String,
@@ -514,6 +530,9 @@ struct Replaying {
     /// Set at a gap (a missing or reordered record): nothing after it in
     /// this session can be re-derived, and is skipped.
     broken: bool,
+    /// A noisy step without a key commitment was reported (without
+    /// `--allow-unkeyed`).
+    unkeyed_said: bool,
 }
 
 impl Replaying {
@@ -540,6 +559,7 @@ impl Replaying {
             exact_steps: 0,
             slack: 0.0,
             broken: false,
+            unkeyed_said: false,
         }
     }
 
@@ -652,8 +672,15 @@ impl Replaying {
     /// Checks entry `e` (the next one of this session, at `line`) and
     /// applies it. A step that does not match is applied as recorded and
     /// reported; one whose update cannot be checked is listed (with
-    /// `allow_unchecked`) or reported.
-    fn step(&mut self, e: &EntryLine, line: usize, allow_unchecked: bool, keyed: Keyed<'_, '_>) -> Result<(), String> {
+    /// `allow_unchecked`) or reported. `teachers`: for each dataset, the
+    /// teachers that matched every keyed step so far.
+    fn step(
+        &mut self,
+        e: &EntryLine,
+        line: usize,
+        options: Options<'_>,
+        teachers: &mut HashMap<String, Vec<usize>>,
+    ) -> Result<(), String> {
         if self.broken {
             return Ok(());
         }
@@ -746,10 +773,10 @@ impl Replaying {
                 );
             }
         }
-        let key = match (keyed.keys.is_empty(), s.noise_key.is_empty()) {
+        let key = match (options.keys.is_empty(), s.noise_key.is_empty()) {
             (false, false) => {
                 let commitment = s.noise_key.to_ascii_lowercase();
-                match keyed.keys.iter().find(|(_, k)| format::hex(&k.commitment()) == commitment) {
+                match options.keys.iter().find(|(_, k)| format::hex(&k.commitment()) == commitment) {
                     Some((dataset, key)) => Some((dataset.clone(), *key)),
                     None => {
                         return fail(
@@ -789,7 +816,19 @@ impl Replaying {
                     }
                     None => self.exact_steps += 1,
                 }
-                let keyed_finding = self.key_audit(&replayed, &s.noise_key, keyed.teachers);
+                let keyed_finding = self.key_audit(&replayed, &s.noise_key, teachers);
+                // Said once a session: its other steps are alike.
+                let unkeyed = (s.noise_key.is_empty()
+                    && replayed.evidence.is_some()
+                    && !options.allow_unkeyed
+                    && !std::mem::replace(&mut self.unkeyed_said, true))
+                .then(|| {
+                    "its draw commits to no noise key, although every noisy release of this pacpriv version \
+                     commits to its dataset's: nothing ties it, or the session's later such steps, to a key the key \
+                     audit could check; if the store holds steps from before committed noise (export format 3), \
+                     verify with --allow-unkeyed to audit them statistically only"
+                        .to_owned()
+                });
                 // Steps drawn from a key journal their basis path too (the
                 // same format): without it the audit would fall back to the
                 // looser rule for either basis.
@@ -802,7 +841,7 @@ impl Replaying {
                         .to_owned()
                 });
                 let checked = match replayed.unchecked {
-                    Some(_) if allow_unchecked => {
+                    Some(_) if options.allow_unchecked => {
                         self.unchecked.push(line);
                         None
                     }
@@ -810,7 +849,7 @@ impl Replaying {
                     None => None,
                 };
                 let found: Vec<String> =
-                    checked.into_iter().chain(exact).chain(pathless).chain(keyed_finding).collect();
+                    checked.into_iter().chain(exact).chain(pathless).chain(unkeyed).chain(keyed_finding).collect();
                 if found.is_empty() { Ok(()) } else { Err(found.join("; and ")) }
             }
             Err(mismatch) => match replay::apply_recorded(&mut state, &recorded) {
