@@ -20,6 +20,7 @@ use pacpriv_privacy::Nats;
 use pacpriv_privacy::keyed::{self, NoiseKey};
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
+use pacpriv_privacy::noise::Floor;
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_privacy::vector;
 use rand::{RngExt, SeedableRng};
@@ -142,7 +143,7 @@ fn basis_ms(d: usize, path: vector::Path, queries: usize) -> anyhow::Result<f64>
         queries,
         || (),
         |_| {
-            std::hint::black_box(vector::calibrate_on(&posterior, scores.view(), b, path)?);
+            std::hint::black_box(vector::calibrate_on(&posterior, scores.view(), b, path, Floor::default())?);
             Ok(())
         },
     )?;

@@ -582,6 +582,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
     use pacpriv_privacy::keyed::{Position, inputs_digest};
     use pacpriv_privacy::ledger::{Ledger, Policy};
     use pacpriv_privacy::mechanism::TeacherOutputs;
+    use pacpriv_privacy::noise::Floor;
     use pacpriv_privacy::posterior::Posterior;
     use pacpriv_privacy::{Nats, grid, label, mechanism};
     use rand::{RngExt, SeedableRng};
@@ -591,6 +592,9 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
     use pacpriv_privacy::replay::{self, Recorded};
 
     let (m, classes) = (16, 10);
+    // Steps without a key are forged as a server before committed noise
+    // calibrated them.
+    let floor = if key.is_some() { Floor::Resolvable } else { Floor::RoundOff };
     let mut lines = vec![format!("{{\"format\":\"{}\"}}", format::FORMAT)];
     let shared_secret = dataset_secret();
     // The replicating operator's copy of the dataset's audit.
@@ -615,7 +619,8 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
             for i in (1..m).rev() {
                 labels.swap(i, rng.random_range(0..=i));
             }
-            let cal = label::calibrate(&posterior, &labels, classes, Nats::new(b).expect("b")).expect("calibrates");
+            let cal = label::calibrate_with(&posterior, &labels, classes, Nats::new(b).expect("b"), floor)
+                .expect("calibrates");
             let centre = cal.position_of_teacher(secret).expect("the secret teacher's class");
             let draw = match key {
                 Some(key) => {
@@ -655,6 +660,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
                     log_likelihood: ll,
                     update_rule: pacpriv_privacy::posterior::UpdateRule::Linear,
                     path: None,
+                    floor,
                 };
                 let replayed = replay::replay(verifier, &recorded).expect("the journal replays");
                 audit.add(&replayed.evidence.expect("a noisy step"));

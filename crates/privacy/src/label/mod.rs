@@ -22,7 +22,7 @@
 //! and any rounding in the centre ū_j only makes it larger — an upper bound
 //! of the exact quadratic form, as [`Noise::certified`] requires.
 
-use super::noise::{Noise, NoiseDraw, Orthonormal};
+use super::noise::{Floor, Noise, NoiseDraw, Orthonormal};
 use super::posterior::{Groups, Posterior};
 use super::{Nats, PrivacyError};
 use ndarray::{Array1, Array2, ArrayView1};
@@ -72,6 +72,22 @@ pub fn calibrate(
     classes: usize,
     b: Nats,
 ) -> Result<LabelCalibration, PrivacyError> {
+    calibrate_with(posterior, labels, classes, b, Floor::default())
+}
+
+/// [`calibrate`] with the basis directions' variances floored as `floor`
+/// says: replay recalibrates a step from before committed noise with
+/// [`Floor::RoundOff`], as it was released.
+///
+/// # Errors
+/// As [`calibrate`].
+pub fn calibrate_with(
+    posterior: &Posterior,
+    labels: &[usize],
+    classes: usize,
+    b: Nats,
+    floor: Floor,
+) -> Result<LabelCalibration, PrivacyError> {
     if labels.len() != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: labels.len() });
     }
@@ -100,14 +116,23 @@ pub fn calibrate(
                 Array2::from_shape_vec((2, 1), vec![std::f64::consts::FRAC_1_SQRT_2, -std::f64::consts::FRAC_1_SQRT_2])
                     .map_err(|e| PrivacyError::Shape(e.to_string()))?;
             let q = 2.0 * p[0] * p[1] * (1.0 + WEIGHT_ROUNDING);
-            Noise::certified(classes, classes_seen.clone(), Orthonormal::check(u)?, &[q], 0.0, b)?
+            Noise::certified_with_floor(
+                classes,
+                classes_seen.clone(),
+                Orthonormal::check(u)?,
+                &[q],
+                0.0,
+                b,
+                0.0,
+                floor,
+            )?
         }
         _ => {
             let u = eigenbasis(&p)?;
             check_orthogonal_to_ones(&u)?;
             let q: Vec<f64> =
                 (0..k - 1).map(|j| weighted_variance(&p, u.column(j)) * (1.0 + WEIGHT_ROUNDING)).collect();
-            Noise::certified(classes, classes_seen.clone(), Orthonormal::check(u)?, &q, 0.0, b)?
+            Noise::certified_with_floor(classes, classes_seen.clone(), Orthonormal::check(u)?, &q, 0.0, b, 0.0, floor)?
         }
     };
     Ok(LabelCalibration { classes: classes_seen, groups, group_position, masses, p, noise })

@@ -26,8 +26,12 @@
 //!   η ≥ ‖UᵀU − I‖₂ (`privacy-core.md` §2, *Bases that are nearly
 //!   orthonormal*): no step assumes U exactly orthonormal.
 //! - No variance is below [`dynamic_range_floor`] of the block's largest,
-//!   so round-off cannot decide a posterior update (issue 52): more noise,
-//!   never less.
+//!   so round-off cannot decide a posterior update (issue 52); and under
+//!   [`Floor::Resolvable`] (every release since committed noise) no basis
+//!   direction's is below [`resolvable_floor`] nor the complement's below
+//!   [`COMPLEMENT_RESOLUTION`] of the basis's, so every machine's kernels
+//!   compute Σ closely enough for the key audit to pin its noise in every
+//!   direction (issue 66): more noise, never less.
 //! - Every direction has variance ≥ [`VARIANCE_FLOOR`] > 0, so range(Σ)
 //!   always contains the span of the basis (never clamped down to zero).
 //! - Where the caller reports signal outside the basis (residual > 0), the
@@ -78,6 +82,61 @@ pub const ROUNDING_PIN: f64 = 1e-5;
 pub fn dynamic_range_floor(n: usize) -> f64 {
     let gamma = 4.0 * (n + 2) as f64 * f64::EPSILON;
     (8.0 * gamma * (n as f64).sqrt() / ROUNDING_PIN).powi(2)
+}
+
+/// The least ratio of a basis direction's variance to the block's largest
+/// for a release whose noise is committed to a key (issue 66, H2 of its
+/// review). A direction's signal q_j is known to another machine's kernels
+/// only to ~n·2⁻⁵²·q_max, so its variance v_j ∝ √q_j only to a relative
+/// [`SPECTRAL_DRIFT`](crate::key_audit::SPECTRAL_DRIFT)·n·2⁻⁵²·(v_max/v_j)²
+/// (the key audit's allowance); at this ratio that allowance is half of
+/// [`UNRESOLVED_DRIFT`](crate::key_audit::UNRESOLVED_DRIFT), so the key
+/// audit pins every basis direction's noise to within 10⁻³ of its standard
+/// deviation (wherever the 2⁻³² grid resolves it). Without it, a direction
+/// whose teachers differ by ~10⁻⁶ of the strongest one's spread could carry
+/// far less noise than calibrated, unseen by the key audit, and still
+/// separate the teachers by many standard deviations. In standard
+/// deviation the floor is 1.2·10⁻³ of the largest at n = 1, 2.0·10⁻³ at
+/// n = 10, 6.5·10⁻³ at n = 1 000: more noise, never less, on directions
+/// that carry almost none of b. The complement has a floor of its own,
+/// [`COMPLEMENT_RESOLUTION`].
+pub fn resolvable_floor(n: usize) -> f64 {
+    use crate::key_audit::{SPECTRAL_DRIFT, UNRESOLVED_DRIFT};
+    (2.0 * SPECTRAL_DRIFT * n.max(1) as f64 * f64::EPSILON / UNRESOLVED_DRIFT).sqrt()
+}
+
+/// The least ratio of the complement's variance f to the sum of the basis
+/// directions' for a release whose noise is committed to a key (issue 66).
+/// The key audit allows the complement's whitened residual the kernels'
+/// drift [`KERNEL_DRIFT`](crate::key_audit::KERNEL_DRIFT)·‖z′‖₂/√f, and
+/// E‖z′‖² = tr Σ; at this ratio that is ~10⁻⁴ of a standard deviation
+/// (for d − r ≤ 10⁶), where a complement at its round-off size (~10⁻⁸ of
+/// the largest variance) left its noise unseen. It adds at most (d − r)·10⁻⁶
+/// of the basis noise's energy: 0.1 % at d = 1 000, 3.3 % at d = 32 768.
+pub const COMPLEMENT_RESOLUTION: f64 = 1e-6;
+
+/// Which least variances a calibration gives Σ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Floor {
+    /// [`dynamic_range_floor`] only: how releases were calibrated before
+    /// committed noise. Replay uses it for steps that commit to no key.
+    RoundOff,
+    /// Also [`resolvable_floor`] on the basis directions and
+    /// [`COMPLEMENT_RESOLUTION`] on the complement: every release of this
+    /// version.
+    #[default]
+    Resolvable,
+}
+
+impl Floor {
+    /// The least ratio of a basis direction's variance to the block's
+    /// largest, for a block of `n` coordinates.
+    pub fn ratio(self, n: usize) -> f64 {
+        match self {
+            Floor::RoundOff => dynamic_range_floor(n),
+            Floor::Resolvable => dynamic_range_floor(n).max(resolvable_floor(n)),
+        }
+    }
 }
 
 /// Largest tolerated deviation of UᵀU from the identity.
@@ -213,14 +272,15 @@ impl Noise {
         residual: f64,
         b: Nats,
     ) -> Result<Self, PrivacyError> {
-        Self::certified_with_floor(dim, coords, basis, q, residual, b, 0.0)
+        Self::certified_with_floor(dim, coords, basis, q, residual, b, 0.0, Floor::default())
     }
 
     /// [`Noise::certified`] with the complement's variance at least
-    /// `complement_floor` when there is a complement (residual > 0). More
-    /// noise than the certificate needs, never less: vector mode raises it
-    /// until the 2⁻³² grid pins the posterior update
-    /// ([`super::vector`], `docs/assurance/privacy-core.md` §9).
+    /// `complement_floor` when there is a complement (residual > 0), and
+    /// the least variances `floor` says. More noise than the certificate
+    /// needs, never less: vector mode raises the complement until the 2⁻³²
+    /// grid pins the posterior update ([`super::vector`],
+    /// `docs/assurance/privacy-core.md` §9).
     ///
     /// # Errors
     /// As [`Noise::certified`]; [`PrivacyError::NonFinite`] for a NaN or
@@ -233,6 +293,7 @@ impl Noise {
         residual: f64,
         b: Nats,
         complement_floor: f64,
+        floor: Floor,
     ) -> Result<Self, PrivacyError> {
         if !(complement_floor.is_finite() && complement_floor >= 0.0) {
             return Err(PrivacyError::NonFinite("complement floor"));
@@ -262,10 +323,21 @@ impl Noise {
             if residual > 0.0 { (residual / (2.0 * b_res)).max(VARIANCE_FLOOR).max(complement_floor) } else { 0.0 };
         let mut variances = Array1::from(theorem_2_4(q, b_main)) + complement;
         // No variance too far below the largest for round-off to leave the
-        // posterior update checkable (dynamic_range_floor): more noise only.
-        let least = variances.iter().fold(complement, |a, &v| a.max(v)) * dynamic_range_floor(coords.len());
-        variances.mapv_inplace(|v| v.max(least));
-        let complement = if complement > 0.0 { complement.max(least) } else { 0.0 };
+        // posterior update checkable (dynamic_range_floor), nor for the key
+        // audit to resolve (resolvable_floor, COMPLEMENT_RESOLUTION): more
+        // noise only.
+        let n = coords.len();
+        let top = variances.iter().fold(complement, |a, &v| a.max(v));
+        variances.mapv_inplace(|v| v.max(top * floor.ratio(n)));
+        let complement = match (complement > 0.0, floor) {
+            (false, _) => 0.0,
+            (true, Floor::RoundOff) => complement.max(top * dynamic_range_floor(n)),
+            (true, Floor::Resolvable) => {
+                complement.max(top * dynamic_range_floor(n)).max(COMPLEMENT_RESOLUTION * variances.sum())
+            }
+        };
+        // Σ ⪰ f·I on the whole block, as the noise audit's floors assume.
+        variances.mapv_inplace(|v| v.max(complement));
 
         let mut noise = Noise { dim, coords, basis: basis.u, variances, complement, mi_bound: f64::INFINITY };
         let certified = b * (1.0 - CERTIFICATE_MARGIN);

@@ -46,12 +46,21 @@ fn zero_signal_directions_get_the_floor_not_zero() -> Result<(), PrivacyError> {
     // η = 0 (a basis known exactly orthonormal), so the floor is all q = 0 gets.
     let exact = Orthonormal { u: Array2::<f64>::eye(2), eta: 0.0 };
     let n = Noise::certified(2, vec![0, 1], exact, &[0.0, 0.25], 0.0, b(1e-3))?;
-    // The floor: no variance below dynamic_range_floor of the largest.
-    assert_eq!(n.variances()[0], n.variances()[1] * dynamic_range_floor(2));
+    // The floor: no variance below resolvable_floor of the largest (the
+    // key audit resolves it), nor, as calibrated before committed noise,
+    // below dynamic_range_floor.
+    assert_eq!(n.variances()[0], n.variances()[1] * resolvable_floor(2));
+    assert!(resolvable_floor(2) > dynamic_range_floor(2));
     assert!(n.variances()[0] > VARIANCE_FLOOR && n.variances()[1] > 1.0);
+    let exact = Orthonormal { u: Array2::<f64>::eye(2), eta: 0.0 };
+    let old = Noise::certified_with_floor(2, vec![0, 1], exact, &[0.0, 0.25], 0.0, b(1e-3), 0.0, Floor::RoundOff)?;
+    assert_eq!(old.variances()[0], old.variances()[1] * dynamic_range_floor(2));
+    assert_eq!(old.variances()[1], n.variances()[1]);
     // The checked identity carries the rounding allowance of UᵀU: a zero
     // direction is then charged (κ·√Σq)², ~10⁻¹⁵ of the other's variance.
-    let n = Noise::certified(2, vec![0, 1], basis(Array2::eye(2)), &[0.0, 0.25], 0.0, b(1e-3))?;
+    // (Under the round-off floor, which is lower.)
+    let checked = basis(Array2::eye(2));
+    let n = Noise::certified_with_floor(2, vec![0, 1], checked, &[0.0, 0.25], 0.0, b(1e-3), 0.0, Floor::RoundOff)?;
     assert!(n.variances()[0] >= VARIANCE_FLOOR && n.variances()[0] < 1e-12 * n.variances()[1]);
     Ok(())
 }

@@ -93,6 +93,7 @@ fn audited(mode: Mode, steps: usize, c: Option<f64>, seed: u64, secret: Option<u
             log_likelihood: &ll,
             update_rule: a.update_rule,
             path: a.path,
+            floor: crate::noise::Floor::default(),
         };
         // The dishonest journal passes every per-step check.
         let replayed = replay::replay(&mut verifier, &recorded).expect("every step verifies");
@@ -516,6 +517,7 @@ fn weak_cut(steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u6
             log_likelihood: &ll,
             update_rule: a.update_rule,
             path: if journal_path { a.path } else { None },
+            floor: crate::noise::Floor::default(),
         };
         let replayed = replay::replay(&mut verifier, &recorded).expect("every step verifies");
         if let Some(e) = replayed.evidence {

@@ -51,7 +51,7 @@ use super::keyed::{self, NoiseKey, Position};
 use super::label;
 use super::ledger::Policy;
 use super::mechanism::{self, SessionState, TeacherOutputs};
-use super::noise::Noise;
+use super::noise::{Floor, Noise};
 use super::noise_audit;
 use super::posterior::UpdateRule;
 use super::vector;
@@ -77,6 +77,11 @@ pub struct Recorded<'a> {
     /// ([`mechanism::Answer::path`]; `None`: not recorded, and then either
     /// path is tried).
     pub path: Option<vector::Path>,
+    /// The least variance the server gave Σ's basis directions:
+    /// [`Floor::Resolvable`] for a step whose journal commits to a noise
+    /// key (every step since committed noise), [`Floor::RoundOff`] for one
+    /// from before.
+    pub floor: Floor,
 }
 
 /// Why a recorded step is not what the mechanism would have done.
@@ -327,8 +332,8 @@ pub(crate) fn replay_on(
             ));
         }
     }
-    let calibrated = calibrate(state, outputs, b, step.path.unwrap_or(first))?;
-    let either = |c: &Calibrated| if step.path.is_some() { None } else { other_path(state, outputs, b, c) };
+    let calibrated = calibrate(state, outputs, b, step.path.unwrap_or(first), step.floor)?;
+    let either = |c: &Calibrated| if step.path.is_some() { None } else { other_path(state, outputs, b, step.floor, c) };
     check_support(&calibrated.noise, outputs, step.published)?;
     if step.log_likelihood.len() != calibrated.centres.len() {
         return Err(Mismatch::Outputs(format!(
@@ -372,7 +377,7 @@ pub(crate) fn replay_on(
         if !check.matching.is_empty() {
             return check;
         }
-        other_path(state, outputs, b, &calibrated)
+        other_path(state, outputs, b, step.floor, &calibrated)
             .map(|o| keyed(&o))
             .filter(|c| !c.matching.is_empty())
             .unwrap_or(check)
@@ -417,17 +422,19 @@ struct Calibrated {
 }
 
 /// Σ calibrated to `state`'s posterior as the mechanism calibrates it (in
-/// vector mode on the basis `path` asks for), certified ½·tr(Σ⁺C) ≤ b.
+/// vector mode on the basis `path` asks for, its basis variances floored
+/// as `floor` says), certified ½·tr(Σ⁺C) ≤ b.
 fn calibrate(
     state: &SessionState,
     outputs: &TeacherOutputs,
     b: Nats,
     path: vector::Path,
+    floor: Floor,
 ) -> Result<Calibrated, Mismatch> {
     let uncertified = |e: PrivacyError| Mismatch::Uncertified(e.to_string());
     let calibrated = match outputs {
         TeacherOutputs::Labels { labels, classes } => {
-            let cal = label::calibrate(&state.posterior, labels, *classes, b).map_err(uncertified)?;
+            let cal = label::calibrate_with(&state.posterior, labels, *classes, b, floor).map_err(uncertified)?;
             let k = cal.classes().len();
             let centres = (0..labels.len())
                 .map(|i| {
@@ -441,7 +448,7 @@ fn calibrate(
             Calibrated { noise: cal.noise().clone(), centres, source: None }
         }
         TeacherOutputs::Vectors(v) => {
-            let cal = vector::calibrate_on(&state.posterior, v.view(), b, path).map_err(uncertified)?;
+            let cal = vector::calibrate_on(&state.posterior, v.view(), b, path, floor).map_err(uncertified)?;
             let centres = v.rows().into_iter().map(|r| r.to_owned()).collect();
             Calibrated { noise: cal.noise().clone(), centres, source: Some(cal.basis_source()) }
         }
@@ -471,13 +478,19 @@ fn norm(x: &Array1<f64>) -> f64 {
 /// took a Gram matrix, and the other way round), if that calibrates and
 /// certifies. A server before issue 56 took the SVD at d ≤ 2m, and one
 /// whose Gram path declined takes it at any d.
-fn other_path(state: &SessionState, outputs: &TeacherOutputs, b: Nats, taken: &Calibrated) -> Option<Calibrated> {
+fn other_path(
+    state: &SessionState,
+    outputs: &TeacherOutputs,
+    b: Nats,
+    floor: Floor,
+    taken: &Calibrated,
+) -> Option<Calibrated> {
     let other = match taken.source? {
         vector::Basis::Gram => vector::Path::Svd,
         vector::Basis::Svd => vector::Path::Gram,
         vector::Basis::Unanimous => return None,
     };
-    calibrate(state, outputs, b, other).ok()
+    calibrate(state, outputs, b, other, floor).ok()
 }
 
 /// Checks the recorded Eq. 4 vector against the published release `r`

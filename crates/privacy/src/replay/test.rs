@@ -49,6 +49,7 @@ impl Entry {
             // As journals before issue 66: replay chooses the path (the
             // recorded path has a test of its own).
             path: None,
+            floor: crate::noise::Floor::default(),
         }
     }
 }
@@ -313,7 +314,8 @@ fn a_step_verifies_on_either_basis_whichever_the_server_took() {
                     let TeacherOutputs::Vectors(v) = &entry.outputs else { unreachable!("vector queries") };
                     // The constant: recorded − derived for teacher 0 on the verifier's path.
                     let b = verifier.ledger.per_query();
-                    let calibrated = calibrate(&verifier, &entry.outputs, b, verifier_path).expect("calibrates");
+                    let calibrated =
+                        calibrate(&verifier, &entry.outputs, b, verifier_path, Floor::default()).expect("calibrates");
                     let r = Array1::from(entry.published.clone());
                     let derived = observed(&calibrated.noise, &(&r - &v.row(0)).view()).0;
                     if (entry.log_likelihood[0] - derived).abs() > 1e-6 {
@@ -337,7 +339,8 @@ fn vector_step(server: &mut SessionState, outputs: TeacherOutputs, path: vector:
     let secret = 1;
     let TeacherOutputs::Vectors(v) = &outputs else { unreachable!("vector outputs") };
     let v = v.mapv(grid::centre);
-    let cal = vector::calibrate_on(&server.posterior, v.view(), server.ledger.per_query(), path).expect("calibrates");
+    let cal = vector::calibrate_on(&server.posterior, v.view(), server.ledger.per_query(), path, Floor::default())
+        .expect("calibrates");
     let draw = cal.noise().sample(rng);
     let published = grid::publish(v.row(secret), &cal.noise().noise_vector(&draw));
     let ll = cal.teacher_log_likelihoods(secret, &draw);
@@ -383,8 +386,8 @@ fn a_step_the_grid_cannot_pin_is_reported_unchecked() {
     assert!(tolerance > 1e-2, "{tolerance:e}");
 
     entry.log_likelihood[0] += 0.5 * tolerance; // the posterior moved, within what the grid allows
-    let calibrated =
-        calibrate(&start, &entry.outputs, start.ledger.per_query(), vector::Path::Auto).expect("calibrates");
+    let calibrated = calibrate(&start, &entry.outputs, start.ledger.per_query(), vector::Path::Auto, Floor::default())
+        .expect("calibrates");
     let r = Array1::from(entry.published.clone());
     assert!(old_tolerance(&calibrated.noise, &(&r - &v.row(0))) > 0.5 * tolerance, "the old check passed this forgery");
     let forged = replay(&mut start.clone(), &entry.recorded()).expect("applied, unchecked");
@@ -416,8 +419,8 @@ fn a_forged_update_at_the_variance_floor_is_caught() {
     elsewhere.log_likelihood[4] -= 1e6;
     replay(&mut start.clone(), &elsewhere.recorded()).expect("a ruled-out teacher's ℓ does not matter");
 
-    let calibrated =
-        calibrate(&start, &entry.outputs, start.ledger.per_query(), vector::Path::Auto).expect("calibrates");
+    let calibrated = calibrate(&start, &entry.outputs, start.ledger.per_query(), vector::Path::Auto, Floor::default())
+        .expect("calibrates");
     let r: Array1<f64> = calibrated.noise.coords().iter().map(|&c| entry.published[c]).collect();
     for i in 1..4 {
         assert!(old_tolerance(&calibrated.noise, &(&r - &calibrated.centres[i])) > 1e200, "the old check passed it");

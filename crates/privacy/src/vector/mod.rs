@@ -24,7 +24,7 @@
 //! they decline. Milliseconds at d = 1000; callers run it off the async
 //! executor.
 
-use super::noise::{Noise, NoiseDraw, Orthonormal};
+use super::noise::{Floor, Noise, NoiseDraw, Orthonormal};
 use super::posterior::Posterior;
 use super::{Nats, PrivacyError};
 use ndarray::linalg::general_mat_mul;
@@ -57,7 +57,7 @@ pub fn calibrate<'a>(
     outputs: ArrayView2<'a, f64>,
     b: Nats,
 ) -> Result<VectorCalibration<'a>, PrivacyError> {
-    calibrate_on(posterior, outputs, b, Path::Auto)
+    calibrate_on(posterior, outputs, b, Path::Auto, Floor::default())
 }
 
 /// Which decomposition [`calibrate_on`] may use for the basis.
@@ -129,8 +129,10 @@ pub fn gram_always_serves(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -
     Ok(gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN, None).is_some())
 }
 
-/// [`calibrate`] on the basis `path` asks for: what `replay` uses to
-/// follow a server whose kernels chose the other path than the verifier's.
+/// [`calibrate`] on the basis `path` asks for, its basis directions'
+/// variances floored as `floor` says: what `replay` uses to follow a
+/// server whose kernels chose the other path than the verifier's, and a
+/// step from before committed noise ([`Floor::RoundOff`]).
 ///
 /// # Errors
 /// As [`calibrate`]; [`PrivacyError::Linalg`] if `path` is [`Path::Gram`]
@@ -141,6 +143,7 @@ pub fn calibrate_on<'a>(
     outputs: ArrayView2<'a, f64>,
     b: Nats,
     path: Path,
+    floor: Floor,
 ) -> Result<VectorCalibration<'a>, PrivacyError> {
     let (m, d) = outputs.dim();
     if m != posterior.len() {
@@ -209,8 +212,16 @@ pub fn calibrate_on<'a>(
         (Array2::zeros((0, 0)), 0.0)
     };
 
-    let noise =
-        Noise::certified_with_floor(d, (0..d).collect(), basis, &q, residual_bound, b, complement_floor(&residual))?;
+    let noise = Noise::certified_with_floor(
+        d,
+        (0..d).collect(),
+        basis,
+        &q,
+        residual_bound,
+        b,
+        complement_floor(&residual),
+        floor,
+    )?;
     Ok(VectorCalibration { outputs, coef, residual, noise, source })
 }
 

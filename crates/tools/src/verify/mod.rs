@@ -40,6 +40,7 @@ use ndarray::Array2;
 use pacpriv_privacy::keyed::{NoiseKey, Position};
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{SessionState, TeacherOutputs};
+use pacpriv_privacy::noise::Floor;
 use pacpriv_privacy::noise_audit::{self, NoiseAudit, Verdict};
 use pacpriv_privacy::posterior::{Form, Posterior, UpdateRule};
 use pacpriv_privacy::replay::{self, Recorded, Unchecked};
@@ -754,6 +755,9 @@ impl Replaying {
             log_likelihood: &e.log_likelihood,
             update_rule: rule,
             path: vector::Path::from_code(s.basis, s.rank),
+            // Every step since committed noise commits to a key and floors
+            // Σ's weak directions where the key audit resolves them.
+            floor: if s.noise_key.is_empty() { Floor::RoundOff } else { Floor::Resolvable },
         };
         // The key a step's commitment names: its dataset's, found by the
         // commitment itself (a session key does not always name its
