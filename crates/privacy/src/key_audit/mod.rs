@@ -26,6 +26,22 @@
 //! the step; directions with τ_j ≥ 1 (the grid cannot see one standard
 //! deviation of their noise) are counted in [`KeyCheck::unresolved`].
 //!
+//! **The draws themselves** ([`Alignment`]). A release that matches is an
+//! honest draw *for the inputs journaled*; but the draw is keyed by those
+//! inputs (`keyed::inputs_digest`), so an operator could try many inputs
+//! the audit cannot tell apart (b an ulp off, a teacher's output a grid
+//! step off) and journal the one whose draw favours s*. Favouring s* means
+//! moving the release along w = Σ^{−1/2}(x_{s*} − μ) (μ the posterior mean
+//! of the centres; every teacher i's log-likelihood ratio against s* moves
+//! by ⟨z, x_{s*} − x_i⟩_{Σ⁻¹}), or away from it. With the key the verifier
+//! holds g, so each step gives a = ⟨g, w⟩/‖w‖ ([`KeyCheck::alignment`]), which
+//! is N(0, 1) given everything before the draw: g is a pseudorandom
+//! function of the inputs, independent of what they were chosen from. The
+//! dataset's a's are bet on as a mixture of exp(λa − λ²/2) over ±λ — a
+//! nonnegative martingale, so an honest dataset fails with chance at most
+//! α (Ville) — and picking the best of N draws each step, a shift of
+//! ~√(2 ln N), is caught in a few steps ([`Alignment::steps_to_catch`]).
+//!
 //! # Invariants
 //! - Pure: a function of Σ′, the centres, the published release and g.
 //! - Nothing here needs s*: every teacher is tried; the caller checks that
@@ -77,6 +93,64 @@ pub struct KeyCheck {
     /// or whose variance two machines' kernels may put more than
     /// [`UNRESOLVED_DRIFT`] apart.
     pub unresolved: usize,
+    /// For the first matching teacher's centre x: a = ⟨g, w⟩/‖w‖ with
+    /// w = Σ^{−1/2}(x − μ) on the basis, μ the posterior mean of the
+    /// centres: N(0, 1) for an honest draw (`None`: no teacher matched, or
+    /// x is μ on every direction).
+    pub alignment: Option<f64>,
+}
+
+/// The bets' sizes λ on the alignment (each taken with either sign).
+pub const ALIGNMENT_BETS: [f64; 8] = [0.0625, 0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0];
+
+/// A dataset's bets that its draws lean toward (or away from) its secret
+/// teacher: for each ±λ of [`ALIGNMENT_BETS`], Σ_t (λ·a_t − λ²/2), the log
+/// of a product of factors of mean one when a_t ~ N(0, 1) given the past.
+/// Their average is a nonnegative martingale under honest draws, so
+/// [`Alignment::p`] ≤ α with chance at most α, at any stopping time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Alignment {
+    log_wealth: Vec<f64>,
+    /// Steps bet on.
+    pub steps: u64,
+    /// Σ a_t, for the report.
+    pub sum: f64,
+}
+
+impl Alignment {
+    /// Bets on one step's alignment a.
+    pub fn add(&mut self, a: f64) {
+        if self.log_wealth.is_empty() {
+            self.log_wealth = vec![0.0; 2 * ALIGNMENT_BETS.len()];
+        }
+        let signed = ALIGNMENT_BETS.iter().flat_map(|&l| [l, -l]);
+        for (w, l) in self.log_wealth.iter_mut().zip(signed) {
+            *w += l * a - 0.5 * l * l;
+        }
+        self.steps += 1;
+        self.sum += a;
+    }
+
+    /// The p-value bound 1/(average wealth), at most 1.
+    pub fn p(&self) -> f64 {
+        if self.log_wealth.is_empty() {
+            return 1.0;
+        }
+        let top = self.log_wealth.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = self.log_wealth.iter().map(|w| (w - top).exp()).sum::<f64>() / self.log_wealth.len() as f64;
+        (-(top + mean.ln())).exp().min(1.0)
+    }
+
+    /// How many steps whose alignments all shift by `shift` make
+    /// [`Alignment::p`] fall below `alpha` (the expected a's, no noise):
+    /// the power against picking the best of N draws, shift ≈ √(2 ln N).
+    pub fn steps_to_catch(shift: f64, alpha: f64) -> u64 {
+        let mut bets = Alignment::default();
+        while bets.p() >= alpha && bets.steps < 1_000_000 {
+            bets.add(shift);
+        }
+        bets.steps
+    }
 }
 
 /// Checks `published` (the release on the noise's coordinate block, in its
@@ -85,6 +159,7 @@ pub struct KeyCheck {
 pub fn check(
     noise: &Noise,
     centres: &[Array1<f64>],
+    weights: ArrayView1<'_, f64>,
     published: ArrayView1<'_, f64>,
     normals: &mut KeyedNormals,
 ) -> KeyCheck {
@@ -147,7 +222,27 @@ pub fn check(
             matching.push(i);
         }
     }
-    KeyCheck { matching, undetectable, unresolved }
+    let alignment = matching.first().and_then(|&i| alignment(noise, centres, weights, &centres[i], &draw.std_coef));
+    KeyCheck { matching, undetectable, unresolved, alignment }
+}
+
+/// ⟨g, w⟩/‖w‖ for w = Σ^{−1/2}(x − μ) on the basis, μ = Σ_i w_i·x_i
+/// (`None` when w = 0).
+fn alignment(
+    noise: &Noise,
+    centres: &[Array1<f64>],
+    weights: ArrayView1<'_, f64>,
+    x: &Array1<f64>,
+    g: &Array1<f64>,
+) -> Option<f64> {
+    let mut mu = Array1::<f64>::zeros(x.len());
+    for (c, &w) in centres.iter().zip(weights) {
+        mu.scaled_add(w, c);
+    }
+    let t = noise.basis().t().dot(&(x - &mu));
+    let w: Array1<f64> = t.iter().zip(noise.variances()).map(|(t, v)| t / v.sqrt()).collect();
+    let norm = w.dot(&w).sqrt();
+    (norm > 0.0 && norm.is_finite()).then(|| g.dot(&w) / norm)
 }
 
 /// Whether Q(x + z′) is `published` within the tolerances, direction by

@@ -285,6 +285,9 @@ impl Noise {
     /// # Errors
     /// As [`Noise::certified`]; [`PrivacyError::NonFinite`] for a NaN or
     /// negative floor.
+    // The certificate's inputs and the two floors: a struct would only
+    // rename them at the three callers.
+    #[allow(clippy::too_many_arguments)]
     pub fn certified_with_floor(
         dim: usize,
         coords: Vec<usize>,

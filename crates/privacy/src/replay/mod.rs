@@ -372,9 +372,13 @@ pub(crate) fn replay_on(
     let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, weights.view(), either_basis);
     let key = key.map(|(key, at)| {
         let inputs = keyed::inputs_digest(outputs, b);
-        let keyed = |c: &Calibrated| key_audit::check(&c.noise, &c.centres, r.view(), &mut key.normals(at, &inputs));
+        let keyed = |c: &Calibrated| {
+            key_audit::check(&c.noise, &c.centres, weights.view(), r.view(), &mut key.normals(at, &inputs))
+        };
         let check = keyed(&calibrated);
-        if !check.matching.is_empty() {
+        // A journaled path is the server's Σ: no second choice (L1 of
+        // issue 66's second review).
+        if !check.matching.is_empty() || step.path.is_some() {
             return check;
         }
         other_path(state, outputs, b, step.floor, &calibrated)

@@ -37,6 +37,7 @@ pub mod keys;
 use crate::plural;
 use format::{EntryLine, EventLine, Line, RecordLine};
 use ndarray::Array2;
+use pacpriv_privacy::key_audit::Alignment;
 use pacpriv_privacy::keyed::{NoiseKey, Position};
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{SessionState, TeacherOutputs};
@@ -376,7 +377,7 @@ impl Default for Options<'_> {
 /// [`MAX_FINDINGS`]).
 pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<Vec<Verified>, Failed> {
     let mut findings = Findings { list: Vec::new(), more: 0 };
-    let mut teachers: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut keyed: BTreeMap<String, KeyedDataset> = BTreeMap::new();
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
     let mut lines = 0;
@@ -412,7 +413,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                         continue;
                     }
                 };
-                if let Err(what) = c.step(&e, n, options, &mut teachers) {
+                if let Err(what) = c.step(&e, n, options, &mut keyed) {
                     findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
@@ -454,6 +455,22 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
         }
         (_, None) => {}
     }
+    // The keyed draws' alignment, one test per dataset.
+    for (dataset, k) in &keyed {
+        let p = k.alignment.p();
+        if p < options.noise_alpha {
+            findings.add(
+                k.line,
+                format!(
+                    "the keyed draws of dataset {dataset:?} lean toward or away from the teacher its releases are \
+                     centred on: over {} keyed steps their alignment sums to {:.1} (N(0, {}) when honest), p ≤ \
+                     {p:.3e} < --noise-alpha = {}: each draw was picked among several that inputs journaled alike \
+                     allow (b or a teacher's output nudged), which leaks s* beyond what was charged",
+                    k.alignment.steps, k.alignment.sum, k.alignment.steps, options.noise_alpha
+                ),
+            );
+        }
+    }
     // The statistical audit, one test over every session.
     for f in audit::findings(&audit::datasets(&done, &dataset_names(options.keys)), options.noise_alpha) {
         findings.add(f.line, f.what);
@@ -491,9 +508,17 @@ fn replaying<'a>(
     Ok(current.get_or_insert_with(|| Replaying::new(session)))
 }
 
-/// What the key audit of a step needs beyond its session: the keys given,
-/// and per dataset the teachers that matched every keyed step so far
-/// (s* is one per dataset, whatever the session).
+/// What a dataset's keyed steps showed so far, across its sessions (s* is
+/// one per dataset, whatever the session).
+struct KeyedDataset {
+    /// The teachers that matched every keyed step.
+    teachers: Vec<usize>,
+    /// The bets on its draws' alignment with the matched centre.
+    alignment: Alignment,
+    /// The line of its last keyed step bet on (where a failed bet is said).
+    line: usize,
+}
+
 /// One session being re-derived.
 struct Replaying {
     session: String,
@@ -673,14 +698,14 @@ impl Replaying {
     /// Checks entry `e` (the next one of this session, at `line`) and
     /// applies it. A step that does not match is applied as recorded and
     /// reported; one whose update cannot be checked is listed (with
-    /// `allow_unchecked`) or reported. `teachers`: for each dataset, the
-    /// teachers that matched every keyed step so far.
+    /// `allow_unchecked`) or reported. `keyed`: what each dataset's keyed
+    /// steps so far showed.
     fn step(
         &mut self,
         e: &EntryLine,
         line: usize,
         options: Options<'_>,
-        teachers: &mut HashMap<String, Vec<usize>>,
+        keyed: &mut BTreeMap<String, KeyedDataset>,
     ) -> Result<(), String> {
         if self.broken {
             return Ok(());
@@ -820,7 +845,7 @@ impl Replaying {
                     }
                     None => self.exact_steps += 1,
                 }
-                let keyed_finding = self.key_audit(&replayed, &s.noise_key, teachers);
+                let keyed_finding = self.key_audit(&replayed, &s.noise_key, keyed, line);
                 // Said once a session: its other steps are alike.
                 let unkeyed = (s.noise_key.is_empty()
                     && replayed.evidence.is_some()
@@ -879,13 +904,15 @@ impl Replaying {
         &mut self,
         replayed: &replay::Replayed,
         commitment: &str,
-        teachers: &mut HashMap<String, Vec<usize>>,
+        keyed: &mut BTreeMap<String, KeyedDataset>,
+        line: usize,
     ) -> Option<String> {
         let Some(check) = &replayed.key else {
             // An exact step drew nothing: nothing to check.
             replayed.evidence.as_ref()?;
             self.statistical_steps += 1;
-            return (commitment.is_empty() && self.keyed_steps > 0).then(|| {
+            // Named with or without the key given (M1 of the second review).
+            return (commitment.is_empty() && !self.commitment.is_empty()).then(|| {
                 "its draw was not taken from the noise key, although earlier steps of the session were: it can only \
                  be audited statistically"
                     .to_owned()
@@ -902,9 +929,17 @@ impl Replaying {
                 check.undetectable
             ));
         }
-        let so_far = teachers.entry(self.dataset.clone()).or_insert_with(|| check.matching.clone());
-        so_far.retain(|t| check.matching.contains(t));
-        so_far.is_empty().then(|| {
+        let dataset = keyed.entry(self.dataset.clone()).or_insert_with(|| KeyedDataset {
+            teachers: check.matching.clone(),
+            alignment: Alignment::default(),
+            line,
+        });
+        if let Some(a) = check.alignment {
+            dataset.alignment.add(a);
+            dataset.line = line;
+        }
+        dataset.teachers.retain(|t| check.matching.contains(t));
+        dataset.teachers.is_empty().then(|| {
             format!(
                 "its release is one teacher's output plus the key's noise, but not the output of any teacher that \
                  every earlier keyed step of dataset {:?} matched: the releases are not all centred on one secret \
