@@ -58,6 +58,9 @@ pub mod reason {
     /// A key the admin API does not rotate: a configured or revoked
     /// principal's (FAILED_PRECONDITION).
     pub const NOT_ROTATABLE: &str = "NOT_ROTATABLE";
+    /// The stored session under the caller's key belongs to another
+    /// dataset's secret (FAILED_PRECONDITION; the operator's to fix).
+    pub const OTHER_DATASET: &str = "OTHER_DATASET";
 }
 
 /// `google.rpc.ErrorInfo` domain of every pacpriv error.
@@ -211,6 +214,9 @@ impl From<ServiceError> for Status {
                 with_reason(Code::Internal, e.to_string(), INTERNAL, true, &[])
             }
             ServiceError::Session(e @ SessionError::UnknownPrincipal(_)) => plain(Code::NotFound, NOT_FOUND, &e),
+            ServiceError::Session(e @ SessionError::OtherDataset { .. }) => {
+                plain(Code::FailedPrecondition, OTHER_DATASET, &e)
+            }
             ServiceError::Session(e @ SessionError::NotRotatable { .. }) => {
                 plain(Code::FailedPrecondition, NOT_ROTATABLE, &e)
             }

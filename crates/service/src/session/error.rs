@@ -88,6 +88,17 @@ pub enum SessionError {
     /// No principal of that name.
     #[error("no principal named {0:?}")]
     UnknownPrincipal(String),
+    /// The stored session under this key belongs to another dataset's
+    /// secret (written under a name an earlier release let cross datasets).
+    #[error(
+        "session {session:?} in the store belongs to another dataset's secret (its record commits to another \
+         dataset's noise key), so it is not resumed here; nothing was answered or charged. An earlier release let a \
+         principal named DATASET/NAME share its key: the operator must rename that principal or this dataset"
+    )]
+    OtherDataset {
+        /// The session's store key.
+        session: String,
+    },
     /// A principal could not be provisioned as asked.
     #[error("{0}")]
     InvalidPrincipal(String),

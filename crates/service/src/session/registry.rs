@@ -617,10 +617,13 @@ fn colliding(name: &str) -> SessionError {
     ))
 }
 
-/// Names of principals the admin API creates are 1–64 of
+/// Principals' names, configured or created by the admin API, are 1–64 of
 /// `[A-Za-z0-9_.-]`: safe in logs, metric labels and store keys, and
-/// never [`collides`].
-fn check_name(name: &str) -> Result<(), SessionError> {
+/// never [`collides`] with any dataset, present or added later.
+///
+/// # Errors
+/// [`SessionError::InvalidPrincipal`] naming the rule.
+pub fn check_name(name: &str) -> Result<(), SessionError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));

@@ -47,6 +47,23 @@ pub enum SecretError {
         /// The teacher set's description.
         teachers: String,
     },
+    /// The store already holds sessions under a new dataset's key prefix:
+    /// the default dataset's sessions of principals an earlier release let
+    /// be named `DATASET/NAME`, whose posteriors are about another secret.
+    #[error(
+        "dataset {dataset:?} starts for the first time, but the store already holds {count} session(s) under its \
+         key prefix \"{dataset}/\" (e.g. {example:?}): sessions of principals an earlier release let be named \
+         \"{dataset}/NAME\", about another dataset's secret. This dataset's principals would resume them; name the \
+         dataset otherwise"
+    )]
+    SessionsUnderPrefix {
+        /// The dataset being established.
+        dataset: String,
+        /// How many sessions are under its prefix.
+        count: usize,
+        /// One of them.
+        example: String,
+    },
     /// The OS random source failed.
     #[error("the OS random source failed: {0}")]
     Entropy(String),
@@ -87,6 +104,18 @@ pub async fn establish(
     let meta = match store.meta(dataset).await? {
         Some(meta) => meta,
         None => {
+            if dataset != crate::store::DEFAULT_DATASET {
+                let prefix = format!("{dataset}/");
+                let under: Vec<String> =
+                    store.sessions().await?.into_iter().filter(|s| s.starts_with(&prefix)).collect();
+                if let Some(example) = under.first() {
+                    return Err(SecretError::SessionsUnderPrefix {
+                        dataset: dataset.to_owned(),
+                        count: under.len(),
+                        example: example.clone(),
+                    });
+                }
+            }
             let candidate = match provided {
                 Some(p) => p,
                 None => draw(m)?,

@@ -78,6 +78,9 @@ pub struct Versioned {
     /// bound): a free answer leaves `spent` as it was, and the bound's
     /// root-finding is the budget view's only non-trivial cost.
     pub(super) bound: Option<(f64, f64)>,
+    /// The commitment to its dataset's noise key, written into every
+    /// record: a record that names another is not resumed.
+    pub(super) dataset: [u8; 32],
 }
 
 impl Versioned {
@@ -107,7 +110,9 @@ impl State for Versioned {
     type Error = SessionError;
 
     /// The state a record describes, or the uniform prior with an empty
-    /// ledger; checked against m.
+    /// ledger; checked against m and against the dataset's secret (a
+    /// record another dataset's session wrote — a key that named it under
+    /// an earlier release's rules — is refused, never resumed).
     fn resume(
         terms: &Terms,
         key: &str,
@@ -115,6 +120,10 @@ impl State for Versioned {
         cache: CacheRows,
     ) -> Result<Self, SessionError> {
         let p = &terms.params;
+        let dataset = p.noise.commitment();
+        if record.and_then(|r| r.dataset).is_some_and(|d| d != dataset) {
+            return Err(SessionError::OtherDataset { session: key.to_owned() });
+        }
         let (state, version) = match record {
             Some(r) => (r.restore(p.per_query, terms.limit, p.policy)?, r.version),
             None => (
@@ -131,13 +140,14 @@ impl State for Versioned {
         let cache = cache_of(key, record, cache)?;
         let head = record.and_then(|r| r.journal_head).unwrap_or_else(|| JournalEntry::genesis(key));
         let events = record.map_or(0, |r| r.journal_events);
-        Ok(Versioned { state, version, cache, head, events, bound: None })
+        Ok(Versioned { state, version, cache, head, events, bound: None, dataset })
     }
 
     fn record(&mut self) -> (SessionRecord, Vec<CacheWrite>) {
         let record = SessionRecord {
             journal_head: Some(self.head),
             journal_events: self.events,
+            dataset: Some(self.dataset),
             ..SessionRecord::of(&self.state, self.cache.owners(), self.version)
         };
         (record, self.cache.take_writes())

@@ -291,13 +291,16 @@ impl Raw {
                 ));
             }
         }
-        let names = || datasets.iter().map(|d| d.name.as_str());
         let principals = principals(self.principals, datasets.iter().skip(1))?;
-        if let Some(p) = principals.iter().find(|p| crate::session::registry::collides(&p.name, names())) {
+        // One rule for configured and admin-created names: none can be a
+        // session key of another dataset's (DATASET/NAME) or the shared
+        // session's, whatever datasets are added later.
+        if let Some((p, e)) =
+            principals.iter().find_map(|p| crate::session::registry::check_name(&p.name).err().map(|e| (p, e)))
+        {
             return Err(err(
                 &format!("principals.{}", p.name),
-                "its session would be another's: the shared session (\"*global*\"), or a dataset's (DATASET/NAME) — \
-                 name it otherwise",
+                format!("{e}: a name is part of its sessions' store keys, so it cannot hold '/' or '*'"),
             ));
         }
         if principals.is_empty() && admin.is_none() {

@@ -13,6 +13,7 @@ fn record(version: u64) -> SessionRecord {
         journal_head: None,
         journal_events: 0,
         cache_owners: Vec::new(),
+        dataset: None,
     }
 }
 

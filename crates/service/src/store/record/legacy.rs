@@ -56,6 +56,7 @@ pub(super) fn session(bytes: &[u8]) -> Option<super::SessionRecord> {
         cache_owners: Vec::new(),
         journal_head: None,
         journal_events: 0,
+        dataset: None,
     };
     if !r.0.is_empty() {
         record.cache = Some(cache(&mut r)?);

@@ -105,6 +105,10 @@ pub struct SessionRecord {
     pub journal_head: Option<[u8; 32]>,
     /// Journal events (cache hits, refusals) so far.
     pub journal_events: u64,
+    /// The commitment to the noise key of the dataset whose secret the
+    /// posterior is about (`None` in records written before it was kept):
+    /// the session resumes in that dataset only.
+    pub dataset: Option<[u8; 32]>,
 }
 
 impl SessionRecord {
@@ -113,6 +117,7 @@ impl SessionRecord {
         SessionRecord {
             journal_head: None,
             journal_events: 0,
+            dataset: None,
             version,
             posterior: state.posterior.form().clone(),
             spent: state.ledger.spent().get(),
@@ -161,6 +166,7 @@ impl SessionRecord {
             journal_head: self.journal_head.map(|h| h.to_vec()).unwrap_or_default(),
             journal_events: self.journal_events,
             cache_owners: self.cache_owners.clone(),
+            dataset: self.dataset.map(|d| d.to_vec()).unwrap_or_default(),
         })
     }
 
@@ -179,6 +185,7 @@ impl SessionRecord {
                     journal_head: m.journal_head.as_slice().try_into().ok(),
                     journal_events: m.journal_events,
                     cache_owners: m.cache_owners,
+                    dataset: m.dataset.as_slice().try_into().ok(),
                 })
             }),
             Err(unmarked) => legacy::session(unmarked),

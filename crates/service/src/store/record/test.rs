@@ -42,6 +42,7 @@ fn alice() -> SessionRecord {
         journal_head: None,
         journal_events: 0,
         cache_owners: Vec::new(),
+        dataset: Some([9; 32]),
     }
 }
 
