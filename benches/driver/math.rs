@@ -17,7 +17,7 @@
 
 use anyhow::{Context, ensure};
 use pacpriv_privacy::Nats;
-use pacpriv_privacy::keyed::{self, NoiseKey};
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
 use pacpriv_privacy::noise::Floor;
@@ -110,8 +110,8 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "The draw: the service's keyed generator (the session's HMAC keyed once, then per answer the inputs' \
-         SHA-256, one HMAC and ChaCha20; issue 66 §5: within 5 %) against a CSPRNG (ChaCha20), same answers:"
+        "The draw: the service's keyed generator (the session's HMAC keyed once, then per answer one HMAC and \
+         ChaCha20; issue 66 §5: within 5 %) against a CSPRNG (ChaCha20), same answers:"
     )?;
     writeln!(out)?;
     writeln!(out, "| d | pattern | CSPRNG µs/query | keyed µs/query | keyed / CSPRNG |")?;
@@ -242,8 +242,7 @@ fn rust_ns(outputs: &TeacherOutputs, queries: usize, draw: Draw) -> anyhow::Resu
                 Draw::Csprng => mechanism::answer(state, outputs, secret, None, &mut rng)?,
                 Draw::Keyed => {
                     step += 1;
-                    let inputs = keyed::inputs_digest(outputs, state.ledger.per_query());
-                    let normals = &mut session.normals(step, &inputs);
+                    let normals = &mut session.normals(step);
                     mechanism::answer_keyed(state, outputs, secret, None, normals, Calibration::Certified)?
                 }
             };

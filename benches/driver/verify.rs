@@ -14,7 +14,7 @@
 use super::scratch::scratch;
 use anyhow::{Context, ensure};
 use pacpriv_privacy::Nats;
-use pacpriv_privacy::keyed::{NoiseKey, inputs_digest};
+use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{self, Calibration, SecretIndex, SessionState, TeacherOutputs};
 use pacpriv_privacy::posterior::Posterior;
@@ -68,7 +68,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
             (0..m).map(|_| if rng.random_range(0..20) == 0 { rng.random_range(0..d) } else { common }).collect();
         let outputs = TeacherOutputs::Labels { labels: labels.clone(), classes: d };
         let started = Instant::now();
-        let mut normals = draws.normals(version, &inputs_digest(&outputs, b));
+        let mut normals = draws.normals(version);
         let a = mechanism::answer_keyed(&mut state, &outputs, secret, None, &mut normals, Calibration::Certified)?;
         answering += started.elapsed();
         let mut entry = JournalEntry {

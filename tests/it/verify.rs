@@ -579,7 +579,7 @@ impl Forged<'_> {
 /// sessions share one secret teacher (s* is the dataset's).
 fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
     use chacha20::ChaCha20Rng;
-    use pacpriv_privacy::keyed::{Position, inputs_digest};
+    use pacpriv_privacy::keyed::Position;
     use pacpriv_privacy::ledger::{Ledger, Policy};
     use pacpriv_privacy::mechanism::TeacherOutputs;
     use pacpriv_privacy::noise::Floor;
@@ -625,11 +625,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) {
             let draw = match key {
                 Some(key) => {
                     let at = Position { dataset: "default", session, step: version as u64 };
-                    let inputs = inputs_digest(
-                        &TeacherOutputs::Labels { labels: labels.clone(), classes },
-                        Nats::new(b).expect("b"),
-                    );
-                    let mut normals = key.normals(&at, &inputs);
+                    let mut normals = key.normals(&at);
                     cal.noise().sample_from(|| normals.next_normal())
                 }
                 None => cal.noise().sample(&mut rng),

@@ -26,21 +26,23 @@
 //! the step; directions with τ_j ≥ 1 (the grid cannot see one standard
 //! deviation of their noise) are counted in [`KeyCheck::unresolved`].
 //!
-//! **The draws themselves** ([`Alignment`]). A release that matches is an
-//! honest draw *for the inputs journaled*; but the draw is keyed by those
-//! inputs (`keyed::inputs_digest`), so an operator could try many inputs
-//! the audit cannot tell apart (b an ulp off, a teacher's output a grid
-//! step off) and journal the one whose draw favours s*. Favouring s* means
+//! **The draws themselves** ([`Alignment`]). A release that matches is the
+//! key's draw at its position, which no input can change (`keyed`): an
+//! operator holding the key has no draw to pick for a release. Should it
+//! still pick (a draw the audit could not tell from the key's, or choice
+//! this module does not know of), favouring s* means
 //! moving the release along w = Σ^{−1/2}(x_{s*} − μ) (μ the posterior mean
 //! of the centres; every teacher i's log-likelihood ratio against s* moves
 //! by ⟨z, x_{s*} − x_i⟩_{Σ⁻¹}), or away from it. With the key the verifier
 //! holds g, so each step gives a = ⟨g, w⟩/‖w‖ ([`KeyCheck::alignment`]), which
 //! is N(0, 1) given everything before the draw: g is a pseudorandom
-//! function of the inputs, independent of what they were chosen from. The
-//! dataset's a's are bet on as a mixture of exp(λa − λ²/2) over ±λ — a
-//! nonnegative martingale, so an honest dataset fails with chance at most
-//! α (Ville) — and picking the best of N draws each step, a shift of
-//! ~√(2 ln N), is caught in a few steps ([`Alignment::steps_to_catch`]).
+//! function of the position, independent of the inputs. The export's a's
+//! are bet on as a mixture of exp(λa − λ²/2) over ±λ — a nonnegative
+//! martingale, so an honest export fails with chance at most α (Ville) —
+//! and picking the best of N draws each step, a shift of ~√(2 ln N), is
+//! caught in a few steps ([`Alignment::steps_to_catch`]). Picking on a
+//! direction orthogonal to w (against one rival) leaves a unbiased: this
+//! is a second line, the fixed draw the first.
 //!
 //! # Invariants
 //! - Pure: a function of Σ′, the centres, the published release and g.

@@ -7,12 +7,11 @@
 //! is expanded at a [`Position`] — the dataset, the session and the step's
 //! version — into a stream:
 //!
-//! - the session's seed = HMAC-SHA256(key, "pacpriv-noise-draw/1" ‖
+//! - the session's seed = HMAC-SHA256(key, "pacpriv-noise-draw/2" ‖
 //!   len‖dataset ‖ len‖session), lengths as 8-byte big-endian integers
 //!   ([`SessionDraws`], derived once per request, not per step);
-//! - the step's seed = HMAC-SHA256(session seed, step ‖ inputs), the step
-//!   as 8 bytes big-endian and inputs = [`inputs_digest`] of the step's
-//!   public inputs (b and the teachers' outputs on the release grid);
+//! - the step's seed = HMAC-SHA256(session seed, step), the step as 8
+//!   bytes big-endian;
 //! - the ChaCha20 keystream of the step's seed (RFC 8439, nonce 0, block
 //!   counter from 0), read 8 bytes at a time as little-endian `u64` words;
 //! - each pair of words (w₁, w₂) gives two normals by Box–Muller on 53-bit
@@ -24,22 +23,19 @@
 //! same bits. Normals never exceed √(−2·ln 2⁻⁵³) ≈ 8.57 in magnitude.
 //!
 //! # Invariants
-//! - A draw is a function of (key, position, inputs) alone. Two releases
-//!   of a store differ in the position (the step's version is unique
-//!   within a session's key, which is unique within a dataset); and should
-//!   a session ever be rolled back to an earlier version (a restored
-//!   backup, a failover that lost commits), a step at a version already
-//!   released draws afresh unless its inputs are the same, in which case
-//!   it releases exactly what was released — so no two different releases
-//!   share a draw (`accounting.md` §11).
+//! - A draw is a function of (key, position) alone: fixed before the
+//!   step's inputs exist, so whoever holds the key has no choice of draw
+//!   for a release (issue 66, H1 of its second review: with the inputs in
+//!   the seed, b an ulp off or a teacher's output a grid step off gave a
+//!   fresh draw to pick from). Two releases of a store differ in the
+//!   position: the step's version is unique within a session's key, which
+//!   is unique within a dataset (`accounting.md` §11, which also says what
+//!   a store rolled back to an earlier version would cost).
 //! - The key has no `Display` and a redacting `Debug`.
 //! - Without the key the stream is indistinguishable from random
 //!   (HMAC-SHA256 as a PRF, ChaCha20 as a stream cipher): the releases are
 //!   as private as with the OS CSPRNG, computationally.
 
-use super::Nats;
-use super::grid;
-use super::mechanism::TeacherOutputs;
 use chacha20::ChaCha20Rng;
 use hmac::{Hmac, KeyInit, Mac};
 use rand::{Rng, SeedableRng};
@@ -48,8 +44,8 @@ use sha2::{Digest, Sha256};
 /// Domain of the key's commitment.
 pub const COMMITMENT_DOMAIN: &[u8] = b"pacpriv-noise-key-commitment/1";
 
-/// Domain of a draw's seed.
-pub const DRAW_DOMAIN: &[u8] = b"pacpriv-noise-draw/1";
+/// Domain of a draw's seed (`/1` also hashed the step's inputs).
+pub const DRAW_DOMAIN: &[u8] = b"pacpriv-noise-draw/2";
 
 /// A dataset's noise key: 32 bytes from the OS CSPRNG. Whoever holds it can
 /// recompute every release's noise, and so tell s* from which teacher's
@@ -76,9 +72,9 @@ impl NoiseKey {
         Sha256::new().chain_update(COMMITMENT_DOMAIN).chain_update(self.0).finalize().into()
     }
 
-    /// The normals of the draw at `at` on `inputs` ([`inputs_digest`]).
-    pub fn normals(&self, at: &Position<'_>, inputs: &[u8; 32]) -> KeyedNormals {
-        self.session(at.dataset, at.session).normals(at.step, inputs)
+    /// The normals of the draw at `at`.
+    pub fn normals(&self, at: &Position<'_>) -> KeyedNormals {
+        self.session(at.dataset, at.session).normals(at.step)
     }
 
     /// The draws of `session` in `dataset`: one HMAC here, then one per
@@ -107,47 +103,13 @@ fn hmac(key: &[u8; 32]) -> Hmac<Sha256> {
 pub struct SessionDraws(Hmac<Sha256>);
 
 impl SessionDraws {
-    /// The normals of the session's step `step` (the version it produces)
-    /// on `inputs` ([`inputs_digest`]).
-    pub fn normals(&self, step: u64, inputs: &[u8; 32]) -> KeyedNormals {
+    /// The normals of the session's step `step` (the version it produces).
+    pub fn normals(&self, step: u64) -> KeyedNormals {
         let mut mac = self.0.clone();
         mac.update(&step.to_be_bytes());
-        mac.update(inputs);
         let seed: [u8; 32] = mac.finalize().into_bytes().into();
         KeyedNormals { stream: ChaCha20Rng::from_seed(seed), spare: None }
     }
-}
-
-/// Domain of [`inputs_digest`].
-pub const INPUTS_DOMAIN: &[u8] = b"pacpriv-noise-inputs/1";
-
-/// SHA-256 of a step's public inputs that decide its Σ and its centres: b
-/// and the teachers' outputs on the release grid (what the journal
-/// records). Encoded as the domain, b's bits (8 bytes little-endian), then
-/// label mode: 0u8, d and m (8 bytes LE each), each label (4 bytes LE);
-/// vector mode: 1u8, m and d, each value on the grid row by row (its bits,
-/// 8 bytes LE).
-pub fn inputs_digest(outputs: &TeacherOutputs, b: Nats) -> [u8; 32] {
-    let mut h = Sha256::new().chain_update(INPUTS_DOMAIN).chain_update(b.get().to_bits().to_le_bytes());
-    match outputs {
-        TeacherOutputs::Labels { labels, classes } => {
-            h.update([0u8]);
-            h.update((*classes as u64).to_le_bytes());
-            h.update((labels.len() as u64).to_le_bytes());
-            for &l in labels {
-                h.update((l as u32).to_le_bytes());
-            }
-        }
-        TeacherOutputs::Vectors(v) => {
-            h.update([1u8]);
-            h.update((v.nrows() as u64).to_le_bytes());
-            h.update((v.ncols() as u64).to_le_bytes());
-            for x in v.iter() {
-                h.update(grid::centre(*x).to_bits().to_le_bytes());
-            }
-        }
-    }
-    h.finalize().into()
 }
 
 impl std::fmt::Debug for SessionDraws {

@@ -47,7 +47,7 @@
 
 use super::grid::{self, PUBLISHED_CLAMP, PUBLISHED_GRID};
 use super::key_audit;
-use super::keyed::{self, NoiseKey, Position};
+use super::keyed::{NoiseKey, Position};
 use super::label;
 use super::ledger::Policy;
 use super::mechanism::{self, SessionState, TeacherOutputs};
@@ -371,10 +371,8 @@ pub(crate) fn replay_on(
     let weights = state.posterior.weights();
     let evidence = noise_audit::evidence(noise, r.view(), &calibrated.centres, weights.view(), either_basis);
     let key = key.map(|(key, at)| {
-        let inputs = keyed::inputs_digest(outputs, b);
-        let keyed = |c: &Calibrated| {
-            key_audit::check(&c.noise, &c.centres, weights.view(), r.view(), &mut key.normals(at, &inputs))
-        };
+        let keyed =
+            |c: &Calibrated| key_audit::check(&c.noise, &c.centres, weights.view(), r.view(), &mut key.normals(at));
         let check = keyed(&calibrated);
         // A journaled path is the server's Σ: no second choice (L1 of
         // issue 66's second review).

@@ -228,6 +228,46 @@ mod test {
         Ok(())
     }
 
+    /// Issue 67 §2: a dataset whose first start finds sessions under its
+    /// prefix (a principal an earlier release let be named `fashion/alice`)
+    /// refuses, naming one, instead of letting its principals resume them.
+    #[tokio::test]
+    async fn a_new_dataset_refuses_sessions_already_under_its_prefix() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::store::{Change, SessionRecord};
+        use pacpriv_privacy::posterior::Form;
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("s.redb");
+        {
+            let store = EmbeddedStore::open(&path)?;
+            let record = SessionRecord {
+                version: 10,
+                posterior: Form::Log(vec![0.0; 8]),
+                spent: 0.1,
+                limit: 1.0,
+                answered: 10,
+                charged: 10,
+                cache: None,
+                cache_owners: Vec::new(),
+                journal_head: None,
+                journal_events: 0,
+                dataset: None,
+            };
+            store.enqueue("fashion/alice", record, Change::default())?.durable().await?;
+        }
+        let store = open(&path)?;
+        establish(&store, DEFAULT_DATASET, None, 8, "t8", None).await?;
+        match establish(&store, "fashion", None, 8, "f8", None).await {
+            Err(e @ SecretError::SessionsUnderPrefix { .. }) => {
+                let e = e.to_string();
+                assert!(e.contains("\"fashion/alice\"") && e.contains("name the dataset otherwise"), "{e}");
+            }
+            other => panic!("{:?}", other.map(|s| s.expose())),
+        }
+        assert!(store.meta("fashion").await?.is_none(), "nothing was established");
+        establish(&store, "garden", None, 8, "g8", None).await?;
+        Ok(())
+    }
+
     #[tokio::test]
     async fn operator_file_is_used_on_first_start_and_validated() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;

@@ -27,7 +27,7 @@ use super::state::{BudgetView, SessionParams, Versioned};
 use crate::store::record::{EventKind, JournalStepRecord};
 use crate::store::{Change, Release};
 use crate::store::{JournalEntry, JournalEvent};
-use pacpriv_privacy::keyed::{self, SessionDraws};
+use pacpriv_privacy::keyed::SessionDraws;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{self, TeacherOutputs};
 use pacpriv_privacy::{PrivacyError, confidence};
@@ -82,11 +82,9 @@ pub(super) fn step(
     }
     // The preflight saw an answer that is gone now.
     let outputs = outputs.ok_or(SessionError::CacheMoved)?;
-    // The draw is the key's at (this session, the next version, these
-    // inputs): a session rolled back to this version draws afresh unless
-    // asked the same again.
-    let inputs = keyed::inputs_digest(outputs, v.state.ledger.per_query());
-    let mut normals = site.0.normals(v.version + 1, &inputs);
+    // The draw is the key's at (this session, the next version), fixed
+    // before the inputs: nothing here can choose it.
+    let mut normals = site.0.normals(v.version + 1);
     let answer =
         mechanism::answer_keyed(&mut v.state, outputs, params.secret, asking.alpha, &mut normals, params.calibration)?;
     if let Some(key) = asking.key {

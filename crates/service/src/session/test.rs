@@ -779,3 +779,31 @@ fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
     assert_eq!((v.version, view.charged, view.answered, change.steps), (2, 2, 2, 1));
     Ok(())
 }
+
+/// Issue 67 §2: a session record commits to its dataset's noise key, and
+/// a record another dataset's session wrote is not resumed — the stored
+/// `fashion/alice` of a principal an earlier release let be named so is
+/// not the posterior of `alice` in a later dataset `fashion`. A record
+/// from before the commitment resumes, and the next write stamps it.
+#[test]
+fn a_record_of_another_datasets_secret_is_not_resumed() -> TestResult {
+    use crate::store::CacheRows;
+    use crate::store::cell::State;
+    let terms = Terms { params: params(Policy::Contested)?, limit: Nats::new(1.0)? };
+    let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
+    let (record, _) = v.record();
+    assert_eq!(record.dataset, Some(terms.params.noise.commitment()), "every record names its dataset");
+    Versioned::resume(&terms, "s", Some(&record), CacheRows::default())?;
+
+    let other =
+        Terms { params: SessionParams { noise: NoiseKey::from_bytes([8; 32]), ..params(Policy::Contested)? }, ..terms };
+    match Versioned::resume(&other, "fashion/alice", Some(&record), CacheRows::default()) {
+        Err(SessionError::OtherDataset { session }) => assert_eq!(session, "fashion/alice"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("another dataset's session was resumed"),
+    }
+    let before = crate::store::SessionRecord { dataset: None, ..record };
+    let mut resumed = Versioned::resume(&other, "s", Some(&before), CacheRows::default())?;
+    assert_eq!(resumed.record().0.dataset, Some(other.params.noise.commitment()));
+    Ok(())
+}

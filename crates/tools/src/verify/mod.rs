@@ -377,7 +377,7 @@ impl Default for Options<'_> {
 /// [`MAX_FINDINGS`]).
 pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<Vec<Verified>, Failed> {
     let mut findings = Findings { list: Vec::new(), more: 0 };
-    let mut keyed: BTreeMap<String, KeyedDataset> = BTreeMap::new();
+    let mut keyed = KeyedSoFar::default();
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
     let mut lines = 0;
@@ -455,21 +455,20 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
         }
         (_, None) => {}
     }
-    // The keyed draws' alignment, one test per dataset.
-    for (dataset, k) in &keyed {
-        let p = k.alignment.p();
-        if p < options.noise_alpha {
-            findings.add(
-                k.line,
-                format!(
-                    "the keyed draws of dataset {dataset:?} lean toward or away from the teacher its releases are \
-                     centred on: over {} keyed steps their alignment sums to {:.1} (N(0, {}) when honest), p ≤ \
-                     {p:.3e} < --noise-alpha = {}: each draw was picked among several that inputs journaled alike \
-                     allow (b or a teacher's output nudged), which leaks s* beyond what was charged",
-                    k.alignment.steps, k.alignment.sum, k.alignment.steps, options.noise_alpha
-                ),
-            );
-        }
+    // The keyed draws' alignment: one test over the export (whatever
+    // datasets the key file names, an honest a is N(0, 1)).
+    let p = keyed.alignment.p();
+    if p < options.noise_alpha {
+        findings.add(
+            keyed.line,
+            format!(
+                "the keyed draws lean toward or away from the teacher each dataset's releases are centred on: over \
+                 {} keyed steps their alignment sums to {:.1} (N(0, {}) when honest), p ≤ {p:.3e} < --noise-alpha \
+                 = {}: the draws were not the keys' at their positions as released, or were picked among several, \
+                 which leaks s* beyond what was charged",
+                keyed.alignment.steps, keyed.alignment.sum, keyed.alignment.steps, options.noise_alpha
+            ),
+        );
     }
     // The statistical audit, one test over every session.
     for f in audit::findings(&audit::datasets(&done, &dataset_names(options.keys)), options.noise_alpha) {
@@ -508,14 +507,15 @@ fn replaying<'a>(
     Ok(current.get_or_insert_with(|| Replaying::new(session)))
 }
 
-/// What a dataset's keyed steps showed so far, across its sessions (s* is
-/// one per dataset, whatever the session).
-struct KeyedDataset {
-    /// The teachers that matched every keyed step.
-    teachers: Vec<usize>,
-    /// The bets on its draws' alignment with the matched centre.
+/// What the export's keyed steps showed so far.
+#[derive(Default)]
+struct KeyedSoFar {
+    /// For each dataset, the teachers that matched every keyed step of
+    /// any of its sessions (s* is one per dataset).
+    teachers: BTreeMap<String, Vec<usize>>,
+    /// The bets on the draws' alignment with the matched centres.
     alignment: Alignment,
-    /// The line of its last keyed step bet on (where a failed bet is said).
+    /// The line of the last keyed step bet on (where a failed bet is said).
     line: usize,
 }
 
@@ -698,15 +698,9 @@ impl Replaying {
     /// Checks entry `e` (the next one of this session, at `line`) and
     /// applies it. A step that does not match is applied as recorded and
     /// reported; one whose update cannot be checked is listed (with
-    /// `allow_unchecked`) or reported. `keyed`: what each dataset's keyed
-    /// steps so far showed.
-    fn step(
-        &mut self,
-        e: &EntryLine,
-        line: usize,
-        options: Options<'_>,
-        keyed: &mut BTreeMap<String, KeyedDataset>,
-    ) -> Result<(), String> {
+    /// `allow_unchecked`) or reported. `keyed`: what the keyed steps so far
+    /// showed.
+    fn step(&mut self, e: &EntryLine, line: usize, options: Options<'_>, keyed: &mut KeyedSoFar) -> Result<(), String> {
         if self.broken {
             return Ok(());
         }
@@ -898,13 +892,14 @@ impl Replaying {
 
     /// The keyed audit of a replayed step whose journal recorded the noise
     /// key commitment `commitment` (hex; empty: drawn before keys): counts
-    /// it, and narrows the dataset's `teachers` (those that matched every
-    /// keyed step so far) to the step's matching ones. What it finds wrong.
+    /// it, narrows the dataset's teachers in `keyed` (those that matched
+    /// every keyed step so far) to the step's matching ones, and bets on
+    /// its draw's alignment (at `line`). What it finds wrong.
     fn key_audit(
         &mut self,
         replayed: &replay::Replayed,
         commitment: &str,
-        keyed: &mut BTreeMap<String, KeyedDataset>,
+        keyed: &mut KeyedSoFar,
         line: usize,
     ) -> Option<String> {
         let Some(check) = &replayed.key else {
@@ -929,17 +924,13 @@ impl Replaying {
                 check.undetectable
             ));
         }
-        let dataset = keyed.entry(self.dataset.clone()).or_insert_with(|| KeyedDataset {
-            teachers: check.matching.clone(),
-            alignment: Alignment::default(),
-            line,
-        });
         if let Some(a) = check.alignment {
-            dataset.alignment.add(a);
-            dataset.line = line;
+            keyed.alignment.add(a);
+            keyed.line = line;
         }
-        dataset.teachers.retain(|t| check.matching.contains(t));
-        dataset.teachers.is_empty().then(|| {
+        let so_far = keyed.teachers.entry(self.dataset.clone()).or_insert_with(|| check.matching.clone());
+        so_far.retain(|t| check.matching.contains(t));
+        so_far.is_empty().then(|| {
             format!(
                 "its release is one teacher's output plus the key's noise, but not the output of any teacher that \
                  every earlier keyed step of dataset {:?} matched: the releases are not all centred on one secret \

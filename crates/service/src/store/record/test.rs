@@ -42,7 +42,7 @@ fn alice() -> SessionRecord {
         journal_head: None,
         journal_events: 0,
         cache_owners: Vec::new(),
-        dataset: Some([9; 32]),
+        dataset: None,
     }
 }
 
@@ -89,6 +89,8 @@ fn records_round_trip_bit_exactly_in_the_current_format() {
     assert_eq!(SessionRecord::decode(&bare.encode()), Some(bare));
     let chained = SessionRecord { journal_head: Some([7; 32]), ..r.clone() };
     assert_eq!(SessionRecord::decode(&chained.encode()), Some(chained));
+    let datasets = SessionRecord { dataset: Some([9; 32]), ..r.clone() };
+    assert_eq!(SessionRecord::decode(&datasets.encode()), Some(datasets));
     // A linear-form posterior comes back in linear form, bit for bit.
     let linear = SessionRecord { posterior: Form::Linear(vec![1.0, 0.0, 5e-324, 0.75]), ..r.clone() };
     let back = SessionRecord::decode(&linear.encode()).expect("decodes");
