@@ -30,6 +30,7 @@ mod ha;
 
 use check::{Counts, Db, Seen};
 use compose::{Project, run};
+use sha2::Digest;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -67,7 +68,9 @@ struct Figures {
 /// teachers and embedded store — runs as UID 10001, turns healthy through
 /// the image's own HEALTHCHECK, and answers the README's first query
 /// (`examples/first_query.py`, with the Python client package) through a
-/// port published on loopback.
+/// port published on loopback. Issue 67 §1: the image listens on every
+/// interface, so without a key of the operator's own it refuses to start
+/// and says how to give one; with one, that key is served.
 #[test]
 fn the_image_serves_the_readmes_first_query() {
     if !engine_answers() {
@@ -75,8 +78,25 @@ fn the_image_serves_the_readmes_first_query() {
     }
     let _turn = compose::one_at_a_time();
     build_images();
-    let out =
-        run(Command::new("docker").args(["run", "-d", "--rm", "-p", "127.0.0.1::50051", "pacpriv:local", "serve"]));
+    let refused = Command::new("docker").args(["run", "--rm", "pacpriv:local", "serve"]).output().expect("docker runs");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "the image served the published demo key:\n{said}");
+    assert!(said.contains("\"demo-key\"") && said.contains("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256"), "{said}");
+    // The operator's own key, as the Docker page shows.
+    let key = "image-test-key";
+    let digest: String = sha2::Sha256::digest(key).iter().map(|b| format!("{b:02x}")).collect();
+    let hash = format!("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256={digest}");
+    let out = run(Command::new("docker").args([
+        "run",
+        "-d",
+        "--rm",
+        "-e",
+        &hash,
+        "-p",
+        "127.0.0.1::50051",
+        "pacpriv:local",
+        "serve",
+    ]));
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let _remove = RemoveOnDrop(id.clone());
     let logs = || String::from_utf8_lossy(&run(Command::new("docker").args(["logs", &id])).stderr).into_owned();
@@ -88,7 +108,7 @@ fn the_image_serves_the_readmes_first_query() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = run(&mut Command::new(root.join("tests/client_venv.sh")));
     let python = String::from_utf8_lossy(&venv.stdout).trim().to_owned();
-    let first = run(Command::new(python).arg(root.join("examples/first_query.py")).arg(&addr));
+    let first = run(Command::new(python).arg(root.join("examples/first_query.py")).arg(&addr).arg(key));
     let text = String::from_utf8_lossy(&first.stdout);
     assert!(text.starts_with("label ") && text.contains("budget: spent"), "first query printed:\n{text}");
 }

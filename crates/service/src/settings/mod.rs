@@ -303,6 +303,14 @@ impl Raw {
                 format!("{e}: a name is part of its sessions' store keys, so it cannot hold '/' or '*'"),
             ));
         }
+        // A published credential is for a server only its own machine can
+        // reach.
+        let listeners: Vec<(&str, std::net::SocketAddr)> = [("server.listen", Some(server.listen))]
+            .into_iter()
+            .chain([("server.http_listen", server.http_listen)])
+            .filter_map(|(key, addr)| addr.map(|a| (key, a)))
+            .collect();
+        principals::published_key_off_loopback(&principals, &listeners)?;
         if principals.is_empty() && admin.is_none() {
             return Err(err(
                 "principals",

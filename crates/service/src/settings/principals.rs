@@ -8,9 +8,18 @@ use crate::session::{PrincipalConfig, Scope};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+/// SHA-256 of "demo-key", the demo principal's key that the README, the
+/// book and the examples publish: accepted only by a server whose client
+/// listeners are all on loopback ([`published_key_off_loopback`]).
+pub const PUBLISHED_DEMO_KEY_SHA256: &str = "c48a01f49fd0f2cc404bc3cbbc80e91457a3d41bb429a695243de4c61794155c";
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPrincipal {
+    /// `false` removes a principal an earlier layer defines (the compiled-in
+    /// defaults' `demo`): a layered file cannot delete a table.
+    #[serde(default = "enabled")]
+    pub(super) enabled: bool,
     pub(super) key_sha256: String,
     pub(super) budget_mi: String,
     /// Its limit in some datasets other than the default one.
@@ -26,7 +35,7 @@ pub(super) fn principals<'a>(
     further: impl Iterator<Item = &'a DatasetSettings> + Clone,
 ) -> Result<Vec<PrincipalConfig>, SettingsError> {
     let mut out: Vec<PrincipalConfig> = Vec::with_capacity(raw.len());
-    for (name, p) in raw {
+    for (name, p) in raw.into_iter().filter(|(_, p)| p.enabled) {
         let key = format!("principals.{name}.key_sha256");
         let hash = parse_sha256(&p.key_sha256)
             .ok_or_else(|| err(&key, "must be 64 hex digits: the SHA-256 of the API key (echo -n KEY | sha256sum)"))?;
@@ -61,4 +70,36 @@ pub(super) fn principals<'a>(
         out.push(PrincipalConfig { name, key_sha256: hash, budget, dataset_budgets });
     }
     Ok(out)
+}
+
+fn enabled() -> bool {
+    true
+}
+
+/// The refusal of a principal that holds the published demo key while a
+/// client listener (named by its key, at `addr`) is off loopback: anyone
+/// who can reach it would spend that principal's budget (issue 67 §1).
+pub(super) fn published_key_off_loopback(
+    principals: &[PrincipalConfig],
+    listeners: &[(&str, std::net::SocketAddr)],
+) -> Result<(), SettingsError> {
+    let published = parse_sha256(PUBLISHED_DEMO_KEY_SHA256);
+    let Some(p) = principals.iter().find(|p| Some(p.key_sha256) == published) else {
+        return Ok(());
+    };
+    let Some((listener, addr)) = listeners.iter().find(|(_, a)| !a.ip().is_loopback()) else {
+        return Ok(());
+    };
+    Err(err(
+        &format!("principals.{}.key_sha256", p.name),
+        format!(
+            "is the SHA-256 of the published demo key \"demo-key\", and {listener} = {addr} is off loopback: \
+             anyone who can reach it could spend principal {name:?}'s budget. Give it a key of your own \
+             (PACPRIV__PRINCIPALS__{upper}__KEY_SHA256=$(printf %s \"$KEY\" | sha256sum | cut -d' ' -f1)), remove \
+             it (principals.{name}.enabled = false, PACPRIV__PRINCIPALS__{upper}__ENABLED=false), or listen on \
+             loopback only",
+            name = p.name,
+            upper = p.name.to_uppercase(),
+        ),
+    ))
 }

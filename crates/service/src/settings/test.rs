@@ -651,3 +651,50 @@ fn a_principal_has_its_own_budget_in_a_further_dataset() -> Result<(), SettingsE
     }
     Ok(())
 }
+
+/// Issue 67 §1: the published demo key is for a server only its own
+/// machine can reach. With a client listener off loopback (the image's
+/// 0.0.0.0) a principal holding it refuses the start, naming the key, the
+/// listener and both ways out; a key of one's own, or the principal
+/// removed (`enabled = false`, also from a --config file), starts.
+#[test]
+fn the_published_demo_key_is_refused_off_loopback() -> Result<(), SettingsError> {
+    for (listener, value) in
+        [("PACPRIV__SERVER__LISTEN", "0.0.0.0:50051"), ("PACPRIV__SERVER__HTTP_LISTEN", "[::]:8000")]
+    {
+        let Err(e) = load(&[(listener, value)]) else { panic!("{listener} = {value} served the published key") };
+        let said = e.to_string();
+        assert_eq!(e.key, "principals.demo.key_sha256", "{said}");
+        for part in
+            ["\"demo-key\"", value, "PACPRIV__PRINCIPALS__DEMO__KEY_SHA256", "PACPRIV__PRINCIPALS__DEMO__ENABLED"]
+        {
+            assert!(said.contains(part), "{part}: {said}");
+        }
+    }
+    let off = ("PACPRIV__SERVER__LISTEN", "0.0.0.0:50051");
+    let own = load(&[off, ("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256", &"ab".repeat(32))])?;
+    assert_eq!(own.principals.len(), 1);
+    let alice = [
+        ("PACPRIV__PRINCIPALS__ALICE__KEY_SHA256", "cd".repeat(32)),
+        ("PACPRIV__PRINCIPALS__ALICE__BUDGET_MI", "1".into()),
+    ];
+    let mut env: Vec<(&str, &str)> = alice.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.extend([off, ("PACPRIV__PRINCIPALS__DEMO__ENABLED", "false")]);
+    let removed = load(&env)?;
+    assert_eq!(removed.principals.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["alice"]);
+    // On loopback (the shipped default) the demo key serves.
+    assert_eq!(load(&[])?.principals[0].name, "demo");
+
+    // A --config file removes it too.
+    let dir = tempfile::tempdir().map_err(|e| err("test", e.to_string()))?;
+    let file = dir.path().join("p.toml");
+    let toml = format!(
+        "[server]\nlisten = \"0.0.0.0:50051\"\n\n[principals.demo]\nenabled = false\n\n[principals.alice]\n\
+         key_sha256 = \"{}\"\nbudget_mi = \"1\"\n",
+        "cd".repeat(32)
+    );
+    std::fs::write(&file, toml).map_err(|e| err("test", e.to_string()))?;
+    let s = Settings::load_with_env(Some(&file), std::iter::empty())?;
+    assert_eq!(s.principals.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["alice"]);
+    Ok(())
+}
