@@ -36,13 +36,15 @@
 //! by ⟨z, x_{s*} − x_i⟩_{Σ⁻¹}), or away from it. With the key the verifier
 //! holds g, so each step gives a = ⟨g, w⟩/‖w‖ ([`KeyCheck::alignment`]), which
 //! is N(0, 1) given everything before the draw: g is a pseudorandom
-//! function of the position, independent of the inputs. The export's a's
+//! function of the position, independent of the inputs. A session's a's
 //! are bet on as a mixture of exp(λa − λ²/2) over ±λ — a nonnegative
-//! martingale, so an honest export fails with chance at most α (Ville) —
-//! and picking the best of N draws each step, a shift of ~√(2 ln N), is
-//! caught in a few steps ([`Alignment::steps_to_catch`]). Picking on a
-//! direction orthogonal to w (against one rival) leaves a unbiased: this
-//! is a second line, the fixed draw the first.
+//! martingale, whose wealth is an e-value — and the export's sessions'
+//! wealths averaged ([`Alignment::p_averaged`]), so an honest export fails
+//! with chance at most α; picking the best of N draws each step, a shift
+//! of ~√(2 ln N), is caught in a few steps ([`Alignment::steps_to_catch`]).
+//! Picking on a direction orthogonal to w (against one rival) leaves a
+//! unbiased, and which query meets a version's draw is still the
+//! operator's to order (`accounting.md` §11): this is a second line.
 //!
 //! # Invariants
 //! - Pure: a function of Σ′, the centres, the published release and g.
@@ -79,6 +81,15 @@ pub const SPECTRAL_DRIFT: f64 = 4.0;
 /// A direction whose spectral drift allowance reaches this share of its
 /// standard deviation is counted as unresolved ([`KeyCheck::unresolved`]).
 pub const UNRESOLVED_DRIFT: f64 = 1e-3;
+
+/// ln((1/n)·Σ eˣ) without overflow (0 for none).
+fn log_mean_exp(xs: &[f64]) -> f64 {
+    let top = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !top.is_finite() {
+        return if xs.is_empty() { 0.0 } else { top };
+    }
+    top + (xs.iter().map(|x| (x - top).exp()).sum::<f64>() / xs.len() as f64).ln()
+}
 
 /// What the key says about one step.
 #[derive(Clone, Debug, PartialEq)]
@@ -135,12 +146,22 @@ impl Alignment {
 
     /// The p-value bound 1/(average wealth), at most 1.
     pub fn p(&self) -> f64 {
-        if self.log_wealth.is_empty() {
-            return 1.0;
-        }
-        let top = self.log_wealth.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let mean = self.log_wealth.iter().map(|w| (w - top).exp()).sum::<f64>() / self.log_wealth.len() as f64;
-        (-(top + mean.ln())).exp().min(1.0)
+        (-self.log_wealth()).exp().min(1.0)
+    }
+
+    /// The log of the bets' average wealth (0 before any step).
+    pub fn log_wealth(&self) -> f64 {
+        log_mean_exp(&self.log_wealth)
+    }
+
+    /// The p-value bound of several sessions' bets together: 1 over the
+    /// average of their wealths, at most 1. Each wealth is an e-value, and
+    /// so is their average, so an honest export stays below 1/α with
+    /// chance at least 1 − α; a bias confined to one session among K costs
+    /// ln K, where pooling its steps with theirs would dilute it.
+    pub fn p_averaged<'a>(sessions: impl IntoIterator<Item = &'a Alignment>) -> f64 {
+        let logs: Vec<f64> = sessions.into_iter().map(Alignment::log_wealth).collect();
+        (-log_mean_exp(&logs)).exp().min(1.0)
     }
 
     /// How many steps whose alignments all shift by `shift` make

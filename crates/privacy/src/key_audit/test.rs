@@ -330,3 +330,37 @@ fn the_alignment_bets_hold_their_level() {
         .count();
     assert!(alarms <= 4, "{alarms} of 2000");
 }
+
+/// Issue 66, third attacker review: pooled over an export, a bias
+/// confined to one session drowns in many honest ones (the pooled bets
+/// see its sum against every step's λ²/2); each session's bets averaged
+/// cost it only ln K. Best of 16 for 60 steps in one session among 200
+/// honest sessions of 500 steps: caught averaged, not pooled.
+#[test]
+fn a_bias_in_one_session_is_not_diluted_by_honest_ones() {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let alpha = 1e-6;
+    let mut rng = chacha20::ChaCha20Rng::seed_from_u64(68);
+    let mut normal = || -> f64 { StandardNormal.sample(&mut rng) };
+    let (mut sessions, mut pooled) = (Vec::new(), Alignment::default());
+    for _ in 0..200 {
+        let mut honest = Alignment::default();
+        for _ in 0..500 {
+            let a = normal();
+            honest.add(a);
+            pooled.add(a);
+        }
+        sessions.push(honest);
+    }
+    assert!(Alignment::p_averaged(&sessions) >= alpha, "honest sessions pass");
+    let mut biased = Alignment::default();
+    for _ in 0..60 {
+        let a = (0..16).map(|_| normal()).fold(f64::NEG_INFINITY, f64::max);
+        biased.add(a);
+        pooled.add(a);
+    }
+    sessions.push(biased);
+    assert!(pooled.p() >= alpha, "pooled, the bias is diluted: {}", pooled.p());
+    assert!(Alignment::p_averaged(&sessions) < alpha, "averaged, it is caught");
+}

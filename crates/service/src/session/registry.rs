@@ -157,6 +157,8 @@ pub struct Sessions {
     local: Option<RwLock<Local>>,
     /// PostgreSQL only: key digests that named no principal a moment ago.
     unknown: UnknownKeys,
+    /// A key digest refused whoever holds it ([`Sessions::refusing`]).
+    refused: Option<[u8; 32]>,
 }
 
 impl Sessions {
@@ -202,8 +204,13 @@ impl Sessions {
             };
             opened.push(Dataset { terms, shared });
         }
-        let mut sessions =
-            Sessions { datasets: opened, store: store.clone(), local: None, unknown: UnknownKeys::default() };
+        let mut sessions = Sessions {
+            datasets: opened,
+            store: store.clone(),
+            local: None,
+            unknown: UnknownKeys::default(),
+            refused: None,
+        };
         if store.single_writer() {
             let mut local = Local::default();
             for record in store.principals().await.map_err(SessionError::Registry)? {
@@ -339,7 +346,20 @@ impl Sessions {
         Ok(now)
     }
 
+    /// These sessions, refusing the key whose digest is `refused` (the
+    /// published demo key on a server listening off loopback) whoever
+    /// stored a principal with it: another replica's configuration, or an
+    /// earlier release's.
+    pub fn refusing(self, refused: Option<[u8; 32]>) -> Self {
+        Sessions { refused, ..self }
+    }
+
     async fn lookup(&self, presented: Presented) -> Result<Caller, SessionError> {
+        if let (Some(refused), Presented::Key(digest)) = (&self.refused, &presented)
+            && digest == refused
+        {
+            return Err(SessionError::Unauthenticated);
+        }
         if let Some(local) = &self.local {
             let local = Self::read_local(local)?;
             let name = match &presented {

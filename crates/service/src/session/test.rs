@@ -807,3 +807,19 @@ fn a_record_of_another_datasets_secret_is_not_resumed() -> TestResult {
     assert_eq!(resumed.record().0.dataset, Some(other.params.noise.commitment()));
     Ok(())
 }
+
+/// Issue 67 §1 (third review's L2): a server listening off loopback
+/// refuses the published demo key whoever stored a principal with it —
+/// another replica's configuration sharing the store, an earlier release
+/// — while the other principals are served.
+#[tokio::test]
+async fn a_refused_key_names_no_one_whoever_stored_it() -> TestResult {
+    use sha2::{Digest, Sha256};
+    let dir = tempfile::tempdir()?;
+    let s = sessions_in(dir.path(), Scope::PerPrincipal, Policy::Contested).await?;
+    login(&s, Credential::ApiKey("ka")).await?;
+    let s = s.refusing(Some(Sha256::digest("ka").into()));
+    assert!(matches!(login(&s, Credential::ApiKey("ka")).await, Err(SessionError::Unauthenticated)));
+    login(&s, Credential::ApiKey("kb")).await?;
+    Ok(())
+}

@@ -118,6 +118,9 @@ pub struct Settings {
     /// Principals provisioned in the configuration (the admin API adds
     /// more at run time).
     pub principals: Vec<PrincipalConfig>,
+    /// The published demo key's digest when a client listener is off
+    /// loopback: refused whoever stored a principal with it (issue 67 §1).
+    pub refused_key: Option<[u8; 32]>,
     /// A plaintext listener serving only `grpc.health.v1`, for probes that
     /// cannot speak TLS (Kubernetes `grpc:` probes).
     pub health_listen: Option<SocketAddr>,
@@ -311,6 +314,7 @@ impl Raw {
             .filter_map(|(key, addr)| addr.map(|a| (key, a)))
             .collect();
         principals::published_key_off_loopback(&principals, &listeners)?;
+        let refused_key = principals::published_key_to_refuse(&listeners);
         if principals.is_empty() && admin.is_none() {
             return Err(err(
                 "principals",
@@ -338,6 +342,7 @@ impl Raw {
             more_models,
             health_interval: fanout.health_interval,
             principals,
+            refused_key,
             health_listen: server.health_listen,
             tls: self.tls.validate()?,
             admin,

@@ -76,6 +76,13 @@ fn enabled() -> bool {
     true
 }
 
+/// The published demo key's digest, when a client listener among
+/// `listeners` is off loopback: the key the registry must refuse whoever
+/// stored it (another replica's configuration, an earlier release).
+pub(super) fn published_key_to_refuse(listeners: &[(&str, std::net::SocketAddr)]) -> Option<[u8; 32]> {
+    listeners.iter().any(|(_, a)| !a.ip().is_loopback()).then(|| parse_sha256(PUBLISHED_DEMO_KEY_SHA256)).flatten()
+}
+
 /// The refusal of a principal that holds the published demo key while a
 /// client listener (named by its key, at `addr`) is off loopback: anyone
 /// who can reach it would spend that principal's budget (issue 67 §1).

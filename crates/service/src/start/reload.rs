@@ -184,6 +184,8 @@ pub fn needs_restart(running: &Settings, new: &Settings) -> Vec<&'static str> {
         more_models: _,
         health_interval,
         principals: _,
+        // Follows server.listen and server.http_listen, compared above.
+        refused_key: _,
         health_listen,
         tls,
         admin,

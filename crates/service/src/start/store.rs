@@ -159,7 +159,7 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
             params,
         });
     }
-    let sessions = Sessions::new(&settings.principals, datasets, &store).await?;
+    let sessions = Sessions::new(&settings.principals, datasets, &store).await?.refusing(settings.refused_key);
     let accounts = sessions.active_accounts().await?;
     Ok(Opened { sessions, accounts })
 }

@@ -455,18 +455,20 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
         }
         (_, None) => {}
     }
-    // The keyed draws' alignment: one test over the export (whatever
-    // datasets the key file names, an honest a is N(0, 1)).
-    let p = keyed.alignment.p();
-    if p < options.noise_alpha {
+    // The keyed draws' alignment: one test over the export, each
+    // session's bets averaged (whatever datasets the key file names, an
+    // honest a is N(0, 1)).
+    let p = Alignment::p_averaged(keyed.sessions.values().map(|(a, _)| a));
+    let leading = keyed.sessions.iter().max_by(|x, y| x.1.0.log_wealth().total_cmp(&y.1.0.log_wealth()));
+    if let (true, Some((session, (alignment, line)))) = (p < options.noise_alpha, leading) {
         findings.add(
-            keyed.line,
+            *line,
             format!(
-                "the keyed draws lean toward or away from the teacher each dataset's releases are centred on: over \
-                 {} keyed steps their alignment sums to {:.1} (N(0, {}) when honest), p ≤ {p:.3e} < --noise-alpha \
-                 = {}: the draws were not the keys' at their positions as released, or were picked among several, \
-                 which leaks s* beyond what was charged",
-                keyed.alignment.steps, keyed.alignment.sum, keyed.alignment.steps, options.noise_alpha
+                "the keyed draws lean toward or away from the teacher each dataset's releases are centred on (the \
+                 export's sessions' bets averaged; most in session {session:?}, whose {} keyed steps' alignment \
+                 sums to {:.1}, N(0, {}) when honest), p ≤ {p:.3e} < --noise-alpha = {}: the draws were not the \
+                 keys' at their positions, or each met the query it suits, which leaks s* beyond what was charged",
+                alignment.steps, alignment.sum, alignment.steps, options.noise_alpha
             ),
         );
     }
@@ -513,10 +515,10 @@ struct KeyedSoFar {
     /// For each dataset, the teachers that matched every keyed step of
     /// any of its sessions (s* is one per dataset).
     teachers: BTreeMap<String, Vec<usize>>,
-    /// The bets on the draws' alignment with the matched centres.
-    alignment: Alignment,
-    /// The line of the last keyed step bet on (where a failed bet is said).
-    line: usize,
+    /// For each session, the bets on its draws' alignment with the
+    /// matched centres, and the line of its last keyed step bet on (where
+    /// a failed test is said).
+    sessions: BTreeMap<String, (Alignment, usize)>,
 }
 
 /// One session being re-derived.
@@ -925,8 +927,9 @@ impl Replaying {
             ));
         }
         if let Some(a) = check.alignment {
-            keyed.alignment.add(a);
-            keyed.line = line;
+            let (bets, last) = keyed.sessions.entry(self.session.clone()).or_default();
+            bets.add(a);
+            *last = line;
         }
         let so_far = keyed.teachers.entry(self.dataset.clone()).or_insert_with(|| check.matching.clone());
         so_far.retain(|t| check.matching.contains(t));
