@@ -641,3 +641,30 @@ async fn format_2_caches_move_to_their_tables_without_loss_postgres() {
     let counts: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(counts, [("*global*".to_owned(), 3), ("alice".to_owned(), 3)], "each session's evictions, in rows");
 }
+
+/// Issue 67 §2 on PostgreSQL: a principal an earlier release let be named
+/// `fashion/alice` left a session under that key; a dataset `fashion`
+/// added later refuses its first start, naming it, instead of letting its
+/// principal `alice` resume another secret's posterior. (The embedded
+/// store: `session::secret::test::a_new_dataset_refuses_sessions_already_under_its_prefix`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_dataset_refuses_sessions_under_its_prefix_on_postgres() {
+    use pacpriv_service::session::secret::{SecretError, establish};
+    let pg = Postgres::start();
+    let store = Store::Postgres(Arc::new(PgStore::connect(&pg.url, &PgLink::plain(2)).await.expect("connects")));
+    establish(&store, DEFAULT_DATASET, None, 8, "t8", None).await.expect("the default dataset");
+    let (client, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("connects");
+    tokio::spawn(connection);
+    client
+        .execute("INSERT INTO pacpriv_sessions (session, version, record) VALUES ('fashion/alice', 0, '')", &[])
+        .await
+        .expect("an earlier release's session");
+    match establish(&store, "fashion", None, 8, "f8", None).await {
+        Err(e @ SecretError::SessionsUnderPrefix { .. }) => {
+            assert!(e.to_string().contains("\"fashion/alice\""), "{e}")
+        }
+        other => panic!("{:?}", other.map(|s| s.expose())),
+    }
+    assert!(store.meta("fashion").await.expect("reads").is_none(), "nothing was established");
+    establish(&store, "garden", None, 8, "g8", None).await.expect("another name starts");
+}
