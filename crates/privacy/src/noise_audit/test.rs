@@ -471,11 +471,13 @@ fn a_datasets_sessions_are_one_test() {
 /// variances span 1 … 10⁻⁴ of the largest — below the share either basis
 /// would count (10⁻²·⁵), above the share the server's own basis does
 /// ([`signal_share`]).
-fn hadamard_query() -> TeacherOutputs {
+/// At `d` > 8 the other coordinates are ones every teacher agrees on: the
+/// block's complement.
+fn hadamard_query(d: usize) -> TeacherOutputs {
     let scales = [1.0, 0.3, 0.1, 0.03, 1e-2, 1e-3, 3e-4, 1e-4];
-    TeacherOutputs::Vectors(Array2::from_shape_fn((M, 8), |(i, j)| {
+    TeacherOutputs::Vectors(Array2::from_shape_fn((M, d), |(i, j)| {
         let sign = if ((i & (j + 1)).count_ones()) % 2 == 0 { 1.0 } else { -1.0 };
-        0.5 + 0.25 * scales[j] * sign
+        0.5 + if j < 8 { 0.25 * scales[j] * sign } else { 0.0 }
     }))
 }
 
@@ -483,7 +485,7 @@ fn hadamard_query() -> TeacherOutputs {
 /// direction below 10⁻²·⁵ of the largest variance by `cut(v_j, f_lo)`
 /// (f_lo: the floor every machine's Σ exceeds), journaled consistently
 /// with the path it took (`journal_path`) or without; the audit's verdict.
-fn weak_cut(steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u64) -> Verdict {
+fn weak_cut(d: usize, steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u64) -> Verdict {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let b = Nats::new(2f64.powi(-12)).expect("b");
     let start = SessionState {
@@ -493,13 +495,13 @@ fn weak_cut(steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u6
     let secret = SecretIndex::new(rng.random_range(0..M), M).expect("secret");
     let (mut server, mut verifier) = (start.clone(), start);
     let mut audit = NoiseAudit::new(M);
-    let outputs = hadamard_query();
+    let outputs = hadamard_query(d);
     let TeacherOutputs::Vectors(x) = &outputs else { unreachable!("vectors") };
     for _ in 0..steps {
         let cal = crate::vector::calibrate(&server.posterior, x.view(), b).expect("calibrates");
         let v = cal.noise().variances().to_owned();
         let top = v.iter().fold(0.0f64, |a, &x| a.max(x)).max(cal.noise().complement());
-        let floor = crate::noise::dynamic_range_floor(8) * top;
+        let floor = crate::noise::dynamic_range_floor(d) * top;
 
         let scales: Vec<f64> =
             v.iter().map(|&vj| if vj < SIGNAL_SHARE_EITHER_BASIS * top { cut(vj, floor) } else { 1.0 }).collect();
@@ -529,7 +531,8 @@ fn weak_cut(steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u6
 
 /// Issue 66 §2–3: in vector mode, weak-direction noise cut to the floor,
 /// or removed, on the directions a colluding client pushes its signal
-/// into (d = 8, Hadamard columns), is caught within a few steps once the
+/// into (Hadamard columns; d = 8, and d = 100 with 92 coordinates every
+/// teacher agrees on), is caught within a few steps once the
 /// journal names the server's basis path — those directions are held to
 /// their honest variance — while an honest session of the same queries
 /// passes with none of its b uncovered. Without the path (journals before
@@ -539,14 +542,18 @@ fn weak_cut(steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool, seed: u6
 fn weak_direction_noise_cut_to_the_floor_is_caught() {
     let to_floor: fn(f64, f64) -> f64 = |v, floor| (floor / v).sqrt();
     let removed: fn(f64, f64) -> f64 = |_, _| 0.0;
-    for (cut, name) in [(to_floor, "to the floor"), (removed, "removed")] {
-        let v = weak_cut(4, cut, true, 31);
-        assert!(v.less(DEFAULT_ALPHA), "{name}: {v:?}");
+    for d in [8, 100] {
+        for (cut, name) in [(to_floor, "to the floor"), (removed, "removed")] {
+            let v = weak_cut(d, 4, cut, true, 31);
+            assert!(v.less(DEFAULT_ALPHA), "d = {d}, {name}: {v:?}");
+        }
+        let honest = weak_cut(d, 200, |_, _| 1.0, true, 32);
+        assert!(!honest.caught(DEFAULT_ALPHA), "d = {d}: {honest:?}");
+        assert!(honest.weak == 0, "d = {d}: every basis direction counts: {honest:?}");
     }
-    let honest = weak_cut(200, |_, _| 1.0, true, 32);
-    assert!(!honest.caught(DEFAULT_ALPHA), "{honest:?}");
-    assert!(honest.uncovered < 1e-9 && honest.weak == 0, "every direction counts: {honest:?}");
-    let unjournaled = weak_cut(200, to_floor, false, 33);
+    let honest = weak_cut(8, 200, |_, _| 1.0, true, 32);
+    assert!(honest.uncovered < 1e-9, "every direction counts: {honest:?}");
+    let unjournaled = weak_cut(8, 200, to_floor, false, 33);
     assert!(!unjournaled.caught(DEFAULT_ALPHA) && unjournaled.weak > 0, "{unjournaled:?}");
 }
 
