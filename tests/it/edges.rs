@@ -129,6 +129,45 @@ async fn a_call_without_a_key_is_refused_before_its_body_is_read() {
     }
 }
 
+/// Issue 67 §5: the admin listener refuses a call without the admin token
+/// from its headers alone, before a byte of its body is read or decoded —
+/// the admin API's and the repository's load alike — and the connection
+/// stays usable.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_call_without_the_token_is_refused_before_its_body_is_read() {
+    use crate::util::{ADMIN_TOKEN, key_hash};
+    let mut env = limited();
+    env.push(("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)));
+    let server = Process::serve(None, &env);
+    let admin = server.listener("admin");
+    let tcp = tokio::net::TcpStream::connect(&admin).await.expect("connects");
+    let (h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    tokio::spawn(connection);
+    let mut h2 = h2.ready().await.expect("ready");
+    for (path, token) in [
+        ("/pacpriv.v1.Admin/CreatePrincipal", None),
+        ("/pacpriv.v1.Admin/ExportNoiseKeys", Some("Bearer wrong")),
+        ("/inference.GRPCInferenceService/RepositoryModelLoad", None),
+    ] {
+        let mut request = tonic::codegen::http::Request::post(format!("http://{admin}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        let (response, mut body) = h2.send_request(request.body(()).expect("request"), false).expect("sent");
+        // A gRPC message prefix announcing 4 MiB that never come.
+        let _ = body.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0x40, 0, 0]), false);
+        let response = tokio::time::timeout(Duration::from_millis(10 * PREFACE_MS), response)
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer while the body is withheld"))
+            .expect("a response");
+        let status = response.headers().get("grpc-status").and_then(|v| v.to_str().ok());
+        assert_eq!(status, Some("16"), "{path}: UNAUTHENTICATED from the headers alone: {response:?}");
+        h2 = h2.ready().await.expect("the connection stays usable");
+    }
+}
+
 /// With PostgreSQL, a burst of calls with unknown keys — 40 keys, each
 /// sent 20 times — costs the database about one lookup per key (not one
 /// per call: the short negative cache), and an authenticated client is

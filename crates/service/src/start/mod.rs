@@ -302,13 +302,17 @@ pub async fn serve(
     if let Some(admin) = &settings.admin {
         let (listener, bound) = bind(admin.listen).await?;
         admin_addr = Some(bound);
-        let service = AdminServer::new(admin::AdminService::new(Arc::clone(&app), admin.key_sha256));
+        // Both gated by the token before a body is read (health and
+        // reflection stay open, as on every listener).
+        let gate = admin::token_gate(admin.key_sha256);
+        let service =
+            AdminServer::with_interceptor(admin::AdminService::new(Arc::clone(&app), admin.key_sha256), gate.clone());
         // The model repository's load and unload (Triton's gRPC service,
         // its other calls UNIMPLEMENTED here: the client listener's).
-        let repository = GrpcInferenceServiceServer::new(admin::repository::RepositoryService::new(
-            Arc::clone(&app),
-            admin.key_sha256,
-        ));
+        let repository = GrpcInferenceServiceServer::with_interceptor(
+            admin::repository::RepositoryService::new(Arc::clone(&app), admin.key_sha256),
+            gate,
+        );
         let server = net::builder(&settings.limits)
             .add_service(health_service.clone())
             .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)

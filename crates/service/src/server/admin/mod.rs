@@ -53,6 +53,14 @@ impl AdminService {
     }
 }
 
+/// The admin listener's gate: every call to its services (the admin API
+/// and the repository's load and unload) is refused from its headers,
+/// before a byte of its body is read or decoded, unless it carries the
+/// admin token (issue 67 §5). The handlers check again.
+pub fn token_gate(token_sha256: [u8; 32]) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |request| check_token(&request, &token_sha256).map(|()| request)
+}
+
 /// Checks that `request` carries the admin token hashing to
 /// `token_sha256`, in time independent of where the digests differ.
 fn check_token<T>(request: &Request<T>, token_sha256: &[u8; 32]) -> Result<(), Status> {
