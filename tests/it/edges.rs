@@ -99,26 +99,25 @@ async fn a_connection_that_only_pings_is_closed_once_idle() {
     assert!(server.logs().contains("no request or stream message"), "{}", server.logs());
 }
 
-/// A call that needs a credential and names none is answered
-/// UNAUTHENTICATED from its headers, while its client has sent 5 bytes of
-/// a body it declares to be 60 000: the body is never waited for.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_call_without_a_key_is_refused_before_its_body_is_read() {
-    let server = Process::serve(None, &limited());
-    let tcp = tokio::net::TcpStream::connect(&server.addr).await.expect("connects");
+/// Sends each call (path, `authorization` header) to `addr` over one
+/// HTTP/2 connection with a gRPC message prefix declaring `prefix`'s
+/// length and no more of the body, and asserts each is answered
+/// UNAUTHENTICATED from its headers alone, the connection staying usable.
+async fn refused_before_the_body(addr: &str, calls: &[(&str, Option<&str>)], prefix: &'static [u8]) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connects");
     let (h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
     tokio::spawn(connection);
     let mut h2 = h2.ready().await.expect("ready");
-    for path in ["/pacpriv.v1.Privatizer/Predict", "/inference.GRPCInferenceService/ModelInfer"] {
-        let request = tonic::codegen::http::Request::post(format!("http://{}{path}", server.addr))
+    for &(path, token) in calls {
+        let mut request = tonic::codegen::http::Request::post(format!("http://{addr}{path}"))
             .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .expect("request");
-        let (response, mut body) = h2.send_request(request, false).expect("sent");
-        // A gRPC message prefix: uncompressed, 60 000 bytes to come (the
-        // server may have answered and closed the stream already).
-        let _ = body.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0, 0xEA, 0x60]), false);
+            .header("te", "trailers");
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        let (response, mut body) = h2.send_request(request.body(()).expect("request"), false).expect("sent");
+        // The server may have answered and closed the stream already.
+        let _ = body.send_data(tonic::codegen::Bytes::from_static(prefix), false);
         let response = tokio::time::timeout(Duration::from_millis(10 * PREFACE_MS), response)
             .await
             .unwrap_or_else(|_| panic!("{path}: no answer while the body is withheld"))
@@ -127,6 +126,17 @@ async fn a_call_without_a_key_is_refused_before_its_body_is_read() {
         assert_eq!(status, Some("16"), "{path}: UNAUTHENTICATED from the headers alone: {response:?}");
         h2 = h2.ready().await.expect("the connection stays usable");
     }
+}
+
+/// A call that needs a credential and names none is answered
+/// UNAUTHENTICATED from its headers, while its client has sent 5 bytes of
+/// a body it declares to be 60 000: the body is never waited for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_without_a_key_is_refused_before_its_body_is_read() {
+    let server = Process::serve(None, &limited());
+    let calls = [("/pacpriv.v1.Privatizer/Predict", None), ("/inference.GRPCInferenceService/ModelInfer", None)];
+    // A gRPC message prefix: uncompressed, 60 000 bytes to come.
+    refused_before_the_body(&server.addr, &calls, &[0, 0, 0, 0xEA, 0x60]).await;
 }
 
 /// Issue 67 §5: the admin listener refuses a call without the admin token
@@ -139,33 +149,13 @@ async fn an_admin_call_without_the_token_is_refused_before_its_body_is_read() {
     let mut env = limited();
     env.push(("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)));
     let server = Process::serve(None, &env);
-    let admin = server.listener("admin");
-    let tcp = tokio::net::TcpStream::connect(&admin).await.expect("connects");
-    let (h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
-    tokio::spawn(connection);
-    let mut h2 = h2.ready().await.expect("ready");
-    for (path, token) in [
+    let calls = [
         ("/pacpriv.v1.Admin/CreatePrincipal", None),
         ("/pacpriv.v1.Admin/ExportNoiseKeys", Some("Bearer wrong")),
         ("/inference.GRPCInferenceService/RepositoryModelLoad", None),
-    ] {
-        let mut request = tonic::codegen::http::Request::post(format!("http://{admin}{path}"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers");
-        if let Some(token) = token {
-            request = request.header("authorization", token);
-        }
-        let (response, mut body) = h2.send_request(request.body(()).expect("request"), false).expect("sent");
-        // A gRPC message prefix announcing 4 MiB that never come.
-        let _ = body.send_data(tonic::codegen::Bytes::from_static(&[0, 0, 0x40, 0, 0]), false);
-        let response = tokio::time::timeout(Duration::from_millis(10 * PREFACE_MS), response)
-            .await
-            .unwrap_or_else(|_| panic!("{path}: no answer while the body is withheld"))
-            .expect("a response");
-        let status = response.headers().get("grpc-status").and_then(|v| v.to_str().ok());
-        assert_eq!(status, Some("16"), "{path}: UNAUTHENTICATED from the headers alone: {response:?}");
-        h2 = h2.ready().await.expect("the connection stays usable");
-    }
+    ];
+    // A gRPC message prefix announcing 4 MiB that never come.
+    refused_before_the_body(&server.listener("admin"), &calls, &[0, 0, 0x40, 0, 0]).await;
 }
 
 /// With PostgreSQL, a burst of calls with unknown keys — 40 keys, each
