@@ -137,6 +137,17 @@ impl Floor {
             Floor::Resolvable => dynamic_range_floor(n).max(resolvable_floor(n)),
         }
     }
+
+    /// The least variance of the complement of a block of `n` coordinates
+    /// whose largest variance is `top` and whose basis variances sum to
+    /// `basis_sum`.
+    fn complement(self, n: usize, top: f64, basis_sum: f64) -> f64 {
+        let round_off = top * dynamic_range_floor(n);
+        match self {
+            Floor::RoundOff => round_off,
+            Floor::Resolvable => round_off.max(COMPLEMENT_RESOLUTION * basis_sum),
+        }
+    }
 }
 
 /// Largest tolerated deviation of UᵀU from the identity.
@@ -332,13 +343,7 @@ impl Noise {
         let n = coords.len();
         let top = variances.iter().fold(complement, |a, &v| a.max(v));
         variances.mapv_inplace(|v| v.max(top * floor.ratio(n)));
-        let complement = match (complement > 0.0, floor) {
-            (false, _) => 0.0,
-            (true, Floor::RoundOff) => complement.max(top * dynamic_range_floor(n)),
-            (true, Floor::Resolvable) => {
-                complement.max(top * dynamic_range_floor(n)).max(COMPLEMENT_RESOLUTION * variances.sum())
-            }
-        };
+        let complement = if complement > 0.0 { complement.max(floor.complement(n, top, variances.sum())) } else { 0.0 };
         // Σ ⪰ f·I on the whole block, as the noise audit's floors assume.
         variances.mapv_inplace(|v| v.max(complement));
 

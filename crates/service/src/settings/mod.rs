@@ -313,8 +313,7 @@ impl Raw {
             .chain([("server.http_listen", server.http_listen)])
             .filter_map(|(key, addr)| addr.map(|a| (key, a)))
             .collect();
-        principals::published_key_off_loopback(&principals, &listeners)?;
-        let refused_key = principals::published_key_to_refuse(&listeners);
+        let refused_key = principals::published_key_off_loopback(&principals, &listeners)?;
         if principals.is_empty() && admin.is_none() {
             return Err(err(
                 "principals",

@@ -76,26 +76,25 @@ fn enabled() -> bool {
     true
 }
 
-/// The published demo key's digest, when a client listener among
-/// `listeners` is off loopback: the key the registry must refuse whoever
-/// stored it (another replica's configuration, an earlier release).
-pub(super) fn published_key_to_refuse(listeners: &[(&str, std::net::SocketAddr)]) -> Option<[u8; 32]> {
-    listeners.iter().any(|(_, a)| !a.ip().is_loopback()).then(|| parse_sha256(PUBLISHED_DEMO_KEY_SHA256)).flatten()
-}
-
-/// The refusal of a principal that holds the published demo key while a
-/// client listener (named by its key, at `addr`) is off loopback: anyone
-/// who can reach it would spend that principal's budget (issue 67 §1).
+/// With a client listener among `listeners` (each named by its key) off
+/// loopback, the published demo key's digest, which the registry then
+/// refuses whoever stored it (another replica's configuration, an earlier
+/// release); `None` on loopback.
+///
+/// # Errors
+/// A configured principal holds the published key while a listener is off
+/// loopback: anyone who can reach it would spend that principal's budget
+/// (issue 67 §1).
 pub(super) fn published_key_off_loopback(
     principals: &[PrincipalConfig],
     listeners: &[(&str, std::net::SocketAddr)],
-) -> Result<(), SettingsError> {
+) -> Result<Option<[u8; 32]>, SettingsError> {
+    let Some((listener, addr)) = listeners.iter().find(|(_, a)| !a.ip().is_loopback()) else {
+        return Ok(None);
+    };
     let published = parse_sha256(PUBLISHED_DEMO_KEY_SHA256);
     let Some(p) = principals.iter().find(|p| Some(p.key_sha256) == published) else {
-        return Ok(());
-    };
-    let Some((listener, addr)) = listeners.iter().find(|(_, a)| !a.ip().is_loopback()) else {
-        return Ok(());
+        return Ok(published);
     };
     Err(err(
         &format!("principals.{}.key_sha256", p.name),
