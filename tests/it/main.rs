@@ -36,6 +36,7 @@ mod soak;
 mod start_wait;
 mod startup;
 mod store;
+mod strangers;
 mod subsets;
 mod teacher_tls;
 mod telemetry;

@@ -24,7 +24,8 @@
 //! - An accept error (EMFILE: out of file descriptors) is logged and
 //!   retried after [`ACCEPT_BACKOFF`], never in a spinning loop.
 
-use std::collections::HashMap;
+use super::connection::{self, Connection};
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -64,45 +65,119 @@ pub enum Watch {
 }
 
 /// A listener's connection slots: `server.max_connections` in all, at
-/// most `server.max_connections_per_peer` for one peer address.
+/// most `server.max_connections_per_peer` for one peer ([`PeerGroup`]).
 pub struct Slots {
     total: Arc<Semaphore>,
     per_peer: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
+    /// Whether a full listener evicts a stranger's connection for a new
+    /// one (listeners whose calls authenticate).
+    evicts: bool,
+    held: Mutex<Held>,
+}
+
+/// The connections a listener holds.
+#[derive(Default)]
+struct Held {
+    per_peer: HashMap<PeerGroup, usize>,
+    /// By order of acceptance (the key), for eviction oldest first.
+    live: BTreeMap<u64, Arc<Connection>>,
+    next: u64,
+}
+
+/// The peers that share one per-peer cap: an IPv4 address, or an IPv6
+/// /64 (what one subscriber, or one cloud instance, is given: counting
+/// IPv6 addresses one by one would let one host take every slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerGroup(IpAddr);
+
+impl PeerGroup {
+    /// The group of `peer` (an IPv4-mapped IPv6 address is its IPv4 one).
+    pub fn of(peer: IpAddr) -> PeerGroup {
+        match peer.to_canonical() {
+            IpAddr::V6(v6) => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                PeerGroup(IpAddr::V6(prefix.into()))
+            }
+            v4 => PeerGroup(v4),
+        }
+    }
 }
 
 impl Slots {
-    /// `max` slots, at most `per_peer` of them for one peer.
+    /// `max` slots, at most `per_peer` of them for one peer; a new
+    /// connection waits for a free slot.
     pub fn new(max: usize, per_peer: usize) -> Arc<Self> {
-        Arc::new(Slots { total: Arc::new(Semaphore::new(max)), per_peer, held: Mutex::default() })
+        Self::build(max, per_peer, false)
+    }
+
+    /// As [`Slots::new`], but a connection arriving while all are taken
+    /// closes the oldest one no call has authenticated on, and takes its
+    /// slot: strangers cannot keep a listener full.
+    pub fn evicting(max: usize, per_peer: usize) -> Arc<Self> {
+        Self::build(max, per_peer, true)
+    }
+
+    fn build(max: usize, per_peer: usize, evicts: bool) -> Arc<Self> {
+        Arc::new(Slots { total: Arc::new(Semaphore::new(max)), per_peer, evicts, held: Mutex::default() })
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `peer` holds its share.
+    fn full_for(&self, peer: PeerGroup) -> bool {
+        self.held().per_peer.get(&peer).is_some_and(|&n| n >= self.per_peer)
     }
 
     /// One more connection for `peer`, unless it holds its share.
     fn take(self: &Arc<Self>, peer: IpAddr, total: OwnedSemaphorePermit) -> Option<Slot> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = held.entry(peer).or_default();
+        let group = PeerGroup::of(peer);
+        let mut held = self.held();
+        let count = held.per_peer.entry(group).or_default();
         if *count >= self.per_peer {
             return None;
         }
         *count += 1;
-        Some(Slot { slots: Arc::clone(self), peer, _total: total })
+        let (id, connection) = (held.next, Connection::new());
+        held.next += 1;
+        held.live.insert(id, Arc::clone(&connection));
+        Some(Slot { slots: Arc::clone(self), group, id, connection, _total: total })
+    }
+
+    /// Evicts the oldest connection no call has authenticated on (and not
+    /// already evicted); whether there was one.
+    fn evict_a_stranger(&self) -> bool {
+        let held = self.held();
+        let stranger = held.live.values().find(|c| !c.is_authenticated() && !c.is_evicted());
+        stranger.inspect(|c| c.evict()).is_some()
     }
 }
 
 /// One connection's slot; given back when the connection closes.
 pub struct Slot {
     slots: Arc<Slots>,
-    peer: IpAddr,
+    group: PeerGroup,
+    id: u64,
+    connection: Arc<Connection>,
     _total: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    /// The connection holding it.
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.connection
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = held.get_mut(&self.peer) {
+        let mut held = self.slots.held();
+        held.live.remove(&self.id);
+        if let Some(count) = held.per_peer.get_mut(&self.group) {
             *count -= 1;
             if *count == 0 {
-                held.remove(&self.peer);
+                held.per_peer.remove(&self.group);
             }
         }
     }
@@ -112,7 +187,8 @@ impl Drop for Slot {
 /// documentation).
 pub struct Guarded<IO> {
     io: IO,
-    _slot: Slot,
+    slot: Slot,
+    evicted: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     watch: Option<H2Watch>,
     writes: Option<WriteWatch>,
 }
@@ -169,7 +245,11 @@ fn watched<T>(
 struct H2Watch {
     idle: Duration,
     at: At,
+    /// The preface's deadline, then the idle one; moved on lazily, when it
+    /// fires ([`H2Watch::idle_from`]).
     deadline: Pin<Box<Sleep>>,
+    /// When the preface, or a request or stream message, last arrived.
+    active: Instant,
 }
 
 enum At {
@@ -228,6 +308,18 @@ impl H2Watch {
         active
     }
 
+    /// Since when the connection has been idle, once its preface is in
+    /// (none before): requests and stream messages count only once a call
+    /// on it has authenticated, so a stranger's health checks and metadata
+    /// calls keep nothing open; an authentication counts always.
+    fn idle_from(&self, connection: &Connection) -> Option<Instant> {
+        if matches!(self.at, At::Preface(_)) {
+            return None;
+        }
+        let active = if connection.is_authenticated() { self.active } else { connection.accepted() };
+        Some(active.max(connection.touched()))
+    }
+
     fn timed_out(&self) -> std::io::Error {
         let what = match self.at {
             At::Preface(_) => "no HTTP/2 preface within server.header_read_timeout_ms",
@@ -245,10 +337,17 @@ impl<IO> Guarded<IO> {
             Watch::H2 { preface, idle } => {
                 let deadline = Box::pin(tokio::time::sleep(preface));
                 let writes = WriteWatch { stall: idle, stalled: Box::pin(tokio::time::sleep(idle)), armed: false };
-                (Some(H2Watch { idle, at: At::Preface(PREFACE), deadline }), Some(writes))
+                let watch = H2Watch { idle, at: At::Preface(PREFACE), deadline, active: Instant::now() };
+                (Some(watch), Some(writes))
             }
         };
-        Guarded { io, _slot: slot, watch, writes }
+        let evicted = Box::pin(slot.connection().evicted());
+        Guarded { io, slot, evicted, watch, writes }
+    }
+
+    /// The connection's state.
+    pub fn connection(&self) -> &Arc<Connection> {
+        self.slot.connection()
     }
 
     /// The connection itself.
@@ -260,22 +359,34 @@ impl<IO> Guarded<IO> {
 impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
+        if this.evicted.as_mut().poll(cx).is_ready() {
+            let e =
+                std::io::Error::other("evicted: the listener was full and no call on this connection authenticated");
+            tracing::info!(reason = %e, "closing a connection");
+            return Poll::Ready(Err(e));
+        }
         let before = buf.filled().len();
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
         let Some(watch) = &mut this.watch else { return read };
         if let Poll::Ready(Ok(())) = &read
             && watch.feed(&buf.filled()[before..])
         {
-            let idle = watch.idle;
-            watch.deadline.as_mut().reset(Instant::now() + idle);
+            watch.active = Instant::now();
             return read;
         }
         // Reads that keep nothing open (PINGs, window updates) do not
         // postpone the deadline; nor does waiting.
-        if watch.deadline.as_mut().poll(cx).is_ready() {
-            let e = watch.timed_out();
-            tracing::info!(reason = %e, "closing a connection");
-            return Poll::Ready(Err(e));
+        while watch.deadline.as_mut().poll(cx).is_ready() {
+            match watch.idle_from(this.slot.connection()) {
+                Some(since) if since + watch.idle > Instant::now() => {
+                    watch.deadline.as_mut().reset(since + watch.idle);
+                }
+                _ => {
+                    let e = watch.timed_out();
+                    tracing::info!(reason = %e, "closing a connection");
+                    return Poll::Ready(Err(e));
+                }
+            }
         }
         read
     }
@@ -318,36 +429,85 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
 }
 
 impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Guarded<IO> {
-    type ConnectInfo = IO::ConnectInfo;
+    type ConnectInfo = connection::Info<IO::ConnectInfo>;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        connection::Info { inner: self.io.connect_info(), connection: Arc::clone(self.slot.connection()) }
     }
 }
 
 /// The next connection of `listener` once one of `slots` is free, or
 /// `None` once `stop` is cancelled. A connection from a peer that holds
 /// its share is closed at once; an accept error is logged and retried
-/// after [`ACCEPT_BACKOFF`].
+/// after [`ACCEPT_BACKOFF`]. On an evicting listener ([`Slots::evicting`])
+/// that is full, a new connection evicts the oldest stranger's and waits
+/// (alone: no other is accepted meanwhile) for its slot.
 pub async fn accept(
     listener: &TcpListener,
     slots: &Arc<Slots>,
     stop: &CancellationToken,
 ) -> Option<(TcpStream, std::net::SocketAddr, Slot)> {
     loop {
-        // A slot first: over the cap, clients wait unaccepted.
-        let total = tokio::select! {
-            () = stop.cancelled() => return None,
-            total = Arc::clone(&slots.total).acquire_owned() => total.ok()?,
-        };
-        let (tcp, peer) = accept_tcp(listener, stop).await?;
-        match slots.take(peer.ip(), total) {
-            Some(slot) => {
-                let _ = tcp.set_nodelay(true);
-                return Some((tcp, peer, slot));
+        let free = Arc::clone(&slots.total).try_acquire_owned();
+        let (total, (tcp, peer)) = match free {
+            Ok(total) => (total, accept_tcp(listener, stop).await?),
+            // Full, and nothing to evict for: clients wait unaccepted.
+            Err(_) if !slots.evicts => {
+                let total = acquire(slots, stop).await?;
+                (total, accept_tcp(listener, stop).await?)
             }
-            // Dropped, with its slot.
-            None => tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed"),
+            Err(_) => {
+                let total = tokio::select! {
+                    total = acquire(slots, stop) => total?,
+                    accepted = accept_tcp(listener, stop) => {
+                        let (tcp, peer) = accepted?;
+                        if slots.full_for(PeerGroup::of(peer.ip())) {
+                            tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed");
+                            continue;
+                        }
+                        if slots.evict_a_stranger() {
+                            tracing::debug!(%peer, "listener full: a connection no call authenticated on is evicted for a new one");
+                        }
+                        let total = acquire(slots, stop).await?;
+                        match admit(slots, tcp, peer, total) {
+                            Some(admitted) => return Some(admitted),
+                            None => continue,
+                        }
+                    }
+                };
+                (total, accept_tcp(listener, stop).await?)
+            }
+        };
+        if let Some(admitted) = admit(slots, tcp, peer, total) {
+            return Some(admitted);
+        }
+    }
+}
+
+/// One of `slots`'s slots once free, or `None` once `stop` is cancelled.
+async fn acquire(slots: &Slots, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        () = stop.cancelled() => None,
+        total = Arc::clone(&slots.total).acquire_owned() => total.ok(),
+    }
+}
+
+/// `tcp` with its slot, unless its peer holds its share (then it is
+/// dropped, with its slot).
+fn admit(
+    slots: &Arc<Slots>,
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    total: OwnedSemaphorePermit,
+) -> Option<(TcpStream, std::net::SocketAddr, Slot)> {
+    match slots.take(peer.ip(), total) {
+        Some(slot) => {
+            let _ = tcp.set_nodelay(true);
+            Some((tcp, peer, slot))
+        }
+        None => {
+            tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed");
+            None
         }
     }
 }
@@ -391,4 +551,48 @@ pub fn guarded_incoming(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn ipv6_peers_share_a_cap_per_64_and_mapped_ipv4_is_ipv4() {
+        let group = |a: &str| PeerGroup::of(a.parse().expect("an address"));
+        assert_eq!(group("2001:db8:1:2::1"), group("2001:db8:1:2:ffff:ffff:ffff:ffff"));
+        assert_ne!(group("2001:db8:1:2::1"), group("2001:db8:1:3::1"));
+        assert_eq!(group("::ffff:192.0.2.7"), group("192.0.2.7"));
+        assert_ne!(group("192.0.2.7"), group("192.0.2.8"));
+    }
+
+    #[test]
+    fn a_full_listener_evicts_its_oldest_stranger_never_an_authenticated_connection() {
+        let slots = Slots::evicting(4, 3);
+        let peer: IpAddr = "2001:db8::1".parse().expect("an address");
+        let take = || {
+            let permit = Arc::clone(&slots.total).try_acquire_owned().expect("a free slot");
+            slots.take(peer, permit).expect("within the peer's share")
+        };
+        let (client, stranger, newer) = (take(), take(), take());
+        client.connection().authenticate();
+        assert!(slots.evict_a_stranger());
+        assert!(stranger.connection().is_evicted(), "the oldest stranger goes");
+        assert!(!client.connection().is_evicted() && !newer.connection().is_evicted());
+        assert!(slots.evict_a_stranger());
+        assert!(newer.connection().is_evicted());
+        assert!(!slots.evict_a_stranger(), "an authenticated connection is never evicted");
+        drop((stranger, newer));
+        assert_eq!(slots.total.available_permits(), 3);
+        // Other addresses of the same /64 count against the same share.
+        let from = |peer: &str| {
+            let permit = Arc::clone(&slots.total).try_acquire_owned().expect("a free slot");
+            slots.take(peer.parse().expect("an address"), permit)
+        };
+        let held = [from("2001:db8::2"), from("2001:db8::3")];
+        assert!(held.iter().all(Option::is_some));
+        assert!(from("2001:db8::4").is_none(), "past the /64's share");
+        assert!(from("2001:db8:0:1::4").is_some(), "another /64 has its own");
+        drop(client);
+    }
 }

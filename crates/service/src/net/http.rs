@@ -7,9 +7,11 @@
 //!   which hands the connections over): further clients wait in the
 //!   kernel's accept queue until one closes (no task, no buffer is spent
 //!   on them);
-//! - a connection older than `max_connection_age` is closed once the
-//!   request in progress is answered, so a slow-but-valid client keeps
-//!   its slots no longer;
+//! - a connection older than `max_connection_age`, or with no
+//!   authenticated request for `idle` (`server.idle_timeout_ms`;
+//!   a stranger's health polls and metadata reads do not count), is closed
+//!   once the request in progress is answered, so neither a
+//!   slow-but-valid client nor a stranger polling keeps its slot longer;
 //! - each request's headers must arrive within `header_read` of the
 //!   connection becoming ready for them (hyper's header-read timeout, which
 //!   also closes an idle kept-alive connection), or the connection is
@@ -25,7 +27,9 @@
 //! limit of `server::inference::http`), after the credential is checked.
 
 use super::Limits;
+use super::guard::Guarded;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -39,7 +43,7 @@ use tokio_util::task::TaskTracker;
 pub async fn serve<IO, S>(mut connections: S, router: axum::Router, limits: &Limits, stop: CancellationToken)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: futures_util::Stream<Item = std::io::Result<IO>> + Unpin,
+    S: futures_util::Stream<Item = std::io::Result<Guarded<IO>>> + Unpin,
 {
     use futures_util::StreamExt;
     let tasks = TaskTracker::new();
@@ -54,16 +58,20 @@ where
                 None => break,
             },
         };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        // Handlers mark the connection authenticated through it.
+        let state = Arc::clone(io.connection());
+        let router = router.clone().layer(axum::Extension(Arc::clone(&state)));
+        let service = hyper_util::service::TowerToHyperService::new(router);
         let io = Stall { io, limit: limits.header_read, since: None };
         let connection = http.serve_connection(hyper_util::rt::TokioIo::new(io), service);
-        let (stop, age) = (stop.clone(), limits.max_connection_age);
+        let (stop, age, idle) = (stop.clone(), limits.max_connection_age, limits.idle);
         tasks.spawn(async move {
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = stop.cancelled() => {}
-                () = tokio::time::sleep(age) => {}
+                () = tokio::time::sleep_until(state.accepted() + age) => {}
+                () = state.idled(idle) => {}
             }
             connection.as_mut().graceful_shutdown();
             let _ = connection.await;

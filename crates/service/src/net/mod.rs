@@ -4,6 +4,7 @@
 //! connection through [`guard`], gRPC through [`builder`], HTTP through
 //! [`http::serve`].
 
+pub mod connection;
 pub mod guard;
 pub mod http;
 pub mod tls;
@@ -95,9 +96,10 @@ pub fn builder(limits: &Limits) -> tonic::transport::Server {
 }
 
 impl Limits {
-    /// A listener's connection slots.
+    /// A listener's connection slots; when full, a new connection evicts
+    /// a stranger's ([`guard::Slots::evicting`]).
     pub fn slots(&self) -> std::sync::Arc<guard::Slots> {
-        guard::Slots::new(self.max_connections, self.max_connections_per_peer)
+        guard::Slots::evicting(self.max_connections, self.max_connections_per_peer)
     }
 
     /// What an HTTP/2 (gRPC) connection's bytes are watched for.
@@ -132,7 +134,13 @@ pub fn tls_incoming(
         while let Some((tcp, peer, slot)) = guard::accept(&listener, &slots, &stop).await {
             let (acceptor, tx) = (tls.acceptor(alpn), tx.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
+                let handshake = tokio::select! {
+                    handshake = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)) => handshake,
+                    () = slot.connection().evicted() => {
+                        return tracing::info!(%peer, "TLS handshake evicted: the listener was full");
+                    }
+                };
+                match handshake {
                     Ok(Ok(connection)) => {
                         let _ = tx.send(Ok(Guarded::new(connection, slot, watch))).await;
                     }

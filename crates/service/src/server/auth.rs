@@ -5,6 +5,7 @@
 use super::App;
 use super::status::ServiceError;
 use crate::metrics::Outcome;
+use crate::net::connection;
 use crate::session::{Caller, Credential, SessionError, Sessions};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
@@ -41,7 +42,7 @@ pub async fn authenticate<T>(
     if let Some(Authenticated(caller)) = request.extensions().get::<Authenticated>() {
         return Ok(caller.clone());
     }
-    let certs = request.peer_certs();
+    let certs = connection::peer_certs(request.extensions());
     from_credential(sessions, request.metadata(), certs.as_deref().map(Vec::as_slice), from_cert).await
 }
 
@@ -95,7 +96,8 @@ fn needs_credential(path: &str) -> bool {
 /// with no key could make every call cost a body of up to
 /// `server.max_message_bytes`, trickled for `server.request_timeout_ms`.
 /// A call with no credential, or one naming no active principal, is
-/// answered UNAUTHENTICATED at once.
+/// answered UNAUTHENTICATED at once; one that authenticates marks its
+/// connection so ([`connection::Connection::authenticate`]).
 #[derive(Clone)]
 pub struct CredentialFirst<S> {
     inner: S,
@@ -144,10 +146,7 @@ where
             }
             let is_query = !path.ends_with("/GetBudget");
             let metadata = MetadataMap::from_headers(request.headers().clone());
-            let certs = request
-                .extensions()
-                .get::<tonic::transport::server::TlsConnectInfo<tonic::transport::server::TcpConnectInfo>>()
-                .and_then(tonic::transport::server::TlsConnectInfo::peer_certs);
+            let certs = connection::peer_certs(request.extensions());
             match from_credential(
                 &app.sessions,
                 &metadata,
@@ -157,6 +156,7 @@ where
             .await
             {
                 Ok(caller) => {
+                    connection::authenticated(request.extensions());
                     request.extensions_mut().insert(Authenticated(caller));
                     inner.call(request).await
                 }

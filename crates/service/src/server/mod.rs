@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod auth;
 pub mod get_budget;
+pub mod health;
 pub mod inference;
 pub mod input;
 pub mod models;

@@ -180,7 +180,8 @@ pub async fn serve(
     let metrics = Arc::new(Metrics::new(settings.metrics.max_principal_series));
     // Health first, so probes see the process from now on: alive, not
     // ready (readiness follows the teachers once the service is built).
-    let (health, health_service) = tonic_health::server::health_reporter();
+    let (health, _) = tonic_health::server::health_reporter();
+    let health_service = crate::server::health::server(&health, settings.limits.max_connection_age);
     readiness::starting(&health).await;
     let mut servers: Vec<Serving> = Vec::new();
     let mut health_addr = None;

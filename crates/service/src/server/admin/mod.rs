@@ -58,7 +58,11 @@ impl AdminService {
 /// before a byte of its body is read or decoded, unless it carries the
 /// admin token (issue 67 §5). The handlers check again.
 pub fn token_gate(token_sha256: [u8; 32]) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
-    move |request| check_token(&request, &token_sha256).map(|()| request)
+    move |request| {
+        check_token(&request, &token_sha256)?;
+        crate::net::connection::authenticated(request.extensions());
+        Ok(request)
+    }
 }
 
 /// Checks that `request` carries the admin token hashing to

@@ -25,6 +25,7 @@
 use super::model_infer::Infer;
 use super::{InferenceService, metadata};
 use crate::metrics::{Outcome, Rpc};
+use crate::net::connection::Connection;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::model_infer_response::InferOutputTensor;
@@ -178,17 +179,20 @@ async fn infer(
     State(s): State<Arc<InferenceService>>,
     Extension(limits): Extension<BodyLimits>,
     Path(p): Path<ModelPath>,
+    connection: Option<Extension<Arc<Connection>>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let span = crate::server::rpc_span(Rpc::HttpInfer, &crate::trace::Headers(&headers));
-    infer_traced(s, limits, p, headers, body).instrument(span).await
+    let connection = connection.map(|Extension(c)| c);
+    infer_traced(s, limits, p, connection, headers, body).instrument(span).await
 }
 
 async fn infer_traced(
     s: Arc<InferenceService>,
     limits: BodyLimits,
     p: ModelPath,
+    connection: Option<Arc<Connection>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -205,6 +209,9 @@ async fn infer_traced(
         Ok(h) => h,
         Err(status) => return error(status),
     };
+    if let Some(connection) = connection {
+        connection.authenticate();
+    }
     let body = match read_body(&headers, body, limits).await {
         Ok(body) => body,
         Err((code, message)) => {

@@ -1,0 +1,138 @@
+//! What a listener knows of one of its connections while it lives
+//! ([`Connection`]), and how a request reaches it ([`Info`], [`of`]):
+//! whether a call on it has authenticated, when one last did, and the
+//! signal that evicts it.
+//!
+//! # Invariants
+//! - A connection is *authenticated* once a call on it presented a
+//!   credential that named an active principal (or the admin token, or
+//!   the metrics token). Nothing else marks it: health checks, the
+//!   repository index, metadata and refused calls leave it a stranger's.
+//! - Only an authentication moves [`Connection::touched`]: a stranger's
+//!   calls never postpone its idle deadline (`net::guard`, `net::http`).
+//! - Eviction is a one-way signal ([`Connection::evict`]); the connection's
+//!   reads fail from then on and its slot is given back when it closes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tokio::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// One accepted connection's state, shared by its slot, its I/O and the
+/// requests on it.
+#[derive(Debug)]
+pub struct Connection {
+    accepted: Instant,
+    authenticated: AtomicBool,
+    /// Milliseconds from `accepted` to the last authentication.
+    touched_ms: AtomicU64,
+    evicted: CancellationToken,
+}
+
+impl Connection {
+    /// A connection accepted now, not authenticated.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Connection {
+            accepted: Instant::now(),
+            authenticated: AtomicBool::new(false),
+            touched_ms: AtomicU64::new(0),
+            evicted: CancellationToken::new(),
+        })
+    }
+
+    /// When it was accepted.
+    pub fn accepted(&self) -> Instant {
+        self.accepted
+    }
+
+    /// A call on it authenticated now.
+    pub fn authenticate(&self) {
+        let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.touched_ms.fetch_max(ms, Ordering::Relaxed);
+        self.authenticated.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether any call on it has authenticated.
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Relaxed)
+    }
+
+    /// When a call on it last authenticated (when it was accepted, if none
+    /// has).
+    pub fn touched(&self) -> Instant {
+        self.accepted + Duration::from_millis(self.touched_ms.load(Ordering::Relaxed))
+    }
+
+    /// When it is idle: `idle` after [`Self::touched`].
+    pub fn idle_at(&self, idle: Duration) -> Instant {
+        self.touched() + idle
+    }
+
+    /// Completes once `idle` has passed since the last authentication
+    /// (however many there are meanwhile).
+    pub async fn idled(&self, idle: Duration) {
+        loop {
+            let at = self.idle_at(idle);
+            if at <= Instant::now() {
+                return;
+            }
+            tokio::time::sleep_until(at).await;
+        }
+    }
+
+    /// Closes it to free its slot for another (the listener is full).
+    pub fn evict(&self) {
+        self.evicted.cancel();
+    }
+
+    /// Completes once it is evicted.
+    pub fn evicted(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.evicted.clone().cancelled_owned()
+    }
+
+    /// Whether it is evicted.
+    pub fn is_evicted(&self) -> bool {
+        self.evicted.is_cancelled()
+    }
+}
+
+/// tonic's connect info for a guarded connection: the transport's own
+/// (`inner`) and the [`Connection`].
+#[derive(Clone, Debug)]
+pub struct Info<T> {
+    /// The transport's connect info (addresses; the TLS peer's
+    /// certificates).
+    pub inner: T,
+    /// The connection's state.
+    pub connection: Arc<Connection>,
+}
+
+type Tcp = tonic::transport::server::TcpConnectInfo;
+type Tls = tonic::transport::server::TlsConnectInfo<Tcp>;
+
+/// The connection a request arrived on, from its extensions (tonic's
+/// connect info, or the extension the HTTP server inserts); none for a
+/// request that did not come through a guarded listener.
+pub fn of(extensions: &axum::http::Extensions) -> Option<&Arc<Connection>> {
+    if let Some(info) = extensions.get::<Info<Tcp>>() {
+        return Some(&info.connection);
+    }
+    if let Some(info) = extensions.get::<Info<Tls>>() {
+        return Some(&info.connection);
+    }
+    extensions.get::<Arc<Connection>>()
+}
+
+/// Marks the connection a request arrived on authenticated
+/// ([`Connection::authenticate`]).
+pub fn authenticated(extensions: &axum::http::Extensions) {
+    if let Some(connection) = of(extensions) {
+        connection.authenticate();
+    }
+}
+
+/// The verified client certificates of the TLS connection a request
+/// arrived on.
+pub fn peer_certs(extensions: &axum::http::Extensions) -> Option<Arc<Vec<tonic::transport::CertificateDer<'static>>>> {
+    extensions.get::<Info<Tls>>().and_then(|info| info.inner.peer_certs())
+}

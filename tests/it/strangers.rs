@@ -1,0 +1,203 @@
+//! Issue 67 §3: peers with no credential cannot hold a listener's slots.
+//! Four loopback addresses (127.0.0.2–5), each at its share of a listener
+//! of 8 slots, poll health on kept-alive connections, and an
+//! authenticated client on 127.0.0.1 is still answered, over gRPC and
+//! HTTP: the full listener evicts the oldest connection no call has
+//! authenticated on. A stranger's polls do not postpone its connection's
+//! idle deadline, and a `Health/Watch` ends at the connection's maximum
+//! age. (Deadlines below are liveness bounds, several times the
+//! configured ones, not measurements.)
+
+use crate::util::{Process, client, digit, image, predict, request, small_demo};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+const CAP: usize = 8;
+const PER_PEER: usize = 2;
+const STRANGERS: [&str; 4] = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"];
+
+fn capped(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("PACPRIV__SERVER__MAX_CONNECTIONS", CAP.to_string()),
+        ("PACPRIV__SERVER__MAX_CONNECTIONS_PER_PEER", PER_PEER.to_string()),
+    ];
+    env.extend_from_slice(extra);
+    small_demo(&env)
+}
+
+/// A TCP connection from `ip` to `to`.
+async fn connect_from(ip: &str, to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.bind(SocketAddr::new(ip.parse().expect("an address"), 0)).expect("binds a loopback address");
+    socket.connect(to).await.expect("connects")
+}
+
+/// A gRPC channel from `ip` to `addr`, connected.
+async fn channel_from(ip: &str, addr: &str) -> tonic::transport::Channel {
+    let local: IpAddr = ip.parse().expect("an address");
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("a URI")
+        .local_address(Some(local))
+        .connect()
+        .await
+        .expect("connects")
+}
+
+/// Polls `Health/Check` on `channel` every `every` until `until`; how many
+/// checks were answered.
+async fn poll_health(channel: tonic::transport::Channel, every: Duration, until: Instant) -> usize {
+    let mut health = HealthClient::new(channel);
+    let mut answered = 0;
+    while Instant::now() < until {
+        if health.check(HealthCheckRequest { service: String::new() }).await.is_ok() {
+            answered += 1;
+        }
+        tokio::time::sleep(every).await;
+    }
+    answered
+}
+
+/// Sends `GET /v2/health/live` on `conn` and reads the reply; whether it
+/// was answered 200 with the connection kept alive.
+async fn live(conn: &mut BufReader<TcpStream>) -> bool {
+    if conn.get_mut().write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: pacpriv\r\n\r\n").await.is_err() {
+        return false;
+    }
+    let (mut status, mut length) = (String::new(), 0usize);
+    if conn.read_line(&mut status).await.unwrap_or(0) == 0 {
+        return false;
+    }
+    loop {
+        let mut line = String::new();
+        if conn.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return false;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    conn.read_exact(&mut body).await.is_ok() && status.starts_with("HTTP/1.1 200")
+}
+
+/// An authenticated OIP inference over HTTP/1.1 from 127.0.0.1; its status
+/// line.
+async fn infer_over_http(to: SocketAddr) -> String {
+    let body = request(&[digit(4)], &["label"]);
+    let mut conn = BufReader::new(connect_from("127.0.0.1", to).await);
+    let head = format!(
+        "POST /v2/models/private/infer HTTP/1.1\r\nHost: pacpriv\r\nx-api-key: alice-key\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.get_mut().write_all(head.as_bytes()).await.expect("request head");
+    conn.get_mut().write_all(body.as_bytes()).await.expect("request body");
+    let mut status = String::new();
+    conn.read_line(&mut status).await.expect("a status line");
+    status
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn strangers_polling_health_cannot_keep_a_client_out() {
+    let server = Process::serve(None, &capped(&[]));
+    let polling = Instant::now() + Duration::from_secs(30);
+
+    // gRPC: every slot held by strangers' channels polling Health/Check.
+    let mut pollers = tokio::task::JoinSet::new();
+    for ip in STRANGERS {
+        for _ in 0..PER_PEER {
+            let channel = channel_from(ip, &server.addr).await;
+            pollers.spawn(poll_health(channel, Duration::from_secs(1), polling));
+        }
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut c = client(&server.addr).await;
+        predict(&mut c, "alice-key", image("past-the-strangers", &digit(3))).await
+    })
+    .await;
+    assert!(matches!(answered, Ok(Ok(_))), "a client behind {CAP} strangers' health polls over gRPC: {answered:?}");
+
+    // HTTP: every slot held by strangers' kept-alive connections polling
+    // GET /v2/health/live.
+    let http: SocketAddr = server.listener("http").parse().expect("an address");
+    let mut strangers = Vec::new();
+    for ip in STRANGERS {
+        for _ in 0..PER_PEER {
+            let mut conn = BufReader::new(connect_from(ip, http).await);
+            assert!(live(&mut conn).await, "a stranger's first poll is answered");
+            strangers.push(conn);
+        }
+    }
+    let polls = tokio::spawn(async move {
+        let mut closed = 0;
+        for _ in 0..10 {
+            for conn in &mut strangers {
+                if !live(conn).await {
+                    closed += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        closed
+    });
+    let status = tokio::time::timeout(Duration::from_secs(10), infer_over_http(http)).await;
+    assert!(
+        status.as_ref().is_ok_and(|s| s.starts_with("HTTP/1.1 200")),
+        "a client behind {CAP} strangers' health polls over HTTP: {status:?}"
+    );
+    assert!(polls.await.expect("the polls") > 0, "a stranger's connection was evicted for the client");
+    pollers.abort_all();
+    assert!(server.logs().contains("evicted"), "{}", server.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_strangers_polls_keep_nothing_open() {
+    const IDLE_MS: u64 = 1500;
+    let server = Process::serve(None, &capped(&[("PACPRIV__SERVER__IDLE_TIMEOUT_MS", IDLE_MS.to_string())]));
+    // Over gRPC, a stranger polling every 200 ms loses its connection to the
+    // idle timeout (the channel then reconnects: the log tells).
+    let mut health = HealthClient::new(channel_from("127.0.0.2", &server.addr).await);
+    let started = Instant::now();
+    while !server.logs().contains("no request or stream message") {
+        assert!(
+            started.elapsed() < Duration::from_millis(10 * IDLE_MS),
+            "a stranger's health polls kept its connection open past server.idle_timeout_ms"
+        );
+        let _ = health.check(HealthCheckRequest { service: String::new() }).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Over HTTP, a kept-alive connection polling liveness is closed once it
+    // has had no authenticated request for the idle time.
+    let http: SocketAddr = server.listener("http").parse().expect("an address");
+    let mut conn = BufReader::new(connect_from("127.0.0.2", http).await);
+    let started = Instant::now();
+    while live(&mut conn).await {
+        assert!(started.elapsed() < Duration::from_millis(10 * IDLE_MS), "HTTP polls kept a stranger's connection");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_health_watch_ends_at_the_maximum_connection_age() {
+    // Idle for longer than the age: only the age can end the watch.
+    let server = Process::serve(
+        None,
+        &capped(&[
+            ("PACPRIV__SERVER__IDLE_TIMEOUT_MS", "600000".into()),
+            ("PACPRIV__SERVER__MAX_CONNECTION_AGE_MS", "2000".into()),
+        ]),
+    );
+    let mut health = HealthClient::new(channel_from("127.0.0.3", &server.addr).await);
+    let mut watch = health.watch(HealthCheckRequest { service: String::new() }).await.expect("watching").into_inner();
+    let ended =
+        tokio::time::timeout(Duration::from_secs(20), async { while let Ok(Some(_)) = watch.message().await {} }).await;
+    assert!(ended.is_ok(), "a Health/Watch outlived server.max_connection_age_ms");
+}
