@@ -315,16 +315,18 @@ async fn one_peer_cannot_take_every_http_slot() {
 /// to it stall (its receive window and the socket buffers full), the
 /// connection is closed after `server.idle_timeout_ms`, not held for
 /// ever — unread responses free no slot, and HTTP/2's own keep-alive
-/// PING cannot be sent through a stalled socket either.
+/// PING cannot be sent through a stalled socket either. The peer
+/// authenticates first (a `GetBudget` with alice's key), so that its
+/// requests keep the connection open and only the stall can close it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_peer_that_reads_nothing_is_closed_once_writes_to_it_stall() {
     let server = Process::serve(None, &limited());
-    let health: std::net::SocketAddr = server.listener("health").parse().expect("an address");
+    let client_listener: std::net::SocketAddr = server.addr.parse().expect("an address");
     let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let conn = socket.connect(health).await.expect("connects").into_std().expect("a std stream");
+    let conn = socket.connect(client_listener).await.expect("connects").into_std().expect("a std stream");
     conn.set_nonblocking(false).expect("blocking");
-    let (port, ours) = (health.port(), conn.local_addr().expect("bound").port());
+    let (port, ours) = (client_listener.port(), conn.local_addr().expect("bound").port());
     let accepted = Instant::now() + Duration::from_secs(10);
     while !holds(server.pid(), port, ours) {
         assert!(Instant::now() < accepted, "the server never held the connection");
@@ -338,6 +340,9 @@ async fn a_peer_that_reads_nothing_is_closed_once_writes_to_it_stall() {
         let mut start = PREFACE.to_vec();
         start.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff])); // SETTINGS_INITIAL_WINDOW_SIZE
         start.extend(frame(0x8, 0, 0, &(0x7fff_ffff_u32 - 65_535).to_be_bytes())); // WINDOW_UPDATE
+        let budget = call_headers("/pacpriv.v1.Privatizer/GetBudget", &[("x-api-key", "alice-key")]);
+        start.extend(frame(0x1, 0x4, 1, &budget));
+        start.extend(frame(0x0, 0x1, 1, &[0; 5]));
         if writer.write_all(&start).is_err() {
             return (0, true);
         }
@@ -346,7 +351,7 @@ async fn a_peer_that_reads_nothing_is_closed_once_writes_to_it_stall() {
         // (tcp_rmem) before its writes stall when it reads fast at first.
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut asked = 0;
-        for stream in (1..i32::MAX as u32).step_by(2) {
+        for stream in (3..i32::MAX as u32).step_by(2) {
             let mut request = frame(0x1, 0x4, stream, &health_check_headers());
             request.extend(frame(0x0, 0x1, stream, &[0; 5]));
             if writer.write_all(&request).is_err() {
@@ -408,15 +413,22 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 /// A `grpc.health.v1.Health/Check` request's header block, as HPACK
 /// literals without indexing (no table, no Huffman).
 fn health_check_headers() -> Vec<u8> {
+    call_headers("/grpc.health.v1.Health/Check", &[])
+}
+
+/// A gRPC call's header block for `path` with `more` headers, as HPACK
+/// literals without indexing (no table, no Huffman).
+fn call_headers(path: &str, more: &[(&str, &str)]) -> Vec<u8> {
     let mut block = Vec::new();
-    for (name, value) in [
+    let common = [
         (":method", "POST"),
         (":scheme", "http"),
-        (":path", "/grpc.health.v1.Health/Check"),
+        (":path", path),
         (":authority", "pacpriv"),
         ("content-type", "application/grpc"),
         ("te", "trailers"),
-    ] {
+    ];
+    for &(name, value) in common.iter().chain(more) {
         block.push(0);
         for text in [name, value] {
             block.push(u8::try_from(text.len()).expect("short"));
