@@ -193,3 +193,95 @@ async fn what_could_be_charged_and_not_delivered_is_refused_at_start() {
     let after = budget(&mut c, "alice-key").await;
     assert_eq!(after.charged - before.charged, 63, "the repeated row was free");
 }
+
+/// Issue 67 §5: one principal holds at most
+/// `server.max_calls_in_flight_per_principal` calls at once — each open
+/// `PredictStream` holds one — and a call past the cap is refused
+/// RESOURCE_EXHAUSTED (HTTP 429) with reason TOO_MANY_IN_FLIGHT, nothing
+/// charged; another principal is not held back, and the place comes
+/// back when a call ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principal_past_its_calls_in_flight_is_refused_and_charged_nothing() {
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__SERVER__MAX_CALLS_IN_FLIGHT_PER_PRINCIPAL", "2".into()),
+            ("PACPRIV__PRINCIPALS__BOB__KEY_SHA256", key_hash("bob-key")),
+            ("PACPRIV__PRINCIPALS__BOB__BUDGET_MI", "1".into()),
+        ]),
+    );
+    let mut c = client(&server.addr).await;
+    let mut open = Vec::new();
+    for n in 0..2 {
+        let (tx, rx) = tokio::sync::mpsc::channel::<PredictRequest>(1);
+        tx.send(image(&format!("s{n}"), &digit(110 + n))).await.expect("queued");
+        let stream = with_key(tokio_stream::wrappers::ReceiverStream::new(rx), "alice-key");
+        let mut responses = c.predict_stream(stream).await.expect("opens").into_inner();
+        responses.message().await.expect("ok").expect("its first answer");
+        open.push((tx, responses));
+    }
+    let e = predict(&mut c, "alice-key", image("third", &digit(120))).await.expect_err("past the cap");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    let details = e.get_error_details();
+    let info = details.error_info().expect("ErrorInfo detail");
+    assert_eq!(
+        (info.reason.as_str(), info.metadata.get("charged").map(String::as_str)),
+        ("TOO_MANY_IN_FLIGHT", Some("false"))
+    );
+    assert!(e.message().contains("server.max_calls_in_flight_per_principal"), "{}", e.message());
+    let (tx, rx) = tokio::sync::mpsc::channel::<PredictRequest>(1);
+    tx.send(image("third-stream", &digit(121))).await.expect("queued");
+    let e = c.predict_stream(with_key(tokio_stream::wrappers::ReceiverStream::new(rx), "alice-key")).await;
+    assert_eq!(e.expect_err("a third stream is past the cap").code(), Code::ResourceExhausted);
+    let http = crate::util::curl(
+        "POST",
+        &format!("http://{}/v2/models/private/infer", server.listener("http")),
+        &["x-api-key: alice-key"],
+        Some(&crate::util::request(&[digit(122)], &["label"])),
+    );
+    assert_eq!((http.code, &http.body["reason"]), (429, &serde_json::json!("TOO_MANY_IN_FLIGHT")), "{}", http.body);
+    predict(&mut c, "bob-key", image("bob", &digit(123))).await.expect("another principal has its own places");
+    assert_eq!(budget(&mut c, "alice-key").await.answered, 2, "the refused calls cost nothing");
+
+    let (tx, mut responses) = open.remove(0);
+    drop(tx);
+    assert!(responses.message().await.expect("ends cleanly").is_none());
+    predict(&mut c, "alice-key", image("after", &digit(124))).await.expect("a place came back");
+}
+
+/// Issue 67 §5: a call authenticates when it arrives and is charged after
+/// the teachers answer; a key revoked meanwhile is refused at the charge,
+/// UNAUTHENTICATED, nothing charged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_revoked_while_its_call_is_in_flight_is_refused_before_the_charge() {
+    use crate::util::{ADMIN_TOKEN, admin_client, bearer};
+    use pacpriv_service::proto::pacpriv::{CreatePrincipalRequest, InspectPrincipalRequest, RevokePrincipalRequest};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cfg = dir.path().join("teachers.toml");
+    let teachers = Process::teachers_at(16, 1, "127.0.0.1:0");
+    let proxy = FaultyTeachers::start(&teachers.addr).await;
+    write_config(&cfg, 16, |_| proxy.endpoint.clone());
+    let env =
+        [("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()), ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN))];
+    let server = Process::serve(Some(&cfg), &env);
+    assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
+    let mut admin = admin_client(&server.listener("admin")).await;
+    let create = CreatePrincipalRequest { name: "bob".into(), budget_mi: "1".into(), ..Default::default() };
+    let key = admin.create_principal(bearer(create, ADMIN_TOKEN)).await.expect("created").into_inner().api_key;
+
+    for i in 0..16 {
+        proxy.slow(&format!("digits-{i:03}"), Duration::from_millis(1500));
+    }
+    let mut c = client(&server.addr).await;
+    let asking = {
+        let key = key.clone();
+        tokio::spawn(async move { predict(&mut c, &key, image("in-flight", &digit(130))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    admin.revoke_principal(bearer(RevokePrincipalRequest { name: "bob".into() }, ADMIN_TOKEN)).await.expect("revoked");
+    let e = asking.await.expect("task").expect_err("revoked while in flight");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let inspect = admin.inspect_principal(bearer(InspectPrincipalRequest { name: "bob".into() }, ADMIN_TOKEN)).await;
+    let account = inspect.expect("inspect").into_inner().account.expect("account");
+    assert_eq!((account.answered, account.spent), (0, 0.0), "nothing charged");
+}

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod auth;
 pub mod get_budget;
 pub mod health;
+pub mod in_flight;
 pub mod inference;
 pub mod input;
 pub mod models;
@@ -47,6 +48,8 @@ pub struct App {
     pub draining: std::sync::atomic::AtomicBool,
     /// Per-principal query rate limit.
     pub rate: rate::RateLimit,
+    /// Per-principal cap on calls in flight.
+    pub in_flight: in_flight::InFlight,
 }
 
 impl App {
@@ -131,8 +134,12 @@ impl Privatizer for Service {
     ) -> Result<Response<Self::PredictStreamStream>, Status> {
         let span = grpc_span(Rpc::PredictStream, &request);
         let handle = auth::querier(&self.app, &request).instrument(span.clone()).await?;
+        let place = self.app.in_flight.enter(handle.principal()).map_err(|refused| {
+            self.app.metrics.service.query(status::outcome(&refused));
+            Status::from(refused)
+        })?;
         let _entered = span.enter();
-        Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, request.into_inner())))
+        Ok(Response::new(predict_stream::start(Arc::clone(&self.app), handle, place, request.into_inner())))
     }
 
     async fn get_budget(&self, request: Request<GetBudgetRequest>) -> Result<Response<Budget>, Status> {

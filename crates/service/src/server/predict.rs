@@ -99,8 +99,13 @@ pub async fn handle(
     rpc: Rpc,
 ) -> Result<PredictResponse, ServiceError> {
     let result = async {
-        let asked = ask(app, caller, request, app.rate.admit(caller.principal()), Over::Refuse).await?;
-        let taken = step(app, caller, asked).await?;
+        // Held until answered; a refusal goes through `ask`, traced.
+        let (admitted, _place) = match app.in_flight.enter(caller.principal()) {
+            Ok(place) => (app.rate.admit(caller.principal()), Some(place)),
+            Err(refused) => (Err(refused), None),
+        };
+        let asked = ask(app, caller, request, admitted, Over::Refuse).await?;
+        let taken = step_rechecked(app, caller, asked).await?;
         respond(app, taken, rpc).await
     };
     result.await.map_err(|f| f.record(app, rpc))
@@ -269,15 +274,17 @@ pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Tr
     Ok(traced.then(Taken { query, model, step, handle }))
 }
 
-/// Phase 2 for a query of a stream, which authenticated once when it
-/// opened: its credential must still name the same active principal, and
-/// the step is charged against that principal's budget as it is now — so a
-/// revocation, a rotated key or a budget cut (a reload, the admin API, or
-/// another replica) reaches an open stream before its next charge.
+/// Phase 2 as every query takes it: the call authenticated when it
+/// arrived (a stream, once when it opened), and its fan-out may have
+/// taken long since; its credential must still name the same active
+/// principal, and the step is charged against that principal's budget as
+/// it is now — so a revocation, a rotated key or a budget cut (a reload,
+/// the admin API, or another replica) reaches a call in flight before its
+/// charge, and an open stream before its next one.
 ///
 /// # Errors
-/// Revoked or rotated (UNAUTHENTICATED), as [`step`].
-pub async fn step_in_stream(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
+/// Revoked or rotated (UNAUTHENTICATED, nothing charged), as [`step`].
+pub async fn step_rechecked(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
     match app.sessions.recheck(caller).await {
         Ok(current) => step(app, &current, asked).await,
         Err(e) => Err(asked.fail(e)),

@@ -20,6 +20,7 @@
 //! but never delivered (an error toward more charge, never less).
 
 use super::App;
+use super::in_flight::Place;
 use super::predict::{self, Asked, Failed, Taken, Traced};
 use super::rate::Over;
 use crate::metrics::Rpc;
@@ -45,14 +46,16 @@ pub const DEPTH: usize = 16;
 /// transport error reading the request.
 type Asking = Result<JoinHandle<Result<Traced<Asked>, Failed>>, Status>;
 
-/// Answers `requests` in order.
-pub fn start(app: Arc<App>, caller: Caller, requests: Streaming<PredictRequest>) -> ResponseStream {
+/// Answers `requests` in order, holding the stream's `place` among the
+/// principal's calls in flight until it ends.
+pub fn start(app: Arc<App>, caller: Caller, place: Place, requests: Streaming<PredictRequest>) -> ResponseStream {
     // Capacity 1: the sender cannot run ahead of a client that stopped
     // reading.
     let (tx, rx) = mpsc::channel(1);
     let span = tracing::info_span!("predict_stream", principal = %caller.principal());
     tokio::spawn(
         async move {
+            let _place = place;
             let (asking_tx, asking) = mpsc::channel(DEPTH);
             let reader = tokio::spawn(read(Arc::clone(&app), caller.clone(), requests, asking_tx).in_current_span());
             let (taken_tx, taken) = mpsc::channel(DEPTH);
@@ -101,7 +104,7 @@ async fn take_steps(
         let stepped = match next {
             Ok(fanout) => match fanout.await {
                 Ok(Ok(asked)) => {
-                    predict::step_in_stream(app, caller, asked).await.map_err(|f| Status::from(f.record(app, RPC)))
+                    predict::step_rechecked(app, caller, asked).await.map_err(|f| Status::from(f.record(app, RPC)))
                 }
                 Ok(Err(failed)) => Err(Status::from(failed.record(app, RPC))),
                 // The fan-out task panicked: nothing was charged.

@@ -22,6 +22,8 @@ pub mod reason {
     pub const BUDGET_EXHAUSTED: &str = "BUDGET_EXHAUSTED";
     /// The principal's query rate is over its limit (RESOURCE_EXHAUSTED).
     pub const RATE_LIMITED: &str = "RATE_LIMITED";
+    /// The principal has its cap of calls in flight (RESOURCE_EXHAUSTED).
+    pub const TOO_MANY_IN_FLIGHT: &str = "TOO_MANY_IN_FLIGHT";
     /// Malformed input or argument (INVALID_ARGUMENT).
     pub const INVALID_INPUT: &str = "INVALID_INPUT";
     /// Missing or unknown credential (UNAUTHENTICATED).
@@ -111,6 +113,13 @@ pub enum ServiceError {
         /// The configured burst.
         burst: u32,
     },
+    /// The principal has `max` calls in flight already
+    /// ([`super::in_flight`]); refused before anything else.
+    #[error("too many calls in flight: at most {max} per principal")]
+    TooManyInFlight {
+        /// `server.max_calls_in_flight_per_principal`.
+        max: usize,
+    },
     /// A bug or an unexpected runtime failure.
     #[error("internal error: {0}")]
     Internal(String),
@@ -164,6 +173,19 @@ impl From<ServiceError> for Status {
                     details,
                 )
             }
+            ServiceError::TooManyInFlight { max } => Status::with_error_details(
+                Code::ResourceExhausted,
+                format!(
+                    "this principal has {max} calls in flight already \
+                     (server.max_calls_in_flight_per_principal): wait for one to end, or send fewer at once. \
+                     Nothing was charged"
+                ),
+                ErrorDetails::with_error_info(
+                    TOO_MANY_IN_FLIGHT,
+                    DOMAIN,
+                    HashMap::from([("max".to_owned(), max.to_string()), ("charged".to_owned(), false.to_string())]),
+                ),
+            ),
             ServiceError::Session(SessionError::Privacy(p)) => privacy_status(p),
             ServiceError::Session(e @ SessionError::Poisoned) => plain(Code::Internal, INTERNAL, &e),
             // The one failure after which a charge may stand without an
@@ -240,7 +262,7 @@ pub fn outcome(e: &ServiceError) -> Outcome {
         | ServiceError::Unloaded(_) => Outcome::Invalid,
         ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
-        ServiceError::RateLimited { .. } => Outcome::RefusedRate,
+        ServiceError::RateLimited { .. } | ServiceError::TooManyInFlight { .. } => Outcome::RefusedRate,
         ServiceError::Session(SessionError::EvictedRepeat | SessionError::NoisyNotKept) => Outcome::Invalid,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Domain(_))) => Outcome::Invalid,
         ServiceError::Session(SessionError::Privacy(PrivacyError::Contested)) => Outcome::RefusedContested,

@@ -84,6 +84,8 @@ pub struct Settings {
     pub limits: crate::net::Limits,
     /// Per-principal query rate limit; `None`: unlimited.
     pub rate_limit: Option<RateQuota>,
+    /// Most calls one principal may have in flight at once.
+    pub max_calls_in_flight: usize,
     /// The private predictor's model name on the Open Inference Protocol;
     /// `None`: that protocol is not served.
     pub inference_model: Option<String>,
@@ -328,6 +330,7 @@ impl Raw {
             max_batch_rows: server.max_batch_rows,
             limits: server.limits,
             rate_limit: server.rate_limit,
+            max_calls_in_flight: server.max_calls_in_flight,
             http_listen: server.http_listen.filter(|_| server.inference_model.is_some()),
             drain_grace: server.drain_grace,
             drain_deadline: server.drain_deadline,

@@ -81,6 +81,7 @@ pub(super) struct RawServer {
     pub(super) keepalive_timeout_ms: u64,
     pub(super) rate_limit_per_second: u32,
     pub(super) rate_limit_burst: u32,
+    pub(super) max_calls_in_flight_per_principal: usize,
     #[serde(deserialize_with = "choice")]
     pub(super) log_format: LogFormat,
     pub(super) inference_model: String,
@@ -194,6 +195,9 @@ impl RawServer {
                 Some(RateQuota { per_second, burst: std::num::NonZeroU32::new(burst).unwrap_or(per_second) })
             }
         };
+        if self.max_calls_in_flight_per_principal == 0 {
+            return Err(err("server.max_calls_in_flight_per_principal", "must be at least 1"));
+        }
         Ok(Server {
             listen: addr("server.listen", &self.listen)?,
             health_listen: optional_addr("server.health_listen", &self.health_listen)?,
@@ -201,6 +205,7 @@ impl RawServer {
             max_batch_rows: self.max_batch_rows,
             limits,
             rate_limit,
+            max_calls_in_flight: self.max_calls_in_flight_per_principal,
             http_listen: optional_addr("server.http_listen", &self.http_listen)?,
             drain_grace: std::time::Duration::from_millis(self.drain_grace_ms),
             drain_deadline: std::time::Duration::from_millis(self.drain_deadline_ms),
@@ -218,6 +223,7 @@ pub(super) struct Server {
     pub(super) max_batch_rows: usize,
     pub(super) limits: crate::net::Limits,
     pub(super) rate_limit: Option<RateQuota>,
+    pub(super) max_calls_in_flight: usize,
     pub(super) inference_model: Option<String>,
     pub(super) http_listen: Option<SocketAddr>,
     pub(super) drain_grace: std::time::Duration,

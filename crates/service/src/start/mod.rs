@@ -243,6 +243,7 @@ pub async fn serve(
         ready: false.into(),
         draining: false.into(),
         rate: rate::RateLimit::new(settings.rate_limit),
+        in_flight: crate::server::in_flight::InFlight::new(settings.max_calls_in_flight),
     });
 
     readiness::watch(Arc::clone(&app), health.clone(), settings.health_interval, &background, &stop).await;
