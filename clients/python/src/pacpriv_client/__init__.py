@@ -21,6 +21,8 @@ __all__ = [
     "PacprivError",
     "BudgetExhausted",
     "RateLimited",
+    "TooManyInFlight",
+    "OtherDataset",
     "InvalidInput",
     "Unauthenticated",
     "NotReleased",
@@ -79,6 +81,16 @@ class RateLimited(PacprivError):
     @property
     def retry_after(self) -> float:
         return float(self.metadata.get("retry_after_ms", "1000")) / 1000.0
+
+
+class TooManyInFlight(PacprivError):
+    """The principal has its cap of calls in flight already (nothing charged); send fewer at once."""
+    reason = "TOO_MANY_IN_FLIGHT"
+
+
+class OtherDataset(PacprivError):
+    """The stored session under this key belongs to another dataset's secret; the operator must rename."""
+    reason = "OTHER_DATASET"
 
 
 class InvalidInput(PacprivError):
