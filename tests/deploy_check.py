@@ -569,8 +569,9 @@ def check_listeners(ctx: Context) -> str:
         expect(isinstance(tv, str) and tv, f"the ConfigMap's toml does not set {sec}.{key}")
         var = f"PACPRIV__{sec.upper()}__{key.upper()}"
         expect(var in image_env, f"the image does not set {var}")
-        expect(image_env[var] == tv,
-               f"{sec}.{key}: the toml says {tv!r} but the image's {var}={image_env[var]!r} overrides it")
+        effective = effective_listens(ctx)[(sec, key)]
+        expect(effective == tv,
+               f"{sec}.{key}: the toml says {tv!r} but the container's {var}={effective!r} overrides it")
     for (sec, key), addr in effective_listens(ctx).items():
         expect(addr.startswith("0.0.0.0:"), f"{sec}.{key} = {addr!r}: must listen on 0.0.0.0 in a container")
         ports[LISTENERS[(sec, key)]] = port_of_addr(addr, f"{sec}.{key}")

@@ -5,7 +5,8 @@
 //! HTTP: the full listener evicts the oldest connection no call has
 //! authenticated on. A stranger's polls do not postpone its connection's
 //! idle deadline, and a `Health/Watch` ends at the connection's maximum
-//! age. (Deadlines below are liveness bounds, several times the
+//! age; and the metrics endpoint, once given a token, shows nothing
+//! without it. (Deadlines below are liveness bounds, several times the
 //! configured ones, not measurements.)
 
 use crate::util::{Process, client, digit, image, predict, request, small_demo};
@@ -200,4 +201,26 @@ async fn a_health_watch_ends_at_the_maximum_connection_age() {
     let ended =
         tokio::time::timeout(Duration::from_secs(20), async { while let Ok(Some(_)) = watch.message().await {} }).await;
     assert!(ended.is_ok(), "a Health/Watch outlived server.max_connection_age_ms");
+}
+
+/// Issue 67 §5: with `metrics.token_sha256` set, a scrape without the
+/// token learns nothing (401, no series); with it, the usual series.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_endpoint_wants_its_token_once_one_is_set() {
+    let server = Process::serve(
+        None,
+        &capped(&[("PACPRIV__METRICS__TOKEN_SHA256", crate::util::key_hash("scrape-token"))]),
+    );
+    let mut c = client(&server.addr).await;
+    predict(&mut c, "alice-key", image("spent", &digit(5))).await.expect("answered");
+    let url = format!("http://{}/metrics", server.listener("metrics"));
+    for headers in [&[][..], &["Authorization: Bearer not-the-token"][..]] {
+        let refused = crate::util::curl("GET", &url, headers, None);
+        assert_eq!(refused.code, 401, "{}", refused.body);
+        let body = refused.body.to_string();
+        assert!(!body.contains("alice") && !body.contains("pacpriv_"), "a refused scrape shows {body}");
+    }
+    let scraped = crate::util::curl("GET", &url, &["Authorization: Bearer scrape-token"], None);
+    assert_eq!(scraped.code, 200);
+    assert!(scraped.body.to_string().contains("pacpriv_budget_spent_nats"), "{}", scraped.body);
 }

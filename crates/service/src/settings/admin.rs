@@ -19,6 +19,8 @@ pub struct AdminSettings {
 pub struct MetricsSettings {
     /// HTTP listen address; `None`: no endpoint.
     pub listen: Option<SocketAddr>,
+    /// SHA-256 of the bearer token a scrape must send; `None`: none.
+    pub token_sha256: Option<[u8; 32]>,
     /// Principals with their own budget series at most (bounds the
     /// cardinality a scrape can reach).
     pub max_principal_series: usize,
@@ -35,6 +37,7 @@ pub(super) struct RawAdmin {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMetrics {
     pub(super) listen: String,
+    pub(super) token_sha256: String,
     pub(super) max_principal_series: usize,
 }
 
@@ -57,8 +60,15 @@ impl RawMetrics {
         if self.max_principal_series == 0 {
             return Err(err("metrics.max_principal_series", "must be at least 1"));
         }
+        let token_sha256 = match self.token_sha256.trim() {
+            "" => None,
+            hex => Some(parse_sha256(hex).ok_or_else(|| {
+                err("metrics.token_sha256", "must be 64 hex digits: the SHA-256 of the scrape's bearer token (or empty)")
+            })?),
+        };
         Ok(MetricsSettings {
             listen: optional_addr("metrics.listen", &self.listen)?,
+            token_sha256,
             max_principal_series: self.max_principal_series,
         })
     }

@@ -329,7 +329,12 @@ pub async fn serve(
     if let Some(listen) = settings.metrics.listen {
         let (listener, bound) = bind(listen).await?;
         metrics_addr = Some(bound);
-        let server = metrics::http::serve(listener, metrics, settings.limits, stop.clone());
+        if settings.metrics.token_sha256.is_none() && !bound.ip().is_loopback() {
+            tracing::warn!(%bound, "metrics listener off loopback with no metrics.token_sha256: anyone who reaches it \
+                reads principal names and their spending; set a token or keep it on a private network");
+        }
+        let token = settings.metrics.token_sha256;
+        let server = metrics::http::serve(listener, metrics, token, settings.limits, stop.clone());
         servers.push(Box::pin(async move {
             server.await;
             Ok(())
