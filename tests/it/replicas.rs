@@ -75,3 +75,37 @@ async fn a_predict_on_postgres_reads_its_session_once_before_the_charge() {
         assert_eq!(proxy.session_reads() - before, 2, "q{n}: one preflight read, one locked read");
     }
 }
+
+/// Issue 67 §5: every transaction that writes — a step's charge, the
+/// secret, provisioning, an admin's create and revoke — sets
+/// `synchronous_commit = on` for itself (`SET LOCAL`), so a pooler that
+/// shares server connections between clients (PgBouncer's transaction
+/// pooling) cannot leak another client's `off` into it. Seen on the wire.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_writing_transaction_on_postgres_sets_synchronous_commit_itself() {
+    use crate::util::pg_proxy::PgProxy;
+    use crate::util::{ADMIN_TOKEN, admin_client, bearer, digit, key_hash, small_demo};
+    use pacpriv_service::proto::pacpriv::{CreatePrincipalRequest, RevokePrincipalRequest};
+    let pg = Postgres::start();
+    let proxy = PgProxy::start(&pg.url);
+    let env = small_demo(&[
+        ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+        ("PACPRIV__STORE__POSTGRES_URL", proxy.url.clone()),
+        ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
+    ]);
+    let server = Process::serve(None, &env);
+    let mut c = client(&server.addr).await;
+    for n in 0..3 {
+        predict(&mut c, "alice-key", image(&format!("q{n}"), &digit(n))).await.expect("answered");
+    }
+    let mut admin = admin_client(&server.listener("admin")).await;
+    let create = CreatePrincipalRequest { name: "erin".into(), budget_mi: "1".into(), ..Default::default() };
+    admin.create_principal(bearer(create, ADMIN_TOKEN)).await.expect("created");
+    admin.revoke_principal(bearer(RevokePrincipalRequest { name: "erin".into() }, ADMIN_TOKEN)).await.expect("revoked");
+    let (guarded, unguarded) = proxy.writing_commits();
+    assert_eq!(
+        unguarded, 0,
+        "{unguarded} writing transactions relied on the connection's setting ({guarded} set their own)"
+    );
+    assert!(guarded >= 3 + 2, "three steps, a create and a revoke at least: {guarded}");
+}

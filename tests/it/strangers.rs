@@ -207,10 +207,8 @@ async fn a_health_watch_ends_at_the_maximum_connection_age() {
 /// token learns nothing (401, no series); with it, the usual series.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_metrics_endpoint_wants_its_token_once_one_is_set() {
-    let server = Process::serve(
-        None,
-        &capped(&[("PACPRIV__METRICS__TOKEN_SHA256", crate::util::key_hash("scrape-token"))]),
-    );
+    let server =
+        Process::serve(None, &capped(&[("PACPRIV__METRICS__TOKEN_SHA256", crate::util::key_hash("scrape-token"))]));
     let mut c = client(&server.addr).await;
     predict(&mut c, "alice-key", image("spent", &digit(5))).await.expect("answered");
     let url = format!("http://{}/metrics", server.listener("metrics"));

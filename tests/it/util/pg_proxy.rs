@@ -1,8 +1,9 @@
 //! A TCP proxy in front of a test's PostgreSQL that sees what pacpriv
 //! sends: it counts the statements that read a session row (executions,
-//! whether sent as text or as a prepared statement bound again), and,
-//! when armed, cuts one connection right after a `COMMIT` has been
-//! executed.
+//! whether sent as text or as a prepared statement bound again), and the
+//! writing transactions' COMMITs with and without a `SET LOCAL
+//! synchronous_commit = on` of their own; and, when armed, cuts one
+//! connection right after a `COMMIT` has been executed.
 //! It runs on a runtime of its own thread: a test's runtime may block
 //! while `pacpriv serve` starts, and that start goes through the proxy.
 
@@ -28,6 +29,8 @@ struct Shared {
     armed: AtomicBool,
     cuts: AtomicUsize,
     session_reads: AtomicUsize,
+    guarded_commits: AtomicUsize,
+    unguarded_commits: AtomicUsize,
 }
 
 impl PgProxy {
@@ -71,6 +74,13 @@ impl PgProxy {
     pub fn session_reads(&self) -> usize {
         self.state.session_reads.load(Ordering::SeqCst)
     }
+
+    /// COMMITs so far of transactions that wrote (an INSERT or UPDATE):
+    /// with `SET LOCAL synchronous_commit = on` earlier in the same
+    /// transaction, and without.
+    pub fn writing_commits(&self) -> (usize, usize) {
+        (self.state.guarded_commits.load(Ordering::SeqCst), self.state.unguarded_commits.load(Ordering::SeqCst))
+    }
 }
 
 impl Drop for PgProxy {
@@ -89,33 +99,63 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 /// The client's side of the wire protocol, message by message: counts the
 /// executions of statements that read a session row — a simple query
 /// ('Q') by its text, an extended-protocol execution by the statement its
-/// Bind ('B') names, whose text came in a Parse ('P'), perhaps long before.
+/// Bind ('B') names, whose text came in a Parse ('P'), perhaps long before
+/// — and follows each transaction (`START TRANSACTION` or BEGIN …
+/// COMMIT, as simple queries):
+/// whether it wrote, and whether it set `synchronous_commit` for itself.
 #[derive(Default)]
 struct Frontend {
     buffered: Vec<u8>,
     started: bool,
-    /// Prepared statement name → whether it reads a session row.
-    statements: std::collections::HashMap<Vec<u8>, bool>,
+    /// Prepared statement name → (whether it reads a session row, whether
+    /// it writes).
+    statements: std::collections::HashMap<Vec<u8>, (bool, bool)>,
+    /// Whether a transaction is open; in it, whether it wrote, and set
+    /// `synchronous_commit` locally.
+    in_transaction: bool,
+    wrote: bool,
+    durable: bool,
+}
+
+/// What a feed of bytes completed.
+#[derive(Default)]
+struct Fed {
+    reads: usize,
+    guarded: usize,
+    unguarded: usize,
+}
+
+/// Whether `sql` writes a row.
+fn writes(sql: &[u8]) -> bool {
+    count(sql, b"INSERT ") + count(sql, b"UPDATE ") > 0
 }
 
 impl Frontend {
-    /// Feeds bytes from the client; returns the session reads they
-    /// completed.
-    fn feed(&mut self, bytes: &[u8]) -> usize {
+    /// A statement that `wrote` (or not) was executed: outside a
+    /// transaction it committed at once, on the connection's setting.
+    fn wrote(&mut self, wrote: bool, fed: &mut Fed) {
+        if wrote && !self.in_transaction {
+            fed.unguarded += 1;
+        }
+        self.wrote |= wrote;
+    }
+
+    /// Feeds bytes from the client; returns what they completed.
+    fn feed(&mut self, bytes: &[u8]) -> Fed {
         self.buffered.extend_from_slice(bytes);
-        let mut reads = 0;
+        let mut fed = Fed::default();
         loop {
             // Before the startup message: no type byte (an SSL or GSS
             // request, 8 bytes, comes first and keeps us waiting).
             let header = if self.started { 5 } else { 4 };
             if self.buffered.len() < header {
-                return reads;
+                return fed;
             }
             let len_at = header - 4;
             let len = u32::from_be_bytes(self.buffered[len_at..header].try_into().expect("4 bytes")) as usize;
             let end = len_at + len;
             if self.buffered.len() < end {
-                return reads;
+                return fed;
             }
             let message: Vec<u8> = self.buffered.drain(..end).collect();
             if !self.started {
@@ -125,16 +165,31 @@ impl Frontend {
             let body = &message[5..];
             let mut fields = body.split(|&b| b == 0);
             match message[0] {
-                b'Q' => reads += count(body, SESSION_READ),
+                b'Q' if body.starts_with(b"BEGIN") || body.starts_with(b"START TRANSACTION") => {
+                    (self.in_transaction, self.wrote, self.durable) = (true, false, false);
+                }
+                b'Q' if body.starts_with(b"COMMIT") || body.starts_with(b"ROLLBACK") => {
+                    if self.wrote && body.starts_with(b"COMMIT") {
+                        *(if self.durable { &mut fed.guarded } else { &mut fed.unguarded }) += 1;
+                    }
+                    (self.in_transaction, self.wrote, self.durable) = (false, false, false);
+                }
+                b'Q' => {
+                    fed.reads += count(body, SESSION_READ);
+                    self.wrote(writes(body), &mut fed);
+                    self.durable |= count(body, b"SET LOCAL synchronous_commit = on") > 0;
+                }
                 b'P' => {
                     let name = fields.next().unwrap_or_default().to_vec();
                     let query = fields.next().unwrap_or_default();
-                    self.statements.insert(name, count(query, SESSION_READ) > 0);
+                    self.statements.insert(name, (count(query, SESSION_READ) > 0, writes(query)));
                 }
                 b'B' => {
                     let _portal = fields.next();
                     let name = fields.next().unwrap_or_default();
-                    reads += usize::from(self.statements.get(name).copied().unwrap_or(false));
+                    let (reads, wrote) = self.statements.get(name).copied().unwrap_or_default();
+                    fed.reads += usize::from(reads);
+                    self.wrote(wrote, &mut fed);
                 }
                 _ => {}
             }
@@ -161,7 +216,10 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
             if n == 0 {
                 break;
             }
-            s.session_reads.fetch_add(frontend.feed(&buf[..n]), Ordering::SeqCst);
+            let fed = frontend.feed(&buf[..n]);
+            s.session_reads.fetch_add(fed.reads, Ordering::SeqCst);
+            s.guarded_commits.fetch_add(fed.guarded, Ordering::SeqCst);
+            s.unguarded_commits.fetch_add(fed.unguarded, Ordering::SeqCst);
             // Armed before the COMMIT leaves, so its reply cannot slip
             // through; only that reply is cut (see above).
             if buf[..n].windows(7).any(|w| w == b"COMMIT\0") && s.armed.swap(false, Ordering::SeqCst) {

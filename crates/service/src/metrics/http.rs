@@ -7,16 +7,16 @@
 //! stays a stranger's (`net::connection`).
 
 use super::Metrics;
+use crate::net::connection::Connection;
 use crate::net::guard::{Watch, guarded_incoming};
 use axum::Router;
-use crate::net::connection::Connection;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +42,8 @@ async fn scrape(
             .map(|token| <[u8; 32]>::from(Sha256::digest(token.trim().as_bytes())));
         let valid = presented.is_some_and(|p| bool::from(p.ct_eq(token_sha256)));
         if !valid {
-            let refusal = "this endpoint needs the metrics token (metrics.token_sha256) as `authorization: Bearer <token>`";
+            let refusal =
+                "this endpoint needs the metrics token (metrics.token_sha256) as `authorization: Bearer <token>`";
             return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], refusal).into_response();
         }
         if let Some(Extension(connection)) = connection {

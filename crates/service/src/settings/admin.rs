@@ -63,7 +63,10 @@ impl RawMetrics {
         let token_sha256 = match self.token_sha256.trim() {
             "" => None,
             hex => Some(parse_sha256(hex).ok_or_else(|| {
-                err("metrics.token_sha256", "must be 64 hex digits: the SHA-256 of the scrape's bearer token (or empty)")
+                err(
+                    "metrics.token_sha256",
+                    "must be 64 hex digits: the SHA-256 of the scrape's bearer token (or empty)",
+                )
             })?),
         };
         Ok(MetricsSettings {

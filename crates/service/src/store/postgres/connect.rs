@@ -10,6 +10,10 @@
 //!   return before any standby has the step; a server or pooler that does
 //!   not apply the setting is refused (the pool, and so start-up, fails
 //!   with a message naming it).
+//! - Every transaction that writes a charge, a principal or a revocation
+//!   sets it again for itself (`SET LOCAL`, [`durable`]), so a pooler that
+//!   shares server connections between clients cannot leak another
+//!   client's setting into it.
 //! - A connection on which the server sends a WARNING is closed before
 //!   the reply that follows it is read. PostgreSQL reports a synchronous
 //!   COMMIT whose wait for the standby was cancelled — by
@@ -60,6 +64,22 @@ pub(super) fn session_options(config: &mut Config, timeout: Duration) {
         .keepalives_interval((timeout / 4).max(Duration::from_secs(1)))
         .keepalives_retries(3);
 }
+
+/// Sets `synchronous_commit` for the transaction `tx` (`SET LOCAL`): the
+/// connection's own setting ([`pinned`]) is not enough behind a pooler
+/// that hands one server connection to many clients in turn (PgBouncer's
+/// transaction pooling), where another client may have set it `off` on
+/// the connection this transaction runs on. Every transaction that
+/// charges, provisions or revokes runs it first.
+///
+/// # Errors
+/// The server's.
+pub(super) async fn durable(tx: &tokio_postgres::Transaction<'_>) -> Result<(), Error> {
+    tx.batch_execute(SET_LOCAL).await
+}
+
+/// [`durable`]'s statement.
+const SET_LOCAL: &str = "SET LOCAL synchronous_commit = on";
 
 /// The pool's hook run on every new connection: refuses one whose
 /// `synchronous_commit` is not [`SYNCHRONOUS_COMMIT`].

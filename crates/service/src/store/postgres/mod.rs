@@ -224,26 +224,44 @@ impl PgStore {
     /// # Errors
     /// Backend.
     pub async fn init_meta(&self, dataset: &str, meta: &Meta) -> Result<Meta, StoreError> {
-        let client = self.client().await?;
         let secret = i64::try_from(meta.secret).map_err(|_| backend("secret index out of range"))?;
         if dataset == DEFAULT_DATASET {
-            client
-                .execute(
-                    "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
-                    &[&secret, &meta.teachers],
-                )
-                .await
+            self.write_durably(
+                "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+                &[&secret, &meta.teachers],
+                pg,
+            )
+            .await
         } else {
-            client
-                .execute(
-                    "INSERT INTO pacpriv_dataset_meta (dataset, secret, teachers) VALUES ($1, $2, $3) \
-                     ON CONFLICT (dataset) DO NOTHING",
-                    &[&dataset, &secret, &meta.teachers],
-                )
-                .await
-        }
-        .map_err(pg)?;
+            self.write_durably(
+                "INSERT INTO pacpriv_dataset_meta (dataset, secret, teachers) VALUES ($1, $2, $3) \
+                 ON CONFLICT (dataset) DO NOTHING",
+                &[&dataset, &secret, &meta.teachers],
+                pg,
+            )
+            .await
+        }?;
         self.meta(dataset).await?.ok_or_else(|| backend("meta row missing after insert"))
+    }
+
+    /// Runs the one writing statement `sql` in a transaction of its own
+    /// that sets `synchronous_commit` for itself ([`connect::durable`]);
+    /// the rows it wrote.
+    ///
+    /// # Errors
+    /// The pool's, or the server's as `error` maps it.
+    async fn write_durably(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        error: impl Fn(tokio_postgres::Error) -> StoreError,
+    ) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(&error)?;
+        connect::durable(&tx).await.map_err(&error)?;
+        let written = tx.execute(sql, params).await.map_err(&error)?;
+        tx.commit().await.map_err(&error)?;
+        Ok(written)
     }
 
     /// `dataset`'s noise key: `candidate` unless another replica wrote one
@@ -252,14 +270,13 @@ impl PgStore {
     /// # Errors
     /// Backend, or a stored key that is not 32 bytes.
     pub async fn init_noise_key(&self, dataset: &str, candidate: &[u8; 32]) -> Result<[u8; 32], StoreError> {
+        self.write_durably(
+            "INSERT INTO pacpriv_noise_key (dataset, key) VALUES ($1, $2) ON CONFLICT (dataset) DO NOTHING",
+            &[&dataset, &candidate.as_slice()],
+            pg,
+        )
+        .await?;
         let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO pacpriv_noise_key (dataset, key) VALUES ($1, $2) ON CONFLICT (dataset) DO NOTHING",
-                &[&dataset, &candidate.as_slice()],
-            )
-            .await
-            .map_err(pg)?;
         let row =
             client.query_one("SELECT key FROM pacpriv_noise_key WHERE dataset = $1", &[&dataset]).await.map_err(pg)?;
         let key: Vec<u8> = row.try_get(0).map_err(pg)?;
@@ -428,16 +445,14 @@ impl PgStore {
     /// # Errors
     /// As [`super::Store::rotate_key`].
     pub async fn rotate_key(&self, name: &str, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
-        let client = self.client().await?;
         let key: &[u8] = key_sha256;
-        client
-            .execute(
-                "UPDATE pacpriv_principals SET key_sha256 = $2 \
-                 WHERE name = $1 AND origin = 'admin' AND revoked_unix IS NULL",
-                &[&name, &key],
-            )
-            .await
-            .map_err(|e| key_in_use(name, e))?;
+        self.write_durably(
+            "UPDATE pacpriv_principals SET key_sha256 = $2 \
+             WHERE name = $1 AND origin = 'admin' AND revoked_unix IS NULL",
+            &[&name, &key],
+            |e| key_in_use(name, e),
+        )
+        .await?;
         self.principal(name).await
     }
 
@@ -446,14 +461,12 @@ impl PgStore {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE pacpriv_principals SET revoked_unix = $2 WHERE name = $1 AND revoked_unix IS NULL",
-                &[&name, &at_unix],
-            )
-            .await
-            .map_err(pg)?;
+        self.write_durably(
+            "UPDATE pacpriv_principals SET revoked_unix = $2 WHERE name = $1 AND revoked_unix IS NULL",
+            &[&name, &at_unix],
+            pg,
+        )
+        .await?;
         self.principal(name).await
     }
 
@@ -554,6 +567,7 @@ async fn provision_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     records: &[PrincipalRecord],
 ) -> Result<Vec<PrincipalRecord>, StoreError> {
+    connect::durable(tx).await.map_err(pg)?;
     tx.batch_execute("LOCK TABLE pacpriv_principals IN SHARE ROW EXCLUSIVE MODE").await.map_err(pg)?;
     let mut stored = Vec::with_capacity(records.len());
     for record in records {

@@ -211,6 +211,7 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client) -> Result<(), S
         client.batch_execute(MIGRATIONS_TABLE).await.map_err(pg)?;
     }
     let tx = client.transaction().await.map_err(pg)?;
+    super::connect::durable(&tx).await.map_err(pg)?;
     tx.batch_execute("LOCK TABLE pacpriv_schema_migrations IN SHARE ROW EXCLUSIVE MODE").await.map_err(pg)?;
     let row = tx.query_one("SELECT COALESCE(MAX(version), 0) FROM pacpriv_schema_migrations", &[]).await;
     let applied: i32 = row.map_err(pg)?.get(0);

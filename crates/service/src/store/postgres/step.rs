@@ -4,6 +4,7 @@
 //! and cache rows, and COMMIT. [`super::PgStore`] bounds it in time and
 //! decides what a failure means ([`Failed`]).
 
+use super::connect::durable;
 use super::schema::{INSERT_EVENT, INSERT_JOURNAL, PROBE, UPDATE_RECORD, UPDATE_RECORD_AND_CACHE};
 use crate::store::answers::{CacheProbe, CacheRows, Squashed, squash};
 use crate::store::change::Change;
@@ -42,7 +43,12 @@ where
     // The statements of every step, prepared once per connection: a
     // statement given as text costs a round trip to parse it each time.
     let lock = tx.prepare_cached(LOCK).await.map_err(backend)?;
-    let row = match tx.query_opt(&lock, &[&session]).await.map_err(backend)? {
+    // The transaction's own durability, sent in the same flight as the
+    // lock (tokio-postgres pipelines futures polled together): no round
+    // trip of its own.
+    let key: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&session];
+    let (_, locked) = tokio::try_join!(durable(&tx), tx.query_opt(&lock, &key)).map_err(backend)?;
+    let row = match locked {
         Some(row) => row,
         None => {
             // A fresh session: make the row so FOR UPDATE has something
