@@ -10,6 +10,7 @@
 //! configured ones, not measurements.)
 
 use crate::util::{Process, client, digit, image, predict, request, small_demo};
+use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -221,4 +222,60 @@ async fn the_metrics_endpoint_wants_its_token_once_one_is_set() {
     let scraped = crate::util::curl("GET", &url, &["Authorization: Bearer scrape-token"], None);
     assert_eq!(scraped.code, 200);
     assert!(scraped.body.to_string().contains("pacpriv_budget_spent_nats"), "{}", scraped.body);
+}
+
+/// Issue 67 §4: on PostgreSQL, a peer sending ever new random keys costs
+/// the database at most its bucket of lookups (a burst of 40, then 20 a
+/// second), on the lookups' own connections, while a client with a known
+/// key goes on being answered — from another address, and from the
+/// flooding address too (a key seen naming a principal is still looked up
+/// for it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_random_keys_costs_its_peer_a_bounded_number_of_lookups() {
+    let pg = crate::util::Postgres::start();
+    let server = Process::serve(
+        None,
+        &capped(&[
+            ("PACPRIV__STORE__BACKEND", "postgres".to_owned()),
+            ("PACPRIV__STORE__POSTGRES_URL", pg.url.clone()),
+            ("PACPRIV__SERVER__MAX_CONNECTIONS", "64".to_owned()),
+        ]),
+    );
+    let (admin, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    admin.batch_execute("ALTER SYSTEM SET log_statement = 'all'").await.expect("log all");
+    admin.batch_execute("SELECT pg_reload_conf()").await.expect("reload");
+    let lookups = || pg.log().matches("WHERE key_sha256 = $1").count();
+    let mut alice = client(&server.addr).await;
+    predict(&mut alice, "alice-key", image("warm-up", &digit(0))).await.expect("answered");
+    let flooder = PrivatizerClient::new(channel_from("127.0.0.2", &server.addr).await);
+    let mut alice_there = flooder.clone();
+    predict(&mut alice_there, "alice-key", image("from-the-flood", &digit(1))).await.expect("answered");
+    let (before, started) = (lookups(), Instant::now());
+
+    const FLOOD: usize = 2000;
+    let flood: Vec<_> = (0..FLOOD)
+        .map(|i| {
+            let mut c = flooder.clone();
+            tokio::spawn(async move { predict(&mut c, &format!("random-{i}"), image("x", &digit(2))).await })
+        })
+        .collect();
+    for n in 0..5 {
+        for (c, name) in [(&mut alice, "alice"), (&mut alice_there, "alice on the flood's address")] {
+            let answered = tokio::time::timeout(
+                Duration::from_secs(30),
+                predict(c, "alice-key", image(&format!("{name}-{n}"), &digit(10 + n))),
+            )
+            .await;
+            assert!(matches!(answered, Ok(Ok(_))), "{name} during the flood: {answered:?}");
+        }
+    }
+    for call in flood {
+        let refused = call.await.expect("joins").expect_err("a random key");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let spent = lookups() - before;
+    let bound = 40 + 20 * seconds as usize + 10;
+    assert!(spent <= bound, "{spent} lookups for {FLOOD} random keys in {seconds} s (bound {bound})");
 }

@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 /// requests on it.
 #[derive(Debug)]
 pub struct Connection {
+    /// The peer's address, as its listener's per-peer cap groups it.
+    peer: std::net::IpAddr,
     accepted: Instant,
     authenticated: AtomicBool,
     /// Milliseconds from `accepted` to the last authentication.
@@ -30,14 +32,21 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// A connection accepted now, not authenticated.
-    pub fn new() -> Arc<Self> {
+    /// A connection from `peer` accepted now, not authenticated.
+    pub fn new(peer: std::net::IpAddr) -> Arc<Self> {
         Arc::new(Connection {
+            peer,
             accepted: Instant::now(),
             authenticated: AtomicBool::new(false),
             touched_ms: AtomicU64::new(0),
             evicted: CancellationToken::new(),
         })
+    }
+
+    /// Its peer: an IPv4 address, or an IPv6 /64's first address
+    /// (`net::guard::PeerGroup`).
+    pub fn peer(&self) -> std::net::IpAddr {
+        self.peer
     }
 
     /// When it was accepted.

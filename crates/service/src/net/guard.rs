@@ -139,7 +139,7 @@ impl Slots {
             return None;
         }
         *count += 1;
-        let (id, connection) = (held.next, Connection::new());
+        let (id, connection) = (held.next, Connection::new(group.0));
         held.next += 1;
         held.live.insert(id, Arc::clone(&connection));
         Some(Slot { slots: Arc::clone(self), group, id, connection, _total: total })

@@ -43,23 +43,26 @@ pub async fn authenticate<T>(
         return Ok(caller.clone());
     }
     let certs = connection::peer_certs(request.extensions());
-    from_credential(sessions, request.metadata(), certs.as_deref().map(Vec::as_slice), from_cert).await
+    let peer = connection::of(request.extensions()).map(|c| c.peer());
+    from_credential(sessions, request.metadata(), certs.as_deref().map(Vec::as_slice), from_cert, peer).await
 }
 
 /// The caller the credential in `metadata` (or, with `from_cert`, the
-/// client certificate `certs`) names.
+/// client certificate `certs`) names, presented by `peer` (whose lookups
+/// of unknown keys are capped).
 async fn from_credential(
     sessions: &Sessions,
     metadata: &MetadataMap,
     certs: Option<&[tonic::transport::CertificateDer<'static>]>,
     from_cert: bool,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<Caller, ServiceError> {
     if let Some(key) = api_key(metadata) {
-        return Ok(sessions.authenticate(Credential::ApiKey(key)).await?);
+        return Ok(sessions.authenticate_from(Credential::ApiKey(key), peer).await?);
     }
     let cn = if from_cert { certs.and_then(certificate_cn) } else { None };
     match cn {
-        Some(cn) => Ok(sessions.authenticate(Credential::Certificate(&cn)).await?),
+        Some(cn) => Ok(sessions.authenticate_from(Credential::Certificate(&cn), peer).await?),
         None => Err(SessionError::Unauthenticated.into()),
     }
 }
@@ -147,11 +150,13 @@ where
             let is_query = !path.ends_with("/GetBudget");
             let metadata = MetadataMap::from_headers(request.headers().clone());
             let certs = connection::peer_certs(request.extensions());
+            let peer = connection::of(request.extensions()).map(|c| c.peer());
             match from_credential(
                 &app.sessions,
                 &metadata,
                 certs.as_deref().map(Vec::as_slice),
                 app.principal_from_cert,
+                peer,
             )
             .await
             {

@@ -325,7 +325,22 @@ impl Sessions {
     /// [`SessionError::Unauthenticated`] (unknown, revoked), or
     /// [`SessionError::Registry`] when PostgreSQL cannot be asked.
     pub async fn authenticate(&self, credential: Credential<'_>) -> Result<Caller, SessionError> {
-        self.lookup(Presented::from(credential)).await
+        self.lookup(Presented::from(credential), None).await
+    }
+
+    /// [`Sessions::authenticate`] for a credential `peer` presented: on
+    /// PostgreSQL, a peer that has looked up too many unknown keys of late
+    /// is refused any key this replica has not seen name a principal
+    /// recently, without a lookup ([`UnknownKeys`]).
+    ///
+    /// # Errors
+    /// As [`Sessions::authenticate`].
+    pub async fn authenticate_from(
+        &self,
+        credential: Credential<'_>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Caller, SessionError> {
+        self.lookup(Presented::from(credential), peer).await
     }
 
     /// `caller` (authenticated earlier, e.g. when its stream opened) as the
@@ -339,7 +354,7 @@ impl Sessions {
     /// names this principal, or [`SessionError::Registry`] when PostgreSQL
     /// cannot be asked.
     pub async fn recheck(&self, caller: &Caller) -> Result<Caller, SessionError> {
-        let now = self.lookup(caller.presented.clone()).await?;
+        let now = self.lookup(caller.presented.clone(), None).await?;
         if now.principal != caller.principal {
             return Err(SessionError::Unauthenticated);
         }
@@ -354,7 +369,7 @@ impl Sessions {
         Sessions { refused, ..self }
     }
 
-    async fn lookup(&self, presented: Presented) -> Result<Caller, SessionError> {
+    async fn lookup(&self, presented: Presented, peer: Option<std::net::IpAddr>) -> Result<Caller, SessionError> {
         if let (Some(refused), Presented::Key(digest)) = (&self.refused, &presented)
             && digest == refused
         {
@@ -372,13 +387,20 @@ impl Sessions {
             };
         }
         let record = match &presented {
-            Presented::Key(digest) if self.unknown.contains(digest) => return Err(SessionError::Unauthenticated),
+            Presented::Key(digest) if !self.unknown.may_look_up(digest, peer) => {
+                return Err(SessionError::Unauthenticated);
+            }
             Presented::Key(digest) => self.store.principal_by_key(digest).await,
             Presented::Certificate(cn) => self.store.principal(cn).await,
         }
         .map_err(SessionError::Registry)?;
         match record {
-            Some(r) if r.active() => Ok(self.caller(&r.name, &self.sessions_for(&r)?, presented)),
+            Some(r) if r.active() => {
+                if let Presented::Key(digest) = &presented {
+                    self.unknown.known(digest);
+                }
+                Ok(self.caller(&r.name, &self.sessions_for(&r)?, presented))
+            }
             Some(_) => Err(SessionError::Unauthenticated),
             None => {
                 if let Presented::Key(digest) = presented {

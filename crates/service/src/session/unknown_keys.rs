@@ -1,50 +1,188 @@
-//! Key digests that named no principal a moment ago ([`UnknownKeys`]).
-//! With PostgreSQL every request looks its key up (so that a principal
-//! created or revoked on any replica counts on every replica at once), and
-//! a peer repeating an unknown key would cost the database a round trip
-//! each time. A digest found unknown is refused without one for [`TTL`].
+//! Which key digests to look up in the store ([`UnknownKeys`]). With
+//! PostgreSQL every request looks its key up (so that a principal created
+//! or revoked on any replica counts on every replica at once), on the
+//! lookups' own connections (`store::postgres::LOOKUP_CONNECTIONS`). A peer
+//! sending random keys would cost the database a round trip each; three
+//! things bound that:
+//!
+//! - a digest found unknown is refused without a lookup for [`TTL`];
+//! - a digest not seen naming a principal within [`KNOWN_TTL`] costs its
+//!   peer (an IPv4 address or IPv6 /64) a token of a bucket of
+//!   [`PEER_LOOKUPS_PER_SECOND`] (bursts of [`PEER_LOOKUP_BURST`]); a peer
+//!   whose bucket is empty is refused such keys without a lookup, while
+//!   keys seen naming a principal lately are still looked up for it (a
+//!   client behind the same address as a flood goes on working);
+//! - both sets hold at most [`CAPACITY`] digests each, and every operation
+//!   on them is O(1) (amortised).
 //!
 //! # Invariants
-//! - Only digests that named no principal at all are kept: a known key is
-//!   always looked up (its revocation must count at once).
-//! - At most [`CAPACITY`] digests are kept (~3 MiB); once full, expired
-//!   ones are dropped, and a new one is not kept until there is room.
-//! - A key provisioned through this replica is forgotten at once; one
-//!   provisioned through another replica works here within [`TTL`].
+//! - Only digests that named no principal at all are kept as unknown: a
+//!   known key is always looked up (its revocation must count at once).
+//! - A key provisioned through this replica is forgotten as unknown at
+//!   once; one provisioned through another replica works here within
+//!   [`TTL`] (and, from a peer whose bucket is empty, once it refills).
 
-use std::collections::HashMap;
+use governor::{DefaultKeyedRateLimiter, Quota};
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long an unknown digest is refused without a lookup.
 pub const TTL: Duration = Duration::from_secs(2);
-/// Most digests kept.
+/// How long a digest that named a principal is looked up for any peer.
+pub const KNOWN_TTL: Duration = Duration::from_secs(300);
+/// Most digests kept in each set (~3 MiB each).
 pub const CAPACITY: usize = 65_536;
+/// Lookups of keys not known lately, per peer and second…
+pub const PEER_LOOKUPS_PER_SECOND: u32 = 20;
+/// …and at once.
+pub const PEER_LOOKUP_BURST: u32 = 40;
 
-/// Recently unknown key digests and when each was found unknown.
-#[derive(Default)]
-pub(super) struct UnknownKeys(Mutex<HashMap<[u8; 32], Instant>>);
+/// Digests found unknown, digests found naming a principal, and each
+/// peer's bucket of lookups.
+pub(super) struct UnknownKeys {
+    unknown: Mutex<Recent>,
+    known: Mutex<Recent>,
+    peers: DefaultKeyedRateLimiter<IpAddr>,
+}
+
+impl Default for UnknownKeys {
+    fn default() -> Self {
+        let rate = NonZeroU32::new(PEER_LOOKUPS_PER_SECOND).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(PEER_LOOKUP_BURST).unwrap_or(NonZeroU32::MIN);
+        UnknownKeys {
+            unknown: Mutex::new(Recent::new(TTL)),
+            known: Mutex::new(Recent::new(KNOWN_TTL)),
+            peers: DefaultKeyedRateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+        }
+    }
+}
 
 impl UnknownKeys {
-    /// Whether `digest` was found unknown within [`TTL`].
-    pub(super) fn contains(&self, digest: &[u8; 32]) -> bool {
-        let seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.get(digest).is_some_and(|at| at.elapsed() < TTL)
+    /// Whether to look `digest` up for `peer` (none: a caller of this
+    /// process, not a peer): not if it was found unknown within [`TTL`],
+    /// nor if it was not seen naming a principal lately and `peer` has no
+    /// lookup left in its bucket.
+    pub(super) fn may_look_up(&self, digest: &[u8; 32], peer: Option<IpAddr>) -> bool {
+        if lock(&self.unknown).contains(digest) {
+            return false;
+        }
+        let Some(peer) = peer else { return true };
+        if lock(&self.known).contains(digest) {
+            return true;
+        }
+        if self.peers.len() > CAPACITY {
+            self.peers.retain_recent();
+        }
+        self.peers.check_key(&peer).is_ok()
     }
 
     /// Remembers that `digest` named no principal just now.
     pub(super) fn insert(&self, digest: [u8; 32]) {
-        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.len() >= CAPACITY {
-            seen.retain(|_, at| at.elapsed() < TTL);
-        }
-        if seen.len() < CAPACITY {
-            seen.insert(digest, Instant::now());
-        }
+        lock(&self.unknown).insert(digest);
     }
 
-    /// Forgets `digest`: it names a principal now.
+    /// Remembers that `digest` named an active principal just now.
+    pub(super) fn known(&self, digest: &[u8; 32]) {
+        lock(&self.known).insert(*digest);
+    }
+
+    /// Forgets `digest` as unknown: it names a principal now.
     pub(super) fn forget(&self, digest: &[u8; 32]) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(digest);
+        lock(&self.unknown).remove(digest);
+    }
+}
+
+fn lock(recent: &Mutex<Recent>) -> std::sync::MutexGuard<'_, Recent> {
+    recent.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Digests each kept for `ttl` from when it was last inserted, at most
+/// [`CAPACITY`] of them (the oldest give way), each operation O(1)
+/// amortised: the queue holds insertions in order, so expiry pops its
+/// front, and an entry removed or inserted again leaves a stale one there
+/// that is dropped when it reaches the front.
+struct Recent {
+    ttl: Duration,
+    at: HashMap<[u8; 32], Instant>,
+    order: VecDeque<([u8; 32], Instant)>,
+}
+
+impl Recent {
+    fn new(ttl: Duration) -> Self {
+        Recent { ttl, at: HashMap::new(), order: VecDeque::new() }
+    }
+
+    fn contains(&self, digest: &[u8; 32]) -> bool {
+        self.at.get(digest).is_some_and(|at| at.elapsed() < self.ttl)
+    }
+
+    fn insert(&mut self, digest: [u8; 32]) {
+        let now = Instant::now();
+        // Expired entries, stale ones, and while over capacity the oldest:
+        // each insertion is popped once at most.
+        while let Some(&(front, at)) = self.order.front() {
+            let live = self.at.get(&front) == Some(&at);
+            let over = self.at.len() >= CAPACITY || self.order.len() >= 2 * CAPACITY;
+            if live && now.duration_since(at) < self.ttl && !over {
+                break;
+            }
+            self.order.pop_front();
+            if live {
+                self.at.remove(&front);
+            }
+        }
+        self.at.insert(digest, now);
+        self.order.push_back((digest, now));
+    }
+
+    fn remove(&mut self, digest: &[u8; 32]) {
+        self.at.remove(digest);
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn digest(i: u32) -> [u8; 32] {
+        let mut d = [0; 32];
+        d[..4].copy_from_slice(&i.to_be_bytes());
+        d
+    }
+
+    #[test]
+    fn a_full_set_gives_way_oldest_first_and_stays_bounded() {
+        let mut recent = Recent::new(Duration::from_secs(60));
+        for i in 0..(3 * CAPACITY as u32) {
+            recent.insert(digest(i));
+            if i % 7 == 0 {
+                recent.remove(&digest(i));
+            }
+        }
+        assert!(recent.at.len() <= CAPACITY && recent.order.len() <= 2 * CAPACITY);
+        let last = 3 * CAPACITY as u32 - 1;
+        assert!(recent.contains(&digest(last)) && !recent.contains(&digest(0)), "the newest stay, the oldest go");
+    }
+
+    #[test]
+    fn a_peer_past_its_lookups_is_refused_unknown_keys_but_not_known_ones() {
+        let keys = UnknownKeys::default();
+        let (flood, other): (IpAddr, IpAddr) = ("192.0.2.1".parse().expect("ip"), "192.0.2.2".parse().expect("ip"));
+        keys.known(&digest(0));
+        let allowed = (1..=1000).filter(|&i| keys.may_look_up(&digest(i), Some(flood))).count();
+        assert!(
+            (PEER_LOOKUP_BURST as usize..PEER_LOOKUP_BURST as usize + 10).contains(&allowed),
+            "{allowed} lookups of random keys from one peer"
+        );
+        assert!(keys.may_look_up(&digest(0), Some(flood)), "a key known lately is still looked up for it");
+        assert!(keys.may_look_up(&digest(2000), Some(other)), "another peer has its own bucket");
+        assert!(keys.may_look_up(&digest(2001), None), "the process's own callers are not capped");
+        keys.insert(digest(3000));
+        assert!(!keys.may_look_up(&digest(3000), None), "an unknown key is refused without a lookup");
+        keys.forget(&digest(3000));
+        assert!(keys.may_look_up(&digest(3000), None));
     }
 }

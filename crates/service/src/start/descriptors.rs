@@ -3,7 +3,7 @@
 //! ([`provide`]).
 //!
 //! Every listener may hold `server.max_connections` connections, TLS
-//! handshakes included; the PostgreSQL pool, the teachers' channels and the
+//! handshakes included; the PostgreSQL pools (steps and lookups), the teachers' channels and the
 //! process itself (the store file, the runtime, in-process demo teachers)
 //! need a few more. With a lower limit a flood the caps are meant to
 //! absorb would instead make `accept` fail with EMFILE — for every client.
@@ -12,6 +12,7 @@
 
 use super::StartError;
 use crate::settings::{Settings, StoreSettings};
+use crate::store::postgres::LOOKUP_CONNECTIONS;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors beyond the listeners, the pool and the teachers: the
@@ -30,7 +31,7 @@ pub fn need(settings: &Settings, teachers: usize) -> u64 {
     ];
     let listeners = 1 + optional.iter().filter(|&&on| on).count() as u64;
     let pool = match &settings.store {
-        StoreSettings::Postgres { link, .. } => link.max_connections as u64,
+        StoreSettings::Postgres { link, .. } => (link.max_connections + LOOKUP_CONNECTIONS) as u64,
         StoreSettings::Embedded { .. } => 0,
     };
     // A channel to each teacher, and (demo teachers) its server's end.

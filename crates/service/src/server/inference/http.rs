@@ -200,11 +200,13 @@ async fn infer_traced(
     // The same credential check as gRPC's, on the same headers, before a
     // byte of the body is read: an unknown client cannot make the server
     // buffer (or wait for) anything.
-    let credentials = tonic::Request::from_parts(
-        tonic::metadata::MetadataMap::from_headers(headers.clone()),
-        tonic::Extensions::default(),
-        (),
-    );
+    let mut extensions = tonic::Extensions::default();
+    if let Some(connection) = &connection {
+        // Whose lookups of unknown keys this one counts against.
+        extensions.insert(Arc::clone(connection));
+    }
+    let credentials =
+        tonic::Request::from_parts(tonic::metadata::MetadataMap::from_headers(headers.clone()), extensions, ());
     let handle = match auth::querier(app, &credentials).await {
         Ok(h) => h,
         Err(status) => return error(status),

@@ -94,15 +94,23 @@ macro_rules! principal_columns {
     };
 }
 
-/// A connection pool to one database.
+/// Connections to one database, in two pools: steps and everything else,
+/// and credential lookups on their own.
 pub struct PgStore {
     pool: Pool,
+    /// [`LOOKUP_CONNECTIONS`] for looking up a credential: a peer sending
+    /// unknown keys costs these, never a step's connection.
+    lookups: Pool,
     /// Hosts/database for messages (no password).
     location: String,
     /// How long a step's transaction may take, COMMIT included.
     timeout: Duration,
     metrics: StoreMetrics,
 }
+
+/// The credential lookups' own connections (beside
+/// `store.max_connections`).
+pub const LOOKUP_CONNECTIONS: usize = 2;
 
 impl PgStore {
     /// Connects as `link` says and applies the migrations the database
@@ -119,30 +127,35 @@ impl PgStore {
         session_options(&mut config, link.timeout);
         let hosts: Vec<String> = config.get_hosts().iter().map(|h| format!("{h:?}")).collect();
         let location = format!("postgres {}/{}", hosts.join(","), config.get_dbname().unwrap_or(""));
-        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
-        let manager = match tls.client_config()? {
-            None => {
-                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                Manager::from_connect(config, Connector(NoTls), recycling)
-            }
-            Some(client) => {
-                // Encrypted or nothing: never a silent plaintext fallback.
-                config.ssl_mode(tokio_postgres::config::SslMode::Require);
-                Manager::from_connect(
-                    config,
-                    Connector(tokio_postgres_rustls::MakeRustlsConnect::new(client)),
-                    recycling,
-                )
-            }
+        let client_tls = tls.client_config()?;
+        let pool = |size: usize| {
+            let mut config = config.clone();
+            let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+            let manager = match &client_tls {
+                None => {
+                    config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                    Manager::from_connect(config, Connector(NoTls), recycling)
+                }
+                Some(client) => {
+                    // Encrypted or nothing: never a silent plaintext fallback.
+                    config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                    Manager::from_connect(
+                        config,
+                        Connector(tokio_postgres_rustls::MakeRustlsConnect::new(client.clone())),
+                        recycling,
+                    )
+                }
+            };
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(link.timeout))
+                .create_timeout(Some(link.timeout))
+                .post_create(pinned())
+                .build()
+                .map_err(backend)
         };
-        let pool = Pool::builder(manager)
-            .max_size(link.max_connections)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(link.timeout))
-            .create_timeout(Some(link.timeout))
-            .post_create(pinned())
-            .build()
-            .map_err(backend)?;
+        let (lookups, pool) = (pool(LOOKUP_CONNECTIONS)?, pool(link.max_connections)?);
         let mut client = pool.get().await.map_err(|e| {
             let hint = match tls.mode {
                 SslMode::Disable => String::new(),
@@ -152,7 +165,7 @@ impl PgStore {
         })?;
         migrate(&mut client).await.map_err(|e| e.within(format_args!("migrations on {location}")))?;
         warn_without_standby(&client, &location, hosts.len()).await;
-        Ok(PgStore { pool, location, timeout: link.timeout, metrics: StoreMetrics::default() })
+        Ok(PgStore { pool, lookups, location, timeout: link.timeout, metrics: StoreMetrics::default() })
     }
 
     /// Records each step's transaction (latency, one record) in `metrics`.
@@ -392,7 +405,9 @@ impl PgStore {
         sql: &str,
         param: &(dyn tokio_postgres::types::ToSql + Sync),
     ) -> Result<Option<PrincipalRecord>, StoreError> {
-        let client = self.client().await?;
+        // On the lookups' own pool: a flood of unknown keys waits there,
+        // never in front of a step.
+        let client = self.lookups.get().await.map_err(|e| reach::pool(&e, format!("{}: {e}", self.location)))?;
         client.query_opt(sql, &[param]).await.map_err(pg)?.as_ref().map(principal_of).transpose()
     }
 
