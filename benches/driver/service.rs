@@ -86,6 +86,11 @@ pub struct Args {
     /// The API key for --target.
     #[arg(long, value_name = "KEY", requires = "target")]
     pub api_key: Option<String>,
+    /// With --target: measure twice, alone and beside N closed-loop
+    /// clients from the same address that send a fresh random API key
+    /// with every call (a key scan), and report both rows and their ratio.
+    #[arg(long, value_name = "N", requires = "target")]
+    pub flood: Option<usize>,
 }
 
 impl Knobs {
@@ -120,7 +125,10 @@ impl Knobs {
 pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let knobs = Knobs::from_args(&args)?;
     if let (Some(addr), Some(key)) = (&args.target, &args.api_key) {
-        return external(addr, key, &knobs, out);
+        if let Some(flooders) = args.flood {
+            return flooded(addr, key, flooders, &knobs, out);
+        }
+        return external(addr, key, &knobs, out).map(drop);
     }
     let targets: Vec<&Target> =
         TARGETS.iter().filter(|t| args.only.is_empty() || args.only.iter().any(|o| o == t.name)).collect();
@@ -439,9 +447,72 @@ impl Drop for StateDir {
     }
 }
 
+/// `--target --flood N`: the clients of [`external`] alone, then beside N
+/// clients sending random keys; both rows, the ratios, and how many calls
+/// the flood made (all must be refused UNAUTHENTICATED).
+fn flooded(addr: &str, key: &str, flooders: usize, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let uri = pacpriv_tools::connect::uri(addr, false)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    writeln!(out, "Alone:\n")?;
+    let alone = external(addr, key, knobs, out)?;
+    let (stop, sent, refused) =
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..flooders {
+        let channel = runtime.block_on(tonic::transport::Endpoint::from_shared(uri.clone())?.connect())?;
+        let (stop, sent, refused) = (Arc::clone(&stop), Arc::clone(&sent), Arc::clone(&refused));
+        flood.spawn_on(
+            async move {
+                let mut client = PrivatizerClient::new(channel);
+                for k in 0u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut request = tonic::Request::new(GetBudgetRequest::default());
+                    let random = format!("scan-{i}-{k}-{:016x}", rand::random::<u64>());
+                    if let Ok(v) = random.parse() {
+                        request.metadata_mut().insert("x-api-key", v);
+                    }
+                    let result = client.get_budget(request).await;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if result.is_err_and(|e| e.code() == tonic::Code::Unauthenticated) {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            },
+            runtime.handle(),
+        );
+    }
+    writeln!(out, "\nBeside {flooders} clients sending a fresh random key with every call (`GetBudget`):\n")?;
+    let beside = external(addr, key, knobs, out);
+    stop.store(true, Ordering::Relaxed);
+    runtime.block_on(async { while flood.join_next().await.is_some() {} });
+    let beside = beside?;
+    let (sent, refused) = (sent.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}×", a / b) } else { "–".into() };
+    writeln!(
+        out,
+        "\nThe flood made {sent} calls ({refused} refused UNAUTHENTICATED). With it, throughput is {} of alone's, \
+         p99 {} of alone's.",
+        ratio(beside.throughput, alone.throughput),
+        ratio(beside.p99, alone.p99),
+    )?;
+    if refused != sent {
+        bail!("{} flood calls were not refused UNAUTHENTICATED", sent - refused);
+    }
+    Ok(())
+}
+
+/// What [`external`] measured, for ratios: answers a second, p99 seconds.
+struct Headline {
+    throughput: f64,
+    p99: f64,
+}
+
 /// `--target`: N clients on one key against a running privatizer; reports
 /// one row and fails only if nothing was answered.
-fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<()> {
+fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<Headline> {
     let split = pacpriv_demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
     let images: Arc<[Vec<f32>]> = split.test.iter().map(|e| e.pixels.to_vec()).collect();
     let uri = pacpriv_tools::connect::uri(addr, false)?;
@@ -482,5 +553,6 @@ fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow
     if run.answered() == 0 {
         bail!("the privatizer at {addr} answered no measured request ({})", codes(&run));
     }
-    Ok(())
+    let p99 = run.percentiles(&[0.99]).and_then(|p| p.first().copied()).unwrap_or_default();
+    Ok(Headline { throughput: run.throughput(), p99: p99.as_secs_f64() })
 }
