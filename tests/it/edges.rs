@@ -160,8 +160,9 @@ async fn an_admin_call_without_the_token_is_refused_before_its_body_is_read() {
 
 /// With PostgreSQL, a burst of calls with unknown keys — 40 keys, each
 /// sent 20 times — costs the database about one lookup per key (not one
-/// per call: the short negative cache), and an authenticated client is
-/// answered all along; the server's memory grows by far less than the
+/// per call: the short negative cache; past the peer's bucket of lookups
+/// some are refused `KEY_LOOKUPS_LIMITED` without one), and an
+/// authenticated client is answered all along; the server's memory grows by far less than the
 /// stated bound (the negative cache holds at most 65 536 digests, ~3 MiB).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_burst_of_unknown_keys_is_answered_without_a_lookup_each() {
@@ -206,7 +207,8 @@ async fn a_burst_of_unknown_keys_is_answered_without_a_lookup_each() {
     }
     for call in burst {
         let refused = call.await.expect("joins").expect_err("an unknown key");
-        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+        let codes = [tonic::Code::Unauthenticated, tonic::Code::ResourceExhausted];
+        assert!(codes.contains(&refused.code()), "{refused:?}");
     }
     let spent = lookups() - before;
     assert!(spent < 400, "{spent} principal lookups for 800 calls with 40 unknown keys (and alice's 10)");

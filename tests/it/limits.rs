@@ -251,9 +251,15 @@ async fn a_principal_past_its_calls_in_flight_is_refused_and_charged_nothing() {
 
 /// Issue 67 §5: a call authenticates when it arrives and is charged after
 /// the teachers answer; a key revoked meanwhile is refused at the charge,
-/// UNAUTHENTICATED, nothing charged.
+/// UNAUTHENTICATED, nothing charged — on both stores.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_revoked_while_its_call_is_in_flight_is_refused_before_the_charge() {
+    revoked_in_flight(None).await;
+    let pg = crate::util::Postgres::start();
+    revoked_in_flight(Some(&pg.url)).await;
+}
+
+async fn revoked_in_flight(postgres: Option<&str>) {
     use crate::util::{ADMIN_TOKEN, admin_client, bearer};
     use pacpriv_service::proto::pacpriv::{CreatePrincipalRequest, InspectPrincipalRequest, RevokePrincipalRequest};
     let dir = tempfile::tempdir().expect("temp dir");
@@ -261,8 +267,14 @@ async fn a_key_revoked_while_its_call_is_in_flight_is_refused_before_the_charge(
     let teachers = Process::teachers_at(16, 1, "127.0.0.1:0");
     let proxy = FaultyTeachers::start(&teachers.addr).await;
     write_config(&cfg, 16, |_| proxy.endpoint.clone());
-    let env =
-        [("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()), ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN))];
+    let mut env = vec![
+        ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
+        ("PACPRIV__ADMIN__KEY_SHA256", key_hash(ADMIN_TOKEN)),
+    ];
+    if let Some(url) = postgres {
+        env.push(("PACPRIV__STORE__BACKEND", "postgres".to_owned()));
+        env.push(("PACPRIV__STORE__POSTGRES_URL", url.to_owned()));
+    }
     let server = Process::serve(Some(&cfg), &env);
     assert!(health_becomes(&server.addr, ServingStatus::Serving).await);
     let mut admin = admin_client(&server.listener("admin")).await;
@@ -280,7 +292,7 @@ async fn a_key_revoked_while_its_call_is_in_flight_is_refused_before_the_charge(
     tokio::time::sleep(Duration::from_millis(500)).await;
     admin.revoke_principal(bearer(RevokePrincipalRequest { name: "bob".into() }, ADMIN_TOKEN)).await.expect("revoked");
     let e = asking.await.expect("task").expect_err("revoked while in flight");
-    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?} ({postgres:?})");
     let inspect = admin.inspect_principal(bearer(InspectPrincipalRequest { name: "bob".into() }, ADMIN_TOKEN)).await;
     let account = inspect.expect("inspect").into_inner().account.expect("account");
     assert_eq!((account.answered, account.spent), (0, 0.0), "nothing charged");

@@ -22,6 +22,7 @@ __all__ = [
     "BudgetExhausted",
     "RateLimited",
     "TooManyInFlight",
+    "KeyLookupsLimited",
     "OtherDataset",
     "InvalidInput",
     "Unauthenticated",
@@ -86,6 +87,11 @@ class RateLimited(PacprivError):
 class TooManyInFlight(PacprivError):
     """The principal has its cap of calls in flight already (nothing charged); send fewer at once."""
     reason = "TOO_MANY_IN_FLIGHT"
+
+
+class KeyLookupsLimited(PacprivError):
+    """Many unknown keys came from this address of late; retry in a second (nothing charged)."""
+    reason = "KEY_LOOKUPS_LIMITED"
 
 
 class OtherDataset(PacprivError):

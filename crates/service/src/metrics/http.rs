@@ -47,7 +47,7 @@ async fn scrape(
             return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], refusal).into_response();
         }
         if let Some(Extension(connection)) = connection {
-            connection.authenticate();
+            connection.authenticate("(metrics)");
         }
     }
     match scrape.metrics.encode() {

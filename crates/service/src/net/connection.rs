@@ -6,8 +6,11 @@
 //! # Invariants
 //! - A connection is *authenticated* once a call on it presented a
 //!   credential that named an active principal (or the admin token, or
-//!   the metrics token). Nothing else marks it: health checks, the
-//!   repository index, metadata and refused calls leave it a stranger's.
+//!   the metrics token), and that principal held fewer than its listener's
+//!   `server.max_connections_per_peer` authenticated connections
+//!   ([`Protected`]): one principal cannot make every slot unevictable.
+//!   Nothing else marks it: health checks, the repository index, metadata
+//!   and refused calls leave it a stranger's.
 //! - Only an authentication moves [`Connection::touched`]: a stranger's
 //!   calls never postpone its idle deadline (`net::guard`, `net::http`).
 //! - Eviction is a one-way signal ([`Connection::evict`]); the connection's
@@ -26,18 +29,24 @@ pub struct Connection {
     peer: std::net::IpAddr,
     accepted: Instant,
     authenticated: AtomicBool,
+    /// Whose authenticated connection it is, once it is one.
+    principal: std::sync::OnceLock<Arc<str>>,
+    protected: Arc<Protected>,
     /// Milliseconds from `accepted` to the last authentication.
     touched_ms: AtomicU64,
     evicted: CancellationToken,
 }
 
 impl Connection {
-    /// A connection from `peer` accepted now, not authenticated.
-    pub fn new(peer: std::net::IpAddr) -> Arc<Self> {
+    /// A connection from `peer` accepted now, not authenticated, on a
+    /// listener whose authenticated connections `protected` counts.
+    pub fn new(peer: std::net::IpAddr, protected: Arc<Protected>) -> Arc<Self> {
         Arc::new(Connection {
             peer,
             accepted: Instant::now(),
             authenticated: AtomicBool::new(false),
+            principal: std::sync::OnceLock::new(),
+            protected,
             touched_ms: AtomicU64::new(0),
             evicted: CancellationToken::new(),
         })
@@ -54,11 +63,36 @@ impl Connection {
         self.accepted
     }
 
-    /// A call on it authenticated now.
-    pub fn authenticate(&self) {
+    /// A call on it authenticated now as `principal`: its idle clock
+    /// starts again, and it is authenticated from now on unless
+    /// `principal` holds its share of the listener's authenticated
+    /// connections already.
+    pub fn authenticate(&self, principal: &str) {
         let ms = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.touched_ms.fetch_max(ms, Ordering::Relaxed);
+        if self.is_authenticated() {
+            return;
+        }
+        let mut held = self.protected.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let name: Arc<str> = principal.into();
+        let count = held.entry(Arc::clone(&name)).or_default();
+        if *count >= self.protected.per_principal || self.principal.set(name).is_err() {
+            return;
+        }
+        *count += 1;
         self.authenticated.store(true, Ordering::Relaxed);
+    }
+
+    /// Gives back its principal's share (it closed).
+    pub(super) fn release(&self) {
+        let Some(principal) = self.principal.get() else { return };
+        let mut held = self.protected.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(principal) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(principal);
+            }
+        }
     }
 
     /// Whether any call on it has authenticated.
@@ -105,6 +139,21 @@ impl Connection {
     }
 }
 
+/// A listener's authenticated connections per principal, and how many one
+/// principal may hold.
+#[derive(Debug)]
+pub struct Protected {
+    per_principal: usize,
+    held: std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>,
+}
+
+impl Protected {
+    /// At most `per_principal` authenticated connections per principal.
+    pub fn new(per_principal: usize) -> Arc<Self> {
+        Arc::new(Protected { per_principal, held: std::sync::Mutex::default() })
+    }
+}
+
 /// tonic's connect info for a guarded connection: the transport's own
 /// (`inner`) and the [`Connection`].
 #[derive(Clone, Debug)]
@@ -132,11 +181,11 @@ pub fn of(extensions: &axum::http::Extensions) -> Option<&Arc<Connection>> {
     extensions.get::<Arc<Connection>>()
 }
 
-/// Marks the connection a request arrived on authenticated
-/// ([`Connection::authenticate`]).
-pub fn authenticated(extensions: &axum::http::Extensions) {
+/// Marks the connection a request arrived on authenticated as
+/// `principal` ([`Connection::authenticate`]).
+pub fn authenticated(extensions: &axum::http::Extensions, principal: &str) {
     if let Some(connection) = of(extensions) {
-        connection.authenticate();
+        connection.authenticate(principal);
     }
 }
 

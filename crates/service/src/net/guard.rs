@@ -73,6 +73,7 @@ pub struct Slots {
     /// one (listeners whose calls authenticate).
     evicts: bool,
     held: Mutex<Held>,
+    protected: Arc<connection::Protected>,
 }
 
 /// The connections a listener holds.
@@ -118,7 +119,8 @@ impl Slots {
     }
 
     fn build(max: usize, per_peer: usize, evicts: bool) -> Arc<Self> {
-        Arc::new(Slots { total: Arc::new(Semaphore::new(max)), per_peer, evicts, held: Mutex::default() })
+        let protected = connection::Protected::new(per_peer);
+        Arc::new(Slots { total: Arc::new(Semaphore::new(max)), per_peer, evicts, held: Mutex::default(), protected })
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -139,17 +141,26 @@ impl Slots {
             return None;
         }
         *count += 1;
-        let (id, connection) = (held.next, Connection::new(group.0));
+        let (id, connection) = (held.next, Connection::new(group.0, Arc::clone(&self.protected)));
         held.next += 1;
         held.live.insert(id, Arc::clone(&connection));
         Some(Slot { slots: Arc::clone(self), group, id, connection, _total: total })
     }
 
-    /// Evicts the oldest connection no call has authenticated on (and not
-    /// already evicted); whether there was one.
+    /// Evicts a connection no call has authenticated on (and not already
+    /// evicted): the oldest of the peer that holds the most of them, so a
+    /// peer churning connections evicts its own before anyone else's;
+    /// whether there was one.
     fn evict_a_stranger(&self) -> bool {
         let held = self.held();
-        let stranger = held.live.values().find(|c| !c.is_authenticated() && !c.is_evicted());
+        let strangers = || held.live.values().filter(|c| !c.is_authenticated() && !c.is_evicted());
+        let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+        for c in strangers() {
+            *per_peer.entry(c.peer()).or_default() += 1;
+        }
+        let Some(most) = per_peer.values().copied().max() else { return false };
+        // `live` is in order of acceptance: the first is the oldest.
+        let stranger = strangers().find(|c| per_peer.get(&c.peer()) == Some(&most));
         stranger.inspect(|c| c.evict()).is_some()
     }
 }
@@ -172,6 +183,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        self.connection.release();
         let mut held = self.slots.held();
         held.live.remove(&self.id);
         if let Some(count) = held.per_peer.get_mut(&self.group) {
@@ -575,7 +587,7 @@ mod test {
             slots.take(peer, permit).expect("within the peer's share")
         };
         let (client, stranger, newer) = (take(), take(), take());
-        client.connection().authenticate();
+        client.connection().authenticate("alice");
         assert!(slots.evict_a_stranger());
         assert!(stranger.connection().is_evicted(), "the oldest stranger goes");
         assert!(!client.connection().is_evicted() && !newer.connection().is_evicted());
@@ -594,5 +606,34 @@ mod test {
         assert!(from("2001:db8::4").is_none(), "past the /64's share");
         assert!(from("2001:db8:0:1::4").is_some(), "another /64 has its own");
         drop(client);
+    }
+
+    #[test]
+    fn strangers_are_evicted_from_the_peer_holding_most_and_a_principal_protects_only_its_share() {
+        let slots = Slots::evicting(8, 3);
+        let take = |peer: &str| {
+            let permit = Arc::clone(&slots.total).try_acquire_owned().expect("a free slot");
+            slots.take(peer.parse().expect("an address"), permit).expect("within the peer's share")
+        };
+        // A client arrives first, then a churning peer takes two slots.
+        let client = take("192.0.2.1");
+        let churn = [take("192.0.2.66"), take("192.0.2.66")];
+        assert!(slots.evict_a_stranger());
+        assert!(churn[0].connection().is_evicted() && !client.connection().is_evicted(), "the churner evicts its own");
+
+        // One principal authenticates on three connections: only two (its
+        // share, max_connections_per_peer = 3, less the one below) are
+        // protected once its share is full.
+        let mallory: Vec<Slot> = (0..3).map(|i| take(&format!("198.51.100.{i}"))).collect();
+        let extra = take("198.51.100.9");
+        for c in mallory.iter().chain([&extra]) {
+            c.connection().authenticate("mallory");
+        }
+        assert!(mallory.iter().all(|c| c.connection().is_authenticated()));
+        assert!(!extra.connection().is_authenticated(), "past mallory's share of protected connections");
+        drop(mallory);
+        let later = take("198.51.100.10");
+        later.connection().authenticate("mallory");
+        assert!(later.connection().is_authenticated(), "a closed connection gives its share back");
     }
 }

@@ -161,7 +161,7 @@ where
             .await
             {
                 Ok(caller) => {
-                    connection::authenticated(request.extensions());
+                    connection::authenticated(request.extensions(), caller.principal());
                     request.extensions_mut().insert(Authenticated(caller));
                     inner.call(request).await
                 }

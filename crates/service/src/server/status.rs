@@ -24,6 +24,9 @@ pub mod reason {
     pub const RATE_LIMITED: &str = "RATE_LIMITED";
     /// The principal has its cap of calls in flight (RESOURCE_EXHAUSTED).
     pub const TOO_MANY_IN_FLIGHT: &str = "TOO_MANY_IN_FLIGHT";
+    /// Keys not known lately are not looked up for this peer for a moment
+    /// (RESOURCE_EXHAUSTED).
+    pub const KEY_LOOKUPS_LIMITED: &str = "KEY_LOOKUPS_LIMITED";
     /// Malformed input or argument (INVALID_ARGUMENT).
     pub const INVALID_INPUT: &str = "INVALID_INPUT";
     /// Missing or unknown credential (UNAUTHENTICATED).
@@ -143,6 +146,16 @@ impl From<ServiceError> for Status {
                 false,
                 &[],
             ),
+            ServiceError::Session(SessionError::LookupsLimited) => with_reason(
+                Code::ResourceExhausted,
+                "this address (or the whole server) has sent many API keys that name no principal of late: \
+                 keys not seen here lately are not looked up for a moment. Retry in a second; a key that \
+                 worked lately still works. Nothing was charged"
+                    .into(),
+                KEY_LOOKUPS_LIMITED,
+                false,
+                &[("retry_after_ms", "1000".into())],
+            ),
             ServiceError::Session(SessionError::Exhausted { spent, limit, charge }) => with_reason(
                 Code::ResourceExhausted,
                 format!(
@@ -260,7 +273,7 @@ pub fn outcome(e: &ServiceError) -> Outcome {
         | ServiceError::NotReleased(_)
         | ServiceError::NotFound(_)
         | ServiceError::Unloaded(_) => Outcome::Invalid,
-        ServiceError::Session(SessionError::Unauthenticated) => Outcome::Unauthenticated,
+        ServiceError::Session(SessionError::Unauthenticated | SessionError::LookupsLimited) => Outcome::Unauthenticated,
         ServiceError::Session(SessionError::Exhausted { .. }) => Outcome::RefusedBudget,
         ServiceError::RateLimited { .. } | ServiceError::TooManyInFlight { .. } => Outcome::RefusedRate,
         ServiceError::Session(SessionError::EvictedRepeat | SessionError::NoisyNotKept) => Outcome::Invalid,

@@ -11,6 +11,10 @@ pub enum SessionError {
     /// No key, or one that names no principal.
     #[error("unknown or missing API key")]
     Unauthenticated,
+    /// A key not seen naming a principal lately, from a peer (or from all
+    /// peers together) past its lookups of such keys: not looked up now.
+    #[error("too many unknown keys from this address: new keys are not looked up for a moment")]
+    LookupsLimited,
     /// The budget cannot pay for this request's answers (all of them:
     /// none was given).
     #[error("MI budget exhausted: spent {spent} of {limit} nats; this request's answers cost {charge} nats")]

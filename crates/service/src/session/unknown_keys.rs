@@ -39,6 +39,25 @@ pub const CAPACITY: usize = 65_536;
 pub const PEER_LOOKUPS_PER_SECOND: u32 = 20;
 /// …and at once.
 pub const PEER_LOOKUP_BURST: u32 = 40;
+/// Lookups of keys not known lately, from all peers together, per
+/// second (bursts of twice as many): many addresses (an IPv6 /48 holds
+/// 65 536 /64s) cannot add their buckets up without bound.
+pub const LOOKUPS_PER_SECOND: u32 = 200;
+
+/// What to do with a key before looking it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lookup {
+    /// Found unknown within [`TTL`]: refuse it as unknown.
+    Unknown,
+    /// Seen naming a principal lately, or presented by this process:
+    /// look it up as any step's read is made.
+    Familiar,
+    /// Neither: look it up on the unfamiliar keys' own connections.
+    Unfamiliar,
+    /// Neither, and its peer (or every peer together) has no lookup left:
+    /// refuse it for now, without a lookup.
+    Limited,
+}
 
 /// Digests found unknown, digests found naming a principal, and each
 /// peer's bucket of lookups.
@@ -46,37 +65,55 @@ pub(super) struct UnknownKeys {
     unknown: Mutex<Recent>,
     known: Mutex<Recent>,
     peers: DefaultKeyedRateLimiter<IpAddr>,
+    all: governor::DefaultDirectRateLimiter,
+    /// When `peers` was last pruned of full buckets.
+    pruned: Mutex<Instant>,
 }
 
 impl Default for UnknownKeys {
     fn default() -> Self {
-        let rate = NonZeroU32::new(PEER_LOOKUPS_PER_SECOND).unwrap_or(NonZeroU32::MIN);
-        let burst = NonZeroU32::new(PEER_LOOKUP_BURST).unwrap_or(NonZeroU32::MIN);
+        let quota = |rate: u32, burst: u32| {
+            let (rate, burst) = (NonZeroU32::new(rate), NonZeroU32::new(burst));
+            Quota::per_second(rate.unwrap_or(NonZeroU32::MIN)).allow_burst(burst.unwrap_or(NonZeroU32::MIN))
+        };
         UnknownKeys {
             unknown: Mutex::new(Recent::new(TTL)),
             known: Mutex::new(Recent::new(KNOWN_TTL)),
-            peers: DefaultKeyedRateLimiter::keyed(Quota::per_second(rate).allow_burst(burst)),
+            peers: DefaultKeyedRateLimiter::keyed(quota(PEER_LOOKUPS_PER_SECOND, PEER_LOOKUP_BURST)),
+            all: governor::RateLimiter::direct(quota(LOOKUPS_PER_SECOND, 2 * LOOKUPS_PER_SECOND)),
+            pruned: Mutex::new(Instant::now()),
         }
     }
 }
 
 impl UnknownKeys {
-    /// Whether to look `digest` up for `peer` (none: a caller of this
-    /// process, not a peer): not if it was found unknown within [`TTL`],
-    /// nor if it was not seen naming a principal lately and `peer` has no
-    /// lookup left in its bucket.
-    pub(super) fn may_look_up(&self, digest: &[u8; 32], peer: Option<IpAddr>) -> bool {
+    /// How to look `digest` up for `peer` (none: a caller of this
+    /// process, not a peer) ([`Lookup`]); an unfamiliar key takes a token
+    /// of its peer's bucket and of the one all peers share.
+    pub(super) fn classify(&self, digest: &[u8; 32], peer: Option<IpAddr>) -> Lookup {
         if lock(&self.unknown).contains(digest) {
-            return false;
+            return Lookup::Unknown;
         }
-        let Some(peer) = peer else { return true };
+        let Some(peer) = peer else { return Lookup::Familiar };
         if lock(&self.known).contains(digest) {
-            return true;
+            return Lookup::Familiar;
         }
         if self.peers.len() > CAPACITY {
-            self.peers.retain_recent();
+            // O(peers), at most once a second: a bucket idle that long is
+            // full again (a burst of 40 refills in 2 s), and dropping a
+            // full bucket changes nothing.
+            let mut pruned = self.pruned.lock().unwrap_or_else(PoisonError::into_inner);
+            if pruned.elapsed() > Duration::from_secs(1) {
+                self.peers.retain_recent();
+                self.peers.shrink_to_fit();
+                *pruned = Instant::now();
+            }
         }
-        self.peers.check_key(&peer).is_ok()
+        if self.peers.check_key(&peer).is_ok() && self.all.check().is_ok() {
+            Lookup::Unfamiliar
+        } else {
+            Lookup::Limited
+        }
     }
 
     /// Remembers that `digest` named no principal just now.
@@ -172,17 +209,24 @@ mod test {
         let keys = UnknownKeys::default();
         let (flood, other): (IpAddr, IpAddr) = ("192.0.2.1".parse().expect("ip"), "192.0.2.2".parse().expect("ip"));
         keys.known(&digest(0));
-        let allowed = (1..=1000).filter(|&i| keys.may_look_up(&digest(i), Some(flood))).count();
+        let allowed = (1..=1000).filter(|&i| keys.classify(&digest(i), Some(flood)) == Lookup::Unfamiliar).count();
         assert!(
             (PEER_LOOKUP_BURST as usize..PEER_LOOKUP_BURST as usize + 10).contains(&allowed),
             "{allowed} lookups of random keys from one peer"
         );
-        assert!(keys.may_look_up(&digest(0), Some(flood)), "a key known lately is still looked up for it");
-        assert!(keys.may_look_up(&digest(2000), Some(other)), "another peer has its own bucket");
-        assert!(keys.may_look_up(&digest(2001), None), "the process's own callers are not capped");
+        assert_eq!(keys.classify(&digest(0), Some(flood)), Lookup::Familiar, "a key known lately is still looked up");
+        assert_eq!(keys.classify(&digest(2000), Some(other)), Lookup::Unfamiliar, "another peer has its own bucket");
+        assert_eq!(keys.classify(&digest(2001), None), Lookup::Familiar, "the process's own callers are not capped");
         keys.insert(digest(3000));
-        assert!(!keys.may_look_up(&digest(3000), None), "an unknown key is refused without a lookup");
+        assert_eq!(keys.classify(&digest(3000), None), Lookup::Unknown, "refused without a lookup");
         keys.forget(&digest(3000));
-        assert!(keys.may_look_up(&digest(3000), None));
+        assert_eq!(keys.classify(&digest(3000), None), Lookup::Familiar);
+
+        // Many peers together: at most the shared bucket.
+        let keys = UnknownKeys::default();
+        let peers = (0..4000u32).map(|i| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)));
+        let allowed = peers.filter(|&p| keys.classify(&digest(1), Some(p)) == Lookup::Unfamiliar).count();
+        let most = 2 * LOOKUPS_PER_SECOND as usize;
+        assert!((most..most + 50).contains(&allowed), "{allowed} lookups from 4000 peers");
     }
 }

@@ -108,6 +108,22 @@ impl Store {
         dispatch!(self, principal_by_key(key_sha256))
     }
 
+    /// [`Store::principal_by_key`] for a key not seen naming a principal
+    /// lately: on PostgreSQL, on connections of its own
+    /// (`PgStore::principal_by_unfamiliar_key`).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal_by_unfamiliar_key(
+        &self,
+        key_sha256: &[u8; 32],
+    ) -> Result<Option<PrincipalRecord>, StoreError> {
+        match self {
+            Store::Embedded(e) => e.principal_by_key(key_sha256),
+            Store::Postgres(p) => p.principal_by_unfamiliar_key(key_sha256).await,
+        }
+    }
+
     /// The principal called `name`, revoked or not.
     ///
     /// # Errors

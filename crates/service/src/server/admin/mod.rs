@@ -60,7 +60,7 @@ impl AdminService {
 pub fn token_gate(token_sha256: [u8; 32]) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |request| {
         check_token(&request, &token_sha256)?;
-        crate::net::connection::authenticated(request.extensions());
+        crate::net::connection::authenticated(request.extensions(), "(admin)");
         Ok(request)
     }
 }

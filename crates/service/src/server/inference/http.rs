@@ -212,7 +212,7 @@ async fn infer_traced(
         Err(status) => return error(status),
     };
     if let Some(connection) = connection {
-        connection.authenticate();
+        connection.authenticate(handle.principal());
     }
     let body = match read_body(&headers, body, limits).await {
         Ok(body) => body,

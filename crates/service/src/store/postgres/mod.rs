@@ -98,8 +98,9 @@ macro_rules! principal_columns {
 /// and credential lookups on their own.
 pub struct PgStore {
     pool: Pool,
-    /// [`LOOKUP_CONNECTIONS`] for looking up a credential: a peer sending
-    /// unknown keys costs these, never a step's connection.
+    /// [`LOOKUP_CONNECTIONS`] for looking up keys not seen naming a
+    /// principal lately: a peer sending unknown keys costs these, never a
+    /// step's connection or a known key's lookup.
     lookups: Pool,
     /// Hosts/database for messages (no password).
     location: String,
@@ -108,7 +109,7 @@ pub struct PgStore {
     metrics: StoreMetrics,
 }
 
-/// The credential lookups' own connections (beside
+/// The lookups of unfamiliar keys' own connections (beside
 /// `store.max_connections`).
 pub const LOOKUP_CONNECTIONS: usize = 2;
 
@@ -389,7 +390,22 @@ impl PgStore {
     /// Backend or corrupt data.
     pub async fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
         let key: &[u8] = key_sha256;
-        self.one_principal(select_principals!(" WHERE key_sha256 = $1"), &key).await
+        self.one_principal(&self.pool, select_principals!(" WHERE key_sha256 = $1"), &key).await
+    }
+
+    /// [`PgStore::principal_by_key`] for a key not seen naming a principal
+    /// lately (perhaps a scan's): on the lookups' own connections, so that
+    /// a flood of them waits there, never in front of a step or of a known
+    /// key's lookup.
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn principal_by_unfamiliar_key(
+        &self,
+        key_sha256: &[u8; 32],
+    ) -> Result<Option<PrincipalRecord>, StoreError> {
+        let key: &[u8] = key_sha256;
+        self.one_principal(&self.lookups, select_principals!(" WHERE key_sha256 = $1"), &key).await
     }
 
     /// The principal called `name`.
@@ -397,17 +413,16 @@ impl PgStore {
     /// # Errors
     /// Backend or corrupt data.
     pub async fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
-        self.one_principal(select_principals!(" WHERE name = $1"), &name).await
+        self.one_principal(&self.pool, select_principals!(" WHERE name = $1"), &name).await
     }
 
     async fn one_principal(
         &self,
+        pool: &Pool,
         sql: &str,
         param: &(dyn tokio_postgres::types::ToSql + Sync),
     ) -> Result<Option<PrincipalRecord>, StoreError> {
-        // On the lookups' own pool: a flood of unknown keys waits there,
-        // never in front of a step.
-        let client = self.lookups.get().await.map_err(|e| reach::pool(&e, format!("{}: {e}", self.location)))?;
+        let client = pool.get().await.map_err(|e| reach::pool(&e, format!("{}: {e}", self.location)))?;
         client.query_opt(sql, &[param]).await.map_err(pg)?.as_ref().map(principal_of).transpose()
     }
 
@@ -533,6 +548,7 @@ impl PgStore {
         // New connections go to whichever host accepts writes now.
         drop(deadpool_postgres::Object::take(client));
         self.pool.retain(|_, _| false);
+        self.lookups.retain(|_, _| false);
         Err(failure.into())
     }
 }
