@@ -36,6 +36,9 @@ pub struct Plan {
     /// Where the target's metrics are read at the start and end of the
     /// measured phase.
     pub metrics: MetricsSource,
+    /// Query ids are `{ids}-{client}-{n}`: runs against one session need
+    /// their own, or a later run's queries are the earlier run's repeats.
+    pub ids: String,
 }
 
 /// One answer a client received (warm-up included).
@@ -165,7 +168,8 @@ pub async fn run(plan: Plan) -> anyhow::Result<Run> {
     for (i, (client, key)) in clients.into_iter().enumerate() {
         let (images, schedule) = (Arc::clone(&plan.images), Arc::clone(&schedule));
         let offset = i * images.len() / n;
-        tasks.spawn(async move { (i, closed_loop(i, client, key, images, offset, &schedule).await) });
+        let ids = format!("{}-{i}", plan.ids);
+        tasks.spawn(async move { (i, closed_loop(&ids, client, key, images, offset, &schedule).await) });
     }
     tokio::time::sleep_until(schedule.measure_from.into()).await;
     let before = Snapshot::take(&plan.metrics).await;
@@ -182,7 +186,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Run> {
 
 /// One client: a request, its answer, the next request.
 async fn closed_loop(
-    id: usize,
+    ids: &str,
     mut client: PrivatizerClient<Channel>,
     key: Option<MetadataValue<Ascii>>,
     images: Arc<[Vec<f32>]>,
@@ -195,7 +199,7 @@ async fn closed_loop(
         let Some(measured) = schedule.admit(started) else { break };
         let image = (offset + k) % images.len().max(1);
         let mut request = tonic::Request::new(PredictRequest {
-            query_id: format!("bench-{id}-{k}"),
+            query_id: format!("{ids}-{k}"),
             input: Some(Tensor {
                 datatype: "FP32".into(),
                 shape: vec![images.get(image).map_or(0, Vec::len) as i64],

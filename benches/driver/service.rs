@@ -128,7 +128,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
         if let Some(flooders) = args.flood {
             return flooded(addr, key, flooders, &knobs, out);
         }
-        return external(addr, key, &knobs, out).map(drop);
+        return external(addr, key, &knobs, "", out).map(drop);
     }
     let targets: Vec<&Target> =
         TARGETS.iter().filter(|t| args.only.is_empty() || args.only.iter().any(|o| o == t.name)).collect();
@@ -298,6 +298,7 @@ fn run_target(
         measure: knobs.measure,
         max_requests: knobs.queries,
         metrics,
+        ids: "bench".into(),
     };
     let measured = clients.block_on(async {
         let run = load::run(plan).await?;
@@ -455,7 +456,7 @@ fn flooded(addr: &str, key: &str, flooders: usize, knobs: &Knobs, out: &mut dyn 
     let uri = pacpriv_tools::connect::uri(addr, false)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     writeln!(out, "Alone:\n")?;
-    let alone = external(addr, key, knobs, out)?;
+    let alone = external(addr, key, knobs, "-alone", out)?;
     let (stop, sent, refused) =
         (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut flood = tokio::task::JoinSet::new();
@@ -486,7 +487,7 @@ fn flooded(addr: &str, key: &str, flooders: usize, knobs: &Knobs, out: &mut dyn 
         );
     }
     writeln!(out, "\nBeside {flooders} clients sending a fresh random key with every call (`GetBudget`):\n")?;
-    let beside = external(addr, key, knobs, out);
+    let beside = external(addr, key, knobs, "-flooded", out);
     stop.store(true, Ordering::Relaxed);
     runtime.block_on(async { while flood.join_next().await.is_some() {} });
     let beside = beside?;
@@ -514,7 +515,7 @@ struct Headline {
 
 /// `--target`: N clients on one key against a running privatizer; reports
 /// one row and fails only if nothing was answered.
-fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow::Result<Headline> {
+fn external(addr: &str, key: &str, knobs: &Knobs, phase: &str, out: &mut dyn Write) -> anyhow::Result<Headline> {
     let split = pacpriv_demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
     let images: Arc<[Vec<f32>]> = split.test.iter().map(|e| e.pixels.to_vec()).collect();
     let uri = pacpriv_tools::connect::uri(addr, false)?;
@@ -526,6 +527,7 @@ fn external(addr: &str, key: &str, knobs: &Knobs, out: &mut dyn Write) -> anyhow
         measure: knobs.measure,
         max_requests: knobs.queries,
         metrics: MetricsSource::None,
+        ids: format!("bench-{}", std::process::id()) + phase,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let run = runtime.block_on(load::run(plan))?;

@@ -4,11 +4,12 @@
 //! signal that evicts it.
 //!
 //! # Invariants
-//! - A connection is *authenticated* once a call on it presented a
-//!   credential that named an active principal (or the admin token, or
-//!   the metrics token), and that principal held fewer than its listener's
-//!   `server.max_connections_per_peer` authenticated connections
-//!   ([`Protected`]): one principal cannot make every slot unevictable.
+//! - A connection is *authenticated* (protected from eviction) once a
+//!   call on it presented a credential that named an active principal (or
+//!   the admin token, or the metrics token), while that principal holds
+//!   fewer than an eighth of its listener's `server.max_connections` and
+//!   all principals together fewer than three quarters ([`Protected`]): a
+//!   few keys cannot make every slot unevictable.
 //!   Nothing else marks it: health checks, the repository index, metadata
 //!   and refused calls leave it a stranger's.
 //! - Only an authentication moves [`Connection::touched`]: a stranger's
@@ -32,6 +33,10 @@ pub struct Connection {
     /// Whose authenticated connection it is, once it is one.
     principal: std::sync::OnceLock<Arc<str>>,
     protected: Arc<Protected>,
+    /// Whether a call on it authenticated, protected or not.
+    used: AtomicBool,
+    /// Whether its slot was given back.
+    closed: AtomicBool,
     /// Milliseconds from `accepted` to the last authentication.
     touched_ms: AtomicU64,
     evicted: CancellationToken,
@@ -47,6 +52,8 @@ impl Connection {
             authenticated: AtomicBool::new(false),
             principal: std::sync::OnceLock::new(),
             protected,
+            used: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             touched_ms: AtomicU64::new(0),
             evicted: CancellationToken::new(),
         })
@@ -73,25 +80,40 @@ impl Connection {
         if self.is_authenticated() {
             return;
         }
+        self.used.store(true, Ordering::Relaxed);
         let mut held = self.protected.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let name: Arc<str> = principal.into();
-        let count = held.entry(Arc::clone(&name)).or_default();
-        if *count >= self.protected.per_principal || self.principal.set(name).is_err() {
+        // Closed already (a lookup that finished after the connection
+        // went), or the listener's protected connections at their cap.
+        if self.closed.load(Ordering::Relaxed) || held.total >= self.protected.total {
             return;
         }
-        *count += 1;
+        let name: Arc<str> = principal.into();
+        let count = held.per_principal.get(&name).copied().unwrap_or(0);
+        if count >= self.protected.per_principal || self.principal.set(Arc::clone(&name)).is_err() {
+            return;
+        }
+        held.per_principal.insert(name, count + 1);
+        held.total += 1;
         self.authenticated.store(true, Ordering::Relaxed);
     }
 
-    /// Gives back its principal's share (it closed).
+    /// Whether any call on it has authenticated, protected or not.
+    pub fn was_used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Gives back its principal's share (it closed); it is never
+    /// protected again.
     pub(super) fn release(&self) {
-        let Some(principal) = self.principal.get() else { return };
         let mut held = self.protected.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = held.get_mut(principal) {
+        self.closed.store(true, Ordering::Relaxed);
+        let Some(principal) = self.principal.get() else { return };
+        if let Some(count) = held.per_principal.get_mut(principal) {
             *count -= 1;
             if *count == 0 {
-                held.remove(principal);
+                held.per_principal.remove(principal);
             }
+            held.total -= 1;
         }
     }
 
@@ -139,18 +161,29 @@ impl Connection {
     }
 }
 
-/// A listener's authenticated connections per principal, and how many one
-/// principal may hold.
+/// A listener's authenticated (protected) connections per principal, how
+/// many one principal may hold, and how many all may hold together.
 #[derive(Debug)]
 pub struct Protected {
     per_principal: usize,
-    held: std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>,
+    total: usize,
+    held: std::sync::Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    per_principal: std::collections::HashMap<Arc<str>, usize>,
+    total: usize,
 }
 
 impl Protected {
-    /// At most `per_principal` authenticated connections per principal.
-    pub fn new(per_principal: usize) -> Arc<Self> {
-        Arc::new(Protected { per_principal, held: std::sync::Mutex::default() })
+    /// Of a listener of `max` connections, at most an eighth per
+    /// principal, and three quarters in all: the last quarter always
+    /// turns over, so a new client can get in whoever holds the rest.
+    pub fn new(max: usize) -> Arc<Self> {
+        let per_principal = (max / 8).max(1);
+        let total = (max - max / 4).max(1);
+        Arc::new(Protected { per_principal, total, held: std::sync::Mutex::default() })
     }
 }
 

@@ -119,7 +119,7 @@ impl Slots {
     }
 
     fn build(max: usize, per_peer: usize, evicts: bool) -> Arc<Self> {
-        let protected = connection::Protected::new(per_peer);
+        let protected = connection::Protected::new(max);
         Arc::new(Slots { total: Arc::new(Semaphore::new(max)), per_peer, evicts, held: Mutex::default(), protected })
     }
 
@@ -148,12 +148,15 @@ impl Slots {
     }
 
     /// Evicts a connection no call has authenticated on (and not already
-    /// evicted): the oldest of the peer that holds the most of them, so a
-    /// peer churning connections evicts its own before anyone else's;
-    /// whether there was one.
+    /// evicted): one no credential was ever presented on before one whose
+    /// principal is past its share, and among them the oldest of the peer
+    /// that holds the most, so a peer churning connections evicts its own
+    /// before anyone else's; whether there was one.
     fn evict_a_stranger(&self) -> bool {
         let held = self.held();
-        let strangers = || held.live.values().filter(|c| !c.is_authenticated() && !c.is_evicted());
+        let unprotected = |c: &&Arc<Connection>| !c.is_authenticated() && !c.is_evicted();
+        let never_used = held.live.values().filter(unprotected).any(|c| !c.was_used());
+        let strangers = || held.live.values().filter(unprotected).filter(move |c| !never_used || !c.was_used());
         let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
         for c in strangers() {
             *per_peer.entry(c.peer()).or_default() += 1;
@@ -621,16 +624,24 @@ mod test {
         assert!(slots.evict_a_stranger());
         assert!(churn[0].connection().is_evicted() && !client.connection().is_evicted(), "the churner evicts its own");
 
-        // One principal authenticates on three connections: only two (its
-        // share, max_connections_per_peer = 3, less the one below) are
-        // protected once its share is full.
-        let mallory: Vec<Slot> = (0..3).map(|i| take(&format!("198.51.100.{i}"))).collect();
+        // One principal authenticates on three connections: one (its share,
+        // an eighth of 8) is protected, the others stay evictable, and are
+        // evicted after any connection no credential was presented on.
+        let mallory: Vec<Slot> = (0..1).map(|i| take(&format!("198.51.100.{i}"))).collect();
         let extra = take("198.51.100.9");
         for c in mallory.iter().chain([&extra]) {
             c.connection().authenticate("mallory");
         }
         assert!(mallory.iter().all(|c| c.connection().is_authenticated()));
         assert!(!extra.connection().is_authenticated(), "past mallory's share of protected connections");
+        let fresh = take("203.0.113.5");
+        // The three connections no credential was presented on go first.
+        for _ in 0..3 {
+            assert!(slots.evict_a_stranger());
+            assert!(!extra.connection().is_evicted(), "a used connection before a never-used one");
+        }
+        assert!([&client, &churn[1], &fresh].iter().all(|c| c.connection().is_evicted()));
+        assert!(slots.evict_a_stranger() && extra.connection().is_evicted(), "then those past their share");
         drop(mallory);
         let later = take("198.51.100.10");
         later.connection().authenticate("mallory");

@@ -148,7 +148,7 @@ impl From<ServiceError> for Status {
             ),
             ServiceError::Session(SessionError::LookupsLimited) => with_reason(
                 Code::ResourceExhausted,
-                "this address (or the whole server) has sent many API keys that name no principal of late: \
+                "this address has sent many API keys that name no principal of late: \
                  keys not seen here lately are not looked up for a moment. Retry in a second; a key that \
                  worked lately still works. Nothing was charged"
                     .into(),

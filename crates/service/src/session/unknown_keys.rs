@@ -7,7 +7,7 @@
 //!
 //! - a digest found unknown is refused without a lookup for [`TTL`];
 //! - a digest not seen naming a principal within [`KNOWN_TTL`] costs its
-//!   peer (an IPv4 address or IPv6 /64) a token of a bucket of
+//!   peer (an IPv4 address or IPv6 /48) a token of a bucket of
 //!   [`PEER_LOOKUPS_PER_SECOND`] (bursts of [`PEER_LOOKUP_BURST`]); a peer
 //!   whose bucket is empty is refused such keys without a lookup, while
 //!   keys seen naming a principal lately are still looked up for it (a
@@ -39,10 +39,6 @@ pub const CAPACITY: usize = 65_536;
 pub const PEER_LOOKUPS_PER_SECOND: u32 = 20;
 /// …and at once.
 pub const PEER_LOOKUP_BURST: u32 = 40;
-/// Lookups of keys not known lately, from all peers together, per
-/// second (bursts of twice as many): many addresses (an IPv6 /48 holds
-/// 65 536 /64s) cannot add their buckets up without bound.
-pub const LOOKUPS_PER_SECOND: u32 = 200;
 
 /// What to do with a key before looking it up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +61,6 @@ pub(super) struct UnknownKeys {
     unknown: Mutex<Recent>,
     known: Mutex<Recent>,
     peers: DefaultKeyedRateLimiter<IpAddr>,
-    all: governor::DefaultDirectRateLimiter,
     /// When `peers` was last pruned of full buckets.
     pruned: Mutex<Instant>,
 }
@@ -80,7 +75,6 @@ impl Default for UnknownKeys {
             unknown: Mutex::new(Recent::new(TTL)),
             known: Mutex::new(Recent::new(KNOWN_TTL)),
             peers: DefaultKeyedRateLimiter::keyed(quota(PEER_LOOKUPS_PER_SECOND, PEER_LOOKUP_BURST)),
-            all: governor::RateLimiter::direct(quota(LOOKUPS_PER_SECOND, 2 * LOOKUPS_PER_SECOND)),
             pruned: Mutex::new(Instant::now()),
         }
     }
@@ -109,11 +103,7 @@ impl UnknownKeys {
                 *pruned = Instant::now();
             }
         }
-        if self.peers.check_key(&peer).is_ok() && self.all.check().is_ok() {
-            Lookup::Unfamiliar
-        } else {
-            Lookup::Limited
-        }
+        if self.peers.check_key(&bucket(peer)).is_ok() { Lookup::Unfamiliar } else { Lookup::Limited }
     }
 
     /// Remembers that `digest` named no principal just now.
@@ -129,6 +119,16 @@ impl UnknownKeys {
     /// Forgets `digest` as unknown: it names a principal now.
     pub(super) fn forget(&self, digest: &[u8; 32]) {
         lock(&self.unknown).remove(digest);
+    }
+}
+
+/// The bucket `peer` draws from: its IPv4 address, or its IPv6 /48 (a
+/// host given a /48 — tunnel brokers hand them out — holds 65 536 /64s,
+/// and each would otherwise bring a bucket of its own).
+fn bucket(peer: IpAddr) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into()),
+        v4 => v4,
     }
 }
 
@@ -222,11 +222,11 @@ mod test {
         keys.forget(&digest(3000));
         assert_eq!(keys.classify(&digest(3000), None), Lookup::Familiar);
 
-        // Many peers together: at most the shared bucket.
+        // The /64s of one /48 share a bucket.
         let keys = UnknownKeys::default();
-        let peers = (0..4000u32).map(|i| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)));
-        let allowed = peers.filter(|&p| keys.classify(&digest(1), Some(p)) == Lookup::Unfamiliar).count();
-        let most = 2 * LOOKUPS_PER_SECOND as usize;
-        assert!((most..most + 50).contains(&allowed), "{allowed} lookups from 4000 peers");
+        let sixty_fours =
+            (0..1000u128).map(|i| IpAddr::from(std::net::Ipv6Addr::from((0x2001_0db8_0001u128 << 80) | (i << 64))));
+        let allowed = sixty_fours.filter(|&p| keys.classify(&digest(1), Some(p)) == Lookup::Unfamiliar).count();
+        assert!((PEER_LOOKUP_BURST as usize..PEER_LOOKUP_BURST as usize + 10).contains(&allowed), "{allowed}");
     }
 }

@@ -423,7 +423,16 @@ impl PgStore {
         param: &(dyn tokio_postgres::types::ToSql + Sync),
     ) -> Result<Option<PrincipalRecord>, StoreError> {
         let client = pool.get().await.map_err(|e| reach::pool(&e, format!("{}: {e}", self.location)))?;
-        client.query_opt(sql, &[param]).await.map_err(pg)?.as_ref().map(principal_of).transpose()
+        // Bounded as a step is: a lookup hung on a lost primary gives its
+        // connection up (dropped, not returned to the pool).
+        let row = match tokio::time::timeout(self.timeout, client.query_opt(sql, &[param])).await {
+            Ok(row) => row.map_err(pg)?,
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                return Err(backend(format!("{}: no reply within {:?}", self.location, self.timeout)));
+            }
+        };
+        row.as_ref().map(principal_of).transpose()
     }
 
     /// See [`super::Store::provision_all`]: one transaction, one
