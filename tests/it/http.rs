@@ -186,8 +186,12 @@ async fn slow_and_hostile_connections_are_closed_and_other_clients_still_answere
             timed_out += 1;
         }
         let said = String::from_utf8_lossy(&rest);
+        // A trickled body times out (408), or its connection, past alice's
+        // share of protected connections, is evicted for a newer one while
+        // the body is read (the read fails: 400, nothing charged).
         if n % 3 == 2 {
-            assert!(said.is_empty() || said.starts_with("HTTP/1.1 408"), "connection {n}: {said}");
+            let evicted = said.starts_with("HTTP/1.1 400");
+            assert!(said.is_empty() || said.starts_with("HTTP/1.1 408") || evicted, "connection {n}: {said}");
         }
     }
     assert_eq!(timed_out, 0, "hostile connections the server left open");

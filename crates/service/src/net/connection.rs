@@ -117,7 +117,8 @@ impl Connection {
         }
     }
 
-    /// Whether any call on it has authenticated.
+    /// Whether it is authenticated: protected from eviction, a call on it
+    /// having authenticated within its principal's share.
     pub fn is_authenticated(&self) -> bool {
         self.authenticated.load(Ordering::Relaxed)
     }

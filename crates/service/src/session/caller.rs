@@ -29,9 +29,6 @@ pub struct Caller {
     pub(super) presented: Presented,
     /// One per dataset, in the registry's order.
     pub(super) handles: Arc<[Handle]>,
-    /// When the registry was asked (the recheck of a call authenticated
-    /// moments ago need not ask again).
-    pub(super) looked_up: std::time::Instant,
 }
 
 impl Caller {

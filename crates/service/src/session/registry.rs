@@ -25,10 +25,6 @@ use super::error::SessionError;
 use super::handle::{self, Handle};
 use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
 use super::unknown_keys::{Lookup, UnknownKeys};
-
-/// How recently a store-backed caller must have been looked up for a
-/// recheck to take it as it is ([`Sessions::recheck`]).
-pub const RECHECK_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::store::cell::Cell;
 use crate::store::principal::now_unix;
 use crate::store::{Configured, GLOBAL_SESSION, Origin, PrincipalRecord, Store, session_key};
@@ -316,7 +312,7 @@ impl Sessions {
             session: Arc::clone(session),
         });
         let handles = handles.collect();
-        Caller { principal, presented, handles, looked_up: std::time::Instant::now() }
+        Caller { principal, presented, handles }
     }
 
     fn read_local(local: &RwLock<Local>) -> Result<std::sync::RwLockReadGuard<'_, Local>, SessionError> {
@@ -358,12 +354,6 @@ impl Sessions {
     /// names this principal, or [`SessionError::Registry`] when PostgreSQL
     /// cannot be asked.
     pub async fn recheck(&self, caller: &Caller) -> Result<Caller, SessionError> {
-        // On PostgreSQL a recheck is a database round trip: a caller asked
-        // about within RECHECK_AFTER is as current as a revocation racing
-        // the call could make it anyway.
-        if self.local.is_none() && caller.looked_up.elapsed() < RECHECK_AFTER {
-            return Ok(caller.clone());
-        }
         let now = self.lookup(caller.presented.clone(), None).await?;
         if now.principal != caller.principal {
             return Err(SessionError::Unauthenticated);
