@@ -3,9 +3,9 @@
 //! of 8 slots, poll health on kept-alive connections, and an
 //! authenticated client on 127.0.0.1 is still answered, over gRPC and
 //! HTTP: the full listener evicts the oldest connection no call has
-//! authenticated on. A stranger's polls do not postpone its connection's
-//! idle deadline, and a `Health/Watch` ends at the connection's maximum
-//! age; and the metrics endpoint, once given a token, shows nothing
+//! authenticated on, even one that stopped reading. A stranger's polls do
+//! not postpone its connection's idle deadline, and a `Health/Watch` or a
+//! reflection stream ends at the connection's maximum age; and the metrics endpoint, once given a token, shows nothing
 //! without it. (Deadlines below are liveness bounds, several times the
 //! configured ones, not measurements.)
 
@@ -17,6 +17,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 
 const CAP: usize = 8;
 const PER_PEER: usize = 2;
@@ -162,7 +165,13 @@ async fn strangers_polling_health_cannot_keep_a_client_out() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_strangers_polls_keep_nothing_open() {
     const IDLE_MS: u64 = 1500;
-    let server = Process::serve(None, &capped(&[("PACPRIV__SERVER__IDLE_TIMEOUT_MS", IDLE_MS.to_string())]));
+    let server = Process::serve(
+        None,
+        &capped(&[
+            ("PACPRIV__SERVER__IDLE_TIMEOUT_MS", IDLE_MS.to_string()),
+            ("PACPRIV__SERVER__REQUEST_TIMEOUT_MS", IDLE_MS.to_string()),
+        ]),
+    );
     // Over gRPC, a stranger polling every 200 ms loses its connection to the
     // idle timeout (the channel then reconnects: the log tells).
     let mut health = HealthClient::new(channel_from("127.0.0.2", &server.addr).await);
@@ -185,6 +194,16 @@ async fn a_strangers_polls_keep_nothing_open() {
         assert!(started.elapsed() < Duration::from_millis(10 * IDLE_MS), "HTTP polls kept a stranger's connection");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    // An index request whose announced body never comes is answered 408
+    // at server.request_timeout_ms.
+    let mut conn = BufReader::new(connect_from("127.0.0.2", http).await);
+    let ask = "POST /v2/repository/index HTTP/1.1\r\nHost: pacpriv\r\nContent-Length: 100\r\n\r\n";
+    conn.get_mut().write_all(ask.as_bytes()).await.expect("sent");
+    let mut status = String::new();
+    let read = tokio::time::timeout(Duration::from_millis(10 * IDLE_MS), conn.read_line(&mut status)).await;
+    assert!(matches!(read, Ok(Ok(_))), "{read:?}");
+    assert!(status.starts_with("HTTP/1.1 408"), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -197,11 +216,85 @@ async fn a_health_watch_ends_at_the_maximum_connection_age() {
             ("PACPRIV__SERVER__MAX_CONNECTION_AGE_MS", "2000".into()),
         ]),
     );
-    let mut health = HealthClient::new(channel_from("127.0.0.3", &server.addr).await);
+    let channel = channel_from("127.0.0.3", &server.addr).await;
+    let mut health = HealthClient::new(channel.clone());
     let mut watch = health.watch(HealthCheckRequest { service: String::new() }).await.expect("watching").into_inner();
-    let ended =
-        tokio::time::timeout(Duration::from_secs(20), async { while let Ok(Some(_)) = watch.message().await {} }).await;
-    assert!(ended.is_ok(), "a Health/Watch outlived server.max_connection_age_ms");
+    // A reflection stream kept open (its requests never end) on the same
+    // connection.
+    let (ask, asks) = tokio::sync::mpsc::channel(1);
+    ask.send(ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    })
+    .await
+    .expect("queued");
+    let mut reflection = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(asks))
+        .await
+        .expect("reflecting")
+        .into_inner();
+    reflection.message().await.expect("a reply").expect("the services");
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(_)) = watch.message().await {}
+        while let Ok(Some(_)) = reflection.message().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "a Health/Watch or a reflection stream outlived server.max_connection_age_ms");
+    drop(ask);
+}
+
+/// A stranger that stops reading what the server writes (a flood of PINGs,
+/// whose acknowledgements it never reads) stops the server reading it too:
+/// HTTP/2 flushes before it reads on. Eight such connections fill the
+/// listener, their deadlines far off; a client is still answered at once,
+/// since an evicted connection fails its next write as well as its next
+/// read.
+#[tokio::test(flavor = "multi_thread")]
+async fn strangers_that_stop_reading_cannot_keep_their_slots() {
+    let server = Process::serve(
+        None,
+        &capped(&[
+            ("PACPRIV__SERVER__IDLE_TIMEOUT_MS", "600000".into()),
+            ("PACPRIV__SERVER__HEADER_READ_TIMEOUT_MS", "600000".into()),
+        ]),
+    );
+    let to: SocketAddr = server.addr.parse().expect("an address");
+    let mut stalled = Vec::new();
+    for ip in STRANGERS {
+        for _ in 0..PER_PEER {
+            stalled.push(stop_reading(ip, to).await);
+        }
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut alice = client(&server.addr).await;
+        predict(&mut alice, "alice-key", image("past-the-stalled", &digit(3))).await
+    })
+    .await;
+    assert!(matches!(answered, Ok(Ok(_))), "alice beside strangers that stopped reading: {answered:?}");
+    drop(stalled);
+}
+
+/// An HTTP/2 connection from `ip` to `to` that sends PINGs without reading
+/// their acknowledgements until the server stops reading it (a write waits
+/// half a second), then holds it.
+async fn stop_reading(ip: &str, to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("a small receive buffer");
+    socket.bind(SocketAddr::new(ip.parse().expect("an address"), 0)).expect("binds a loopback address");
+    let mut conn = socket.connect(to).await.expect("connects");
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS, empty
+    conn.write_all(&hello).await.expect("the preface");
+    let ping: [u8; 17] = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let pings = ping.repeat(1024);
+    for _ in 0..4096 {
+        match tokio::time::timeout(Duration::from_millis(500), conn.write_all(&pings)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("{ip}: the server closed a connection still within its deadlines: {e}"),
+            Err(_) => return conn,
+        }
+    }
+    panic!("{ip}: the server went on reading 70 MB of PINGs whose acknowledgements were never read")
 }
 
 /// Issue 67 §5: with `metrics.token_sha256` set, a scrape without the
@@ -229,7 +322,8 @@ async fn the_metrics_endpoint_wants_its_token_once_one_is_set() {
 /// second), on the unfamiliar keys' own connections, and past it is told
 /// `KEY_LOOKUPS_LIMITED`, while a client with a known key goes on being
 /// answered — from another address, and from the flooding address too (a
-/// key seen naming a principal is still looked up for it).
+/// key seen naming a principal, or held by an active principal in the
+/// store, is still looked up for it).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_random_keys_costs_its_peer_a_bounded_number_of_lookups() {
     let pg = crate::util::Postgres::start();
@@ -273,8 +367,6 @@ async fn a_flood_of_random_keys_costs_its_peer_a_bounded_number_of_lookups() {
         }
     }
     let mut limited = 0;
-    // A key this replica has not seen yet, from another address, meanwhile.
-    predict(&mut alice, "bob-key", image("bob-during", &digit(20))).await.expect("bob's first call, during the flood");
     for call in flood {
         let refused = call.await.expect("joins").expect_err("a random key");
         match refused.code() {
@@ -289,10 +381,25 @@ async fn a_flood_of_random_keys_costs_its_peer_a_bounded_number_of_lookups() {
         }
     }
     assert!(limited > FLOOD / 2, "{limited} of {FLOOD} random keys were refused for the peer's lookups");
+    // Bob's key, which no call has presented to this replica yet, from the
+    // flood's own address the moment its bucket is empty: the replica
+    // knows it from the store (`Sessions::learn_active_keys`), so it is
+    // looked up, not refused.
+    let mut c = flooder.clone();
+    let mut drained = false;
+    for i in 0..200 {
+        let refused = predict(&mut c, &format!("drain-{i}"), image("x", &digit(2))).await.expect_err("a random key");
+        if refused.code() == tonic::Code::ResourceExhausted {
+            drained = true;
+            break;
+        }
+    }
+    assert!(drained, "the flood's bucket empties");
+    predict(&mut alice_there, "bob-key", image("bob-during", &digit(20))).await.expect("bob's first call, there");
     let seconds = started.elapsed().as_secs() + 1;
     let spent = lookups() - before;
     // The peer's bucket, and alice's and bob's own: eleven calls, each
-    // looked up once, and again before its charge when it took over 100 ms.
+    // looked up once and again before its charge.
     let bound = 40 + 20 * seconds as usize + 2 * 11 + 2;
     assert!(spent <= bound, "{spent} lookups for {FLOOD} random keys in {seconds} s (bound {bound})");
 }

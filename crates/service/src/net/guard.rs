@@ -21,6 +21,12 @@
 //!   `server.idle_timeout_ms` (every write, flush or TLS close waiting) is
 //!   closed: a stalled socket would otherwise hold its slot for ever,
 //!   since neither HTTP/2's keep-alive PING nor a GOAWAY gets through it.
+//!   Until a call on it authenticates, the wait allowed is
+//!   `server.header_read_timeout_ms`.
+//! - An evicted connection fails its next read *or write* at once: a peer
+//!   that stops reading (so the server stops reading it, to flush first)
+//!   cannot keep an evicted slot, and the accept loop waits for one at most
+//!   [`EVICTION_WAIT`].
 //! - An accept error (EMFILE: out of file descriptors) is logged and
 //!   retried after [`ACCEPT_BACKOFF`], never in a spinning loop.
 
@@ -41,6 +47,11 @@ use tokio_util::sync::CancellationToken;
 /// again (as axum's loop does): the error, typically EMFILE, lasts until
 /// connections close.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long a connection admitted by evicting another waits for the
+/// evicted one's slot before it is closed instead: the accept loop takes
+/// nothing else meanwhile.
+pub const EVICTION_WAIT: Duration = Duration::from_secs(2);
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4), 24 bytes.
 const PREFACE: usize = 24;
@@ -104,6 +115,17 @@ impl PeerGroup {
     }
 }
 
+/// The range a peer's strangers are counted over, for eviction and for
+/// key lookups: its IPv4 address, or its IPv6 /48 (a host given a /48 —
+/// tunnel brokers hand them out — holds 65 536 /64s; counted one /64 at a
+/// time, its connections would each look like a different peer's).
+pub fn site(peer: IpAddr) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into()),
+        v4 => v4,
+    }
+}
+
 impl Slots {
     /// `max` slots, at most `per_peer` of them for one peer; a new
     /// connection waits for a free slot.
@@ -149,21 +171,21 @@ impl Slots {
 
     /// Evicts a connection no call has authenticated on (and not already
     /// evicted): one no credential was ever presented on before one whose
-    /// principal is past its share, and among them the oldest of the peer
-    /// that holds the most, so a peer churning connections evicts its own
-    /// before anyone else's; whether there was one.
+    /// principal is past its share, and among them the oldest of the
+    /// [`site`] that holds the most, so a peer churning connections evicts
+    /// its own before anyone else's; whether there was one.
     fn evict_a_stranger(&self) -> bool {
         let held = self.held();
         let unprotected = |c: &&Arc<Connection>| !c.is_authenticated() && !c.is_evicted();
         let never_used = held.live.values().filter(unprotected).any(|c| !c.was_used());
         let strangers = || held.live.values().filter(unprotected).filter(move |c| !never_used || !c.was_used());
-        let mut per_peer: HashMap<IpAddr, usize> = HashMap::new();
+        let mut per_site: HashMap<IpAddr, usize> = HashMap::new();
         for c in strangers() {
-            *per_peer.entry(c.peer()).or_default() += 1;
+            *per_site.entry(site(c.peer())).or_default() += 1;
         }
-        let Some(most) = per_peer.values().copied().max() else { return false };
+        let Some(most) = per_site.values().copied().max() else { return false };
         // `live` is in order of acceptance: the first is the oldest.
-        let stranger = strangers().find(|c| per_peer.get(&c.peer()) == Some(&most));
+        let stranger = strangers().find(|c| per_site.get(&site(c.peer())) == Some(&most));
         stranger.inspect(|c| c.evict()).is_some()
     }
 }
@@ -212,6 +234,8 @@ pub struct Guarded<IO> {
 /// current one has.
 struct WriteWatch {
     stall: Duration,
+    /// The wait allowed until a call on the connection authenticates.
+    stranger_stall: Duration,
     stalled: Pin<Box<Sleep>>,
     /// Whether `stalled` runs: a write is waiting.
     armed: bool,
@@ -222,36 +246,34 @@ impl WriteWatch {
     /// waited `stall` for the peer: progress clears the clock, waiting
     /// starts it, and a wait past it is an error that closes the
     /// connection.
-    fn watch<T>(&mut self, cx: &mut Context<'_>, write: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        authenticated: bool,
+        write: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
         if write.is_ready() {
             self.armed = false;
             return write;
         }
         if !self.armed {
             self.armed = true;
-            self.stalled.as_mut().reset(Instant::now() + self.stall);
+            let stall = if authenticated { self.stall } else { self.stranger_stall };
+            self.stalled.as_mut().reset(Instant::now() + stall);
         }
         if self.stalled.as_mut().poll(cx).is_ready() {
             let e = std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "the peer read nothing written to it for server.idle_timeout_ms",
+                if authenticated {
+                    "the peer read nothing written to it for server.idle_timeout_ms"
+                } else {
+                    "the peer, unauthenticated, read nothing written to it for server.header_read_timeout_ms"
+                },
             );
             tracing::info!(reason = %e, "closing a connection");
             return Poll::Ready(Err(e));
         }
         write
-    }
-}
-
-/// `write` as `writes` (if any) lets it through ([`WriteWatch::watch`]).
-fn watched<T>(
-    writes: &mut Option<WriteWatch>,
-    cx: &mut Context<'_>,
-    write: Poll<std::io::Result<T>>,
-) -> Poll<std::io::Result<T>> {
-    match writes {
-        Some(writes) => writes.watch(cx, write),
-        None => write,
     }
 }
 
@@ -351,7 +373,8 @@ impl<IO> Guarded<IO> {
             Watch::Nothing => (None, None),
             Watch::H2 { preface, idle } => {
                 let deadline = Box::pin(tokio::time::sleep(preface));
-                let writes = WriteWatch { stall: idle, stalled: Box::pin(tokio::time::sleep(idle)), armed: false };
+                let stalled = Box::pin(tokio::time::sleep(idle));
+                let writes = WriteWatch { stall: idle, stranger_stall: preface, stalled, armed: false };
                 let watch = H2Watch { idle, at: At::Preface(PREFACE), deadline, active: Instant::now() };
                 (Some(watch), Some(writes))
             }
@@ -369,15 +392,44 @@ impl<IO> Guarded<IO> {
     pub fn get_ref(&self) -> &IO {
         &self.io
     }
+
+    /// An error once the connection is evicted (and registers `cx` to be
+    /// woken when it is).
+    fn evicted(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
+        self.evicted.as_mut().poll(cx).is_ready().then(|| {
+            let e =
+                std::io::Error::other("evicted: the listener was full and no call on this connection authenticated");
+            tracing::info!(reason = %e, "closing a connection");
+            e
+        })
+    }
+
+    /// A poll of the writing side: an error once evicted, else `write`
+    /// as the write watch (if any) lets it through ([`WriteWatch::watch`]).
+    fn write_side<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut IO>, &mut Context<'_>) -> Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>>
+    where
+        IO: Unpin,
+    {
+        if let Some(e) = self.evicted(cx) {
+            return Poll::Ready(Err(e));
+        }
+        let polled = write(Pin::new(&mut self.io), cx);
+        let authenticated = self.slot.connection().is_authenticated();
+        match &mut self.writes {
+            Some(writes) => writes.watch(cx, authenticated, polled),
+            None => polled,
+        }
+    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
-        if this.evicted.as_mut().poll(cx).is_ready() {
-            let e =
-                std::io::Error::other("evicted: the listener was full and no call on this connection authenticated");
-            tracing::info!(reason = %e, "closing a connection");
+        if let Some(e) = this.evicted(cx) {
             return Poll::Ready(Err(e));
         }
         let before = buf.filled().len();
@@ -409,9 +461,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
 
 impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        let this = &mut *self;
-        let write = Pin::new(&mut this.io).poll_write(cx, buf);
-        watched(&mut this.writes, cx, write)
+        self.write_side(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -419,9 +469,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        let this = &mut *self;
-        let write = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        watched(&mut this.writes, cx, write)
+        self.write_side(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -429,17 +477,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        let flush = Pin::new(&mut this.io).poll_flush(cx);
-        watched(&mut this.writes, cx, flush)
+        self.write_side(cx, |io, cx| io.poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         // Through TLS a close writes close_notify, which a stalled peer
         // never takes either.
-        let this = &mut *self;
-        let shutdown = Pin::new(&mut this.io).poll_shutdown(cx);
-        watched(&mut this.writes, cx, shutdown)
+        self.write_side(cx, |io, cx| io.poll_shutdown(cx))
     }
 }
 
@@ -456,7 +500,8 @@ impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connecte
 /// its share is closed at once; an accept error is logged and retried
 /// after [`ACCEPT_BACKOFF`]. On an evicting listener ([`Slots::evicting`])
 /// that is full, a new connection evicts the oldest stranger's and waits
-/// (alone: no other is accepted meanwhile) for its slot.
+/// (alone: no other is accepted meanwhile) at most [`EVICTION_WAIT`] for
+/// its slot, else is closed.
 pub async fn accept(
     listener: &TcpListener,
     slots: &Arc<Slots>,
@@ -480,10 +525,18 @@ pub async fn accept(
                             tracing::debug!(%peer, "connection past the peer's share of server.max_connections: closed");
                             continue;
                         }
-                        if slots.evict_a_stranger() {
+                        let total = if slots.evict_a_stranger() {
                             tracing::debug!(%peer, "listener full: a connection no call authenticated on is evicted for a new one");
-                        }
-                        let total = acquire(slots, stop).await?;
+                            match tokio::time::timeout(EVICTION_WAIT, acquire(slots, stop)).await {
+                                Ok(total) => total?,
+                                Err(_) => {
+                                    tracing::debug!(%peer, "the evicted connection held its slot; the new one is closed");
+                                    continue;
+                                }
+                            }
+                        } else {
+                            acquire(slots, stop).await?
+                        };
                         match admit(slots, tcp, peer, total) {
                             Some(admitted) => return Some(admitted),
                             None => continue,
@@ -623,6 +676,13 @@ mod test {
         let churn = [take("192.0.2.66"), take("192.0.2.66")];
         assert!(slots.evict_a_stranger());
         assert!(churn[0].connection().is_evicted() && !client.connection().is_evicted(), "the churner evicts its own");
+        // A peer spreading its connections over the /64s of its /48 is
+        // one peer to eviction.
+        let spread = [take("2001:db8:7:1::1"), take("2001:db8:7:2::1")];
+        let v6_client = take("2001:db8:8::1");
+        assert!(slots.evict_a_stranger() && spread[0].connection().is_evicted(), "its /48 holds the most");
+        assert!(!client.connection().is_evicted() && !v6_client.connection().is_evicted());
+        drop((spread, v6_client));
 
         // One principal authenticates on three connections: one (its share,
         // an eighth of 8) is protected, the others stay evictable, and are

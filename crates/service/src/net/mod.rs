@@ -4,6 +4,7 @@
 //! connection through [`guard`], gRPC through [`builder`], HTTP through
 //! [`http::serve`].
 
+pub mod aged;
 pub mod connection;
 pub mod guard;
 pub mod http;

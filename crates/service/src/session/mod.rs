@@ -61,6 +61,7 @@ pub use handle::{Handle, Preflight, Step};
 pub use query::{Asking, ModelTag, Reply};
 pub use registry::{Account, DatasetAccount, DatasetTerms, PrincipalConfig, Sessions};
 pub use state::{BudgetView, Scope, Session, SessionParams, Terms, Versioned};
+pub use unknown_keys::KNOWN_REFRESH;
 
 #[cfg(test)]
 mod test;

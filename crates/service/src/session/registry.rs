@@ -361,6 +361,29 @@ impl Sessions {
         Ok(now)
     }
 
+    /// Marks every active principal's key as seen lately, from the store
+    /// (PostgreSQL; the embedded registry is in memory and looks nothing
+    /// up): after a restart, or for a principal created on another
+    /// replica, a real principal's key never draws on its peer's lookup
+    /// bucket, whatever a flood from the same address (a proxy, a NAT)
+    /// does. Start-up runs it, then every [`super::KNOWN_REFRESH`].
+    /// A key marked so is still looked up on every call.
+    ///
+    /// # Errors
+    /// [`SessionError::Registry`] when the store cannot be read.
+    pub async fn learn_active_keys(&self) -> Result<(), SessionError> {
+        if self.local.is_some() {
+            return Ok(());
+        }
+        for record in self.store.principals().await.map_err(SessionError::Registry)? {
+            if record.active() && Some(record.key_sha256) != self.refused {
+                self.unknown.forget(&record.key_sha256);
+                self.unknown.known(&record.key_sha256);
+            }
+        }
+        Ok(())
+    }
+
     /// These sessions, refusing the key whose digest is `refused` (the
     /// published demo key on a server listening off loopback) whoever
     /// stored a principal with it: another replica's configuration, or an

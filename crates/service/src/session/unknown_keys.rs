@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 pub const TTL: Duration = Duration::from_secs(2);
 /// How long a digest that named a principal is looked up for any peer.
 pub const KNOWN_TTL: Duration = Duration::from_secs(300);
+/// How often every active principal's key is marked as seen lately
+/// (`Sessions::learn_active_keys`): well within [`KNOWN_TTL`].
+pub const KNOWN_REFRESH: Duration = Duration::from_secs(60);
 /// Most digests kept in each set (~3 MiB each).
 pub const CAPACITY: usize = 65_536;
 /// Lookups of keys not known lately, per peer and second…
@@ -103,7 +106,7 @@ impl UnknownKeys {
                 *pruned = Instant::now();
             }
         }
-        if self.peers.check_key(&bucket(peer)).is_ok() { Lookup::Unfamiliar } else { Lookup::Limited }
+        if self.peers.check_key(&crate::net::guard::site(peer)).is_ok() { Lookup::Unfamiliar } else { Lookup::Limited }
     }
 
     /// Remembers that `digest` named no principal just now.
@@ -119,16 +122,6 @@ impl UnknownKeys {
     /// Forgets `digest` as unknown: it names a principal now.
     pub(super) fn forget(&self, digest: &[u8; 32]) {
         lock(&self.unknown).remove(digest);
-    }
-}
-
-/// The bucket `peer` draws from: its IPv4 address, or its IPv6 /48 (a
-/// host given a /48 — tunnel brokers hand them out — holds 65 536 /64s,
-/// and each would otherwise bring a bucket of its own).
-fn bucket(peer: IpAddr) -> IpAddr {
-    match peer.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into()),
-        v4 => v4,
     }
 }
 

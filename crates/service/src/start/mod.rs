@@ -247,6 +247,7 @@ pub async fn serve(
     });
 
     readiness::watch(Arc::clone(&app), health.clone(), settings.health_interval, &background, &stop).await;
+    background.spawn(learn_active_keys(Arc::clone(&app), stop.clone()));
     tokio::spawn(drain(Arc::clone(&app), health, settings.drain_grace, signalled, stop.clone()));
 
     // Calls that need a credential are authenticated from their headers
@@ -269,7 +270,10 @@ pub async fn serve(
     let (listener, addr) = bind(settings.listen).await?;
     let client = net::builder(&settings.limits)
         .add_service(health_service.clone())
-        .add_service(reflection(<PrivatizerServer<Service> as tonic::server::NamedService>::NAME)?)
+        .add_service(reflection(
+            <PrivatizerServer<Service> as tonic::server::NamedService>::NAME,
+            settings.limits.max_connection_age,
+        )?)
         .add_service(privatizer)
         .add_optional_service(inference);
     servers.push(grpc(client, listener, tls.as_ref(), &settings.limits, &stop));
@@ -317,7 +321,10 @@ pub async fn serve(
         );
         let server = net::builder(&settings.limits)
             .add_service(health_service.clone())
-            .add_service(reflection(<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME)?)
+            .add_service(reflection(
+                <AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME,
+                settings.limits.max_connection_age,
+            )?)
             .add_service(service)
             .add_service(repository);
         servers.push(grpc(server, listener, tls.as_ref(), &settings.limits, &stop));
@@ -361,6 +368,20 @@ pub async fn serve(
 /// Runs `serving` from now on, on a task of its own (a listener that must
 /// answer before [`serve`] returns), as a [`Serving`] that aborts it when
 /// dropped.
+/// Marks the active principals' keys as seen lately, now and every
+/// [`crate::session::KNOWN_REFRESH`] until `stop` (`Sessions::learn_active_keys`).
+async fn learn_active_keys(app: Arc<App>, stop: CancellationToken) {
+    loop {
+        if let Err(e) = app.sessions.learn_active_keys().await {
+            tracing::warn!(error = %e, "reading the principals to mark their keys as known failed; trying again later");
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(crate::session::KNOWN_REFRESH) => {}
+        }
+    }
+}
+
 fn now(serving: Serving) -> Serving {
     let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(serving));
     Box::pin(async move { task.await.map_err(|e| ServeError::Task(e.to_string()))? })
@@ -497,11 +518,14 @@ fn teacher_fingerprint(source: &TeacherSource) -> String {
 }
 
 /// Reflection advertising `service` and health (each listener names only
-/// what it serves).
+/// what it serves), its streams ending at their connection's `max_age`.
 fn reflection(
     service: &str,
+    max_age: std::time::Duration,
 ) -> Result<
-    tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+    net::aged::Aged<
+        tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+    >,
     StartError,
 > {
     let health = <tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> as tonic::server::NamedService>::NAME;
@@ -512,5 +536,6 @@ fn reflection(
         .with_service_name(health)
         .with_service_name("grpc.reflection.v1.ServerReflection")
         .build_v1()
+        .map(|reflection| net::aged::Aged::new(reflection, max_age))
         .map_err(|e| StartError::Reflection(e.to_string()))
 }

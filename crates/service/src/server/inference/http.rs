@@ -74,7 +74,7 @@ pub fn router(app: Arc<App>, max_bytes: usize, timeout: Duration) -> Router {
         .route("/v2", get(|| async { Json(server_metadata()) }))
         // Unauthenticated: its optional body is a few bytes, so no more
         // is read.
-        .route("/v2/repository/index", post(repository_index).layer(DefaultBodyLimit::max(INDEX_BODY)))
+        .route("/v2/repository/index", post(repository_index))
         // Load and unload are the admin listener's (gRPC, admin token).
         .route("/v2/repository/models/{model}/load", post(not_here).layer(DefaultBodyLimit::max(INDEX_BODY)))
         .route("/v2/repository/models/{model}/unload", post(not_here).layer(DefaultBodyLimit::max(INDEX_BODY)))
@@ -118,18 +118,29 @@ async fn server_ready(State(s): State<Arc<InferenceService>>) -> Response {
 
 /// The index as Triton's HTTP binding returns it: a JSON array. The body
 /// (`{"ready": true}` asks for the ready models only) is optional.
-async fn repository_index(State(s): State<Arc<InferenceService>>, body: Bytes) -> Response {
+async fn repository_index(
+    State(s): State<Arc<InferenceService>>,
+    Extension(limits): Extension<BodyLimits>,
+    body: Body,
+) -> Response {
     #[derive(Deserialize, Default)]
     struct IndexRequest {
         #[serde(default)]
         ready: bool,
     }
-    let asked = if body.iter().all(u8::is_ascii_whitespace) {
-        Ok(IndexRequest::default())
-    } else {
-        serde_json::from_slice::<IndexRequest>(&body)
+    // Anyone may ask, so a body that never arrives must not hold the
+    // connection past server.request_timeout_ms.
+    let Ok(body) = tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, INDEX_BODY)).await else {
+        let message = "the request body did not arrive within server.request_timeout_ms";
+        return (StatusCode::REQUEST_TIMEOUT, Json(json!({ "error": message }))).into_response();
     };
-    let Ok(asked) = asked else {
+    // A body past INDEX_BODY bytes, or cut off, is no index request.
+    let asked = match body {
+        Ok(body) if body.iter().all(u8::is_ascii_whitespace) => Some(IndexRequest::default()),
+        Ok(body) => serde_json::from_slice::<IndexRequest>(&body).ok(),
+        Err(_) => None,
+    };
+    let Some(asked) = asked else {
         let message = "the repository index takes an empty body or {\"ready\": true|false}";
         return error(ServiceError::InvalidInput(message.into()).into());
     };
