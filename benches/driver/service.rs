@@ -513,11 +513,25 @@ struct Headline {
     p99: f64,
 }
 
+/// How many shifted copies of the held-out images `--target` sends (359
+/// each): more distinct inputs than a 10 s run asks.
+const EXTERNAL_PASSES: usize = 100;
+
 /// `--target`: N clients on one key against a running privatizer; reports
 /// one row and fails only if nothing was answered.
 fn external(addr: &str, key: &str, knobs: &Knobs, phase: &str, out: &mut dyn Write) -> anyhow::Result<Headline> {
     let split = pacpriv_demo::digits::split(knobs.seed).map_err(anyhow::Error::msg)?;
-    let images: Arc<[Vec<f32>]> = split.test.iter().map(|e| e.pixels.to_vec()).collect();
+    // Every request a distinct input: a repeat is answered from the
+    // session's cache (or refused EVICTED_REPEAT once evicted), which would
+    // measure the cache. The held-out images, shifted a little per pass,
+    // and by half a count in the flooded phase (not the alone phase's).
+    let offset = if phase == "-flooded" { 0.5 } else { 0.0 };
+    let images: Arc<[Vec<f32>]> = (0..EXTERNAL_PASSES)
+        .flat_map(|pass| {
+            let shift = offset + pass as f32 * 1e-3;
+            split.test.iter().map(move |e| e.pixels.iter().map(|p| p + shift).collect())
+        })
+        .collect();
     let uri = pacpriv_tools::connect::uri(addr, false)?;
     let plan = load::Plan {
         uri,
@@ -535,7 +549,7 @@ fn external(addr: &str, key: &str, knobs: &Knobs, phase: &str, out: &mut dyn Wri
     writeln!(
         out,
         "External privatizer at {addr}; {} closed-loop clients on one API key (one session); {:.1} s warm-up, then \
-         {:.1} s{cap}; {} held-out images (seed {}) cycled. Machine (load side): {}.\n",
+         {:.1} s{cap}; {} distinct inputs (held-out images of seed {}, shifted). Machine (load side): {}.\n",
         knobs.principals,
         knobs.warmup.as_secs_f64(),
         knobs.measure.as_secs_f64(),
