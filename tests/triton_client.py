@@ -114,6 +114,24 @@ if other_model and admin_addr and protocol == "grpc":
     report["after_load_ready"] = client.is_model_ready(other_model)
     report["after_load"] = answer(infer([images[1]], model=other_model, outputs=("label", "mi_charged")),
                                   outputs=("label", "mi_charged"))
+
+
+def statistics(**kwargs):
+    """get_inference_statistics()'s model_stats (gRPC's as proto3 JSON: uint64 as strings, zeros left out)."""
+    if protocol == "grpc":
+        return client.get_inference_statistics(headers=headers, as_json=True, **kwargs).get("model_stats", [])
+    return client.get_inference_statistics(headers=headers, **kwargs)["model_stats"]
+
+
+report["statistics"] = {
+    "all": statistics(),
+    "model": statistics(model_name=model),
+    "version": statistics(model_name=model, model_version="1"),
+    "stranger": error(lambda: client.get_inference_statistics(model_name=model, headers={})),
+    "unknown": error(lambda: statistics(model_name="no-such-model")),
+}
+report["server_metadata"] = client.get_server_metadata(as_json=True) if protocol == "grpc" \
+    else client.get_server_metadata()
 report["errors"] = {
     "unknown_key": error(lambda: infer([images[0]], headers={"x-api-key": "not-a-key"})),
     "no_key": error(lambda: infer([images[0]], headers={})),

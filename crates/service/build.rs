@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // listener's repository service, implements only what it serves.
     tonic_prost_build::configure()
         .generate_default_stubs(true)
+        .file_descriptor_set_path(out.join("inference_descriptor.bin"))
         .compile_protos(&[at("inference.proto")], &[PROTO.to_owned()])?;
     // One package, so one call (prost writes one file per package). Each
     // listener's reflection names only the services it serves.

@@ -13,6 +13,7 @@ use crate::util::{B, Peer, Process, budget, client, digit, free_port, image, int
 use pacpriv_service::proto::inference::ModelReadyRequest;
 use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use pacpriv_service::proto::pacpriv::PredictResponse;
+use pacpriv_service::server::inference::metadata;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -315,6 +316,40 @@ fn tritonclient_program(protocol: &str) {
     let status = |case: &str| errors[case]["status"].as_str().unwrap_or("answered").to_owned();
     let expect =
         |grpc: &str, http: &str| if protocol == "grpc" { format!("StatusCode.{grpc}") } else { http.to_owned() };
+
+    // Triton's statistics extension through get_inference_statistics():
+    // the default model's five single answers, the cached repeat, the
+    // batch of eight and the three paid rows are 8 executions of 17 rows
+    // (7 asked the teachers: the repeat did not), and the small principal's
+    // refused batch is its one failure. Every model is listed; a model by
+    // name lists its versions; a stranger is refused.
+    let stats = &report["statistics"];
+    assert_eq!(report["server_metadata"]["extensions"], serde_json::json!(metadata::EXTENSIONS), "{report}");
+    let number = |v: &Value| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or(0);
+    let names: Vec<&str> =
+        stats["all"].as_array().expect("every model").iter().filter_map(|m| m["name"].as_str()).collect();
+    assert_eq!(names, ["private", "bayes", "ridge"]);
+    assert_eq!(stats["model"], stats["version"], "the default model has one version");
+    let private = &stats["version"][0];
+    assert_eq!((private["name"].as_str(), private["version"].as_str()), (Some("private"), Some("1")));
+    assert_eq!((number(&private["execution_count"]), number(&private["inference_count"])), (8, 17), "{private}");
+    assert!(number(&private["last_inference"]) > 0);
+    let phase = |name: &str| {
+        let d = &private["inference_stats"][name];
+        (number(&d["count"]), number(&d["ns"]))
+    };
+    let counts: Vec<u64> = ["success", "fail", "queue", "compute_input", "compute_infer", "compute_output"]
+        .iter()
+        .map(|p| phase(p).0)
+        .collect();
+    assert_eq!(counts, [8, 1, 8, 7, 8, 8], "{private}");
+    let within = phase("queue").1 + phase("compute_input").1 + phase("compute_infer").1 + phase("compute_output").1;
+    assert!(phase("success").1 >= within, "a request's phases are within its whole: {private}");
+    let bayes = &stats["all"][1];
+    assert_eq!(number(&bayes["execution_count"]), 0, "a model nobody asked: {bayes}");
+    assert_eq!(stats["stranger"]["status"], expect("UNAUTHENTICATED", "401"), "{stats}");
+    assert_eq!(stats["unknown"]["status"], expect("NOT_FOUND", "404"), "{stats}");
+
     assert_eq!(status("unknown_key"), expect("UNAUTHENTICATED", "401"));
     assert_eq!(status("no_key"), expect("UNAUTHENTICATED", "401"));
     assert_eq!(status("wrong_shape"), expect("INVALID_ARGUMENT", "400"));

@@ -260,29 +260,43 @@ async fn reflection_lists_the_served_apis_and_json_logs_carry_principal_and_quer
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
-    let server = Process::serve(None, &small_demo(&[("PACPRIV__SERVER__LOG_FORMAT", "json".into())]));
+    let server = Process::serve(
+        None,
+        &small_demo(&[
+            ("PACPRIV__SERVER__LOG_FORMAT", "json".into()),
+            ("PACPRIV__ADMIN__KEY_SHA256", crate::util::key_hash(crate::util::ADMIN_TOKEN)),
+        ]),
+    );
     let mut c = client(&server.addr).await;
     predict(&mut c, "alice-key", image("logged-query", &digit(1))).await.expect("answered");
 
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connects");
-    let mut reflection = ServerReflectionClient::new(channel);
-    let ask = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
+    // Each listener lists what it serves: the client listener the client
+    // API and the inference protocol; the admin listener the admin API and
+    // the inference protocol's load and unload.
+    let services = async |addr: &str| {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connects");
+        let mut reflection = ServerReflectionClient::new(channel);
+        let ask = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut replies =
+            reflection.server_reflection_info(tokio_stream::iter([ask])).await.expect("reflection").into_inner();
+        let reply = replies.message().await.expect("reply").expect("one reply");
+        let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+            panic!("unexpected {reply:?}")
+        };
+        let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        names.sort();
+        names
     };
-    let mut replies =
-        reflection.server_reflection_info(tokio_stream::iter([ask])).await.expect("reflection").into_inner();
-    let reply = replies.message().await.expect("reply").expect("one reply");
-    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
-        panic!("unexpected {reply:?}")
-    };
-    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    names.sort();
-    assert_eq!(names, ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "pacpriv.v1.Privatizer"]);
+    let common = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "inference.GRPCInferenceService"];
+    assert_eq!(services(&server.addr).await, [&common[..], &["pacpriv.v1.Privatizer"]].concat());
+    assert_eq!(services(&server.listener("admin")).await, [&common[..], &["pacpriv.v1.Admin"]].concat());
 
     let logs = server.logs();
     let lines: Vec<serde_json::Value> =

@@ -25,5 +25,9 @@ pub mod store {
 /// reflection (each listener names only the services it serves).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("pacpriv_descriptor");
 
+/// The encoded descriptor of the Open Inference Protocol's service, for
+/// reflection on the listeners that serve it.
+pub const INFERENCE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("inference_descriptor");
+
 #[cfg(test)]
 mod test;

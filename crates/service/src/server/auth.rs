@@ -85,12 +85,15 @@ pub async fn querier<T>(app: &App, request: &Request<T>) -> Result<Caller, Statu
 #[derive(Clone)]
 pub struct Authenticated(pub Caller);
 
-/// Whether a call on `path` needs a credential: every `Privatizer` call
-/// and `ModelInfer` (the inference protocol's metadata and liveness calls
-/// are open).
+/// Whether a call on `path` needs a credential: every `Privatizer` call,
+/// `ModelInfer` and `ModelStatistics` (the inference protocol's metadata
+/// and liveness calls are open).
 fn needs_credential(path: &str) -> bool {
-    path.starts_with("/pacpriv.v1.Privatizer/") || path == "/inference.GRPCInferenceService/ModelInfer"
+    path.starts_with("/pacpriv.v1.Privatizer/") || path == MODEL_INFER || path == MODEL_STATISTICS
 }
+
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+const MODEL_STATISTICS: &str = "/inference.GRPCInferenceService/ModelStatistics";
 
 /// A gRPC service whose calls are authenticated from their headers — the
 /// API key, or with `tls.principal_from_cert` the verified client
@@ -147,7 +150,7 @@ where
             if !needs_credential(path) {
                 return inner.call(request).await;
             }
-            let is_query = !path.ends_with("/GetBudget");
+            let is_query = !path.ends_with("/GetBudget") && path != MODEL_STATISTICS;
             let metadata = MetadataMap::from_headers(request.headers().clone());
             let certs = connection::peer_certs(request.extensions());
             let peer = connection::of(request.extensions()).map(|c| c.peer());

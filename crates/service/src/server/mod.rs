@@ -20,6 +20,7 @@ pub mod output;
 pub mod predict;
 pub mod predict_stream;
 pub mod rate;
+pub mod statistics;
 pub mod status;
 
 use crate::metrics::{Metrics, Rpc};

@@ -25,6 +25,7 @@
 //!   anything is asked or charged.
 
 use super::input::InputSpec;
+use super::statistics::Statistics;
 use super::status::ServiceError;
 use crate::session::cache::QueryDigest;
 use crate::session::{DatasetIndex, ModelTag};
@@ -74,6 +75,9 @@ pub struct Model {
     ready: AtomicBool,
     /// Whether new requests may resolve to it (load / unload).
     loaded: AtomicBool,
+    /// Its counts and durations (Triton's statistics extension): from
+    /// when it was built, carried by a reload that keeps it.
+    pub stats: Statistics,
     /// Ends its teachers' own tasks once it is dropped.
     _teachers_running: DropGuard,
 }
@@ -97,6 +101,7 @@ impl Model {
             legacy_digest,
             ready,
             loaded,
+            stats: Statistics::default(),
             _teachers_running: teachers_running,
         })
     }

@@ -14,6 +14,7 @@ use super::input::Query;
 use super::models::{Model, Models};
 use super::output;
 use super::rate::{Admitted, Over};
+use super::statistics::Timings;
 use super::status::{self, ServiceError};
 use crate::metrics::{Rpc, Stage};
 use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
@@ -24,13 +25,16 @@ use std::sync::Arc;
 use std::time::Instant;
 use tracing::{Instrument, Span};
 
-/// A request on its way: its span (principal, query id) and when it
-/// arrived, carried through every phase.
+/// A request on its way: its span (principal, query id), when it
+/// arrived, the model version it was resolved to and how long its phases
+/// took (for that version's [`super::statistics::Statistics`]), carried through every phase.
 pub struct Traced<T> {
     /// What the phase produced.
     value: T,
     span: Span,
     started: Instant,
+    model: Option<Arc<Model>>,
+    timings: Timings,
 }
 
 /// A request that failed in some phase, with its trace.
@@ -42,22 +46,27 @@ impl Failed {
         self.span.in_scope(|| tracing::info!(error = %self.value, "not answered"));
         app.metrics.service.query(status::outcome(&self.value));
         app.metrics.service.duration(rpc, self.started.elapsed().as_secs_f64());
+        if let Some(model) = &self.model {
+            model.stats.failed(self.started.elapsed());
+        }
         self.value
     }
 }
 
 impl<T> Traced<T> {
     fn fail(&self, e: impl Into<ServiceError>) -> Failed {
-        Traced { value: e.into(), span: self.span.clone(), started: self.started }
+        self.then(e.into())
     }
 
     fn then<U>(&self, value: U) -> Traced<U> {
-        Traced { value, span: self.span.clone(), started: self.started }
+        let (span, model) = (self.span.clone(), self.model.clone());
+        Traced { value, span, started: self.started, model, timings: self.timings }
     }
 
     /// The phase's value, and the trace that goes on to the next phase.
     fn take(self) -> (T, Traced<()>) {
-        (self.value, Traced { value: (), span: self.span, started: self.started })
+        let Traced { value, span, started, model, timings } = self;
+        (value, Traced { value: (), span, started, model, timings })
     }
 }
 
@@ -132,14 +141,17 @@ pub async fn ask(
     // the client's choice, public), then the input against its shape.
     let models = app.models();
     let named_version = !request.model_version.is_empty();
-    let parsed = version(&models, &request.model, &request.model_version).and_then(|(model, unloaded)| {
+    let resolved = version(&models, &request.model, &request.model_version);
+    let resolved_model = resolved.as_ref().ok().map(|(model, _)| Arc::clone(model));
+    let parsed = resolved.and_then(|(model, unloaded)| {
         let query = model.input.parse(request)?;
         let handle = caller.on(model.dataset)?.clone();
         Ok((model, unloaded, query, handle))
     });
     let query_id = parsed.as_ref().map(|(_, _, q, _)| q.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %caller.principal(), query_id = %query_id);
-    let traced = Traced { value: (), span: span.clone(), started };
+    let mut traced =
+        Traced { value: (), span: span.clone(), started, model: resolved_model, timings: Timings::default() };
     admitted.map_err(|e| traced.fail(e))?;
     let (mut model, unloaded, query, handle) = parsed.map_err(|e| traced.fail(e))?;
     let keys_of = |model: &Model| -> Vec<CacheKey> {
@@ -213,14 +225,18 @@ pub async fn ask(
             }
         });
         let outputs = futures_util::future::try_join_all(asks).await?;
-        if fanout {
-            app.metrics.service.stage(Stage::Fanout, admitted.elapsed().as_secs_f64());
+        let fanout = fanout.then(|| admitted.elapsed());
+        if let Some(took) = fanout {
+            app.metrics.service.stage(Stage::Fanout, took.as_secs_f64());
         }
-        Ok::<_, ServiceError>(outputs)
+        Ok::<_, ServiceError>((outputs, Timings { queue: admitted - started, fanout, ..Timings::default() }))
     }
     .instrument(span)
-    .await
-    .map_err(|e| traced.fail(e))?;
+    .await;
+    // The version that answers (a request may have been switched to another).
+    traced.model = Some(Arc::clone(&model));
+    let (outputs, timings) = outputs.map_err(|e| traced.fail(e))?;
+    traced.timings = timings;
     Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs }))
 }
 
@@ -250,7 +266,7 @@ fn version(models: &Models, name: &str, version: &str) -> Result<(Arc<Model>, Op
 /// A budget that cannot pay for every row, or a core refusal (nothing
 /// charged).
 pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let (Asked { query, dataset, model, keys, outputs }, traced) = asked.take();
+    let (Asked { query, dataset, model, keys, outputs }, mut traced) = asked.take();
     let handle = caller.on(dataset).map_err(|e| traced.fail(e))?.clone();
     let rows = keys
         .into_iter()
@@ -270,7 +286,8 @@ pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Tr
     let stepping = Instant::now();
     let begun = handle.begin(rows).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
-    app.metrics.service.stage(Stage::Calibration, stepping.elapsed().as_secs_f64());
+    traced.timings.step = stepping.elapsed();
+    app.metrics.service.stage(Stage::Calibration, traced.timings.step.as_secs_f64());
     Ok(traced.then(Taken { query, model, step, handle }))
 }
 
@@ -296,10 +313,11 @@ pub async fn step_rechecked(app: &App, caller: &Caller, asked: Traced<Asked>) ->
 /// # Errors
 /// The commit failed: the answer is withheld, its charge stands.
 pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<PredictResponse, Failed> {
-    let (Taken { query, model, step, handle }, traced) = taken.take();
+    let (Taken { query, model, step, handle }, mut traced) = taken.take();
     let charging = Instant::now();
     let (replies, view) = step.release().await.map_err(|e| traced.fail(e))?;
-    app.metrics.service.stage(Stage::DurableCharge, charging.elapsed().as_secs_f64());
+    traced.timings.durable = charging.elapsed();
+    app.metrics.service.stage(Stage::DurableCharge, traced.timings.durable.as_secs_f64());
     let charged: f64 = replies.iter().map(|r| r.charge.get()).sum();
     traced.span.in_scope(|| {
         tracing::info!(
@@ -322,6 +340,9 @@ pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<Predic
         .map(|r| row_answer(r, query.return_noisy))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| traced.fail(e))?;
+    if let Some(version) = &traced.model {
+        version.stats.answered(rows.len(), traced.started.elapsed(), &traced.timings);
+    }
     let first = rows.first().cloned().unwrap_or_default();
     Ok(PredictResponse {
         query_id: query.query_id,

@@ -268,12 +268,12 @@ pub async fn serve(
     });
     let tls = settings.tls.as_ref().map(|t| ServerTls::load(&t.files())).transpose()?.map(Arc::new);
     let (listener, addr) = bind(settings.listen).await?;
+    let privatizer_name = <PrivatizerServer<Service> as tonic::server::NamedService>::NAME;
+    let client_services: Vec<&str> =
+        std::iter::once(privatizer_name).chain(inference.is_some().then_some(INFERENCE)).collect();
     let client = net::builder(&settings.limits)
         .add_service(health_service.clone())
-        .add_service(reflection(
-            <PrivatizerServer<Service> as tonic::server::NamedService>::NAME,
-            settings.limits.max_connection_age,
-        )?)
+        .add_service(reflection(&client_services, settings.limits.max_connection_age)?)
         .add_service(privatizer)
         .add_optional_service(inference);
     servers.push(grpc(client, listener, tls.as_ref(), &settings.limits, &stop));
@@ -322,7 +322,7 @@ pub async fn serve(
         let server = net::builder(&settings.limits)
             .add_service(health_service.clone())
             .add_service(reflection(
-                <AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME,
+                &[<AdminServer<admin::AdminService> as tonic::server::NamedService>::NAME, INFERENCE],
                 settings.limits.max_connection_age,
             )?)
             .add_service(service)
@@ -517,10 +517,13 @@ fn teacher_fingerprint(source: &TeacherSource) -> String {
     }
 }
 
-/// Reflection advertising `service` and health (each listener names only
+/// The Open Inference Protocol's service name, as reflection lists it.
+const INFERENCE: &str = <GrpcInferenceServiceServer<inference::InferenceService> as tonic::server::NamedService>::NAME;
+
+/// Reflection advertising `services` and health (each listener names only
 /// what it serves), its streams ending at their connection's `max_age`.
 fn reflection(
-    service: &str,
+    services: &[&str],
     max_age: std::time::Duration,
 ) -> Result<
     net::aged::Aged<
@@ -529,10 +532,13 @@ fn reflection(
     StartError,
 > {
     let health = <tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService> as tonic::server::NamedService>::NAME;
-    tonic_reflection::server::Builder::configure()
+    let builder = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .with_service_name(service)
+        .register_encoded_file_descriptor_set(crate::proto::INFERENCE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    services
+        .iter()
+        .fold(builder, |builder, service| builder.with_service_name(*service))
         .with_service_name(health)
         .with_service_name("grpc.reflection.v1.ServerReflection")
         .build_v1()

@@ -29,7 +29,9 @@ use crate::net::connection::Connection;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::proto::inference::model_infer_response::InferOutputTensor;
-use crate::proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
+use crate::proto::inference::{
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, StatisticDuration,
+};
 use crate::server::status::{self, ServiceError};
 use crate::server::{App, auth, predict};
 use axum::Router;
@@ -81,6 +83,9 @@ pub fn router(app: Arc<App>, max_bytes: usize, timeout: Duration) -> Router {
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
+        .route("/v2/models/stats", get(statistics))
+        .route("/v2/models/{model}/stats", get(statistics))
+        .route("/v2/models/{model}/versions/{version}/stats", get(statistics))
         .route("/v2/models/{model}/versions/{version}/ready", get(model_ready))
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
@@ -186,6 +191,79 @@ async fn model_ready(State(s): State<Arc<InferenceService>>, Path(p): Path<Model
     (code, Json(json!({ "name": p.model, "ready": ready }))).into_response()
 }
 
+/// The caller the credential in `headers` names, as gRPC's check finds
+/// it; presented on `connection` (whose lookups of unknown keys it counts
+/// against, and which it marks authenticated). A refusal of a `query` is
+/// counted as that query's outcome.
+async fn caller(
+    app: &App,
+    connection: Option<&Arc<Connection>>,
+    headers: &HeaderMap,
+    query: bool,
+) -> Result<crate::session::Caller, tonic::Status> {
+    let mut extensions = tonic::Extensions::default();
+    if let Some(connection) = connection {
+        extensions.insert(Arc::clone(connection));
+    }
+    let credentials =
+        tonic::Request::from_parts(tonic::metadata::MetadataMap::from_headers(headers.clone()), extensions, ());
+    let caller = if query {
+        auth::querier(app, &credentials).await?
+    } else {
+        auth::authenticate(&app.sessions, &credentials, app.principal_from_cert).await?
+    };
+    if let Some(connection) = connection {
+        connection.authenticate(caller.principal());
+    }
+    Ok(caller)
+}
+
+/// Triton's statistics extension over HTTP: every model's, one model's
+/// (every version) or one version's, for a principal.
+async fn statistics(
+    State(s): State<Arc<InferenceService>>,
+    path: Option<Path<ModelPath>>,
+    connection: Option<Extension<Arc<Connection>>>,
+    headers: HeaderMap,
+) -> Response {
+    let connection = connection.map(|Extension(c)| c);
+    if let Err(status) = caller(&s.app, connection.as_ref(), &headers, false).await {
+        return error(status);
+    }
+    let (name, version) = path.map(|Path(p)| (p.model, p.version)).unwrap_or_default();
+    let stats = match super::statistics(&s.app, &name, &version) {
+        Ok(stats) => stats,
+        Err(e) => return error(e.into()),
+    };
+    let duration = |d: Option<StatisticDuration>| {
+        let d = d.unwrap_or_default();
+        json!({ "count": d.count, "ns": d.ns })
+    };
+    let models: Vec<Value> = stats
+        .into_iter()
+        .map(|m| {
+            let i = m.inference_stats.unwrap_or_default();
+            json!({
+                "name": m.name,
+                "version": m.version,
+                "last_inference": m.last_inference,
+                "inference_count": m.inference_count,
+                "execution_count": m.execution_count,
+                "inference_stats": {
+                    "success": duration(i.success),
+                    "fail": duration(i.fail),
+                    "queue": duration(i.queue),
+                    "compute_input": duration(i.compute_input),
+                    "compute_infer": duration(i.compute_infer),
+                    "compute_output": duration(i.compute_output),
+                },
+                "batch_stats": [],
+            })
+        })
+        .collect();
+    Json(json!({ "model_stats": models })).into_response()
+}
+
 async fn infer(
     State(s): State<Arc<InferenceService>>,
     Extension(limits): Extension<BodyLimits>,
@@ -208,23 +286,13 @@ async fn infer_traced(
     body: Body,
 ) -> Response {
     let app = &s.app;
-    // The same credential check as gRPC's, on the same headers, before a
-    // byte of the body is read: an unknown client cannot make the server
-    // buffer (or wait for) anything.
-    let mut extensions = tonic::Extensions::default();
-    if let Some(connection) = &connection {
-        // Whose lookups of unknown keys this one counts against.
-        extensions.insert(Arc::clone(connection));
-    }
-    let credentials =
-        tonic::Request::from_parts(tonic::metadata::MetadataMap::from_headers(headers.clone()), extensions, ());
-    let handle = match auth::querier(app, &credentials).await {
+    // The same credential check as gRPC's, before a byte of the body is
+    // read: an unknown client cannot make the server buffer (or wait for)
+    // anything.
+    let handle = match caller(app, connection.as_ref(), &headers, true).await {
         Ok(h) => h,
         Err(status) => return error(status),
     };
-    if let Some(connection) = connection {
-        connection.authenticate(handle.principal());
-    }
     let body = match read_body(&headers, body, limits).await {
         Ok(body) => body,
         Err((code, message)) => {

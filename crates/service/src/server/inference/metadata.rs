@@ -6,12 +6,18 @@ use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{ModelMetadataResponse, ServerMetadataResponse};
 use crate::server::models::Model;
 
-/// Name and version of this server; no protocol extensions.
+/// The protocol extensions pacpriv serves, as Triton names them: the
+/// model repository (its index here; load and unload on the admin
+/// listener), statistics (for principals), Triton's binary tensor data
+/// (HTTP) and request and response parameters.
+pub const EXTENSIONS: [&str; 4] = ["model_repository", "statistics", "binary_tensor_data", "parameters"];
+
+/// Name and version of this server, and the extensions it serves.
 pub fn server() -> ServerMetadataResponse {
     ServerMetadataResponse {
         name: "pacpriv".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        extensions: Vec::new(),
+        extensions: EXTENSIONS.map(str::to_owned).to_vec(),
     }
 }
 

@@ -31,10 +31,10 @@ use crate::metrics::Rpc;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::{
     ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
-    ModelReadyResponse, RepositoryIndexRequest, RepositoryIndexResponse, RepositoryModelLoadRequest,
-    RepositoryModelLoadResponse, RepositoryModelUnloadRequest, RepositoryModelUnloadResponse, ServerLiveRequest,
-    ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
-    repository_index_response::ModelIndex,
+    ModelReadyResponse, ModelStatistics, ModelStatisticsRequest, ModelStatisticsResponse, RepositoryIndexRequest,
+    RepositoryIndexResponse, RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
+    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse, repository_index_response::ModelIndex,
 };
 use model_infer::Infer;
 use std::sync::Arc;
@@ -112,6 +112,26 @@ pub fn index(app: &App, ready_only: bool) -> Vec<ModelIndex> {
         .collect()
 }
 
+/// The statistics of model `name` (empty: every model) at `version`
+/// (empty: every version), in the repository's order (Triton's statistics
+/// extension: [`super::statistics`]).
+///
+/// # Errors
+/// [`ServiceError::NotFound`] for a name or version not served here.
+pub fn statistics(app: &App, name: &str, version: &str) -> Result<Vec<ModelStatistics>, ServiceError> {
+    let models = app.models();
+    let chosen: Vec<&Arc<Model>> = match (name, version) {
+        ("", "") => models.iter().collect(),
+        ("", _) => return Err(ServiceError::InvalidInput("a version was named without its model".into())),
+        (name, "") => {
+            models.named(name, "")?;
+            models.versions(name).iter().collect()
+        }
+        (name, version) => vec![models.named(name, version)?],
+    };
+    Ok(chosen.into_iter().map(|m| m.stats.report(&m.name, m.version())).collect())
+}
+
 /// What the client listener says of load and unload.
 pub const LOAD_ON_ADMIN: &str = "load and unload are served on the admin listener only, with the admin token \
      (inference.GRPCInferenceService/RepositoryModelLoad and RepositoryModelUnload; pacpriv admin load|unload NAME)";
@@ -164,6 +184,17 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let span = super::grpc_span(Rpc::ModelInfer, &request);
         self.infer(request).instrument(span).await
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Result<Response<ModelStatisticsResponse>, Status> {
+        // The service's counts, over every principal's calls: for
+        // principals, not strangers.
+        auth::authenticate(&self.app.sessions, &request, self.app.principal_from_cert).await?;
+        let r = request.get_ref();
+        Ok(Response::new(ModelStatisticsResponse { model_stats: statistics(&self.app, &r.name, &r.version)? }))
     }
 
     async fn repository_model_load(
