@@ -83,12 +83,12 @@ impl http_body::Body for AgedBody {
         if this.ended {
             return Poll::Ready(None);
         }
-        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+        // The deadline first: a client that keeps a message always waiting
+        // (requests queued ahead, a small window) must not outlive it.
+        if this.deadline.as_mut().poll(cx).is_pending() {
+            let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
             this.ended = frame.is_none();
             return Poll::Ready(frame);
-        }
-        if this.deadline.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
         }
         this.ended = true;
         let status = tonic::Status::unavailable("the connection reached server.max_connection_age_ms; reconnect");
@@ -105,5 +105,39 @@ impl http_body::Body for AgedBody {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+
+    /// A body with a message always ready (a client keeping requests
+    /// queued) still ends at its deadline, with UNAVAILABLE.
+    #[tokio::test]
+    async fn a_body_always_ready_ends_at_its_deadline() {
+        let endless =
+            futures_util::stream::repeat_with(|| Ok::<_, tonic::Status>(Frame::data(Bytes::from_static(b"m"))));
+        let inner = Body::new(http_body_util::StreamBody::new(endless));
+        let deadline = Box::pin(tokio::time::sleep_until(Instant::now() + Duration::from_millis(50)));
+        let mut body = AgedBody { inner, deadline, ended: false };
+        let mut data = 0usize;
+        let ending = async {
+            loop {
+                let frame = body.frame().await.expect("a frame").expect("not an error");
+                match frame.into_data() {
+                    Ok(_) => data += 1,
+                    Err(frame) => break frame.into_trailers().expect("trailers"),
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        let trailers = tokio::time::timeout(Duration::from_secs(5), ending).await.expect("ended by its deadline");
+        assert!(data > 0, "messages before the deadline pass");
+        assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"14"[..]), "{trailers:?}");
+        assert!(body.frame().await.is_none(), "and nothing after");
+        assert!(body.is_end_stream());
     }
 }

@@ -234,11 +234,11 @@ pub struct Guarded<IO> {
 /// current one has.
 struct WriteWatch {
     stall: Duration,
-    /// The wait allowed until a call on the connection authenticates.
+    /// The wait allowed while no call on the connection has authenticated.
     stranger_stall: Duration,
     stalled: Pin<Box<Sleep>>,
-    /// Whether `stalled` runs: a write is waiting.
-    armed: bool,
+    /// Since when a write has waited (`stalled` runs), if one is.
+    since: Option<Instant>,
 }
 
 impl WriteWatch {
@@ -246,25 +246,37 @@ impl WriteWatch {
     /// waited `stall` for the peer: progress clears the clock, waiting
     /// starts it, and a wait past it is an error that closes the
     /// connection.
+    /// The allowance is decided when the clock fires: `used` (a call on
+    /// the connection has authenticated, protected or not) then gives it
+    /// the longer one, however the wait began.
     fn watch<T>(
         &mut self,
         cx: &mut Context<'_>,
-        authenticated: bool,
+        used: impl Fn() -> bool,
         write: Poll<std::io::Result<T>>,
     ) -> Poll<std::io::Result<T>> {
         if write.is_ready() {
-            self.armed = false;
+            self.since = None;
             return write;
         }
-        if !self.armed {
-            self.armed = true;
-            let stall = if authenticated { self.stall } else { self.stranger_stall };
-            self.stalled.as_mut().reset(Instant::now() + stall);
-        }
-        if self.stalled.as_mut().poll(cx).is_ready() {
+        let since = match self.since {
+            Some(since) => since,
+            None => {
+                let now = Instant::now();
+                self.stalled.as_mut().reset(now + self.stall.min(self.stranger_stall));
+                *self.since.insert(now)
+            }
+        };
+        while self.stalled.as_mut().poll(cx).is_ready() {
+            let used = used();
+            let allowed = if used { self.stall } else { self.stranger_stall };
+            if since + allowed > Instant::now() {
+                self.stalled.as_mut().reset(since + allowed);
+                continue;
+            }
             let e = std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                if authenticated {
+                if used {
                     "the peer read nothing written to it for server.idle_timeout_ms"
                 } else {
                     "the peer, unauthenticated, read nothing written to it for server.header_read_timeout_ms"
@@ -374,7 +386,7 @@ impl<IO> Guarded<IO> {
             Watch::H2 { preface, idle } => {
                 let deadline = Box::pin(tokio::time::sleep(preface));
                 let stalled = Box::pin(tokio::time::sleep(idle));
-                let writes = WriteWatch { stall: idle, stranger_stall: preface, stalled, armed: false };
+                let writes = WriteWatch { stall: idle, stranger_stall: preface, stalled, since: None };
                 let watch = H2Watch { idle, at: At::Preface(PREFACE), deadline, active: Instant::now() };
                 (Some(watch), Some(writes))
             }
@@ -418,9 +430,9 @@ impl<IO> Guarded<IO> {
             return Poll::Ready(Err(e));
         }
         let polled = write(Pin::new(&mut self.io), cx);
-        let authenticated = self.slot.connection().is_authenticated();
+        let connection = self.slot.connection();
         match &mut self.writes {
-            Some(writes) => writes.watch(cx, authenticated, polled),
+            Some(writes) => writes.watch(cx, || connection.was_used(), polled),
             None => polled,
         }
     }
@@ -439,7 +451,6 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
             && watch.feed(&buf.filled()[before..])
         {
             watch.active = Instant::now();
-            return read;
         }
         // Reads that keep nothing open (PINGs, window updates) do not
         // postpone the deadline; nor does waiting.

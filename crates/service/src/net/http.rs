@@ -69,6 +69,10 @@ where
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => return,
+                // Dropped at once: its handler may be waiting on
+                // something other than the socket (a lookup, a body it
+                // has not begun to read), which a failed read never reaches.
+                () = state.evicted() => return,
                 () = stop.cancelled() => {}
                 () = tokio::time::sleep_until(state.accepted() + age) => {}
                 () = state.idled(idle) => {}
