@@ -126,7 +126,9 @@ async fn mlserver_teachers_answer_private_predictions() {
     // times than there were concurrent ones: batches of [n, 64].
     let scraped = scrape(&server.listener("metrics"));
     for i in 0..TEACHERS {
-        let prefix = format!(r#"pacpriv_teacher_call_duration_seconds_count{{model="private",teacher="teacher-{i}"}}"#);
+        let prefix = format!(
+            r#"pacpriv_teacher_call_duration_seconds_count{{model="private",version="1",teacher="teacher-{i}"}}"#
+        );
         let calls = scraped.lines().find(|l| l.starts_with(&prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok());
         assert!(calls.is_some_and(|n: f64| n > sequential as f64 && n < queries as f64), "teacher-{i}:\n{scraped}");
     }

@@ -60,7 +60,7 @@ async fn budget_gauges_and_query_counters_move_with_answers() {
     // `private` was called 3 times (`bayes`, not asked, has its own series).
     let calls: Vec<f64> = after
         .lines()
-        .filter(|l| l.starts_with("pacpriv_teacher_call_duration_seconds_count{model=\"private\","))
+        .filter(|l| l.starts_with("pacpriv_teacher_call_duration_seconds_count{model=\"private\",version=\"1\","))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .collect();
     assert!(calls.len() == 16 || calls.len() == 1, "{calls:?}");

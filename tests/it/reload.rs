@@ -314,8 +314,8 @@ async fn a_rotated_key_replaces_the_old_one_on_postgres() {
 /// requests naming no version move to version 2 once it is built and its
 /// teachers ready, and every answer of either version is charged to the
 /// one session (the charges add up to its spending). A reload removing it
-/// leaves version 1 serving; a request naming version 2 is then NOT_FOUND,
-/// nothing charged. The default model's teachers still need a restart.
+/// leaves version 1 serving and drops version 2's metric series; a request
+/// naming version 2 is then NOT_FOUND, nothing charged. The default model's teachers still need a restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reload_adds_and_removes_a_version_under_load() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -371,9 +371,20 @@ async fn a_reload_adds_and_removes_a_version_under_load() {
     let spent = crate::util::budget(&mut c, "ka").await.spent;
     assert!((spent - charged).abs() < 1e-12, "one session: spent {spent}, the answers' charges {charged}");
 
+    // Version 2's series, labelled {model, version} like every per-model
+    // series, go with the reload that removes it.
+    let series_of = |version: &str| {
+        let scraped = crate::util::scrape(&metrics);
+        let label = format!("model=\"private\",version=\"{version}\"");
+        scraped.lines().filter(|l| !l.starts_with('#') && l.contains(&label)).count()
+    };
+    assert!(series_of("2") > 16, "version 2's answers and its 16 teachers' series");
+
     // Version 2 removed: version 1 answers; version 2 is not found, free.
     std::fs::write(&file, &base).expect("config");
     reload(&server, &metrics, "applied", 2.0).await;
+    assert_eq!(series_of("2"), 0, "version 2's series are dropped");
+    assert!(series_of("1") > 16, "version 1's are kept");
     let named = |version: &str, seed: u32| PredictRequest {
         model_version: version.to_owned(),
         ..image(&format!("v{version}-{seed}"), &digit(seed))

@@ -137,6 +137,9 @@ pub enum TeacherError {
     Malformed,
 }
 
+/// Every kind, each a series from a teacher's first call on.
+const ERROR_KINDS: [TeacherError; 3] = [TeacherError::Timeout, TeacherError::Unavailable, TeacherError::Malformed];
+
 impl TeacherError {
     fn as_str(self) -> &'static str {
         match self {
@@ -179,12 +182,14 @@ struct PrincipalLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TeacherLabel {
     model: String,
+    version: String,
     teacher: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TeacherErrorLabels {
     model: String,
+    version: String,
     teacher: String,
     kind: &'static str,
 }
@@ -349,6 +354,11 @@ impl ServiceMetrics {
         self.by_model.get_or_create(&label).inc_by(answers as u64);
     }
 
+    /// Drops the series of `version` of `model` (a reload removed it).
+    pub fn forget_model(&self, model: &str, version: &str) {
+        self.by_model.remove(&ModelLabel { model: model.to_owned(), version: version.to_owned() });
+    }
+
     /// Records an RPC's latency.
     pub fn duration(&self, rpc: Rpc, seconds: f64) {
         self.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }).observe(seconds);
@@ -399,8 +409,9 @@ impl ServiceMetrics {
 /// same names at different endpoints, as the demo's have).
 #[derive(Clone)]
 pub struct TeacherMetrics {
-    /// The model whose teachers these series are.
+    /// The model version whose teachers these series are.
     model: Arc<str>,
+    version: Arc<str>,
     duration: Histograms<TeacherLabel>,
     batch: Histogram,
     errors: Family<TeacherErrorLabels, Counter>,
@@ -412,6 +423,7 @@ impl Default for TeacherMetrics {
     fn default() -> Self {
         TeacherMetrics {
             model: "".into(),
+            version: "".into(),
             duration: Family::new_with_constructor(latency),
             batch: batch_sizes(),
             errors: Family::default(),
@@ -426,6 +438,7 @@ impl Default for TeacherMetrics {
 #[derive(Clone)]
 pub struct TeacherSeries {
     model: String,
+    version: String,
     name: String,
     duration: Histogram,
     errors: Family<TeacherErrorLabels, Counter>,
@@ -439,12 +452,8 @@ impl TeacherSeries {
 
     /// Counts one failed attempt.
     pub fn error(&self, kind: TeacherError) {
-        let kind = match kind {
-            TeacherError::Timeout => "timeout",
-            TeacherError::Unavailable => "unavailable",
-            TeacherError::Malformed => "malformed",
-        };
-        let labels = TeacherErrorLabels { model: self.model.clone(), teacher: self.name.clone(), kind };
+        let (model, version, teacher) = (self.model.clone(), self.version.clone(), self.name.clone());
+        let labels = TeacherErrorLabels { model, version, teacher, kind: kind.as_str() };
         self.errors.get_or_create(&labels).inc();
     }
 }
@@ -471,23 +480,43 @@ impl TeacherMetrics {
         r.register("pacpriv_teachers", "Configured teachers (every model's m)", self.total.clone());
     }
 
-    /// The same series, for the teachers of the private model version
-    /// `model` labels (`ModelSettings::label`: a name, or `name/V`).
-    pub fn of_model(&self, model: &str) -> TeacherMetrics {
-        TeacherMetrics { model: model.into(), ..self.clone() }
+    /// The same series, for the teachers of `version` of the private
+    /// model `model`.
+    pub fn of_model(&self, model: &str, version: &str) -> TeacherMetrics {
+        TeacherMetrics { model: model.into(), version: version.into(), ..self.clone() }
     }
 
     /// The series of the teacher serving `teacher` (its error counters
     /// start at 0).
     pub fn teacher(&self, teacher: &str) -> TeacherSeries {
-        let model = self.model.to_string();
-        let label = TeacherLabel { model: model.clone(), teacher: teacher.to_owned() };
+        let (model, version) = (self.model.to_string(), self.version.to_string());
+        let label = TeacherLabel { model: model.clone(), version: version.clone(), teacher: teacher.to_owned() };
         let duration = self.duration.get_or_create(&label).clone();
-        for kind in [TeacherError::Timeout, TeacherError::Unavailable, TeacherError::Malformed] {
-            let labels = TeacherErrorLabels { model: model.clone(), teacher: teacher.to_owned(), kind: kind.as_str() };
-            drop(self.errors.get_or_create(&labels));
+        for kind in ERROR_KINDS {
+            drop(self.errors.get_or_create(&self.error_labels(teacher, kind)));
         }
-        TeacherSeries { model, name: teacher.to_owned(), duration, errors: self.errors.clone() }
+        TeacherSeries { model, version, name: teacher.to_owned(), duration, errors: self.errors.clone() }
+    }
+
+    /// Drops the series of `teachers`, the teachers of this model version
+    /// (a reload removed it).
+    pub fn forget<'a>(&self, teachers: impl IntoIterator<Item = &'a str>) {
+        for teacher in teachers {
+            let label = TeacherLabel {
+                model: self.model.to_string(),
+                version: self.version.to_string(),
+                teacher: teacher.into(),
+            };
+            self.duration.remove(&label);
+            for kind in ERROR_KINDS {
+                self.errors.remove(&self.error_labels(teacher, kind));
+            }
+        }
+    }
+
+    fn error_labels(&self, teacher: &str, kind: TeacherError) -> TeacherErrorLabels {
+        let (model, version) = (self.model.to_string(), self.version.to_string());
+        TeacherErrorLabels { model, version, teacher: teacher.to_owned(), kind: kind.as_str() }
     }
 
     /// Records one fan-out of `queries` queries.

@@ -7,7 +7,7 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
     m.service.query(Outcome::RefusedBudget);
     m.service.duration(Rpc::Predict, 0.01);
     m.service.budget("alice", "default", 0.25, 1.0, 0.6);
-    let bayes = m.teachers.of_model("bayes");
+    let bayes = m.teachers.of_model("bayes", "1");
     bayes.teacher("digits-000").call(0.002);
     bayes.teacher("digits-000").error(TeacherError::Timeout);
     m.store.commit(0.001, 3);
@@ -19,9 +19,9 @@ fn exposition_uses_conventional_names() -> Result<(), std::fmt::Error> {
         "pacpriv_mi_charged_nats_total 0.25",
         "pacpriv_budget_spent_nats{principal=\"alice\",dataset=\"default\"} 0.25",
         "pacpriv_budget_limit_nats{principal=\"alice\",dataset=\"default\"} 1.0",
-        "pacpriv_teacher_errors_total{model=\"bayes\",teacher=\"digits-000\",kind=\"timeout\"} 1",
+        "pacpriv_teacher_errors_total{model=\"bayes\",version=\"1\",teacher=\"digits-000\",kind=\"timeout\"} 1",
         "pacpriv_request_duration_seconds_count{rpc=\"predict\"} 1",
-        "pacpriv_teacher_call_duration_seconds_count{model=\"bayes\",teacher=\"digits-000\"} 1",
+        "pacpriv_teacher_call_duration_seconds_count{model=\"bayes\",version=\"1\",teacher=\"digits-000\"} 1",
         "pacpriv_store_commit_duration_seconds_count 1",
         "pacpriv_store_commit_batch_size_sum 3.0",
     ] {
@@ -49,15 +49,39 @@ fn principal_series_are_bounded_and_the_rest_counted() -> Result<(), std::fmt::E
 #[test]
 fn closed_label_sets_are_exported_at_zero_before_any_event() -> Result<(), std::fmt::Error> {
     let m = Metrics::new(10);
-    let _teacher = m.teachers.teacher("digits-007");
+    let _teacher = m.teachers.of_model("private", "2").teacher("digits-007");
     let text = m.encode()?;
     for line in [
         "pacpriv_queries_total{outcome=\"internal\"} 0",
         "pacpriv_queries_total{outcome=\"teacher_unavailable\"} 0",
         "pacpriv_request_duration_seconds_count{rpc=\"get_budget\"} 0",
-        "pacpriv_teacher_errors_total{model=\"\",teacher=\"digits-007\",kind=\"malformed\"} 0",
+        "pacpriv_teacher_errors_total{model=\"private\",version=\"2\",teacher=\"digits-007\",kind=\"malformed\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
     }
+    Ok(())
+}
+
+/// A version a reload removed takes its series with it; another version's
+/// teachers of the same names keep theirs.
+#[test]
+fn a_forgotten_version_leaves_no_series() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new(10);
+    let (one, two) = (m.teachers.of_model("private", "1"), m.teachers.of_model("private", "2"));
+    for version in [&one, &two] {
+        version.teacher("digits-000").call(0.001);
+        version.teacher("digits-000").error(TeacherError::Timeout);
+    }
+    m.service.model_answers("private", "2", 3);
+    two.forget(["digits-000"]);
+    m.service.forget_model("private", "2");
+    let text = m.encode()?;
+    assert!(!text.contains("version=\"2\""), "{text}");
+    assert!(
+        text.contains(
+            "pacpriv_teacher_call_duration_seconds_count{model=\"private\",version=\"1\",teacher=\"digits-000\"} 1"
+        ),
+        "{text}"
+    );
     Ok(())
 }

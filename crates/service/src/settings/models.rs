@@ -59,14 +59,6 @@ pub struct ModelSettings {
     pub batching: Batching,
 }
 
-impl ModelSettings {
-    /// How metrics name it: the model's name for version 1 (as before
-    /// versions), `name/V` for its other versions.
-    pub fn label(&self) -> String {
-        if self.version == FIRST_VERSION { self.name.clone() } else { format!("{}/{}", self.name, self.version) }
-    }
-}
-
 /// `[models.<name>]` as written: each table holds keys of the top-level
 /// section of that name.
 #[derive(Deserialize)]

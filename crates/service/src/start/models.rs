@@ -129,7 +129,7 @@ async fn ensemble(
         }
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
-    let series = metrics.teachers.of_model(&model.label());
+    let series = metrics.teachers.of_model(&model.name, &model.version);
     let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &series)?;
     ensemble.check_tls().await?;
     Ok(ensemble)

@@ -98,7 +98,15 @@ impl Reloader {
         }
         self.app.rate.reconfigure(settings.rate_limit);
         if let Some(models) = models {
+            let before = self.app.models();
             self.app.replace_models(Arc::new(models));
+            // A version the reload removed takes its series with it (one
+            // changed in place keeps its labels, now the new teachers').
+            let after = self.app.models();
+            for gone in before.iter().filter(|m| after.version(&m.name, m.version()).is_none()) {
+                gone.ensemble.forget_series();
+                self.app.metrics.service.forget_model(&gone.name, gone.version());
+            }
             running.more_models = settings.more_models.clone();
         }
         if let Ok(active) = self.app.sessions.active_count().await {

@@ -158,6 +158,11 @@ impl Ensemble {
         Ok(())
     }
 
+    /// Drops its teachers' metric series (a reload removed its version).
+    pub fn forget_series(&self) {
+        self.core.metrics.forget(self.core.models.iter().map(|m| m.spec.model.as_str()));
+    }
+
     /// m.
     pub fn len(&self) -> usize {
         self.core.m

@@ -83,9 +83,9 @@ pub fn router(app: Arc<App>, max_bytes: usize, timeout: Duration) -> Router {
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
-        .route("/v2/models/stats", get(statistics))
-        .route("/v2/models/{model}/stats", get(statistics))
-        .route("/v2/models/{model}/versions/{version}/stats", get(statistics))
+        .route("/v2/models/stats", get(every_statistics))
+        .route("/v2/models/{model}/stats", get(model_statistics))
+        .route("/v2/models/{model}/versions/{version}/stats", get(model_statistics))
         .route("/v2/models/{model}/versions/{version}/ready", get(model_ready))
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
@@ -218,20 +218,39 @@ async fn caller(
     Ok(caller)
 }
 
-/// Triton's statistics extension over HTTP: every model's, one model's
-/// (every version) or one version's, for a principal.
-async fn statistics(
+/// Triton's statistics extension over HTTP: one model's (every version)
+/// or one version's, for a principal.
+async fn model_statistics(
     State(s): State<Arc<InferenceService>>,
-    path: Option<Path<ModelPath>>,
+    Path(p): Path<ModelPath>,
     connection: Option<Extension<Arc<Connection>>>,
     headers: HeaderMap,
 ) -> Response {
-    let connection = connection.map(|Extension(c)| c);
-    if let Err(status) = caller(&s.app, connection.as_ref(), &headers, false).await {
+    statistics(&s, connection.map(|Extension(c)| c), &headers, &p.model, &p.version).await
+}
+
+/// Every model's statistics, for a principal.
+async fn every_statistics(
+    State(s): State<Arc<InferenceService>>,
+    connection: Option<Extension<Arc<Connection>>>,
+    headers: HeaderMap,
+) -> Response {
+    statistics(&s, connection.map(|Extension(c)| c), &headers, "", "").await
+}
+
+/// The statistics of `name` at `version` (empty: every one) in Triton's
+/// JSON, if `headers` name a principal.
+async fn statistics(
+    s: &InferenceService,
+    connection: Option<Arc<Connection>>,
+    headers: &HeaderMap,
+    name: &str,
+    version: &str,
+) -> Response {
+    if let Err(status) = caller(&s.app, connection.as_ref(), headers, false).await {
         return error(status);
     }
-    let (name, version) = path.map(|Path(p)| (p.model, p.version)).unwrap_or_default();
-    let stats = match super::statistics(&s.app, &name, &version) {
+    let stats = match super::statistics(&s.app, name, version) {
         Ok(stats) => stats,
         Err(e) => return error(e.into()),
     };
