@@ -235,7 +235,7 @@ fn datasets(count: usize, params: SessionParams) -> anyhow::Result<Vec<DatasetTe
         name: format!("d{i}").into(),
         scope: Scope::PerPrincipal,
         global_budget: budget,
-        params,
+        params: std::sync::Arc::new(params),
     }));
     Ok(all)
 }

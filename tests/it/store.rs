@@ -48,7 +48,7 @@ async fn sessions(store: &Store) -> Sessions {
         name: name.into(),
         scope: Scope::PerPrincipal,
         global_budget: Nats::new(1.0).expect("global"),
-        params: SessionParams { secret: SecretIndex::new(secret, M).expect("secret"), ..params },
+        params: SessionParams { secret: SecretIndex::new(secret, M).expect("secret"), ..params }.into(),
     };
     let datasets = vec![dataset(DEFAULT_DATASET, 3), dataset("other", 5)];
     Sessions::new(&principals(), datasets, store).await.expect("sessions")

@@ -196,8 +196,16 @@ pub enum Lookup<'a> {
 /// A session's cached answers: all of them (a session held in this
 /// process) or those of the queries a step was read for (a session in the
 /// database), with the writes that make its changes durable.
+///
+/// Nothing is allocated until the first answer is kept (or a multi-row
+/// request is checkpointed): an idle session's cache is one pointer, not
+/// the ~260 bytes of its empty maps (issue 68 §5).
+#[derive(Clone, Debug, Default)]
+pub struct AnswerCache(Option<Box<Contents>>);
+
+/// What an [`AnswerCache`] holds once it holds anything.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct AnswerCache {
+struct Contents {
     entries: HashMap<QueryDigest, Entry>,
     /// Which digest each held (owner, number) is.
     numbered: HashMap<(Owner, u64), QueryDigest>,
@@ -241,9 +249,100 @@ pub struct Checkpoint {
     writes: usize,
 }
 
+impl PartialEq for AnswerCache {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.0.as_deref(), other.0.as_deref()) {
+            (Some(a), Some(b)) => a == b,
+            (Some(held), None) | (None, Some(held)) => *held == Contents::default(),
+            (None, None) => true,
+        }
+    }
+}
+
 impl AnswerCache {
+    fn contents(&mut self) -> &mut Contents {
+        self.0.get_or_insert_default()
+    }
+
     /// What the cache knows of `key`.
     pub fn lookup(&self, key: &CacheKey) -> Lookup<'_> {
+        self.0.as_deref().map_or(Lookup::Miss, |c| c.lookup(key))
+    }
+
+    /// The number `key`'s held entry has in its owner's order, and the
+    /// number the owner's next entry will get ([`Contents::numbers`]).
+    pub fn numbers(&self, key: &CacheKey) -> (Option<u64>, u64) {
+        self.0.as_deref().map_or((None, 0), |c| c.numbers(key))
+    }
+
+    /// Keeps `answer` for `key` ([`Contents::insert`]); with the cache off,
+    /// nothing (and nothing is allocated).
+    pub fn insert(&mut self, key: CacheKey, answer: Cached, settings: CacheSettings) {
+        if settings.capacity > 0 {
+            self.contents().insert(key, answer, settings);
+        }
+    }
+
+    /// Starts recording how to take back what follows (a multi-row
+    /// request, all or nothing), instead of copying the whole cache.
+    pub fn checkpoint(&mut self) -> Checkpoint {
+        self.contents().checkpoint()
+    }
+
+    /// Takes back everything since `at`.
+    pub fn rollback(&mut self, at: Checkpoint) {
+        self.contents().rollback(at);
+    }
+
+    /// Keeps everything since the checkpoint.
+    pub fn release(&mut self) {
+        if let Some(c) = &mut self.0 {
+            c.undo = None;
+        }
+    }
+
+    /// Number of cached answers held (all owners).
+    pub fn len(&self) -> usize {
+        self.0.as_deref().map_or(0, |c| c.entries.len())
+    }
+
+    /// Whether nothing is held or remembered.
+    pub fn is_empty(&self) -> bool {
+        self.0.as_deref().is_none_or(|c| c.entries.is_empty() && c.evicted.is_empty())
+    }
+
+    /// Each owner's span, as the session record keeps it.
+    pub fn owners(&self) -> Vec<CacheOwnerRecord> {
+        let owners = self.0.as_deref().map(|c| c.owners.iter()).into_iter().flatten();
+        owners.map(|(o, s)| CacheOwnerRecord { owner: o.0, oldest: s.oldest, next: s.next }).collect()
+    }
+
+    /// The changes since the last call, for the store to write with the
+    /// session record.
+    pub fn take_writes(&mut self) -> Vec<CacheWrite> {
+        self.0.as_mut().map(|c| std::mem::take(&mut c.writes)).unwrap_or_default()
+    }
+
+    /// The cache the store's `rows` and a record's owner spans describe
+    /// ([`Contents::from_rows`]).
+    pub fn from_rows(owners: &[CacheOwnerRecord], rows: CacheRows) -> Option<AnswerCache> {
+        Contents::from_rows(owners, rows).map(AnswerCache::of)
+    }
+
+    /// The cache a format-2 record kept inline ([`Contents::migrated`]).
+    pub fn migrated(record: &AnswerCacheRecord) -> Option<AnswerCache> {
+        Contents::migrated(record).map(AnswerCache::of)
+    }
+
+    /// `contents`, allocated only if it holds anything (a session resumed
+    /// with an empty cache stays one pointer).
+    fn of(contents: Contents) -> AnswerCache {
+        AnswerCache((contents != Contents::default()).then(|| Box::new(contents)))
+    }
+}
+
+impl Contents {
+    fn lookup(&self, key: &CacheKey) -> Lookup<'_> {
         if let Some(e) = self.entries.get(&key.digest) {
             return Lookup::Hit(&e.cached);
         }
@@ -264,7 +363,7 @@ impl AnswerCache {
     /// s + c ≥ next + n — what lets a request's cost tell, before any draw,
     /// whether its own earlier rows will evict an answer a later row
     /// repeats.
-    pub fn numbers(&self, key: &CacheKey) -> (Option<u64>, u64) {
+    fn numbers(&self, key: &CacheKey) -> (Option<u64>, u64) {
         let held = self.entries.get(&key.digest).map(|e| e.seq);
         (held, self.owners.get(&key.owner).map_or(0, |s| s.next))
     }
@@ -273,7 +372,7 @@ impl AnswerCache {
     /// [`Lookup::Miss`]), evicting the owner's oldest entries beyond
     /// `settings.capacity`. Other owners' entries are never touched; a key
     /// already held keeps its first answer.
-    pub fn insert(&mut self, key: CacheKey, answer: Cached, settings: CacheSettings) {
+    fn insert(&mut self, key: CacheKey, answer: Cached, settings: CacheSettings) {
         if settings.capacity == 0 || self.entries.contains_key(&key.digest) {
             return;
         }
@@ -316,15 +415,12 @@ impl AnswerCache {
         }
     }
 
-    /// Starts recording how to take back what follows (a multi-row
-    /// request, all or nothing), instead of copying the whole cache.
-    pub fn checkpoint(&mut self) -> Checkpoint {
+    fn checkpoint(&mut self) -> Checkpoint {
         self.undo = Some(Vec::new());
         Checkpoint { owners: self.owners.clone(), writes: self.writes.len() }
     }
 
-    /// Takes back everything since `at`.
-    pub fn rollback(&mut self, at: Checkpoint) {
+    fn rollback(&mut self, at: Checkpoint) {
         for undo in self.undo.take().unwrap_or_default().into_iter().rev() {
             match undo {
                 Undo::Inserted(digest) => {
@@ -347,39 +443,13 @@ impl AnswerCache {
         self.writes.truncate(at.writes);
     }
 
-    /// Keeps everything since the checkpoint.
-    pub fn release(&mut self) {
-        self.undo = None;
-    }
-
-    /// Number of cached answers held (all owners).
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether nothing is held or remembered.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.evicted.is_empty()
-    }
-
-    /// Each owner's span, as the session record keeps it.
-    pub fn owners(&self) -> Vec<CacheOwnerRecord> {
-        self.owners.iter().map(|(o, s)| CacheOwnerRecord { owner: o.0, oldest: s.oldest, next: s.next }).collect()
-    }
-
-    /// The changes since the last call, for the store to write with the
-    /// session record.
-    pub fn take_writes(&mut self) -> Vec<CacheWrite> {
-        std::mem::take(&mut self.writes)
-    }
-
     /// The cache the store's `rows` and a record's owner spans describe;
     /// `None` for values outside their domain (a digest not 32 bytes,
     /// invalid evidence, an entry outside its owner's span).
-    pub fn from_rows(owners: &[CacheOwnerRecord], rows: CacheRows) -> Option<AnswerCache> {
+    fn from_rows(owners: &[CacheOwnerRecord], rows: CacheRows) -> Option<Contents> {
         let owners: BTreeMap<Owner, Span> =
             owners.iter().map(|o| (Owner(o.owner), Span { oldest: o.oldest, next: o.next })).collect();
-        let mut cache = AnswerCache { owners, ..AnswerCache::default() };
+        let mut cache = Contents { owners, ..Contents::default() };
         for record in &rows.entries {
             let (key, cached) = from_answer_record(record)?;
             let span = cache.owners.get(&key.owner)?;
@@ -402,11 +472,11 @@ impl AnswerCache {
     /// then its entries in their FIFO order. `None` for values outside
     /// their domain (a digest not 32 bytes, invalid evidence, unsorted
     /// evictions).
-    pub fn migrated(record: &AnswerCacheRecord) -> Option<AnswerCache> {
+    fn migrated(record: &AnswerCacheRecord) -> Option<Contents> {
         if !record.evicted.is_sorted_by_key(|e| (e.owner, e.prefix)) {
             return None;
         }
-        let mut cache = AnswerCache::default();
+        let mut cache = Contents::default();
         for e in &record.evicted {
             let span = cache.owners.entry(Owner(e.owner)).or_default();
             let seq = span.next;

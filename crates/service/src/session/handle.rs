@@ -235,7 +235,7 @@ impl Handle {
         // A few microseconds of math run here: a hop to a blocking thread
         // would cost more than the step (BENCHMARKS.md).
         let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
-        let params = self.session.context().params;
+        let params = std::sync::Arc::clone(&self.session.context().params);
         let site = Site(params.noise.session(&self.dataset, self.session.key()));
         let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
         let (outcome, ticket) =

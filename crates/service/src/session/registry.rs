@@ -101,15 +101,16 @@ pub struct DatasetTerms {
     pub scope: Scope,
     /// The shared session's limit under global scope.
     pub global_budget: Nats,
-    /// What its sessions share (b, policy, m, s*, …).
-    pub params: SessionParams,
+    /// What its sessions share (b, policy, m, s*, …): one copy for all
+    /// of them.
+    pub params: Arc<SessionParams>,
 }
 
 impl DatasetTerms {
     /// The default dataset (the only one of a deployment that declares
     /// none).
     pub fn default_dataset(scope: Scope, global_budget: Nats, params: SessionParams) -> Self {
-        DatasetTerms { name: crate::store::DEFAULT_DATASET.into(), scope, global_budget, params }
+        DatasetTerms { name: crate::store::DEFAULT_DATASET.into(), scope, global_budget, params: Arc::new(params) }
     }
 }
 
@@ -265,7 +266,7 @@ impl Sessions {
                         return Ok(Arc::clone(session));
                     }
                     let limit = Nats::new(record.budget_in(name))?;
-                    Ok(Arc::new(session.retarget(Terms { params: dataset.terms.params, limit })?))
+                    Ok(Arc::new(session.retarget(Terms { params: Arc::clone(&dataset.terms.params), limit })?))
                 });
                 let sessions = retargeted.collect::<Result<Vec<_>, SessionError>>()?.into();
                 if old.key_sha256 != record.key_sha256 && local.by_key.get(&old.key_sha256) == Some(&record.name) {
@@ -662,7 +663,7 @@ fn log_revoked(revoked: &[PrincipalRecord]) {
 /// store, or a handle on the PostgreSQL row.
 fn open(store: &Store, terms: &DatasetTerms, name: &str, limit: Nats) -> Result<Arc<Session>, SessionError> {
     let key = session_key(&terms.name, name);
-    Ok(Arc::new(Cell::open(store, &key, Terms { params: terms.params, limit })?))
+    Ok(Arc::new(Cell::open(store, &key, Terms { params: Arc::clone(&terms.params), limit })?))
 }
 
 /// Whether principal `name`'s session key would be another session's

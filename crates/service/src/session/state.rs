@@ -100,7 +100,7 @@ impl Versioned {
 
 /// What resuming a session needs besides its record.
 pub struct Terms {
-    pub(super) params: SessionParams,
+    pub(super) params: std::sync::Arc<SessionParams>,
     /// The session's limit (the principal's budget, or the global one).
     pub(super) limit: Nats,
 }

@@ -42,7 +42,7 @@ async fn sessions_in(
 
 /// One dataset of the registry: `name`, with a global budget of 0.5.
 fn dataset(name: &str, scope: Scope, params: SessionParams) -> Result<DatasetTerms, PrivacyError> {
-    Ok(DatasetTerms { name: name.into(), scope, global_budget: Nats::new(0.5)?, params })
+    Ok(DatasetTerms { name: name.into(), scope, global_budget: Nats::new(0.5)?, params: Arc::new(params) })
 }
 
 /// The caller a credential names, on its session in the default dataset.
@@ -731,7 +731,7 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
 fn a_step_on_a_bare_state_is_all_or_nothing() -> TestResult {
     use crate::store::CacheRows;
     use crate::store::cell::State;
-    let terms = Terms { params: params(Policy::UnanimousOnly)?, limit: Nats::new(1.0)? };
+    let terms = Terms { params: params(Policy::UnanimousOnly)?.into(), limit: Nats::new(1.0)? };
     let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
     let unanimous = TeacherOutputs::Labels { labels: vec![1; 4], classes: 3 };
     let rows = vec![
@@ -763,7 +763,7 @@ fn a_step_on_a_bare_state_is_all_or_nothing() -> TestResult {
 fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
     use crate::store::CacheRows;
     use crate::store::cell::State;
-    let terms = Terms { params: params(Policy::Paper)?, limit: Nats::new(1.0)? };
+    let terms = Terms { params: params(Policy::Paper)?.into(), limit: Nats::new(1.0)? };
     let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
     let rows = vec![(Some(split()), keyed(1.0, false, None)), (Some(split()), keyed(2.0, false, None))];
 
@@ -789,14 +789,16 @@ fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
 fn a_record_of_another_datasets_secret_is_not_resumed() -> TestResult {
     use crate::store::CacheRows;
     use crate::store::cell::State;
-    let terms = Terms { params: params(Policy::Contested)?, limit: Nats::new(1.0)? };
+    let terms = Terms { params: params(Policy::Contested)?.into(), limit: Nats::new(1.0)? };
     let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
     let (record, _) = v.record();
     assert_eq!(record.dataset, Some(terms.params.noise.commitment()), "every record names its dataset");
     Versioned::resume(&terms, "s", Some(&record), CacheRows::default())?;
 
-    let other =
-        Terms { params: SessionParams { noise: NoiseKey::from_bytes([8; 32]), ..params(Policy::Contested)? }, ..terms };
+    let other = Terms {
+        params: SessionParams { noise: NoiseKey::from_bytes([8; 32]), ..params(Policy::Contested)? }.into(),
+        ..terms
+    };
     match Versioned::resume(&other, "fashion/alice", Some(&record), CacheRows::default()) {
         Err(SessionError::OtherDataset { session }) => assert_eq!(session, "fashion/alice"),
         Err(e) => panic!("{e}"),

@@ -156,7 +156,7 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
             name: dataset.name.as_str().into(),
             scope: dataset.scope,
             global_budget: dataset.global_budget,
-            params,
+            params: Arc::new(params),
         });
     }
     let sessions = Sessions::new(&settings.principals, datasets, &store).await?.refusing(settings.refused_key);

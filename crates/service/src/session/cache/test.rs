@@ -128,7 +128,7 @@ fn a_step_writes_one_answer_in_and_one_out() {
         let writes = cache.take_writes();
         let expected = if n < 2 { 1 } else { 2 };
         assert_eq!(writes.len(), expected, "insert {n}: {writes:?}");
-        cache.writes = writes;
+        cache.contents().writes = writes;
         rows.write(&mut cache);
     }
     assert_eq!((rows.answers.len(), rows.evicted.len()), (2, 998));
