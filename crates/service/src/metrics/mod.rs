@@ -489,12 +489,11 @@ impl TeacherMetrics {
     /// The series of the teacher serving `teacher` (its error counters
     /// start at 0).
     pub fn teacher(&self, teacher: &str) -> TeacherSeries {
-        let (model, version) = (self.model.to_string(), self.version.to_string());
-        let label = TeacherLabel { model: model.clone(), version: version.clone(), teacher: teacher.to_owned() };
-        let duration = self.duration.get_or_create(&label).clone();
+        let duration = self.duration.get_or_create(&self.label(teacher)).clone();
         for kind in ERROR_KINDS {
             drop(self.errors.get_or_create(&self.error_labels(teacher, kind)));
         }
+        let (model, version) = (self.model.to_string(), self.version.to_string());
         TeacherSeries { model, version, name: teacher.to_owned(), duration, errors: self.errors.clone() }
     }
 
@@ -502,16 +501,15 @@ impl TeacherMetrics {
     /// (a reload removed it).
     pub fn forget<'a>(&self, teachers: impl IntoIterator<Item = &'a str>) {
         for teacher in teachers {
-            let label = TeacherLabel {
-                model: self.model.to_string(),
-                version: self.version.to_string(),
-                teacher: teacher.into(),
-            };
-            self.duration.remove(&label);
+            self.duration.remove(&self.label(teacher));
             for kind in ERROR_KINDS {
                 self.errors.remove(&self.error_labels(teacher, kind));
             }
         }
+    }
+
+    fn label(&self, teacher: &str) -> TeacherLabel {
+        TeacherLabel { model: self.model.to_string(), version: self.version.to_string(), teacher: teacher.to_owned() }
     }
 
     fn error_labels(&self, teacher: &str, kind: TeacherError) -> TeacherErrorLabels {

@@ -3,7 +3,7 @@
 //! report, in Triton's message shapes.
 //!
 //! Triton's phases, as pacpriv's answers run them (the stages of
-//! `pacpriv_stage_seconds` in `crate::metrics`):
+//! `pacpriv_stage_duration_seconds{stage}` in `crate::metrics`):
 //!
 //! | Triton | pacpriv |
 //! |---|---|
