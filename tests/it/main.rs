@@ -22,6 +22,7 @@ mod edges;
 mod faults;
 mod http;
 mod hygiene;
+mod identity;
 mod interop;
 mod isolation;
 mod label;

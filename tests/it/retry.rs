@@ -19,8 +19,10 @@ use prost::Message;
 use tonic::Code;
 use tonic_types::StatusExt;
 
-fn key_of(pixels: &[f32]) -> QueryDigest {
-    QueryDigest::of(&pixels.iter().map(|&x| f64::from(x)).collect::<Vec<_>>())
+/// The cache key of `pixels` asked of the default model's version 1,
+/// whose stored identity is `identity`.
+fn key_of(pixels: &[f32], identity: &str) -> QueryDigest {
+    QueryDigest::of(&pixels.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()).of_identity("private", "1", identity)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -77,7 +79,14 @@ async fn a_withheld_answer_is_retried_to_the_same_answer_with_one_charge() {
 
     // The answer received is the one recorded with the charge.
     let store = PgStore::connect(&pg.url, &PgLink::plain(1)).await.expect("connects");
-    let q2: CacheKey = key_of(&digit(2)).into();
+    let (admin, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    let identity: String = admin
+        .query_one("SELECT teachers FROM pacpriv_model_versions WHERE model = 'private' AND version = '1'", &[])
+        .await
+        .expect("version 1's identity")
+        .get(0);
+    let q2: CacheKey = key_of(&digit(2), &identity).into();
     let (record, rows) = store.load_probed("alice", &[CacheProbe::from(&q2)]).await.expect("load");
     let record = record.expect("alice's session");
     assert_eq!(record.version, 3, "three steps: warm-up, q1, q2");

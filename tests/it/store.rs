@@ -14,6 +14,7 @@ use pacpriv_service::session::{
 };
 use pacpriv_service::store::{
     DEFAULT_DATASET, EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
+    VersionIdentity,
 };
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -85,6 +86,17 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert_eq!(store.init_noise_key(DEFAULT_DATASET, &[2; 32]).await.expect("the key"), [1; 32]);
     assert_eq!(store.init_meta("other", &second).await.expect("init other"), second);
     assert_eq!(store.meta(DEFAULT_DATASET).await.expect("meta"), Some(first.clone()));
+    // A model version's identity: the first claim's, per dataset (kept
+    // across a restart: checked below).
+    assert!(!store.has_versions(DEFAULT_DATASET).await.expect("versions"), "an old store holds none");
+    let one = VersionIdentity { teachers: "aaaa".into(), legacy_key: true };
+    let other = VersionIdentity { teachers: "bbbb".into(), legacy_key: false };
+    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "1", &one).await.expect("claim"), one);
+    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "1", &other).await.expect("claimed"), one);
+    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "2", &other).await.expect("claim"), other);
+    assert_eq!(store.claim_version("other", "private", "1", &other).await.expect("claim"), other);
+    assert!(store.has_versions(DEFAULT_DATASET).await.expect("versions"));
+    assert!(!store.has_versions("third").await.expect("versions"), "per dataset");
 
     // 20 concurrent answers on one session: each is one version, charged once.
     let s = Arc::new(sessions(&store).await);
@@ -121,6 +133,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     // A restart resumes; the journal replays the stored posterior exactly.
     drop((alice, s, store));
     let store = reopen().await;
+    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "1", &other).await.expect("claimed"), one);
     let s = sessions(&store).await;
     let alice = s.authenticate(Credential::ApiKey("alice-key")).await.map(default).expect("alice");
     assert_eq!(alice.budget().await.expect("budget").answered, 40);
@@ -377,6 +390,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         (4, "datasets besides the default one: each its secret index and teacher set"),
         (5, "principals' budgets in datasets other than the default one"),
         (6, "each dataset's noise key (committed noise, issue 66)"),
+        (7, "each model version's identity (its teachers' digest) per dataset"),
     ];
     let expected: Vec<(i32, String)> = expected.iter().map(|&(v, d)| (v, d.to_owned())).collect();
     assert_eq!(applied, expected, "each migration once");
@@ -400,7 +414,9 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .expect("future migration");
     let refused =
         PgStore::connect(&pg.url, &PgLink::plain(1)).await.err().expect("a newer schema is refused").to_string();
-    assert!(refused.contains("migration 99, newer than this release knows (6)"), "{refused}");
+    let known =
+        format!("migration 99, newer than this release knows ({})", pacpriv_service::store::postgres::SCHEMA_VERSION);
+    assert!(refused.contains(&known), "{refused}");
 }
 
 /// Issue 23 §4: TLS to PostgreSQL with libpq's sslmodes, against a real

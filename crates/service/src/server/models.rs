@@ -8,10 +8,12 @@
 //! - Every model of a dataset has its m teachers, teacher i trained on
 //!   subset i: m is checked at start; the subsets are the operator's
 //!   declaration (for the demo teachers, checked: the same seed).
-//! - A session's answer cache keys a query by its model (and version) as
-//!   well as by its input, so one model's answer is never returned for
-//!   another's. The default model keys a query as every earlier release
-//!   did, so the caches it wrote carry over.
+//! - A session's answer cache keys a query by its model, version and the
+//!   version's stored identity (its teachers) as well as by its input, so
+//!   one model's answer is never returned for another's, nor a version's
+//!   for other teachers given its number. The versions a store from an
+//!   earlier release already served key a query as that release did, so
+//!   the caches it wrote carry over ([`CacheKeying`]).
 //! - Which model a request names is public (the client chose it): it
 //!   selects teachers and a cache key, never anything about s*.
 //! - A model has versions (`[versions.<name>.<V>]`): each its own teachers
@@ -68,9 +70,8 @@ pub struct Model {
     tag: ModelTag,
     /// Its version as a number (newest = largest).
     number: u64,
-    /// The default model's version 1 keys the cache by the input's
-    /// digest alone (as every earlier release did).
-    legacy_digest: bool,
+    /// How it keys its answers in a session's cache.
+    keying: CacheKeying,
     /// Whether the last probe found every one of its teachers ready.
     ready: AtomicBool,
     /// Whether new requests may resolve to it (load / unload).
@@ -82,13 +83,39 @@ pub struct Model {
     _teachers_running: DropGuard,
 }
 
+/// How a model version keys its answers in a session's cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheKeying {
+    /// By its name, version and stored identity: every version whose
+    /// identity a store first held from this release on.
+    Identity(String),
+    /// As the releases before stored identities did, for the versions a
+    /// store from them already served: by name and version, or for the
+    /// default model's version 1 by the input alone.
+    Legacy {
+        /// Whether it is the default model's version 1.
+        default_first: bool,
+    },
+}
+
+impl CacheKeying {
+    /// The keying of `name` at `version` (the default model being
+    /// `default`) whose stored identity is `stored`.
+    pub fn of(stored: &crate::store::VersionIdentity, name: &str, version: &str, default: &str) -> Self {
+        if stored.legacy_key {
+            CacheKeying::Legacy { default_first: name == default && version == FIRST_VERSION }
+        } else {
+            CacheKeying::Identity(stored.teachers.clone())
+        }
+    }
+}
+
 impl Model {
-    /// `served`, loaded, its teachers not yet probed; the default model
-    /// (named `default`)'s version 1 keys the cache as earlier releases did.
-    pub fn new(served: Served, default: &str) -> Arc<Model> {
+    /// `served`, loaded, its teachers not yet probed, keying its answers
+    /// by `keying`.
+    pub fn new(served: Served, keying: CacheKeying) -> Arc<Model> {
         let Served { name, version, dataset, ensemble, input, teachers_running } = served;
         let number = version.parse().unwrap_or(0);
-        let legacy_digest = name == default && version == FIRST_VERSION;
         let tag = ModelTag { name: name.as_str().into(), version: version.into() };
         let (ready, loaded) = (false.into(), true.into());
         Arc::new(Model {
@@ -98,7 +125,7 @@ impl Model {
             dataset,
             tag,
             number,
-            legacy_digest,
+            keying,
             ready,
             loaded,
             stats: Statistics::default(),
@@ -134,7 +161,11 @@ impl Model {
     /// The answer cache's digest of an input whose digest is `input`,
     /// asked of this model version.
     pub fn digest(&self, input: QueryDigest) -> QueryDigest {
-        if self.legacy_digest { input } else { input.of_model(&self.name, self.version()) }
+        match &self.keying {
+            CacheKeying::Identity(identity) => input.of_identity(&self.name, self.version(), identity),
+            CacheKeying::Legacy { default_first: true } => input,
+            CacheKeying::Legacy { default_first: false } => input.of_model(&self.name, self.version()),
+        }
     }
 }
 

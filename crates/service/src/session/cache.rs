@@ -88,6 +88,21 @@ impl QueryDigest {
         QueryDigest(h.finalize().into())
     }
 
+    /// This key as asked of the model `name` at `version` whose stored
+    /// identity is `identity` (`ModelSettings::identity`): a version
+    /// number given other teachers never meets its predecessor's answers,
+    /// even where the store's refusal of a reused number is bypassed.
+    pub fn of_identity(&self, name: &str, version: &str, identity: &str) -> QueryDigest {
+        let mut h = Sha256::new();
+        h.update(b"pacpriv-query-identity/v1\0");
+        h.update(self.0);
+        for part in [name, version, identity] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        QueryDigest(h.finalize().into())
+    }
+
     /// The digest's bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

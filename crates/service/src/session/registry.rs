@@ -628,6 +628,12 @@ impl Sessions {
         self.datasets.iter().position(|d| &*d.terms.name == name)
     }
 
+    /// The store the sessions are kept in (a reload claims the identity
+    /// of a model version it builds there: `start::identity`).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The key of every session the store holds a record for.
     ///
     /// # Errors

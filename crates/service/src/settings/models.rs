@@ -59,6 +59,30 @@ pub struct ModelSettings {
     pub batching: Batching,
 }
 
+impl ModelSettings {
+    /// What its version number names, as the store keeps it per dataset
+    /// (`start::identity`): a digest of its output (label or vector, d)
+    /// and its teachers — the demo's data, subsets and fit, or each remote
+    /// teacher's endpoint, model name and version, in subset order. Not
+    /// its call policy, batching or the demo's listener: those change how
+    /// it is asked, not what answers.
+    pub fn identity(&self) -> String {
+        use sha2::Digest;
+        let output = match self.mode {
+            OutputMode::Label { classes } => format!("label d={classes}"),
+            OutputMode::Vector { dim } => format!("vector d={dim}"),
+        };
+        let lines = [output, format!("m={}", self.teachers.m())].into_iter().chain(teachers_of(&self.teachers));
+        let mut h = sha2::Sha256::new();
+        h.update(b"pacpriv-version-identity/v1\0");
+        for line in lines {
+            h.update((line.len() as u64).to_le_bytes());
+            h.update(line.as_bytes());
+        }
+        crate::session::hex(&h.finalize())
+    }
+}
+
 /// `[models.<name>]` as written: each table holds keys of the top-level
 /// section of that name.
 #[derive(Deserialize)]

@@ -32,6 +32,7 @@
 //!   and is the error [`Started::server`] returns.
 
 pub mod descriptors;
+pub mod identity;
 pub mod models;
 pub mod readiness;
 pub mod reload;
@@ -75,6 +76,9 @@ pub enum StartError {
     /// Secret index.
     #[error(transparent)]
     Secret(#[from] SecretError),
+    /// A model version's number names other teachers in the store.
+    #[error(transparent)]
+    Identity(#[from] identity::IdentityError),
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -195,9 +199,9 @@ pub async fn serve(
     }
 
     let builder = models::Builder::new(Arc::clone(&metrics), background.clone(), stop.clone());
-    let mut built = Vec::with_capacity(1 + settings.more_models.len());
+    let mut served = Vec::with_capacity(1 + settings.more_models.len());
     for model in settings.models() {
-        built.push(Model::new(builder.served(&settings, model).await?, &settings.model.name));
+        served.push(builder.served(&settings, model).await?);
     }
     // The sessions belong to the data: each dataset's first model's
     // teacher set names it (its others are over the same subsets).
@@ -213,8 +217,7 @@ pub async fn serve(
             })
         })
         .collect::<Result<Vec<_>, StartError>>()?;
-    let models = Models::new(settings.model.name.clone(), built);
-    descriptors::provide(descriptors::need(&settings, models.iter().map(|model| model.ensemble.len()).sum()))?;
+    descriptors::provide(descriptors::need(&settings, served.iter().map(|s| s.ensemble.len()).sum()))?;
     if settings.calibration != Calibration::Certified {
         tracing::error!(
             calibration = ?settings.calibration,
@@ -222,11 +225,13 @@ pub async fn serve(
         );
     }
     let wanted = store::Wanted { settings: &settings, datasets, metrics: &metrics };
-    let store::Opened { sessions, accounts } = store::open(wanted, &signalled).await?;
+    let store::Opened { sessions, accounts, keyings } = store::open(wanted, &signalled).await?;
     if signalled.is_cancelled() {
         // SIGTERM while starting: nothing to drain, so nothing is opened.
         return Err(StartError::Stopped);
     }
+    let built = served.into_iter().zip(keyings).map(|(served, keying)| Model::new(served, keying)).collect();
+    let models = Models::new(settings.model.name.clone(), built);
     metrics.service.principals(accounts.len());
     for a in &accounts {
         for d in &a.datasets {

@@ -29,8 +29,12 @@
 //!   ([`crate::session::Sessions::recheck`]); spending is never reset.
 //! - A model version whose settings did not change is kept as it runs:
 //!   its teachers' connections, readiness and load state.
+//! - A version the reload builds has its identity claimed in the store
+//!   first ([`super::identity`]): one whose number the store knows as
+//!   other teachers rejects the reload.
 
 use super::descriptors;
+use super::identity;
 use super::models::Builder;
 use crate::net::tls::ServerTls;
 use crate::server::App;
@@ -136,8 +140,12 @@ impl Reloader {
                 _ => {
                     let named =
                         |e: &dyn std::fmt::Display| format!("model {:?} version {:?}: {e}", model.name, model.version);
-                    let built =
-                        Model::new(self.builder.served(new, model).await.map_err(|e| named(&e))?, &new.model.name);
+                    // Claimed before anything starts: a refused number
+                    // builds nothing (its own message names it).
+                    let store = self.app.sessions.store();
+                    let keying =
+                        identity::claim(store, model, false, &new.model.name).await.map_err(|e| e.to_string())?;
+                    let built = Model::new(self.builder.served(new, model).await.map_err(|e| named(&e))?, keying);
                     built.set_teachers_ready(built.ensemble.not_ready().await == 0);
                     tracing::info!(model = %model.name, version = %model.version, ready = built.teachers_ready(),
                         "model version built by a reload");

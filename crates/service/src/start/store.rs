@@ -1,7 +1,7 @@
 //! What start-up needs from the store before anything is served — the
 //! store open (PostgreSQL: connected and migrated), the deployment's
 //! secret index established, the configured principals provisioned, their
-//! accounts read — and, on PostgreSQL, waiting for a node that accepts
+//! accounts read, every model version's identity claimed — and, on PostgreSQL, waiting for a node that accepts
 //! writes when none does yet ([`open`]).
 //!
 //! A replica that starts during a failover, before the database is up, or
@@ -31,7 +31,9 @@
 //!   idempotent, the next start finds it done).
 
 use super::StartError;
+use super::identity::{self, IdentityError};
 use crate::metrics::Metrics;
+use crate::server::models::CacheKeying;
 use crate::session::secret::{self, SecretError};
 use crate::session::{Account, DatasetTerms, SessionError, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings};
@@ -51,6 +53,9 @@ pub struct Opened {
     pub sessions: Sessions,
     /// The active principals' accounts, for the budget metrics.
     pub accounts: Vec<Account>,
+    /// How each model version keys its answers, in the order of
+    /// [`Settings::models`], every identity claimed ([`identity`]).
+    pub keyings: Vec<CacheKeying>,
 }
 
 /// What [`open`] opens: the store, principals and privacy parameters
@@ -137,11 +142,19 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
     let settings = wanted.settings;
     let store = open_store(&settings.store, wanted.metrics).await?;
     let mut datasets = Vec::with_capacity(wanted.datasets.len());
+    let mut legacy = std::collections::HashMap::new();
     for (dataset, teachers) in settings.datasets().zip(&wanted.datasets) {
+        // Before the secret: a dataset established by this attempt
+        // existed before no release that kept caches without identities.
+        // (An earlier attempt that established it but claimed no version
+        // gives its versions the legacy key: another hash of the same
+        // query, as safe, with nothing cached under either yet.)
+        let existed = store.meta(&dataset.name).await?.is_some();
         let index = dataset.secret_index_file.as_deref();
         let (m, fingerprint, data) = (teachers.m, &teachers.fingerprint, teachers.data.as_deref());
         let secret = secret::establish(&store, &dataset.name, index, m, fingerprint, data).await?;
         let noise = secret::establish_noise_key(&store, &dataset.name).await?;
+        legacy.insert(dataset.name.as_str(), identity::upgraded(&store, &dataset.name, existed).await?);
         let params = SessionParams {
             per_query: dataset.per_query,
             policy: dataset.policy,
@@ -159,9 +172,14 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
             params: Arc::new(params),
         });
     }
+    let mut keyings = Vec::with_capacity(1 + settings.more_models.len());
+    for model in settings.models() {
+        let legacy = legacy.get(model.dataset.as_str()).copied().unwrap_or(false);
+        keyings.push(identity::claim(&store, model, legacy, &settings.model.name).await?);
+    }
     let sessions = Sessions::new(&settings.principals, datasets, &store).await?.refusing(settings.refused_key);
     let accounts = sessions.active_accounts().await?;
-    Ok(Opened { sessions, accounts })
+    Ok(Opened { sessions, accounts, keyings })
 }
 
 /// The configured store, opened (and, for PostgreSQL, migrated).
@@ -181,6 +199,7 @@ fn unreachable(e: &StartError) -> bool {
     let store = match e {
         StartError::Store(e)
         | StartError::Secret(SecretError::Store(e))
+        | StartError::Identity(IdentityError::Store(e))
         | StartError::Sessions(SessionError::Store(e) | SessionError::Registry(e)) => e,
         _ => return false,
     };

@@ -3,7 +3,7 @@
 
 use super::embedded::EmbeddedStore;
 use super::error::StoreError;
-use super::meta::Meta;
+use super::meta::{Meta, VersionIdentity};
 use super::postgres::PgStore;
 use super::principal::{Configured, PrincipalRecord};
 use super::record::{JournalEntry, Journaled, SessionRecord};
@@ -72,6 +72,31 @@ impl Store {
     /// Backend.
     pub async fn init_meta(&self, dataset: &str, meta: &Meta) -> Result<Meta, StoreError> {
         dispatch!(self, init_meta(dataset, meta))
+    }
+
+    /// Whether `dataset` holds any model version's identity (a store
+    /// from a release before identities holds none).
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn has_versions(&self, dataset: &str) -> Result<bool, StoreError> {
+        dispatch!(self, has_versions(dataset))
+    }
+
+    /// Writes `candidate` durably as the identity of `model` at `version`
+    /// in `dataset` unless one is already stored; returns the stored one
+    /// (with several replicas, the first writer's).
+    ///
+    /// # Errors
+    /// Backend or corrupt data.
+    pub async fn claim_version(
+        &self,
+        dataset: &str,
+        model: &str,
+        version: &str,
+        candidate: &VersionIdentity,
+    ) -> Result<VersionIdentity, StoreError> {
+        dispatch!(self, claim_version(dataset, model, version, candidate))
     }
 
     /// `dataset`'s noise key: `candidate`, written durably, unless one is

@@ -21,7 +21,7 @@ use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_o
 use super::change::Change;
 use super::decode::{self, journal_entry, journal_event};
 use super::error::{StoreError, backend};
-use super::meta::Meta;
+use super::meta::{Meta, VersionIdentity};
 use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order, encode_principal};
@@ -43,6 +43,17 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 fn meta_keys(dataset: &str) -> (String, String) {
     (super::session_key(dataset, "secret"), super::session_key(dataset, "teachers"))
 }
+
+/// A [`VERSIONS`] value.
+fn decode_identity(bytes: &[u8]) -> Result<VersionIdentity, StoreError> {
+    let corrupt = || StoreError::Corrupt { session: "(model versions)".into(), reason: "unreadable identity".into() };
+    let (&flag, teachers) = bytes.split_first().ok_or_else(corrupt)?;
+    let teachers = String::from_utf8(teachers.to_vec()).map_err(|_| corrupt())?;
+    Ok(VersionIdentity { teachers, legacy_key: flag == 1 })
+}
+/// Each model version's identity by (dataset, model, version): a byte,
+/// 1 if its answers keep the legacy cache key, then its teachers' digest.
+const VERSIONS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("model_versions");
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
 /// Journal events by (session, sequence number).
@@ -283,6 +294,52 @@ impl EmbeddedStore {
         }
         txn.commit().map_err(backend)?;
         Ok(meta.clone())
+    }
+
+    /// Whether `dataset` holds any model version's identity.
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn has_versions(&self, dataset: &str) -> Result<bool, StoreError> {
+        let Some(table) = self.read_table(VERSIONS)? else { return Ok(false) };
+        let mut within = table.range((dataset, "", "")..).map_err(backend)?;
+        Ok(within.next().transpose().map_err(backend)?.is_some_and(|(key, _)| key.value().0 == dataset))
+    }
+
+    /// `candidate` as `model` at `version`'s identity in `dataset`, written
+    /// durably unless one is stored; returns the stored one.
+    ///
+    /// # Errors
+    /// Backend, or a stored identity that does not decode.
+    pub fn claim_version(
+        &self,
+        dataset: &str,
+        model: &str,
+        version: &str,
+        candidate: &VersionIdentity,
+    ) -> Result<VersionIdentity, StoreError> {
+        let key = (dataset, model, version);
+        let txn = self.db.begin_write()?;
+        let stored = {
+            let mut table = txn.open_table(VERSIONS).map_err(backend)?;
+            let stored = table.get(key).map_err(backend)?.map(|v| v.value().to_vec());
+            match stored {
+                Some(bytes) => Some(decode_identity(&bytes)?),
+                None => {
+                    let mut value = vec![u8::from(candidate.legacy_key)];
+                    value.extend_from_slice(candidate.teachers.as_bytes());
+                    table.insert(key, value.as_slice()).map_err(backend)?;
+                    None
+                }
+            }
+        };
+        match stored {
+            Some(stored) => Ok(stored),
+            None => {
+                txn.commit().map_err(backend)?;
+                Ok(candidate.clone())
+            }
+        }
     }
 
     /// `dataset`'s noise key (the [`META`] key `noise_key`, or

@@ -33,3 +33,18 @@ impl std::fmt::Debug for Meta {
         f.debug_struct("Meta").field("secret", &"<redacted>").field("teachers", &self.teachers).finish()
     }
 }
+
+/// A model version's stored identity in a dataset: which teachers (and
+/// output) its number names (`ModelSettings::identity`), and how its
+/// answers are keyed in the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionIdentity {
+    /// The digest of its teachers and output.
+    pub teachers: String,
+    /// Its answers are cached under the key of the releases before stored
+    /// identities (the model's name and version, or for the default
+    /// model's version 1 the input alone), so that the caches of a store
+    /// they wrote carry over: set for the versions a store from such a
+    /// release already served when it was upgraded.
+    pub legacy_key: bool,
+}

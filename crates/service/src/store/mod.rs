@@ -3,8 +3,8 @@
 //! before its record is durable could be charged to nobody).
 //!
 //! Holds, per session, the posterior log-weights and the ledger with a
-//! version; once per deployment, the sealed secret index and a fingerprint
-//! of the teacher set it belongs to; optionally a journal of every step
+//! version; once per dataset, the sealed secret index and a fingerprint
+//! of the teacher set it belongs to, and each model version's identity; optionally a journal of every step
 //! (charge and the log-likelihood vector applied) and, in the same hash
 //! chain, every cache hit and refusal (events), so a transcript can be
 //! replayed and audited (`docs/assurance/accounting.md` §9).
@@ -49,7 +49,7 @@ pub use backend::Store;
 pub use change::{Change, Release};
 pub use embedded::EmbeddedStore;
 pub use error::StoreError;
-pub use meta::{DEFAULT_DATASET, GLOBAL_SESSION, Meta, session_key};
+pub use meta::{DEFAULT_DATASET, GLOBAL_SESSION, Meta, VersionIdentity, session_key};
 pub use pg_tls::{PgTls, SslMode};
 pub use postgres::{PgLink, PgStore};
 pub use principal::{Configured, Origin, PrincipalRecord};

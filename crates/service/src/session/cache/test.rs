@@ -48,6 +48,20 @@ fn key(x: f64) -> CacheKey {
     QueryDigest::of(&[x]).into()
 }
 
+/// A version's answers are keyed by its identity as well as its name and
+/// version: the same number given other teachers meets none of them, and
+/// the key differs from the name-and-version key of earlier releases.
+#[test]
+fn a_version_keys_its_answers_by_its_identity() {
+    let q = QueryDigest::of(&[1.0, 2.0]);
+    let key = q.of_identity("private", "2", "aaaa");
+    assert_ne!(key, q.of_identity("private", "2", "bbbb"), "other teachers under the number");
+    assert_ne!(key, q.of_identity("private", "3", "aaaa"));
+    assert_ne!(key, q.of_identity("bayes", "2", "aaaa"));
+    assert_ne!(key, q.of_model("private", "2"), "the legacy key is another key");
+    assert_eq!(key, QueryDigest::of(&[1.0, 2.0]).of_identity("private", "2", "aaaa"), "a function of them");
+}
+
 const REFUSE: CacheSettings = CacheSettings { capacity: 2, on_evicted: OnEvicted::Refuse };
 
 #[test]

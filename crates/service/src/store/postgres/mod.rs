@@ -33,7 +33,7 @@ use super::answers::{CacheProbe, CacheRows};
 use super::change::Change;
 use super::decode;
 use super::error::{StoreError, backend};
-use super::meta::{DEFAULT_DATASET, Meta};
+use super::meta::{DEFAULT_DATASET, Meta, VersionIdentity};
 use super::pg_tls::{PgTls, SslMode};
 use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
@@ -276,6 +276,51 @@ impl PgStore {
         let written = tx.execute(sql, params).await.map_err(&error)?;
         tx.commit().await.map_err(&error)?;
         Ok(written)
+    }
+
+    /// Whether `dataset` holds any model version's identity.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn has_versions(&self, dataset: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT EXISTS (SELECT 1 FROM pacpriv_model_versions WHERE dataset = $1)", &[&dataset])
+            .await
+            .map_err(pg)?;
+        row.try_get(0).map_err(pg)
+    }
+
+    /// `candidate` as `model` at `version`'s identity in `dataset` unless
+    /// another replica (or an earlier start) wrote one first; returns what
+    /// is stored.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn claim_version(
+        &self,
+        dataset: &str,
+        model: &str,
+        version: &str,
+        candidate: &VersionIdentity,
+    ) -> Result<VersionIdentity, StoreError> {
+        self.write_durably(
+            "INSERT INTO pacpriv_model_versions (dataset, model, version, teachers, legacy_key) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (dataset, model, version) DO NOTHING",
+            &[&dataset, &model, &version, &candidate.teachers, &candidate.legacy_key],
+            pg,
+        )
+        .await?;
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT teachers, legacy_key FROM pacpriv_model_versions \
+                 WHERE dataset = $1 AND model = $2 AND version = $3",
+                &[&dataset, &model, &version],
+            )
+            .await
+            .map_err(pg)?;
+        Ok(VersionIdentity { teachers: row.try_get(0).map_err(pg)?, legacy_key: row.try_get(1).map_err(pg)? })
     }
 
     /// `dataset`'s noise key: `candidate` unless another replica wrote one

@@ -116,6 +116,20 @@ CREATE TABLE pacpriv_noise_key (
 );
 ",
     ),
+    (
+        7,
+        "each model version's identity (its teachers' digest) per dataset",
+        "
+CREATE TABLE pacpriv_model_versions (
+    dataset     TEXT NOT NULL,
+    model       TEXT NOT NULL,
+    version     TEXT NOT NULL,
+    teachers    TEXT NOT NULL,
+    legacy_key  BOOLEAN NOT NULL,
+    PRIMARY KEY (dataset, model, version)
+);
+",
+    ),
 ];
 
 /// A session's record.
