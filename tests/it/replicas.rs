@@ -21,7 +21,14 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
         ("PACPRIV__PRIVACY__PER_QUERY_MI", "2^-8".to_owned()),
         ("PACPRIV__PRINCIPALS__DEMO__BUDGET_MI", "1".to_owned()),
     ];
-    let replicas = [Process::serve(Some(&cfg), &env), Process::serve(Some(&cfg), &env)];
+    // Started together on the empty database, as a Deployment's replicas
+    // are: one writes the dataset's record, both claim the model's identity.
+    let program = std::path::Path::new(env!("CARGO_BIN_EXE_pacpriv"));
+    let mut replicas =
+        [Process::serve_unready(program, Some(&cfg), &env), Process::serve_unready(program, Some(&cfg), &env)];
+    for replica in &mut replicas {
+        replica.wait_ready();
+    }
     let clients = [client(&replicas[0].addr).await, client(&replicas[1].addr).await];
 
     let mut calls = tokio::task::JoinSet::new();
@@ -44,6 +51,13 @@ async fn two_replicas_share_one_session_without_double_or_lost_charges() {
     assert_eq!(journal.len(), QUERIES);
     assert_eq!(record.spent, QUERIES as f64 / 256.0, "total charge equals answers");
     assert_eq!(replay(M, &journal), record.posterior, "posterior equals replaying the answers");
+    // A database this release created keys every version by its identity
+    // (issue 68 §3), however the replicas' starts interleaved.
+    let (sql, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls).await.expect("psql");
+    tokio::spawn(connection);
+    let rows = sql.query("SELECT model, version, legacy_key FROM pacpriv_model_versions", &[]).await.expect("rows");
+    let claimed: Vec<(String, String, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(claimed, [("private".to_owned(), "1".to_owned(), None)], "one claim, keyed by its identity");
     // Both replicas report the same account.
     for c in &clients {
         let b = crate::util::budget(&mut c.clone(), "demo-key").await;

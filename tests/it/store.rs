@@ -13,8 +13,8 @@ use pacpriv_service::session::{
     SessionParams, Sessions,
 };
 use pacpriv_service::store::{
-    DEFAULT_DATASET, EmbeddedStore, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store, StoreError,
-    VersionIdentity,
+    DEFAULT_DATASET, EmbeddedStore, LegacyKey, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store,
+    StoreError, VersionIdentity,
 };
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -87,16 +87,19 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     assert_eq!(store.init_meta("other", &second).await.expect("init other"), second);
     assert_eq!(store.meta(DEFAULT_DATASET).await.expect("meta"), Some(first.clone()));
     // A model version's identity: the first claim's, per dataset (kept
-    // across a restart: checked below).
-    assert!(!store.has_versions(DEFAULT_DATASET).await.expect("versions"), "an old store holds none");
-    let one = VersionIdentity { teachers: "aaaa".into(), legacy_key: true };
-    let other = VersionIdentity { teachers: "bbbb".into(), legacy_key: false };
+    // across a restart: checked below). A dataset written by this release
+    // is keyed by identity from its record on (one from an earlier
+    // release: `postgres_schema_changes_go_through_numbered_migrations`).
+    assert!(store.identity_keyed("other").await.expect("marked"), "written with its record");
+    assert!(!store.identity_keyed("third").await.expect("no record"));
+    let one = VersionIdentity { teachers: "aaaa".into(), legacy: Some(LegacyKey::InputOnly) };
+    let two = VersionIdentity { teachers: "bbbb".into(), legacy: Some(LegacyKey::NameAndVersion) };
+    let other = VersionIdentity { teachers: "cccc".into(), legacy: None };
     assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "1", &one).await.expect("claim"), one);
     assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "1", &other).await.expect("claimed"), one);
-    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "2", &other).await.expect("claim"), other);
+    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "2", &two).await.expect("claim"), two);
+    assert_eq!(store.claim_version(DEFAULT_DATASET, "private", "3", &other).await.expect("claim"), other);
     assert_eq!(store.claim_version("other", "private", "1", &other).await.expect("claim"), other);
-    assert!(store.has_versions(DEFAULT_DATASET).await.expect("versions"));
-    assert!(!store.has_versions("third").await.expect("versions"), "per dataset");
 
     // 20 concurrent answers on one session: each is one version, charged once.
     let s = Arc::new(sessions(&store).await);
@@ -399,6 +402,10 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
     let meta = store.meta(DEFAULT_DATASET).await.expect("meta");
     assert_eq!(meta, Some(Meta { secret: 2, teachers: "demo digits seed=1 m=4".into() }));
     assert_eq!(store.meta("other").await.expect("meta"), None);
+    // Its dataset predates stored identities until marked.
+    assert!(!store.identity_keyed(DEFAULT_DATASET).await.expect("read"), "an earlier release's dataset");
+    store.mark_identity_keyed(DEFAULT_DATASET).await.expect("marked");
+    assert!(store.identity_keyed(DEFAULT_DATASET).await.expect("read"));
 
     let record = store.load("alice").await.expect("load").expect("the old record");
     assert_eq!((record.version, record.answered, record.charged), (3, 3, 2));

@@ -31,12 +31,11 @@ use super::statistics::Statistics;
 use super::status::ServiceError;
 use crate::session::cache::QueryDigest;
 use crate::session::{DatasetIndex, ModelTag};
+use crate::store::{LegacyKey, VersionIdentity};
 use crate::teachers::Ensemble;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::DropGuard;
-
-use crate::settings::FIRST_VERSION;
 
 /// What a model version is built from.
 pub struct Served {
@@ -86,26 +85,20 @@ pub struct Model {
 /// How a model version keys its answers in a session's cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CacheKeying {
-    /// By its name, version and stored identity: every version whose
-    /// identity a store first held from this release on.
+    /// By its name, version and stored identity.
     Identity(String),
-    /// As the releases before stored identities did, for the versions a
-    /// store from them already served: by name and version, or for the
-    /// default model's version 1 by the input alone.
-    Legacy {
-        /// Whether it is the default model's version 1.
-        default_first: bool,
-    },
+    /// As the releases before stored identities did, for a version a
+    /// store from them was configured with when this release first
+    /// started on it ([`crate::store::VersionIdentity::legacy`]).
+    Legacy(LegacyKey),
 }
 
 impl CacheKeying {
-    /// The keying of `name` at `version` (the default model being
-    /// `default`) whose stored identity is `stored`.
-    pub fn of(stored: &crate::store::VersionIdentity, name: &str, version: &str, default: &str) -> Self {
-        if stored.legacy_key {
-            CacheKeying::Legacy { default_first: name == default && version == FIRST_VERSION }
-        } else {
-            CacheKeying::Identity(stored.teachers.clone())
+    /// The keying of a version whose stored identity is `stored`.
+    pub fn of(stored: &VersionIdentity) -> Self {
+        match stored.legacy {
+            Some(key) => CacheKeying::Legacy(key),
+            None => CacheKeying::Identity(stored.teachers.clone()),
         }
     }
 }
@@ -163,8 +156,8 @@ impl Model {
     pub fn digest(&self, input: QueryDigest) -> QueryDigest {
         match &self.keying {
             CacheKeying::Identity(identity) => input.of_identity(&self.name, self.version(), identity),
-            CacheKeying::Legacy { default_first: true } => input,
-            CacheKeying::Legacy { default_first: false } => input.of_model(&self.name, self.version()),
+            CacheKeying::Legacy(LegacyKey::InputOnly) => input,
+            CacheKeying::Legacy(LegacyKey::NameAndVersion) => input.of_model(&self.name, self.version()),
         }
     }
 }

@@ -61,18 +61,27 @@ pub struct ModelSettings {
 
 impl ModelSettings {
     /// What its version number names, as the store keeps it per dataset
-    /// (`start::identity`): a digest of its output (label or vector, d)
-    /// and its teachers — the demo's data, subsets and fit, or each remote
-    /// teacher's endpoint, model name and version, in subset order. Not
-    /// its call policy, batching or the demo's listener: those change how
-    /// it is asked, not what answers.
+    /// (`start::identity`): a digest of its output (label or vector, d),
+    /// the tensors its teachers are sent and read (input name and
+    /// datatype, output name), and its teachers — the demo's data, subsets
+    /// and fit, or each remote teacher's endpoint, model name and version,
+    /// in subset order. Not its deadlines, retries, batching or the demo's
+    /// listener: those change how it is asked, not what answers.
     pub fn identity(&self) -> String {
         use sha2::Digest;
         let output = match self.mode {
             OutputMode::Label { classes } => format!("label d={classes}"),
             OutputMode::Vector { dim } => format!("vector d={dim}"),
         };
-        let lines = [output, format!("m={}", self.teachers.m())].into_iter().chain(teachers_of(&self.teachers));
+        let call = &self.call;
+        let tensors = format!(
+            "input {} {} output {}",
+            call.input_name,
+            call.input_datatype,
+            call.output_name.as_deref().unwrap_or("(the first)")
+        );
+        let lines =
+            [output, tensors, format!("m={}", self.teachers.m())].into_iter().chain(teachers_of(&self.teachers));
         let mut h = sha2::Sha256::new();
         h.update(b"pacpriv-version-identity/v1\0");
         for line in lines {

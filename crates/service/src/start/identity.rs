@@ -1,7 +1,7 @@
 //! Each model version's stored identity: what its number names in its
 //! dataset ([`ModelSettings::identity`]: its output and its teachers),
-//! claimed in the store by the first start or reload that serves it, and
-//! how it keys its answers in the cache ([`CacheKeying`]).
+//! claimed in the store by the first start or reload that gets as far as
+//! serving it, and how it keys its answers in the cache ([`CacheKeying`]).
 //!
 //! A version number reused for other teachers — changed in place by a
 //! reload, removed and added again, or a changed default model — would
@@ -15,16 +15,20 @@
 //! - A (dataset, model, version) has one identity, the first claim's, for
 //!   the store's life: a version removed from the configuration keeps
 //!   its number's claim.
-//! - A reload claims a version before building it: a refused one starts
-//!   nothing. (A start builds its teachers first, then opens the store.)
-//! - The versions a store from a release before identities already
-//!   served — every version configured at its dataset's first start of
-//!   this release — keep that release's cache key, so the caches it wrote
-//!   carry over; every other version keys its answers by its identity.
+//! - A claim is made once everything else about the version has been
+//!   checked and built: its teachers started, the file descriptors they
+//!   need (a start also provisions the principals first).
+//! - A dataset an earlier release created is not keyed by identity
+//!   ([`Store::identity_keyed`]): the versions its first start under this
+//!   release configures are claimed with that release's cache key
+//!   ([`LegacyKey`]), kept for good, so the caches it wrote carry over;
+//!   then the dataset is marked, and every later version keys its answers
+//!   by its identity. A dataset this release creates is marked with its
+//!   record, in one write.
 
 use crate::server::models::CacheKeying;
 use crate::settings::{FIRST_VERSION, ModelSettings};
-use crate::store::{Store, StoreError, VersionIdentity};
+use crate::store::{LegacyKey, Store, StoreError, VersionIdentity};
 
 /// Why a model version's identity could not be claimed.
 #[derive(Debug, thiserror::Error)]
@@ -45,13 +49,21 @@ pub enum IdentityError {
         fix: String,
     },
     /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    #[error("model {model:?} version {version}: claiming its identity: {source}")]
+    Store {
+        /// Its model.
+        model: String,
+        /// Its version.
+        version: String,
+        /// The store's error.
+        source: StoreError,
+    },
 }
 
-/// Claims `model`'s identity in `dataset` (with the legacy cache key when
-/// `legacy`: module documentation) and returns how it keys its answers;
-/// `default` is the default model's name.
+/// Claims `model`'s identity in its dataset and returns how it keys its
+/// answers. `legacy`: its dataset is not keyed by identity yet (module
+/// documentation), so a new claim keeps the earlier releases' key —
+/// the input alone for the default model's (`default`'s) version 1.
 ///
 /// # Errors
 /// [`IdentityError::Reused`] when the store holds another identity for
@@ -62,8 +74,18 @@ pub async fn claim(
     legacy: bool,
     default: &str,
 ) -> Result<CacheKeying, IdentityError> {
-    let candidate = VersionIdentity { teachers: model.identity(), legacy_key: legacy };
-    let stored = store.claim_version(&model.dataset, &model.name, &model.version, &candidate).await?;
+    let legacy = legacy.then(|| {
+        if model.name == default && model.version == FIRST_VERSION {
+            LegacyKey::InputOnly
+        } else {
+            LegacyKey::NameAndVersion
+        }
+    });
+    let candidate = VersionIdentity { teachers: model.identity(), legacy };
+    let stored = store
+        .claim_version(&model.dataset, &model.name, &model.version, &candidate)
+        .await
+        .map_err(|source| IdentityError::Store { model: model.name.clone(), version: model.version.clone(), source })?;
     if stored.teachers != candidate.teachers {
         let fix = if model.version == FIRST_VERSION {
             format!(
@@ -85,15 +107,5 @@ pub async fn claim(
             fix,
         });
     }
-    Ok(CacheKeying::of(&stored, &model.name, &model.version, default))
-}
-
-/// Whether `dataset`'s versions configured now keep the legacy cache key:
-/// its record was in the store before this start (`existed`) but no
-/// version's identity is — a store from a release before identities.
-///
-/// # Errors
-/// The store's.
-pub async fn upgraded(store: &Store, dataset: &str, existed: bool) -> Result<bool, StoreError> {
-    Ok(existed && !store.has_versions(dataset).await?)
+    Ok(CacheKeying::of(&stored))
 }

@@ -30,16 +30,16 @@
 //! - A model version whose settings did not change is kept as it runs:
 //!   its teachers' connections, readiness and load state.
 //! - A version the reload builds has its identity claimed in the store
-//!   first ([`super::identity`]): one whose number the store knows as
-//!   other teachers rejects the reload.
+//!   once every version is built and checked ([`super::identity`]): one
+//!   whose number the store knows as other teachers rejects the reload.
 
 use super::descriptors;
 use super::identity;
 use super::models::Builder;
 use crate::net::tls::ServerTls;
 use crate::server::App;
-use crate::server::models::{Model, Models};
-use crate::settings::{Settings, SettingsError};
+use crate::server::models::{Model, Models, Served};
+use crate::settings::{ModelSettings, Settings, SettingsError};
 use std::sync::Arc;
 
 /// Applies reloaded configurations to a running server.
@@ -122,40 +122,72 @@ impl Reloader {
 
     /// The models and versions `new` names, or `None` if they are those
     /// `running` names: each whose settings did not change is kept as it
-    /// runs; the others are built and their teachers probed.
+    /// runs; the others are built, their identities claimed once every
+    /// one of them is built and checked ([`identity`]), and their
+    /// teachers probed.
     ///
     /// # Errors
-    /// A model's teachers that cannot be started or checked, or more
-    /// file descriptors than the process may hold, naming the model.
+    /// A model's teachers that cannot be started or checked, more file
+    /// descriptors than the process may hold, or a version number the
+    /// store knows as other teachers, naming the model and version.
     async fn models(&self, running: &Settings, new: &Settings) -> Result<Option<Models>, String> {
         if running.more_models == new.more_models {
             return Ok(None);
         }
         let serving = self.app.models();
-        let mut all = Vec::with_capacity(1 + new.more_models.len());
+        let mut versions = Vec::with_capacity(1 + new.more_models.len());
         for model in new.models() {
             let unchanged = running.models().any(|r| r == model);
             match serving.version(&model.name, &model.version) {
-                Some(kept) if unchanged => all.push(Arc::clone(kept)),
+                Some(kept) if unchanged => versions.push(Version::Kept(Arc::clone(kept))),
                 _ => {
-                    let named =
-                        |e: &dyn std::fmt::Display| format!("model {:?} version {:?}: {e}", model.name, model.version);
-                    // Claimed before anything starts: a refused number
-                    // builds nothing (its own message names it).
-                    let store = self.app.sessions.store();
-                    let keying =
-                        identity::claim(store, model, false, &new.model.name).await.map_err(|e| e.to_string())?;
-                    let built = Model::new(self.builder.served(new, model).await.map_err(|e| named(&e))?, keying);
-                    built.set_teachers_ready(built.ensemble.not_ready().await == 0);
-                    tracing::info!(model = %model.name, version = %model.version, ready = built.teachers_ready(),
-                        "model version built by a reload");
-                    all.push(built);
+                    let served = self
+                        .builder
+                        .served(new, model)
+                        .await
+                        .map_err(|e| format!("model {:?} version {:?}: {e}", model.name, model.version))?;
+                    versions.push(Version::Built(model, served));
                 }
             }
         }
-        let teachers = all.iter().map(|m| m.ensemble.len()).sum();
+        let teachers = versions.iter().map(Version::teachers).sum();
         descriptors::provide(descriptors::need(new, teachers)).map_err(|e| e.to_string())?;
+        // Every dataset is keyed by identity once this release has started
+        // on it, and a reload adds none: no claim keeps a legacy key.
+        let store = self.app.sessions.store();
+        let mut all = Vec::with_capacity(versions.len());
+        for version in versions {
+            all.push(match version {
+                Version::Kept(kept) => kept,
+                Version::Built(model, served) => {
+                    let keying =
+                        identity::claim(store, model, false, &new.model.name).await.map_err(|e| e.to_string())?;
+                    let built = Model::new(served, keying);
+                    built.set_teachers_ready(built.ensemble.not_ready().await == 0);
+                    tracing::info!(model = %model.name, version = %model.version, ready = built.teachers_ready(),
+                        "model version built by a reload");
+                    built
+                }
+            });
+        }
         Ok(Some(Models::new(new.model.name.clone(), all)))
+    }
+}
+
+/// A model version a reload serves: kept as it runs, or built from its
+/// settings and not yet claimed.
+enum Version<'a> {
+    Kept(Arc<Model>),
+    Built(&'a ModelSettings, Served),
+}
+
+impl Version<'_> {
+    /// Its teachers' number.
+    fn teachers(&self) -> usize {
+        match self {
+            Version::Kept(model) => model.ensemble.len(),
+            Version::Built(_, served) => served.ensemble.len(),
+        }
     }
 }
 

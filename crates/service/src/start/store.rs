@@ -142,19 +142,15 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
     let settings = wanted.settings;
     let store = open_store(&settings.store, wanted.metrics).await?;
     let mut datasets = Vec::with_capacity(wanted.datasets.len());
+    // The datasets an earlier release created, whose versions keep its
+    // cache keys (`identity`'s module documentation).
     let mut legacy = std::collections::HashMap::new();
     for (dataset, teachers) in settings.datasets().zip(&wanted.datasets) {
-        // Before the secret: a dataset established by this attempt
-        // existed before no release that kept caches without identities.
-        // (An earlier attempt that established it but claimed no version
-        // gives its versions the legacy key: another hash of the same
-        // query, as safe, with nothing cached under either yet.)
-        let existed = store.meta(&dataset.name).await?.is_some();
         let index = dataset.secret_index_file.as_deref();
         let (m, fingerprint, data) = (teachers.m, &teachers.fingerprint, teachers.data.as_deref());
         let secret = secret::establish(&store, &dataset.name, index, m, fingerprint, data).await?;
         let noise = secret::establish_noise_key(&store, &dataset.name).await?;
-        legacy.insert(dataset.name.as_str(), identity::upgraded(&store, &dataset.name, existed).await?);
+        legacy.insert(dataset.name.as_str(), !store.identity_keyed(&dataset.name).await?);
         let params = SessionParams {
             per_query: dataset.per_query,
             policy: dataset.policy,
@@ -172,13 +168,16 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
             params: Arc::new(params),
         });
     }
+    let sessions = Sessions::new(&settings.principals, datasets, &store).await?.refusing(settings.refused_key);
+    let accounts = sessions.active_accounts().await?;
     let mut keyings = Vec::with_capacity(1 + settings.more_models.len());
     for model in settings.models() {
         let legacy = legacy.get(model.dataset.as_str()).copied().unwrap_or(false);
         keyings.push(identity::claim(&store, model, legacy, &settings.model.name).await?);
     }
-    let sessions = Sessions::new(&settings.principals, datasets, &store).await?.refusing(settings.refused_key);
-    let accounts = sessions.active_accounts().await?;
+    for (dataset, _) in legacy.iter().filter(|(_, legacy)| **legacy) {
+        store.mark_identity_keyed(dataset).await?;
+    }
     Ok(Opened { sessions, accounts, keyings })
 }
 
@@ -199,7 +198,7 @@ fn unreachable(e: &StartError) -> bool {
     let store = match e {
         StartError::Store(e)
         | StartError::Secret(SecretError::Store(e))
-        | StartError::Identity(IdentityError::Store(e))
+        | StartError::Identity(IdentityError::Store { source: e, .. })
         | StartError::Sessions(SessionError::Store(e) | SessionError::Registry(e)) => e,
         _ => return false,
     };

@@ -65,8 +65,9 @@ impl Store {
     }
 
     /// Writes `dataset`'s record `meta` durably unless one is already
-    /// stored; returns the stored one (with several replicas, the first
-    /// writer's).
+    /// stored, marked keyed by identities ([`Store::identity_keyed`]) in
+    /// the same write; returns the stored one (with several replicas, the
+    /// first writer's).
     ///
     /// # Errors
     /// Backend.
@@ -74,13 +75,25 @@ impl Store {
         dispatch!(self, init_meta(dataset, meta))
     }
 
-    /// Whether `dataset` holds any model version's identity (a store
-    /// from a release before identities holds none).
+    /// Whether `dataset`'s versions are keyed by their identities: its
+    /// record was written by a release with stored identities (which marks
+    /// it in the same write), or [`Store::mark_identity_keyed`] has been
+    /// called. A dataset an earlier release created is not, until its
+    /// first start under this release has claimed its versions.
     ///
     /// # Errors
     /// Backend.
-    pub async fn has_versions(&self, dataset: &str) -> Result<bool, StoreError> {
-        dispatch!(self, has_versions(dataset))
+    pub async fn identity_keyed(&self, dataset: &str) -> Result<bool, StoreError> {
+        dispatch!(self, identity_keyed(dataset))
+    }
+
+    /// Marks `dataset`'s versions keyed by their identities from now on,
+    /// durably.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn mark_identity_keyed(&self, dataset: &str) -> Result<(), StoreError> {
+        dispatch!(self, mark_identity_keyed(dataset))
     }
 
     /// Writes `candidate` durably as the identity of `model` at `version`

@@ -21,7 +21,7 @@ use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_o
 use super::change::Change;
 use super::decode::{self, journal_entry, journal_event};
 use super::error::{StoreError, backend};
-use super::meta::{Meta, VersionIdentity};
+use super::meta::{LegacyKey, Meta, VersionIdentity};
 use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order, encode_principal};
@@ -44,16 +44,46 @@ fn meta_keys(dataset: &str) -> (String, String) {
     (super::session_key(dataset, "secret"), super::session_key(dataset, "teachers"))
 }
 
-/// A [`VERSIONS`] value.
-fn decode_identity(bytes: &[u8]) -> Result<VersionIdentity, StoreError> {
-    let corrupt = || StoreError::Corrupt { session: "(model versions)".into(), reason: "unreadable identity".into() };
-    let (&flag, teachers) = bytes.split_first().ok_or_else(corrupt)?;
-    let teachers = String::from_utf8(teachers.to_vec()).map_err(|_| corrupt())?;
-    Ok(VersionIdentity { teachers, legacy_key: flag == 1 })
+/// The [`META`] key marking `dataset`'s versions keyed by their identities
+/// (`identity_keyed` or `DATASET/identity_keyed`).
+fn identity_keyed_key(dataset: &str) -> String {
+    super::session_key(dataset, "identity_keyed")
 }
-/// Each model version's identity by (dataset, model, version): a byte,
-/// 1 if its answers keep the legacy cache key, then its teachers' digest.
+
+/// Each model version's identity by (dataset, model, version): a byte
+/// naming its cache key ([`encode_identity`]), then its teachers' digest.
 const VERSIONS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("model_versions");
+
+/// A [`VERSIONS`] value: 0 keyed by identity, 1 by name and version, 2 by
+/// the input alone; then the digest.
+fn encode_identity(identity: &VersionIdentity) -> Vec<u8> {
+    let flag = match identity.legacy {
+        None => 0,
+        Some(LegacyKey::NameAndVersion) => 1,
+        Some(LegacyKey::InputOnly) => 2,
+    };
+    let mut value = vec![flag];
+    value.extend_from_slice(identity.teachers.as_bytes());
+    value
+}
+
+/// [`encode_identity`]'s inverse; `key` names the row in errors.
+fn decode_identity(key: (&str, &str, &str), bytes: &[u8]) -> Result<VersionIdentity, StoreError> {
+    let corrupt = || StoreError::Corrupt {
+        session: format!("(model versions: dataset {:?}, model {:?}, version {})", key.0, key.1, key.2),
+        reason: "unreadable identity".into(),
+    };
+    let (&flag, teachers) = bytes.split_first().ok_or_else(corrupt)?;
+    let legacy = match flag {
+        0 => None,
+        1 => Some(LegacyKey::NameAndVersion),
+        2 => Some(LegacyKey::InputOnly),
+        _ => return Err(corrupt()),
+    };
+    let teachers = String::from_utf8(teachers.to_vec()).map_err(|_| corrupt())?;
+    Ok(VersionIdentity { teachers, legacy })
+}
+
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
 /// Journal events by (session, sequence number).
@@ -276,8 +306,8 @@ impl EmbeddedStore {
         Ok(out)
     }
 
-    /// Writes `dataset`'s record durably unless one exists; returns the
-    /// stored record.
+    /// Writes `dataset`'s record durably unless one exists, marked keyed by
+    /// identities in the same transaction; returns the stored record.
     ///
     /// # Errors
     /// Backend.
@@ -291,19 +321,32 @@ impl EmbeddedStore {
             let mut table = txn.open_table(META).map_err(backend)?;
             table.insert(secret.as_str(), (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
             table.insert(teachers.as_str(), meta.teachers.as_bytes()).map_err(backend)?;
+            table.insert(identity_keyed_key(dataset).as_str(), [1u8].as_slice()).map_err(backend)?;
         }
         txn.commit().map_err(backend)?;
         Ok(meta.clone())
     }
 
-    /// Whether `dataset` holds any model version's identity.
+    /// Whether `dataset`'s versions are keyed by their identities.
     ///
     /// # Errors
     /// Backend.
-    pub fn has_versions(&self, dataset: &str) -> Result<bool, StoreError> {
-        let Some(table) = self.read_table(VERSIONS)? else { return Ok(false) };
-        let mut within = table.range((dataset, "", "")..).map_err(backend)?;
-        Ok(within.next().transpose().map_err(backend)?.is_some_and(|(key, _)| key.value().0 == dataset))
+    pub fn identity_keyed(&self, dataset: &str) -> Result<bool, StoreError> {
+        let Some(table) = self.read_table(META)? else { return Ok(false) };
+        Ok(table.get(identity_keyed_key(dataset).as_str()).map_err(backend)?.is_some())
+    }
+
+    /// Marks `dataset`'s versions keyed by their identities, durably.
+    ///
+    /// # Errors
+    /// Backend.
+    pub fn mark_identity_keyed(&self, dataset: &str) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut table = txn.open_table(META).map_err(backend)?;
+            table.insert(identity_keyed_key(dataset).as_str(), [1u8].as_slice()).map_err(backend)?;
+        }
+        txn.commit().map_err(backend)
     }
 
     /// `candidate` as `model` at `version`'s identity in `dataset`, written
@@ -324,11 +367,9 @@ impl EmbeddedStore {
             let mut table = txn.open_table(VERSIONS).map_err(backend)?;
             let stored = table.get(key).map_err(backend)?.map(|v| v.value().to_vec());
             match stored {
-                Some(bytes) => Some(decode_identity(&bytes)?),
+                Some(bytes) => Some(decode_identity(key, &bytes)?),
                 None => {
-                    let mut value = vec![u8::from(candidate.legacy_key)];
-                    value.extend_from_slice(candidate.teachers.as_bytes());
-                    table.insert(key, value.as_slice()).map_err(backend)?;
+                    table.insert(key, encode_identity(candidate).as_slice()).map_err(backend)?;
                     None
                 }
             }

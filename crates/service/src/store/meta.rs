@@ -41,10 +41,19 @@ impl std::fmt::Debug for Meta {
 pub struct VersionIdentity {
     /// The digest of its teachers and output.
     pub teachers: String,
-    /// Its answers are cached under the key of the releases before stored
-    /// identities (the model's name and version, or for the default
-    /// model's version 1 the input alone), so that the caches of a store
-    /// they wrote carry over: set for the versions a store from such a
-    /// release already served when it was upgraded.
-    pub legacy_key: bool,
+    /// `None`: its answers are cached under a key naming its identity.
+    /// Otherwise the key of the releases before stored identities, so
+    /// that the caches of a store they wrote carry over: set, once and for
+    /// good, for the versions such a store's dataset was configured with
+    /// when this release first started on it.
+    pub legacy: Option<LegacyKey>,
+}
+
+/// How the releases before stored identities keyed a version's answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LegacyKey {
+    /// By the input alone: the default model's version 1.
+    InputOnly,
+    /// By the model's name and version: every other version.
+    NameAndVersion,
 }

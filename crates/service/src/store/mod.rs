@@ -49,7 +49,7 @@ pub use backend::Store;
 pub use change::{Change, Release};
 pub use embedded::EmbeddedStore;
 pub use error::StoreError;
-pub use meta::{DEFAULT_DATASET, GLOBAL_SESSION, Meta, VersionIdentity, session_key};
+pub use meta::{DEFAULT_DATASET, GLOBAL_SESSION, LegacyKey, Meta, VersionIdentity, session_key};
 pub use pg_tls::{PgTls, SslMode};
 pub use postgres::{PgLink, PgStore};
 pub use principal::{Configured, Origin, PrincipalRecord};

@@ -33,7 +33,7 @@ use super::answers::{CacheProbe, CacheRows};
 use super::change::Change;
 use super::decode;
 use super::error::{StoreError, backend};
-use super::meta::{DEFAULT_DATASET, Meta, VersionIdentity};
+use super::meta::{DEFAULT_DATASET, LegacyKey, Meta, VersionIdentity};
 use super::pg_tls::{PgTls, SslMode};
 use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
@@ -232,8 +232,8 @@ impl PgStore {
             .collect()
     }
 
-    /// Writes `meta` unless another replica already did; returns what is
-    /// stored (the first writer wins).
+    /// Writes `meta`, marked keyed by identities, unless another replica
+    /// already wrote one; returns what is stored (the first writer wins).
     ///
     /// # Errors
     /// Backend.
@@ -241,15 +241,16 @@ impl PgStore {
         let secret = i64::try_from(meta.secret).map_err(|_| backend("secret index out of range"))?;
         if dataset == DEFAULT_DATASET {
             self.write_durably(
-                "INSERT INTO pacpriv_meta (id, secret, teachers) VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO pacpriv_meta (id, secret, teachers, identity_keyed) VALUES (1, $1, $2, true) \
+                 ON CONFLICT (id) DO NOTHING",
                 &[&secret, &meta.teachers],
                 pg,
             )
             .await
         } else {
             self.write_durably(
-                "INSERT INTO pacpriv_dataset_meta (dataset, secret, teachers) VALUES ($1, $2, $3) \
-                 ON CONFLICT (dataset) DO NOTHING",
+                "INSERT INTO pacpriv_dataset_meta (dataset, secret, teachers, identity_keyed) \
+                 VALUES ($1, $2, $3, true) ON CONFLICT (dataset) DO NOTHING",
                 &[&dataset, &secret, &meta.teachers],
                 pg,
             )
@@ -278,17 +279,38 @@ impl PgStore {
         Ok(written)
     }
 
-    /// Whether `dataset` holds any model version's identity.
+    /// Whether `dataset`'s versions are keyed by their identities (its
+    /// record's `identity_keyed`; false where there is no record).
     ///
     /// # Errors
     /// Backend.
-    pub async fn has_versions(&self, dataset: &str) -> Result<bool, StoreError> {
+    pub async fn identity_keyed(&self, dataset: &str) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_one("SELECT EXISTS (SELECT 1 FROM pacpriv_model_versions WHERE dataset = $1)", &[&dataset])
+        let row = if dataset == DEFAULT_DATASET {
+            client.query_opt("SELECT identity_keyed FROM pacpriv_meta WHERE id = 1", &[]).await
+        } else {
+            client.query_opt("SELECT identity_keyed FROM pacpriv_dataset_meta WHERE dataset = $1", &[&dataset]).await
+        }
+        .map_err(pg)?;
+        row.map_or(Ok(false), |r| r.try_get(0).map_err(pg))
+    }
+
+    /// Marks `dataset`'s versions keyed by their identities, durably.
+    ///
+    /// # Errors
+    /// Backend.
+    pub async fn mark_identity_keyed(&self, dataset: &str) -> Result<(), StoreError> {
+        if dataset == DEFAULT_DATASET {
+            self.write_durably("UPDATE pacpriv_meta SET identity_keyed = true WHERE id = 1", &[], pg).await
+        } else {
+            self.write_durably(
+                "UPDATE pacpriv_dataset_meta SET identity_keyed = true WHERE dataset = $1",
+                &[&dataset],
+                pg,
+            )
             .await
-            .map_err(pg)?;
-        row.try_get(0).map_err(pg)
+        }
+        .map(drop)
     }
 
     /// `candidate` as `model` at `version`'s identity in `dataset` unless
@@ -304,10 +326,14 @@ impl PgStore {
         version: &str,
         candidate: &VersionIdentity,
     ) -> Result<VersionIdentity, StoreError> {
+        let legacy = candidate.legacy.map(|key| match key {
+            LegacyKey::InputOnly => "input",
+            LegacyKey::NameAndVersion => "model",
+        });
         self.write_durably(
             "INSERT INTO pacpriv_model_versions (dataset, model, version, teachers, legacy_key) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (dataset, model, version) DO NOTHING",
-            &[&dataset, &model, &version, &candidate.teachers, &candidate.legacy_key],
+            &[&dataset, &model, &version, &candidate.teachers, &legacy],
             pg,
         )
         .await?;
@@ -320,7 +346,13 @@ impl PgStore {
             )
             .await
             .map_err(pg)?;
-        Ok(VersionIdentity { teachers: row.try_get(0).map_err(pg)?, legacy_key: row.try_get(1).map_err(pg)? })
+        let legacy = match row.try_get::<_, Option<&str>>(1).map_err(pg)? {
+            None => None,
+            Some("input") => Some(LegacyKey::InputOnly),
+            Some("model") => Some(LegacyKey::NameAndVersion),
+            Some(other) => return Err(backend(format!("model {model:?} version {version}: legacy key {other:?}"))),
+        };
+        Ok(VersionIdentity { teachers: row.try_get(0).map_err(pg)?, legacy })
     }
 
     /// `dataset`'s noise key: `candidate` unless another replica wrote one

@@ -125,9 +125,11 @@ CREATE TABLE pacpriv_model_versions (
     model       TEXT NOT NULL,
     version     TEXT NOT NULL,
     teachers    TEXT NOT NULL,
-    legacy_key  BOOLEAN NOT NULL,
+    legacy_key  TEXT CHECK (legacy_key IN ('input', 'model')),
     PRIMARY KEY (dataset, model, version)
 );
+ALTER TABLE pacpriv_meta ADD COLUMN identity_keyed BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE pacpriv_dataset_meta ADD COLUMN identity_keyed BOOLEAN NOT NULL DEFAULT false;
 ",
     ),
 ];
