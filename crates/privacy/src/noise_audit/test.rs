@@ -5,7 +5,7 @@ use crate::mechanism::{Calibration, SecretIndex, SessionState, TeacherOutputs, a
 use crate::posterior::Posterior;
 use crate::replay::{self, Recorded};
 use chacha20::ChaCha20Rng;
-use ndarray::Array2;
+use ndarray::{Array1, Array2};
 use rand::{RngExt, SeedableRng};
 
 /// Teachers in a session of these tests.

@@ -16,15 +16,17 @@
 //! the file again: redb refuses every operation after an I/O error), so no
 //! record, journal entry or cached answer of it is lost and the journal has
 //! no gap. The first commit that succeeds lets steps in again.
+//!
+//! Here: opening the file, the sessions, their journals and caches, and
+//! the writer; the datasets' records and the versions' identities are in
+//! `meta`, the principals in `principals`.
 
 use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
 use super::change::Change;
 use super::decode::{self, journal_entry, journal_event};
 use super::error::{StoreError, backend};
-use super::meta::{LegacyKey, Meta, VersionIdentity};
-use super::principal::{Configured, Origin, PrincipalRecord};
 use super::record::{JournalEntry, SessionRecord};
-use super::record::{Journaled, chain_order, encode_principal};
+use super::record::{Journaled, chain_order};
 use super::ticket::{Done, Ticket};
 use crate::metrics::StoreMetrics;
 use prost::Message;
@@ -35,60 +37,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, PoisonError, RwLock};
 
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-
-/// The [`META`] keys of `dataset`'s secret and teacher set: `secret` and
-/// `teachers` for the default dataset (where releases before datasets
-/// wrote them), `DATASET/secret` and `DATASET/teachers` for another.
-fn meta_keys(dataset: &str) -> (String, String) {
-    (super::session_key(dataset, "secret"), super::session_key(dataset, "teachers"))
-}
-
-/// The [`META`] key marking `dataset`'s versions keyed by their identities
-/// (`identity_keyed` or `DATASET/identity_keyed`).
-fn identity_keyed_key(dataset: &str) -> String {
-    super::session_key(dataset, "identity_keyed")
-}
-
-/// Each model version's identity by (dataset, model, version): a byte
-/// naming its cache key ([`encode_identity`]), then its teachers' digest.
-const VERSIONS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("model_versions");
-
-/// A [`VERSIONS`] value: 0 keyed by identity, 1 by name and version, 2 by
-/// the input alone; then the digest.
-fn encode_identity(identity: &VersionIdentity) -> Vec<u8> {
-    let flag = match identity.legacy {
-        None => 0,
-        Some(LegacyKey::NameAndVersion) => 1,
-        Some(LegacyKey::InputOnly) => 2,
-    };
-    let mut value = vec![flag];
-    value.extend_from_slice(identity.teachers.as_bytes());
-    value
-}
-
-/// [`encode_identity`]'s inverse; `key` names the row in errors.
-fn decode_identity(key: (&str, &str, &str), bytes: &[u8]) -> Result<VersionIdentity, StoreError> {
-    let corrupt = || StoreError::Corrupt {
-        session: format!("(model versions: dataset {:?}, model {:?}, version {})", key.0, key.1, key.2),
-        reason: "unreadable identity".into(),
-    };
-    let (&flag, teachers) = bytes.split_first().ok_or_else(corrupt)?;
-    let legacy = match flag {
-        0 => None,
-        1 => Some(LegacyKey::NameAndVersion),
-        2 => Some(LegacyKey::InputOnly),
-        _ => return Err(corrupt()),
-    };
-    let teachers = String::from_utf8(teachers.to_vec()).map_err(|_| corrupt())?;
-    Ok(VersionIdentity { teachers, legacy })
-}
+mod meta;
+mod principals;
 
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
 /// Journal events by (session, sequence number).
 const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal_events");
-const PRINCIPALS: TableDefinition<&str, &[u8]> = TableDefinition::new("principals");
 /// A session's answers by (session, owner, number): [`CACHED`] and a
 /// `CachedAnswer` message while cached; [`EVICTED`] and the digest prefix
 /// once evicted under `refuse` (the row is overwritten in place; under
@@ -259,156 +214,6 @@ impl EmbeddedStore {
         open_in(&self.db.begin_read()?, def)
     }
 
-    /// `dataset`'s record, if one was written.
-    ///
-    /// # Errors
-    /// Backend or corrupt data.
-    pub fn meta(&self, dataset: &str) -> Result<Option<Meta>, StoreError> {
-        let Some(table) = self.read_table(META)? else { return Ok(None) };
-        let (secret, teachers) = meta_keys(dataset);
-        let secret = table.get(secret.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
-        let teachers = table.get(teachers.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
-        match (secret, teachers) {
-            (Some(s), Some(t)) => {
-                let corrupt = || StoreError::Corrupt { session: "(meta)".into(), reason: "unreadable".into() };
-                let secret = <[u8; 8]>::try_from(s.as_slice()).map(u64::from_le_bytes).map_err(|_| corrupt())?;
-                Ok(Some(Meta {
-                    secret: usize::try_from(secret).map_err(|_| corrupt())?,
-                    teachers: String::from_utf8(t).map_err(|_| corrupt())?,
-                }))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Every dataset's record, by dataset name.
-    ///
-    /// # Errors
-    /// Backend or corrupt data.
-    pub fn metas(&self) -> Result<Vec<(String, Meta)>, StoreError> {
-        let Some(table) = self.read_table(META)? else { return Ok(Vec::new()) };
-        let mut names = Vec::new();
-        for entry in table.iter().map_err(backend)? {
-            let (key, _) = entry.map_err(backend)?;
-            let key = key.value();
-            if key == "secret" {
-                names.push(super::DEFAULT_DATASET.to_owned());
-            } else if let Some(dataset) = key.strip_suffix("/secret") {
-                names.push(dataset.to_owned());
-            }
-        }
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            if let Some(meta) = self.meta(&name)? {
-                out.push((name, meta));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Writes `dataset`'s record durably unless one exists, marked keyed by
-    /// identities in the same transaction; returns the stored record.
-    ///
-    /// # Errors
-    /// Backend.
-    pub fn init_meta(&self, dataset: &str, meta: &Meta) -> Result<Meta, StoreError> {
-        if let Some(existing) = self.meta(dataset)? {
-            return Ok(existing);
-        }
-        let (secret, teachers) = meta_keys(dataset);
-        let txn = self.db.begin_write()?;
-        {
-            let mut table = txn.open_table(META).map_err(backend)?;
-            table.insert(secret.as_str(), (meta.secret as u64).to_le_bytes().as_slice()).map_err(backend)?;
-            table.insert(teachers.as_str(), meta.teachers.as_bytes()).map_err(backend)?;
-            table.insert(identity_keyed_key(dataset).as_str(), [1u8].as_slice()).map_err(backend)?;
-        }
-        txn.commit().map_err(backend)?;
-        Ok(meta.clone())
-    }
-
-    /// Whether `dataset`'s versions are keyed by their identities.
-    ///
-    /// # Errors
-    /// Backend.
-    pub fn identity_keyed(&self, dataset: &str) -> Result<bool, StoreError> {
-        let Some(table) = self.read_table(META)? else { return Ok(false) };
-        Ok(table.get(identity_keyed_key(dataset).as_str()).map_err(backend)?.is_some())
-    }
-
-    /// Marks `dataset`'s versions keyed by their identities, durably.
-    ///
-    /// # Errors
-    /// Backend.
-    pub fn mark_identity_keyed(&self, dataset: &str) -> Result<(), StoreError> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut table = txn.open_table(META).map_err(backend)?;
-            table.insert(identity_keyed_key(dataset).as_str(), [1u8].as_slice()).map_err(backend)?;
-        }
-        txn.commit().map_err(backend)
-    }
-
-    /// `candidate` as `model` at `version`'s identity in `dataset`, written
-    /// durably unless one is stored; returns the stored one.
-    ///
-    /// # Errors
-    /// Backend, or a stored identity that does not decode.
-    pub fn claim_version(
-        &self,
-        dataset: &str,
-        model: &str,
-        version: &str,
-        candidate: &VersionIdentity,
-    ) -> Result<VersionIdentity, StoreError> {
-        let key = (dataset, model, version);
-        let txn = self.db.begin_write()?;
-        let stored = {
-            let mut table = txn.open_table(VERSIONS).map_err(backend)?;
-            let stored = table.get(key).map_err(backend)?.map(|v| v.value().to_vec());
-            match stored {
-                Some(bytes) => Some(decode_identity(key, &bytes)?),
-                None => {
-                    table.insert(key, encode_identity(candidate).as_slice()).map_err(backend)?;
-                    None
-                }
-            }
-        };
-        match stored {
-            Some(stored) => Ok(stored),
-            None => {
-                txn.commit().map_err(backend)?;
-                Ok(candidate.clone())
-            }
-        }
-    }
-
-    /// `dataset`'s noise key (the [`META`] key `noise_key`, or
-    /// `DATASET/noise_key`): `candidate`, written durably, unless one is
-    /// stored.
-    ///
-    /// # Errors
-    /// Backend, or a stored key that is not 32 bytes.
-    pub fn init_noise_key(&self, dataset: &str, candidate: &[u8; 32]) -> Result<[u8; 32], StoreError> {
-        let name = super::session_key(dataset, "noise_key");
-        let stored = |bytes: &[u8]| {
-            <[u8; 32]>::try_from(bytes)
-                .map_err(|_| StoreError::Corrupt { session: "(meta)".into(), reason: "noise key unreadable".into() })
-        };
-        if let Some(table) = self.read_table(META)?
-            && let Some(v) = table.get(name.as_str()).map_err(backend)?
-        {
-            return stored(v.value());
-        }
-        let txn = self.db.begin_write()?;
-        {
-            let mut table = txn.open_table(META).map_err(backend)?;
-            table.insert(name.as_str(), candidate.as_slice()).map_err(backend)?;
-        }
-        txn.commit().map_err(backend)?;
-        Ok(*candidate)
-    }
-
     /// A session's latest durable record.
     ///
     /// # Errors
@@ -522,157 +327,6 @@ impl EmbeddedStore {
         decode_journal(session, table.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_entry)
     }
 
-    /// Every principal, by name.
-    ///
-    /// # Errors
-    /// Backend or corrupt data.
-    pub fn principals(&self) -> Result<Vec<PrincipalRecord>, StoreError> {
-        let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(Vec::new()) };
-        table
-            .iter()
-            .map_err(backend)?
-            .map(|item| {
-                let (k, v) = item.map_err(backend)?;
-                decode_principal(k.value(), v.value())
-            })
-            .collect()
-    }
-
-    /// The principal called `name`.
-    ///
-    /// # Errors
-    /// Backend or corrupt data.
-    pub fn principal(&self, name: &str) -> Result<Option<PrincipalRecord>, StoreError> {
-        let Some(table) = self.read_table(PRINCIPALS)? else { return Ok(None) };
-        let value = table.get(name).map_err(backend)?;
-        value.map(|v| decode_principal(name, v.value())).transpose()
-    }
-
-    /// The principal whose key hashes to `key_sha256` (a scan: the
-    /// service looks keys up in its in-memory registry, not here).
-    ///
-    /// # Errors
-    /// Backend or corrupt data.
-    pub fn principal_by_key(&self, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
-        Ok(self.principals()?.into_iter().find(|p| &p.key_sha256 == key_sha256))
-    }
-
-    /// See [`super::Store::provision_all`]: every record in one write
-    /// transaction (one fsync), keys checked against a digest map built
-    /// once, so n principals cost O(n) rather than a table scan each.
-    ///
-    /// # Errors
-    /// As [`super::Store::provision_all`].
-    pub fn provision_all(&self, records: &[PrincipalRecord]) -> Result<Vec<PrincipalRecord>, StoreError> {
-        Ok(self.provisioned(records, None)?.stored)
-    }
-
-    /// See [`super::Store::configure`]: [`EmbeddedStore::provision_all`]'s
-    /// transaction, with the revocations in it.
-    ///
-    /// # Errors
-    /// As [`super::Store::configure`].
-    pub fn configure(&self, records: &[PrincipalRecord], at_unix: i64) -> Result<Configured, StoreError> {
-        self.provisioned(records, Some(at_unix))
-    }
-
-    /// `records` provisioned in one write transaction and, with
-    /// `revoke_unlisted_at`, every active config-origin principal they do
-    /// not name revoked then. An error drops the transaction uncommitted:
-    /// all or nothing.
-    fn provisioned(
-        &self,
-        records: &[PrincipalRecord],
-        revoke_unlisted_at: Option<i64>,
-    ) -> Result<Configured, StoreError> {
-        let txn = self.db.begin_write()?;
-        let configured = {
-            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
-            let mut keys = Keys::of(&table)?;
-            let stored =
-                records.iter().map(|r| provision_in(&mut table, &mut keys, r)).collect::<Result<Vec<_>, _>>()?;
-            let mut revoked = Vec::new();
-            if let Some(at_unix) = revoke_unlisted_at {
-                let listed: std::collections::HashSet<&str> = records.iter().map(|r| r.name.as_str()).collect();
-                for item in table.iter().map_err(backend)? {
-                    let (name, bytes) = item.map_err(backend)?;
-                    let record = decode_principal(name.value(), bytes.value())?;
-                    if record.origin == Origin::Config && record.active() && !listed.contains(record.name.as_str()) {
-                        revoked.push(PrincipalRecord { revoked_unix: Some(at_unix), ..record });
-                    }
-                }
-                for record in &revoked {
-                    table.insert(record.name.as_str(), encode_principal(record).as_slice()).map_err(backend)?;
-                }
-            }
-            Configured { stored, revoked }
-        };
-        txn.commit().map_err(backend)?;
-        Ok(configured)
-    }
-
-    /// See [`super::Store::rotate_key`].
-    ///
-    /// # Errors
-    /// As [`super::Store::rotate_key`].
-    pub fn rotate_key(&self, name: &str, key_sha256: &[u8; 32]) -> Result<Option<PrincipalRecord>, StoreError> {
-        self.update_principal(name, |record, table| {
-            if record.origin != Origin::Admin || !record.active() {
-                return Ok(false);
-            }
-            if Keys::of(table)?.0.get(key_sha256).is_some_and(|holder| holder != name) {
-                return Err(StoreError::KeyInUse { name: name.to_owned() });
-            }
-            record.key_sha256 = *key_sha256;
-            Ok(true)
-        })
-    }
-
-    /// See [`super::Store::revoke`].
-    ///
-    /// # Errors
-    /// Backend or corrupt data.
-    pub fn revoke(&self, name: &str, at_unix: i64) -> Result<Option<PrincipalRecord>, StoreError> {
-        self.update_principal(name, |record, _| {
-            let revoking = record.active();
-            record.revoked_unix = record.revoked_unix.or(Some(at_unix));
-            Ok(revoking)
-        })
-    }
-
-    /// `change` applied to the stored record of `name` in one write
-    /// transaction, which writes it back when `change` says so; the record
-    /// as stored afterwards, `None` if there is no such principal.
-    fn update_principal(
-        &self,
-        name: &str,
-        change: impl FnOnce(&mut PrincipalRecord, &redb::Table<'_, &str, &[u8]>) -> Result<bool, StoreError>,
-    ) -> Result<Option<PrincipalRecord>, StoreError> {
-        let txn = self.db.begin_write()?;
-        let stored = {
-            let mut table = txn.open_table(PRINCIPALS).map_err(backend)?;
-            let existing = table.get(name).map_err(backend)?.map(|v| v.value().to_vec());
-            let Some(bytes) = existing else { return Ok(None) };
-            let mut record = decode_principal(name, &bytes)?;
-            if change(&mut record, &table)? {
-                table.insert(name, encode_principal(&record).as_slice()).map_err(backend)?;
-            }
-            record
-        };
-        txn.commit().map_err(backend)?;
-        Ok(Some(stored))
-    }
-
-    /// Holds the file's write lock until the transaction is dropped: the
-    /// writer's next commit waits for it (a stalled disk, for tests).
-    ///
-    /// # Errors
-    /// The transaction cannot begin.
-    #[cfg(test)]
-    pub(crate) fn stall(&self) -> Result<redb::WriteTransaction, StoreError> {
-        self.db.begin_write()
-    }
-
     /// Whether a step may be taken: not while the last commit has failed
     /// (module documentation). Checked before the step draws.
     ///
@@ -698,68 +352,6 @@ impl EmbeddedStore {
             .map_err(|_| StoreError::WriterGone)?;
         Ok(wait)
     }
-}
-
-/// Every stored principal's name by key digest (revoked ones too: a key
-/// is never handed to a second principal), kept in step with the table
-/// while a provisioning transaction writes to it.
-struct Keys(HashMap<[u8; 32], String>);
-
-impl Keys {
-    fn of(table: &redb::Table<'_, &str, &[u8]>) -> Result<Self, StoreError> {
-        let mut keys = HashMap::new();
-        for item in table.iter().map_err(backend)? {
-            let (k, v) = item.map_err(backend)?;
-            let p = decode_principal(k.value(), v.value())?;
-            keys.insert(p.key_sha256, p.name);
-        }
-        Ok(Keys(keys))
-    }
-}
-
-/// Provisions one record inside an open write transaction (the semantics
-/// of [`super::Store::provision`]), updating `keys` to match.
-fn provision_in(
-    table: &mut redb::Table<'_, &str, &[u8]>,
-    keys: &mut Keys,
-    record: &PrincipalRecord,
-) -> Result<PrincipalRecord, StoreError> {
-    let existing = table.get(record.name.as_str()).map_err(backend)?.map(|v| v.value().to_vec());
-    let (stored, old_key) = match existing {
-        None => (record.clone(), None),
-        Some(bytes) => {
-            let old = decode_principal(&record.name, &bytes)?;
-            if old.origin == Origin::Admin || record.origin == Origin::Admin {
-                return Err(StoreError::PrincipalExists { name: record.name.clone(), origin: old.origin.as_str() });
-            }
-            let old_key = old.key_sha256;
-            (
-                PrincipalRecord {
-                    key_sha256: record.key_sha256,
-                    budget: record.budget,
-                    dataset_budgets: record.dataset_budgets.clone(),
-                    ..old
-                },
-                Some(old_key),
-            )
-        }
-    };
-    if keys.0.get(&stored.key_sha256).is_some_and(|holder| *holder != stored.name) {
-        return Err(StoreError::KeyInUse { name: stored.name });
-    }
-    table.insert(stored.name.as_str(), encode_principal(&stored).as_slice()).map_err(backend)?;
-    if let Some(old_key) = old_key.filter(|k| *k != stored.key_sha256)
-        && keys.0.get(&old_key).is_some_and(|holder| *holder == stored.name)
-    {
-        keys.0.remove(&old_key);
-    }
-    keys.0.insert(stored.key_sha256, stored.name.clone());
-    Ok(stored)
-}
-
-fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreError> {
-    super::record::decode_principal(name, bytes)
-        .ok_or_else(|| StoreError::Corrupt { session: format!("(principal {name})"), reason: "undecodable".into() })
 }
 
 /// The writer loop: block for one write, take whatever else is queued,
