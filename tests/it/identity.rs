@@ -4,11 +4,11 @@
 //! store — so its cached answers are never another teacher set's; a
 //! store from the release before identities keeps its caches.
 
-use crate::util::{Postgres, Process, budget, client, digit, image, key_hash, predict, sample, scrape};
+use crate::reload::reload;
+use crate::util::{Postgres, Process, budget, client, digit, image, key_hash, predict};
 use pacpriv_service::proto::pacpriv::PredictRequest;
 use pacpriv_service::proto::pacpriv::privatizer_client::PrivatizerClient;
 use std::path::Path;
-use std::time::Duration;
 use tonic::transport::Channel;
 
 /// Alice (key `ka`), bob (key `kb`, the load: its answers fill its own
@@ -23,20 +23,6 @@ fn config(versions: &[(u32, &str)]) -> String {
         toml.push_str(&format!("\n[versions.private.{number}]\ndemo = {{ regularisation = {regularisation} }}\n"));
     }
     toml
-}
-
-/// Sends SIGHUP and waits until the reload counter `outcome` reaches `n`.
-async fn reload(server: &Process, outcome: &str, n: f64) {
-    let metrics = server.listener("metrics");
-    server.signal("HUP");
-    let series = format!("pacpriv_config_reloads_total{{outcome=\"{outcome}\"}}");
-    for _ in 0..200 {
-        if sample(&scrape(&metrics), &series) == Some(n) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no {outcome} reload counted:\n{}", server.logs());
 }
 
 /// Query `n` asked of `version`: (cached, charged).
@@ -75,6 +61,7 @@ async fn a_version_number_keeps_its_teachers(store: &[(&'static str, String)]) {
     env.extend_from_slice(store);
     std::fs::write(&file, config(&[(2, "1.0")])).expect("config");
     let mut server = Process::serve(Some(&file), &env);
+    let metrics = server.listener("metrics");
     let mut c = client(&server.addr).await;
     let first = ask(&mut c, "2", 1).await;
     assert!(!first.0, "a fresh query");
@@ -101,22 +88,22 @@ async fn a_version_number_keeps_its_teachers(store: &[(&'static str, String)]) {
         }));
     }
     std::fs::write(&file, config(&[(2, "0.5")])).expect("config");
-    reload(&server, "rejected", 1.0).await;
+    reload(&server, &metrics, "rejected", 1.0).await;
     let logs = server.logs();
     assert!(logs.contains("version 2 (dataset") && logs.contains("not used before in this store"), "{logs}");
     assert!(ask(&mut c, "2", 1).await.0, "version 2 is still its first teachers, its cache theirs");
 
     // The new teachers under a new number: built, and asked afresh.
     std::fs::write(&file, config(&[(3, "0.5")])).expect("config");
-    reload(&server, "applied", 1.0).await;
+    reload(&server, &metrics, "applied", 1.0).await;
     let (cached, _) = ask(&mut c, "3", 1).await;
     assert!(!cached, "version 3 never meets version 2's answers");
     // Removed, version 2 keeps its claim: added back with other teachers
     // it is rejected, with its own it is served and its cache is its own.
     std::fs::write(&file, config(&[(2, "2.0"), (3, "0.5")])).expect("config");
-    reload(&server, "rejected", 2.0).await;
+    reload(&server, &metrics, "rejected", 2.0).await;
     std::fs::write(&file, config(&[(2, "1.0"), (3, "0.5")])).expect("config");
-    reload(&server, "applied", 2.0).await;
+    reload(&server, &metrics, "applied", 2.0).await;
     assert!(ask(&mut c, "2", 1).await.0, "version 2 back with its teachers: its answers are still cached");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut answered = 0;

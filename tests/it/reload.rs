@@ -40,7 +40,7 @@ async fn ask(c: &mut PrivatizerClient<Channel>, key: &str, n: u32) -> Result<f64
 }
 
 /// Sends SIGHUP and waits until the reload counter `outcome` reaches `n`.
-async fn reload(server: &Process, metrics: &str, outcome: &str, n: f64) {
+pub(crate) async fn reload(server: &Process, metrics: &str, outcome: &str, n: f64) {
     server.signal("HUP");
     let series = format!("pacpriv_config_reloads_total{{outcome=\"{outcome}\"}}");
     for _ in 0..100 {

@@ -78,14 +78,7 @@ impl QueryDigest {
     /// answers for itself, so a repeat is a repeat of the same model's
     /// question. (The default model keeps [`QueryDigest::of`]'s key.)
     pub fn of_model(&self, name: &str, version: &str) -> QueryDigest {
-        let mut h = Sha256::new();
-        h.update(b"pacpriv-query-model/v1\0");
-        h.update(self.0);
-        for part in [name, version] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part.as_bytes());
-        }
-        QueryDigest(h.finalize().into())
+        self.with(b"pacpriv-query-model/v1\0", &[name, version])
     }
 
     /// This key as asked of the model `name` at `version` whose stored
@@ -93,10 +86,15 @@ impl QueryDigest {
     /// number given other teachers never meets its predecessor's answers,
     /// even where the store's refusal of a reused number is bypassed.
     pub fn of_identity(&self, name: &str, version: &str, identity: &str) -> QueryDigest {
+        self.with(b"pacpriv-query-identity/v1\0", &[name, version, identity])
+    }
+
+    /// SHA-256 over `tag`, this key and each of `parts` after its length.
+    fn with(&self, tag: &[u8], parts: &[&str]) -> QueryDigest {
         let mut h = Sha256::new();
-        h.update(b"pacpriv-query-identity/v1\0");
+        h.update(tag);
         h.update(self.0);
-        for part in [name, version, identity] {
+        for part in parts {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }

@@ -162,24 +162,16 @@ impl EmbeddedStore {
     ) -> Result<VersionIdentity, StoreError> {
         let key = (dataset, model, version);
         let txn = self.db.begin_write()?;
-        let stored = {
+        {
             let mut table = txn.open_table(VERSIONS).map_err(backend)?;
-            let stored = table.get(key).map_err(backend)?.map(|v| v.value().to_vec());
-            match stored {
-                Some(bytes) => Some(decode_identity(key, &bytes)?),
-                None => {
-                    table.insert(key, encode_identity(candidate).as_slice()).map_err(backend)?;
-                    None
-                }
+            if let Some(stored) = table.get(key).map_err(backend)?.map(|v| v.value().to_vec()) {
+                // Written before: the transaction ends unwritten.
+                return decode_identity(key, &stored);
             }
-        };
-        match stored {
-            Some(stored) => Ok(stored),
-            None => {
-                txn.commit().map_err(backend)?;
-                Ok(candidate.clone())
-            }
+            table.insert(key, encode_identity(candidate).as_slice()).map_err(backend)?;
         }
+        txn.commit().map_err(backend)?;
+        Ok(candidate.clone())
     }
 
     /// `dataset`'s noise key (the [`META`] key `noise_key`, or
