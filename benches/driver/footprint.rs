@@ -6,7 +6,7 @@
 //! library carries no measuring hooks.
 
 use pacpriv_service::session::{Session, Versioned};
-use pacpriv_service::store::PrincipalRecord;
+use pacpriv_store::PrincipalRecord;
 use std::sync::{Arc, Mutex};
 
 /// Heap bytes by part, for `principals` idle per-principal sessions.

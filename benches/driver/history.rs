@@ -33,7 +33,7 @@ use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv_service::session::{
     Asking, Credential, DatasetTerms, Handle, Scope, SessionError, SessionParams, Sessions,
 };
-use pacpriv_service::store::{EmbeddedStore, PgLink, PgStore, Store};
+use pacpriv_store::{EmbeddedStore, PgLink, PgStore, Store};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -199,8 +199,7 @@ async fn point(
         policy: Policy::Paper,
         m: args.teachers,
         secret,
-        noise: pacpriv_service::session::secret::establish_noise_key(&store, pacpriv_service::store::DEFAULT_DATASET)
-            .await?,
+        noise: pacpriv_service::session::secret::establish_noise_key(&store, pacpriv_store::DEFAULT_DATASET).await?,
         journal: false,
         cache,
         calibration: Default::default(),

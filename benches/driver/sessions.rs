@@ -18,8 +18,8 @@ use pacpriv_privacy::Nats;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use pacpriv_service::session::{Credential, DatasetTerms, Scope, SessionParams, Sessions};
-use pacpriv_service::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv_service::store::{EmbeddedStore, Store};
+use pacpriv_store::embedded::DEFAULT_CACHE_BYTES;
+use pacpriv_store::{EmbeddedStore, Store};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -219,7 +219,7 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 fn open(args: &Args, path: &Path) -> anyhow::Result<Arc<EmbeddedStore>> {
-    let metrics = pacpriv_service::metrics::StoreMetrics::default();
+    let metrics = pacpriv_store::StoreMetrics::default();
     Ok(Arc::new(match args.cache_mib {
         Some(mib) => EmbeddedStore::open_with_cache(path, metrics, mib << 20)?,
         None => EmbeddedStore::open_with(path, metrics)?,
@@ -248,8 +248,7 @@ async fn params(args: &Args, store: &Store) -> anyhow::Result<SessionParams> {
         policy: Policy::Paper,
         m: args.teachers,
         secret,
-        noise: pacpriv_service::session::secret::establish_noise_key(store, pacpriv_service::store::DEFAULT_DATASET)
-            .await?,
+        noise: pacpriv_service::session::secret::establish_noise_key(store, pacpriv_store::DEFAULT_DATASET).await?,
         journal: false,
         cache: pacpriv_service::session::cache::CacheSettings::OFF,
         calibration: Default::default(),

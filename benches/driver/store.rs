@@ -23,9 +23,9 @@ use pacpriv_service::session::cache::{CacheSettings, OnEvicted, QueryDigest};
 use pacpriv_service::session::{
     Asking, Credential, DatasetTerms, Handle, PrincipalConfig, Scope, SessionError, SessionParams, Sessions, secret,
 };
-use pacpriv_service::store::embedded::DEFAULT_CACHE_BYTES;
-use pacpriv_service::store::principal::now_unix;
-use pacpriv_service::store::{
+use pacpriv_store::embedded::DEFAULT_CACHE_BYTES;
+use pacpriv_store::principal::now_unix;
+use pacpriv_store::{
     DEFAULT_DATASET, EmbeddedStore, Meta, Origin, PgLink, PgStore, PrincipalRecord, SessionRecord, Store,
 };
 use rand::RngExt;
@@ -268,8 +268,7 @@ async fn durable(
         policy: Policy::Paper,
         m: args.teachers,
         secret,
-        noise: pacpriv_service::session::secret::establish_noise_key(&store, pacpriv_service::store::DEFAULT_DATASET)
-            .await?,
+        noise: pacpriv_service::session::secret::establish_noise_key(&store, pacpriv_store::DEFAULT_DATASET).await?,
         journal: args.journal,
         cache: CacheSettings { capacity: args.cached, on_evicted: OnEvicted::Charge },
         calibration: Default::default(),

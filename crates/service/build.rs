@@ -21,12 +21,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("pacpriv_descriptor.bin"))
         .compile_protos(&[at("pacpriv/v1/privatizer.proto"), at("pacpriv/v1/admin.proto")], &[PROTO.to_owned()])?;
-    // The store's record schema: messages only, no service, no reflection.
-    // Maps as BTreeMap: a record's bytes do not depend on a hash seed.
-    tonic_prost_build::configure()
-        .build_client(false)
-        .build_server(false)
-        .btree_map(".")
-        .compile_protos(&[at("pacpriv/store/v1/records.proto")], &[PROTO.to_owned()])?;
     Ok(())
 }

@@ -120,7 +120,7 @@ pub fn run(cli: Cli, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
 /// writes (and the oldest it still reads), so that an operator can tell
 /// whether two releases can share a store or read each other's exports.
 pub fn long_version() -> String {
-    use pacpriv_service::store::{postgres, record};
+    use pacpriv_store::{postgres, record};
     format!(
         "{version}\n\
          store records: sessions format {session} ({tail} with a cache tail), \

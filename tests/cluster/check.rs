@@ -2,7 +2,7 @@
 //! what the clients received (the load generator's JSON lines).
 
 use crate::compose::Project;
-use pacpriv_service::store::{JournalEntry, SessionRecord};
+use pacpriv_store::{JournalEntry, SessionRecord};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 

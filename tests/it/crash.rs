@@ -11,8 +11,8 @@
 use crate::util::{Process, client, distinct, image, key_hash, predict, replay};
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::ledger::{Ledger, Policy};
-use pacpriv_service::store::answers::prefix;
-use pacpriv_service::store::{EmbeddedStore, JournalEntry, SessionRecord};
+use pacpriv_store::answers::prefix;
+use pacpriv_store::{EmbeddedStore, JournalEntry, SessionRecord};
 use rand::RngExt;
 use std::collections::HashMap;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! freeing the disk.
 
 use crate::util::{
-    ADMIN_TOKEN, Process, budget, client, digit, image, key_hash, pacpriv, predict, refusal, small_demo,
+    ADMIN_TOKEN, Process, budget, client, digit, image, key_hash, pacpriv_verify, predict, refusal, small_demo,
 };
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -71,6 +71,6 @@ async fn a_failed_commit_stops_new_charges_and_loses_nothing() {
     let file = dir.path().join("journal.jsonl");
     let o = server.admin_cli(&["export", "--out", &file.display().to_string()]);
     assert!(o.status.success(), "export: {}", String::from_utf8_lossy(&o.stderr));
-    let o = pacpriv(&["verify", &file.display().to_string()]);
+    let o = pacpriv_verify(&[&file.display().to_string()]);
     assert!(o.status.success(), "verify: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 }

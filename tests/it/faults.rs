@@ -29,7 +29,7 @@ use pacpriv_service::proto::inference::grpc_inference_service_client::GrpcInfere
 use pacpriv_service::proto::inference::model_infer_request::InferInputTensor;
 use pacpriv_service::proto::inference::{InferTensorContents, ModelInferRequest};
 use pacpriv_service::proto::pacpriv::PredictResponse;
-use pacpriv_service::store::EmbeddedStore;
+use pacpriv_store::EmbeddedStore;
 use rand::RngExt;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

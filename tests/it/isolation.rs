@@ -201,7 +201,7 @@ async fn names_cannot_cross_secrets(postgres: Option<&str>) {
                 .expect("an earlier release's session");
         }
         None => {
-            use pacpriv_service::store::{Change, EmbeddedStore, SessionRecord};
+            use pacpriv_store::{Change, EmbeddedStore, SessionRecord};
             let store = EmbeddedStore::open(&store_path).expect("opens");
             let record = SessionRecord {
                 version: 10,

@@ -16,7 +16,7 @@ use pacpriv_service::proto::inference::{
     RepositoryModelUnloadRequest,
 };
 use pacpriv_service::proto::pacpriv::{GetBudgetRequest, PredictRequest, PredictResponse};
-use pacpriv_service::store::EmbeddedStore;
+use pacpriv_store::EmbeddedStore;
 use tonic::Code;
 
 const M: usize = 16;

@@ -317,7 +317,7 @@ async fn mtls_certificate_names_the_principal_and_health_stays_plaintext() {
 /// the store and the exporter define them; `-V` the release alone.
 #[test]
 fn version_names_the_release_and_the_formats_it_writes() {
-    use pacpriv_service::store::{postgres, record};
+    use pacpriv_store::{postgres, record};
     let long = crate::util::pacpriv(&["--version"]);
     assert!(long.status.success(), "{}", String::from_utf8_lossy(&long.stderr));
     let text = String::from_utf8_lossy(&long.stdout);

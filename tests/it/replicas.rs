@@ -3,7 +3,7 @@
 //! total charge equals the answers and the posterior equals the replay.
 
 use crate::util::{Postgres, Process, client, distinct, image, predict, replay};
-use pacpriv_service::store::{PgLink, PgStore};
+use pacpriv_store::{PgLink, PgStore};
 
 const M: usize = 16;
 const QUERIES: usize = 60;

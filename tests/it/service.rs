@@ -201,8 +201,7 @@ async fn stream_answers_in_order_and_stops_at_the_first_failure() {
     // The session's steps were taken in request order, not in the order
     // the (batched, concurrent) fan-outs came back.
     server.kill();
-    let journal =
-        pacpriv_service::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
+    let journal = pacpriv_store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
     let stepped: Vec<String> = journal.into_iter().map(|j| j.query_id).collect();
     assert_eq!(stepped, (0..GOOD).map(|i| format!("s{i}")).collect::<Vec<_>>());
 }
@@ -381,8 +380,7 @@ async fn a_repeated_query_costs_nothing_and_moves_nothing() {
     drop((c, server));
 
     // One journaled step per fresh answer; no repeat ever reached the posterior.
-    let journal =
-        pacpriv_service::store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
+    let journal = pacpriv_store::EmbeddedStore::open(&store).expect("store").journal("alice").expect("journal");
     let ids: Vec<&str> = journal.iter().map(|j| j.query_id.as_str()).collect();
     assert_eq!(journal.len() as u64, spent.answered + 1, "{ids:?}");
     assert!(ids.iter().all(|id| id.starts_with("try") || *id == "s1"), "{ids:?}");

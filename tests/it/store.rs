@@ -12,7 +12,7 @@ use pacpriv_service::session::{
     Asking, Caller, Credential, DatasetTerms, Handle, ModelTag, Preflight, PrincipalConfig, Scope, SessionError,
     SessionParams, Sessions,
 };
-use pacpriv_service::store::{
+use pacpriv_store::{
     DEFAULT_DATASET, EmbeddedStore, LegacyKey, Meta, Origin, PgLink, PgStore, PgTls, PrincipalRecord, SslMode, Store,
     StoreError, VersionIdentity,
 };
@@ -421,8 +421,7 @@ async fn postgres_schema_changes_go_through_numbered_migrations() {
         .expect("future migration");
     let refused =
         PgStore::connect(&pg.url, &PgLink::plain(1)).await.err().expect("a newer schema is refused").to_string();
-    let known =
-        format!("migration 99, newer than this release knows ({})", pacpriv_service::store::postgres::SCHEMA_VERSION);
+    let known = format!("migration 99, newer than this release knows ({})", pacpriv_store::postgres::SCHEMA_VERSION);
     assert!(refused.contains(&known), "{refused}");
 }
 

@@ -6,11 +6,12 @@
 //! line.
 
 use crate::util::{
-    ADMIN_TOKEN, Postgres, Process, client, digit, held_out, image, key_hash, pacpriv, predict, small_demo, write_csv,
+    ADMIN_TOKEN, Postgres, Process, client, digit, held_out, image, key_hash, pacpriv, pacpriv_verify, predict,
+    small_demo, write_csv,
 };
 use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_service::proto::pacpriv::PredictRequest;
-use pacpriv_service::store::JournalEntry;
+use pacpriv_store::JournalEntry;
 use pacpriv_tools::verify::format::{self, Line};
 use serde_json::Value;
 use std::path::Path;
@@ -93,13 +94,13 @@ fn the_export_passes_the_key_audit(file: &Path) {
 }
 
 fn verify(file: &Path) -> Output {
-    pacpriv(&["verify", &file.display().to_string()])
+    pacpriv_verify(&[&file.display().to_string()])
 }
 
 /// `pacpriv verify --allow-unkeyed`: for exports whose noisy steps commit
 /// to no noise key (as a store written before committed noise holds).
 fn verify_unkeyed(file: &Path) -> Output {
-    pacpriv(&["verify", "--allow-unkeyed", &file.display().to_string()])
+    pacpriv_verify(&["--allow-unkeyed", &file.display().to_string()])
 }
 
 fn lines(file: &Path) -> Vec<String> {
@@ -283,7 +284,7 @@ fn a_release_at_the_clamp_is_not_passed_unchecked(dir: &Path, honest: &[String])
         }
     });
     fails_at(&unverifiable, last + 1, "--allow-unchecked lists such steps");
-    let o = pacpriv(&["verify", "--allow-unchecked", &unverifiable.display().to_string()]);
+    let o = pacpriv_verify(&["--allow-unchecked", &unverifiable.display().to_string()]);
     let report = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}{report}", String::from_utf8_lossy(&o.stderr));
     assert!(report.contains("verified with 1 unchecked: 43 steps"), "{report}");
@@ -453,7 +454,7 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
     assert!(dataset.ends_with("\tpass"), "{dataset}");
 
     // α must be a probability.
-    let o = pacpriv(&["verify", "--noise-alpha", "2", &honest.display().to_string()]);
+    let o = pacpriv_verify(&["--noise-alpha", "2", &honest.display().to_string()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not a probability strictly between 0 and 1"), "{err}");
 }
@@ -751,7 +752,7 @@ fn key_file(dir: &Path, name: &str, key: &NoiseKey) -> std::path::PathBuf {
 }
 
 fn verify_keyed(file: &Path, keys: &Path) -> Output {
-    pacpriv(&["verify", "--noise-key", &keys.display().to_string(), &file.display().to_string()])
+    pacpriv_verify(&["--noise-key", &keys.display().to_string(), &file.display().to_string()])
 }
 
 /// Issue 66 §3: dishonest operators who know the statistical audit, each

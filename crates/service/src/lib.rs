@@ -11,10 +11,10 @@
 //! # Layout
 //!
 //! From the top of the dependency order down: a module imports only the
-//! modules named after it in this list, and `pacpriv_privacy` and
-//! `pacpriv_demo` below this crate. `tests/module_order.rs` checks the
+//! modules named after it in this list, and `pacpriv_store`,
+//! `pacpriv_privacy` and `pacpriv_demo` below this crate. `tests/module_order.rs` checks the
 //! first from the source's `crate::…`/`super::…` paths (and the order of
-//! the files inside `session/`, `store/` and `settings/`, which their
+//! the files inside `session/` and `settings/`, which their
 //! `mod.rs` lists); cargo enforces the second (`docs/architecture.md`).
 //!
 //! 1. [`start`]: start-up in one place — builds the store, teachers,
@@ -27,20 +27,22 @@
 //!    returns once it is durable. [`teachers`]: fan-out to all m teachers
 //!    over the Open Inference Protocol; `teachers::demo` serves the demo
 //!    teachers (`pacpriv_demo`).
-//! 5. [`store`]: durable records (schema'd, versioned) and where a
-//!    session's state lives (`store::cell`) — embedded (redb, group
-//!    commit) or PostgreSQL (row-locked steps, for replicas). [`tensor`]:
-//!    wire tensors to numbers.
+//! 5. [`tensor`]: wire tensors to numbers.
 //! 6. the ground floor: [`metrics`], [`net`] (listening sockets), [`trace`] (logs and
 //!    OpenTelemetry spans, trace context in and out), [`proto`] (wire
-//!    protocols and the store's record schema, compiled from `proto/`).
+//!    protocols, compiled from `proto/`).
+//!
+//! Below this crate: `pacpriv_store`, durable records and where a
+//! session's state lives (`pacpriv_store::cell`) — embedded (redb, group
+//! commit) or PostgreSQL (row-locked steps, for replicas) — over
+//! `pacpriv_records`, the records' formats.
 //!
 //! `fuzz` (feature `fuzzing`, and in `cargo test`) holds the fuzzing entry
 //! points for every parser of peer-chosen bytes (driven by `fuzz/` and by
 //! proptest in CI); it is not part of the product library.
 //!
 //! A request goes `server` (auth, input) → `session` (preflight) →
-//! `teachers` (fan-out) → `session` (`pacpriv_privacy` step, `store` commit) →
+//! `teachers` (fan-out) → `session` (`pacpriv_privacy` step, `pacpriv_store` commit) →
 //! `server` (response); `docs/architecture.md` follows one Predict from
 //! the socket to the ledger.
 
@@ -55,7 +57,6 @@ pub mod server;
 pub mod session;
 pub mod settings;
 pub mod start;
-pub mod store;
 pub mod teachers;
 pub mod tensor;
 pub mod trace;

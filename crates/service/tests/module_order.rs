@@ -1,32 +1,66 @@
-//! The service's module order, checked the way cargo checks the crates'
-//! order: every `crate::…` and `super::…` path in `src/` is read, and an
-//! import that runs up the stated order fails the test.
+//! The workspace's order, checked the way cargo checks the crates' order:
+//! every `crate::…` and `super::…` path is read, and an import that runs up
+//! the stated order fails the test.
 //!
-//! - Between the crate's top-level modules, the order is the numbered
-//!   "Layout" list of `src/lib.rs`, from the top down: a module may use
+//! - Between crates, the order is `docs/architecture.md`'s "may depend on"
+//!   table: each crate's `Cargo.toml` may name only the workspace crates
+//!   its row lists, and every crate has a row.
+//! - Between the service's top-level modules, the order is the numbered
+//!   "Layout" list of its `src/lib.rs`, from the top down: a module may use
 //!   only modules named after it in that list.
-//! - Inside `session/`, `store/` and `settings/`, the order is the
-//!   "Files, from the bottom up" list of the folder's `mod.rs`: a file
-//!   (with everything under it, e.g. `store/postgres/…`) may use only the
-//!   files named before it, directly or through what `mod.rs` re-exports
-//!   from them; never an item `mod.rs` defines itself (`mod.rs` declares
-//!   and re-exports; in `settings/` it also loads, calling down).
+//! - Inside the service's `session/` and `settings/`, and the store
+//!   crate's `src/`, the order is the "Files, from the bottom up" list of
+//!   the folder's `mod.rs` (the store's `lib.rs`): a file (with everything
+//!   under it, e.g. `postgres/…`) may use only the files named before it,
+//!   directly or through what `mod.rs` re-exports from them, or a crate
+//!   below that `mod.rs` re-exports (the store's `record`); never an item
+//!   `mod.rs` defines itself (`mod.rs` declares and re-exports; in
+//!   `settings/` it also loads, calling down).
 //!
 //! Test code (`test.rs`, `#[cfg(test)] mod test { … }`) and `fuzz` (the
 //! fuzzing entry points, test-only) may reach anywhere and are skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The folders whose files are ordered.
-const ORDERED: [&str; 3] = ["session", "store", "settings"];
+/// The folders whose files are ordered: a crate (its folder under
+/// `crates/`), the folder in its `src/` (`""`: `src/` itself), and the
+/// file there that lists the order.
+const ORDERED: [(&str, &str, &str); 3] =
+    [("service", "session", "mod.rs"), ("service", "settings", "mod.rs"), ("store", "", "lib.rs")];
+
+#[test]
+fn no_crate_depends_on_one_above_it() {
+    let table = crate_table();
+    let (mut wrong, mut unlisted) = (Vec::new(), Vec::new());
+    for manifest in manifests() {
+        let name = package_name(&manifest);
+        if name == "pacpriv-workspace-hack" {
+            continue;
+        }
+        let Some(allowed) = table.get(&name) else {
+            unlisted.push(name);
+            continue;
+        };
+        for used in workspace_dependencies(&manifest) {
+            if !allowed.contains(&used) && used != "pacpriv-workspace-hack" {
+                wrong.push(format!("{name} depends on {used}, which its row does not list"));
+            }
+        }
+    }
+    assert!(unlisted.is_empty(), "crates without a row in docs/architecture.md's table: {unlisted:?}");
+    assert!(wrong.is_empty(), "dependencies docs/architecture.md's table does not allow:\n{}", wrong.join("\n"));
+    let below = |a: &str, b: &str| table.get(a).is_some_and(|row| row.contains(b));
+    assert!(below("pacpriv-service", "pacpriv-store") && !below("pacpriv-store", "pacpriv-service"));
+}
 
 #[test]
 fn no_top_level_module_uses_one_above_it() {
-    let order = lib_order();
+    let src = crate_src("service");
+    let order = lib_order(&src);
     let rank = |m: &str| order.iter().position(|o| o == m);
     let mut wrong = Vec::new();
-    for (file, module) in sources() {
+    for (file, module) in sources(&src) {
         let Some(top) = module.first() else { continue };
         let Some(own) = rank(top) else { continue };
         for used in imports(&file, &module).into_iter().filter_map(|path| path.first().cloned()) {
@@ -44,31 +78,35 @@ fn no_top_level_module_uses_one_above_it() {
 #[test]
 fn no_file_in_an_ordered_folder_uses_one_above_it() {
     let mut wrong = Vec::new();
-    for folder in ORDERED {
-        let (order, vocabulary) = folder_order(folder);
-        let rank = |m: &str| order.iter().position(|o| o == m);
-        for (file, module) in sources() {
-            if module.first().map(String::as_str) != Some(folder) || module.len() < 2 {
+    for (krate, folder, index) in ORDERED {
+        let src = crate_src(krate);
+        let prefix: Vec<String> = Some(folder).filter(|f| !f.is_empty()).map(str::to_owned).into_iter().collect();
+        let at = prefix.len();
+        let list = rel(&src.join(folder).join(index));
+        let Order { files, vocabulary, below } = folder_order(&src.join(folder), index);
+        let rank = |m: &str| files.iter().position(|o| o == m);
+        let named = |m: &str| prefix.iter().map(|p| format!("{p}::")).collect::<String>() + m;
+        for (file, module) in sources(&src) {
+            if !module.starts_with(&prefix) || module.len() <= at {
                 continue;
             }
-            let own = &module[1];
-            let own_rank = rank(own).unwrap_or_else(|| {
-                panic!("{}: `{own}` is not in {folder}/mod.rs's \"Files, from the bottom up\"", rel(&file))
-            });
+            let own = &module[at];
+            let own_rank = rank(own)
+                .unwrap_or_else(|| panic!("{}: `{own}` is not in {list}'s \"Files, from the bottom up\"", rel(&file)));
             for path in imports(&file, &module) {
-                if path.first().map(String::as_str) != Some(folder) || path.len() < 2 || &path[1] == own {
+                if !path.starts_with(&prefix) || path.len() <= at || &path[at] == own || below.contains(&path[at]) {
                     continue;
                 }
-                let used = vocabulary.get(&path[1]).unwrap_or(&path[1]);
+                let used = vocabulary.get(&path[at]).unwrap_or(&path[at]);
                 match rank(used) {
                     Some(r) if r > own_rank => {
-                        wrong.push(format!("{}: uses `{folder}::{used}`, listed above `{own}`", rel(&file)));
+                        wrong.push(format!("{}: uses `{}`, listed above `{own}`", rel(&file), named(used)));
                     }
                     Some(_) => {}
                     // Neither a file nor what one re-exports: mod.rs's own
                     // item, above every file (mod.rs declares, re-exports
                     // and, in settings/, loads by calling down).
-                    None => wrong.push(format!("{}: uses `{folder}::{used}`, {folder}/mod.rs's own item", rel(&file))),
+                    None => wrong.push(format!("{}: uses `{}`, {list}'s own item", rel(&file), named(used))),
                 }
             }
         }
@@ -90,17 +128,75 @@ fn the_reader_finds_every_form_of_path() {
     assert_eq!(found, ["metrics", "net", "store::error::StoreError", "store::x"]);
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn crate_src(folder: &str) -> PathBuf {
+    workspace().join("crates").join(folder).join("src")
 }
 
 fn rel(file: &Path) -> String {
-    file.strip_prefix(src()).unwrap_or(file).display().to_string()
+    file.strip_prefix(workspace()).unwrap_or(file).display().to_string()
 }
 
-/// Every non-test source file and its module path (`store/postgres/mod.rs`
-/// → `["store", "postgres"]`).
-fn sources() -> Vec<(PathBuf, Vec<String>)> {
+/// `docs/architecture.md`'s "may depend on" table: each crate and the
+/// workspace crates it may name.
+fn crate_table() -> BTreeMap<String, BTreeSet<String>> {
+    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).expect("docs/architecture.md");
+    let rows = doc.lines().skip_while(|l| !l.starts_with("| crate | may depend on |")).skip(2);
+    let quoted = |cell: &str| -> Vec<String> {
+        cell.split('`').skip(1).step_by(2).filter(|n| n.starts_with("pacpriv")).map(str::to_owned).collect()
+    };
+    let table: BTreeMap<String, BTreeSet<String>> = rows
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|row| {
+            let mut cells = row.split('|').skip(1);
+            let name = quoted(cells.next()?).into_iter().next()?;
+            Some((name, quoted(cells.next()?).into_iter().collect()))
+        })
+        .collect();
+    assert!(table.len() >= 5, "docs/architecture.md's table lists too few crates: {table:?}");
+    table
+}
+
+/// Every crate's `Cargo.toml`: `crates/*/` and the root package.
+fn manifests() -> Vec<PathBuf> {
+    let crates = std::fs::read_dir(workspace().join("crates")).expect("crates/");
+    let mut out: Vec<PathBuf> = crates.map(|e| e.expect("dir entry").path().join("Cargo.toml")).collect();
+    out.push(workspace().join("Cargo.toml"));
+    out.into_iter().filter(|m| m.is_file()).collect()
+}
+
+fn package_name(manifest: &Path) -> String {
+    let text = std::fs::read_to_string(manifest).expect("Cargo.toml");
+    let package = text.split("[package]").nth(1).expect("a [package] section");
+    let line = package.lines().find(|l| l.starts_with("name = ")).expect("a package name");
+    line.trim_start_matches("name = ").trim_matches('"').to_owned()
+}
+
+/// The workspace crates (`pacpriv…`) a manifest's dependency sections
+/// name, build and dev dependencies included.
+fn workspace_dependencies(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).expect("Cargo.toml");
+    let mut section = "";
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with('[') {
+            section = line;
+        } else if section.ends_with("dependencies]")
+            && !section.starts_with("[workspace")
+            && line.starts_with("pacpriv")
+        {
+            out.insert(line.split(['.', ' ', '=']).next().unwrap_or_default().to_owned());
+        }
+    }
+    out
+}
+
+/// Every non-test source file under `src` and its module path
+/// (`session/cache/mod.rs` → `["session", "cache"]`).
+fn sources(src: &Path) -> Vec<(PathBuf, Vec<String>)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read src/") {
             let path = entry.expect("dir entry").path();
@@ -112,12 +208,12 @@ fn sources() -> Vec<(PathBuf, Vec<String>)> {
         }
     }
     let mut files = Vec::new();
-    walk(&src(), &mut files);
+    walk(src, &mut files);
     files.sort();
     files
         .into_iter()
         .filter_map(|file| {
-            let rel = file.strip_prefix(src()).ok()?.with_extension("");
+            let rel = file.strip_prefix(src).ok()?.with_extension("");
             let mut module: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
             if matches!(module.last().map(String::as_str), Some("mod" | "lib")) {
                 module.pop();
@@ -130,8 +226,8 @@ fn sources() -> Vec<(PathBuf, Vec<String>)> {
 
 /// The top-level modules in the order `lib.rs`'s numbered "Layout" list
 /// names them (the first time each is named as a link).
-fn lib_order() -> Vec<String> {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+fn lib_order(src: &Path) -> Vec<String> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
     let list: String = lib
         .lines()
         .skip_while(|l| !l.starts_with("//! # Layout"))
@@ -140,16 +236,25 @@ fn lib_order() -> Vec<String> {
         .take_while(|l| !l.trim_start_matches("//!").trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n");
-    let order = linked_modules(&list, &src());
+    let order = linked_modules(&list, src);
     assert!(order.len() >= 5, "lib.rs's Layout list names too few modules: {order:?}");
     order
 }
 
-/// `folder/mod.rs`'s "Files, from the bottom up" list, in order, and the
-/// names its `use` lines bring up from a file (`SessionError` → `error`).
-fn folder_order(folder: &str) -> (Vec<String>, BTreeMap<String, String>) {
-    let dir = src().join(folder);
-    let text = std::fs::read_to_string(dir.join("mod.rs")).expect("mod.rs");
+/// A folder's order, from its `mod.rs` (or `lib.rs`).
+struct Order {
+    /// The "Files, from the bottom up" list, in order.
+    files: Vec<String>,
+    /// The names its `use` lines bring up from a file (`SessionError` →
+    /// `error`).
+    vocabulary: BTreeMap<String, String>,
+    /// What it re-exports from a workspace crate below
+    /// (`pub use pacpriv_records as record;` → `record`).
+    below: BTreeSet<String>,
+}
+
+fn folder_order(dir: &Path, index: &str) -> Order {
+    let text = std::fs::read_to_string(dir.join(index)).expect("the folder's index file");
     let list: String = text
         .lines()
         .skip_while(|l| !l.starts_with("//! # Files, from the bottom up"))
@@ -157,15 +262,19 @@ fn folder_order(folder: &str) -> (Vec<String>, BTreeMap<String, String>) {
         .take_while(|l| l.starts_with("//!") && !l.starts_with("//! #"))
         .collect::<Vec<_>>()
         .join("\n");
-    let order = named_modules(&list, &dir);
-    assert!(!order.is_empty(), "{folder}/mod.rs has no \"Files, from the bottom up\" list");
+    let files = named_modules(&list, dir);
+    assert!(!files.is_empty(), "{} has no \"Files, from the bottom up\" list", rel(&dir.join(index)));
     // `pub use file::{A, B};` (a path relative to the folder).
-    let mut vocabulary = BTreeMap::new();
+    let (mut vocabulary, mut below) = (BTreeMap::new(), BTreeSet::new());
     for statement in code_of(&text).split(';') {
         let line = statement.trim();
         let Some(rest) = line.strip_prefix("pub use ").or_else(|| line.strip_prefix("use ")) else { continue };
+        if rest.starts_with("pacpriv_") {
+            below.insert(rest.rsplit([' ', ':']).next().unwrap_or_default().to_owned());
+            continue;
+        }
         let Some((file, names)) = rest.split_once("::") else { continue };
-        if order.iter().any(|o| o == file) {
+        if files.iter().any(|o| o == file) {
             for name in names.trim_matches(|c: char| "{} \n".contains(c)).split(',') {
                 let name = name.trim().rsplit("::").next().unwrap_or_default().to_owned();
                 if !name.is_empty() && name != "self" {
@@ -174,7 +283,7 @@ fn folder_order(folder: &str) -> (Vec<String>, BTreeMap<String, String>) {
             }
         }
     }
-    (order, vocabulary)
+    Order { files, vocabulary, below }
 }
 
 /// Module names in backticks (`` `name` `` or [`name`]) that are files or

@@ -21,7 +21,7 @@ use pacpriv_service::proto::pacpriv::{
     CreatePrincipalRequest, ExportJournalRequest, ExportNoiseKeysRequest, InspectPrincipalRequest,
     ListPrincipalsRequest, Principal, RevokePrincipalRequest, RotateKeyRequest,
 };
-use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
+use pacpriv_store::{JournalEntry, JournalEvent, SessionRecord};
 use std::collections::HashMap;
 use std::io::Write;
 

@@ -30,7 +30,9 @@ pub mod subsets;
 pub mod tune;
 #[cfg(feature = "demo")]
 pub mod utility;
-pub mod verify;
+/// `pacpriv verify`: the verifier, a crate of its own so that an auditor
+/// builds it without the server (`pacpriv-verify`).
+pub use pacpriv_verify as verify;
 
 /// An error after which running the same command again continues the
 /// work (a labelling job stopped by an exhausted budget, an unavailable

@@ -13,6 +13,32 @@ pub fn pacpriv(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pacpriv")).args(args).output().expect("the pacpriv binary runs")
 }
 
+/// Runs `pacpriv verify ARGS`, and the auditor's verifier `pacpriv-verify
+/// ARGS` (`crates/verify`, built beside it by the test command), and
+/// checks they answer alike: the same report, errors and exit status.
+/// Both run on OpenBLAS's own choice of kernels: `pacpriv` would otherwise
+/// ask for the widest, and an update's slack follows the kernels in its
+/// last digits (`verify::an_export_verifies_the_same_on_other_openblas_kernels`).
+pub fn pacpriv_verify(args: &[&str]) -> Output {
+    let on_default_kernels = |program: &Path, args: &[&str]| {
+        let mut command = Command::new(program);
+        command.args(args).env(pacpriv::cli::startup::REEXECUTED, "1");
+        command.output().unwrap_or_else(|e| panic!("{} runs: {e}", program.display()))
+    };
+    let pacpriv = Path::new(env!("CARGO_BIN_EXE_pacpriv"));
+    let standalone = pacpriv.with_file_name("pacpriv-verify");
+    assert!(standalone.is_file(), "{} is missing: `cargo build --release -p pacpriv-verify`", standalone.display());
+    let ours = on_default_kernels(pacpriv, &[&["verify"], args].concat());
+    let auditors = on_default_kernels(&standalone, args);
+    // A usage error names the program.
+    let seen = |o: &Output| {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).replace("pacpriv verify", "pacpriv-verify");
+        (o.status.code(), text(&o.stdout), text(&o.stderr))
+    };
+    assert_eq!(seen(&auditors), seen(&ours), "pacpriv-verify {args:?} answered otherwise than pacpriv verify");
+    ours
+}
+
 /// Runs `pacpriv` and returns stdout, failing the test with stderr if the
 /// command did not succeed.
 pub fn pacpriv_ok(args: &[&str]) -> String {
@@ -451,7 +477,7 @@ fn is_root() -> bool {
 
 /// The posterior a session's journal implies: the prior over `m` subsets
 /// updated with every journaled log-likelihood vector, in order.
-pub fn replay(m: usize, journal: &[pacpriv_service::store::JournalEntry]) -> pacpriv_privacy::posterior::Form {
+pub fn replay(m: usize, journal: &[pacpriv_store::JournalEntry]) -> pacpriv_privacy::posterior::Form {
     let mut posterior = pacpriv_privacy::posterior::Posterior::uniform(m).expect("prior");
     for j in journal.iter().filter(|j| !j.log_likelihood.is_empty()) {
         let rule = pacpriv_privacy::posterior::UpdateRule::from_code(j.update_rule).expect("a known update rule");

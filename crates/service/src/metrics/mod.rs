@@ -3,7 +3,7 @@
 //! serves them ([`http`]).
 //!
 //! Recording is split by who records: [`ServiceMetrics`] (the RPC layer),
-//! [`TeacherMetrics`] (the fan-out), [`StoreMetrics`] (commits). Each is
+//! [`TeacherMetrics`] (the fan-out), [`CommitMetrics`] (the stores' commits). Each is
 //! cheap to clone (the metric types are shared handles) and works
 //! unregistered, so tests and tools can build components without a
 //! registry.
@@ -22,6 +22,7 @@
 
 pub mod http;
 
+use pacpriv_store::{CommitObserver, StoreMetrics};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -529,20 +530,21 @@ impl TeacherMetrics {
     }
 }
 
-/// Recorded by the stores, per commit.
+/// Recorded by the stores, per commit (what [`StoreMetrics`], the store's
+/// handle, reports to).
 #[derive(Clone)]
-pub struct StoreMetrics {
+pub struct CommitMetrics {
     duration: Histogram,
     batch: Histogram,
 }
 
-impl Default for StoreMetrics {
+impl Default for CommitMetrics {
     fn default() -> Self {
-        StoreMetrics { duration: latency(), batch: batch_sizes() }
+        CommitMetrics { duration: latency(), batch: batch_sizes() }
     }
 }
 
-impl StoreMetrics {
+impl CommitMetrics {
     fn register(&self, r: &mut Registry) {
         r.register_with_unit(
             "pacpriv_store_commit_duration",
@@ -552,9 +554,10 @@ impl StoreMetrics {
         );
         r.register("pacpriv_store_commit_batch_size", "Session records per commit", self.batch.clone());
     }
+}
 
-    /// Records one commit of `records` session records.
-    pub fn commit(&self, seconds: f64, records: usize) {
+impl CommitObserver for CommitMetrics {
+    fn commit(&self, seconds: f64, records: usize) {
         self.duration.observe(seconds);
         self.batch.observe(records as f64);
     }
@@ -566,7 +569,7 @@ pub struct Metrics {
     pub service: ServiceMetrics,
     /// Fan-out.
     pub teachers: TeacherMetrics,
-    /// Stores.
+    /// Stores: a handle to [`CommitMetrics`], for the backends.
     pub store: StoreMetrics,
     registry: Registry,
 }
@@ -574,13 +577,13 @@ pub struct Metrics {
 impl Metrics {
     /// Creates and registers every series.
     pub fn new(max_principal_series: usize) -> Self {
-        let (service, teachers, store) =
-            (ServiceMetrics::new(max_principal_series), TeacherMetrics::default(), StoreMetrics::default());
+        let (service, teachers, commits) =
+            (ServiceMetrics::new(max_principal_series), TeacherMetrics::default(), CommitMetrics::default());
         let mut registry = Registry::default();
         service.register(&mut registry);
         teachers.register(&mut registry);
-        store.register(&mut registry);
-        Metrics { service, teachers, store, registry }
+        commits.register(&mut registry);
+        Metrics { service, teachers, store: StoreMetrics::new(Arc::new(commits)), registry }
     }
 
     /// The Prometheus text exposition of every series.

@@ -14,13 +14,6 @@ pub mod pacpriv {
     tonic::include_proto!("pacpriv.v1");
 }
 
-/// The schema of the store's records (`proto/pacpriv/store/v1/records.proto`);
-/// see [`crate::store::record`].
-#[allow(missing_docs, clippy::all)]
-pub mod store {
-    tonic::include_proto!("pacpriv.store.v1");
-}
-
 /// Encoded descriptors of the client and admin APIs, for gRPC server
 /// reflection (each listener names only the services it serves).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("pacpriv_descriptor");

@@ -31,8 +31,8 @@ use super::statistics::Statistics;
 use super::status::ServiceError;
 use crate::session::cache::QueryDigest;
 use crate::session::{DatasetIndex, ModelTag};
-use crate::store::{LegacyKey, VersionIdentity};
 use crate::teachers::Ensemble;
+use pacpriv_store::{LegacyKey, VersionIdentity};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::DropGuard;
@@ -89,7 +89,7 @@ pub enum CacheKeying {
     Identity(String),
     /// As the releases before stored identities did, for a version a
     /// store from them was configured with when this release first
-    /// started on it ([`crate::store::VersionIdentity::legacy`]).
+    /// started on it ([`pacpriv_store::VersionIdentity::legacy`]).
     Legacy(LegacyKey),
 }
 

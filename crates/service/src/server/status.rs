@@ -4,9 +4,9 @@
 
 use crate::metrics::Outcome;
 use crate::session::SessionError;
-use crate::store::StoreError;
 use crate::teachers::FanoutError;
 use pacpriv_privacy::PrivacyError;
+use pacpriv_store::StoreError;
 use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};

@@ -11,7 +11,7 @@
 //! and the principal whose partition it counts against) and
 //! [`AnswerCache`] (per principal, the bounded FIFO of released answers
 //! and what is remembered of evicted ones) and the writes that make its
-//! changes durable ([`crate::store::answers`]: rows of their own, beside
+//! changes durable ([`pacpriv_store::answers`]: rows of their own, beside
 //! the session record).
 //!
 //! # Invariants
@@ -39,9 +39,9 @@
 //!   read for (probed) only; a lookup of any other query is refused as an
 //!   evicted repeat, never answered with fresh noise.
 
-use crate::store::answers::{CacheProbe, CacheRows, CacheWrite};
-use crate::store::record::{AnswerCacheRecord, CacheOwnerRecord, CachedAnswerRecord, EvidenceRecord, PublishedRecord};
 use pacpriv_privacy::confidence::Evidence;
+use pacpriv_store::answers::{CacheProbe, CacheRows, CacheWrite};
+use pacpriv_store::record::{AnswerCacheRecord, CacheOwnerRecord, CachedAnswerRecord, EvidenceRecord, PublishedRecord};
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -107,7 +107,7 @@ impl QueryDigest {
     }
 
     fn prefix(&self) -> u64 {
-        crate::store::answers::prefix(&self.0)
+        pacpriv_store::answers::prefix(&self.0)
     }
 }
 

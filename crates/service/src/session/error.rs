@@ -2,8 +2,8 @@
 //! each saying whether the query was charged (the server maps them to a
 //! status in one place, `server::status`).
 
-use crate::store::StoreError;
 use pacpriv_privacy::PrivacyError;
+use pacpriv_store::StoreError;
 
 /// Why a session refused or failed.
 #[derive(Debug, thiserror::Error)]

@@ -6,17 +6,17 @@
 //! - The lock is held only around the math, never across the teacher
 //!   fan-out nor the fsync.
 //! - An answer leaves only through [`Step::release`], which waits for the
-//!   durable record its [`Release`](crate::store::Release) names.
+//!   durable record its [`Release`](pacpriv_store::Release) names.
 
 use super::cache::{CacheKey, Lookup, Owner, QueryDigest};
 use super::error::SessionError;
 use super::query::{Asking, Reply};
 use super::state::{BudgetView, Scope, Session};
 use super::step::{Site, step_all};
-use crate::store::Change;
-use crate::store::record::EventKind;
-use crate::store::{CacheProbe, Ticket};
 use pacpriv_privacy::mechanism::TeacherOutputs;
+use pacpriv_store::Change;
+use pacpriv_store::record::EventKind;
+use pacpriv_store::{CacheProbe, Ticket};
 use std::sync::Arc;
 
 /// `session`'s current account (one read).
@@ -52,7 +52,7 @@ impl Handle {
     }
 
     /// Whose account the session is, as the budget gauges label it: the
-    /// principal's name, or [`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION)
+    /// principal's name, or [`GLOBAL_SESSION`](pacpriv_store::GLOBAL_SESSION)
     /// under global scope.
     pub fn account_label(&self) -> &str {
         self.scope.account_of(&self.principal)
@@ -69,9 +69,9 @@ impl Handle {
     }
 
     /// The store key of the session charged: the principal's name, or
-    /// [`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION) under global scope, prefixed
+    /// [`GLOBAL_SESSION`](pacpriv_store::GLOBAL_SESSION) under global scope, prefixed
     /// by the dataset's name outside the default dataset
-    /// ([`session_key`](crate::store::session_key)).
+    /// ([`session_key`](pacpriv_store::session_key)).
     pub fn session_name(&self) -> &str {
         self.session.key()
     }
@@ -219,7 +219,7 @@ impl Handle {
     /// Algorithm 1 on its outputs (`None` only when [`Handle::preflight`]
     /// found the row [`Preflight::Known`]). Hands the steps' record to the
     /// store without waiting for it to be durable where the store allows
-    /// (see [`crate::store::cell`]): a caller with several requests of one
+    /// (see [`pacpriv_store::cell`]): a caller with several requests of one
     /// session (a stream) takes the next step while this one's commit is
     /// under way, and the steps keep the order in which `begin` was
     /// called. Label-mode steps with few active classes run on the calling
@@ -301,13 +301,13 @@ pub struct Step {
     pub(super) replies: Vec<Reply>,
     pub(super) view: BudgetView,
     /// What the answers wait for; `None`: nothing (durable already, or
-    /// free answers: see [`Release`](crate::store::Release)).
+    /// free answers: see [`Release`](pacpriv_store::Release)).
     pub(super) ticket: Option<Ticket>,
 }
 
 impl Step {
     /// The answers, one per row, and the account after them, once they may
-    /// leave, as the step's [`Release`](crate::store::Release) says: for a
+    /// leave, as the step's [`Release`](pacpriv_store::Release) says: for a
     /// charged step, once its record (and so every earlier one of the
     /// session) is durable; for a cached answer whose step was charged,
     /// once the session's last charged record is; for exact unanimous

@@ -11,10 +11,10 @@
 use super::cache::CacheKey;
 use super::query::Asking;
 use super::state::Versioned;
-use crate::store::record::{EventKind, JournalStepRecord};
-use crate::store::{JournalEntry, JournalEvent};
 use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::{Answer, TeacherOutputs};
+use pacpriv_store::record::{EventKind, JournalStepRecord};
+use pacpriv_store::{JournalEntry, JournalEvent};
 
 impl Versioned {
     /// The terms a journal item records: the query's digest (if any), b,

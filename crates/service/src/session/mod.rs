@@ -10,7 +10,7 @@
 //!   plaintext key is never stored (see [`registry`]).
 //! - A session does not know where its state lives: it reads it once per
 //!   query ([`Handle::preflight`]) and steps it ([`Handle::begin`]) through
-//!   a [`crate::store::cell::Cell`], which holds it in memory (embedded
+//!   a [`pacpriv_store::cell::Cell`], which holds it in memory (embedded
 //!   store) or in PostgreSQL. A lock is held only around the math
 //!   (microseconds), never across the teacher fan-out, nor across the
 //!   fsync (early lock release; see the cell).

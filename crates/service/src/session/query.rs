@@ -3,9 +3,9 @@
 
 use super::cache::{CacheKey, Cached};
 use super::error::SessionError;
-use crate::store::Release;
 use pacpriv_privacy::Nats;
 use pacpriv_privacy::mechanism::Answer;
+use pacpriv_store::Release;
 
 /// One query as its session sees it.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! The principal registry: which credentials name which principal, and the
 //! session each principal is charged to in each dataset. Principals come
 //! from the configuration (re-applied at every start) and from the admin
-//! API; both are kept in the store ([`crate::store::principal`]). A
+//! API; both are kept in the store ([`pacpriv_store::principal`]). A
 //! principal's budget is its limit in every dataset but those it has a
 //! budget of its own in (never the default dataset).
 //!
@@ -25,10 +25,10 @@ use super::error::SessionError;
 use super::handle::{self, Handle};
 use super::state::{BudgetView, Scope, Session, SessionParams, Terms};
 use super::unknown_keys::{Lookup, UnknownKeys};
-use crate::store::cell::Cell;
-use crate::store::principal::now_unix;
-use crate::store::{Configured, GLOBAL_SESSION, Origin, PrincipalRecord, Store, session_key};
 use pacpriv_privacy::Nats;
+use pacpriv_store::cell::Cell;
+use pacpriv_store::principal::now_unix;
+use pacpriv_store::{Configured, GLOBAL_SESSION, Origin, PrincipalRecord, Store, session_key};
 use rand::TryRng;
 use rand::rngs::SysRng;
 use sha2::{Digest, Sha256};
@@ -53,13 +53,13 @@ pub struct PrincipalConfig {
 
 impl PrincipalConfig {
     /// Its store record, provisioned by the configuration at `now_unix`.
-    pub fn record(&self, now_unix: i64) -> crate::store::PrincipalRecord {
-        crate::store::PrincipalRecord {
+    pub fn record(&self, now_unix: i64) -> pacpriv_store::PrincipalRecord {
+        pacpriv_store::PrincipalRecord {
             name: self.name.clone(),
             key_sha256: self.key_sha256,
             budget: self.budget.get(),
             dataset_budgets: in_nats(&self.dataset_budgets),
-            origin: crate::store::Origin::Config,
+            origin: pacpriv_store::Origin::Config,
             created_unix: now_unix,
             revoked_unix: None,
         }
@@ -95,7 +95,7 @@ pub struct DatasetAccount {
 /// One dataset of the registry: how its sessions are opened.
 #[derive(Clone, Debug)]
 pub struct DatasetTerms {
-    /// Its name ([`DEFAULT_DATASET`](crate::store::DEFAULT_DATASET) first).
+    /// Its name ([`DEFAULT_DATASET`](pacpriv_store::DEFAULT_DATASET) first).
     pub name: Arc<str>,
     /// Whose transcript a session bounds.
     pub scope: Scope,
@@ -110,7 +110,7 @@ impl DatasetTerms {
     /// The default dataset (the only one of a deployment that declares
     /// none).
     pub fn default_dataset(scope: Scope, global_budget: Nats, params: SessionParams) -> Self {
-        DatasetTerms { name: crate::store::DEFAULT_DATASET.into(), scope, global_budget, params: Arc::new(params) }
+        DatasetTerms { name: pacpriv_store::DEFAULT_DATASET.into(), scope, global_budget, params: Arc::new(params) }
     }
 }
 
@@ -651,7 +651,7 @@ impl Sessions {
     pub async fn journal_of(
         &self,
         key: &str,
-    ) -> Result<(Option<crate::store::SessionRecord>, Vec<crate::store::Journaled>), SessionError> {
+    ) -> Result<(Option<pacpriv_store::SessionRecord>, Vec<pacpriv_store::Journaled>), SessionError> {
         self.store.journal_snapshot(key).await.map_err(SessionError::Store)
     }
 }

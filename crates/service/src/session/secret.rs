@@ -5,10 +5,10 @@
 //! it back. A start whose teacher set or operator-provided index
 //! disagrees with the store refuses. Errors never contain the index.
 
-use crate::store::{Meta, Store, StoreError};
 use chacha20::ChaCha20Rng;
 use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::SecretIndex;
+use pacpriv_store::{Meta, Store, StoreError};
 use rand::rngs::SysRng;
 use rand::{RngExt, SeedableRng, TryRng};
 use std::path::Path;
@@ -104,7 +104,7 @@ pub async fn establish(
     let meta = match store.meta(dataset).await? {
         Some(meta) => meta,
         None => {
-            if dataset != crate::store::DEFAULT_DATASET {
+            if dataset != pacpriv_store::DEFAULT_DATASET {
                 let prefix = format!("{dataset}/");
                 let under: Vec<String> =
                     store.sessions().await?.into_iter().filter(|s| s.starts_with(&prefix)).collect();
@@ -199,7 +199,7 @@ pub fn read(path: &Path, m: usize) -> Result<usize, SecretError> {
 mod test {
     use super::*;
 
-    use crate::store::{DEFAULT_DATASET, EmbeddedStore};
+    use pacpriv_store::{DEFAULT_DATASET, EmbeddedStore};
     use std::sync::Arc;
 
     fn open(path: &Path) -> Result<Store, StoreError> {
@@ -233,8 +233,8 @@ mod test {
     /// refuses, naming one, instead of letting its principals resume them.
     #[tokio::test]
     async fn a_new_dataset_refuses_sessions_already_under_its_prefix() -> Result<(), Box<dyn std::error::Error>> {
-        use crate::store::{Change, SessionRecord};
         use pacpriv_privacy::posterior::Form;
+        use pacpriv_store::{Change, SessionRecord};
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("s.redb");
         {

@@ -12,13 +12,13 @@
 use super::cache::AnswerCache;
 use super::cache::CacheSettings;
 use super::error::SessionError;
-use crate::store::cell::{Cell, State};
-use crate::store::{CacheRows, CacheWrite, JournalEntry, SessionRecord, StoreError};
 use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::{Calibration, SecretIndex, SessionState};
 use pacpriv_privacy::posterior::Posterior;
 use pacpriv_privacy::{Nats, PrivacyError, report};
+use pacpriv_store::cell::{Cell, State};
+use pacpriv_store::{CacheRows, CacheWrite, JournalEntry, SessionRecord, StoreError};
 
 /// A session's public account, as reported to its principal.
 #[derive(Clone, Debug, PartialEq)]
@@ -228,11 +228,11 @@ impl Scope {
 
     /// Whose account `principal`'s session is under this scope, as the
     /// budget gauges label it: the principal's own, or the shared
-    /// session's ([`GLOBAL_SESSION`](crate::store::GLOBAL_SESSION)).
+    /// session's ([`GLOBAL_SESSION`](pacpriv_store::GLOBAL_SESSION)).
     pub fn account_of(self, principal: &str) -> &str {
         match self {
             Scope::PerPrincipal => principal,
-            Scope::Global => crate::store::GLOBAL_SESSION,
+            Scope::Global => pacpriv_store::GLOBAL_SESSION,
         }
     }
 }

@@ -24,13 +24,13 @@ use super::error::SessionError;
 use super::journal::{journal_entry, record_outputs};
 use super::query::{Asking, Reply};
 use super::state::{BudgetView, SessionParams, Versioned};
-use crate::store::record::{EventKind, JournalStepRecord};
-use crate::store::{Change, Release};
-use crate::store::{JournalEntry, JournalEvent};
 use pacpriv_privacy::keyed::SessionDraws;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{self, TeacherOutputs};
 use pacpriv_privacy::{PrivacyError, confidence};
+use pacpriv_store::record::{EventKind, JournalStepRecord};
+use pacpriv_store::{Change, Release};
+use pacpriv_store::{JournalEntry, JournalEvent};
 use std::collections::HashMap;
 
 /// Where a session's draws sit: the dataset's key at (its name, the

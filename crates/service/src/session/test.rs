@@ -1,6 +1,5 @@
 use super::step::{Answered, charged_rows};
 use super::*;
-use crate::store::{DEFAULT_DATASET, EmbeddedStore, Origin, Release, Store, StoreError};
 use cache::{CacheKey, CacheSettings, OnEvicted, QueryDigest};
 use futures_util::FutureExt;
 use pacpriv_privacy::Nats;
@@ -9,6 +8,7 @@ use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::{Posterior, UpdateRule};
+use pacpriv_store::{DEFAULT_DATASET, EmbeddedStore, Origin, Release, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::pin::Pin;
@@ -729,8 +729,8 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
 /// per step.
 #[test]
 fn a_step_on_a_bare_state_is_all_or_nothing() -> TestResult {
-    use crate::store::CacheRows;
-    use crate::store::cell::State;
+    use pacpriv_store::CacheRows;
+    use pacpriv_store::cell::State;
     let terms = Terms { params: params(Policy::UnanimousOnly)?.into(), limit: Nats::new(1.0)? };
     let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
     let unanimous = TeacherOutputs::Labels { labels: vec![1; 4], classes: 3 };
@@ -761,8 +761,8 @@ fn a_step_on_a_bare_state_is_all_or_nothing() -> TestResult {
 /// left uncharged.
 #[test]
 fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
-    use crate::store::CacheRows;
-    use crate::store::cell::State;
+    use pacpriv_store::CacheRows;
+    use pacpriv_store::cell::State;
     let terms = Terms { params: params(Policy::Paper)?.into(), limit: Nats::new(1.0)? };
     let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
     let rows = vec![(Some(split()), keyed(1.0, false, None)), (Some(split()), keyed(2.0, false, None))];
@@ -787,8 +787,8 @@ fn rows_that_drew_before_a_failure_stay_charged() -> TestResult {
 /// from before the commitment resumes, and the next write stamps it.
 #[test]
 fn a_record_of_another_datasets_secret_is_not_resumed() -> TestResult {
-    use crate::store::CacheRows;
-    use crate::store::cell::State;
+    use pacpriv_store::CacheRows;
+    use pacpriv_store::cell::State;
     let terms = Terms { params: params(Policy::Contested)?.into(), limit: Nats::new(1.0)? };
     let mut v = Versioned::resume(&terms, "s", None, CacheRows::default())?;
     let (record, _) = v.record();
@@ -804,7 +804,7 @@ fn a_record_of_another_datasets_secret_is_not_resumed() -> TestResult {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("another dataset's session was resumed"),
     }
-    let before = crate::store::SessionRecord { dataset: None, ..record };
+    let before = pacpriv_store::SessionRecord { dataset: None, ..record };
     let mut resumed = Versioned::resume(&other, "s", Some(&before), CacheRows::default())?;
     assert_eq!(resumed.record().0.dataset, Some(other.params.noise.commitment()));
     Ok(())

@@ -13,8 +13,8 @@
 use super::models::valid_name;
 use super::parse::{SettingsError, err, overlay};
 use super::privacy::{DatasetSettings, RawPrivacy};
-use crate::store::DEFAULT_DATASET;
 use config::{Config, Value};
+use pacpriv_store::DEFAULT_DATASET;
 use std::collections::BTreeMap;
 
 /// The most datasets besides the default one.

@@ -40,12 +40,12 @@ mod teachers;
 mod telemetry;
 mod versions;
 
-use crate::store::DEFAULT_DATASET;
 pub use admin::{AdminSettings, MetricsSettings};
 use admin::{RawAdmin, RawMetrics};
 use datasets::{RawDataset, distinct_secrets, more_datasets, section_of};
 use models::{Base, RawMoreModel, demo_naive_bayes, more_models};
 pub use models::{DEFAULT_MODEL, FIRST_VERSION, ModelSettings};
+use pacpriv_store::DEFAULT_DATASET;
 pub use parse::SettingsError;
 use parse::err;
 use principals::{RawPrincipal, principals};

@@ -15,9 +15,9 @@
 use super::parse::{SettingsError, err, overlay};
 use super::privacy::DatasetSettings;
 use super::teachers::{DemoLearner, RawDemo, RawModel, RawTeachers, TeacherSource};
-use crate::store::DEFAULT_DATASET;
 use crate::teachers::{Batching, CallPolicy, OutputMode, Teachers};
 use config::{Config, Value};
+use pacpriv_store::DEFAULT_DATASET;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;

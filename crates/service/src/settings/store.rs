@@ -2,7 +2,7 @@
 //! PostgreSQL (URL, TLS, timeouts) — and how a URL is shown in logs.
 
 use super::parse::{SettingsError, choice, err, optional_file};
-use crate::store::{PgLink, PgTls, SslMode};
+use pacpriv_store::{PgLink, PgTls, SslMode};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;

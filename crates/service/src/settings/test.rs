@@ -1,7 +1,7 @@
 use super::*;
-use crate::store::{PgLink, PgTls, SslMode};
 use crate::teachers::connection::ClientTls;
 use crate::teachers::{OutputMode, Teachers};
+use pacpriv_store::{PgLink, PgTls, SslMode};
 
 fn load(env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
     Settings::load_with_env(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))

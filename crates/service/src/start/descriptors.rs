@@ -12,7 +12,7 @@
 
 use super::StartError;
 use crate::settings::{Settings, StoreSettings};
-use crate::store::postgres::LOOKUP_CONNECTIONS;
+use pacpriv_store::postgres::LOOKUP_CONNECTIONS;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors beyond the listeners, the pool and the teachers: the

@@ -28,7 +28,7 @@
 
 use crate::server::models::CacheKeying;
 use crate::settings::{FIRST_VERSION, ModelSettings};
-use crate::store::{LegacyKey, Store, StoreError, VersionIdentity};
+use pacpriv_store::{LegacyKey, Store, StoreError, VersionIdentity};
 
 /// Why a model version's identity could not be claimed.
 #[derive(Debug, thiserror::Error)]

@@ -37,7 +37,7 @@ use crate::server::models::CacheKeying;
 use crate::session::secret::{self, SecretError};
 use crate::session::{Account, DatasetTerms, SessionError, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings};
-use crate::store::{EmbeddedStore, PgStore, Store, StoreError};
+use pacpriv_store::{EmbeddedStore, PgStore, Store, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;

@@ -9,7 +9,7 @@ use crate::proto::pacpriv::journaled::Item;
 use crate::proto::pacpriv::{JournalChunk, Journaled as JournaledItem};
 use crate::server::App;
 use crate::server::status::ServiceError;
-use crate::store::{Journaled, SessionRecord};
+use pacpriv_store::{Journaled, SessionRecord};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

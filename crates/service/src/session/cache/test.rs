@@ -1,8 +1,8 @@
 use super::*;
-use crate::store::SessionRecord;
-use crate::store::answers::squash;
-use crate::store::record::EvictedRecord;
 use pacpriv_privacy::posterior::Form;
+use pacpriv_store::SessionRecord;
+use pacpriv_store::answers::squash;
+use pacpriv_store::record::EvictedRecord;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,7 +20,7 @@ impl Rows {
         for (owner, seq, remember) in s.evict {
             let gone = self.answers.remove(&(owner, seq)).expect("an evicted answer is stored");
             if remember {
-                self.evicted.insert((owner, crate::store::answers::prefix(&gone.digest)));
+                self.evicted.insert((owner, pacpriv_store::answers::prefix(&gone.digest)));
             }
         }
         for a in s.insert {

@@ -8,7 +8,7 @@
 //! - Statements touch only the tables the migrations create.
 
 use super::reach::pg;
-use crate::store::error::{StoreError, backend};
+use crate::error::{StoreError, backend};
 
 /// The schema version this release migrates a database to: the last
 /// migration's number (`pacpriv --version` names it).
@@ -20,7 +20,7 @@ pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 /// next number. Migration 1 is the schema releases created before the
 /// migrations were numbered (hence `IF NOT EXISTS`: such a database is
 /// recorded at 1 and left as it is). Records in `BYTEA` columns carry
-/// their own format ([`crate::store::record`]), so a record format change needs
+/// their own format ([`crate::record`]), so a record format change needs
 /// no migration.
 pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
@@ -166,7 +166,7 @@ macro_rules! update_record {
 /// [`update_record!`] alone, for a step without cache changes.
 pub(super) const UPDATE_RECORD: &str = update_record!();
 
-/// [`update_record!`] with the step's cache writes (see [`squash`](crate::store::answers::squash)) in
+/// [`update_record!`] with the step's cache writes (see [`squash`](crate::answers::squash)) in
 /// the same statement, one round trip: evicted rows deleted, their
 /// prefixes remembered where asked, new answers inserted, migrated
 /// evictions remembered. Its row count is the UPDATE's.

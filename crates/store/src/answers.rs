@@ -25,7 +25,7 @@
 //!   looks evictions up by digest keys it by prefix).
 
 use super::record::CachedAnswerRecord;
-use crate::proto::store::{TailEviction, TailOp, TailRemembered, tail_op::Op};
+use crate::record::schema::{TailEviction, TailOp, TailRemembered, tail_op::Op};
 use prost::Message;
 
 /// One change to a session's cached answers.

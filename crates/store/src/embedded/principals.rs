@@ -2,9 +2,9 @@
 //! revoked in single transactions, every key held by one principal.
 
 use super::{EmbeddedStore, backend};
-use crate::store::error::StoreError;
-use crate::store::principal::{Configured, Origin, PrincipalRecord};
-use crate::store::record::encode_principal;
+use crate::error::StoreError;
+use crate::principal::{Configured, Origin, PrincipalRecord};
+use crate::record::encode_principal;
 use redb::{ReadableTable, TableDefinition};
 use std::collections::HashMap;
 
@@ -153,12 +153,13 @@ impl EmbeddedStore {
     }
 
     /// Holds the file's write lock until the transaction is dropped: the
-    /// writer's next commit waits for it (a stalled disk, for tests).
+    /// writer's next commit waits for it (a stalled disk, for the
+    /// service's tests; public because they are another crate's).
     ///
     /// # Errors
     /// The transaction cannot begin.
-    #[cfg(test)]
-    pub(crate) fn stall(&self) -> Result<redb::WriteTransaction, StoreError> {
+    #[doc(hidden)]
+    pub fn stall(&self) -> Result<redb::WriteTransaction, StoreError> {
         self.db.begin_write()
     }
 }
@@ -221,6 +222,6 @@ fn provision_in(
 }
 
 fn decode_principal(name: &str, bytes: &[u8]) -> Result<PrincipalRecord, StoreError> {
-    crate::store::record::decode_principal(name, bytes)
+    crate::record::decode_principal(name, bytes)
         .ok_or_else(|| StoreError::Corrupt { session: format!("(principal {name})"), reason: "undecodable".into() })
 }

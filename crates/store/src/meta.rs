@@ -22,7 +22,7 @@ pub const GLOBAL_SESSION: &str = "*global*";
 /// A dataset's record.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Meta {
-    /// s*, sealed: only [`crate::session`] turns it into a `SecretIndex`.
+    /// s*, sealed: only the service's `session` turns it into a `SecretIndex`.
     pub secret: usize,
     /// Describes the teacher set s* indexes into (m and model names).
     pub teachers: String,

@@ -25,7 +25,7 @@
 //!   (`step::step_on`). Any other WARNING costs one failed statement
 //!   (rolled back, nothing charged), never a release.
 //!
-//! [`StoreError::Unconfirmed`]: crate::store::StoreError::Unconfirmed
+//! [`StoreError::Unconfirmed`]: crate::StoreError::Unconfirmed
 
 use deadpool_postgres::{Connect, Hook, HookError};
 use std::future::Future;

@@ -4,8 +4,8 @@
 //! version's identity ([`VERSIONS`]).
 
 use super::{EmbeddedStore, backend};
-use crate::store::error::StoreError;
-use crate::store::meta::{DEFAULT_DATASET, LegacyKey, Meta, VersionIdentity, session_key};
+use crate::error::StoreError;
+use crate::meta::{DEFAULT_DATASET, LegacyKey, Meta, VersionIdentity, session_key};
 use redb::{ReadableTable, TableDefinition};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");

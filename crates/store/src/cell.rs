@@ -11,7 +11,7 @@
 //!   that locks the row, steps from the state it read and writes the next
 //!   version back ([`PgStore::step`]); it is durable when it returns.
 //!
-//! [`crate::session`] reads and steps a [`Cell`] without knowing which.
+//! The service's sessions (`pacpriv_service::session`) read and step a [`Cell`] without knowing which.
 //!
 //! # Invariants
 //! - In this process, a step's answers wait for the ticket its

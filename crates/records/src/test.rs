@@ -3,7 +3,6 @@
 //! reads the schema, and imports nothing from `session`).
 
 use super::*;
-use crate::store::{Change, DEFAULT_DATASET, EmbeddedStore, Meta, StoreError};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -159,32 +158,12 @@ fn format_1_fixture_records_decode_without_loss() {
     assert_eq!(decode_principal("bob", &read("principal-bob.bin")), Some(principals()[1].clone()));
 }
 
-/// The whole embedded store a format-1 release wrote opens and reads the
-/// same; a step written over it is in the current format and reads back.
-#[test]
-fn a_format_1_embedded_store_opens_and_reads_the_same() -> Result<(), StoreError> {
-    let dir = tempfile::tempdir().map_err(|e| StoreError::Backend(e.to_string()))?;
-    let path = dir.path().join("state.redb");
-    std::fs::copy(fixture("state.redb"), &path).map_err(|e| StoreError::Backend(e.to_string()))?;
-    let store = EmbeddedStore::open(&path)?;
-    assert_eq!(store.meta(DEFAULT_DATASET)?, Some(Meta { secret: 2, teachers: "fixture m=4".into() }));
-    assert_eq!(store.principals()?, principals().to_vec());
-    let alice = alice();
-    assert_eq!(store.load("alice")?, Some(alice.clone()));
-    assert_eq!(store.journal("alice")?, (1..=3).map(journal).collect::<Vec<_>>());
-    assert!(store.load("*global*")?.is_some(), "the global session");
-    let next = SessionRecord { version: 4, ..alice };
-    store.enqueue("alice", next.clone(), Change::default())?.wait()?;
-    assert_eq!(store.load("alice")?, Some(next));
-    Ok(())
-}
-
 /// A format this release does not know, or malformed bytes behind the
 /// mark, are refused — never guessed at.
 #[test]
 fn unknown_formats_and_malformed_bytes_are_refused() {
     let r = alice();
-    let mut message = crate::proto::store::SessionRecord::decode(&r.encode()[MARK.len()..]).expect("decodes");
+    let mut message = schema::SessionRecord::decode(&r.encode()[MARK.len()..]).expect("decodes");
     message.format = TAIL_FORMAT + 1;
     let mut future = MARK.to_vec();
     future.extend_from_slice(&message.encode_to_vec());

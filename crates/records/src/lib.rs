@@ -1,10 +1,16 @@
-//! The store's records and their byte form: what a redb value or a
-//! PostgreSQL `BYTEA` column holds.
+//! pacpriv-records: the store's records and their byte form, what a redb
+//! value or a PostgreSQL `BYTEA` column holds, and what an export's lines
+//! carry.
+//!
+//! Below the store (`pacpriv-store`, its two backends) and the offline
+//! verifier (`pacpriv-verify`), which reads a journal without linking a
+//! server: this crate needs only the privacy crate and prost
+//! (`docs/architecture.md`, "Crates").
 //!
 //! # Owns
 //! [`SessionRecord`], [`JournalEntry`], [`JournalEvent`] and the encoding of
 //! [`PrincipalRecord`]: the schema is `proto/pacpriv/store/v1/records.proto`
-//! (prost messages), behind an 8-byte [`MARK`].
+//! (prost messages, [`schema`]), behind an 8-byte [`MARK`].
 //!
 //! # Invariants
 //! - Every value written is [`MARK`] then a message whose `format` field is
@@ -15,17 +21,26 @@
 //! - Decoding is total: malformed bytes are `None` (the caller reports the
 //!   record corrupt), never a panic.
 //! - The store never interprets a cached answer: it keeps the schema's
-//!   [`CachedAnswerRecord`] as written by [`crate::session`], reading only
-//!   its owner, number and digest ([`super::answers`]).
+//!   [`CachedAnswerRecord`] as written by the service's sessions, reading
+//!   only its owner, number and digest (`pacpriv_store::answers`).
+
+#![forbid(unsafe_code)]
 
 mod legacy;
+pub mod principal;
 
-use super::principal::{Origin, PrincipalRecord};
-use crate::proto::store as schema;
+/// The schema of the store's records (`proto/pacpriv/store/v1/records.proto`,
+/// compiled by `build.rs`).
+#[allow(missing_docs, clippy::all)]
+pub mod schema {
+    include!(concat!(env!("OUT_DIR"), "/pacpriv.store.v1.rs"));
+}
+
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::mechanism::SessionState;
 use pacpriv_privacy::posterior::{Form, Posterior};
 use pacpriv_privacy::{Nats, PrivacyError};
+use principal::{Origin, PrincipalRecord};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
@@ -59,7 +74,7 @@ pub const PRINCIPAL_BUDGETS_FORMAT: u32 = 3;
 pub const SESSION_FORMAT: u32 = 3;
 
 /// The format of a session record that carries a cache tail (the
-/// embedded store's newest cache changes, `super::embedded`); one without
+/// embedded store's newest cache changes, `pacpriv_store::embedded`); one without
 /// is still written as [`SESSION_FORMAT`].
 pub const TAIL_FORMAT: u32 = 4;
 
@@ -147,7 +162,7 @@ impl SessionRecord {
     }
 
     /// The byte form carrying `tail` (cache changes in the form of
-    /// [`super::answers::append_ops`]): format [`TAIL_FORMAT`] if there
+    /// `pacpriv_store::answers::append_ops`): format [`TAIL_FORMAT`] if there
     /// are any, else as [`SessionRecord::encode`]. Read it back with
     /// [`cache_tail`]; [`SessionRecord::decode`] skips it.
     pub fn encode_with_tail(&self, tail: Vec<u8>) -> Vec<u8> {

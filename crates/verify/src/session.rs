@@ -8,7 +8,7 @@ use super::report::Verified;
 use crate::plural;
 use pacpriv_privacy::noise_audit::NoiseAudit;
 use pacpriv_privacy::posterior::Form;
-use pacpriv_service::store::JournalEntry;
+use pacpriv_records::JournalEntry;
 use std::collections::HashMap;
 
 impl Replaying {

@@ -17,8 +17,8 @@
 //!   log-weight) is written as the string "-inf". So the chain hash a
 //!   verifier recomputes from a line is the one the server computed.
 
-use pacpriv_service::store::record::JournalStepRecord;
-use pacpriv_service::store::{JournalEntry, JournalEvent, SessionRecord};
+use pacpriv_records::JournalStepRecord;
+use pacpriv_records::{JournalEntry, JournalEvent, SessionRecord};
 use serde::{Deserialize, Serialize};
 
 /// The first line's `format`: 2 adds each step's `model` and
@@ -331,9 +331,9 @@ impl RecordLine {
     }
 }
 
-/// Lowercase hex.
+/// Lowercase hex, two digits per byte.
 pub fn hex(bytes: &[u8]) -> String {
-    pacpriv_service::session::hex(bytes)
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The bytes of lowercase or uppercase hex; `None` for anything else.

@@ -8,8 +8,8 @@
 //! (entries of the one principal), or marked by a u32 count of 2³² − 1 and
 //! a layout byte 2 (entries partitioned by owner).
 
-use super::schema;
-use crate::store::principal::{Origin, PrincipalRecord};
+use crate::principal::{Origin, PrincipalRecord};
+use crate::schema;
 use pacpriv_privacy::posterior::Form;
 
 /// Reads little-endian values from the front of a byte slice (the rest

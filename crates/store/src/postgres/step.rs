@@ -6,11 +6,11 @@
 
 use super::connect::durable;
 use super::schema::{INSERT_EVENT, INSERT_JOURNAL, PROBE, UPDATE_RECORD, UPDATE_RECORD_AND_CACHE};
-use crate::store::answers::{CacheProbe, CacheRows, Squashed, squash};
-use crate::store::change::Change;
-use crate::store::decode;
-use crate::store::error::{StoreError, backend};
-use crate::store::record::SessionRecord;
+use crate::answers::{CacheProbe, CacheRows, Squashed, squash};
+use crate::change::Change;
+use crate::decode;
+use crate::error::{StoreError, backend};
+use crate::record::SessionRecord;
 use prost::Message;
 
 /// Why [`step_on`] failed: the store, or the caller's `apply`.

@@ -8,7 +8,7 @@ use super::format::{self, EventLine};
 use super::replay::outputs;
 use pacpriv_privacy::ledger::{Ledger, Policy};
 use pacpriv_privacy::{Nats, PrivacyError};
-use pacpriv_service::store::record::EventKind;
+use pacpriv_records::EventKind;
 
 impl Replaying {
     /// Checks event `e` (the next item of this session is an event). An

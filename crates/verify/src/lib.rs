@@ -1,11 +1,16 @@
-//! `pacpriv verify FILE`: checks an exported journal (`pacpriv admin
-//! export`) from its records alone — no server, no store, no secret.
+//! pacpriv-verify: checks an exported journal (`pacpriv admin export`)
+//! from its records alone — no server, no store, no secret. Run as
+//! `pacpriv verify FILE`, or as `pacpriv-verify FILE`, a binary of its own
+//! that an auditor builds from this crate on a machine of their own: it
+//! links the privacy crate and the records' format (`pacpriv-records`)
+//! and no server — none of tonic, hyper, axum or tokio-postgres, which CI
+//! checks with `cargo tree` (`tests/verifier_links_no_server.sh`).
 //!
 //! For every session, in order: the entries' versions run 1, 2, 3, … and
 //! the events' numbers 1, 2, 3, … with none missing; each item's chain
 //! hash is SHA-256 over the previous one and the item itself
-//! ([`pacpriv_service::store::JournalEntry::chained`],
-//! [`pacpriv_service::store::JournalEvent::chained`]), starting from the session's
+//! ([`pacpriv_records::JournalEntry::chained`],
+//! [`pacpriv_records::JournalEvent::chained`]), starting from the session's
 //! genesis hash; each step re-derives — posterior, Σ, the ½·tr(Σ⁺C) ≤ b
 //! certificate, the charge and the ledger — as [`pacpriv_privacy::replay`]
 //! does; each event is justified by what came before it (a cache hit
@@ -56,6 +61,11 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 pub use report::{Verified, run};
+
+/// The plural ending for `n` of something ("" for one, "s" otherwise).
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
 
 /// Arguments of `pacpriv verify`.
 #[derive(Debug, clap::Args)]

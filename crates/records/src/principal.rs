@@ -30,7 +30,8 @@ impl Origin {
         }
     }
 
-    pub(super) fn parse(s: &str) -> Option<Self> {
+    /// The origin [`Origin::as_str`] names; `None` for any other string.
+    pub fn parse(s: &str) -> Option<Self> {
         match s {
             "config" => Some(Origin::Config),
             "admin" => Some(Origin::Admin),
@@ -74,7 +75,7 @@ impl PrincipalRecord {
     }
 }
 
-/// What applying the configured principals stored ([`super::Store::configure`]).
+/// What applying the configured principals stored (`pacpriv_store::Store::configure`).
 #[derive(Debug, Default)]
 pub struct Configured {
     /// The configured records as stored, in the configuration's order.

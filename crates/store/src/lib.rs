@@ -1,4 +1,4 @@
-//! Durable session state: what must survive a crash for the privacy
+//! pacpriv-store: durable session state, what must survive a crash for the privacy
 //! guarantee to survive it (`docs/assurance/accounting.md` §5: an answer released
 //! before its record is durable could be charged to nobody).
 //!
@@ -20,15 +20,22 @@
 //!   posterior; a start with another teacher set or another index refuses.
 //! - The secret index never appears in an error or a log line.
 //!
+//! Below the service in the crate graph (`docs/architecture.md`,
+//! "Crates"): it needs the privacy crate and the records' formats
+//! (`pacpriv-records`, re-exported as [`record`] and [`principal`]), and
+//! none of the service. `crates/service/tests/module_order.rs` checks the
+//! order below.
+//!
 //! # Files, from the bottom up
-//! - `error`, `meta`, [`principal`], `ticket`: values every backend
-//!   shares; [`record`]: the records' schema and codec, every older format
-//!   included; [`answers`]: cached answers as rows; `change`: what one
+//! - [`metrics`], `error`, `meta`, `ticket`: values every backend
+//!   shares; [`answers`]: cached answers as rows; `change`: what one
 //!   step changed; `decode`: stored bytes back into records; [`pg_tls`]:
 //!   PostgreSQL's sslmodes;
 //! - [`embedded`] (redb, group commit) and [`postgres`] (row-locked
 //!   steps), the two backends; `backend`: [`Store`], either of them;
 //! - [`cell`]: where a session's state lives, and when a step is durable.
+
+#![forbid(unsafe_code)]
 
 pub mod answers;
 mod backend;
@@ -38,11 +45,13 @@ mod decode;
 pub mod embedded;
 mod error;
 mod meta;
+pub mod metrics;
 pub mod pg_tls;
 pub mod postgres;
-pub mod principal;
-pub mod record;
 mod ticket;
+
+pub use pacpriv_records as record;
+pub use pacpriv_records::principal;
 
 pub use answers::{CacheProbe, CacheRows, CacheWrite};
 pub use backend::Store;
@@ -50,6 +59,7 @@ pub use change::{Change, Release};
 pub use embedded::EmbeddedStore;
 pub use error::StoreError;
 pub use meta::{DEFAULT_DATASET, GLOBAL_SESSION, LegacyKey, Meta, VersionIdentity, session_key};
+pub use metrics::{CommitObserver, StoreMetrics};
 pub use pg_tls::{PgTls, SslMode};
 pub use postgres::{PgLink, PgStore};
 pub use principal::{Configured, Origin, PrincipalRecord};

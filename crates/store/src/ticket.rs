@@ -14,7 +14,7 @@ enum Outcome {
 }
 
 /// What a ticket and the writer share: small, because a session keeps the
-/// ticket of its last charged record (see [`crate::store::cell`]).
+/// ticket of its last charged record (see [`crate::cell`]).
 #[derive(Debug, Default)]
 struct Shared {
     outcome: OnceLock<Outcome>,
@@ -23,7 +23,7 @@ struct Shared {
 
 /// Waits for one record to become durable. Cloned where a later step must
 /// know whether an earlier one's record is durable (a cached answer of a
-/// step that may still be committing, see [`crate::store::cell`]).
+/// step that may still be committing, see [`crate::cell`]).
 #[derive(Clone, Debug)]
 pub struct Ticket(Arc<Shared>);
 
