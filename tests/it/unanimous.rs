@@ -7,7 +7,7 @@
 //! exactly the unanimous rows and spending nothing.
 
 use crate::util::{
-    ADMIN_TOKEN, Process, budget, client, held_out, image, key_hash, pacpriv, pacpriv_ok, predict, small_demo,
+    ADMIN_TOKEN, Process, budget, client, held_out, image, key_hash, pacpriv, pacpriv_verify, predict, small_demo,
     write_csv,
 };
 use tonic_types::StatusExt;
@@ -51,7 +51,9 @@ async fn unanimous_only_answers_agreement_for_free_and_refuses_the_rest_uncharge
     let file = dir.path().join("journal.jsonl").display().to_string();
     let o = server.admin_cli(&["export", "--out", &file]);
     assert!(o.status.success(), "export: {}", String::from_utf8_lossy(&o.stderr));
-    let report = pacpriv_ok(&["verify", &file]);
+    let o = pacpriv_verify(&[&file]);
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "verify: {report}{}", String::from_utf8_lossy(&o.stderr));
     let alice = format!("alice\t{answered}\t0\t{refused}\t0\t");
     assert!(report.lines().any(|l| l.starts_with(&alice)), "{alice:?} in {report}");
 }

@@ -114,6 +114,21 @@ fn no_file_in_an_ordered_folder_uses_one_above_it() {
     assert!(wrong.is_empty(), "imports running up a folder's order:\n{}", wrong.join("\n"));
 }
 
+/// The dependency reader finds a workspace crate however a manifest
+/// names it.
+#[test]
+fn the_reader_finds_every_form_of_dependency() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let manifest = dir.path().join("Cargo.toml");
+    let text = "[package]\nname = \"x\"\n[workspace.dependencies]\npacpriv-tools = { path = \"t\" }\n\
+                [dependencies]\npacpriv-privacy.workspace = true\nserver = { package = \"pacpriv-service\" }\n\
+                [dev-dependencies.pacpriv-store]\nworkspace = true\n\
+                [target.'cfg(unix)'.build-dependencies]\npacpriv-demo = { path = \"d\" }\n";
+    std::fs::write(&manifest, text).expect("written");
+    let found: Vec<String> = workspace_dependencies(&manifest).into_iter().collect();
+    assert_eq!(found, ["pacpriv-demo", "pacpriv-privacy", "pacpriv-service", "pacpriv-store"]);
+}
+
 /// The checker itself: an upward import in a made-up file is caught, in
 /// each form a path can take.
 #[test]
@@ -176,21 +191,28 @@ fn package_name(manifest: &Path) -> String {
 }
 
 /// The workspace crates (`pacpriv…`) a manifest's dependency sections
-/// name, build and dev dependencies included.
+/// name, build and dev dependencies included: by key, by `package = …`
+/// (a renamed dependency), or as a `[dependencies.NAME]` table.
 fn workspace_dependencies(manifest: &Path) -> BTreeSet<String> {
     let text = std::fs::read_to_string(manifest).expect("Cargo.toml");
-    let mut section = "";
-    let mut out = BTreeSet::new();
-    for line in text.lines() {
+    let name = |s: &str| s.split(['.', ' ', '=', '"', ']']).find(|n| !n.is_empty()).unwrap_or_default().to_owned();
+    let (mut section, mut out) = ("", BTreeSet::new());
+    for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
             section = line;
-        } else if section.ends_with("dependencies]")
-            && !section.starts_with("[workspace")
-            && line.starts_with("pacpriv")
-        {
-            out.insert(line.split(['.', ' ', '=']).next().unwrap_or_default().to_owned());
+        }
+        if section.starts_with("[workspace") || !section.contains("dependencies") {
+            continue;
+        }
+        if let Some((_, table)) = line.split_once("dependencies.") {
+            out.insert(name(table));
+        } else if let Some((_, package)) = line.split_once("package = ") {
+            out.insert(name(package));
+        } else if !line.starts_with('[') {
+            out.insert(name(line));
         }
     }
+    out.retain(|n| n.starts_with("pacpriv"));
     out
 }
 

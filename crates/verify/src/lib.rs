@@ -4,7 +4,7 @@
 //! that an auditor builds from this crate on a machine of their own: it
 //! links the privacy crate and the records' format (`pacpriv-records`)
 //! and no server — none of tonic, hyper, axum or tokio-postgres, which CI
-//! checks with `cargo tree` (`tests/verifier_links_no_server.sh`).
+//! checks with `cargo tree` (`crates/verify/tests/links_no_server.rs`).
 //!
 //! For every session, in order: the entries' versions run 1, 2, 3, … and
 //! the events' numbers 1, 2, 3, … with none missing; each item's chain

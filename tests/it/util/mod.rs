@@ -13,30 +13,48 @@ pub fn pacpriv(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pacpriv")).args(args).output().expect("the pacpriv binary runs")
 }
 
-/// Runs `pacpriv verify ARGS`, and the auditor's verifier `pacpriv-verify
-/// ARGS` (`crates/verify`, built beside it by the test command), and
-/// checks they answer alike: the same report, errors and exit status.
-/// Both run on OpenBLAS's own choice of kernels: `pacpriv` would otherwise
-/// ask for the widest, and an update's slack follows the kernels in its
-/// last digits (`verify::an_export_verifies_the_same_on_other_openblas_kernels`).
-pub fn pacpriv_verify(args: &[&str]) -> Output {
-    let on_default_kernels = |program: &Path, args: &[&str]| {
+/// The auditor's verifier, `pacpriv-verify` (`crates/verify`), built
+/// beside `pacpriv` by the test command.
+pub fn pacpriv_verify_binary() -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_pacpriv")).with_file_name("pacpriv-verify");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p pacpriv-verify` (and the test run's profile)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `pacpriv verify ARGS` and `pacpriv-verify ARGS` with `env`, and
+/// checks they answer alike: the same report, errors and exit status (a
+/// usage error names its program). `pacpriv`'s output.
+pub fn both_verifiers(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let run = |program: &Path, args: &[&str]| {
         let mut command = Command::new(program);
-        command.args(args).env(pacpriv::cli::startup::REEXECUTED, "1");
+        command.args(args).envs(env.iter().copied());
         command.output().unwrap_or_else(|e| panic!("{} runs: {e}", program.display()))
     };
-    let pacpriv = Path::new(env!("CARGO_BIN_EXE_pacpriv"));
-    let standalone = pacpriv.with_file_name("pacpriv-verify");
-    assert!(standalone.is_file(), "{} is missing: `cargo build --release -p pacpriv-verify`", standalone.display());
-    let ours = on_default_kernels(pacpriv, &[&["verify"], args].concat());
-    let auditors = on_default_kernels(&standalone, args);
-    // A usage error names the program.
+    let ours = run(Path::new(env!("CARGO_BIN_EXE_pacpriv")), &[&["verify"], args].concat());
+    let auditors = run(&pacpriv_verify_binary(), args);
+    // OpenBLAS's own line (`OPENBLAS_VERBOSE`) comes once per load, and
+    // `pacpriv` may load it twice, re-executing itself for its allocator.
     let seen = |o: &Output| {
         let text = |b: &[u8]| String::from_utf8_lossy(b).replace("pacpriv verify", "pacpriv-verify");
-        (o.status.code(), text(&o.stdout), text(&o.stderr))
+        let stderr: Vec<String> =
+            text(&o.stderr).lines().filter(|l| !l.starts_with("Core: ")).map(str::to_owned).collect();
+        (o.status.code(), text(&o.stdout), stderr)
     };
     assert_eq!(seen(&auditors), seen(&ours), "pacpriv-verify {args:?} answered otherwise than pacpriv verify");
     ours
+}
+
+/// [`both_verifiers`] on the kernels OpenBLAS chooses itself: `pacpriv`
+/// would otherwise ask for the CPU's widest, and an update's slack
+/// follows the kernels in its last digits
+/// (`verify::an_export_verifies_the_same_on_other_openblas_kernels` runs
+/// both on each).
+pub fn pacpriv_verify(args: &[&str]) -> Output {
+    both_verifiers(args, &[(pacpriv::cli::startup::REEXECUTED, "1")])
 }
 
 /// Runs `pacpriv` and returns stdout, failing the test with stderr if the

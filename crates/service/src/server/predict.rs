@@ -124,7 +124,10 @@ pub async fn handle(
 /// first token (a token, or the refusal), validates `request`, takes a
 /// token for each further row (`over`: refused or paced), and asks every
 /// teacher about each row the session has not answered before, unless the
-/// session cannot pay even for the cheapest answers.
+/// session cannot pay even for the cheapest answers. In three steps:
+/// [`resolve`] (the version named and the input against its shape),
+/// [`choose`] (the version that answers, and what the session knows of
+/// each row), [`fan_out`] (the teachers, for the rows it does not).
 ///
 /// # Errors
 /// Rate limited, invalid input, exhausted budget, unavailable teachers
@@ -136,108 +139,156 @@ pub async fn ask(
     admitted: Result<Admitted, ServiceError>,
     over: Over,
 ) -> Result<Traced<Asked>, Failed> {
-    let started = Instant::now();
-    // Which model's teachers and which dataset's session (its name is
-    // the client's choice, public), then the input against its shape.
     let models = app.models();
+    let resolved = resolve(&models, caller, request);
+    admitted.map_err(|e| resolved.fail(e))?;
+    let (resolved, mut traced) = resolved.take();
+    let resolved = resolved.map_err(|e| traced.fail(e))?;
+    let (query, handle) = (&resolved.query, &resolved.handle);
+    let chosen = async {
+        app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
+        choose(&models, &resolved).await
+    };
+    let Chosen { model, keys, found } = chosen.instrument(traced.span.clone()).await.map_err(|e| traced.fail(e))?;
+    // The version that answers (a request may have been switched to another).
+    traced.model = Some(Arc::clone(&model));
+    let admitted = Instant::now();
+    app.metrics.service.stage(Stage::Admission, (admitted - traced.started).as_secs_f64());
+    let asks_teachers = found.contains(&Preflight::Ask);
+    let outputs = fan_out(&model, query, found).instrument(traced.span.clone()).await.map_err(|e| traced.fail(e))?;
+    let fanout = asks_teachers.then(|| admitted.elapsed());
+    if let Some(took) = fanout {
+        app.metrics.service.stage(Stage::Fanout, took.as_secs_f64());
+    }
+    traced.timings = Timings { queue: admitted - traced.started, fanout, ..Timings::default() };
+    let Resolved { query, .. } = resolved;
+    Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs }))
+}
+
+/// A request resolved to the model version it names, and its input parsed
+/// against that version's shape.
+struct Resolved {
+    model: Arc<Model>,
+    /// For a named version that is unloaded: the refusal to give unless
+    /// the session answered every row before.
+    unloaded: Option<String>,
+    /// Whether the request named its version (one that names none may be
+    /// answered by another version that answered every row).
+    named_version: bool,
+    query: Query,
+    /// The caller's session in the model's dataset.
+    handle: Handle,
+}
+
+/// Step 1: the model version `request` names (the model's name and the
+/// dataset it charges are the client's choice, public) and its input
+/// against that version's shape, traced from here on: the span carries
+/// the principal and the query id whatever fails.
+fn resolve(models: &Models, caller: &Caller, request: PredictRequest) -> Traced<Result<Resolved, ServiceError>> {
+    let started = Instant::now();
     let named_version = !request.model_version.is_empty();
-    let resolved = version(&models, &request.model, &request.model_version);
+    let resolved = version(models, &request.model, &request.model_version);
     let resolved_model = resolved.as_ref().ok().map(|(model, _)| Arc::clone(model));
     let parsed = resolved.and_then(|(model, unloaded)| {
         let query = model.input.parse(request)?;
         let handle = caller.on(model.dataset)?.clone();
-        Ok((model, unloaded, query, handle))
+        Ok(Resolved { model, unloaded, named_version, query, handle })
     });
-    let query_id = parsed.as_ref().map(|(_, _, q, _)| q.query_id.clone()).unwrap_or_default();
+    let query_id = parsed.as_ref().map(|r| r.query.query_id.clone()).unwrap_or_default();
     let span = tracing::info_span!("query", principal = %caller.principal(), query_id = %query_id);
-    let mut traced =
-        Traced { value: (), span: span.clone(), started, model: resolved_model, timings: Timings::default() };
-    admitted.map_err(|e| traced.fail(e))?;
-    let (mut model, unloaded, query, handle) = parsed.map_err(|e| traced.fail(e))?;
-    let keys_of = |model: &Model| -> Vec<CacheKey> {
-        query.rows.iter().map(|r| handle.cache_key(model.digest(r.digest))).collect()
-    };
-    let mut keys = keys_of(&model);
-    let outputs = async {
-        app.rate.take_more(handle.principal(), query.rows.len() - 1, over).await?;
-        // An answer is released again, free, by the version that gave it
-        // (the cache keys the version): a request naming an unloaded
-        // version is answered if the session holds every row's answer;
-        // one naming none, by another version that answered every row,
-        // if the one chosen did not (a retry after the newest version
-        // changed). Both are the session's own history; neither asks a
-        // teacher. One read of the session, for every version at once.
-        let chosen = Arc::clone(&model);
-        let mut switched = false;
-        if let Some(refusal) = &unloaded {
-            if handle.first_answered(std::slice::from_ref(&keys)).await?.is_none() {
-                return Err(ServiceError::Unloaded(refusal.clone()));
-            }
-        } else if !named_version && models.versions(&model.name).len() > 1 {
-            let others: Vec<&Arc<Model>> =
-                models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, &model)).collect();
-            let candidates: Vec<Vec<CacheKey>> =
-                std::iter::once(keys.clone()).chain(others.iter().map(|m| keys_of(m))).collect();
-            if let Some(i) = handle.first_answered(&candidates).await?
-                && let Some(other) = i.checked_sub(1).and_then(|j| others.get(j))
-            {
-                (model, keys, switched) = (Arc::clone(other), candidates[i].clone(), true);
-            }
+    Traced { value: parsed, span, started, model: resolved_model, timings: Timings::default() }
+}
+
+/// The version that answers, each row's key in the session's answer
+/// cache under it, and what the session knows of each row.
+struct Chosen {
+    model: Arc<Model>,
+    keys: Vec<CacheKey>,
+    found: Vec<Preflight>,
+}
+
+/// Each row's key in `handle`'s answer cache for `model`'s answers.
+fn keys_of(handle: &Handle, model: &Model, query: &Query) -> Vec<CacheKey> {
+    query.rows.iter().map(|r| handle.cache_key(model.digest(r.digest))).collect()
+}
+
+/// Step 2: the version that answers, and one read of the session
+/// ([`Handle::preflight`]) for what it knows of each row.
+///
+/// An answer is released again, free, by the version that gave it (the
+/// cache keys the version): a request naming an unloaded version is
+/// answered if the session holds every row's answer; one naming none, by
+/// another version that answered every row, if the one resolved did not
+/// (a retry after the newest version changed). Both are the session's own
+/// history; neither asks a teacher. One read of the session, for every
+/// version at once.
+///
+/// # Errors
+/// The unloaded version's refusal, an exhausted budget, a store error.
+async fn choose(models: &Models, resolved: &Resolved) -> Result<Chosen, ServiceError> {
+    let Resolved { model: chosen, unloaded, named_version, query, handle } = resolved;
+    let (mut model, mut keys, mut switched) = (Arc::clone(chosen), keys_of(handle, chosen, query), false);
+    if let Some(refusal) = unloaded {
+        if handle.first_answered(std::slice::from_ref(&keys)).await?.is_none() {
+            return Err(ServiceError::Unloaded(refusal.clone()));
         }
-        // One read of the session: a repeat costs nothing and needs no
-        // teacher (its refusal, if its answer was evicted, neither).
-        let row_id = query.row_id(0);
-        let tentative = unloaded.is_some() || switched;
-        let found = handle.preflight(&keys, (!tentative).then_some(row_id.as_str())).await;
-        // For an unloaded version, or one the request was switched to, an
-        // answer the read above found was evicted since (by another
-        // request of the session, or on another replica) if any row needs
-        // a fresh answer (or the budget for one): such a version is never
-        // asked afresh, and its budget refusal is not this request's. An
-        // unloaded version's request is refused; a switched one goes to
-        // the version chosen, whose preflight journals its own refusal.
-        let fresh = |found: &Result<Vec<Preflight>, SessionError>| match found {
-            Ok(found) => found.contains(&Preflight::Ask),
-            Err(SessionError::Exhausted { .. }) => true,
-            Err(_) => false,
-        };
-        let found = match (unloaded, tentative && fresh(&found)) {
-            (Some(refusal), true) => return Err(ServiceError::Unloaded(refusal)),
-            (None, true) => {
-                keys = keys_of(&chosen);
-                model = chosen;
-                handle.preflight(&keys, Some(&row_id)).await?
-            }
-            (_, false) => found?,
-        };
-        let admitted = Instant::now();
-        app.metrics.service.stage(Stage::Admission, (admitted - started).as_secs_f64());
-        let fanout = found.contains(&Preflight::Ask);
-        // The rows' fan-outs run at once (and so share the teachers'
-        // batches); any failure fails the request, nothing charged.
-        let asks = query.rows.iter().zip(found).map(|(row, found)| {
-            let ensemble = &model.ensemble;
-            async move {
-                match found {
-                    Preflight::Known => Ok(None),
-                    Preflight::Ask => Ok::<_, ServiceError>(Some(ensemble.query(&row.features).await?)),
-                }
-            }
-        });
-        let outputs = futures_util::future::try_join_all(asks).await?;
-        let fanout = fanout.then(|| admitted.elapsed());
-        if let Some(took) = fanout {
-            app.metrics.service.stage(Stage::Fanout, took.as_secs_f64());
+    } else if !named_version && models.versions(&model.name).len() > 1 {
+        let others: Vec<&Arc<Model>> =
+            models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, chosen)).collect();
+        let candidates: Vec<Vec<CacheKey>> =
+            std::iter::once(keys.clone()).chain(others.iter().map(|m| keys_of(handle, m, query))).collect();
+        if let Some(i) = handle.first_answered(&candidates).await?
+            && let Some(other) = i.checked_sub(1).and_then(|j| others.get(j))
+        {
+            (model, keys, switched) = (Arc::clone(other), candidates[i].clone(), true);
         }
-        Ok::<_, ServiceError>((outputs, Timings { queue: admitted - started, fanout, ..Timings::default() }))
     }
-    .instrument(span)
-    .await;
-    // The version that answers (a request may have been switched to another).
-    traced.model = Some(Arc::clone(&model));
-    let (outputs, timings) = outputs.map_err(|e| traced.fail(e))?;
-    traced.timings = timings;
-    Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs }))
+    // One read of the session: a repeat costs nothing and needs no
+    // teacher (its refusal, if its answer was evicted, neither).
+    let row_id = query.row_id(0);
+    let tentative = unloaded.is_some() || switched;
+    let found = handle.preflight(&keys, (!tentative).then_some(row_id.as_str())).await;
+    // For an unloaded version, or one the request was switched to, an
+    // answer the read above found was evicted since (by another request
+    // of the session, or on another replica) if any row needs a fresh
+    // answer (or the budget for one): such a version is never asked
+    // afresh, and its budget refusal is not this request's. An unloaded
+    // version's request is refused; a switched one goes to the version
+    // resolved, whose preflight journals its own refusal.
+    let fresh = |found: &Result<Vec<Preflight>, SessionError>| match found {
+        Ok(found) => found.contains(&Preflight::Ask),
+        Err(SessionError::Exhausted { .. }) => true,
+        Err(_) => false,
+    };
+    match (unloaded, tentative && fresh(&found)) {
+        (Some(refusal), true) => Err(ServiceError::Unloaded(refusal.clone())),
+        (None, true) => {
+            let keys = keys_of(handle, chosen, query);
+            let found = handle.preflight(&keys, Some(&row_id)).await?;
+            Ok(Chosen { model: Arc::clone(chosen), keys, found })
+        }
+        (_, false) => Ok(Chosen { model, keys, found: found? }),
+    }
+}
+
+/// Step 3: every teacher of `model`, about each row the session does not
+/// know. The rows' fan-outs run at once (and so share the teachers'
+/// batches); any failure fails the request, nothing charged.
+///
+/// # Errors
+/// Unavailable teachers, or a reply that is not an answer.
+async fn fan_out(
+    model: &Model,
+    query: &Query,
+    found: Vec<Preflight>,
+) -> Result<Vec<Option<TeacherOutputs>>, ServiceError> {
+    let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
+        match found {
+            Preflight::Known => Ok(None),
+            Preflight::Ask => Ok(Some(model.ensemble.query(&row.features).await?)),
+        }
+    });
+    futures_util::future::try_join_all(asks).await
 }
 
 /// The version of `name` (empty: the default model) at `version` (empty:

@@ -16,7 +16,8 @@
 //! is still given again from the cache, and requests already answering on
 //! it finish on it.
 //!
-//! A request's path: [`check_token`] → [`parse`] → [`apply`].
+//! Both calls take one path, [`RepositoryService::load_or_unload`]:
+//! [`check_token`] → [`parse`] → [`apply`].
 
 use super::check_token;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -45,6 +46,28 @@ impl RepositoryService {
     }
 }
 
+/// A load or unload request's fields (the two messages have the same).
+pub struct Fields {
+    /// Must be empty: there is one repository.
+    pub repository_name: String,
+    /// The model.
+    pub model_name: String,
+    /// `version`, and on unload `unload_dependents`.
+    pub parameters: HashMap<String, ModelRepositoryParameter>,
+}
+
+impl From<RepositoryModelLoadRequest> for Fields {
+    fn from(r: RepositoryModelLoadRequest) -> Self {
+        Fields { repository_name: r.repository_name, model_name: r.model_name, parameters: r.parameters }
+    }
+}
+
+impl From<RepositoryModelUnloadRequest> for Fields {
+    fn from(r: RepositoryModelUnloadRequest) -> Self {
+        Fields { repository_name: r.repository_name, model_name: r.model_name, parameters: r.parameters }
+    }
+}
+
 /// A load or unload, validated.
 #[derive(Debug, PartialEq)]
 pub struct Change {
@@ -64,12 +87,8 @@ pub struct Change {
 ///
 /// # Errors
 /// [`ServiceError::InvalidInput`] saying what to change.
-pub fn parse(
-    repository_name: &str,
-    model_name: String,
-    parameters: HashMap<String, ModelRepositoryParameter>,
-    load: bool,
-) -> Result<Change, ServiceError> {
+pub fn parse(fields: Fields, load: bool) -> Result<Change, ServiceError> {
+    let Fields { repository_name, model_name, parameters } = fields;
     let bad = ServiceError::InvalidInput;
     if !repository_name.is_empty() {
         return Err(bad("pacpriv has one model repository, its configuration: leave repository_name empty".into()));
@@ -112,6 +131,16 @@ pub fn apply(app: &App, change: Change) -> Result<(), ServiceError> {
     Ok(())
 }
 
+impl RepositoryService {
+    /// A load (`load`) or an unload: the token, the request's fields, the
+    /// change on this replica.
+    fn load_or_unload(&self, request: Request<impl Into<Fields>>, load: bool) -> Result<(), Status> {
+        check_token(&request, &self.token_sha256)?;
+        apply(&self.app, parse(request.into_inner().into(), load)?)?;
+        Ok(())
+    }
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for RepositoryService {
     async fn repository_index(
@@ -127,9 +156,7 @@ impl GrpcInferenceService for RepositoryService {
         &self,
         request: Request<RepositoryModelLoadRequest>,
     ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
-        check_token(&request, &self.token_sha256)?;
-        let r = request.into_inner();
-        apply(&self.app, parse(&r.repository_name, r.model_name, r.parameters, true)?)?;
+        self.load_or_unload(request, true)?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
@@ -137,9 +164,7 @@ impl GrpcInferenceService for RepositoryService {
         &self,
         request: Request<RepositoryModelUnloadRequest>,
     ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
-        check_token(&request, &self.token_sha256)?;
-        let r = request.into_inner();
-        apply(&self.app, parse(&r.repository_name, r.model_name, r.parameters, false)?)?;
+        self.load_or_unload(request, false)?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 }
