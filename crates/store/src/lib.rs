@@ -1,10 +1,12 @@
-//! pacpriv-store: durable session state, what must survive a crash for the privacy
-//! guarantee to survive it (`docs/assurance/accounting.md` §5: an answer released
-//! before its record is durable could be charged to nobody).
+//! pacpriv-store: durable session state, what must survive a crash for
+//! the privacy guarantee to survive it (`docs/assurance/accounting.md` §5:
+//! an answer released before its record is durable could be charged to
+//! nobody).
 //!
 //! Holds, per session, the posterior log-weights and the ledger with a
 //! version; once per dataset, the sealed secret index and a fingerprint
-//! of the teacher set it belongs to, and each model version's identity; optionally a journal of every step
+//! of the teacher set it belongs to, and each model version's identity;
+//! optionally a journal of every step
 //! (charge and the log-likelihood vector applied) and, in the same hash
 //! chain, every cache hit and refusal (events), so a transcript can be
 //! replayed and audited (`docs/assurance/accounting.md` §9).

@@ -226,15 +226,15 @@ fn keys_of(handle: &Handle, model: &Model, query: &Query) -> Vec<CacheKey> {
 /// # Errors
 /// The unloaded version's refusal, an exhausted budget, a store error.
 async fn choose(models: &Models, resolved: &Resolved) -> Result<Chosen, ServiceError> {
-    let Resolved { model: chosen, unloaded, named_version, query, handle } = resolved;
-    let (mut model, mut keys, mut switched) = (Arc::clone(chosen), keys_of(handle, chosen, query), false);
+    let Resolved { model: named, unloaded, named_version, query, handle } = resolved;
+    let (mut model, mut keys, mut switched) = (Arc::clone(named), keys_of(handle, named, query), false);
     if let Some(refusal) = unloaded {
         if handle.first_answered(std::slice::from_ref(&keys)).await?.is_none() {
             return Err(ServiceError::Unloaded(refusal.clone()));
         }
     } else if !named_version && models.versions(&model.name).len() > 1 {
         let others: Vec<&Arc<Model>> =
-            models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, chosen)).collect();
+            models.versions(&model.name).iter().rev().filter(|m| !Arc::ptr_eq(m, named)).collect();
         let candidates: Vec<Vec<CacheKey>> =
             std::iter::once(keys.clone()).chain(others.iter().map(|m| keys_of(handle, m, query))).collect();
         if let Some(i) = handle.first_answered(&candidates).await?
@@ -263,9 +263,9 @@ async fn choose(models: &Models, resolved: &Resolved) -> Result<Chosen, ServiceE
     match (unloaded, tentative && fresh(&found)) {
         (Some(refusal), true) => Err(ServiceError::Unloaded(refusal.clone())),
         (None, true) => {
-            let keys = keys_of(handle, chosen, query);
+            let keys = keys_of(handle, named, query);
             let found = handle.preflight(&keys, Some(&row_id)).await?;
-            Ok(Chosen { model: Arc::clone(chosen), keys, found })
+            Ok(Chosen { model: Arc::clone(named), keys, found })
         }
         (_, false) => Ok(Chosen { model, keys, found: found? }),
     }
