@@ -43,7 +43,7 @@ use connect::{Connector, pinned, session_options};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use reach::pg;
 use std::time::Duration;
-use tokio_postgres::NoTls;
+use tokio_postgres::{NoTls, Row};
 
 mod connect;
 mod reach;
@@ -192,13 +192,7 @@ impl PgStore {
     /// # Errors
     /// Backend.
     pub async fn meta(&self, dataset: &str) -> Result<Option<Meta>, StoreError> {
-        let client = self.client().await?;
-        let row = if dataset == DEFAULT_DATASET {
-            client.query_opt("SELECT secret, teachers FROM pacpriv_meta WHERE id = 1", &[]).await
-        } else {
-            client.query_opt("SELECT secret, teachers FROM pacpriv_dataset_meta WHERE dataset = $1", &[&dataset]).await
-        }
-        .map_err(pg)?;
+        let row = self.dataset_row("secret, teachers", dataset).await?;
         row.map(|r| {
             let secret: i64 = r.get(0);
             Ok(Meta {
@@ -207,6 +201,23 @@ impl PgStore {
             })
         })
         .transpose()
+    }
+
+    /// `columns` of `dataset`'s record, if it has one: the default
+    /// dataset's row of `pacpriv_meta`, another's of `pacpriv_dataset_meta`.
+    ///
+    /// # Errors
+    /// Backend.
+    async fn dataset_row(&self, columns: &'static str, dataset: &str) -> Result<Option<Row>, StoreError> {
+        let client = self.client().await?;
+        if dataset == DEFAULT_DATASET {
+            client.query_opt(&format!("SELECT {columns} FROM pacpriv_meta WHERE id = 1"), &[]).await
+        } else {
+            client
+                .query_opt(&format!("SELECT {columns} FROM pacpriv_dataset_meta WHERE dataset = $1"), &[&dataset])
+                .await
+        }
+        .map_err(pg)
     }
 
     /// Every dataset's record, by dataset name.
@@ -285,13 +296,7 @@ impl PgStore {
     /// # Errors
     /// Backend.
     pub async fn identity_keyed(&self, dataset: &str) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let row = if dataset == DEFAULT_DATASET {
-            client.query_opt("SELECT identity_keyed FROM pacpriv_meta WHERE id = 1", &[]).await
-        } else {
-            client.query_opt("SELECT identity_keyed FROM pacpriv_dataset_meta WHERE dataset = $1", &[&dataset]).await
-        }
-        .map_err(pg)?;
+        let row = self.dataset_row("identity_keyed", dataset).await?;
         row.map_or(Ok(false), |r| r.try_get(0).map_err(pg))
     }
 
