@@ -465,19 +465,43 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
 /// and on wider ones (`Haswell`, and `SkylakeX` where the CPU has
 /// AVX-512) — but for the update slack's last digits; and on each,
 /// `pacpriv-verify` (the auditor's build) reports exactly what `pacpriv
-/// verify` does.
+/// verify` does. Here d = 10 ≤ m = 16: the basis from C.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_export_verifies_the_same_on_other_openblas_kernels() {
+    verifies_the_same_on_each_kernel(16, "\"basis\":2").await;
+}
+
+/// Issue 70: as above with d = 10 > m = 8, where the basis comes from K
+/// and the coefficients from the m × m G with their a-priori allowance
+/// (journaled as basis 3). Opt-in: it fails, and failed before issue 70
+/// with the coefficients in output space too — the export verifies on the
+/// server's own kernels (SkylakeX), but on Prescott and Haswell the key
+/// audit finds releases ~1.1·10⁻⁷ from the key's draw, past its kernel
+/// drift δ = 10⁻⁷: K's mapped basis moves more across kernels than the
+/// SVD path δ was measured on. A reproducer for that open finding
+/// (`cargo test --release --test it -- --ignored coefficients_from_k`).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "K's basis drifts past the key audit's δ across kernels (open finding, issue 70's note)"]
+async fn coefficients_from_k_verify_the_same_on_other_openblas_kernels() {
+    verifies_the_same_on_each_kernel(8, "\"basis\":3").await;
+}
+
+/// The cross-kernel check on an export of `models` demo teachers in
+/// vector mode, whose journal must hold `basis` (the path the server took).
+async fn verifies_the_same_on_each_kernel(models: usize, basis: &str) {
     let server = Process::serve(
         None,
         &journaled(&[
             ("PACPRIV__MODEL__MODE", "vector".to_owned()),
             ("PACPRIV__TEACHERS__OUTPUT_NAME", "probabilities".to_owned()),
+            ("PACPRIV__DEMO__MODELS", models.to_string()),
         ]),
     );
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("journal.jsonl");
     label_and_export(&server, dir.path(), &file).await;
+    let export = std::fs::read_to_string(&file).expect("the export");
+    assert!(export.contains(basis), "no step journaled {basis}");
     let keys = dir.path().join("keys.json");
     let widest = pacpriv::cli::blas::best_core().filter(|c| *c == "SkylakeX");
     let reports: Vec<String> = ["Prescott", "Haswell"]

@@ -24,6 +24,10 @@ use ndarray::{Array1, ArrayView1};
 /// Grid step of a published value: 2⁻³².
 pub const PUBLISHED_GRID: f64 = 1.0 / 4_294_967_296.0;
 
+/// 1 / [`PUBLISHED_GRID`] = 2³²: multiplying by it is the same exact
+/// scaling as dividing by the grid, and cheaper.
+const GRIDS_PER_UNIT: f64 = 4_294_967_296.0;
+
 /// Largest magnitude of a published coordinate: 2²⁰.
 pub const PUBLISHED_CLAMP: f64 = 1_048_576.0;
 
@@ -41,11 +45,29 @@ pub fn q(x: f64, clamp: f64) -> f64 {
     // Scaling by a power of two is exact; t − ⌊t⌋ is exact too, so the tie
     // test sees the true fraction (⌊t + ½⌋ computed in floating point would
     // round t = ½ − 2⁻⁵⁴ up to 1).
-    let t = x / PUBLISHED_GRID;
-    let floor = t.floor();
-    let k = if t - floor >= 0.5 { floor + 1.0 } else { floor };
+    let t = x * GRIDS_PER_UNIT;
+    let floor = floor(t);
+    let k = floor + f64::from(u8::from(t - floor >= 0.5));
     // +0.0 for −0.0: a sign bit is not a grid value.
     (k * PUBLISHED_GRID) + 0.0
+}
+
+/// ⌊t⌋, exactly, without a call into libm (the baseline x86-64 target
+/// has no rounding instruction; vector mode grids every one of the m × d
+/// outputs): below 2⁵² the truncation to an integer is exact, and every
+/// double at or above it is an integer already. Differs from
+/// `f64::floor` only in the sign of a zero, which [`q`] drops.
+fn floor(t: f64) -> f64 {
+    const INTEGERS_FROM: f64 = 4_503_599_627_370_496.0; // 2⁵²
+    if t.abs() < INTEGERS_FROM {
+        // Truncation toward zero, exact here; one below for a negative
+        // non-integer.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+        let truncated = t as i64 as f64;
+        truncated - f64::from(u8::from(truncated > t))
+    } else {
+        t
+    }
 }
 
 /// The least noise variance the grid resolves along a block of `n`

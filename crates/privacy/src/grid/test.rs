@@ -85,6 +85,17 @@ proptest! {
 
     /// Two releases that differ only below the grid publish the same vector.
     #[test]
+    fn floor_is_libms_floor_up_to_the_sign_of_zero(bits in any::<u64>(), small in -1e7f64..1e7) {
+        for t in [f64::from_bits(bits), small, small.trunc(), -small.trunc(), small * 4_294_967_296.0] {
+            if t.is_nan() {
+                continue;
+            }
+            let (ours, libm) = (super::floor(t), t.floor());
+            prop_assert!(ours == libm, "⌊{t:e}⌋: {ours:e} against {libm:e}");
+        }
+    }
+
+    #[test]
     fn bits_below_the_grid_never_leave(x in -1000.0f64..1000.0, tiny in -1e-13f64..1e-13) {
         let snapped = q(x, PUBLISHED_CLAMP);
         prop_assert!((snapped - x).abs() <= G / 2.0);

@@ -349,8 +349,9 @@ pub(crate) fn answer_drawn(
             let cal = vector::calibrate(&state.posterior, v.view(), b)?;
             let mut draw = cal.noise().sample_from(&mut *normals);
             reshape(&mut draw);
-            let noisy = cal.release(s, &draw);
-            let published = grid::publish(v.row(s), &cal.noise().noise_vector(&draw));
+            let z = cal.noise().noise_vector(&draw);
+            let noisy = &v.row(s) + &z;
+            let published = grid::publish(v.row(s), &z);
             let log_lik = cal.teacher_log_likelihoods(s, &draw);
             posterior.update(log_lik.view())?;
             let label = argmax(published.iter().copied());

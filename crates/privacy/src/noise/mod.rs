@@ -205,6 +205,11 @@ impl Orthonormal {
         &self.u
     }
 
+    /// The bound η ≥ ‖UᵀU − I‖₂ (below ½): ‖U‖₂ ≤ √(1 + η).
+    pub fn eta(&self) -> f64 {
+        self.eta
+    }
+
     /// Upper bounds of the quadratic forms the certificate needs when U is
     /// only nearly orthonormal: q_j ↦ (√q_j + κ√Σ_l q_l)², κ = η/(1 − η)
     /// (argument in `docs/assurance/privacy-core.md` §2, *Bases that are

@@ -249,7 +249,7 @@ pub struct Replayed {
 /// # Errors
 /// The first [`Mismatch`] found; `state` is then unchanged.
 pub fn replay(state: &mut SessionState, step: &Recorded<'_>) -> Result<Replayed, Mismatch> {
-    replay_on(state, step, vector::Path::Auto, None)
+    replay_on(state, step, vector::Path::Unrecorded, None)
 }
 
 /// [`replay`], and with the dataset's noise key and the step's position,
@@ -265,7 +265,7 @@ pub fn replay_keyed(
     key: &NoiseKey,
     at: &Position<'_>,
 ) -> Result<Replayed, Mismatch> {
-    replay_on(state, step, vector::Path::Auto, Some((key, at)))
+    replay_on(state, step, vector::Path::Unrecorded, Some((key, at)))
 }
 
 /// [`replay`] with the verifier's first choice of vector-mode basis forced

@@ -18,8 +18,10 @@
 //! d ≤ m: C (BLAS `dsyrk`, m·d² flops), LAPACK `dsyevd` on the d × d C, the
 //! orthonormality check, the coefficients and (when a direction is left
 //! out) the residual. d > m: K (`dsyrk`, m²·d), `dsyevd` on K (m × m), the
-//! d-wide directions, the orthonormality check, the coefficients and the
-//! residual (four O(m·d·r) products). Both are
+//! d-wide directions, the orthonormality check and the residual (three
+//! O(m·d·r) products), the coefficients from the m × m G that K is scaled
+//! from, with an a-priori allowance for its rounding ([`Coefficients`],
+//! `privacy-core.md` §4, *Coefficients from K*). Both are
 //! faster than the thin SVD of X (LAPACK `gesdd`), which serves only when
 //! they decline. Milliseconds at d = 1000; callers run it off the async
 //! executor.
@@ -43,6 +45,8 @@ pub struct VectorCalibration<'a> {
     residual: Array2<f64>,
     noise: Noise,
     source: Basis,
+    /// How `coef` was formed: what the journal records with the path.
+    coefficients: Coefficients,
 }
 
 /// Calibrates vector-mode noise for the m × d teacher outputs under
@@ -80,7 +84,29 @@ pub enum Path {
     /// server's Σ even where its own kernels round an eigenvalue to the
     /// other side of [`GRAM_KEEP`]. Accepted only within [`KEEP_BAND`] of
     /// that threshold and [`GRAM_LEFT_OUT_MARGIN`] of the left-out share.
+    /// The coefficients are formed in output space (every d ≤ m, and every
+    /// step journaled before issue 70).
     GramKeeping(usize),
+    /// As [`Path::GramKeeping`], with K's coefficients ([`Coefficients::FromK`]):
+    /// what a server since issue 70 takes at d > m.
+    GramKeepingFromK(usize),
+    /// What a journal that records no path (before issue 66) was
+    /// calibrated on: [`Path::Auto`]'s choice, with the coefficients
+    /// formed in output space, as every server then formed them.
+    Unrecorded,
+}
+
+/// How the teachers' coefficients in the basis, (V − 1μᵀ)U, are formed
+/// (`docs/assurance/privacy-core.md` §4, *Coefficients from K*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coefficients {
+    /// In output space: one m × d × r product, rounding within
+    /// γ‖X‖_F of the exact forms.
+    Outputs,
+    /// From the m × m matrix G = (V − 1μᵀ)(V − 1μᵀ)ᵀ that K is formed
+    /// from (d > m): one m × m × r product, with an a-priori allowance
+    /// for G's rounding on each direction's bound.
+    FromK,
 }
 
 impl Path {
@@ -92,7 +118,8 @@ impl Path {
         match self {
             Path::Svd => (1, 0),
             Path::GramKeeping(r) => (2, u32::try_from(r).unwrap_or(u32::MAX)),
-            Path::Auto | Path::Gram => (0, 0),
+            Path::GramKeepingFromK(r) => (3, u32::try_from(r).unwrap_or(u32::MAX)),
+            Path::Auto | Path::Gram | Path::Unrecorded => (0, 0),
         }
     }
 
@@ -102,7 +129,17 @@ impl Path {
         match basis {
             1 => Some(Path::Svd),
             2 => Some(Path::GramKeeping(rank as usize)),
+            3 => Some(Path::GramKeepingFromK(rank as usize)),
             _ => None,
+        }
+    }
+
+    /// How the coefficients are formed on this path where K gives the
+    /// basis (d > m; below, always in output space).
+    fn coefficients(self) -> Coefficients {
+        match self {
+            Path::Auto | Path::GramKeepingFromK(_) => Coefficients::FromK,
+            Path::Svd | Path::Gram | Path::GramKeeping(_) | Path::Unrecorded => Coefficients::Outputs,
         }
     }
 }
@@ -126,7 +163,7 @@ pub fn gram_always_serves(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -
     let mu = w.dot(&outputs);
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
-    Ok(gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN, None).is_some())
+    Ok(gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN, None, Coefficients::Outputs, &[]).is_some())
 }
 
 /// [`calibrate`] on the basis `path` asks for, its basis directions'
@@ -158,6 +195,7 @@ pub fn calibrate_on<'a>(
             outputs,
             noise: Noise::none(d),
             source: Basis::Unanimous,
+            coefficients: Coefficients::Outputs,
         });
     }
 
@@ -166,21 +204,25 @@ pub fn calibrate_on<'a>(
     let mu = w.dot(&outputs);
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
+    // ‖c_i‖² of each teacher's centred output.
+    let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
+    let coefficients = path.coefficients();
     let gram = match path {
-        Path::Auto => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT, None),
-        Path::Gram | Path::GramKeeping(_) => {
+        Path::Auto | Path::Unrecorded => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT, None, coefficients, &deviations),
+        Path::Gram | Path::GramKeeping(_) | Path::GramKeepingFromK(_) => {
             let kept = match path {
-                Path::GramKeeping(r) => Some(r),
+                Path::GramKeeping(r) | Path::GramKeepingFromK(r) => Some(r),
                 _ => None,
             };
-            let basis = gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN, kept);
+            let basis =
+                gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN, kept, coefficients, &deviations);
             Some(basis.ok_or_else(|| PrivacyError::Linalg("the Gram matrix gives no checked basis here".into()))?)
         }
         Path::Svd => None,
     };
-    let (basis, source) = match gram {
-        Some(basis) => (basis, Basis::Gram),
-        None => (svd_basis(&(&centred * &sqrt_w.view().insert_axis(Axis(1))))?, Basis::Svd),
+    let (basis, from_k, source) = match gram {
+        Some(GramBasis { basis, from_k }) => (basis, from_k, Basis::Gram),
+        None => (svd_basis(&(&centred * &sqrt_w.view().insert_axis(Axis(1))))?, None, Basis::Svd),
     };
     let r = basis.matrix().ncols();
 
@@ -188,26 +230,46 @@ pub fn calibrate_on<'a>(
     // norms plus a rounding allowance γ‖X‖_F, plus what underflowed weights
     // (each < 2⁻¹⁰²²) could hide.
     let gamma = 4.0 * (d + r + 4) as f64 * f64::EPSILON;
-    let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
     let x_norm = deviations.iter().zip(&w).map(|(dev, w)| w * dev).sum::<f64>().sqrt();
     let max_dev = deviations.iter().copied().fold(0.0, f64::max);
     let hidden = underflowed as f64 * f64::MIN_POSITIVE * max_dev;
-    let inflate =
-        |norm_sq: f64| ((norm_sq.sqrt() + gamma * x_norm).powi(2) + hidden) * (1.0 + super::label::WEIGHT_ROUNDING);
+    // `allowance`: what else may separate the computed weighted norm from
+    // the exact one (K's coefficients, below).
+    let inflate = |norm_sq: f64, allowance: f64| {
+        ((norm_sq.sqrt() + gamma * x_norm + allowance).powi(2) + hidden) * (1.0 + super::label::WEIGHT_ROUNDING)
+    };
 
-    let coef = centred.dot(basis.matrix());
-    let q: Vec<f64> =
-        coef.columns().into_iter().map(|col| inflate(col.iter().zip(&w).map(|(c, w)| w * c * c).sum())).collect();
+    // Coefficients from K carry G's rounding: on direction j the weighted
+    // norm of their error is at most γ_K·‖X‖_F·N_j·Σ_k‖c_k‖·|a_kj|
+    // (privacy-core.md §4, *Coefficients from K*); in output space, none
+    // beyond γ.
+    let formed = if from_k.is_some() { Coefficients::FromK } else { Coefficients::Outputs };
+    let (coef, allowance) = match from_k {
+        Some(FromK { coef, spread }) => {
+            let gamma_k = 4.0 * (d + 2 * m + 4) as f64 * f64::EPSILON;
+            (coef, spread.iter().map(|s| gamma_k * x_norm * s).collect())
+        }
+        None => (centred.dot(basis.matrix()), vec![0.0; r]),
+    };
+    let q: Vec<f64> = coef
+        .columns()
+        .into_iter()
+        .zip(&allowance)
+        .map(|(col, &a)| inflate(col.iter().zip(&w).map(|(c, w)| w * c * c).sum(), a))
+        .collect();
     let (residual, residual_bound) = if r < d {
         let mut res = centred;
         general_mat_mul(-1.0, &coef, &basis.matrix().t(), 1.0, &mut res);
         let norm_sq: f64 = res.rows().into_iter().zip(&w).map(|(row, w)| w * row.dot(&row)).sum();
+        // The coefficients' error E moves the residual by E·Uᵀ, whose
+        // weighted norm is at most ‖E‖_F·‖U‖₂ ≤ ‖E‖_F·(1 + η).
+        let moved = allowance.iter().map(|a| a * a).sum::<f64>().sqrt() * (1.0 + basis.eta());
         // Never 0: a teacher whose weight is ~1e-300 makes every term of
         // the bound underflow to 0, which would leave the complement
         // without noise while its outputs may still differ there by
         // round-off. The smallest positive bound floors the complement's
         // variance instead (more noise, a negligible MI term).
-        (res, inflate(norm_sq).max(f64::MIN_POSITIVE))
+        (res, inflate(norm_sq, moved).max(f64::MIN_POSITIVE))
     } else {
         (Array2::zeros((0, 0)), 0.0)
     };
@@ -222,7 +284,7 @@ pub fn calibrate_on<'a>(
         complement_floor(&residual),
         floor,
     )?;
-    Ok(VectorCalibration { outputs, coef, residual, noise, source })
+    Ok(VectorCalibration { outputs, coef, residual, noise, source, coefficients: formed })
 }
 
 /// How far the 2⁻³² grid may move any two teachers' ℓ through the
@@ -293,6 +355,22 @@ pub const GRAM_LEFT_OUT_MARGIN: f64 = 10.0;
 /// this share of the noise along the basis (see [`first_strong`]).
 const GRAM_LEFT_OUT: f64 = 1e-6;
 
+/// A basis from a Gram matrix, and when K gave it and the path asks for
+/// them ([`Coefficients::FromK`]), the coefficients formed from G.
+struct GramBasis {
+    basis: Orthonormal,
+    from_k: Option<FromK>,
+}
+
+/// The coefficients (V − 1μᵀ)U formed as G·A·diag(N), where U =
+/// (V − 1μᵀ)ᵀ·A·diag(N), A = diag(√w)·W_J (m × r) and N_j = 1/‖(V − 1μᵀ)ᵀa_j‖
+/// as computed; and for each direction N_j·Σ_k ‖c_k‖·|a_kj| (c_k teacher
+/// k's centred output), what their rounding allowance scales with.
+struct FromK {
+    coef: Array2<f64>,
+    spread: Vec<f64>,
+}
+
 /// The basis from the smaller of X's two Gram matrices (issue 44 §3,
 /// issue 56 §1): C = XᵀX when d ≤ m ([`columns_basis`]), K = XXᵀ otherwise
 /// ([`rows_basis`]). Either is one BLAS `dsyrk` and one LAPACK `dsyevd` on a
@@ -310,12 +388,15 @@ fn gram_basis(
     sqrt_w: &Array1<f64>,
     left_out_share: f64,
     kept: Option<usize>,
-) -> Option<Orthonormal> {
+    coefficients: Coefficients,
+    deviations: &[f64],
+) -> Option<GramBasis> {
     let (m, d) = centred.dim();
     if d <= m {
-        columns_basis(centred, sqrt_w, left_out_share, kept)
+        let basis = columns_basis(centred, sqrt_w, left_out_share, kept)?;
+        Some(GramBasis { basis, from_k: None })
     } else {
-        rows_basis(centred, sqrt_w, left_out_share, kept)
+        rows_basis(centred, sqrt_w, left_out_share, kept, coefficients, deviations)
     }
 }
 
@@ -349,7 +430,9 @@ fn columns_basis(
 
 /// d > m: with K = XXᵀ = WΛWᵀ (m × m), u_j = Xᵀw_j/‖Xᵀw_j‖ is X's right
 /// singular vector for λ_j: one m × d × m product and an m × m
-/// eigendecomposition cost a fraction of the thin SVD of X.
+/// eigendecomposition cost a fraction of the thin SVD of X. With
+/// [`Coefficients::FromK`], the coefficients too come from the m × m G
+/// that K is scaled from, instead of an m × d × r product.
 ///
 /// `None` (use the SVD) when LAPACK fails on K, when the spectrum declines
 /// ([`first_strong`]), when a mapped column's squared norm is not a
@@ -360,11 +443,15 @@ fn rows_basis(
     sqrt_w: &Array1<f64>,
     left_out_share: f64,
     kept: Option<usize>,
-) -> Option<Orthonormal> {
+    coefficients: Coefficients,
+    deviations: &[f64],
+) -> Option<GramBasis> {
     let d = centred.ncols();
-    // X = diag(√w)·centred is never formed: K = diag(√w)(centred·centredᵀ)diag(√w)
-    // and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide scaling each.
-    let mut k = pacpriv_lapack::gram(centred.view(), Side::Rows).ok()?;
+    // X = diag(√w)·centred is never formed: K = diag(√w)·G·diag(√w) with
+    // G = centred·centredᵀ, and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide
+    // scaling each.
+    let g = pacpriv_lapack::gram(centred.view(), Side::Rows).ok()?;
+    let mut k = g.clone();
     for ((i, j), kij) in k.indexed_iter_mut() {
         *kij *= sqrt_w[i] * sqrt_w[j];
     }
@@ -372,9 +459,12 @@ fn rows_basis(
     let eigen = pacpriv_lapack::eigh(k.view()).ok()?;
     let first_kept = first_strong(&eigen.values, d, left_out_share, kept)?;
     let kept = eigen.values.len() - first_kept;
-    let mut w = eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..));
-    w *= &sqrt_w.view().insert_axis(Axis(1));
-    let mut basis = centred.t().dot(&w);
+    let mut a = eigen.vectors.slice_axis_move(Axis(1), Slice::from(first_kept..));
+    a *= &sqrt_w.view().insert_axis(Axis(1));
+    // Row-major (a product of a transposed view would be column-major):
+    // the check and everything after read it by rows.
+    let mut basis = Array2::zeros((d, kept));
+    general_mat_mul(1.0, &centred.t(), &a, 0.0, &mut basis);
     // Column norms in one pass over the rows (the basis is d × r, row-major).
     let mut norms = Array1::<f64>::zeros(kept);
     for row in basis.rows() {
@@ -385,7 +475,19 @@ fn rows_basis(
     }
     let inverse = norms.mapv(|n| 1.0 / n.sqrt());
     basis *= &inverse.view().insert_axis(Axis(0));
-    Orthonormal::check(basis).ok()
+    let basis = Orthonormal::check(basis).ok()?;
+    let from_k = (coefficients == Coefficients::FromK).then(|| {
+        let mut coef = g.dot(&a);
+        coef *= &inverse.view().insert_axis(Axis(0));
+        let spread = a
+            .columns()
+            .into_iter()
+            .zip(&inverse)
+            .map(|(a, n)| n * a.iter().zip(deviations).map(|(a, dev)| a.abs() * dev.sqrt()).sum::<f64>())
+            .collect();
+        FromK { coef, spread }
+    });
+    Some(GramBasis { basis, from_k })
 }
 
 /// The index of the first eigenvalue kept of a Gram matrix's `lambda`
@@ -454,18 +556,16 @@ impl VectorCalibration<'_> {
         match self.source {
             Basis::Unanimous => None,
             Basis::Svd => Some(Path::Svd),
-            Basis::Gram => Some(Path::GramKeeping(self.noise.rank())),
+            Basis::Gram => Some(match self.coefficients {
+                Coefficients::Outputs => Path::GramKeeping(self.noise.rank()),
+                Coefficients::FromK => Path::GramKeepingFromK(self.noise.rank()),
+            }),
         }
     }
 
     /// The certified noise.
     pub fn noise(&self) -> &Noise {
         &self.noise
-    }
-
-    /// The release r = v_{s*} + z.
-    pub fn release(&self, secret: usize, draw: &NoiseDraw) -> Array1<f64> {
-        &self.outputs.row(secret) + &self.noise.noise_vector(draw)
     }
 
     /// Eq. 4's log-likelihood of the release under each teacher's output.
