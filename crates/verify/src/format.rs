@@ -24,12 +24,17 @@ use serde::{Deserialize, Serialize};
 /// The first line's `format`: 2 adds each step's `model` and
 /// `model_version`; 3 each noisy step's `noise_key` (the commitment to the
 /// dataset's noise key its draw came from) and a vector-mode step's
-/// `basis` and `rank` (the path Σ was calibrated on).
-pub const FORMAT: &str = "pacpriv-journal-export/3";
+/// `basis` and `rank` (the path Σ was calibrated on); 4 the basis path 3
+/// (issue 70: at d > m, the coefficients from K), which a reader of 3
+/// would not know — so that such a reader refuses the export rather than
+/// audit those steps as journals from before paths.
+pub const FORMAT: &str = "pacpriv-journal-export/4";
 
 /// The formats this release reads: every one a release has written (1 is
-/// 2 without models, 2 is 3 without noise keys: audited statistically).
-pub const READS: [&str; 3] = ["pacpriv-journal-export/1", "pacpriv-journal-export/2", FORMAT];
+/// 2 without models, 2 is 3 without noise keys: audited statistically;
+/// 3 is 4 without basis path 3).
+pub const READS: [&str; 4] =
+    ["pacpriv-journal-export/1", "pacpriv-journal-export/2", "pacpriv-journal-export/3", FORMAT];
 
 /// The first line.
 #[derive(Debug, Serialize, Deserialize)]

@@ -66,9 +66,20 @@ impl Replaying {
                     e.update_rule
                 )
             })?;
-            Ok((outputs, policy, rule))
+            // An unknown path is not an unrecorded one: read as "none" it
+            // would get the looser checks of journals from before paths.
+            let path = match (s.basis, vector::Path::from_code(s.basis, s.rank)) {
+                (0, _) => None,
+                (_, Some(path)) => Some(path),
+                (basis, None) => {
+                    return Err(format!(
+                        "vector basis path {basis} is not one this release knows; verify with a newer pacpriv"
+                    ));
+                }
+            };
+            Ok((outputs, policy, rule, path))
         });
-        let (outputs, policy, rule) = match parsed {
+        let (outputs, policy, rule, path) = match parsed {
             Ok(parsed) => parsed,
             Err(what) => return fail(self, what),
         };
@@ -101,7 +112,7 @@ impl Replaying {
             charge: e.charge,
             log_likelihood: &e.log_likelihood,
             update_rule: rule,
-            path: vector::Path::from_code(s.basis, s.rank),
+            path,
             // Every step since committed noise commits to a key and floors
             // Σ's weak directions where the key audit resolves them.
             floor: if s.noise_key.is_empty() { Floor::RoundOff } else { Floor::Resolvable },

@@ -83,7 +83,8 @@ proptest! {
         }
     }
 
-    /// Two releases that differ only below the grid publish the same vector.
+    /// The grid's ⌊·⌋ (a truncation) is libm's, but for the sign of a
+    /// zero: on any bit pattern, and on integers and fractions near 0.
     #[test]
     fn floor_is_libms_floor_up_to_the_sign_of_zero(bits in any::<u64>(), small in -1e7f64..1e7) {
         for t in [f64::from_bits(bits), small, small.trunc(), -small.trunc(), small * 4_294_967_296.0] {
@@ -95,6 +96,7 @@ proptest! {
         }
     }
 
+    /// Two releases that differ only below the grid publish the same vector.
     #[test]
     fn bits_below_the_grid_never_leave(x in -1000.0f64..1000.0, tiny in -1e-13f64..1e-13) {
         let snapped = q(x, PUBLISHED_CLAMP);

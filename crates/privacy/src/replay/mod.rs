@@ -421,6 +421,9 @@ struct Calibrated {
     centres: Vec<Array1<f64>>,
     /// Vector mode: which basis the verifier's calibration took.
     source: Option<vector::Basis>,
+    /// Vector mode with the coefficients from K: how far the server's
+    /// coefficients, which its Eq. 4 read, may be from exact.
+    coefficients: Option<vector::CoefficientError>,
 }
 
 /// Σ calibrated to `state`'s posterior as the mechanism calibrates it (in
@@ -447,12 +450,17 @@ fn calibrate(
                     x
                 })
                 .collect();
-            Calibrated { noise: cal.noise().clone(), centres, source: None }
+            Calibrated { noise: cal.noise().clone(), centres, source: None, coefficients: None }
         }
         TeacherOutputs::Vectors(v) => {
             let cal = vector::calibrate_on(&state.posterior, v.view(), b, path, floor).map_err(uncertified)?;
             let centres = v.rows().into_iter().map(|r| r.to_owned()).collect();
-            Calibrated { noise: cal.noise().clone(), centres, source: Some(cal.basis_source()) }
+            Calibrated {
+                noise: cal.noise().clone(),
+                centres,
+                source: Some(cal.basis_source()),
+                coefficients: cal.coefficient_error().cloned(),
+            }
         }
     };
     // Written so that a NaN bound fails too.
@@ -521,10 +529,12 @@ fn check_log_likelihood(
     let derived: Vec<(f64, Array1<f64>, f64)> = calibrated
         .centres
         .iter()
-        .map(|centre| {
+        .enumerate()
+        .map(|(i, centre)| {
             let delta = r - centre;
             let (ll, g) = observed(&calibrated.noise, &delta.view());
-            let rounding = 2.0 * gamma * norm(&delta) * norm(&g);
+            let rounding = 2.0 * gamma * norm(&delta) * norm(&g)
+                + calibrated.coefficients.as_ref().map_or(0.0, |e| from_k(&calibrated.noise, e, i, &delta));
             (ll, g, rounding)
         })
         .collect();
@@ -591,6 +601,37 @@ fn check_support(noise: &Noise, outputs: &TeacherOutputs, published: &[f64]) -> 
 fn grid_error(r: &Array1<f64>) -> f64 {
     let scale = r.iter().fold(1.0f64, |a, v| a.max(v.abs()));
     0.5 * PUBLISHED_GRID + 8.0 * r.len() as f64 * f64::EPSILON * scale
+}
+
+/// How far a server's Eq. 4 ℓ for teacher `i` may be from exact when it
+/// read coefficients formed from K (`privacy-core.md` §4, *Coefficients
+/// from K*): its coefficient difference with the secret's errs on
+/// direction j by at most e_j = per_direction_j·(max_k‖c_k‖ + ‖c_i‖) +
+/// 2·absolute_j (the secret is not known here), which moves −½(t_j/√v_j)² by at most
+/// |t_j|·e_j/v_j + ½e_j²/v_j, t_j = u_jᵀδ; and its residual difference,
+/// E·Uᵀ, by at most e = ‖(e_j)‖·√(1 + η) ≤ 1.25‖(e_j)‖ in norm, which
+/// moves ‖·‖²/(2f) by at most ‖res‖·e/f + ½e²/f. Twice that: the
+/// verifier's own basis and bounds are its kernels' rounding away from the
+/// server's.
+fn from_k(noise: &Noise, error: &vector::CoefficientError, i: usize, delta: &Array1<f64>) -> f64 {
+    let widest = error.lengths.iter().copied().fold(0.0, f64::max);
+    let own = error.lengths.get(i).copied().unwrap_or(widest);
+    let basis = noise.basis();
+    let t = basis.t().dot(delta);
+    let mut moved = 0.0;
+    let mut squares = 0.0;
+    for (((t, v), per), absolute) in t.iter().zip(noise.variances()).zip(&error.per_direction).zip(&error.absolute) {
+        let e = per * (widest + own) + 2.0 * absolute;
+        moved += t.abs() * e / v + 0.5 * e * e / v;
+        squares += e * e;
+    }
+    let f = noise.complement();
+    if f > 0.0 {
+        let res = delta - &basis.dot(&t);
+        let e = 1.25 * squares.sqrt();
+        moved += norm(&res) * e / f + 0.5 * e * e / f;
+    }
+    2.0 * moved
 }
 
 /// ℓ = −½ δᵀΣ⁺δ for δ = r − x on the noise's block, and its gradient in r,

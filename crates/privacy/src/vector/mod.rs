@@ -47,6 +47,25 @@ pub struct VectorCalibration<'a> {
     source: Basis,
     /// How `coef` was formed: what the journal records with the path.
     coefficients: Coefficients,
+    /// With [`Coefficients::FromK`]: what bounds their error (see
+    /// [`VectorCalibration::coefficient_error`]).
+    error: Option<CoefficientError>,
+}
+
+/// How far coefficients formed from K may be from the exact coefficients
+/// of the basis: teacher i's on direction j by at most
+/// `per_direction[j]`·`lengths[i]` + `absolute[j]` (γ_K·N_j·S_j·‖c_i‖ and
+/// what underflow adds, `privacy-core.md` §4), and so a difference of two
+/// teachers' by at most `per_direction[j]`·(‖c_s‖ + ‖c_i‖) + 2·`absolute[j]`.
+/// What a verifier allows Eq. 4's ℓ at a server that read them.
+#[derive(Clone, Debug)]
+pub struct CoefficientError {
+    /// γ_K·N_j·S_j, per direction of the basis.
+    pub per_direction: Vec<f64>,
+    /// What underflow may add, per direction.
+    pub absolute: Vec<f64>,
+    /// ‖c_i‖, each teacher's centred output's norm.
+    pub lengths: Vec<f64>,
 }
 
 /// Calibrates vector-mode noise for the m × d teacher outputs under
@@ -111,9 +130,10 @@ pub enum Coefficients {
 
 impl Path {
     /// The path as a journal records it: (basis, rank), basis 1 for the
-    /// SVD, 2 for a Gram matrix keeping `rank` directions, (0, 0) for the
-    /// paths that choose ([`Path::Auto`], [`Path::Gram`]), which the
-    /// mechanism never reports as taken.
+    /// SVD, 2 for a Gram matrix keeping `rank` directions with the
+    /// coefficients in output space, 3 with them from K, (0, 0) for the
+    /// paths that choose ([`Path::Auto`], [`Path::Gram`],
+    /// [`Path::Unrecorded`]), which the mechanism never reports as taken.
     pub fn code(self) -> (u32, u32) {
         match self {
             Path::Svd => (1, 0),
@@ -196,6 +216,7 @@ pub fn calibrate_on<'a>(
             noise: Noise::none(d),
             source: Basis::Unanimous,
             coefficients: Coefficients::Outputs,
+            error: None,
         });
     }
 
@@ -244,12 +265,17 @@ pub fn calibrate_on<'a>(
     // (privacy-core.md §4, *Coefficients from K*); in output space, none
     // beyond γ.
     let formed = if from_k.is_some() { Coefficients::FromK } else { Coefficients::Outputs };
-    let (coef, allowance) = match from_k {
-        Some(FromK { coef, spread }) => {
+    let (coef, allowance, error) = match from_k {
+        Some(FromK { coef, spread, underflow }) => {
             let gamma_k = 4.0 * (d + 2 * m + 4) as f64 * f64::EPSILON;
-            (coef, spread.iter().map(|s| gamma_k * x_norm * s).collect())
+            // Σ_i w_i ≤ 1 (to rounding far inside the margin): the
+            // absolute part adds at most itself to the weighted norm.
+            let allowance = spread.iter().zip(&underflow).map(|(s, u)| gamma_k * x_norm * s + 2.0 * u).collect();
+            let per_direction = spread.iter().map(|s| gamma_k * s).collect();
+            let lengths = deviations.iter().map(|dev| dev.sqrt()).collect();
+            (coef, allowance, Some(CoefficientError { per_direction, absolute: underflow, lengths }))
         }
-        None => (centred.dot(basis.matrix()), vec![0.0; r]),
+        None => (centred.dot(basis.matrix()), vec![0.0; r], None),
     };
     let q: Vec<f64> = coef
         .columns()
@@ -284,7 +310,7 @@ pub fn calibrate_on<'a>(
         complement_floor(&residual),
         floor,
     )?;
-    Ok(VectorCalibration { outputs, coef, residual, noise, source, coefficients: formed })
+    Ok(VectorCalibration { outputs, coef, residual, noise, source, coefficients: formed, error })
 }
 
 /// How far the 2⁻³² grid may move any two teachers' ℓ through the
@@ -369,6 +395,10 @@ struct GramBasis {
 struct FromK {
     coef: Array2<f64>,
     spread: Vec<f64>,
+    /// Per direction, what underflow may add to any one coefficient's
+    /// error beyond the relative bound (products below 2⁻¹⁰²² round to
+    /// within 2⁻¹⁰⁷⁵ absolutely, outside γ_n's model).
+    underflow: Vec<f64>,
 }
 
 /// The basis from the smaller of X's two Gram matrices (issue 44 §3,
@@ -447,6 +477,11 @@ fn rows_basis(
     deviations: &[f64],
 ) -> Option<GramBasis> {
     let d = centred.ncols();
+    if coefficients == Coefficients::FromK && deviations.len() != centred.nrows() {
+        // No norms to bound the coefficients with: decline rather than
+        // certify with no allowance.
+        return None;
+    }
     // X = diag(√w)·centred is never formed: K = diag(√w)·G·diag(√w) with
     // G = centred·centredᵀ, and Xᵀw_j = centredᵀ(√w ∘ w_j), one m-wide
     // scaling each.
@@ -485,7 +520,21 @@ fn rows_basis(
             .zip(&inverse)
             .map(|(a, n)| n * a.iter().zip(deviations).map(|(a, dev)| a.abs() * dev.sqrt()).sum::<f64>())
             .collect();
-        FromK { coef, spread }
+        // Each of G's entries (d products), G·a_j's (m), Cᵀa_j's (m, in d
+        // entries: √d·m in norm, times ‖c_i‖) and the two scalings may
+        // lose 2⁻¹⁰⁷⁵ more to underflow; allowed four times over.
+        let (m, widest) = (g.nrows() as f64, deviations.iter().copied().fold(0.0, f64::max).sqrt());
+        let tiny = 4.0 * f64::from_bits(1); // 2⁻¹⁰⁷²
+        let underflow = a
+            .columns()
+            .into_iter()
+            .zip(&inverse)
+            .map(|(a, n)| {
+                let mass: f64 = a.iter().map(|a| a.abs()).sum();
+                tiny * (n * (d as f64 * mass + m + (d as f64).sqrt() * m * widest + 1.0) + 1.0)
+            })
+            .collect();
+        FromK { coef, spread, underflow }
     });
     Some(GramBasis { basis, from_k })
 }
@@ -561,6 +610,13 @@ impl VectorCalibration<'_> {
                 Coefficients::FromK => Path::GramKeepingFromK(self.noise.rank()),
             }),
         }
+    }
+
+    /// With the coefficients from K, how far they (and so Eq. 4's
+    /// coefficient differences) may be from exact; `None` in output space,
+    /// where the rounding is the projection's own.
+    pub fn coefficient_error(&self) -> Option<&CoefficientError> {
+        self.error.as_ref()
     }
 
     /// The certified noise.

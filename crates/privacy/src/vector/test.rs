@@ -198,20 +198,22 @@ proptest! {
         spread in 0.0f64..30.0,
         offset in -1e3f64..1e3,
         sparse in any::<bool>(),
+        scale in prop::sample::select(vec![1.0, 1e-140, 1e-150, 1e150]),
     ) {
         let d = m + extra;
         let mut rng = ChaCha20Rng::seed_from_u64(seed);
         let log_w: Vec<f64> =
             (0..m).map(|_| if rng.random_bool(0.1) { -690.0 } else { rng.random_range(-spread..=0.0) }).collect();
+        // Scaled down, G's entries and products reach the subnormals.
         let v = Array2::from_shape_fn((m, d), |_| {
-            if sparse && rng.random_bool(0.7) { offset } else { offset + rng.random_range(-1.0..1.0) }
+            scale * if sparse && rng.random_bool(0.7) { offset } else { offset + rng.random_range(-1.0..1.0) }
         });
         let w = Posterior::from_log_weights(log_w).expect("finite").weights();
         let mu = w.dot(&v);
         let centred = &v - &mu.view().insert_axis(Axis(0));
         let sqrt_w = w.mapv(f64::sqrt);
         let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
-        let Some(GramBasis { basis, from_k: Some(FromK { coef, spread }) }) =
+        let Some(GramBasis { basis, from_k: Some(FromK { coef, spread, underflow }) }) =
             gram_basis(&centred, &sqrt_w, 1.0, None, Coefficients::FromK, &deviations)
         else {
             // Declined (the SVD serves): nothing to check.
@@ -220,21 +222,39 @@ proptest! {
         let x_norm = deviations.iter().zip(&w).map(|(dev, w)| w * dev).sum::<f64>().sqrt();
         let gamma_k = 4.0 * (d + 2 * m + 4) as f64 * f64::EPSILON;
         let u = basis.matrix();
-        for j in 0..u.ncols() {
-            let error_sq: f64 = (0..m)
-                .map(|i| {
-                    let exact = dot2(centred.row(i).iter().copied(), u.column(j).iter().copied());
-                    w[i] * (coef[[i, j]] - exact).powi(2)
-                })
-                .sum();
-            let allowance = gamma_k * x_norm * spread[j];
+        let r = u.ncols();
+        let exact = Array2::from_shape_fn((m, r), |(i, j)| dot2(centred.row(i).iter().copied(), u.column(j).iter().copied()));
+        let mut allowances = Vec::new();
+        for j in 0..r {
+            let error_sq: f64 = (0..m).map(|i| w[i] * (coef[[i, j]] - exact[[i, j]]).powi(2)).sum();
+            let allowance = gamma_k * x_norm * spread[j] + 2.0 * underflow[j];
             prop_assert!(
                 error_sq.sqrt() <= allowance,
-                "direction {j} of {}: error {:e} > allowance {allowance:e}",
-                u.ncols(),
+                "direction {j} of {r}: error {:e} > allowance {allowance:e}",
                 error_sq.sqrt()
             );
+            allowances.push(allowance);
         }
+        // The residual as calibrate_on forms it, against C − exact·Ûᵀ to
+        // twice working precision: within the allowances' part of ρ̄'s
+        // root plus γ‖X‖_F (the product's own rounding).
+        let mut residual = centred.clone();
+        general_mat_mul(-1.0, &coef, &u.t(), 1.0, &mut residual);
+        let gamma = 4.0 * (d + r + 4) as f64 * f64::EPSILON;
+        let moved = allowances.iter().map(|a| a * a).sum::<f64>().sqrt() * (1.0 + basis.eta());
+        let error_sq: f64 = (0..m)
+            .map(|i| {
+                let row_sq: f64 = (0..d)
+                    .map(|k| {
+                        let terms = std::iter::once(centred[[i, k]]).chain(exact.row(i).into_iter().map(|c| -c));
+                        let exact_res = dot2(terms, std::iter::once(1.0).chain(u.row(k).iter().copied()));
+                        (residual[[i, k]] - exact_res).powi(2)
+                    })
+                    .sum();
+                w[i] * row_sq
+            })
+            .sum();
+        prop_assert!(error_sq.sqrt() <= moved + gamma * x_norm, "residual error {:e} > {:e}", error_sq.sqrt(), moved + gamma * x_norm);
     }
 
     /// With K's coefficients, every calibration at d > m is certified as
