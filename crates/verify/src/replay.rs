@@ -77,6 +77,16 @@ impl Replaying {
                     ));
                 }
             };
+            // Where K gives the basis (d > m), a server that writes this
+            // export's format forms the coefficients from K: path 2 there
+            // would be a second Σ to choose from after the draw.
+            let wide = matches!(&outputs, TeacherOutputs::Vectors(v) if v.ncols() > v.nrows());
+            if self.from_k && wide && matches!(path, Some(vector::Path::GramKeeping(_))) {
+                return Err("vector basis path 2 at d > m, where a server writing this export's format journals \
+                            path 3 (the coefficients from K): Σ was chosen another way than the mechanism \
+                            chooses it"
+                    .into());
+            }
             Ok((outputs, policy, rule, path))
         });
         let (outputs, policy, rule, path) = match parsed {

@@ -12,8 +12,9 @@ use pacpriv_records::JournalEntry;
 use std::collections::HashMap;
 
 impl Replaying {
-    pub(super) fn new(session: &str) -> Self {
+    pub(super) fn new(session: &str, from_k: bool) -> Self {
         Replaying {
+            from_k,
             session: session.to_owned(),
             dataset: String::new(),
             commitment: String::new(),
