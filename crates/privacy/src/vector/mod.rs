@@ -45,10 +45,9 @@ pub struct VectorCalibration<'a> {
     residual: Array2<f64>,
     noise: Noise,
     source: Basis,
-    /// How `coef` was formed: what the journal records with the path.
-    coefficients: Coefficients,
-    /// With [`Coefficients::FromK`]: what bounds their error (see
-    /// [`VectorCalibration::coefficient_error`]).
+    /// With [`Coefficients::FromK`] (else `None`): what bounds their error
+    /// (see [`VectorCalibration::coefficient_error`]). What the journal
+    /// records with the path.
     error: Option<CoefficientError>,
 }
 
@@ -215,7 +214,6 @@ pub fn calibrate_on<'a>(
             outputs,
             noise: Noise::none(d),
             source: Basis::Unanimous,
-            coefficients: Coefficients::Outputs,
             error: None,
         });
     }
@@ -264,7 +262,6 @@ pub fn calibrate_on<'a>(
     // norm of their error is at most γ_K·‖X‖_F·N_j·Σ_k‖c_k‖·|a_kj|
     // (privacy-core.md §4, *Coefficients from K*); in output space, none
     // beyond γ.
-    let formed = if from_k.is_some() { Coefficients::FromK } else { Coefficients::Outputs };
     let (coef, allowance, error) = match from_k {
         Some(FromK { coef, spread, underflow }) => {
             let gamma_k = 4.0 * (d + 2 * m + 4) as f64 * f64::EPSILON;
@@ -310,7 +307,7 @@ pub fn calibrate_on<'a>(
         complement_floor(&residual),
         floor,
     )?;
-    Ok(VectorCalibration { outputs, coef, residual, noise, source, coefficients: formed, error })
+    Ok(VectorCalibration { outputs, coef, residual, noise, source, error })
 }
 
 /// How far the 2⁻³² grid may move any two teachers' ℓ through the
@@ -605,10 +602,8 @@ impl VectorCalibration<'_> {
         match self.source {
             Basis::Unanimous => None,
             Basis::Svd => Some(Path::Svd),
-            Basis::Gram => Some(match self.coefficients {
-                Coefficients::Outputs => Path::GramKeeping(self.noise.rank()),
-                Coefficients::FromK => Path::GramKeepingFromK(self.noise.rank()),
-            }),
+            Basis::Gram if self.error.is_some() => Some(Path::GramKeepingFromK(self.noise.rank())),
+            Basis::Gram => Some(Path::GramKeeping(self.noise.rank())),
         }
     }
 
