@@ -532,9 +532,9 @@ fn check_log_likelihood(
         .enumerate()
         .map(|(i, centre)| {
             let delta = r - centre;
-            let (ll, g) = observed(&calibrated.noise, &delta.view());
+            let Observed { ll, g, t, outside } = observed(&calibrated.noise, &delta.view());
             let rounding = 2.0 * gamma * norm(&delta) * norm(&g)
-                + calibrated.coefficients.as_ref().map_or(0.0, |e| from_k(&calibrated.noise, e, i, &delta));
+                + calibrated.coefficients.as_ref().map_or(0.0, |e| from_k(&calibrated.noise, e, i, &t, outside));
             (ll, g, rounding)
         })
         .collect();
@@ -610,14 +610,12 @@ fn grid_error(r: &Array1<f64>) -> f64 {
 /// 2·absolute_j (the secret is not known here), which moves −½(t_j/√v_j)² by at most
 /// |t_j|·e_j/v_j + ½e_j²/v_j, t_j = u_jᵀδ; and its residual difference,
 /// E·Uᵀ, by at most e = ‖(e_j)‖·√(1 + η) ≤ 1.25‖(e_j)‖ in norm, which
-/// moves ‖·‖²/(2f) by at most ‖res‖·e/f + ½e²/f. Twice that: the
-/// verifier's own basis and bounds are its kernels' rounding away from the
-/// server's.
-fn from_k(noise: &Noise, error: &vector::CoefficientError, i: usize, delta: &Array1<f64>) -> f64 {
+/// moves ‖·‖²/(2f) by at most ‖res‖·e/f + ½e²/f (`outside` = ‖res‖).
+/// Twice that: the verifier's own basis and bounds are its kernels'
+/// rounding away from the server's.
+fn from_k(noise: &Noise, error: &vector::CoefficientError, i: usize, t: &Array1<f64>, outside: f64) -> f64 {
     let widest = error.lengths.iter().copied().fold(0.0, f64::max);
     let own = error.lengths.get(i).copied().unwrap_or(widest);
-    let basis = noise.basis();
-    let t = basis.t().dot(delta);
     let mut moved = 0.0;
     let mut squares = 0.0;
     for (((t, v), per), absolute) in t.iter().zip(noise.variances()).zip(&error.per_direction).zip(&error.absolute) {
@@ -627,9 +625,8 @@ fn from_k(noise: &Noise, error: &vector::CoefficientError, i: usize, delta: &Arr
     }
     let f = noise.complement();
     if f > 0.0 {
-        let res = delta - &basis.dot(&t);
         let e = 1.25 * squares.sqrt();
-        moved += norm(&res) * e / f + 0.5 * e * e / f;
+        moved += outside * e / f + 0.5 * e * e / f;
     }
     2.0 * moved
 }
@@ -637,18 +634,32 @@ fn from_k(noise: &Noise, error: &vector::CoefficientError, i: usize, delta: &Arr
 /// ℓ = −½ δᵀΣ⁺δ for δ = r − x on the noise's block, and its gradient in r,
 /// g = −Σ⁺δ up to sign: g = Σ⁺δ (the grid's effect on ℓ_i − ℓ_ref is
 /// (g_i − g_ref)ᵀe for the rounding e, |e_c| ≤ 2⁻³³).
-fn observed(noise: &Noise, delta: &ArrayView1<'_, f64>) -> (f64, Array1<f64>) {
+fn observed(noise: &Noise, delta: &ArrayView1<'_, f64>) -> Observed {
     let basis = noise.basis();
     let t = basis.t().dot(delta);
     let scaled = &t / &noise.variances();
     let mut qf: f64 = t.iter().zip(&scaled).map(|(t, s)| t * s).sum();
     let mut g = basis.dot(&scaled);
+    let mut outside = 0.0;
     if noise.complement() > 0.0 {
         let res = delta - &basis.dot(&t);
         qf += res.dot(&res) / noise.complement();
         g += &(&res / noise.complement());
+        outside = norm(&res);
     }
-    (-0.5 * qf, g)
+    Observed { ll: -0.5 * qf, g, t, outside }
+}
+
+/// What [`observed`] derives for one δ.
+struct Observed {
+    /// ℓ = −½ δᵀΣ⁺δ.
+    ll: f64,
+    /// Its gradient in r, Σ⁺δ.
+    g: Array1<f64>,
+    /// δ's coordinates along the basis, Uᵀδ.
+    t: Array1<f64>,
+    /// ‖δ − UUᵀδ‖, its part in the complement (0 without one).
+    outside: f64,
 }
 
 #[cfg(test)]

@@ -317,7 +317,7 @@ fn a_step_verifies_on_either_basis_whichever_the_server_took() {
                     let calibrated =
                         calibrate(&verifier, &entry.outputs, b, verifier_path, Floor::default()).expect("calibrates");
                     let r = Array1::from(entry.published.clone());
-                    let derived = observed(&calibrated.noise, &(&r - &v.row(0)).view()).0;
+                    let derived = observed(&calibrated.noise, &(&r - &v.row(0)).view()).ll;
                     if (entry.log_likelihood[0] - derived).abs() > 1e-6 {
                         shifted += 1;
                     }
@@ -361,7 +361,7 @@ fn vector_step(server: &mut SessionState, outputs: TeacherOutputs, path: vector:
 /// per teacher, absolute — unbounded as a variance nears the floor.
 fn old_tolerance(noise: &Noise, delta: &Array1<f64>) -> f64 {
     let h = 0.5 * PUBLISHED_GRID;
-    let g = observed(noise, &delta.view()).1;
+    let g = observed(noise, &delta.view()).g;
     let inverse_max = noise.variances().iter().fold(0.0f64, |a, v| a.max(1.0 / v));
     h * g.iter().map(|x| x.abs()).sum::<f64>() + 0.5 * delta.len() as f64 * h * h * inverse_max
 }

@@ -511,26 +511,21 @@ fn rows_basis(
     let from_k = (coefficients == Coefficients::FromK).then(|| {
         let mut coef = g.dot(&a);
         coef *= &inverse.view().insert_axis(Axis(0));
-        let spread = a
-            .columns()
-            .into_iter()
-            .zip(&inverse)
-            .map(|(a, n)| n * a.iter().zip(deviations).map(|(a, dev)| a.abs() * dev.sqrt()).sum::<f64>())
-            .collect();
-        // Each of G's entries (d products), G·a_j's (m), Cᵀa_j's (m, in d
-        // entries: √d·m in norm, times ‖c_i‖) and the two scalings may
-        // lose 2⁻¹⁰⁷⁵ more to underflow; allowed four times over.
+        // Underflow: each of G's entries (d products), G·a_j's (m),
+        // Cᵀa_j's (m, in d entries: √d·m in norm, times ‖c_i‖) and the two
+        // scalings may lose 2⁻¹⁰⁷⁵ more; allowed four times over.
         let (m, widest) = (g.nrows() as f64, deviations.iter().copied().fold(0.0, f64::max).sqrt());
         let tiny = 4.0 * f64::from_bits(1); // 2⁻¹⁰⁷²
-        let underflow = a
+        let (spread, underflow) = a
             .columns()
             .into_iter()
             .zip(&inverse)
             .map(|(a, n)| {
+                let spread = n * a.iter().zip(deviations).map(|(a, dev)| a.abs() * dev.sqrt()).sum::<f64>();
                 let mass: f64 = a.iter().map(|a| a.abs()).sum();
-                tiny * (n * (d as f64 * mass + m + (d as f64).sqrt() * m * widest + 1.0) + 1.0)
+                (spread, tiny * (n * (d as f64 * mass + m + (d as f64).sqrt() * m * widest + 1.0) + 1.0))
             })
-            .collect();
+            .unzip();
         FromK { coef, spread, underflow }
     });
     Some(GramBasis { basis, from_k })
