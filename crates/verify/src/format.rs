@@ -27,14 +27,27 @@ use serde::{Deserialize, Serialize};
 /// `basis` and `rank` (the path Σ was calibrated on); 4 the basis path 3
 /// (issue 70: at d > m, the coefficients from K), which a reader of 3
 /// would not know — so that such a reader refuses the export rather than
-/// audit those steps as journals from before paths.
-pub const FORMAT: &str = "pacpriv-journal-export/4";
+/// audit those steps as journals from before paths; 5 the SVD path's
+/// rank (issue 70: the SVD keeps only its strong directions), which a
+/// reader of 4 would ignore and recompute Σ on all of them.
+pub const FORMAT: &str = "pacpriv-journal-export/5";
 
-/// The formats this release reads: every one a release has written (1 is
-/// 2 without models, 2 is 3 without noise keys: audited statistically;
-/// 3 is 4 without basis path 3).
-pub const READS: [&str; 4] =
-    ["pacpriv-journal-export/1", "pacpriv-journal-export/2", "pacpriv-journal-export/3", FORMAT];
+/// The formats this release reads, oldest first: every one a release has
+/// written (1 is 2 without models, 2 is 3 without noise keys: audited
+/// statistically; 3 is 4 without basis path 3; 4 is 5 with the SVD
+/// keeping all its directions).
+pub const READS: [&str; 5] = [
+    "pacpriv-journal-export/1",
+    "pacpriv-journal-export/2",
+    "pacpriv-journal-export/3",
+    "pacpriv-journal-export/4",
+    FORMAT,
+];
+
+/// The number of a format [`READS`] holds (1 for the first).
+pub fn number(format: &str) -> Option<u32> {
+    READS.iter().position(|f| *f == format).and_then(|i| u32::try_from(i + 1).ok())
+}
 
 /// The first line.
 #[derive(Debug, Serialize, Deserialize)]

@@ -243,7 +243,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
     let mut keyed = KeyedSoFar::default();
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
-    let mut from_k = false;
+    let mut format = 0;
     let mut lines = 0;
     for (i, text) in reader.lines().enumerate() {
         let n = i + 1;
@@ -263,14 +263,16 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
             }
         };
         match (n, line) {
-            (1, Line::Header(h)) if format::READS.contains(&h.format.as_str()) => from_k = h.format == format::FORMAT,
+            (1, Line::Header(h)) if format::number(&h.format).is_some() => {
+                format = format::number(&h.format).unwrap_or(0);
+            }
             (1, _) => {
                 findings.add(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT));
                 break;
             }
             (_, Line::Header(_)) => findings.add(n, "a second header".into()),
             (_, Line::Entry(e)) => {
-                let c = match replaying(&mut current, &done, &e.session, from_k, &mut findings, n) {
+                let c = match replaying(&mut current, &done, &e.session, format, &mut findings, n) {
                     Ok(c) => c,
                     Err(what) => {
                         findings.add(n, what);
@@ -281,7 +283,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                     findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
-            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session, from_k, &mut findings, n) {
+            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session, format, &mut findings, n) {
                 Ok(c) => {
                     if let Err(what) = c.event(&e) {
                         findings.add(n, format!("session {:?} event {}: {what}", e.session, e.event));
@@ -296,7 +298,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                         findings.add(n, format!("record of {:?} while {:?}'s entries are open", s.session, c.session));
                         continue;
                     }
-                    None => Replaying::new(&s.session, from_k),
+                    None => Replaying::new(&s.session, format),
                 };
                 if done.iter().any(|d| d.session == s.session) {
                     findings.add(n, format!("session {:?} appears twice", s.session));
@@ -360,7 +362,7 @@ fn replaying<'a>(
     current: &'a mut Option<Replaying>,
     done: &[Verified],
     session: &str,
-    from_k: bool,
+    format: u32,
     findings: &mut Findings,
     line: usize,
 ) -> Result<&'a mut Replaying, String> {
@@ -371,7 +373,7 @@ fn replaying<'a>(
     if current.is_none() && done.iter().any(|d| d.session == session) {
         return Err(format!("session {session:?} appears twice"));
     }
-    Ok(current.get_or_insert_with(|| Replaying::new(session, from_k)))
+    Ok(current.get_or_insert_with(|| Replaying::new(session, format)))
 }
 
 /// What the export's keyed steps showed so far.
@@ -388,10 +390,11 @@ struct KeyedSoFar {
 
 /// One session being re-derived.
 struct Replaying {
-    /// The export is of a format whose servers journal basis path 3 (the
-    /// coefficients from K) wherever K gives the basis: there, path 2 is a
-    /// Σ no such server draws.
-    from_k: bool,
+    /// The export's format ([`format::number`]): from 4 its servers
+    /// journal basis path 3 (the coefficients from K) wherever K gives the
+    /// basis, where path 2 is a Σ no such server draws; from 5 the SVD's
+    /// rank, where rank 0 (all its directions) is one.
+    format: u32,
     session: String,
     /// The session's dataset: the one whose key its keyed steps committed
     /// to (empty before the first).

@@ -81,10 +81,18 @@ impl Replaying {
             // export's format forms the coefficients from K: path 2 there
             // would be a second Σ to choose from after the draw.
             let wide = matches!(&outputs, TeacherOutputs::Vectors(v) if v.ncols() > v.nrows());
-            if self.from_k && wide && matches!(path, Some(vector::Path::GramKeeping(_))) {
+            if self.format >= 4 && wide && matches!(path, Some(vector::Path::GramKeeping(_))) {
                 return Err("vector basis path 2 at d > m, where a server writing this export's format journals \
                             path 3 (the coefficients from K): Σ was chosen another way than the mechanism \
                             chooses it"
+                    .into());
+            }
+            // Likewise the SVD keeping all its directions: a server writing
+            // format 5 journals how many it kept.
+            if self.format >= 5 && path == Some(vector::Path::Svd) {
+                return Err("vector basis path 1 with no rank (the SVD keeping all its directions), where a server \
+                            writing this export's format journals the directions it kept: Σ was chosen another way \
+                            than the mechanism chooses it"
                     .into());
             }
             Ok((outputs, policy, rule, path))

@@ -12,9 +12,9 @@ use pacpriv_records::JournalEntry;
 use std::collections::HashMap;
 
 impl Replaying {
-    pub(super) fn new(session: &str, from_k: bool) -> Self {
+    pub(super) fn new(session: &str, format: u32) -> Self {
         Replaying {
-            from_k,
+            format,
             session: session.to_owned(),
             dataset: String::new(),
             commitment: String::new(),

@@ -321,7 +321,7 @@ pub(crate) fn replay_on(
     let b = state.ledger.per_query();
     // A journaled path is the server's Σ: recomputed as such, with no
     // second choice (journals before issue 66 record none).
-    if let (Some(vector::Path::Svd), TeacherOutputs::Vectors(v)) = (step.path, outputs) {
+    if let (Some(vector::Path::Svd | vector::Path::SvdKeeping(_)), TeacherOutputs::Vectors(v)) = (step.path, outputs) {
         let gram =
             vector::gram_always_serves(&state.posterior, v.view()).map_err(|e| Mismatch::Outputs(e.to_string()))?;
         if gram {

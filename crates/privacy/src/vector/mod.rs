@@ -45,6 +45,8 @@ pub struct VectorCalibration<'a> {
     residual: Array2<f64>,
     noise: Noise,
     source: Basis,
+    /// The SVD kept all min(m, d) of its directions ([`Path::Svd`]).
+    all_singular: bool,
     /// With [`Coefficients::FromK`] (else `None`): what bounds their error
     /// (see [`VectorCalibration::coefficient_error`]). What the journal
     /// records with the path.
@@ -86,10 +88,18 @@ pub fn calibrate<'a>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     /// What the server does: the Gram matrix when it serves ([`gram_basis`]'s
-    /// conditions), the SVD otherwise.
+    /// conditions), the SVD otherwise, keeping its directions of singular
+    /// value at least [`SVD_KEEP`] of the largest.
     Auto,
-    /// The SVD of X.
+    /// The SVD of X, keeping all min(m, d) of its directions: what a server
+    /// before issue 70 took (journaled with no rank), and
+    /// what a verifier follows for a step that journals no path.
     Svd,
+    /// The SVD of X keeping exactly this many directions: what a server
+    /// since issue 70 journals when the SVD served. Accepted only within
+    /// [`KEEP_BAND`] of [`SVD_KEEP`], as [`Path::GramKeeping`] is of
+    /// [`GRAM_KEEP`].
+    SvdKeeping(usize),
     /// A Gram matrix whenever it gives a checked basis and
     /// leaves out at most [`GRAM_LEFT_OUT_MARGIN`] times what
     /// [`Path::Auto`] allows — what a verifier needs to follow a server
@@ -110,7 +120,8 @@ pub enum Path {
     GramKeepingFromK(usize),
     /// What a journal that records no path (before issue 66) was
     /// calibrated on: [`Path::Auto`]'s choice, with the coefficients
-    /// formed in output space, as every server then formed them.
+    /// formed in output space and the SVD keeping all its directions, as
+    /// every server then did.
     Unrecorded,
 }
 
@@ -129,13 +140,14 @@ pub enum Coefficients {
 
 impl Path {
     /// The path as a journal records it: (basis, rank), basis 1 for the
-    /// SVD, 2 for a Gram matrix keeping `rank` directions with the
+    /// SVD (rank 0: all min(m, d) directions), 2 for a Gram matrix keeping `rank` directions with the
     /// coefficients in output space, 3 with them from K, (0, 0) for the
     /// paths that choose ([`Path::Auto`], [`Path::Gram`],
     /// [`Path::Unrecorded`]), which the mechanism never reports as taken.
     pub fn code(self) -> (u32, u32) {
         match self {
             Path::Svd => (1, 0),
+            Path::SvdKeeping(r) => (1, u32::try_from(r).unwrap_or(u32::MAX)),
             Path::GramKeeping(r) => (2, u32::try_from(r).unwrap_or(u32::MAX)),
             Path::GramKeepingFromK(r) => (3, u32::try_from(r).unwrap_or(u32::MAX)),
             Path::Auto | Path::Gram | Path::Unrecorded => (0, 0),
@@ -146,7 +158,8 @@ impl Path {
     /// a code this release does not know).
     pub fn from_code(basis: u32, rank: u32) -> Option<Path> {
         match basis {
-            1 => Some(Path::Svd),
+            1 if rank == 0 => Some(Path::Svd),
+            1 => Some(Path::SvdKeeping(rank as usize)),
             2 => Some(Path::GramKeeping(rank as usize)),
             3 => Some(Path::GramKeepingFromK(rank as usize)),
             _ => None,
@@ -158,7 +171,9 @@ impl Path {
     fn coefficients(self) -> Coefficients {
         match self {
             Path::Auto | Path::GramKeepingFromK(_) => Coefficients::FromK,
-            Path::Svd | Path::Gram | Path::GramKeeping(_) | Path::Unrecorded => Coefficients::Outputs,
+            Path::Svd | Path::SvdKeeping(_) | Path::Gram | Path::GramKeeping(_) | Path::Unrecorded => {
+                Coefficients::Outputs
+            }
         }
     }
 }
@@ -214,6 +229,7 @@ pub fn calibrate_on<'a>(
             outputs,
             noise: Noise::none(d),
             source: Basis::Unanimous,
+            all_singular: false,
             error: None,
         });
     }
@@ -226,6 +242,12 @@ pub fn calibrate_on<'a>(
     // ‖c_i‖² of each teacher's centred output.
     let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
     let coefficients = path.coefficients();
+    // Before issue 70 every server's SVD kept all min(m, d) directions.
+    let svd_keep = match path {
+        Path::Auto => SvdKeep::Strong,
+        Path::SvdKeeping(r) => SvdKeep::Exactly(r),
+        _ => SvdKeep::All,
+    };
     let gram = match path {
         Path::Auto | Path::Unrecorded => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT, None, coefficients, &deviations),
         Path::Gram | Path::GramKeeping(_) | Path::GramKeepingFromK(_) => {
@@ -237,13 +259,17 @@ pub fn calibrate_on<'a>(
                 gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN, kept, coefficients, &deviations);
             Some(basis.ok_or_else(|| PrivacyError::Linalg("the Gram matrix gives no checked basis here".into()))?)
         }
-        Path::Svd => None,
+        Path::Svd | Path::SvdKeeping(_) => None,
     };
     let (basis, from_k, source) = match gram {
         Some(GramBasis { basis, from_k }) => (basis, from_k, Basis::Gram),
-        None => (svd_basis(&(&centred * &sqrt_w.view().insert_axis(Axis(1))))?, None, Basis::Svd),
+        None => {
+            let x = &centred * &sqrt_w.view().insert_axis(Axis(1));
+            (svd_basis(&x, svd_keep)?, None, Basis::Svd)
+        }
     };
     let r = basis.matrix().ncols();
+    let all_singular = source == Basis::Svd && svd_keep == SvdKeep::All;
 
     // Upper bounds of the exact quadratic forms (see module doc): computed
     // norms plus a rounding allowance γ‖X‖_F, plus what underflowed weights
@@ -307,7 +333,7 @@ pub fn calibrate_on<'a>(
         complement_floor(&residual),
         floor,
     )?;
-    Ok(VectorCalibration { outputs, coef, residual, noise, source, error })
+    Ok(VectorCalibration { outputs, coef, residual, noise, source, all_singular, error })
 }
 
 /// How far the 2⁻³² grid may move any two teachers' ℓ through the
@@ -342,18 +368,70 @@ fn complement_floor(residual: &Array2<f64>) -> f64 {
 pub enum Basis {
     /// No noise: every teacher gave the same vector.
     Unanimous,
-    /// Right singular vectors of X (LAPACK `gesdd` on m × d).
+    /// Right singular vectors of X (LAPACK `gesdd` on m × d): those of
+    /// singular value at least [`SVD_KEEP`] of the largest, or on
+    /// [`Path::Svd`] all min(m, d) of them.
     Svd,
     /// Strong eigenvectors of C = XᵀX (d ≤ m), or of K = XXᵀ mapped to
     /// ℝ^d (`gram_basis`).
     Gram,
 }
 
-/// Right singular vectors of X: r = min(m, d) directions.
-fn svd_basis(x: &Array2<f64>) -> Result<Orthonormal, PrivacyError> {
-    let (_, _, vt) = x.svddc(JobSvd::Some)?;
+/// Singular directions the SVD path keeps: singular values at least this
+/// share of the largest (issue 70). LAPACK computes a right singular
+/// vector to within ~p(m, d)·2⁻⁵³·σ₁/gap of its exact direction, so those
+/// of X's null space — centring leaves at least d − m + 1 of them at
+/// d ≥ m, a posterior that rules teachers out more — come back at σ of
+/// round-off size as whatever rotation of that space rounding chose, and
+/// another machine's kernels choose another: the key audit, recomputing the
+/// draw along them, then finds the release off the key's draw (an honest
+/// export failed it on other kernels). Kept directions are at least
+/// 10⁻⁶·σ₁ from that cluster, so kernels turn them by ~10⁻¹⁰ at the demo's
+/// sizes and ~10⁻⁷ at m·d = 4·10⁶. What the left-out directions carry
+/// (each at most 10⁻¹² of the largest eigenvalue) is covered by the
+/// complement's isotropic noise, far below the complement's floors.
+pub const SVD_KEEP: f64 = 1e-6;
+
+/// Which of the SVD's directions [`svd_basis`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SvdKeep {
+    /// All min(m, d) ([`Path::Svd`]).
+    All,
+    /// Those of singular value at least [`SVD_KEEP`] of the largest.
+    Strong,
+    /// The first r, if each is within [`KEEP_BAND`] above that threshold
+    /// and each left out within it below ([`Path::SvdKeeping`]).
+    Exactly(usize),
+}
+
+/// Right singular vectors of X: those `keep` asks for, strongest first.
+///
+/// # Errors
+/// [`PrivacyError::Linalg`] when LAPACK fails, or when a journaled rank
+/// ([`SvdKeep::Exactly`]) is not the one the threshold gives here.
+fn svd_basis(x: &Array2<f64>, keep: SvdKeep) -> Result<Orthonormal, PrivacyError> {
+    let (_, sigma, vt) = x.svddc(JobSvd::Some)?;
     let vt = vt.ok_or_else(|| PrivacyError::Linalg("SVD returned no right singular vectors".into()))?;
-    Orthonormal::check(vt.reversed_axes())
+    // Descending, as LAPACK returns them.
+    let threshold = SVD_KEEP * sigma.first().copied().unwrap_or(0.0);
+    let kept = match keep {
+        SvdKeep::All => sigma.len(),
+        SvdKeep::Strong => sigma.iter().take_while(|&&s| s >= threshold).count(),
+        SvdKeep::Exactly(r) => {
+            let within = r >= 1
+                && r <= sigma.len()
+                && sigma.iter().take(r).all(|&s| s >= threshold * (1.0 - KEEP_BAND))
+                && sigma.iter().skip(r).all(|&s| s <= threshold * (1.0 + KEEP_BAND));
+            if !within {
+                return Err(PrivacyError::Linalg(format!(
+                    "the SVD does not keep {r} directions here: its singular values do not cross {SVD_KEEP:e} of \
+                     the largest there"
+                )));
+            }
+            r
+        }
+    };
+    Orthonormal::check(vt.slice_axis_move(Axis(0), Slice::from(..kept)).reversed_axes())
 }
 
 /// Directions kept from a Gram matrix's spectrum: eigenvalues at least
@@ -596,7 +674,8 @@ impl VectorCalibration<'_> {
     pub fn path_taken(&self) -> Option<Path> {
         match self.source {
             Basis::Unanimous => None,
-            Basis::Svd => Some(Path::Svd),
+            Basis::Svd if self.all_singular => Some(Path::Svd),
+            Basis::Svd => Some(Path::SvdKeeping(self.noise.rank())),
             Basis::Gram if self.error.is_some() => Some(Path::GramKeepingFromK(self.noise.rank())),
             Basis::Gram => Some(Path::GramKeeping(self.noise.rank())),
         }

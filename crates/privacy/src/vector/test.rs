@@ -155,14 +155,83 @@ fn the_gram_basis_gives_the_svd_paths_noise() -> Result<(), PrivacyError> {
 }
 
 /// A posterior that has concentrated (weights over e⁻¹⁰⁰…1) spreads K's
-/// spectrum past what the Gram basis can resolve: the SVD serves it.
+/// spectrum past what the Gram basis can resolve: the SVD serves it,
+/// keeping its directions of singular value at least [`SVD_KEEP`] of the
+/// largest (issue 70) and journaling how many, which a verifier follows
+/// to the same Σ and no other count.
 #[test]
 fn a_concentrated_posterior_falls_back_to_the_svd() -> Result<(), PrivacyError> {
     let (m, d) = (128, 1000);
     let v = jittered_scores(m, d);
-    let cal = calibrate(&spread_posterior(m, 100.0, 2), v.view(), b(2f64.powi(-32)))?;
+    let p = spread_posterior(m, 100.0, 2);
+    let bb = b(2f64.powi(-32));
+    let cal = calibrate(&p, v.view(), bb)?;
     assert_eq!(cal.basis_source(), Basis::Svd);
+    let r = cal.noise().rank();
+    assert_eq!(cal.path_taken(), Some(Path::SvdKeeping(r)));
+    // The weakest teachers' directions, and the centring's null one, left out.
+    assert!(r < m - 1, "kept {r}");
+    let x = weighted(&p, &v);
+    let sigma = x.dot(cal.noise().basis()).columns().into_iter().map(|c| c.dot(&c).sqrt()).collect::<Vec<_>>();
+    let top = sigma.iter().copied().fold(0.0, f64::max);
+    assert!(sigma.iter().all(|&s| s >= 0.999 * SVD_KEEP * top), "{sigma:?}");
+
+    let followed = calibrate_on(&p, v.view(), bb, Path::SvdKeeping(r), Floor::default())?;
+    assert_eq!(followed.noise().dense(), cal.noise().dense());
+    for other in [r - 1, r + 1, 0, m] {
+        let refused = calibrate_on(&p, v.view(), bb, Path::SvdKeeping(other), Floor::default());
+        assert!(matches!(refused, Err(PrivacyError::Linalg(_))), "{other} directions accepted");
+    }
+    // As before issue 70, all min(m, d): the journal says so with rank 0.
+    let all = calibrate_on(&p, v.view(), bb, Path::Svd, Floor::default())?;
+    assert_eq!((all.noise().rank(), all.path_taken()), (m, Some(Path::Svd)));
+    assert_eq!(Path::from_code(1, 0), Some(Path::Svd));
+    assert_eq!(Path::from_code(1, r as u32), Some(Path::SvdKeeping(r)));
     Ok(())
+}
+
+/// X = diag(√w)(V − 1μᵀ), as the calibration forms it.
+fn weighted(p: &Posterior, v: &Array2<f64>) -> Array2<f64> {
+    let w = p.weights();
+    let centred = v - &w.dot(v).view().insert_axis(Axis(0));
+    centred * w.mapv(f64::sqrt).view().insert_axis(Axis(1))
+}
+
+/// ‖UUᵀ − U′U′ᵀ‖_F: how far apart two bases' spans are.
+fn span_distance(u: &Array2<f64>, other: &Array2<f64>) -> f64 {
+    let diff = u.dot(&u.t()) - other.dot(&other.t());
+    diff.iter().map(|x| x * x).sum::<f64>().sqrt()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Issue 70: the SVD path's basis is a function of X up to round-off,
+    /// as the key audit needs of Σ on any machine's kernels. X moved by an
+    /// ulp or so per entry (what another machine's kernels do to its
+    /// factorisation) spans the same kept directions to within 10⁻⁶. Kept
+    /// all, as before issue 70, at d > m one direction is rounding's pick
+    /// from X's null space, and this fails.
+    #[test]
+    fn the_svd_basis_is_the_same_on_round_off(
+        seed in any::<u64>(),
+        m in 2usize..=32,
+        wide in 1usize..=64,
+        spread in 0.0f64..=30.0,
+    ) {
+        let d = m + wide;
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let log_w: Vec<f64> = (0..m).map(|_| rng.random_range(-spread..=0.0)).collect();
+        let p = Posterior::from_log_weights(log_w).expect("finite");
+        let v = Array2::from_shape_fn((m, d), |_| if rng.random_bool(0.3) { 0.0 } else { rng.random_range(0.0..1.0) });
+        let x = weighted(&p, &v);
+        let nudged = x.mapv(|e| e * (1.0 + f64::EPSILON * rng.random_range(-2.0..=2.0)));
+        let here = svd_basis(&x, SvdKeep::Strong).expect("an SVD");
+        let there = svd_basis(&nudged, SvdKeep::Strong).expect("an SVD");
+        prop_assume!(here.matrix().ncols() == there.matrix().ncols());
+        let apart = span_distance(here.matrix(), there.matrix());
+        prop_assert!(apart <= 1e-6, "m = {}, d = {}: kept spans {:e} apart", m, d, apart);
+    }
 }
 
 /// x·y to about twice working precision (Ogita, Rump and Oishi's Dot2:
