@@ -481,20 +481,48 @@ async fn an_export_verifies_the_same_on_other_openblas_kernels() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wide_export_verifies_the_same_on_other_openblas_kernels() {
     let (dir, export) = verifies_the_same_on_each_kernel(8, &["\"basis\":3", "\"basis\":1,\"rank\":"]).await;
-    // A forger who recomputes every hash cannot claim the SVD kept another
-    // count, nor all its directions as before issue 70: a second Σ to
-    // choose from after the draw.
+    a_step_is_held_to_its_calibration_rules(dir.path(), &export);
+}
+
+/// A forger who recomputes every hash cannot claim the SVD kept another
+/// count, nor all its directions as before issue 70 (a second Σ to choose
+/// from after the draw); nor record older calibration rules than an
+/// earlier step of the session did; and a session whose steps record none
+/// is a finding unless `--allow-unversioned` says the store predates them.
+fn a_step_is_held_to_its_calibration_rules(dir: &Path, export: &str) {
     let lines: Vec<String> = export.lines().map(str::to_owned).collect();
-    let k = lines.iter().position(|l| l.contains("\"basis\":1,\"rank\":")).expect("an SVD step");
-    let rank = |change: fn(u32) -> u32| {
+    let svd = lines.iter().position(|l| l.contains("\"basis\":1,\"rank\":")).expect("an SVD step");
+    let step = |change: fn(&mut format::StepLine)| {
         move |line: &mut Line| {
             if let Line::Entry(e) = line {
-                e.step.rank = change(e.step.rank)
+                change(&mut e.step)
             }
         }
     };
-    fails_at(&rechained(dir.path(), &lines, k, rank(|_| 0)), k + 1, "vector basis path 1 with no rank");
-    fails_at(&rechained(dir.path(), &lines, k, rank(|r| r + 1)), k + 1, "the SVD does not keep");
+    fails_at(&rechained(dir, &lines, svd, step(|s| s.rank = 0)), svd + 1, "vector basis path 1 with no rank");
+    fails_at(&rechained(dir, &lines, svd, step(|s| s.rank += 1)), svd + 1, "the SVD does not keep");
+    let demo = |l: &String| l.contains("\"session\":\"demo\"") && l.contains("\"step\":");
+    let last = lines.iter().rposition(demo).expect("a demo step");
+    assert!(lines.iter().filter(|l| demo(l)).count() > 1, "the demo session has steps before its last");
+    fails_at(&rechained(dir, &lines, last, step(|s| s.calibration = 0)), last + 1, "back to older rules");
+
+    // Every step's rules stripped, as a store from before them holds.
+    let mut older = lines.clone();
+    for k in 0..lines.len() {
+        if Line::parse(&older[k]).is_ok_and(|l| matches!(l, Line::Entry(_))) {
+            let file = rechained(dir, &older, k, step(|s| s.calibration = 0));
+            older = std::fs::read_to_string(file).expect("rechained").lines().map(str::to_owned).collect();
+        }
+    }
+    let file = dir.join("unversioned.jsonl");
+    write(&file, &older);
+    let o = verify(&file);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    // Once a session, at its first noisy step: three sessions here.
+    assert_eq!(err.matches("verify with --allow-unversioned").count(), 3, "{err}");
+    let o = pacpriv_verify(&["--allow-unversioned", &file.display().to_string()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// The cross-kernel check on an export of `models` demo teachers in
@@ -532,12 +560,15 @@ async fn verifies_the_same_on_each_kernel(models: usize, paths: &[&str]) -> (tem
             out.into_owned()
         })
         .collect();
-    let (table, slack): (Vec<_>, Vec<_>) = reports.iter().map(|r| without_round_off(r)).unzip();
-    for (other, other_slack) in table.iter().zip(&slack).skip(1) {
-        assert_eq!(&table[0], other, "the verdict depends on the kernels");
-        for (a, b) in slack[0].iter().zip(other_slack) {
-            let near = (a - b).abs() <= 0.1 * a.max(*b) || a.max(*b) < ROUND_OFF_SHARE;
-            assert!(near, "{a:e} on one kernel, {b:e} on another (update slack or a share of b)");
+    let cut: Vec<RoundOff> = reports.iter().map(|r| without_round_off(r)).collect();
+    let near = |a: f64, b: f64| (a - b).abs() <= 0.1 * a.max(b);
+    for other in &cut[1..] {
+        assert_eq!(cut[0].table, other.table, "the verdict depends on the kernels");
+        for (&a, &b) in cut[0].slack.iter().zip(&other.slack) {
+            assert!(near(a, b), "update slack {a:e} on one kernel, {b:e} on another");
+        }
+        for (&a, &b) in cut[0].shares.iter().zip(&other.shares) {
+            assert!(near(a, b) || a.max(b) < ROUND_OFF_SHARE, "a share of b {a:e} on one kernel, {b:e} on another");
         }
     }
     (dir, export)
@@ -559,8 +590,8 @@ const ROUND_OFF_SHARE: f64 = 1e-12;
 ///   the steps keyed and those left to statistics).
 ///
 /// Everything else is the same to the last digit.
-fn without_round_off(report: &str) -> (String, Vec<f64>) {
-    let mut values = Vec::new();
+fn without_round_off(report: &str) -> RoundOff {
+    let (mut slack, mut shares) = (Vec::new(), Vec::new());
     let mut table = String::new();
     let (mut sessions, mut audited, mut keyed) = (true, false, false);
     let number = |v: &str| v.parse::<f64>().expect("a number");
@@ -576,18 +607,25 @@ fn without_round_off(report: &str) -> (String, Vec<f64>) {
             table.push_str(&cells[..3].join("\t"));
         } else if audited && row {
             // session, noisy_steps, dof, statistic, scale, uncovered_b, floor_only_b, left_out
-            values.extend([number(cells[5]), number(cells[6])]);
+            shares.extend([number(cells[5]), number(cells[6])]);
             table.push_str(&[&cells[..5], &cells[7..]].concat().join("\t"));
         } else if sessions && row {
             let (rest, value) = line.rsplit_once('\t').expect("a tab");
-            values.push(number(value));
+            slack.push(number(value));
             table.push_str(rest);
         } else {
             table.push_str(line);
         }
         table.push('\n');
     }
-    (table, values)
+    RoundOff { table, slack, shares }
+}
+
+/// A report split by [`without_round_off`].
+struct RoundOff {
+    table: String,
+    slack: Vec<f64>,
+    shares: Vec<f64>,
 }
 
 /// Writes an export of label-mode sessions run by a test-only mechanism:

@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 /// `basis` and `rank` (the path Σ was calibrated on); 4 the basis path 3
 /// (issue 70: at d > m, the coefficients from K), which a reader of 3
 /// would not know — so that such a reader refuses the export rather than
-/// audit those steps as journals from before paths; 5 the SVD path's
-/// rank (issue 70: the SVD keeps only its strong directions), which a
-/// reader of 4 would ignore and recompute Σ on all of them.
+/// audit those steps as journals from before paths; 5 each step's
+/// `calibration` rules and the SVD path's rank (issue 70: the SVD keeps
+/// only its strong directions), which a reader of 4 would not know.
 pub const FORMAT: &str = "pacpriv-journal-export/5";
 
 /// The formats this release reads, oldest first: every one a release has
@@ -43,11 +43,6 @@ pub const READS: [&str; 5] = [
     "pacpriv-journal-export/4",
     FORMAT,
 ];
-
-/// The number of a format [`READS`] holds (1 for the first).
-pub fn number(format: &str) -> Option<u32> {
-    READS.iter().position(|f| *f == format).and_then(|i| u32::try_from(i + 1).ok())
-}
 
 /// The first line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -187,13 +182,18 @@ pub struct StepLine {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub noise_key: String,
     /// Vector mode: the basis path Σ was calibrated on (export format 3;
-    /// 0: not recorded, 1: the SVD, 2: a Gram matrix keeping `rank`
-    /// directions).
+    /// 0: not recorded, 1: the SVD, 2: a Gram matrix, 3: K with the
+    /// coefficients from K; `privacy::vector::Path::code`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub basis: u32,
-    /// The Gram path's kept directions.
+    /// The directions the path kept (0 for the SVD: all of them, as
+    /// before issue 70).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rank: u32,
+    /// The calibration rules the server followed (export format 5; 0: not
+    /// recorded; `privacy::vector::RULES`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calibration: u32,
 }
 
 fn is_zero(x: &u32) -> bool {
@@ -306,6 +306,7 @@ impl StepLine {
             noise_key: hex(&step.noise_key),
             basis: step.basis,
             rank: step.rank,
+            calibration: step.calibration,
         }
     }
 
@@ -327,6 +328,7 @@ impl StepLine {
             noise_key: unhex(&self.noise_key)?,
             basis: self.basis,
             rank: self.rank,
+            calibration: self.calibration,
         })
     }
 }

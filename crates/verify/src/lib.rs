@@ -103,6 +103,14 @@ pub struct Args {
     /// stricter rules committed steps are held to.
     #[arg(long)]
     pub allow_unkeyed: bool,
+    /// Accept keyed vector-mode steps that record no calibration rules,
+    /// holding their basis path to the looser rules of the release that
+    /// wrote them. Stores written before issue 70's SVD rank hold such
+    /// steps; a server of this release never writes one, so without this
+    /// flag each session holding one is a finding: under those rules a
+    /// server had two paths, and so two Σ, open for the same outputs.
+    #[arg(long)]
+    pub allow_unversioned: bool,
 }
 
 fn alpha(s: &str) -> Result<f64, String> {
@@ -213,6 +221,10 @@ pub struct Options<'a> {
     /// Audit noisy steps that commit to no noise key statistically instead
     /// of failing on them (stores written before committed noise).
     pub allow_unkeyed: bool,
+    /// Hold keyed vector steps that record no calibration rules to the
+    /// looser rules before them instead of failing on them (stores written
+    /// before issue 70's SVD rank).
+    pub allow_unversioned: bool,
     /// The noise audit's significance.
     pub noise_alpha: f64,
     /// The datasets' noise keys, by name (empty: the statistical audit only).
@@ -227,6 +239,7 @@ impl Default for Options<'_> {
         Options {
             allow_unchecked: false,
             allow_unkeyed: false,
+            allow_unversioned: false,
             noise_alpha: noise_audit::DEFAULT_ALPHA,
             keys: &NO_KEYS,
         }
@@ -243,7 +256,6 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
     let mut keyed = KeyedSoFar::default();
     let mut done: Vec<Verified> = Vec::new();
     let mut current: Option<Replaying> = None;
-    let mut format = 0;
     let mut lines = 0;
     for (i, text) in reader.lines().enumerate() {
         let n = i + 1;
@@ -263,16 +275,14 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
             }
         };
         match (n, line) {
-            (1, Line::Header(h)) if format::number(&h.format).is_some() => {
-                format = format::number(&h.format).unwrap_or(0);
-            }
+            (1, Line::Header(h)) if format::READS.contains(&h.format.as_str()) => {}
             (1, _) => {
                 findings.add(1, format!("the first line must be {{\"format\":\"{}\"}}", format::FORMAT));
                 break;
             }
             (_, Line::Header(_)) => findings.add(n, "a second header".into()),
             (_, Line::Entry(e)) => {
-                let c = match replaying(&mut current, &done, &e.session, format, &mut findings, n) {
+                let c = match replaying(&mut current, &done, &e.session, &mut findings, n) {
                     Ok(c) => c,
                     Err(what) => {
                         findings.add(n, what);
@@ -283,7 +293,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                     findings.add(n, format!("session {:?} version {}: {what}", e.session, e.version));
                 }
             }
-            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session, format, &mut findings, n) {
+            (_, Line::Event(e)) => match replaying(&mut current, &done, &e.session, &mut findings, n) {
                 Ok(c) => {
                     if let Err(what) = c.event(&e) {
                         findings.add(n, format!("session {:?} event {}: {what}", e.session, e.event));
@@ -298,7 +308,7 @@ pub fn check(reader: impl BufRead, file: &str, options: Options<'_>) -> Result<V
                         findings.add(n, format!("record of {:?} while {:?}'s entries are open", s.session, c.session));
                         continue;
                     }
-                    None => Replaying::new(&s.session, format),
+                    None => Replaying::new(&s.session),
                 };
                 if done.iter().any(|d| d.session == s.session) {
                     findings.add(n, format!("session {:?} appears twice", s.session));
@@ -362,7 +372,6 @@ fn replaying<'a>(
     current: &'a mut Option<Replaying>,
     done: &[Verified],
     session: &str,
-    format: u32,
     findings: &mut Findings,
     line: usize,
 ) -> Result<&'a mut Replaying, String> {
@@ -373,7 +382,7 @@ fn replaying<'a>(
     if current.is_none() && done.iter().any(|d| d.session == session) {
         return Err(format!("session {session:?} appears twice"));
     }
-    Ok(current.get_or_insert_with(|| Replaying::new(session, format)))
+    Ok(current.get_or_insert_with(|| Replaying::new(session)))
 }
 
 /// What the export's keyed steps showed so far.
@@ -390,11 +399,9 @@ struct KeyedSoFar {
 
 /// One session being re-derived.
 struct Replaying {
-    /// The export's format ([`format::number`]): from 4 its servers
-    /// journal basis path 3 (the coefficients from K) wherever K gives the
-    /// basis, where path 2 is a Σ no such server draws; from 5 the SVD's
-    /// rank, where rank 0 (all its directions) is one.
-    format: u32,
+    /// The newest calibration rules a step so far recorded: a later step
+    /// may not record older ones.
+    rules: u32,
     session: String,
     /// The session's dataset: the one whose key its keyed steps committed
     /// to (empty before the first).
@@ -433,4 +440,7 @@ struct Replaying {
     /// A noisy step without a key commitment was reported (without
     /// `--allow-unkeyed`).
     unkeyed_said: bool,
+    /// A keyed vector step that records no calibration rules was reported
+    /// (without `--allow-unversioned`).
+    unversioned_said: bool,
 }

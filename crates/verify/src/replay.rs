@@ -77,23 +77,21 @@ impl Replaying {
                     ));
                 }
             };
-            // Where K gives the basis (d > m), a server that writes this
-            // export's format forms the coefficients from K: path 2 there
-            // would be a second Σ to choose from after the draw.
-            let wide = matches!(&outputs, TeacherOutputs::Vectors(v) if v.ncols() > v.nrows());
-            if self.format >= 4 && wide && matches!(path, Some(vector::Path::GramKeeping(_))) {
-                return Err("vector basis path 2 at d > m, where a server writing this export's format journals \
-                            path 3 (the coefficients from K): Σ was chosen another way than the mechanism \
-                            chooses it"
-                    .into());
+            // A path the step's own rules rule out would be a second Σ to
+            // choose from after the draw; and a session's steps never go
+            // back to older rules (a server journaling none to keep the
+            // looser ones is named below, at its first keyed vector step).
+            if let (TeacherOutputs::Vectors(v), Some(path)) = (&outputs, path)
+                && let Some(why) = path.refused_under(s.calibration, v.nrows(), v.ncols())
+            {
+                return Err(format!("{why}: Σ was chosen another way than the mechanism chooses it"));
             }
-            // Likewise the SVD keeping all its directions: a server writing
-            // format 5 journals how many it kept.
-            if self.format >= 5 && path == Some(vector::Path::Svd) {
-                return Err("vector basis path 1 with no rank (the SVD keeping all its directions), where a server \
-                            writing this export's format journals the directions it kept: Σ was chosen another way \
-                            than the mechanism chooses it"
-                    .into());
+            if s.calibration < self.rules {
+                return Err(format!(
+                    "it records calibration rules {} after a step of its session recorded {}: a server does not go \
+                     back to older rules within a session",
+                    s.calibration, self.rules
+                ));
             }
             Ok((outputs, policy, rule, path))
         });
@@ -101,6 +99,7 @@ impl Replaying {
             Ok(parsed) => parsed,
             Err(what) => return fail(self, what),
         };
+        self.rules = s.calibration;
         let nats = |x: f64| Nats::new(x).map_err(|e| e.to_string());
         let state = match self.state.take() {
             Some(state) => Ok(state),
@@ -209,6 +208,22 @@ impl Replaying {
                      verify with --allow-unkeyed to audit them statistically only"
                         .to_owned()
                 });
+                // Said once a session, as above: a server journaling no
+                // rules would keep the older ones' choice of two paths.
+                let unversioned = (matches!(outputs, TeacherOutputs::Vectors(_))
+                    && !s.noise_key.is_empty()
+                    && s.calibration == 0
+                    && replayed.evidence.is_some()
+                    && !options.allow_unversioned
+                    && !std::mem::replace(&mut self.unversioned_said, true))
+                .then(|| {
+                    "its vector basis path records no calibration rules, although every server of this pacpriv \
+                     version records the ones it followed: under the rules before them two paths, and so two Σ, \
+                     were open to a server for the same outputs, to choose from after the draw; if the store holds \
+                     vector steps from before issue 70's SVD rank (export format 4 or earlier), verify with \
+                     --allow-unversioned"
+                        .to_owned()
+                });
                 // Steps drawn from a key journal their basis path too (the
                 // same format): without it the audit would fall back to the
                 // looser rule for either basis.
@@ -228,8 +243,14 @@ impl Replaying {
                     Some(why) => Some(unchecked(why)),
                     None => None,
                 };
-                let found: Vec<String> =
-                    checked.into_iter().chain(exact).chain(pathless).chain(unkeyed).chain(keyed_finding).collect();
+                let found: Vec<String> = checked
+                    .into_iter()
+                    .chain(exact)
+                    .chain(pathless)
+                    .chain(unkeyed)
+                    .chain(unversioned)
+                    .chain(keyed_finding)
+                    .collect();
                 if found.is_empty() { Ok(()) } else { Err(found.join("; and ")) }
             }
             Err(mismatch) => match replay::apply_recorded(&mut state, &recorded) {

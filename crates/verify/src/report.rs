@@ -75,6 +75,7 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     let options = Options {
         allow_unchecked: args.allow_unchecked,
         allow_unkeyed: args.allow_unkeyed,
+        allow_unversioned: args.allow_unversioned,
         noise_alpha: args.noise_alpha,
         keys: &keys,
     };

@@ -12,9 +12,9 @@ use pacpriv_records::JournalEntry;
 use std::collections::HashMap;
 
 impl Replaying {
-    pub(super) fn new(session: &str, format: u32) -> Self {
+    pub(super) fn new(session: &str) -> Self {
         Replaying {
-            format,
+            rules: 0,
             session: session.to_owned(),
             dataset: String::new(),
             commitment: String::new(),
@@ -37,6 +37,7 @@ impl Replaying {
             slack: 0.0,
             broken: false,
             unkeyed_said: false,
+            unversioned_said: false,
         }
     }
 

@@ -52,22 +52,20 @@ pub fn q(x: f64, clamp: f64) -> f64 {
     (k * PUBLISHED_GRID) + 0.0
 }
 
-/// ⌊t⌋, exactly, without a call into libm (the baseline x86-64 target
-/// has no rounding instruction; vector mode grids every one of the m × d
-/// outputs): below 2⁵² the truncation to an integer is exact, and every
-/// double at or above it is an integer already. Differs from
-/// `f64::floor` only in the sign of a zero, which [`q`] drops.
+/// ⌊t⌋, exactly, without a call into libm and without branches, so that
+/// gridding all m × d outputs of vector mode vectorises (the baseline
+/// x86-64 target has neither a rounding instruction nor a packed f64 → i64
+/// conversion). Below 2⁵², |t| + 2⁵² lies in [2⁵², 2⁵³), whose spacing is
+/// 1, so subtracting 2⁵² again leaves |t| rounded to an integer, exactly;
+/// with t's sign back that is an integer within ½ of t, and one less where
+/// it is above t. Every double of magnitude 2⁵² or more is an integer
+/// already. Differs from `f64::floor` only in the sign of a zero, which
+/// [`q`] drops.
 fn floor(t: f64) -> f64 {
     const INTEGERS_FROM: f64 = 4_503_599_627_370_496.0; // 2⁵²
-    if t.abs() < INTEGERS_FROM {
-        // Truncation toward zero, exact here; one below for a negative
-        // non-integer.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-        let truncated = t as i64 as f64;
-        truncated - f64::from(u8::from(truncated > t))
-    } else {
-        t
-    }
+    let nearest = ((t.abs() + INTEGERS_FROM) - INTEGERS_FROM).copysign(t);
+    let below = nearest - f64::from(u8::from(nearest > t));
+    if t.abs() < INTEGERS_FROM { below } else { t }
 }
 
 /// The least noise variance the grid resolves along a block of `n`

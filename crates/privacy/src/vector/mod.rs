@@ -125,6 +125,18 @@ pub enum Path {
     Unrecorded,
 }
 
+/// The rules a server of this release follows for which path it journals,
+/// recorded with each step (`calibration`) so that a verifier holds the
+/// step to them ([`Path::refused_under`]): one Σ for given outputs and
+/// posterior, never two to choose from after the draw.
+///
+/// - 0 (not recorded): every step journaled before issue 70's SVD rank. At
+///   d > m a Gram basis may journal path 2 or 3, and the SVD journals no
+///   rank (all its directions).
+/// - 1: at d > m a Gram basis journals path 3 (the coefficients from K),
+///   and the SVD journals the directions it kept.
+pub const RULES: u32 = 1;
+
 /// How the teachers' coefficients in the basis, (V − 1μᵀ)U, are formed
 /// (`docs/assurance/privacy-core.md` §4, *Coefficients from K*).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +174,31 @@ impl Path {
             1 => Some(Path::SvdKeeping(rank as usize)),
             2 => Some(Path::GramKeeping(rank as usize)),
             3 => Some(Path::GramKeepingFromK(rank as usize)),
+            _ => None,
+        }
+    }
+
+    /// Why a server following calibration `rules` ([`RULES`]) would not
+    /// journal this path for outputs of `m` teachers and `d` coordinates
+    /// (`None`: it might).
+    pub fn refused_under(self, rules: u32, m: usize, d: usize) -> Option<String> {
+        if rules > RULES {
+            return Some(format!(
+                "calibration rules {rules} are not ones this release knows; verify with a newer pacpriv"
+            ));
+        }
+        match self {
+            _ if rules == 0 => None,
+            Path::GramKeeping(_) if d > m => Some(
+                "vector basis path 2 at d > m, where a server following the calibration rules the step records \
+                 journals path 3 (the coefficients from K)"
+                    .into(),
+            ),
+            Path::Svd => Some(
+                "vector basis path 1 with no rank (the SVD keeping all its directions), where a server following the \
+                 calibration rules the step records journals the directions it kept"
+                    .into(),
+            ),
             _ => None,
         }
     }
@@ -414,14 +451,24 @@ fn svd_basis(x: &Array2<f64>, keep: SvdKeep) -> Result<Orthonormal, PrivacyError
     let vt = vt.ok_or_else(|| PrivacyError::Linalg("SVD returned no right singular vectors".into()))?;
     // Descending, as LAPACK returns them.
     let threshold = SVD_KEEP * sigma.first().copied().unwrap_or(0.0);
+    // A threshold that is not a normal number (σ₁ = 0: a posterior that
+    // has put all its weight on one teacher makes X = 0 while the outputs
+    // still differ) would let every count pass the band: every direction
+    // is kept, and a journaled rank must say so.
+    let resolvable = (threshold * (1.0 - KEEP_BAND)).is_normal();
     let kept = match keep {
         SvdKeep::All => sigma.len(),
+        SvdKeep::Strong if !resolvable => sigma.len(),
         SvdKeep::Strong => sigma.iter().take_while(|&&s| s >= threshold).count(),
         SvdKeep::Exactly(r) => {
-            let within = r >= 1
-                && r <= sigma.len()
-                && sigma.iter().take(r).all(|&s| s >= threshold * (1.0 - KEEP_BAND))
-                && sigma.iter().skip(r).all(|&s| s <= threshold * (1.0 + KEEP_BAND));
+            let within = if resolvable {
+                r >= 1
+                    && r <= sigma.len()
+                    && sigma.iter().take(r).all(|&s| s >= threshold * (1.0 - KEEP_BAND))
+                    && sigma.iter().skip(r).all(|&s| s <= threshold * (1.0 + KEEP_BAND))
+            } else {
+                r == sigma.len()
+            };
             if !within {
                 return Err(PrivacyError::Linalg(format!(
                     "the SVD does not keep {r} directions here: its singular values do not cross {SVD_KEEP:e} of \
@@ -652,7 +699,9 @@ pub fn check_outputs(outputs: ArrayView2<'_, f64>) -> Result<(), PrivacyError> {
     if outputs.ncols() == 0 {
         return Err(PrivacyError::Shape("teacher outputs have no columns".into()));
     }
-    if outputs.iter().any(|x| !x.is_finite()) {
+    // A fold over every value rather than `any`: it does not stop early,
+    // but it vectorises, and outputs are finite but for a bad request.
+    if !outputs.iter().fold(true, |finite, x| finite & x.is_finite()) {
         return Err(PrivacyError::NonFinite("teacher outputs"));
     }
     Ok(())

@@ -190,6 +190,44 @@ fn a_concentrated_posterior_falls_back_to_the_svd() -> Result<(), PrivacyError> 
     Ok(())
 }
 
+/// A posterior with all its weight on one teacher makes X = 0 although the
+/// outputs differ: the SVD keeps every direction (no threshold to cut at),
+/// and a journaled rank other than all of them is refused — every count
+/// would otherwise pass the band around a threshold of 0.
+#[test]
+fn a_posterior_on_one_teacher_keeps_every_svd_direction() -> Result<(), PrivacyError> {
+    let (m, d) = (4, 9);
+    let v = jittered_scores(m, d);
+    let p = Posterior::from_log_weights(vec![0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY])?;
+    let bb = b(2f64.powi(-32));
+    let cal = calibrate(&p, v.view(), bb)?;
+    assert_eq!((cal.basis_source(), cal.path_taken()), (Basis::Svd, Some(Path::SvdKeeping(m))));
+    for r in 1..m {
+        let refused = calibrate_on(&p, v.view(), bb, Path::SvdKeeping(r), Floor::default());
+        assert!(matches!(refused, Err(PrivacyError::Linalg(_))), "{r} directions accepted");
+    }
+    Ok(())
+}
+
+/// A step's calibration rules leave one path open for given outputs:
+/// under [`RULES`] 1 neither path 2 at d > m (the coefficients in output
+/// space where K gives the basis) nor the SVD with no rank; under 0 (steps
+/// from before), both; rules this release does not know, none.
+#[test]
+fn a_steps_rules_rule_out_the_paths_its_server_never_takes() {
+    let (m, wide, narrow) = (8, 10, 5);
+    for path in [Path::Svd, Path::SvdKeeping(3), Path::GramKeeping(3), Path::GramKeepingFromK(3)] {
+        assert_eq!(path.refused_under(0, m, wide), None, "{path:?}");
+        assert!(path.refused_under(RULES + 1, m, wide).is_some_and(|why| why.contains("newer pacpriv")));
+    }
+    assert!(Path::GramKeeping(3).refused_under(1, m, wide).is_some());
+    assert_eq!(Path::GramKeeping(3).refused_under(1, m, narrow), None);
+    assert!(Path::Svd.refused_under(1, m, narrow).is_some());
+    for path in [Path::SvdKeeping(3), Path::GramKeepingFromK(3)] {
+        assert_eq!(path.refused_under(1, m, wide), None, "{path:?}");
+    }
+}
+
 /// X = diag(√w)(V − 1μᵀ), as the calibration forms it.
 fn weighted(p: &Posterior, v: &Array2<f64>) -> Array2<f64> {
     let w = p.weights();

@@ -13,6 +13,7 @@ use super::query::Asking;
 use super::state::Versioned;
 use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::mechanism::{Answer, TeacherOutputs};
+use pacpriv_privacy::vector;
 use pacpriv_store::record::{EventKind, JournalStepRecord};
 use pacpriv_store::{JournalEntry, JournalEvent};
 
@@ -87,6 +88,7 @@ pub(super) fn journal_entry(
         noise_key: if answer.unanimous { Vec::new() } else { noise.commitment().to_vec() },
         basis: answer.path.map_or(0, |p| p.code().0),
         rank: answer.path.map_or(0, |p| p.code().1),
+        calibration: vector::RULES,
         ..v.answered_by(asking)
     };
     record_outputs(&mut step, outputs);
