@@ -399,9 +399,6 @@ struct KeyedSoFar {
 
 /// One session being re-derived.
 struct Replaying {
-    /// The newest calibration rules a step so far recorded: a later step
-    /// may not record older ones.
-    rules: u32,
     session: String,
     /// The session's dataset: the one whose key its keyed steps committed
     /// to (empty before the first).
@@ -443,4 +440,7 @@ struct Replaying {
     /// A keyed vector step that records no calibration rules was reported
     /// (without `--allow-unversioned`).
     unversioned_said: bool,
+    /// Keyed vector steps that record no calibration rules, held to the
+    /// older ones (with `--allow-unversioned`).
+    unversioned_steps: u64,
 }

@@ -77,21 +77,19 @@ impl Replaying {
                     ));
                 }
             };
+            if s.calibration > vector::RULES {
+                return Err(format!(
+                    "calibration rules {} are not ones this release knows; verify with a newer pacpriv",
+                    s.calibration
+                ));
+            }
             // A path the step's own rules rule out would be a second Σ to
-            // choose from after the draw; and a session's steps never go
-            // back to older rules (a server journaling none to keep the
-            // looser ones is named below, at its first keyed vector step).
+            // choose from after the draw (a server journaling no rules to
+            // keep the older ones' choice is named below).
             if let (TeacherOutputs::Vectors(v), Some(path)) = (&outputs, path)
                 && let Some(why) = path.refused_under(s.calibration, v.nrows(), v.ncols())
             {
                 return Err(format!("{why}: Σ was chosen another way than the mechanism chooses it"));
-            }
-            if s.calibration < self.rules {
-                return Err(format!(
-                    "it records calibration rules {} after a step of its session recorded {}: a server does not go \
-                     back to older rules within a session",
-                    s.calibration, self.rules
-                ));
             }
             Ok((outputs, policy, rule, path))
         });
@@ -99,7 +97,6 @@ impl Replaying {
             Ok(parsed) => parsed,
             Err(what) => return fail(self, what),
         };
-        self.rules = s.calibration;
         let nats = |x: f64| Nats::new(x).map_err(|e| e.to_string());
         let state = match self.state.take() {
             Some(state) => Ok(state),
@@ -208,12 +205,17 @@ impl Replaying {
                      verify with --allow-unkeyed to audit them statistically only"
                         .to_owned()
                 });
-                // Said once a session, as above: a server journaling no
-                // rules would keep the older ones' choice of two paths.
-                let unversioned = (matches!(outputs, TeacherOutputs::Vectors(_))
+                // A server journaling no rules would keep the older ones'
+                // choice of two paths: counted under --allow-unversioned,
+                // else said once a session, as above.
+                let older = matches!(outputs, TeacherOutputs::Vectors(_))
                     && !s.noise_key.is_empty()
                     && s.calibration == 0
-                    && replayed.evidence.is_some()
+                    && replayed.evidence.is_some();
+                if older && options.allow_unversioned {
+                    self.unversioned_steps += 1;
+                }
+                let unversioned = (older
                     && !options.allow_unversioned
                     && !std::mem::replace(&mut self.unversioned_said, true))
                 .then(|| {

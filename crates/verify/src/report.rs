@@ -52,6 +52,9 @@ pub struct Verified {
     /// Its noisy steps audited statistically only (no key given, or drawn
     /// before the dataset had one).
     pub statistical_steps: u64,
+    /// Its keyed vector steps that record no calibration rules, held to
+    /// the older ones (`--allow-unversioned`).
+    pub unversioned_steps: u64,
     /// The largest noise shortfall 1 − c (releasing c·z for z) that a keyed
     /// step's check could not see.
     pub undetectable: f64,
@@ -112,6 +115,16 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
     audit::write(out, &sessions, &datasets, args.noise_alpha)?;
     if !keys.is_empty() {
         write_key_audit(out, &sessions)?;
+    }
+    for s in sessions.iter().filter(|s| s.unversioned_steps > 0) {
+        writeln!(
+            out,
+            "warning: session {:?}: {} keyed vector step{} recording no calibration rules, held to the older ones \
+             (--allow-unversioned): for each, a server had two basis paths, and so two Σ, open for the same outputs",
+            s.session,
+            s.unversioned_steps,
+            plural(s.unversioned_steps)
+        )?;
     }
     let steps: u64 = sessions.iter().map(|s| s.steps).sum();
     let events: u64 = sessions.iter().map(|s| s.cache_hits + s.refusals).sum();

@@ -14,7 +14,6 @@ use std::collections::HashMap;
 impl Replaying {
     pub(super) fn new(session: &str) -> Self {
         Replaying {
-            rules: 0,
             session: session.to_owned(),
             dataset: String::new(),
             commitment: String::new(),
@@ -38,6 +37,7 @@ impl Replaying {
             broken: false,
             unkeyed_said: false,
             unversioned_said: false,
+            unversioned_steps: 0,
         }
     }
 
@@ -100,6 +100,7 @@ impl Replaying {
                 exact_steps: 0,
                 keyed_steps: 0,
                 statistical_steps: 0,
+                unversioned_steps: 0,
                 undetectable: 0.0,
                 unresolved: 0,
             });
@@ -142,6 +143,7 @@ impl Replaying {
             exact_steps: self.exact_steps,
             keyed_steps: self.keyed_steps,
             statistical_steps: self.statistical_steps,
+            unversioned_steps: self.unversioned_steps,
             undetectable: self.undetectable,
             unresolved: self.unresolved,
         })

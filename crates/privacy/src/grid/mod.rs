@@ -62,6 +62,9 @@ pub fn q(x: f64, clamp: f64) -> f64 {
 /// already. Differs from `f64::floor` only in the sign of a zero, which
 /// [`q`] drops.
 fn floor(t: f64) -> f64 {
+    // x87's extended precision would keep |t| + 2⁵² exact, and this return t.
+    #[cfg(all(target_arch = "x86", not(target_feature = "sse2")))]
+    compile_error!("grid::floor needs IEEE double arithmetic (SSE2) on 32-bit x86");
     const INTEGERS_FROM: f64 = 4_503_599_627_370_496.0; // 2⁵²
     let nearest = ((t.abs() + INTEGERS_FROM) - INTEGERS_FROM).copysign(t);
     let below = nearest - f64::from(u8::from(nearest > t));

@@ -83,11 +83,15 @@ proptest! {
         }
     }
 
-    /// The grid's ⌊·⌋ (a truncation) is libm's, but for the sign of a
-    /// zero: on any bit pattern, and on integers and fractions near 0.
+    /// The grid's ⌊·⌋ (branch-free, through 2⁵²) is libm's, but for the
+    /// sign of a zero: on any bit pattern, on integers and fractions near 0,
+    /// and at the edges where the rounding through 2⁵² could err.
     #[test]
     fn floor_is_libms_floor_up_to_the_sign_of_zero(bits in any::<u64>(), small in -1e7f64..1e7) {
-        for t in [f64::from_bits(bits), small, small.trunc(), -small.trunc(), small * 4_294_967_296.0] {
+        let p52 = 4_503_599_627_370_496.0;
+        let edges = [p52 - 0.5, p52 - 1.0, p52, p52 + 2.0, p52 / 2.0 + 0.5, p52 / 2.0 - 0.5, 0.5, 1.5, 2.5, -0.0, f64::from_bits(1)];
+        let signed = edges.into_iter().flat_map(|e| [e, -e]);
+        for t in [f64::from_bits(bits), small, small.trunc(), -small.trunc(), small * 4_294_967_296.0].into_iter().chain(signed) {
             if t.is_nan() {
                 continue;
             }
