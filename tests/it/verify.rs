@@ -502,6 +502,7 @@ fn a_step_is_held_to_its_calibration_rules(dir: &Path, export: &str) {
     fails_at(&rechained(dir, &lines, svd, step(|s| s.rank = 0)), svd + 1, "vector basis path 1 with no rank");
     fails_at(&rechained(dir, &lines, svd, step(|s| s.rank += 1)), svd + 1, "the SVD does not keep");
     fails_at(&rechained(dir, &lines, svd, step(|s| s.calibration = 0)), svd + 1, "records no calibration rules");
+    fails_at(&rechained(dir, &lines, svd, step(|s| s.calibration += 1)), svd + 1, "verify with a newer pacpriv");
 
     // Every step's rules stripped, as a store from before them holds.
     let mut older = lines.clone();

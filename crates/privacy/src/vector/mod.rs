@@ -152,8 +152,9 @@ pub enum Coefficients {
 
 impl Path {
     /// The path as a journal records it: (basis, rank), basis 1 for the
-    /// SVD (rank 0: all min(m, d) directions), 2 for a Gram matrix keeping `rank` directions with the
-    /// coefficients in output space, 3 with them from K, (0, 0) for the
+    /// SVD keeping `rank` directions (0: all min(m, d) of them), 2 for a
+    /// Gram matrix keeping `rank` directions with the coefficients in
+    /// output space, 3 with them from K, (0, 0) for the
     /// paths that choose ([`Path::Auto`], [`Path::Gram`],
     /// [`Path::Unrecorded`]), which the mechanism never reports as taken.
     pub fn code(self) -> (u32, u32) {
@@ -178,15 +179,10 @@ impl Path {
         }
     }
 
-    /// Why a server following calibration `rules` ([`RULES`]) would not
-    /// journal this path for outputs of `m` teachers and `d` coordinates
-    /// (`None`: it might).
+    /// Why a server following calibration `rules` ([`RULES`], which the
+    /// caller has checked it knows) would not journal this path for
+    /// outputs of `m` teachers and `d` coordinates (`None`: it might).
     pub fn refused_under(self, rules: u32, m: usize, d: usize) -> Option<String> {
-        if rules > RULES {
-            return Some(format!(
-                "calibration rules {rules} are not ones this release knows; verify with a newer pacpriv"
-            ));
-        }
         match self {
             _ if rules == 0 => None,
             Path::GramKeeping(_) if d > m => Some(
