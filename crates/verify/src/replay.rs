@@ -208,10 +208,10 @@ impl Replaying {
                 // A server journaling no rules would keep the older ones'
                 // choice of two paths: counted under --allow-unversioned,
                 // else said once a session, as above.
-                let older = matches!(outputs, TeacherOutputs::Vectors(_))
+                let keyed_vector = matches!(outputs, TeacherOutputs::Vectors(_))
                     && !s.noise_key.is_empty()
-                    && s.calibration == 0
                     && replayed.evidence.is_some();
+                let older = keyed_vector && s.calibration == 0;
                 if older && options.allow_unversioned {
                     self.unversioned_steps += 1;
                 }
@@ -229,11 +229,7 @@ impl Replaying {
                 // Steps drawn from a key journal their basis path too (the
                 // same format): without it the audit would fall back to the
                 // looser rule for either basis.
-                let pathless = (matches!(outputs, TeacherOutputs::Vectors(_))
-                    && !s.noise_key.is_empty()
-                    && recorded.path.is_none()
-                    && replayed.evidence.is_some())
-                .then(|| {
+                let pathless = (keyed_vector && recorded.path.is_none()).then(|| {
                     "its draw committed to a noise key but it journals no basis path, as every such step does"
                         .to_owned()
                 });

@@ -458,10 +458,8 @@ fn svd_basis(x: &Array2<f64>, keep: SvdKeep) -> Result<Orthonormal, PrivacyError
         SvdKeep::Strong => sigma.iter().take_while(|&&s| s >= threshold).count(),
         SvdKeep::Exactly(r) => {
             let within = if resolvable {
-                r >= 1
-                    && r <= sigma.len()
-                    && sigma.iter().take(r).all(|&s| s >= threshold * (1.0 - KEEP_BAND))
-                    && sigma.iter().skip(r).all(|&s| s <= threshold * (1.0 + KEEP_BAND))
+                (1..=sigma.len()).contains(&r)
+                    && within_keep_band(sigma.iter().take(r), sigma.iter().skip(r), threshold)
             } else {
                 r == sigma.len()
             };
@@ -672,8 +670,7 @@ fn first_strong(lambda: &Array1<f64>, d: usize, left_out_share: f64, kept: Optio
         None => lambda.len() - lambda.iter().rev().take_while(|&&l| l >= GRAM_KEEP * top).count(),
         Some(r) => {
             let first = lambda.len().checked_sub(r)?;
-            let within = lambda.iter().skip(first).all(|&l| l >= GRAM_KEEP * top * (1.0 - KEEP_BAND))
-                && lambda.iter().take(first).all(|&l| l <= GRAM_KEEP * top * (1.0 + KEEP_BAND));
+            let within = within_keep_band(lambda.iter().skip(first), lambda.iter().take(first), GRAM_KEEP * top);
             within.then_some(first)?
         }
     };
@@ -685,6 +682,18 @@ fn first_strong(lambda: &Array1<f64>, d: usize, left_out_share: f64, kept: Optio
         return None;
     }
     Some(first_kept)
+}
+
+/// Whether a journaled count splits a spectrum as `threshold` does, up to
+/// [`KEEP_BAND`]: each value `kept` at least threshold·(1 − band), each
+/// `left_out` at most threshold·(1 + band).
+fn within_keep_band<'a>(
+    kept: impl IntoIterator<Item = &'a f64>,
+    left_out: impl IntoIterator<Item = &'a f64>,
+    threshold: f64,
+) -> bool {
+    kept.into_iter().all(|&v| v >= threshold * (1.0 - KEEP_BAND))
+        && left_out.into_iter().all(|&v| v <= threshold * (1.0 + KEEP_BAND))
 }
 
 /// Teacher vectors must have at least one column and only finite values.
