@@ -194,7 +194,9 @@ fn the_chain_hash_covers_every_field_and_the_session() {
         JournalEntry { charge: 0.0, ..base.clone() },
         JournalEntry { log_likelihood: vec![-0.25, -3.0, 0.0, -2e-300], ..base.clone() },
         JournalEntry { step: Some(JournalStepRecord { label: 1, ..step.clone() }), ..base.clone() },
-        JournalEntry { step: Some(JournalStepRecord { labels: vec![1, 0, 0], ..step }), ..base.clone() },
+        JournalEntry { step: Some(JournalStepRecord { labels: vec![1, 0, 0], ..step.clone() }), ..base.clone() },
+        JournalEntry { step: Some(JournalStepRecord { rank: 7, ..step.clone() }), ..base.clone() },
+        JournalEntry { step: Some(JournalStepRecord { calibration: 1, ..step }), ..base.clone() },
     ];
     for c in changed {
         assert_ne!(c.chained(&a), h, "{c:?}");
