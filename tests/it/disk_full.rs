@@ -2,9 +2,10 @@
 //! before they draw, loses nothing of the batch that failed, and resumes
 //! by itself once a commit succeeds. The disk fills as far as the server
 //! can tell: its file-size limit (`RLIMIT_FSIZE`, set on the running
-//! process with prlimit(1)) is put below the store file's size, so every
-//! write to it fails (EFBIG), as on a full disk; lifting the limit is
-//! freeing the disk.
+//! process with prlimit(1)) is put to 0, below every offset of the store
+//! file and its log, so every write to them fails (EFBIG), as on a full
+//! disk; lifting the limit is freeing the disk. The server's log goes
+//! through a pipe, which the limit does not apply to.
 
 use crate::util::{
     ADMIN_TOKEN, Process, budget, client, digit, image, key_hash, pacpriv_verify, predict, refusal, small_demo,
@@ -24,7 +25,7 @@ fn file_size_limit(pid: u32, bytes: Option<u64>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_commit_stops_new_charges_and_loses_nothing() {
-    let server = Process::serve(
+    let server = Process::serve_logging_through_a_pipe(
         None,
         &small_demo(&[
             ("PACPRIV__STORE__JOURNAL", "true".to_owned()),
@@ -34,7 +35,7 @@ async fn a_failed_commit_stops_new_charges_and_loses_nothing() {
     let mut c = client(&server.addr).await;
     predict(&mut c, "alice-key", image("q0", &digit(0))).await.expect("answered");
 
-    file_size_limit(server.pid(), Some(4096));
+    file_size_limit(server.pid(), Some(0));
     // The step is taken and charged in memory, its commit fails: withheld.
     let q1 = predict(&mut c, "alice-key", image("q1", &digit(1))).await.expect_err("its commit failed");
     assert_eq!(refusal(&q1), (Code::Unavailable, "STORE_UNAVAILABLE".into(), Some("true".into())), "{q1:?}");
@@ -45,7 +46,11 @@ async fn a_failed_commit_stops_new_charges_and_loses_nothing() {
         assert!(refused.message().contains("last commit failed"), "{}", refused.message());
     }
     assert_eq!(budget(&mut c, "alice-key").await.charged, 2, "q0 and q1, nothing since");
-    assert!(server.logs().contains("store commit failed"), "{}", server.logs());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.logs().contains("store commit failed") {
+        assert!(Instant::now() < deadline, "the failure is logged: {}", server.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The disk is freed: the writer commits the kept batch by itself, and
     // steps are taken again; q1's retry gets the answer its charge paid for.

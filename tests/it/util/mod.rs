@@ -104,6 +104,14 @@ pub struct Process {
     args: Vec<String>,
 }
 
+/// Where a process's standard error goes: straight to the file
+/// [`Process::logs`] reads, or through a pipe a thread copies to it.
+#[derive(Clone, Copy)]
+enum Logs {
+    File,
+    Pipe,
+}
+
 impl Process {
     /// Starts `pacpriv args` with `env` and waits (at most 120 s) for its
     /// "`ready` ADDR" line on standard output.
@@ -113,7 +121,7 @@ impl Process {
 
     /// As [`Process::start`], for another program built from this package.
     pub fn start_program(program: &Path, args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
-        let mut p = Process::spawn(program, args, env, ready);
+        let mut p = Process::spawn(program, args, env, ready, Logs::File);
         p.wait_ready();
         p
     }
@@ -128,18 +136,22 @@ impl Process {
     }
 
     /// Starts `program args` with `env`, not waiting for anything.
-    fn spawn(program: &Path, args: &[&str], env: &[(&str, String)], ready: &str) -> Process {
+    fn spawn(program: &Path, args: &[&str], env: &[(&str, String)], ready: &str, logs: Logs) -> Process {
         let stderr = tempfile::NamedTempFile::new().expect("temp file");
         let mut cmd = Command::new(program);
-        cmd.args(args)
-            .env("OPENBLAS_NUM_THREADS", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr.reopen().expect("stderr file"));
+        cmd.args(args).env("OPENBLAS_NUM_THREADS", "1").stdin(Stdio::null()).stdout(Stdio::piped());
+        match logs {
+            Logs::File => cmd.stderr(stderr.reopen().expect("stderr file")),
+            Logs::Pipe => cmd.stderr(Stdio::piped()),
+        };
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("pacpriv starts");
+        if let Some(mut pipe) = child.stderr.take() {
+            let mut file = stderr.reopen().expect("stderr file");
+            std::thread::spawn(move || std::io::copy(&mut pipe, &mut file));
+        }
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         let prefix = format!("{ready} ");
@@ -173,9 +185,30 @@ impl Process {
         p
     }
 
+    /// As [`Process::serve`], its log copied to [`Process::logs`] by a
+    /// thread of the test: what the process writes itself is then only the
+    /// store (for a test that limits the size of the files it writes).
+    /// A line may reach [`Process::logs`] a moment after the process wrote
+    /// it.
+    pub fn serve_logging_through_a_pipe(config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
+        let program = Path::new(env!("CARGO_BIN_EXE_pacpriv"));
+        let mut p = Process::serve_unready_with(program, config, env, Logs::Pipe);
+        p.wait_ready();
+        p
+    }
+
     /// As [`Process::serve_program`], returning at once: [`Process::wait_ready`]
     /// waits for the address.
     pub fn serve_unready(program: &Path, config: Option<&std::path::Path>, env: &[(&str, String)]) -> Process {
+        Process::serve_unready_with(program, config, env, Logs::File)
+    }
+
+    fn serve_unready_with(
+        program: &Path,
+        config: Option<&std::path::Path>,
+        env: &[(&str, String)],
+        logs: Logs,
+    ) -> Process {
         let mut env = env.to_vec();
         env.push(("PACPRIV__SERVER__LISTEN", "127.0.0.1:0".into()));
         // The test binary's fan-out variant (batched, unbatched, stacked),
@@ -207,7 +240,7 @@ impl Process {
         if program != Path::new(env!("CARGO_BIN_EXE_pacpriv")) {
             args.remove(0);
         }
-        let mut p = Process::spawn(program, &args, &env, "pacpriv listening on");
+        let mut p = Process::spawn(program, &args, &env, "pacpriv listening on", logs);
         p._state = state;
         p
     }

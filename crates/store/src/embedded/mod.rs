@@ -1,25 +1,37 @@
-//! The embedded store: one redb file, no server to run. A single writer
-//! thread commits everything that queued up while the previous commit was
-//! syncing in one transaction — group commit: one fsync for many sessions.
+//! The embedded store: one redb file and its log, no server to run. A
+//! step's record is durable once the writer has appended it to the log
+//! with everything else that queued up meanwhile — group commit: one
+//! sequential write and one fsync for many sessions — and it reaches the
+//! redb file with many other commits' records in one transaction, which
+//! the folder commits in the background (`writer`; issue 70 §1: a
+//! session's records between two folds cost one page of the file, not one
+//! each). Opening the store folds whatever the log holds first (`log`).
 //!
 //! Early lock release falls out of the queue order: a session enqueues its
 //! records under its own lock, so they reach the writer in version order,
-//! and a batch commits atomically; when a record's ticket resolves, every
-//! earlier record of that session is durable too.
+//! and a frame and a fold are each written atomically; when a record's
+//! ticket resolves, every earlier record of that session is durable too.
 //!
-//! A failed commit (a full disk, a file-size limit, an I/O error) withholds
-//! that batch's answers, and from then on no new step is taken
+//! A failed append (a full disk, a file-size limit, an I/O error)
+//! withholds that batch's answers, and from then on no new step is taken
 //! ([`EmbeddedStore::writable`], checked before a step draws): the sessions
 //! in memory would otherwise go on charging while nothing reaches the
-//! disk. The failed batch is kept and written again with the next commit,
-//! which the writer retries by itself every [`RETRY_EVERY`] (after opening
-//! the file again: redb refuses every operation after an I/O error), so no
-//! record, journal entry or cached answer of it is lost and the journal has
-//! no gap. The first commit that succeeds lets steps in again.
+//! disk. The failed batch is kept and appended again, which the writer
+//! retries by itself every [`RETRY_EVERY`], so no record, journal entry or
+//! cached answer of it is lost and the journal has no gap. A failed fold
+//! stops new steps too until one succeeds (its records are durable in the
+//! log, which would otherwise grow without bound); the folder retries it
+//! after opening the file again (redb refuses every operation after an
+//! I/O error). The first success lets steps in again.
+//!
+//! A reader of the redb file (a session's record, its journal, its cached
+//! answers) first waits until every record of that session handed to the
+//! store is folded (`Folds::settle`): only sessions that stepped since
+//! the last fold wait, and only for one fold.
 //!
 //! Here: opening the file, the sessions, their journals and caches, and
-//! the writer; the datasets' records and the versions' identities are in
-//! `meta`, the principals in `principals`.
+//! what a fold writes; the datasets' records and the versions' identities
+//! are in `meta`, the principals in `principals`.
 
 use super::answers::{CacheRows, CacheWrite, Squashed, append_ops, prefix, read_ops, squash};
 use super::change::Change;
@@ -33,12 +45,18 @@ use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc;
 use std::sync::{Arc, PoisonError, RwLock};
+use writer::Folds;
 
+mod log;
 mod meta;
 mod principals;
+#[cfg(test)]
+mod test;
+mod writer;
+
+pub use writer::{FOLD_EVERY, FOLD_RECORDS, RETRY_EVERY};
 
 pub(super) const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const JOURNAL: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("journal");
@@ -68,8 +86,12 @@ const EVICTED: u8 = 1;
 /// published vector) moves at once.
 pub(super) const TAIL_BYTES: usize = 4096;
 
-/// Most records folded into one commit.
-const MAX_BATCH: usize = 4096;
+/// The number of the last log segment the file has folded, under
+/// [`FOLDED_KEY`] (absent: none yet): a fold records it in its own
+/// transaction, so a segment that outlived its fold (a crash before its
+/// removal) is never folded again over newer records.
+const LOG: TableDefinition<&str, u64> = TableDefinition::new("log");
+const FOLDED_KEY: &str = "folded";
 
 /// redb's page cache, at most: read cache and write buffer together
 /// (redb's own default is 1 GiB). The sessions in memory are
@@ -80,25 +102,25 @@ const MAX_BATCH: usize = 4096;
 /// the same at 4 MiB, 16 MiB and 1 GiB (`pacpriv bench store --cache-mib`).
 pub const DEFAULT_CACHE_BYTES: usize = 16 << 20;
 
-/// How often the writer tries again after a failed commit when no new
-/// record arrives to try with.
-pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
+/// One session's record and what changed with it, on its way to the log
+/// and the file.
 struct Write {
     session: String,
     record: SessionRecord,
     change: Change,
+    /// Its number in the queue (`Folds::enqueue`; 0 when read back from
+    /// the log).
+    seq: u64,
     /// Reported after the first attempt; a failed batch is kept without it.
     done: Option<Done>,
 }
 
-/// The open redb file, shared by the readers and the writer thread: opened
-/// again after a failed commit, and whether the last commit failed.
+/// The open redb file, shared by the readers and the folder: opened again
+/// after a failed fold.
 struct File {
     db: RwLock<Option<Database>>,
     path: PathBuf,
     cache_bytes: usize,
-    failed: AtomicBool,
 }
 
 impl File {
@@ -132,19 +154,20 @@ impl File {
     }
 }
 
-/// A redb file and its writer thread.
+/// A redb file, its log and the threads that write them.
 pub struct EmbeddedStore {
     db: Arc<File>,
     path: PathBuf,
-    // Both `Option` only so `Drop` can close the queue and then join the
-    // writer, releasing the file lock before the store is gone.
-    queue: Option<Sender<Write>>,
+    folds: Arc<Folds>,
+    // `Option` only so `Drop` can close the queue and then join the
+    // writer (which folds what the log holds), releasing the file lock
+    // before the store is gone.
     writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for EmbeddedStore {
     fn drop(&mut self) {
-        self.queue = None;
+        self.folds.close();
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
@@ -152,8 +175,8 @@ impl Drop for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the file, recovering after a crash if needed, and
-    /// starts the writer.
+    /// Opens (or creates) the file, recovering after a crash if needed and
+    /// folding what its log holds, and starts the writer.
     ///
     /// # Errors
     /// The file cannot be created, locked or read.
@@ -183,15 +206,17 @@ impl EmbeddedStore {
             db: RwLock::new(Some(File::open(path, cache_bytes)?)),
             path: path.to_owned(),
             cache_bytes,
-            failed: AtomicBool::new(false),
         });
+        let last_segment = writer::recover(&db)?;
         let (queue, rx) = mpsc::channel();
-        let writer_db = Arc::clone(&db);
+        let folds = Arc::new(Folds::new(queue));
+        let (writer_db, writer_folds) = (Arc::clone(&db), Arc::clone(&folds));
+        let log = log::Log::new(path, last_segment);
         let writer = std::thread::Builder::new()
             .name("pacpriv-store-writer".into())
-            .spawn(move || writer(&writer_db, &rx, &metrics))
+            .spawn(move || writer::writer(&writer_db, &writer_folds, &rx, log, &metrics))
             .map_err(backend)?;
-        Ok(EmbeddedStore { db, path: path.to_owned(), queue: Some(queue), writer: Some(writer) })
+        Ok(EmbeddedStore { db, path: path.to_owned(), folds, writer: Some(writer) })
     }
 
     /// Where the file is.
@@ -219,6 +244,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn load(&self, session: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.folds.settle(Some(session))?;
         let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
         let Some(bytes) = table.get(session).map_err(backend)? else { return Ok(None) };
         decode::session_record(session, bytes.value()).map(Some)
@@ -230,6 +256,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend.
     pub fn stored_len(&self, session: &str) -> Result<Option<usize>, StoreError> {
+        self.folds.settle(Some(session))?;
         let Some(table) = self.read_table(SESSIONS)? else { return Ok(None) };
         Ok(table.get(session).map_err(backend)?.map(|v| v.value().len()))
     }
@@ -240,6 +267,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn load_cache(&self, session: &str) -> Result<CacheRows, StoreError> {
+        self.folds.settle(Some(session))?;
         let txn = self.db.begin_read()?;
         let corrupt = |reason: &str| StoreError::Corrupt { session: session.into(), reason: reason.into() };
         let (mut entries, mut evicted) = (std::collections::BTreeMap::new(), Vec::new());
@@ -285,6 +313,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend.
     pub fn sessions(&self) -> Result<Vec<String>, StoreError> {
+        self.folds.settle(None)?;
         let Some(table) = self.read_table(SESSIONS)? else { return Ok(Vec::new()) };
         table.iter().map_err(backend)?.map(|item| Ok(item.map_err(backend)?.0.value().to_owned())).collect()
     }
@@ -296,6 +325,7 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn journal_snapshot(&self, session: &str) -> Result<(Option<SessionRecord>, Vec<Journaled>), StoreError> {
+        self.folds.settle(Some(session))?;
         let txn = self.db.begin_read()?;
         let record = match open_in(&txn, SESSIONS)? {
             Some(t) => {
@@ -323,17 +353,18 @@ impl EmbeddedStore {
     /// # Errors
     /// Backend or corrupt data.
     pub fn journal(&self, session: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        self.folds.settle(Some(session))?;
         let Some(table) = self.read_table(JOURNAL)? else { return Ok(Vec::new()) };
         decode_journal(session, table.range((session, 0)..=(session, u64::MAX)).map_err(backend)?, journal_entry)
     }
 
-    /// Whether a step may be taken: not while the last commit has failed
-    /// (module documentation). Checked before the step draws.
+    /// Whether a step may be taken: not while the last append or fold has
+    /// failed (module documentation). Checked before the step draws.
     ///
     /// # Errors
     /// [`StoreError::CommitsFailing`].
     pub fn writable(&self) -> Result<(), StoreError> {
-        if self.db.failed.load(Ordering::Acquire) { Err(StoreError::CommitsFailing) } else { Ok(()) }
+        self.folds.flags.writable()
     }
 
     /// Queues `record` and what changed with it (journal entries, events,
@@ -345,93 +376,8 @@ impl EmbeddedStore {
     /// [`StoreError::WriterGone`].
     pub fn enqueue(&self, session: &str, record: SessionRecord, change: Change) -> Result<Ticket, StoreError> {
         let (done, wait) = Ticket::new();
-        self.queue
-            .as_ref()
-            .ok_or(StoreError::WriterGone)?
-            .send(Write { session: session.to_owned(), record, change, done: Some(done) })
-            .map_err(|_| StoreError::WriterGone)?;
+        self.folds.enqueue(Write { session: session.to_owned(), record, change, seq: 0, done: Some(done) })?;
         Ok(wait)
-    }
-}
-
-/// The writer loop: block for one write, take whatever else is queued,
-/// commit all of it — after the writes of a failed batch, if one is kept —
-/// with one fsync, answer every new ticket. While a failed batch is kept,
-/// it also wakes every [`RETRY_EVERY`] to try again on its own.
-fn writer(file: &File, queue: &Receiver<Write>, metrics: &StoreMetrics) {
-    let mut kept: Vec<Write> = Vec::new();
-    loop {
-        let first = if kept.is_empty() {
-            queue.recv().ok()
-        } else {
-            match queue.recv_timeout(RETRY_EVERY) {
-                Ok(w) => Some(w),
-                Err(RecvTimeoutError::Timeout) => None,
-                // Shutting down: one last attempt for what is kept.
-                Err(RecvTimeoutError::Disconnected) => {
-                    attempt(file, &mut kept, metrics);
-                    if !kept.is_empty() {
-                        let lost: Vec<_> = kept.iter().map(|w| (w.session.as_str(), w.record.version)).collect();
-                        tracing::error!(
-                            ?lost,
-                            "shutting down with records no commit could write (session, version): \
-                                                their answers were withheld; these steps are lost"
-                        );
-                    }
-                    return;
-                }
-            }
-        };
-        if first.is_none() && kept.is_empty() {
-            // The queue closed: shutting down.
-            return;
-        }
-        let mut new = usize::from(first.is_some());
-        kept.extend(first);
-        while new < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(w) => kept.push(w),
-                Err(_) => break,
-            }
-            new += 1;
-        }
-        attempt(file, &mut kept, metrics);
-    }
-}
-
-/// Commits `batch` (opening the file again first if the last commit
-/// failed) and reports to every ticket not yet reported. Emptied once
-/// committed; kept, in order, if the commit failed.
-fn attempt(file: &File, batch: &mut Vec<Write>, metrics: &StoreMetrics) {
-    if batch.is_empty() {
-        return;
-    }
-    let started = std::time::Instant::now();
-    let retrying = file.failed.load(Ordering::Acquire);
-    let reopened = if retrying { file.reopen() } else { Ok(()) };
-    let result = reopened.and_then(|()| file.with(|db| commit(db, batch, retrying))).map_err(|e| e.to_string());
-    metrics.commit(started.elapsed().as_secs_f64(), batch.len());
-    match &result {
-        Ok(()) => {
-            if file.failed.swap(false, Ordering::AcqRel) {
-                tracing::info!(records = batch.len(), "store commit succeeded again; steps are taken again");
-            }
-        }
-        Err(e) => {
-            if !file.failed.swap(true, Ordering::AcqRel) {
-                tracing::error!(error = %e, records = batch.len(),
-                    "store commit failed; answers withheld and no new step taken until a commit succeeds \
-                     (retried every second)");
-            }
-        }
-    }
-    for w in batch.iter_mut() {
-        if let Some(done) = w.done.take() {
-            done.report(&result);
-        }
-    }
-    if result.is_ok() {
-        batch.clear();
     }
 }
 
@@ -442,13 +388,16 @@ fn progress(record: &SessionRecord) -> (u64, u64) {
     (record.version, record.journal_events)
 }
 
-/// Writes `batch` in one transaction. `retrying`: it holds writes of a
-/// batch whose commit failed, which may have landed all the same (a
-/// failed fsync after the header was written): a session's cache changes
-/// are then appended only for writes past its stored record, so that none
-/// applies twice (journal entries and events are keyed, and records
-/// supersede, so those may be written again).
-fn commit(db: &Database, batch: &[Write], retrying: bool) -> Result<(), StoreError> {
+/// Folds `batch` into the file in one transaction, recording that it
+/// covers the log's segments numbered at most `through` ([`LOG`]).
+/// `retrying`: the batch may be in the file already, in part or whole (a
+/// failed fold whose fsync failed after the header was written, or
+/// records replayed from the log, where a segment abandoned after a failed
+/// sync may repeat the next one's). Each session's writes then apply only
+/// past its stored record and each only once, so that no cache change
+/// applies twice and no record goes back (journal entries and events are
+/// keyed, so those may be written again).
+fn commit(db: &Database, batch: &[Write], retrying: bool, through: u64) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(backend)?;
     {
         let mut sessions = txn.open_table(SESSIONS).map_err(backend)?;
@@ -457,21 +406,43 @@ fn commit(db: &Database, batch: &[Write], retrying: bool) -> Result<(), StoreErr
         // opened for writing.
         let mut answers = None;
         for (key, writes) in by_session(batch) {
+            for entry in writes.iter().flat_map(|w| &w.change.journal) {
+                journal.insert((key, entry.version), entry.encode().as_slice()).map_err(backend)?;
+            }
+            let stored = match sessions.get(key).map_err(backend)? {
+                // Read only where it is needed: a tail to append to, or
+                // writes that may be there already.
+                Some(v) if retrying || !writes_cache_nothing(&writes) => Some(v.value().to_vec()),
+                _ => None,
+            };
+            let writes = if retrying {
+                let mut past = match &stored {
+                    Some(bytes) => Some(progress(&decode::session_record(key, bytes)?)),
+                    None => None,
+                };
+                writes
+                    .into_iter()
+                    .filter(|w| {
+                        let p = progress(&w.record);
+                        let new = past.is_none_or(|d| p > d);
+                        if new {
+                            past = Some(p);
+                        }
+                        new
+                    })
+                    .collect()
+            } else {
+                writes
+            };
             // Later records of a session supersede earlier ones: they
             // arrive in version order. Its cache changes all apply.
             let Some(last) = writes.last() else { continue };
-            let value = if last.record.cache_owners.is_empty() && writes.iter().all(|w| w.change.cache.is_empty()) {
+            let value = if writes_cache_nothing(&writes) {
                 // Never cached anything: no tail to carry.
                 last.record.encode()
             } else {
-                let stored = sessions.get(key).map_err(backend)?.map(|v| v.value().to_vec());
-                let durable = match (&stored, retrying) {
-                    (Some(bytes), true) => Some(progress(&decode::session_record(key, bytes)?)),
-                    _ => None,
-                };
                 let mut tail = stored.map(|b| stored_tail(key, &b)).transpose()?.unwrap_or_default();
-                let unwritten = writes.iter().filter(|w| durable.is_none_or(|d| progress(&w.record) > d));
-                append_ops(unwritten.flat_map(|w| &w.change.cache), &mut tail);
+                append_ops(writes.iter().flat_map(|w| &w.change.cache), &mut tail);
                 if tail.len() <= TAIL_BYTES {
                     last.record.encode_with_tail(tail)
                 } else {
@@ -484,9 +455,6 @@ fn commit(db: &Database, batch: &[Write], retrying: bool) -> Result<(), StoreErr
                 }
             };
             sessions.insert(key, value.as_slice()).map_err(backend)?;
-            for entry in writes.iter().flat_map(|w| &w.change.journal) {
-                journal.insert((key, entry.version), entry.encode().as_slice()).map_err(backend)?;
-            }
         }
         // Opened only when there is one: most deployments journal nothing.
         if batch.iter().any(|w| !w.change.events.is_empty()) {
@@ -499,9 +467,23 @@ fn commit(db: &Database, batch: &[Write], retrying: bool) -> Result<(), StoreErr
                 }
             }
         }
+        txn.open_table(LOG).map_err(backend)?.insert(FOLDED_KEY, through).map_err(backend)?;
     }
     // Default durability is Immediate: commit returns after fsync.
     txn.commit().map_err(backend)
+}
+
+/// Whether a session's `writes` leave it without cached answers: its last
+/// record names no cache owner and none of them changed the cache.
+fn writes_cache_nothing(writes: &[&Write]) -> bool {
+    writes.last().is_none_or(|w| w.record.cache_owners.is_empty()) && writes.iter().all(|w| w.change.cache.is_empty())
+}
+
+/// The number of the last log segment the file has folded (0: none).
+fn folded_through(db: &Database) -> Result<u64, StoreError> {
+    let txn = db.begin_read().map_err(backend)?;
+    let Some(table) = open_in(&txn, LOG)? else { return Ok(0) };
+    Ok(table.get(FOLDED_KEY).map_err(backend)?.map_or(0, |v| v.value()))
 }
 
 /// `batch` by session, in order of first appearance, each session's

@@ -1,0 +1,231 @@
+//! The embedded store's log: where a group commit's records become durable
+//! (issue 70 §1). A commit appends one frame — every record of the batch
+//! and what changed with it — to the active segment file and syncs it: one
+//! sequential write and one `fdatasync`, however many sessions the batch
+//! touches. The records reach the redb file later, many commits at a time
+//! (`writer`'s fold), so a session that stepped a hundred times between
+//! two folds costs one leaf page there instead of a hundred.
+//!
+//! # Files
+//! Segments live beside the store file, named `<store file>.log-<number>`
+//! (`number` a 20-digit, growing number). A segment is a [`MAGIC`] and then
+//! frames: payload length (u32, little-endian), CRC-32 of the payload
+//! (u32), payload (length-delimited `LoggedWrite` messages).
+//!
+//! # Invariants
+//! - A frame is appended and synced before any of its records' tickets
+//!   report durable; a frame whose write or sync failed is never
+//!   appended to again ([`Log::append`]): its records are written anew to
+//!   the next segment.
+//! - A reader stops at a segment's first frame that is cut short or fails
+//!   its checksum: everything after it was never reported durable (a
+//!   crash during the write, or a write that failed).
+//! - A segment is removed only after a fold that covered it has committed
+//!   and recorded its number in the store file ([`super::commit`]), so a
+//!   segment the store file has folded is never read again, and one it has
+//!   not is never lost.
+
+use super::Write;
+use crate::change::Change;
+use crate::decode;
+use crate::error::{StoreError, backend};
+use crate::record::schema::LoggedWrite;
+use prost::Message;
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// What a segment starts with.
+const MAGIC: &[u8; 16] = b"pacpriv-log/1\n\0\0";
+
+/// The largest payload a reader accepts (a batch is at most `MAX_BATCH`
+/// records of a few KiB; anything larger is a corrupt length).
+const MAX_FRAME: usize = 1 << 30;
+
+/// The segments of one store file, and the one being appended to.
+pub(super) struct Log {
+    store: PathBuf,
+    active: Option<Segment>,
+    /// The number the next segment gets.
+    next: u64,
+}
+
+struct Segment {
+    number: u64,
+    file: File,
+}
+
+impl Log {
+    /// The log of the store file at `store`, its next segment numbered
+    /// after `after`.
+    pub(super) fn new(store: &Path, after: u64) -> Log {
+        Log { store: store.to_owned(), active: None, next: after + 1 }
+    }
+
+    /// Appends `batch` as one frame and syncs it; opens a segment first if
+    /// none is active.
+    pub(super) fn append(&mut self, batch: &[Write]) -> Result<(), StoreError> {
+        let mut payload = Vec::with_capacity(batch.len() * 1536);
+        for w in batch {
+            // Writing into a Vec cannot run out of room.
+            let _ = logged(w).encode_length_delimited(&mut payload);
+        }
+        let len = u32::try_from(payload.len()).ok().filter(|&l| l as usize <= MAX_FRAME);
+        let len = len.ok_or_else(|| backend("a batch too large for one log frame"))?;
+        let mut frame = Vec::with_capacity(8 + payload.len());
+        frame.extend_from_slice(&len.to_le_bytes());
+        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        frame.extend_from_slice(&payload);
+        // Taken out, and put back only once the frame is synced: after a
+        // failed write or sync (whose bytes may be partly there) the next
+        // append opens a new segment.
+        let mut segment = match self.active.take() {
+            Some(s) => s,
+            None => self.create()?,
+        };
+        let at = segment_path(&self.store, segment.number);
+        let failed = |e: std::io::Error| backend(format!("writing {}: {e}", at.display()));
+        segment.file.write_all(&frame).map_err(failed)?;
+        segment.file.sync_data().map_err(failed)?;
+        self.active = Some(segment);
+        Ok(())
+    }
+
+    /// Closes the active segment for a fold and returns the number of the
+    /// last segment opened so far: every record appended until now is in
+    /// segments numbered at most that.
+    pub(super) fn rotate(&mut self) -> u64 {
+        self.active = None;
+        self.next - 1
+    }
+
+    /// Opens segment `next` (empty, its name made durable) and numbers the
+    /// one after.
+    fn create(&mut self) -> Result<Segment, StoreError> {
+        let number = self.next;
+        let path = segment_path(&self.store, number);
+        let failed = |e: std::io::Error| backend(format!("creating {}: {e}", path.display()));
+        let mut file = OpenOptions::new().create_new(true).append(true).open(&path).map_err(failed)?;
+        self.next += 1;
+        file.write_all(MAGIC).map_err(failed)?;
+        file.sync_data().map_err(failed)?;
+        sync_dir(&self.store).map_err(failed)?;
+        Ok(Segment { number, file })
+    }
+}
+
+/// Every segment of the store file at `store`, by number.
+///
+/// # Errors
+/// The directory cannot be read.
+pub(super) fn segments(store: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+    let prefix = segment_prefix(store);
+    let dir = directory(store);
+    let entries = std::fs::read_dir(&dir).map_err(|e| backend(format!("reading {}: {e}", dir.display())))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| backend(format!("reading {}: {e}", dir.display())))?;
+        let name = entry.file_name();
+        let number = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|g| g.parse::<u64>().ok());
+        if let Some(number) = number {
+            found.push((number, entry.path()));
+        }
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// The writes a segment holds, in order, up to its first frame that is cut
+/// short or fails its checksum (module invariants).
+///
+/// # Errors
+/// The file cannot be read, it is not a segment, or a frame whose
+/// checksum holds does not decode (a release that wrote something this
+/// one cannot read: refused rather than skipped).
+pub(super) fn read(path: &Path) -> Result<Vec<Write>, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| backend(format!("reading {}: {e}", path.display())))?;
+    let corrupt = |what: &str| backend(format!("{}: {what}", path.display()));
+    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
+        // A segment whose creation was cut short before its magic was
+        // synced holds nothing reported durable.
+        return if MAGIC.starts_with(&bytes) { Ok(Vec::new()) } else { Err(corrupt("not a pacpriv log segment")) };
+    };
+    let mut writes = Vec::new();
+    while let Some((head, after)) = rest.split_first_chunk::<8>() {
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let Some(mut payload) = after.get(..len).filter(|_| len <= MAX_FRAME) else { break };
+        if crc32fast::hash(payload) != crc {
+            break;
+        }
+        rest = &after[len..];
+        while !payload.is_empty() {
+            let w = LoggedWrite::decode_length_delimited(&mut payload).map_err(|_| corrupt("undecodable write"))?;
+            writes.push(unlogged(w)?);
+        }
+    }
+    Ok(writes)
+}
+
+/// Removes every segment numbered at most `through` (a fold that covered
+/// them has committed). A segment that stays is folded again at the next
+/// start, where the store file's recorded number skips it.
+pub(super) fn remove_through(store: &Path, through: u64) {
+    match segments(store) {
+        Ok(found) => {
+            for (_, path) in found.into_iter().filter(|(number, _)| *number <= through) {
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(segment = %path.display(), error = %e, "a folded log segment could not be removed");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "folded log segments could not be listed"),
+    }
+}
+
+/// A write in the log's form.
+fn logged(w: &Write) -> LoggedWrite {
+    let mut cache = Vec::new();
+    crate::answers::append_ops(&w.change.cache, &mut cache);
+    LoggedWrite {
+        session: w.session.clone(),
+        record: w.record.encode(),
+        journal: w.change.journal.iter().map(|e| e.encode()).collect(),
+        events: w.change.events.iter().map(|e| e.encode_sealed()).collect(),
+        cache,
+    }
+}
+
+/// A logged write back into a write (with no ticket: it was reported when
+/// it was appended).
+fn unlogged(w: LoggedWrite) -> Result<Write, StoreError> {
+    let s = w.session.as_str();
+    let record = decode::session_record(s, &w.record)?;
+    let journal = w.journal.iter().map(|e| decode::journal_entry(s, e)).collect::<Result<_, _>>()?;
+    let events = w.events.iter().map(|e| decode::journal_event(s, e)).collect::<Result<_, _>>()?;
+    let cache = crate::answers::read_ops(&w.cache)
+        .ok_or_else(|| StoreError::Corrupt { session: s.into(), reason: "undecodable logged cache writes".into() })?;
+    let change = Change { journal, events, cache, ..Change::default() };
+    Ok(Write { session: w.session, record, change, seq: 0, done: None })
+}
+
+fn segment_prefix(store: &Path) -> String {
+    let name = store.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{name}.log-")
+}
+
+fn segment_path(store: &Path, number: u64) -> PathBuf {
+    directory(store).join(format!("{}{number:020}", segment_prefix(store)))
+}
+
+fn directory(store: &Path) -> PathBuf {
+    match store.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Makes a new file's name in the store's directory durable.
+fn sync_dir(store: &Path) -> std::io::Result<()> {
+    File::open(directory(store))?.sync_all()
+}
