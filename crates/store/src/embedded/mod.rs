@@ -159,17 +159,17 @@ pub struct EmbeddedStore {
     db: Arc<File>,
     path: PathBuf,
     folds: Arc<Folds>,
-    // `Option` only so `Drop` can close the queue and then join the
-    // writer (which folds what the log holds), releasing the file lock
-    // before the store is gone.
-    writer: Option<std::thread::JoinHandle<()>>,
+    /// The writer, then the folder: `Drop` closes the queue and joins them
+    /// in that order (the writer hands the folder what the log holds),
+    /// releasing the file lock before the store is gone.
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for EmbeddedStore {
     fn drop(&mut self) {
         self.folds.close();
-        if let Some(w) = self.writer.take() {
-            let _ = w.join();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
         }
     }
 }
@@ -209,14 +209,20 @@ impl EmbeddedStore {
         });
         let last_segment = writer::recover(&db)?;
         let (queue, rx) = mpsc::channel();
+        let (jobs, job_rx) = mpsc::sync_channel(1);
         let folds = Arc::new(Folds::new(queue));
-        let (writer_db, writer_folds) = (Arc::clone(&db), Arc::clone(&folds));
+        let (folder_db, folder_folds) = (Arc::clone(&db), Arc::clone(&folds));
+        let folder = std::thread::Builder::new()
+            .name("pacpriv-store-folder".into())
+            .spawn(move || writer::folder(&folder_db, &folder_folds, &job_rx))
+            .map_err(backend)?;
+        let writer_folds = Arc::clone(&folds);
         let log = log::Log::new(path, last_segment);
         let writer = std::thread::Builder::new()
             .name("pacpriv-store-writer".into())
-            .spawn(move || writer::writer(&writer_db, &writer_folds, &rx, log, &metrics))
+            .spawn(move || writer::writer(&writer_folds, &rx, jobs, log, &metrics))
             .map_err(backend)?;
-        Ok(EmbeddedStore { db, path: path.to_owned(), folds, writer: Some(writer) })
+        Ok(EmbeddedStore { db, path: path.to_owned(), folds, threads: vec![writer, folder] })
     }
 
     /// Where the file is.

@@ -30,7 +30,7 @@ use crate::metrics::StoreMetrics;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -61,7 +61,7 @@ pub(super) enum Msg {
 
 /// Records the writer hands to the folder: everything appended to the
 /// segments numbered at most `through` and not folded before.
-struct Job {
+pub(super) struct Job {
     writes: Vec<Write>,
     through: u64,
 }
@@ -94,6 +94,8 @@ pub(super) struct Folds {
     /// Every record numbered at most this is in the redb file.
     folded: Mutex<u64>,
     folded_changed: Condvar,
+    /// The folder holds a job (the writer hands it the next one after).
+    folding: AtomicBool,
     pub(super) flags: Flags,
 }
 
@@ -113,6 +115,7 @@ impl Folds {
             queue: Mutex::new(Queue { tx: Some(tx), last: 0, unfolded: HashMap::new() }),
             folded: Mutex::new(0),
             folded_changed: Condvar::new(),
+            folding: AtomicBool::new(false),
             flags: Flags::default(),
         }
     }
@@ -188,89 +191,85 @@ impl Folds {
 }
 
 /// The writer loop (module documentation): runs until the queue closes,
-/// then hands everything to the folder and returns once it has folded.
-pub(super) fn writer(file: &File, folds: &Folds, queue: &Receiver<Msg>, mut log: Log, metrics: &StoreMetrics) {
-    let (jobs, folder_jobs) = std::sync::mpsc::sync_channel::<Job>(1);
-    let folding = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let folder = std::thread::Builder::new()
-            .name("pacpriv-store-folder".into())
-            .spawn_scoped(scope, || folder(file, folds, folder_jobs, &folding));
-        if let Err(e) = folder {
-            tracing::error!(error = %e, "the store's folder thread could not start; records stay in the log");
+/// then hands what the log holds to the folder (`jobs`) and returns.
+pub(super) fn writer(
+    folds: &Folds,
+    queue: &Receiver<Msg>,
+    jobs: SyncSender<Job>,
+    mut log: Log,
+    metrics: &StoreMetrics,
+) {
+    let mut state =
+        Appending { kept: Vec::new(), unfolded: Vec::new(), due: Instant::now() + FOLD_EVERY, asked: false };
+    loop {
+        let wait = if !state.kept.is_empty() {
+            Some(RETRY_EVERY)
+        } else if state.asked && !state.unfolded.is_empty() {
+            // A reader waits for a fold while the folder is busy.
+            Some(Duration::from_millis(5))
+        } else if !state.unfolded.is_empty() {
+            Some(state.due.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+        } else {
+            None
+        };
+        let first = match wait {
+            None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(wait) => queue.recv_timeout(wait),
+        };
+        match first {
+            Ok(Msg::Write(w)) => state.kept.push(w),
+            Ok(Msg::Fold) => state.asked = true,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                // Shutting down: one last append for what is kept, then
+                // everything to the folder.
+                state.append(&mut log, folds, metrics);
+                if !state.kept.is_empty() {
+                    let lost: Vec<_> = state.kept.iter().map(|w| (w.session.as_str(), w.record.version)).collect();
+                    tracing::error!(
+                        ?lost,
+                        "shutting down with records no commit could write (session, version): their answers \
+                         were withheld; these steps are lost"
+                    );
+                }
+                if !state.unfolded.is_empty() {
+                    let writes = std::mem::take(&mut state.unfolded);
+                    let _ = jobs.send(Job { writes, through: log.rotate() });
+                }
+                break;
+            }
         }
-        let mut state =
-            Appending { kept: Vec::new(), unfolded: Vec::new(), due: Instant::now() + FOLD_EVERY, asked: false };
-        loop {
-            let wait = if !state.kept.is_empty() {
-                Some(RETRY_EVERY)
-            } else if state.asked && !state.unfolded.is_empty() {
-                // A reader waits for a fold while the folder is busy.
-                Some(Duration::from_millis(5))
-            } else if !state.unfolded.is_empty() {
-                Some(state.due.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
-            } else {
-                None
-            };
-            let first = match wait {
-                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(wait) => queue.recv_timeout(wait),
-            };
-            match first {
+        while state.kept.len() < MAX_BATCH {
+            match queue.try_recv() {
                 Ok(Msg::Write(w)) => state.kept.push(w),
                 Ok(Msg::Fold) => state.asked = true,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    // Shutting down: one last append for what is kept, then
-                    // everything to the folder.
-                    state.append(&mut log, folds, metrics);
-                    if !state.kept.is_empty() {
-                        let lost: Vec<_> = state.kept.iter().map(|w| (w.session.as_str(), w.record.version)).collect();
-                        tracing::error!(
-                            ?lost,
-                            "shutting down with records no commit could write (session, version): their answers \
-                             were withheld; these steps are lost"
-                        );
-                    }
-                    if !state.unfolded.is_empty() {
-                        let writes = std::mem::take(&mut state.unfolded);
-                        let _ = jobs.send(Job { writes, through: log.rotate() });
-                    }
-                    break;
-                }
-            }
-            while state.kept.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(Msg::Write(w)) => state.kept.push(w),
-                    Ok(Msg::Fold) => state.asked = true,
-                    Err(_) => break,
-                }
-            }
-            state.append(&mut log, folds, metrics);
-            let due = state.asked || state.unfolded.len() >= FOLD_RECORDS || Instant::now() >= state.due;
-            // Only with nothing kept: a fold covers every record numbered
-            // up to its last, and a kept record is not in the log yet.
-            if due && state.kept.is_empty() && !state.unfolded.is_empty() && !folding.load(Ordering::Acquire) {
-                folding.store(true, Ordering::Release);
-                let writes = std::mem::take(&mut state.unfolded);
-                match jobs.try_send(Job { writes, through: log.rotate() }) {
-                    Ok(()) => {}
-                    // The folder is gone: what the log holds is folded at
-                    // the next start.
-                    Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                        tracing::error!("the store's folder is not running; records stay in the log");
-                    }
-                }
-                state.due = Instant::now() + FOLD_EVERY;
-                state.asked = false;
-            } else if state.unfolded.is_empty() {
-                // Nothing to fold: whatever a reader waits for is folded,
-                // being folded, or kept (and its reader refused).
-                state.asked = false;
+                Err(_) => break,
             }
         }
-        drop(jobs);
-    });
+        state.append(&mut log, folds, metrics);
+        let due = state.asked || state.unfolded.len() >= FOLD_RECORDS || Instant::now() >= state.due;
+        // Only with nothing kept: a fold covers every record numbered
+        // up to its last, and a kept record is not in the log yet.
+        if due && state.kept.is_empty() && !state.unfolded.is_empty() && !folds.folding.load(Ordering::Acquire) {
+            folds.folding.store(true, Ordering::Release);
+            let writes = std::mem::take(&mut state.unfolded);
+            // Never full: the folder empties the channel before it
+            // clears `folding`.
+            if jobs.try_send(Job { writes, through: log.rotate() }).is_err() {
+                // The folder is gone: what the log holds is folded at
+                // the next start; until then nothing is taken that
+                // would only grow it.
+                folds.flags.fold.store(true, Ordering::Release);
+                tracing::error!("the store's folder is not running; records stay in the log, no new step is taken");
+            }
+            state.due = Instant::now() + FOLD_EVERY;
+            state.asked = false;
+        } else if state.unfolded.is_empty() {
+            // Nothing to fold: whatever a reader waits for is folded,
+            // being folded, or kept (and its reader refused).
+            state.asked = false;
+        }
+    }
 }
 
 /// What the writer holds between loops.
@@ -322,8 +321,9 @@ impl Appending {
 
 /// The folder loop: folds each job into the redb file, retrying a failed
 /// fold until it succeeds (or, once the store is closing, leaving it to
-/// the next start), then removes the segments it covered.
-fn folder(file: &File, folds: &Folds, jobs: Receiver<Job>, folding: &AtomicBool) {
+/// the next start), then removes the segments it covered. Returns once the
+/// writer has stopped and every job is done.
+pub(super) fn folder(file: &File, folds: &Folds, jobs: &Receiver<Job>) {
     while let Ok(job) = jobs.recv() {
         let last = job.writes.last().map_or(0, |w| w.seq);
         let mut retrying = false;
@@ -357,7 +357,7 @@ fn folder(file: &File, folds: &Folds, jobs: Receiver<Job>, folding: &AtomicBool)
                 }
             }
         }
-        folding.store(false, Ordering::Release);
+        folds.folding.store(false, Ordering::Release);
     }
 }
 
