@@ -110,8 +110,9 @@ fn a_frame_cut_short_or_corrupt_ends_what_is_folded() -> Result<(), StoreError> 
     drop(log);
     let (_, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
     let mut bytes = std::fs::read(&segment).map_err(backend)?;
-    let second_frame = bytes.len() * 2 / 3 - 20;
-    bytes[second_frame] ^= 1;
+    // The first frame: a 16-byte mark, then its length, checksum, payload.
+    let first = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
+    bytes[16 + 8 + first + 8 + 5] ^= 1;
     std::fs::write(&segment, &bytes).map_err(backend)?;
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(state(&store, "bob")?, (Some(1), vec![1], vec![0]));
@@ -139,6 +140,33 @@ fn a_segment_the_file_has_folded_is_never_folded_again() -> Result<(), StoreErro
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(state(&store, "alice")?, (Some(3), vec![1, 2, 3], vec![0, 1, 2]), "not taken back to step 1");
     assert!(log::segments(&path)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_spare_segment_is_written_over_and_its_old_frames_are_never_read() -> Result<(), StoreError> {
+    let dir = tempfile::tempdir().map_err(backend)?;
+    let path = dir.path().join("state.redb");
+    {
+        let store = EmbeddedStore::open(&path)?;
+        for v in 1..=3 {
+            let w = step("alice", v);
+            store.enqueue("alice", w.record, w.change)?.wait()?;
+            // One frame each, all in one segment.
+            assert_eq!(state(&store, "alice")?.0, Some(v));
+        }
+    }
+    let spare = dir.path().join("state.redb.log-spare");
+    let old = std::fs::read(&spare).map_err(backend)?;
+    // The next segment is the spare, written over with one frame.
+    let mut log = Log::new(&path, folded(&path)?);
+    log.append(&[step("bob", 1)])?;
+    drop(log);
+    assert!(!spare.exists());
+    let (number, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    assert_eq!(std::fs::metadata(&segment).map_err(backend)?.len(), old.len() as u64, "written over, not anew");
+    let writes = log::read(number, &segment)?;
+    assert_eq!(writes.iter().map(|w| (w.session.as_str(), w.record.version)).collect::<Vec<_>>(), [("bob", 1)]);
     Ok(())
 }
 

@@ -335,7 +335,7 @@ pub(super) fn folder(file: &File, folds: &Folds, jobs: &Receiver<Job>) {
                     if folds.flags.fold.swap(false, Ordering::AcqRel) {
                         tracing::info!(records = job.writes.len(), "store fold succeeded again; steps are taken again");
                     }
-                    log::remove_through(&file.path, job.through);
+                    log::retire_through(&file.path, job.through);
                     folds.folded(last);
                     break;
                 }
@@ -378,8 +378,8 @@ pub(super) fn recover(file: &File) -> Result<u64, StoreError> {
     let segments = log::segments(path)?;
     let last = segments.last().map_or(folded, |(number, _)| (*number).max(folded));
     let mut writes = Vec::new();
-    for (_, segment) in segments.iter().filter(|(number, _)| *number > folded) {
-        writes.extend(log::read(segment)?);
+    for (number, segment) in segments.iter().filter(|(number, _)| *number > folded) {
+        writes.extend(log::read(*number, segment)?);
     }
     if !writes.is_empty() {
         tracing::info!(records = writes.len(), "folding the store's log into the store file");
@@ -391,6 +391,6 @@ pub(super) fn recover(file: &File) -> Result<u64, StoreError> {
         // as a retry, which applies each record's changes once.
         file.with(|db| commit(db, &writes, true, last))?;
     }
-    log::remove_through(path, last);
+    log::retire_through(path, last);
     Ok(last)
 }
