@@ -15,10 +15,10 @@
 //!
 //! The last segment a fold covered is kept as `<store file>.log-spare`
 //! and becomes the next segment, written over from its start: a sync
-//! then writes data blocks the file already has, and the file system
-//! commits no metadata (on ext4 on a VM, ~40 % less time per sync than
-//! appending, `BENCHMARKS.md`). Its old frames fail the checksum under
-//! the new number, so a reader never takes them for new ones.
+//! then writes data blocks the file already has and allocates none (on
+//! ext4 on a VM, about a third less time per sync than appending,
+//! `BENCHMARKS.md`, "The store's log"). Its old frames fail the checksum
+//! under the new number, so a reader never takes them for new ones.
 //!
 //! # Invariants
 //! - A frame is appended and synced before any of its records' tickets
