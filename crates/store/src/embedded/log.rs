@@ -8,10 +8,12 @@
 //!
 //! # Files
 //! Segments live beside the store file, named `<store file>.log-<number>`
-//! (`number` a 20-digit, growing number). A segment is a [`MAGIC`] and then
-//! frames: payload length (u32, little-endian), CRC-32 of the segment's
-//! number (u64, little-endian) and the payload (u32), payload
-//! (length-delimited `LoggedWrite` messages).
+//! (`number` a 20-digit, growing number). A segment is a [`MAGIC`], the
+//! store file's identity (u64, little-endian: a random number the file
+//! keeps, so that a log left beside a new file is never folded into it),
+//! and then frames: payload length (u32, little-endian), CRC-32 of the
+//! identity, the segment's number (u64, little-endian) and the payload
+//! (u32), payload (length-delimited `LoggedWrite` messages).
 //!
 //! The last segment a fold covered is kept as `<store file>.log-spare`
 //! and becomes the next segment, written over from its start: a sync
@@ -46,6 +48,9 @@ use std::path::{Path, PathBuf};
 /// What a segment starts with.
 const MAGIC: &[u8; 16] = b"pacpriv-log/1\n\0\0";
 
+/// The mark and the store file's identity.
+const HEADER: usize = MAGIC.len() + 8;
+
 /// The largest payload a reader accepts (a batch is at most `MAX_BATCH`
 /// records of a few KiB; anything larger is a corrupt length).
 const MAX_FRAME: usize = 1 << 30;
@@ -53,6 +58,8 @@ const MAX_FRAME: usize = 1 << 30;
 /// The segments of one store file, and the one being appended to.
 pub(super) struct Log {
     store: PathBuf,
+    /// The store file's identity.
+    id: u64,
     active: Option<Segment>,
     /// The number the next segment gets.
     next: u64,
@@ -66,10 +73,10 @@ struct Segment {
 }
 
 impl Log {
-    /// The log of the store file at `store`, its next segment numbered
-    /// after `after`.
-    pub(super) fn new(store: &Path, after: u64) -> Log {
-        Log { store: store.to_owned(), active: None, next: after + 1 }
+    /// The log of the store file at `store` of identity `id`, its next
+    /// segment numbered after `after`.
+    pub(super) fn new(store: &Path, id: u64, after: u64) -> Log {
+        Log { store: store.to_owned(), id, active: None, next: after + 1 }
     }
 
     /// Appends `batch` as one frame and syncs it; opens a segment first if
@@ -91,7 +98,7 @@ impl Log {
         };
         let mut frame = Vec::with_capacity(8 + payload.len());
         frame.extend_from_slice(&len.to_le_bytes());
-        frame.extend_from_slice(&checksum(segment.number, &payload).to_le_bytes());
+        frame.extend_from_slice(&checksum(self.id, segment.number, &payload).to_le_bytes());
         frame.extend_from_slice(&payload);
         let at = segment_path(&self.store, segment.number);
         let failed = |e: std::io::Error| backend(format!("writing {}: {e}", at.display()));
@@ -111,21 +118,27 @@ impl Log {
     }
 
     /// Opens segment `next` — the spare renamed, or a new file — with
-    /// its name made durable, and numbers the one after.
+    /// its header written and its name made durable. Its number is used
+    /// up either way: after a failure the next try opens the next one (the
+    /// spare may be gone by then), and the file is removed.
     fn create(&mut self) -> Result<Segment, StoreError> {
         let number = self.next;
+        self.next += 1;
         let path = segment_path(&self.store, number);
-        let failed = |e: std::io::Error| backend(format!("creating {}: {e}", path.display()));
+        let failed = |e: std::io::Error| {
+            // It holds no frame: nothing reported durable is lost with it.
+            let _ = std::fs::remove_file(&path);
+            backend(format!("creating {}: {e}", path.display()))
+        };
         let file = match std::fs::rename(spare_path(&self.store), &path) {
             Ok(()) => OpenOptions::new().write(true).open(&path),
             Err(_) => OpenOptions::new().write(true).create_new(true).open(&path),
         }
         .map_err(failed)?;
-        self.next += 1;
-        file.write_all_at(MAGIC, 0).map_err(failed)?;
+        file.write_all_at(&header(self.id), 0).map_err(failed)?;
         file.sync_data().map_err(failed)?;
         sync_dir(&self.store).map_err(failed)?;
-        Ok(Segment { number, file, end: MAGIC.len() as u64 })
+        Ok(Segment { number, file, end: HEADER as u64 })
     }
 }
 
@@ -150,28 +163,41 @@ pub(super) fn segments(store: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> 
     Ok(found)
 }
 
-/// The writes segment `number` at `path` holds, in order, up to its first
-/// frame that is cut short or fails its checksum (module invariants; a
-/// spare's old frames fail it too).
+/// The writes segment `number` at `path` of the store file of identity
+/// `id` holds, in order, up to its first frame that is cut short or fails
+/// its checksum (module invariants; a spare's old frames fail it too).
+/// `None`: the segment belongs to another store file (one that was
+/// deleted or replaced beside its log).
 ///
 /// # Errors
 /// The file cannot be read, it is not a segment, or a frame whose
 /// checksum holds does not decode (a release that wrote something this
 /// one cannot read: refused rather than skipped).
-pub(super) fn read(number: u64, path: &Path) -> Result<Vec<Write>, StoreError> {
+pub(super) fn read(id: u64, number: u64, path: &Path) -> Result<Option<Vec<Write>>, StoreError> {
     let bytes = std::fs::read(path).map_err(|e| backend(format!("reading {}: {e}", path.display())))?;
     let corrupt = |what: &str| backend(format!("{}: {what}", path.display()));
-    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
-        // A segment whose creation was cut short before its magic was
+    if bytes.len() < HEADER {
+        // A segment whose creation was cut short before its header was
         // synced holds nothing reported durable.
-        return if MAGIC.starts_with(&bytes) { Ok(Vec::new()) } else { Err(corrupt("not a pacpriv log segment")) };
-    };
+        return if MAGIC.starts_with(&bytes[..bytes.len().min(MAGIC.len())]) {
+            Ok(Some(Vec::new()))
+        } else {
+            Err(corrupt("not a pacpriv log segment"))
+        };
+    }
+    let (head, mut rest) = bytes.split_at(HEADER);
+    if !head.starts_with(MAGIC) {
+        return Err(corrupt("not a pacpriv log segment"));
+    }
+    if head[MAGIC.len()..] != id.to_le_bytes() {
+        return Ok(None);
+    }
     let mut writes = Vec::new();
     while let Some((head, after)) = rest.split_first_chunk::<8>() {
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
         let Some(mut payload) = after.get(..len).filter(|_| len <= MAX_FRAME) else { break };
-        if checksum(number, payload) != crc {
+        if checksum(id, number, payload) != crc {
             break;
         }
         rest = &after[len..];
@@ -180,7 +206,7 @@ pub(super) fn read(number: u64, path: &Path) -> Result<Vec<Write>, StoreError> {
             writes.push(unlogged(w)?);
         }
     }
-    Ok(writes)
+    Ok(Some(writes))
 }
 
 /// Retires every segment numbered at most `through` (a fold that covered
@@ -207,9 +233,19 @@ pub(super) fn retire_through(store: &Path, through: u64) {
     }
 }
 
-/// CRC-32 of a frame's payload in segment `number`.
-fn checksum(number: u64, payload: &[u8]) -> u32 {
+/// A segment's first bytes.
+fn header(id: u64) -> [u8; HEADER] {
+    let mut h = [0; HEADER];
+    h[..MAGIC.len()].copy_from_slice(MAGIC);
+    h[MAGIC.len()..].copy_from_slice(&id.to_le_bytes());
+    h
+}
+
+/// CRC-32 of a frame's payload in segment `number` of the store file of
+/// identity `id`.
+fn checksum(id: u64, number: u64, payload: &[u8]) -> u32 {
     let mut crc = crc32fast::Hasher::new();
+    crc.update(&id.to_le_bytes());
     crc.update(&number.to_le_bytes());
     crc.update(payload);
     crc.finalize()

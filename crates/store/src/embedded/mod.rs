@@ -86,12 +86,15 @@ const EVICTED: u8 = 1;
 /// published vector) moves at once.
 pub(super) const TAIL_BYTES: usize = 4096;
 
-/// The number of the last log segment the file has folded, under
-/// [`FOLDED_KEY`] (absent: none yet): a fold records it in its own
-/// transaction, so a segment that outlived its fold (a crash before its
-/// removal) is never folded again over newer records.
+/// The log's state in the file: under [`FOLDED_KEY`] the number of the
+/// last log segment the file has folded (absent: none yet), which a fold
+/// records in its own transaction, so a segment that outlived its fold (a
+/// crash before its removal) is never folded again over newer records;
+/// under [`ID_KEY`] the file's identity, written when the file is first
+/// opened by a release with a log, which every segment carries.
 const LOG: TableDefinition<&str, u64> = TableDefinition::new("log");
 const FOLDED_KEY: &str = "folded";
+const ID_KEY: &str = "id";
 
 /// redb's page cache, at most: read cache and write buffer together
 /// (redb's own default is 1 GiB). The sessions in memory are
@@ -207,7 +210,7 @@ impl EmbeddedStore {
             path: path.to_owned(),
             cache_bytes,
         });
-        let last_segment = writer::recover(&db)?;
+        let (id, last_segment) = writer::recover(&db)?;
         let (queue, rx) = mpsc::channel();
         let (jobs, job_rx) = mpsc::sync_channel(1);
         let folds = Arc::new(Folds::new(queue));
@@ -217,7 +220,7 @@ impl EmbeddedStore {
             .spawn(move || writer::folder(&folder_db, &folder_folds, &job_rx))
             .map_err(backend)?;
         let writer_folds = Arc::clone(&folds);
-        let log = log::Log::new(path, last_segment);
+        let log = log::Log::new(path, id, last_segment);
         let writer = std::thread::Builder::new()
             .name("pacpriv-store-writer".into())
             .spawn(move || writer::writer(&writer_folds, &rx, jobs, log, &metrics))
@@ -485,11 +488,28 @@ fn writes_cache_nothing(writes: &[&Write]) -> bool {
     writes.last().is_none_or(|w| w.record.cache_owners.is_empty()) && writes.iter().all(|w| w.change.cache.is_empty())
 }
 
-/// The number of the last log segment the file has folded (0: none).
-fn folded_through(db: &Database) -> Result<u64, StoreError> {
+/// The file's identity (written now if it has none) and the number of the
+/// last log segment it has folded (0: none).
+fn log_state(db: &Database) -> Result<(u64, u64), StoreError> {
     let txn = db.begin_read().map_err(backend)?;
-    let Some(table) = open_in(&txn, LOG)? else { return Ok(0) };
-    Ok(table.get(FOLDED_KEY).map_err(backend)?.map_or(0, |v| v.value()))
+    let table = open_in(&txn, LOG)?;
+    let get = |key: &str| match &table {
+        Some(t) => t.get(key).map_err(backend).map(|v| v.map(|v| v.value())),
+        None => Ok(None),
+    };
+    let folded = get(FOLDED_KEY)?.unwrap_or(0);
+    if let Some(id) = get(ID_KEY)? {
+        return Ok((id, folded));
+    }
+    drop(table);
+    // Random per file (std's hasher keys come from the OS): what tells
+    // this file's log from a log left beside it by a file it replaced.
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let id = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let txn = db.begin_write().map_err(backend)?;
+    txn.open_table(LOG).map_err(backend)?.insert(ID_KEY, id).map_err(backend)?;
+    txn.commit().map_err(backend)?;
+    Ok((id, folded))
 }
 
 /// `batch` by session, in order of first appearance, each session's

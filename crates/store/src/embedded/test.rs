@@ -2,7 +2,7 @@
 //! open, exactly once and never over newer records.
 
 use super::log::{self, Log};
-use super::{EmbeddedStore, Write, folded_through};
+use super::{EmbeddedStore, Write, log_state};
 use crate::answers::CacheWrite;
 use crate::change::Change;
 use crate::error::StoreError;
@@ -48,9 +48,16 @@ fn created(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The last segment the file at `path` has folded.
-fn folded(path: &Path) -> Result<u64, StoreError> {
-    folded_through(&redb::Database::open(path).map_err(backend)?)
+/// The file's identity and the last segment it has folded.
+fn log_state_of(path: &Path) -> Result<(u64, u64), StoreError> {
+    log_state(&redb::Database::open(path).map_err(backend)?)
+}
+
+/// The log of the closed store file at `path`, its next segment after
+/// the last folded (what a server appends to after a start).
+fn log_after_folded(path: &Path) -> Result<Log, StoreError> {
+    let (id, folded) = log_state_of(path)?;
+    Ok(Log::new(path, id, folded))
 }
 
 /// (version, journaled versions, cached answers' numbers) of a session.
@@ -70,7 +77,7 @@ fn records_only_in_the_log_are_folded_at_the_next_open() -> Result<(), StoreErro
     let path = dir.path().join("state.redb");
     created(&path)?;
     // What a crash after three durable commits and before any fold leaves.
-    let mut log = Log::new(&path, folded(&path)?);
+    let mut log = log_after_folded(&path)?;
     log.append(&[step("alice", 1)])?;
     log.append(&[step("alice", 2), step("bob", 1)])?;
     log.append(&[step("alice", 3)])?;
@@ -89,7 +96,7 @@ fn a_frame_cut_short_or_corrupt_ends_what_is_folded() -> Result<(), StoreError> 
     let dir = tempfile::tempdir().map_err(backend)?;
     let path = dir.path().join("state.redb");
     created(&path)?;
-    let mut log = Log::new(&path, folded(&path)?);
+    let mut log = log_after_folded(&path)?;
     log.append(&[step("alice", 1)])?;
     log.append(&[step("alice", 2)])?;
     drop(log);
@@ -103,16 +110,17 @@ fn a_frame_cut_short_or_corrupt_ends_what_is_folded() -> Result<(), StoreError> 
 
     // A frame whose bytes changed fails its checksum, and so does
     // everything after it, whole frames included.
-    let mut log = Log::new(&path, folded(&path)?);
+    let mut log = log_after_folded(&path)?;
     log.append(&[step("bob", 1)])?;
     log.append(&[step("bob", 2)])?;
     log.append(&[step("bob", 3)])?;
     drop(log);
     let (_, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
     let mut bytes = std::fs::read(&segment).map_err(backend)?;
-    // The first frame: a 16-byte mark, then its length, checksum, payload.
-    let first = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
-    bytes[16 + 8 + first + 8 + 5] ^= 1;
+    // The first frame: after the 24-byte header (mark, file identity), its
+    // length, checksum, payload.
+    let first = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]) as usize;
+    bytes[24 + 8 + first + 8 + 5] ^= 1;
     std::fs::write(&segment, &bytes).map_err(backend)?;
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(state(&store, "bob")?, (Some(1), vec![1], vec![0]));
@@ -130,15 +138,17 @@ fn a_segment_the_file_has_folded_is_never_folded_again() -> Result<(), StoreErro
             store.enqueue("alice", w.record, w.change)?.wait()?;
         }
     }
-    let through = folded(&path)?;
+    let (id, through) = log_state_of(&path)?;
     assert!(through >= 1, "the stop folded the log");
     // A segment that outlived its fold (a crash between the fold's commit
-    // and the segment's removal), holding the session's first step.
-    let mut stale = Log::new(&path, through - 1);
-    stale.append(&[step("alice", 1)])?;
+    // and the segment's removal), holding the session's first step and a
+    // session the file does not have.
+    let mut stale = Log::new(&path, id, through - 1);
+    stale.append(&[step("alice", 1), step("bob", 1)])?;
     drop(stale);
     let store = EmbeddedStore::open(&path)?;
     assert_eq!(state(&store, "alice")?, (Some(3), vec![1, 2, 3], vec![0, 1, 2]), "not taken back to step 1");
+    assert_eq!(state(&store, "bob")?, (None, vec![], vec![]), "not folded again");
     assert!(log::segments(&path)?.is_empty());
     Ok(())
 }
@@ -147,26 +157,51 @@ fn a_segment_the_file_has_folded_is_never_folded_again() -> Result<(), StoreErro
 fn a_spare_segment_is_written_over_and_its_old_frames_are_never_read() -> Result<(), StoreError> {
     let dir = tempfile::tempdir().map_err(backend)?;
     let path = dir.path().join("state.redb");
-    {
-        let store = EmbeddedStore::open(&path)?;
-        for v in 1..=3 {
-            let w = step("alice", v);
-            store.enqueue("alice", w.record, w.change)?.wait()?;
-            // One frame each, all in one segment.
-            assert_eq!(state(&store, "alice")?.0, Some(v));
-        }
+    created(&path)?;
+    let (id, folded) = log_state_of(&path)?;
+    let mut log = Log::new(&path, id, folded);
+    for v in 1..=3 {
+        log.append(&[step("alice", v)])?;
     }
-    let spare = dir.path().join("state.redb.log-spare");
-    let old = std::fs::read(&spare).map_err(backend)?;
-    // The next segment is the spare, written over with one frame.
-    let mut log = Log::new(&path, folded(&path)?);
+    let used = log.rotate();
+    drop(log);
+    let full = std::fs::metadata(log::segments(&path)?[0].1.clone()).map_err(backend)?.len();
+    // Folded: the segment becomes the spare.
+    log::retire_through(&path, used);
+    assert!(log::segments(&path)?.is_empty());
+    // The next segment is the spare, written over with one frame exactly
+    // as long as its first: its second frame follows whole, a valid frame
+    // but for the segment's number.
+    let mut log = Log::new(&path, id, used);
+    log.append(&[step("carol", 1)])?;
+    drop(log);
+    let (number, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    assert_eq!(std::fs::metadata(&segment).map_err(backend)?.len(), full, "written over, not anew");
+    let writes = log::read(id, number, &segment)?.ok_or_else(|| backend("its own segment"))?;
+    assert_eq!(writes.iter().map(|w| (w.session.as_str(), w.record.version)).collect::<Vec<_>>(), [("carol", 1)]);
+    Ok(())
+}
+
+#[test]
+fn a_log_left_beside_a_new_store_file_is_not_folded_into_it() -> Result<(), StoreError> {
+    let dir = tempfile::tempdir().map_err(backend)?;
+    let path = dir.path().join("state.redb");
+    created(&path)?;
+    let mut log = log_after_folded(&path)?;
+    log.append(&[step("alice", 1)])?;
+    drop(log);
+    // The operator deletes the file (every budget reset) and not its log.
+    std::fs::remove_file(&path).map_err(backend)?;
+    let store = EmbeddedStore::open(&path)?;
+    assert_eq!(state(&store, "alice")?, (None, vec![], vec![]));
+    assert!(log::segments(&path)?.is_empty(), "the other file's segment is retired");
+    drop(store);
+    // What the new file appends next is its own, and is folded.
+    let mut log = log_after_folded(&path)?;
     log.append(&[step("bob", 1)])?;
     drop(log);
-    assert!(!spare.exists());
-    let (number, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
-    assert_eq!(std::fs::metadata(&segment).map_err(backend)?.len(), old.len() as u64, "written over, not anew");
-    let writes = log::read(number, &segment)?;
-    assert_eq!(writes.iter().map(|w| (w.session.as_str(), w.record.version)).collect::<Vec<_>>(), [("bob", 1)]);
+    let store = EmbeddedStore::open(&path)?;
+    assert_eq!(state(&store, "bob")?, (Some(1), vec![1], vec![0]));
     Ok(())
 }
 
@@ -176,12 +211,13 @@ fn a_frame_written_again_after_a_failed_sync_applies_once() -> Result<(), StoreE
     let (once, twice) = (dir.path().join("once.redb"), dir.path().join("twice.redb"));
     for path in [&once, &twice] {
         created(path)?;
-        let mut log = Log::new(path, folded(path)?);
+        let mut log = log_after_folded(path)?;
         log.append(&[step("alice", 1)])?;
         if path == &twice {
             // Its sync failed: the frame may be on disk, the writer opens
             // a new segment and appends the same records there.
-            log = Log::new(path, log.rotate());
+            let (id, _) = log_state_of(path)?;
+            log = Log::new(path, id, log.rotate());
             log.append(&[step("alice", 1)])?;
         }
         log.append(&[step("alice", 2)])?;

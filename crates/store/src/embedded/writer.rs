@@ -320,10 +320,14 @@ impl Appending {
 }
 
 /// The folder loop: folds each job into the redb file, retrying a failed
-/// fold until it succeeds (or, once the store is closing, leaving it to
-/// the next start), then removes the segments it covered. Returns once the
-/// writer has stopped and every job is done.
+/// fold until it succeeds, then retires the segments it covered. Returns
+/// once the writer has stopped and every job is done — or, when a fold
+/// still fails as the store closes, at once: a later job's commit would
+/// record its segments, and with them the failed job's, as folded.
 pub(super) fn folder(file: &File, folds: &Folds, jobs: &Receiver<Job>) {
+    // A folder that panics stops new steps and wakes the readers (which
+    // then see the flag) instead of leaving them waiting for a fold.
+    let _stopped = StopsSteps(folds);
     while let Ok(job) = jobs.recv() {
         let last = job.writes.last().map_or(0, |w| w.seq);
         let mut retrying = false;
@@ -351,7 +355,7 @@ pub(super) fn folder(file: &File, folds: &Folds, jobs: &Receiver<Job>) {
                             records = job.writes.len(),
                             "shutting down with records only in the log; they are folded at the next start"
                         );
-                        break;
+                        return;
                     }
                     std::thread::sleep(RETRY_EVERY);
                 }
@@ -361,36 +365,55 @@ pub(super) fn folder(file: &File, folds: &Folds, jobs: &Receiver<Job>) {
     }
 }
 
+/// Stops new steps if the folder ends by a panic.
+struct StopsSteps<'a>(&'a Folds);
+
+impl Drop for StopsSteps<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.flags.fold.store(true, Ordering::Release);
+            self.0.folded_changed.notify_all();
+            tracing::error!("the store's folder stopped; records stay in the log, no new step is taken");
+        }
+    }
+}
+
 /// Whether the store is closing (its queue closed).
 fn closing(folds: &Folds) -> bool {
     folds.queue.lock().unwrap_or_else(PoisonError::into_inner).tx.is_none()
 }
 
-/// Folds every segment of the store file at `path` that it has not folded
-/// yet (after a crash, or a stop whose last fold failed), in order, and
-/// removes them; returns the number of the last segment there was.
+/// Folds every segment of the store file that it has not folded yet
+/// (after a crash, or a stop whose last fold failed), in order, and
+/// retires them; returns the file's identity and the number of the last
+/// segment there was.
 ///
 /// # Errors
 /// A segment cannot be read or does not decode, or the fold fails.
-pub(super) fn recover(file: &File) -> Result<u64, StoreError> {
+pub(super) fn recover(file: &File) -> Result<(u64, u64), StoreError> {
     let path: &PathBuf = &file.path;
-    let folded = file.with(super::folded_through)?;
+    let (id, folded) = file.with(super::log_state)?;
     let segments = log::segments(path)?;
     let last = segments.last().map_or(folded, |(number, _)| (*number).max(folded));
     let mut writes = Vec::new();
     for (number, segment) in segments.iter().filter(|(number, _)| *number > folded) {
-        writes.extend(log::read(*number, segment)?);
+        match log::read(id, *number, segment)? {
+            Some(w) => writes.extend(w),
+            None => tracing::warn!(
+                segment = %segment.display(),
+                "a log segment of another store file (one deleted or replaced beside its log): not folded, removed"
+            ),
+        }
     }
     if !writes.is_empty() {
         tracing::info!(records = writes.len(), "folding the store's log into the store file");
     }
     if last > folded {
-        // Replayed writes may be in the file already (a fold that committed
-        // but did not record its segments cannot happen, but a segment
-        // abandoned after a failed sync may repeat the next one's): folded
-        // as a retry, which applies each record's changes once.
+        // Replayed writes may be in the file already (a segment abandoned
+        // after a failed sync may repeat the next one's): folded as a
+        // retry, which applies each record's changes once.
         file.with(|db| commit(db, &writes, true, last))?;
     }
     log::retire_through(path, last);
-    Ok(last)
+    Ok((id, last))
 }
