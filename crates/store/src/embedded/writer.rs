@@ -12,11 +12,13 @@
 //!   when a reader asks, [`Folds::settle`]), the writer closes the active
 //!   segment and hands the folder the records it holds; the folder commits
 //!   them to the redb file in one transaction that also records which
-//!   segments it covers ([`super::commit`]), then removes those segments.
+//!   segments it covers ([`super::commit`]), then retires those segments
+//!   (the last becomes the spare the next segment is written over).
 //!   Appends go on meanwhile. A failed fold stops new steps too (the log
 //!   would otherwise grow without bound) and is retried every
 //!   [`RETRY_EVERY`] after opening the file again; no record is lost, as
-//!   the log still holds every one of them.
+//!   the log still holds every one of them. A fold that still fails as
+//!   the store closes is left, with every later one, to the next start.
 //!
 //! A session's records reach the queue, the log and the file in the order
 //! it stepped (it enqueues under its own lock, [`Folds::enqueue`] numbers
@@ -37,13 +39,14 @@ use std::time::{Duration, Instant};
 /// Most records appended in one frame.
 const MAX_BATCH: usize = 4096;
 
-/// How often the writer hands what the log holds to the folder, at most.
-/// Longer folds fewer pages per record (a session's records between two
-/// folds cost one leaf) and keeps more in memory and in the log.
+/// How long records wait in the log before the writer hands them to the
+/// folder, at most (while the folder is free). Longer folds fewer pages
+/// per record (a session's records between two folds cost one leaf) and
+/// keeps more in memory and in the log.
 pub const FOLD_EVERY: Duration = Duration::from_millis(500);
 
-/// How many records the writer hands to the folder at once, at most
-/// (~1.5 KiB each in memory: a 128-teacher posterior).
+/// How many records make the writer hand them to the folder before
+/// [`FOLD_EVERY`] (~1.5 KiB each in memory: a 128-teacher posterior).
 pub const FOLD_RECORDS: usize = 8192;
 
 /// How often the writer tries again after a failed commit when no new
