@@ -1,6 +1,7 @@
 //! The embedded store's log: where a group commit's records become durable
 //! (issue 70 §1). A commit appends one frame — every record of the batch
-//! and what changed with it — to the active segment file and syncs it: one
+//! and what changed with it; several for a batch beyond [`FRAME_BYTES`] —
+//! to the active segment file and syncs it: one
 //! sequential write and one `fdatasync`, however many sessions the batch
 //! touches. The records reach the redb file later, many commits at a time
 //! (`writer`'s fold), so a session that stepped a hundred times between
@@ -29,7 +30,9 @@
 //!   the next segment.
 //! - A reader stops at a segment's first frame that is cut short or fails
 //!   its checksum: everything after it was never reported durable (a
-//!   crash during the write, or a write that failed).
+//!   crash during the write, or a write that failed). A crash during a
+//!   batch of several frames may leave a prefix of it, in queue order:
+//!   records never reported durable, as with a sync that did not return.
 //! - A segment is removed only after a fold that covered it has committed
 //!   and recorded its number in the store file ([`super::commit`]), so a
 //!   segment the store file has folded is never read again, and one it has
@@ -51,8 +54,12 @@ const MAGIC: &[u8; 16] = b"pacpriv-log/1\n\0\0";
 /// The mark and the store file's identity.
 const HEADER: usize = MAGIC.len() + 8;
 
-/// The largest payload a reader accepts (a batch is at most `MAX_BATCH`
-/// records of a few KiB; anything larger is a corrupt length).
+/// A frame's payload is closed once it reaches this size: a batch of
+/// large records (long published vectors) spans several frames.
+const FRAME_BYTES: usize = 16 << 20;
+
+/// The largest payload a reader accepts (a frame closes at [`FRAME_BYTES`]
+/// plus one record; anything larger is a corrupt length).
 const MAX_FRAME: usize = 1 << 30;
 
 /// The segments of one store file, and the one being appended to.
@@ -79,32 +86,35 @@ impl Log {
         Log { store: store.to_owned(), id, active: None, next: after + 1 }
     }
 
-    /// Appends `batch` as one frame and syncs it; opens a segment first if
-    /// none is active.
+    /// Appends `batch` and syncs it, as one frame unless it is larger
+    /// than [`FRAME_BYTES`] (then as several, written at once); opens a
+    /// segment first if none is active.
     pub(super) fn append(&mut self, batch: &[Write]) -> Result<(), StoreError> {
-        let mut payload = Vec::with_capacity(batch.len() * 1536);
-        for w in batch {
-            // Writing into a Vec cannot run out of room.
-            let _ = logged(w).encode_length_delimited(&mut payload);
-        }
-        let len = u32::try_from(payload.len()).ok().filter(|&l| l as usize <= MAX_FRAME);
-        let len = len.ok_or_else(|| backend("a batch too large for one log frame"))?;
-        // Taken out, and put back only once the frame is synced: after a
+        // Taken out, and put back only once the frames are synced: after a
         // failed write or sync (whose bytes may be partly there) the next
         // append opens a new segment.
         let mut segment = match self.active.take() {
             Some(s) => s,
             None => self.create()?,
         };
-        let mut frame = Vec::with_capacity(8 + payload.len());
-        frame.extend_from_slice(&len.to_le_bytes());
-        frame.extend_from_slice(&checksum(self.id, segment.number, &payload).to_le_bytes());
-        frame.extend_from_slice(&payload);
+        let mut frames = Vec::with_capacity(batch.len() * 1536);
+        let mut payload = Vec::new();
+        for (i, w) in batch.iter().enumerate() {
+            // Writing into a Vec cannot run out of room.
+            let _ = logged(w).encode_length_delimited(&mut payload);
+            if payload.len() >= FRAME_BYTES || i + 1 == batch.len() {
+                let len = u32::try_from(payload.len()).ok().filter(|&l| l as usize <= MAX_FRAME);
+                let len = len.ok_or_else(|| backend("a record too large for a log frame"))?;
+                frames.extend_from_slice(&len.to_le_bytes());
+                frames.extend_from_slice(&checksum(self.id, segment.number, &payload).to_le_bytes());
+                frames.append(&mut payload);
+            }
+        }
         let at = segment_path(&self.store, segment.number);
         let failed = |e: std::io::Error| backend(format!("writing {}: {e}", at.display()));
-        segment.file.write_all_at(&frame, segment.end).map_err(failed)?;
+        segment.file.write_all_at(&frames, segment.end).map_err(failed)?;
         segment.file.sync_data().map_err(failed)?;
-        segment.end += frame.len() as u64;
+        segment.end += frames.len() as u64;
         self.active = Some(segment);
         Ok(())
     }

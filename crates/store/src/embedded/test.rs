@@ -231,6 +231,31 @@ fn a_frame_written_again_after_a_failed_sync_applies_once() -> Result<(), StoreE
 }
 
 #[test]
+fn a_batch_larger_than_a_frame_is_appended_as_several_and_read_back_whole() -> Result<(), StoreError> {
+    let dir = tempfile::tempdir().map_err(backend)?;
+    let path = dir.path().join("state.redb");
+    created(&path)?;
+    let (id, folded) = log_state_of(&path)?;
+    // Three 8 MiB journal entries: two frames.
+    let big = |session: &str| {
+        let mut w = step(session, 1);
+        w.change.journal[0].log_likelihood = vec![0.5; 1 << 20];
+        w
+    };
+    let mut log = Log::new(&path, id, folded);
+    log.append(&[big("alice"), big("bob"), big("carol")])?;
+    drop(log);
+    let (number, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    let bytes = std::fs::read(&segment).map_err(backend)?;
+    let first = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]) as usize;
+    assert!(24 + 8 + first < bytes.len(), "a second frame follows the first");
+    let writes = log::read(id, number, &segment)?.ok_or_else(|| backend("its own segment"))?;
+    assert_eq!(writes.iter().map(|w| w.session.as_str()).collect::<Vec<_>>(), ["alice", "bob", "carol"]);
+    assert!(writes.iter().all(|w| w.change.journal[0].log_likelihood.len() == 1 << 20));
+    Ok(())
+}
+
+#[test]
 fn a_reader_sees_every_durable_record_before_any_fold_is_due() -> Result<(), StoreError> {
     let dir = tempfile::tempdir().map_err(backend)?;
     let store = EmbeddedStore::open(&dir.path().join("state.redb"))?;
