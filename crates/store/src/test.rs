@@ -1,7 +1,8 @@
 use super::*;
 use pacpriv_privacy::posterior::Form;
 
-fn record(version: u64) -> SessionRecord {
+/// A record at `version` (also the log's tests', `embedded::test`).
+pub(crate) fn record(version: u64) -> SessionRecord {
     SessionRecord {
         version,
         posterior: Form::Log(vec![-0.5, -1e250, 0.0, -f64::MIN_POSITIVE]),

@@ -74,6 +74,8 @@ pub(super) struct Log {
 
 struct Segment {
     number: u64,
+    /// For messages.
+    path: PathBuf,
     file: File,
     /// Where the next frame goes.
     end: u64,
@@ -110,7 +112,7 @@ impl Log {
                 frames.append(&mut payload);
             }
         }
-        let at = segment_path(&self.store, segment.number);
+        let at = &segment.path;
         let failed = |e: std::io::Error| backend(format!("writing {}: {e}", at.display()));
         segment.file.write_all_at(&frames, segment.end).map_err(failed)?;
         segment.file.sync_data().map_err(failed)?;
@@ -148,7 +150,7 @@ impl Log {
         file.write_all_at(&header(self.id), 0).map_err(failed)?;
         file.sync_data().map_err(failed)?;
         sync_dir(&self.store).map_err(failed)?;
-        Ok(Segment { number, file, end: HEADER as u64 })
+        Ok(Segment { number, path, file, end: HEADER as u64 })
     }
 }
 

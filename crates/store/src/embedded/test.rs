@@ -7,28 +7,16 @@ use crate::answers::CacheWrite;
 use crate::change::Change;
 use crate::error::StoreError;
 use crate::record::{CachedAnswerRecord, JournalEntry, SessionRecord};
-use pacpriv_privacy::posterior::Form;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
+/// The crate tests' record at `version`, with `cached` answers of owner 0.
 fn record(version: u64, cached: u64) -> SessionRecord {
     let owner = crate::record::CacheOwnerRecord { owner: 0, oldest: 0, next: cached };
-    SessionRecord {
-        version,
-        posterior: Form::Log(vec![-0.5, -1.5, 0.0]),
-        spent: 0.1 * version as f64,
-        limit: 1.0,
-        answered: version,
-        charged: version,
-        cache: None,
-        journal_head: None,
-        journal_events: 0,
-        cache_owners: if cached > 0 { vec![owner] } else { Vec::new() },
-        dataset: None,
-    }
+    SessionRecord { cache_owners: if cached > 0 { vec![owner] } else { Vec::new() }, ..crate::test::record(version) }
 }
 
 /// Step `version` of `session`: journaled, caching answer number
@@ -46,6 +34,19 @@ fn step(session: &str, version: u64) -> Write {
 fn created(path: &Path) -> Result<(), StoreError> {
     drop(EmbeddedStore::open(path)?);
     Ok(())
+}
+
+/// A temporary directory holding an empty store file, and its path.
+fn new_store_file() -> Result<(tempfile::TempDir, PathBuf), StoreError> {
+    let dir = tempfile::tempdir().map_err(backend)?;
+    let path = dir.path().join("state.redb");
+    created(&path)?;
+    Ok((dir, path))
+}
+
+/// The store file's highest-numbered segment.
+fn last_segment(path: &Path) -> Result<(u64, PathBuf), StoreError> {
+    log::segments(path)?.pop().ok_or_else(|| backend("no segment"))
 }
 
 /// The file's identity and the last segment it has folded.
@@ -73,9 +74,7 @@ fn state(store: &EmbeddedStore, session: &str) -> Result<Seen, StoreError> {
 
 #[test]
 fn records_only_in_the_log_are_folded_at_the_next_open() -> Result<(), StoreError> {
-    let dir = tempfile::tempdir().map_err(backend)?;
-    let path = dir.path().join("state.redb");
-    created(&path)?;
+    let (_dir, path) = new_store_file()?;
     // What a crash after three durable commits and before any fold leaves.
     let mut log = log_after_folded(&path)?;
     log.append(&[step("alice", 1)])?;
@@ -93,15 +92,13 @@ fn records_only_in_the_log_are_folded_at_the_next_open() -> Result<(), StoreErro
 
 #[test]
 fn a_frame_cut_short_or_corrupt_ends_what_is_folded() -> Result<(), StoreError> {
-    let dir = tempfile::tempdir().map_err(backend)?;
-    let path = dir.path().join("state.redb");
-    created(&path)?;
+    let (_dir, path) = new_store_file()?;
     let mut log = log_after_folded(&path)?;
     log.append(&[step("alice", 1)])?;
     log.append(&[step("alice", 2)])?;
     drop(log);
     // The last frame's write was cut short by a crash: never reported.
-    let (_, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    let (_, segment) = last_segment(&path)?;
     let len = std::fs::metadata(&segment).map_err(backend)?.len();
     std::fs::OpenOptions::new().write(true).open(&segment).and_then(|f| f.set_len(len - 3)).map_err(backend)?;
     let store = EmbeddedStore::open(&path)?;
@@ -115,7 +112,7 @@ fn a_frame_cut_short_or_corrupt_ends_what_is_folded() -> Result<(), StoreError> 
     log.append(&[step("bob", 2)])?;
     log.append(&[step("bob", 3)])?;
     drop(log);
-    let (_, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    let (_, segment) = last_segment(&path)?;
     let mut bytes = std::fs::read(&segment).map_err(backend)?;
     // The first frame: after the 24-byte header (mark, file identity), its
     // length, checksum, payload.
@@ -155,9 +152,7 @@ fn a_segment_the_file_has_folded_is_never_folded_again() -> Result<(), StoreErro
 
 #[test]
 fn a_spare_segment_is_written_over_and_its_old_frames_are_never_read() -> Result<(), StoreError> {
-    let dir = tempfile::tempdir().map_err(backend)?;
-    let path = dir.path().join("state.redb");
-    created(&path)?;
+    let (_dir, path) = new_store_file()?;
     let (id, folded) = log_state_of(&path)?;
     let mut log = Log::new(&path, id, folded);
     for v in 1..=3 {
@@ -175,7 +170,7 @@ fn a_spare_segment_is_written_over_and_its_old_frames_are_never_read() -> Result
     let mut log = Log::new(&path, id, used);
     log.append(&[step("carol", 1)])?;
     drop(log);
-    let (number, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    let (number, segment) = last_segment(&path)?;
     assert_eq!(std::fs::metadata(&segment).map_err(backend)?.len(), full, "written over, not anew");
     let writes = log::read(id, number, &segment)?.ok_or_else(|| backend("its own segment"))?;
     assert_eq!(writes.iter().map(|w| (w.session.as_str(), w.record.version)).collect::<Vec<_>>(), [("carol", 1)]);
@@ -184,9 +179,7 @@ fn a_spare_segment_is_written_over_and_its_old_frames_are_never_read() -> Result
 
 #[test]
 fn a_log_left_beside_a_new_store_file_is_not_folded_into_it() -> Result<(), StoreError> {
-    let dir = tempfile::tempdir().map_err(backend)?;
-    let path = dir.path().join("state.redb");
-    created(&path)?;
+    let (_dir, path) = new_store_file()?;
     let mut log = log_after_folded(&path)?;
     log.append(&[step("alice", 1)])?;
     drop(log);
@@ -232,9 +225,7 @@ fn a_frame_written_again_after_a_failed_sync_applies_once() -> Result<(), StoreE
 
 #[test]
 fn a_batch_larger_than_a_frame_is_appended_as_several_and_read_back_whole() -> Result<(), StoreError> {
-    let dir = tempfile::tempdir().map_err(backend)?;
-    let path = dir.path().join("state.redb");
-    created(&path)?;
+    let (_dir, path) = new_store_file()?;
     let (id, folded) = log_state_of(&path)?;
     // Three 8 MiB journal entries: two frames.
     let big = |session: &str| {
@@ -245,7 +236,7 @@ fn a_batch_larger_than_a_frame_is_appended_as_several_and_read_back_whole() -> R
     let mut log = Log::new(&path, id, folded);
     log.append(&[big("alice"), big("bob"), big("carol")])?;
     drop(log);
-    let (number, segment) = log::segments(&path)?.pop().ok_or_else(|| backend("no segment"))?;
+    let (number, segment) = last_segment(&path)?;
     let bytes = std::fs::read(&segment).map_err(backend)?;
     let first = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]) as usize;
     assert!(24 + 8 + first < bytes.len(), "a second frame follows the first");
