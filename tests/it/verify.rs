@@ -472,21 +472,23 @@ async fn an_export_verifies_the_same_on_other_openblas_kernels() {
 }
 
 /// Issue 70: as above with d = 10 > m = 8, where the basis comes from K,
-/// with the coefficients from the m × m G and their a-priori allowance
-/// (basis 3), or, where K's path declines, from the SVD keeping its
+/// with the coefficients and the orthonormality check from the m × m G
+/// and their a-priori allowances (basis 4), or, where K's path declines,
+/// from the SVD keeping its
 /// strong directions (basis 1 with a rank). Keeping all of them, as
 /// before issue 70, kept one of the null space X has at d > m, which each
 /// machine's kernels return rotated another way: the key audit failed on
 /// every kernel but the server's.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wide_export_verifies_the_same_on_other_openblas_kernels() {
-    let (dir, export) = verifies_the_same_on_each_kernel(8, &["\"basis\":3", "\"basis\":1,\"rank\":"]).await;
+    let (dir, export) = verifies_the_same_on_each_kernel(8, &["\"basis\":4", "\"basis\":1,\"rank\":"]).await;
     a_step_is_held_to_its_calibration_rules(dir.path(), &export);
 }
 
 /// A forger who recomputes every hash cannot claim the SVD kept another
-/// count, nor all its directions as before issue 70 (a second Σ to choose
-/// from after the draw); a step whose rules are stripped is a finding
+/// count, nor all its directions as before issue 70, nor the check from G
+/// under rules that predate it (a second Σ to choose from after the
+/// draw); a step whose rules are stripped is a finding
 /// unless `--allow-unversioned` says the store predates them, and then is
 /// counted.
 fn a_step_is_held_to_its_calibration_rules(dir: &Path, export: &str) {
@@ -503,11 +505,15 @@ fn a_step_is_held_to_its_calibration_rules(dir: &Path, export: &str) {
     fails_at(&rechained(dir, &lines, svd, step(|s| s.rank += 1)), svd + 1, "the SVD does not keep");
     fails_at(&rechained(dir, &lines, svd, step(|s| s.calibration = 0)), svd + 1, "records no calibration rules");
     fails_at(&rechained(dir, &lines, svd, step(|s| s.calibration += 1)), svd + 1, "verify with a newer pacpriv");
+    let from_g = lines.iter().position(|l| l.contains("\"basis\":4")).expect("a step checked from G");
+    fails_at(&rechained(dir, &lines, from_g, step(|s| s.calibration = 1)), from_g + 1, "vector basis path 4");
 
-    // Every step's rules stripped, as a store from before them holds.
+    // Every step's rules stripped, as a store from before them holds —
+    // but for steps checked from G, which no such store holds (stripped,
+    // they are the forgery above).
     let mut older = lines.clone();
     for k in 0..lines.len() {
-        if Line::parse(&older[k]).is_ok_and(|l| matches!(l, Line::Entry(_))) {
+        if Line::parse(&older[k]).is_ok_and(|l| matches!(l, Line::Entry(e) if e.step.basis != 4)) {
             let file = rechained(dir, &older, k, step(|s| s.calibration = 0));
             older = std::fs::read_to_string(file).expect("rechained").lines().map(str::to_owned).collect();
         }

@@ -183,7 +183,8 @@ pub struct StepLine {
     pub noise_key: String,
     /// Vector mode: the basis path Σ was calibrated on (export format 3;
     /// 0: not recorded, 1: the SVD, 2: a Gram matrix, 3: K with the
-    /// coefficients from K; `privacy::vector::Path::code`).
+    /// coefficients from K, 4: with the orthonormality check from K's G
+    /// too; `privacy::vector::Path::code`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub basis: u32,
     /// The directions the path kept (0 for the SVD: all of them, as

@@ -178,26 +178,41 @@ impl Orthonormal {
         // each entry is still one dot product, so the bound below holds.
         let gram = pacpriv_lapack::gram(u.view(), pacpriv_lapack::Side::Columns)
             .map_err(|e| PrivacyError::Linalg(e.to_string()))?;
-        let (mut worst, mut frobenius_sq) = (0.0, 0.0);
-        for ((i, j), g) in gram.indexed_iter() {
-            let e = (g - if i == j { 1.0 } else { 0.0 }).abs();
-            worst = f64::max(worst, e);
-            frobenius_sq += e * e;
-        }
-        if !(worst <= ORTHONORMALITY_TOLERANCE && frobenius_sq.is_finite()) {
-            return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
-        }
         // ‖E‖₂ ≤ ‖E‖_F; the computed entries are within n·2⁻⁵³·‖u_i‖‖u_j‖ of
         // the exact ones, so the Frobenius norm moves by at most n·r·2⁻⁵³·(1 + tol)
-        // (allowed twice over); the last factor covers summing and the root.
+        // (allowed twice over).
         let rounding = (n * r) as f64 * f64::EPSILON * (1.0 + ORTHONORMALITY_TOLERANCE);
-        let eta = (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6);
-        // The charge needs η < 1; this many columns this close to orthonormal
-        // always meet it unless r·n is ~10¹⁵.
-        if eta >= 0.5 {
-            return Err(PrivacyError::Uncertified(format!("noise basis too large to certify (η = {eta:e})")));
-        }
+        let eta = eta(&gram, |_, _| 0.0, rounding)?;
         Ok(Orthonormal { u, eta })
+    }
+
+    /// As [`Orthonormal::check`], with UᵀU computed some other way: `gram`
+    /// is within `entry_rounding(i, j)` of (UᵀU)_ij entry by entry, and the
+    /// Frobenius norm of those errors is at most `rounding` (vector mode's
+    /// check from G, `privacy-core.md` §4, *The orthonormality check from
+    /// G*). An entry passes within [`ORTHONORMALITY_TOLERANCE`] plus its
+    /// rounding, so a basis whose own UᵀU passes [`Orthonormal::check`]
+    /// passes here too (up to that product's rounding); η charges the
+    /// rounding whole.
+    ///
+    /// # Errors
+    /// As [`Orthonormal::check`], with the basis handed back;
+    /// [`PrivacyError::Shape`] if `gram` is not r × r.
+    pub fn from_gram(
+        u: Array2<f64>,
+        gram: &Array2<f64>,
+        entry_rounding: impl Fn(usize, usize) -> f64,
+        rounding: f64,
+    ) -> Result<Self, Box<(PrivacyError, Array2<f64>)>> {
+        let r = u.ncols();
+        if gram.dim() != (r, r) {
+            let e = PrivacyError::Shape(format!("UᵀU of {:?} for a basis of {r} columns", gram.dim()));
+            return Err(Box::new((e, u)));
+        }
+        match eta(gram, entry_rounding, rounding) {
+            Ok(eta) => Ok(Orthonormal { u, eta }),
+            Err(e) => Err(Box::new((e, u))),
+        }
     }
 
     /// The checked matrix.
@@ -223,6 +238,33 @@ impl Orthonormal {
         let spread = kappa * q.iter().sum::<f64>().sqrt();
         q.iter().map(|q| (q.sqrt() + spread).powi(2)).collect()
     }
+}
+
+/// The check both [`Orthonormal`] constructors share: each entry of
+/// `gram` − I within the tolerance plus its rounding, and η =
+/// (‖gram − I‖_F + `rounding`)·(1 + 10⁻⁶), the last factor for summing
+/// and the root.
+fn eta(gram: &Array2<f64>, entry_rounding: impl Fn(usize, usize) -> f64, rounding: f64) -> Result<f64, PrivacyError> {
+    if !(rounding.is_finite() && rounding >= 0.0) {
+        return Err(PrivacyError::NonFinite("the orthonormality check's rounding"));
+    }
+    let (mut worst, mut frobenius_sq, mut within) = (0.0, 0.0, true);
+    for ((i, j), g) in gram.indexed_iter() {
+        let e = (g - if i == j { 1.0 } else { 0.0 }).abs();
+        worst = f64::max(worst, e);
+        frobenius_sq += e * e;
+        within &= e <= ORTHONORMALITY_TOLERANCE + entry_rounding(i, j);
+    }
+    if !(within && frobenius_sq.is_finite()) {
+        return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
+    }
+    let eta = (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6);
+    // The charge needs η < 1; this many columns this close to orthonormal
+    // always meet it unless r·n is ~10¹⁵.
+    if eta >= 0.5 {
+        return Err(PrivacyError::Uncertified(format!("noise basis too large to certify (η = {eta:e})")));
+    }
+    Ok(eta)
 }
 
 /// Noise Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ) on a block of output coordinates,

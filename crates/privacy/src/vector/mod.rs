@@ -51,6 +51,9 @@ pub struct VectorCalibration<'a> {
     /// (see [`VectorCalibration::coefficient_error`]). What the journal
     /// records with the path.
     error: Option<CoefficientError>,
+    /// With K's coefficients, whether the basis's orthonormality was
+    /// checked from G too ([`Path::GramKeepingCheckedFromK`]).
+    checked_from_g: bool,
 }
 
 /// How far coefficients formed from K may be from the exact coefficients
@@ -116,8 +119,13 @@ pub enum Path {
     /// step journaled before issue 70).
     GramKeeping(usize),
     /// As [`Path::GramKeeping`], with K's coefficients ([`Coefficients::FromK`]):
-    /// what a server since issue 70 takes at d > m.
+    /// what a server since issue 70 takes at d > m (where, under
+    /// [`RULES`] 2, the check from G does not serve).
     GramKeepingFromK(usize),
+    /// As [`Path::GramKeepingFromK`], with the orthonormality checked from
+    /// G as well ([`CHECK_FROM_G`]): what a server under [`RULES`] 2 takes
+    /// at d > m wherever that check's rounding allows it and it passes.
+    GramKeepingCheckedFromK(usize),
     /// What a journal that records no path (before issue 66) was
     /// calibrated on: [`Path::Auto`]'s choice, with the coefficients
     /// formed in output space and the SVD keeping all its directions, as
@@ -135,7 +143,10 @@ pub enum Path {
 ///   rank (all its directions).
 /// - 1: at d > m a Gram basis journals path 3 (the coefficients from K),
 ///   and the SVD journals the directions it kept.
-pub const RULES: u32 = 1;
+/// - 2: as 1, and at d > m a Gram basis journals path 4 (its
+///   orthonormality checked from G as well) where G's rounding allows
+///   ([`CHECK_FROM_G`]) and that check passes; path 3 otherwise.
+pub const RULES: u32 = 2;
 
 /// How the teachers' coefficients in the basis, (V − 1μᵀ)U, are formed
 /// (`docs/assurance/privacy-core.md` §4, *Coefficients from K*).
@@ -154,7 +165,8 @@ impl Path {
     /// The path as a journal records it: (basis, rank), basis 1 for the
     /// SVD keeping `rank` directions (0: all min(m, d) of them), 2 for a
     /// Gram matrix keeping `rank` directions with the coefficients in
-    /// output space, 3 with them from K, (0, 0) for the
+    /// output space, 3 with them from K, 4 with the orthonormality check
+    /// from K's G too, (0, 0) for the
     /// paths that choose ([`Path::Auto`], [`Path::Gram`],
     /// [`Path::Unrecorded`]), which the mechanism never reports as taken.
     pub fn code(self) -> (u32, u32) {
@@ -163,6 +175,7 @@ impl Path {
             Path::SvdKeeping(r) => (1, u32::try_from(r).unwrap_or(u32::MAX)),
             Path::GramKeeping(r) => (2, u32::try_from(r).unwrap_or(u32::MAX)),
             Path::GramKeepingFromK(r) => (3, u32::try_from(r).unwrap_or(u32::MAX)),
+            Path::GramKeepingCheckedFromK(r) => (4, u32::try_from(r).unwrap_or(u32::MAX)),
             Path::Auto | Path::Gram | Path::Unrecorded => (0, 0),
         }
     }
@@ -175,6 +188,7 @@ impl Path {
             1 => Some(Path::SvdKeeping(rank as usize)),
             2 => Some(Path::GramKeeping(rank as usize)),
             3 => Some(Path::GramKeepingFromK(rank as usize)),
+            4 => Some(Path::GramKeepingCheckedFromK(rank as usize)),
             _ => None,
         }
     }
@@ -184,6 +198,11 @@ impl Path {
     /// outputs of `m` teachers and `d` coordinates (`None`: it might).
     pub fn refused_under(self, rules: u32, m: usize, d: usize) -> Option<String> {
         match self {
+            Path::GramKeepingCheckedFromK(_) if rules < 2 || d <= m => Some(
+                "vector basis path 4 where a server following the calibration rules the step records does not \
+                 journal it (rules before 2, or d ≤ m)"
+                    .into(),
+            ),
             _ if rules == 0 => None,
             Path::GramKeeping(_) if d > m => Some(
                 "vector basis path 2 at d > m, where a server following the calibration rules the step records \
@@ -199,11 +218,23 @@ impl Path {
         }
     }
 
+    /// How a basis from K is checked on this path (only K's coefficients
+    /// give what the check from G needs).
+    fn check(self) -> Check {
+        match self {
+            Path::Auto => Check::Either(CHECK_FROM_G),
+            // Within the band above the limit: the rounding bound is the
+            // same on every machine but for its own rounding.
+            Path::GramKeepingCheckedFromK(_) => Check::FromG(CHECK_FROM_G * (1.0 + KEEP_BAND)),
+            _ => Check::Basis,
+        }
+    }
+
     /// How the coefficients are formed on this path where K gives the
     /// basis (d > m; below, always in output space).
     fn coefficients(self) -> Coefficients {
         match self {
-            Path::Auto | Path::GramKeepingFromK(_) => Coefficients::FromK,
+            Path::Auto | Path::GramKeepingFromK(_) | Path::GramKeepingCheckedFromK(_) => Coefficients::FromK,
             Path::Svd | Path::SvdKeeping(_) | Path::Gram | Path::GramKeeping(_) | Path::Unrecorded => {
                 Coefficients::Outputs
             }
@@ -230,7 +261,8 @@ pub fn gram_always_serves(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -
     let mu = w.dot(&outputs);
     let centred = &outputs - &mu.view().insert_axis(Axis(0));
     let sqrt_w = w.mapv(f64::sqrt);
-    Ok(gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN, None, Coefficients::Outputs, &[]).is_some())
+    let share = GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN;
+    Ok(gram_basis(&centred, &sqrt_w, share, None, Coefficients::Outputs, Check::Basis, &[]).is_some())
 }
 
 /// [`calibrate`] on the basis `path` asks for, its basis directions'
@@ -264,6 +296,7 @@ pub fn calibrate_on<'a>(
             source: Basis::Unanimous,
             all_singular: false,
             error: None,
+            checked_from_g: false,
         });
     }
 
@@ -274,7 +307,7 @@ pub fn calibrate_on<'a>(
     let sqrt_w = w.mapv(f64::sqrt);
     // ‖c_i‖² of each teacher's centred output.
     let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
-    let coefficients = path.coefficients();
+    let (coefficients, check) = (path.coefficients(), path.check());
     // Before issue 70 every server's SVD kept all min(m, d) directions.
     let svd_keep = match path {
         Path::Auto => SvdKeep::Strong,
@@ -282,23 +315,25 @@ pub fn calibrate_on<'a>(
         _ => SvdKeep::All,
     };
     let gram = match path {
-        Path::Auto | Path::Unrecorded => gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT, None, coefficients, &deviations),
-        Path::Gram | Path::GramKeeping(_) | Path::GramKeepingFromK(_) => {
+        Path::Auto | Path::Unrecorded => {
+            gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT, None, coefficients, check, &deviations)
+        }
+        Path::Gram | Path::GramKeeping(_) | Path::GramKeepingFromK(_) | Path::GramKeepingCheckedFromK(_) => {
             let kept = match path {
-                Path::GramKeeping(r) | Path::GramKeepingFromK(r) => Some(r),
+                Path::GramKeeping(r) | Path::GramKeepingFromK(r) | Path::GramKeepingCheckedFromK(r) => Some(r),
                 _ => None,
             };
-            let basis =
-                gram_basis(&centred, &sqrt_w, GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN, kept, coefficients, &deviations);
+            let share = GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN;
+            let basis = gram_basis(&centred, &sqrt_w, share, kept, coefficients, check, &deviations);
             Some(basis.ok_or_else(|| PrivacyError::Linalg("the Gram matrix gives no checked basis here".into()))?)
         }
         Path::Svd | Path::SvdKeeping(_) => None,
     };
-    let (basis, from_k, source) = match gram {
-        Some(GramBasis { basis, from_k }) => (basis, from_k, Basis::Gram),
+    let (basis, from_k, checked_from_g, source) = match gram {
+        Some(GramBasis { basis, from_k, checked_from_g }) => (basis, from_k, checked_from_g, Basis::Gram),
         None => {
             let x = &centred * &sqrt_w.view().insert_axis(Axis(1));
-            (svd_basis(&x, svd_keep)?, None, Basis::Svd)
+            (svd_basis(&x, svd_keep)?, None, false, Basis::Svd)
         }
     };
     let r = basis.matrix().ncols();
@@ -366,7 +401,7 @@ pub fn calibrate_on<'a>(
         complement_floor(&residual),
         floor,
     )?;
-    Ok(VectorCalibration { outputs, coef, residual, noise, source, all_singular, error })
+    Ok(VectorCalibration { outputs, coef, residual, noise, source, all_singular, error, checked_from_g })
 }
 
 /// How far the 2⁻³² grid may move any two teachers' ℓ through the
@@ -544,6 +579,21 @@ const GRAM_LEFT_OUT: f64 = 1e-6;
 struct GramBasis {
     basis: Orthonormal,
     from_k: Option<FromK>,
+    /// Its orthonormality was checked from G ([`from_g`]).
+    checked_from_g: bool,
+}
+
+/// How a basis from K has its orthonormality checked.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Check {
+    /// UᵀU of the d × r basis ([`Orthonormal::check`]).
+    Basis,
+    /// From G ([`from_g`]) where its rounding bound is at most this, or
+    /// not at all (a journal says the server took it).
+    FromG(f64),
+    /// From G where its rounding bound is at most this and it passes,
+    /// else as [`Check::Basis`]: what a server does.
+    Either(f64),
 }
 
 /// The coefficients (V − 1μᵀ)U formed as G·A·diag(N), where U =
@@ -577,14 +627,15 @@ fn gram_basis(
     left_out_share: f64,
     kept: Option<usize>,
     coefficients: Coefficients,
+    check: Check,
     deviations: &[f64],
 ) -> Option<GramBasis> {
     let (m, d) = centred.dim();
     if d <= m {
         let basis = columns_basis(centred, sqrt_w, left_out_share, kept)?;
-        Some(GramBasis { basis, from_k: None })
+        Some(GramBasis { basis, from_k: None, checked_from_g: false })
     } else {
-        rows_basis(centred, sqrt_w, left_out_share, kept, coefficients, deviations)
+        rows_basis(centred, sqrt_w, left_out_share, kept, coefficients, check, deviations)
     }
 }
 
@@ -632,10 +683,11 @@ fn rows_basis(
     left_out_share: f64,
     kept: Option<usize>,
     coefficients: Coefficients,
+    check: Check,
     deviations: &[f64],
 ) -> Option<GramBasis> {
-    let d = centred.ncols();
-    if coefficients == Coefficients::FromK && deviations.len() != centred.nrows() {
+    let (m, d) = centred.dim();
+    if coefficients == Coefficients::FromK && deviations.len() != m {
         // No norms to bound the coefficients with: decline rather than
         // certify with no allowance.
         return None;
@@ -668,30 +720,102 @@ fn rows_basis(
     }
     let inverse = norms.mapv(|n| 1.0 / n.sqrt());
     basis *= &inverse.view().insert_axis(Axis(0));
-    let basis = Orthonormal::check(basis).ok()?;
-    let from_k = (coefficients == Coefficients::FromK).then(|| {
-        let mut coef = g.dot(&a);
-        coef *= &inverse.view().insert_axis(Axis(0));
-        // Underflow: each of G's entries (d products), G·a_j's (m),
-        // Cᵀa_j's (m, in d entries: √d·m in norm, times ‖c_i‖) and the two
-        // scalings may lose 2⁻¹⁰⁷⁵ more; allowed four times over.
-        let (m, widest) = (g.nrows() as f64, deviations.iter().copied().fold(0.0, f64::max).sqrt());
-        let tiny = 4.0 * f64::from_bits(1); // 2⁻¹⁰⁷²
-        // ‖c_k‖ once, not once per direction (the same values: √ rounds correctly).
-        let lengths: Vec<f64> = deviations.iter().map(|dev| dev.sqrt()).collect();
-        let (spread, underflow) = a
-            .columns()
-            .into_iter()
-            .zip(&inverse)
-            .map(|(a, n)| {
-                let spread = n * a.iter().zip(&lengths).map(|(a, length)| a.abs() * length).sum::<f64>();
-                let mass: f64 = a.iter().map(|a| a.abs()).sum();
-                (spread, tiny * (n * (d as f64 * mass + m + (d as f64).sqrt() * m * widest + 1.0) + 1.0))
-            })
-            .unzip();
-        FromK { coef, spread, underflow }
-    });
-    Some(GramBasis { basis, from_k })
+    if coefficients == Coefficients::Outputs {
+        let basis = Orthonormal::check(basis).ok()?;
+        return Some(GramBasis { basis, from_k: None, checked_from_g: false });
+    }
+
+    // G·A: the coefficients before their scaling, and the check from G's half.
+    let ga = g.dot(&a);
+    // ‖c_k‖ once, not once per direction (the same values: √ rounds correctly).
+    let lengths: Vec<f64> = deviations.iter().map(|dev| dev.sqrt()).collect();
+    // σ_j = N_j·Σ_k |a_kj|·‖c_k‖: what rounding in G scales with on direction j.
+    let spread: Vec<f64> = a
+        .columns()
+        .into_iter()
+        .zip(&inverse)
+        .map(|(a, n)| n * a.iter().zip(&lengths).map(|(a, length)| a.abs() * length).sum::<f64>())
+        .collect();
+    let (basis, checked_from_g) = match check {
+        Check::Basis => (Orthonormal::check(basis).ok()?, false),
+        Check::FromG(limit) => (from_g(basis, &a, &ga, &inverse, &spread, &lengths, limit).ok()?, true),
+        Check::Either(limit) => match from_g(basis, &a, &ga, &inverse, &spread, &lengths, limit) {
+            Ok(basis) => (basis, true),
+            Err(basis) => (Orthonormal::check(basis).ok()?, false),
+        },
+    };
+
+    let mut coef = ga;
+    coef *= &inverse.view().insert_axis(Axis(0));
+    // Underflow: each of G's entries (d products), G·a_j's (m),
+    // Cᵀa_j's (m, in d entries: √d·m in norm, times ‖c_i‖) and the two
+    // scalings may lose 2⁻¹⁰⁷⁵ more; allowed four times over.
+    let widest = lengths.iter().copied().fold(0.0, f64::max);
+    let tiny = 4.0 * f64::from_bits(1); // 2⁻¹⁰⁷²
+    let underflow = a
+        .columns()
+        .into_iter()
+        .zip(&inverse)
+        .map(|(a, n)| {
+            let mass: f64 = a.iter().map(|a| a.abs()).sum();
+            let m = m as f64;
+            tiny * (n * (d as f64 * mass + m + (d as f64).sqrt() * m * widest + 1.0) + 1.0)
+        })
+        .collect();
+    Some(GramBasis { basis, from_k: Some(FromK { coef, spread, underflow }), checked_from_g })
+}
+
+/// The most G's rounding may add to η for the check from G to be taken
+/// ([`Check::Either`]; `privacy-core.md` §4, *The orthonormality check
+/// from G*): the charge then moves every direction's standard deviation by
+/// at most this much of the strongest's, far below what the basis's own
+/// weakest directions carry, where the check in output space costs an
+/// m × d × r product. The jittered scores of `BENCHMARKS.md` need ~10⁻⁶.
+pub const CHECK_FROM_G: f64 = 1e-5;
+
+/// The orthonormality check from G: UᵀU = diag(N)·AᵀGA·diag(N), an
+/// m × m × r product from G·A (which the coefficients need anyway) in
+/// place of the d × r × r one. Its rounding is at most γ_G·σ_jσ_l in
+/// entry (j, l), and in Frobenius norm at most γ_G·Σσ_j² ≤
+/// γ_G·m·Σ_j N_j²·Σ_k a_kj²‖c_k‖² — a bound that, unlike Σσ_j², does not
+/// change when kernels rotate a repeated eigenvalue's eigenvectors, so
+/// every machine computes the same η and chooses the same way. Taken when
+/// that bound is at most `limit` and when the products cannot have
+/// underflowed; the basis back otherwise.
+fn from_g(
+    basis: Array2<f64>,
+    a: &Array2<f64>,
+    ga: &Array2<f64>,
+    inverse: &Array1<f64>,
+    spread: &[f64],
+    lengths: &[f64],
+    limit: f64,
+) -> Result<Orthonormal, Array2<f64>> {
+    let (m, d) = (a.nrows(), basis.nrows());
+    let gamma = 4.0 * (d + 4 * m + 4) as f64 * f64::EPSILON;
+    let weighted: f64 = a
+        .columns()
+        .into_iter()
+        .zip(inverse)
+        .map(|(a, n)| n * n * a.iter().zip(lengths).map(|(a, l)| (a * l) * (a * l)).sum::<f64>())
+        .sum();
+    // (1 + 10⁻⁶): this sum's own rounding.
+    let rounding = gamma * m as f64 * weighted * (1.0 + 1e-6);
+    // Below this every product that could underflow (2⁻¹⁰⁷⁵ each) moves an
+    // entry of diag(N)·AᵀGA·diag(N) by less than 2⁻¹⁶⁰ (privacy-core.md §4).
+    let widest = inverse.iter().copied().fold(0.0, f64::max);
+    let safe = widest * widest * (d * m * m) as f64 <= 2f64.powi(900);
+    if !(rounding <= limit && safe) {
+        return Err(basis);
+    }
+    let underflow = 2f64.powi(-160);
+    let mut gram = a.t().dot(ga);
+    for ((j, l), x) in gram.indexed_iter_mut() {
+        *x *= inverse[j] * inverse[l];
+    }
+    let r = spread.len() as f64;
+    let entry = |j: usize, l: usize| gamma * spread[j] * spread[l] + underflow;
+    Orthonormal::from_gram(basis, &gram, entry, rounding + r * r * underflow).map_err(|declined| declined.1)
 }
 
 /// The index of the first eigenvalue kept of a Gram matrix's `lambda`
@@ -774,6 +898,7 @@ impl VectorCalibration<'_> {
             Basis::Unanimous => None,
             Basis::Svd if self.all_singular => Some(Path::Svd),
             Basis::Svd => Some(Path::SvdKeeping(self.noise.rank())),
+            Basis::Gram if self.checked_from_g => Some(Path::GramKeepingCheckedFromK(self.noise.rank())),
             Basis::Gram if self.error.is_some() => Some(Path::GramKeepingFromK(self.noise.rank())),
             Basis::Gram => Some(Path::GramKeeping(self.noise.rank())),
         }

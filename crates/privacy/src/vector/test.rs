@@ -118,6 +118,15 @@ fn the_gram_basis_gives_the_svd_paths_noise() -> Result<(), PrivacyError> {
         let v = jittered_scores(m, d);
         let p = spread_posterior(m, 8.0, 1);
         let gram = calibrate(&p, v.view(), b(bb))?;
+        // The check from G charges its rounding on top (up to ~r·η more
+        // variance; `coefficients_from_k_never_lower_a_variance`): the
+        // same basis checked itself is what the SVD's noise is compared with.
+        let gram = match gram.path_taken() {
+            Some(Path::GramKeepingCheckedFromK(r)) => {
+                calibrate_on(&p, v.view(), b(bb), Path::GramKeepingFromK(r), Floor::default())?
+            }
+            _ => gram,
+        };
         let svd = calibrate_on(&p, v.view(), b(bb), Path::Svd, Floor::default())?;
         assert_eq!((gram.basis_source(), svd.basis_source()), (Basis::Gram, Basis::Svd), "m = {m}, d = {d}");
         for cal in [&gram, &svd] {
@@ -212,19 +221,29 @@ fn a_posterior_on_one_teacher_keeps_every_svd_direction() -> Result<(), PrivacyE
 /// A step's calibration rules leave one path open for given outputs:
 /// under [`RULES`] 1 neither path 2 at d > m (the coefficients in output
 /// space where K gives the basis) nor the SVD with no rank; under 0 (steps
-/// from before), both.
+/// from before), both; path 4 (the check from G) only under 2, at d > m.
 #[test]
 fn a_steps_rules_rule_out_the_paths_its_server_never_takes() {
     let (m, wide, narrow) = (8, 10, 5);
     for path in [Path::Svd, Path::SvdKeeping(3), Path::GramKeeping(3), Path::GramKeepingFromK(3)] {
         assert_eq!(path.refused_under(0, m, wide), None, "{path:?}");
     }
-    assert!(Path::GramKeeping(3).refused_under(1, m, wide).is_some());
-    assert_eq!(Path::GramKeeping(3).refused_under(1, m, narrow), None);
-    assert!(Path::Svd.refused_under(1, m, narrow).is_some());
-    for path in [Path::SvdKeeping(3), Path::GramKeepingFromK(3)] {
-        assert_eq!(path.refused_under(1, m, wide), None, "{path:?}");
+    for rules in [1, 2] {
+        assert!(Path::GramKeeping(3).refused_under(rules, m, wide).is_some());
+        assert_eq!(Path::GramKeeping(3).refused_under(rules, m, narrow), None);
+        assert!(Path::Svd.refused_under(rules, m, narrow).is_some());
+        for path in [Path::SvdKeeping(3), Path::GramKeepingFromK(3)] {
+            assert_eq!(path.refused_under(rules, m, wide), None, "{path:?}");
+        }
     }
+    let checked = Path::GramKeepingCheckedFromK(3);
+    for rules in [0, 1] {
+        assert!(checked.refused_under(rules, m, wide).is_some(), "rules {rules}");
+    }
+    assert!(checked.refused_under(2, m, narrow).is_some());
+    assert_eq!(checked.refused_under(2, m, wide), None);
+    assert_eq!(Path::from_code(4, 3), Some(checked));
+    assert_eq!(checked.code(), (4, 3));
 }
 
 /// X = diag(√w)(V − 1μᵀ), as the calibration forms it.
@@ -287,6 +306,19 @@ fn dot2(x: impl Iterator<Item = f64>, y: impl Iterator<Item = f64>) -> f64 {
     sum + carry
 }
 
+/// Issue 70 §5: the inputs vector mode is measured on against numpy
+/// (m = 128, d = 1 000, the bench's posterior) check the basis from G,
+/// saving a d × r × r product.
+#[test]
+fn the_bench_checks_from_g() {
+    let (m, d) = (128, 1000);
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    let p = Posterior::from_log_weights((0..m).map(|_| rng.random_range(-8.0..0.0)).collect()).expect("finite");
+    let v = jittered_scores(m, d);
+    let cal = calibrate(&p, v.view(), b(2f64.powi(-32))).expect("calibrates");
+    assert_eq!(cal.path_taken(), Some(Path::GramKeepingCheckedFromK(cal.noise().rank())));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
@@ -319,8 +351,8 @@ proptest! {
         let centred = &v - &mu.view().insert_axis(Axis(0));
         let sqrt_w = w.mapv(f64::sqrt);
         let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
-        let Some(GramBasis { basis, from_k: Some(FromK { coef, spread, underflow }) }) =
-            gram_basis(&centred, &sqrt_w, 1.0, None, Coefficients::FromK, &deviations)
+        let Some(GramBasis { basis, from_k: Some(FromK { coef, spread, underflow }), .. }) =
+            gram_basis(&centred, &sqrt_w, 1.0, None, Coefficients::FromK, Check::Either(CHECK_FROM_G), &deviations)
         else {
             // Declined (the SVD serves): nothing to check.
             return Ok(());
@@ -363,6 +395,78 @@ proptest! {
         prop_assert!(error_sq.sqrt() <= moved + gamma * x_norm, "residual error {:e} > {:e}", error_sq.sqrt(), moved + gamma * x_norm);
     }
 
+    /// Issue 70 §5: the orthonormality check from G bounds the basis as
+    /// computed, ‖UᵀU − I‖_F with UᵀU to twice working precision, by its
+    /// η — under the same adversarial posteriors and outputs as the
+    /// coefficients above, and with no limit on G's rounding, so that the
+    /// bound is tested where it is large, not only where a server takes it.
+    #[test]
+    fn the_check_from_g_bounds_the_basis(
+        seed in any::<u64>(),
+        m in 2usize..=64,
+        extra in 1usize..=300,
+        spread in 0.0f64..30.0,
+        offset in -1e3f64..1e3,
+        sparse in any::<bool>(),
+        scale in prop::sample::select(vec![1.0, 1e-140, 1e-150, 1e150]),
+    ) {
+        let d = m + extra;
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let log_w: Vec<f64> =
+            (0..m).map(|_| if rng.random_bool(0.1) { -690.0 } else { rng.random_range(-spread..=0.0) }).collect();
+        let v = Array2::from_shape_fn((m, d), |_| {
+            scale * if sparse && rng.random_bool(0.7) { offset } else { offset + rng.random_range(-1.0..1.0) }
+        });
+        let w = Posterior::from_log_weights(log_w).expect("finite").weights();
+        let mu = w.dot(&v);
+        let centred = &v - &mu.view().insert_axis(Axis(0));
+        let sqrt_w = w.mapv(f64::sqrt);
+        let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
+        let check = Check::FromG(f64::INFINITY);
+        let Some(GramBasis { basis, checked_from_g, .. }) =
+            gram_basis(&centred, &sqrt_w, 1.0, None, Coefficients::FromK, check, &deviations)
+        else {
+            // Declined (underflow could reach the products, or η ≥ ½): nothing to check.
+            return Ok(());
+        };
+        prop_assert!(checked_from_g);
+        let u = basis.matrix();
+        let r = u.ncols();
+        let deviation_sq: f64 = (0..r)
+            .flat_map(|j| (0..r).map(move |l| (j, l)))
+            .map(|(j, l)| {
+                let exact = dot2(u.column(j).iter().copied(), u.column(l).iter().copied());
+                (exact - if j == l { 1.0 } else { 0.0 }).powi(2)
+            })
+            .sum();
+        prop_assert!(deviation_sq.sqrt() <= basis.eta(), "‖UᵀU − I‖_F = {:e} > η = {:e}", deviation_sq.sqrt(), basis.eta());
+    }
+
+    /// Issue 70 §5: wherever a server checks the basis from G, the
+    /// journaled path recomputes its Σ exactly, with more noise than the
+    /// basis checked itself, never less, and at most what κ ≤
+    /// CHECK_FROM_G adds (√q_j + κ√Σq on each direction, r of them in
+    /// Theorem 2.4's sum). The bench's own inputs take it
+    /// (`the_bench_checks_from_g`).
+    #[test]
+    fn a_check_from_g_costs_at_most_its_rounding(seed in any::<u64>(), d in 129usize..=600, spread in 0.0f64..=12.0) {
+        let m = 128;
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let v = jittered_scores(m, d);
+        let p = Posterior::from_log_weights((0..m).map(|_| rng.random_range(-spread..=0.0)).collect()).expect("finite");
+        let cal = calibrate(&p, v.view(), b(1e-3)).expect("calibrates");
+        let Some(Path::GramKeepingCheckedFromK(r)) = cal.path_taken() else { return Ok(()) };
+        let journaled = calibrate_on(&p, v.view(), b(1e-3), Path::GramKeepingCheckedFromK(r), Floor::default())
+            .expect("the journaled path recomputes");
+        prop_assert_eq!(journaled.noise().variances(), cal.noise().variances());
+        let itself = calibrate_on(&p, v.view(), b(1e-3), Path::GramKeepingFromK(r), Floor::default())
+            .expect("the basis checked itself");
+        let most = 1.0 + 2.0 * (r as f64 + (r as f64).sqrt() + 1.0) * CHECK_FROM_G;
+        for (g, x) in cal.noise().variances().iter().zip(itself.noise().variances()) {
+            prop_assert!(*g >= x * (1.0 - 1e-12) && *g <= x * most, "{g:e} against {x:e}");
+        }
+    }
+
     /// With K's coefficients, every calibration at d > m is certified as
     /// before, and its variances are never below those of the same basis
     /// with the coefficients formed in output space (the allowance only
@@ -376,10 +480,11 @@ proptest! {
         let bb = 2f64.powi(-e);
         let from_k = calibrate(&p, v.view(), b(bb)).expect("calibrates");
         prop_assert!(from_k.noise().mi_bound() <= bb * (1.0 - crate::noise::CERTIFICATE_MARGIN));
-        if from_k.path_taken() != Some(Path::GramKeepingFromK(from_k.noise().rank())) {
+        let r = from_k.noise().rank();
+        if !matches!(from_k.path_taken(), Some(Path::GramKeepingFromK(_) | Path::GramKeepingCheckedFromK(_))) {
             return Ok(());
         }
-        let outputs = calibrate_on(&p, v.view(), b(bb), Path::GramKeeping(from_k.noise().rank()), Floor::default())
+        let outputs = calibrate_on(&p, v.view(), b(bb), Path::GramKeeping(r), Floor::default())
             .expect("the same basis, coefficients in output space");
         let (k, o) = (from_k.noise(), outputs.noise());
         prop_assert!(k.complement() >= o.complement() * (1.0 - 1e-12));
