@@ -768,6 +768,7 @@ fn forge_with(file: &Path, key: Option<&NoiseKey>, sessions: &[Forged<'_>]) -> (
                     log_likelihood: ll,
                     update_rule: pacpriv_privacy::posterior::UpdateRule::Linear,
                     path: None,
+                    rules: 0,
                     floor,
                 };
                 let replayed = replay::replay(verifier, &recorded).expect("the journal replays");

@@ -127,6 +127,7 @@ impl Replaying {
             log_likelihood: &e.log_likelihood,
             update_rule: rule,
             path,
+            rules: s.calibration,
             // Every step since committed noise commits to a key and floors
             // Σ's weak directions where the key audit resolves them.
             floor: if s.noise_key.is_empty() { Floor::RoundOff } else { Floor::Resolvable },

@@ -178,41 +178,61 @@ impl Orthonormal {
         // each entry is still one dot product, so the bound below holds.
         let gram = pacpriv_lapack::gram(u.view(), pacpriv_lapack::Side::Columns)
             .map_err(|e| PrivacyError::Linalg(e.to_string()))?;
+        let (mut worst, mut frobenius_sq) = (0.0, 0.0);
+        for ((i, j), g) in gram.indexed_iter() {
+            let e = (g - if i == j { 1.0 } else { 0.0 }).abs();
+            worst = f64::max(worst, e);
+            frobenius_sq += e * e;
+        }
+        if !(worst <= ORTHONORMALITY_TOLERANCE && frobenius_sq.is_finite()) {
+            return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
+        }
         // ‖E‖₂ ≤ ‖E‖_F; the computed entries are within n·2⁻⁵³·‖u_i‖‖u_j‖ of
         // the exact ones, so the Frobenius norm moves by at most n·r·2⁻⁵³·(1 + tol)
-        // (allowed twice over).
+        // (allowed twice over); the last factor covers summing and the root.
         let rounding = (n * r) as f64 * f64::EPSILON * (1.0 + ORTHONORMALITY_TOLERANCE);
-        let eta = eta(&gram, |_, _| 0.0, rounding)?;
+        let eta = (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6);
+        // The charge needs η < 1; this many columns this close to orthonormal
+        // always meet it unless r·n is ~10¹⁵.
+        if eta >= 0.5 {
+            return Err(PrivacyError::Uncertified(format!("noise basis too large to certify (η = {eta:e})")));
+        }
         Ok(Orthonormal { u, eta })
     }
 
-    /// As [`Orthonormal::check`], with UᵀU computed some other way: `gram`
-    /// is within `entry_rounding(i, j)` of (UᵀU)_ij entry by entry, and the
-    /// Frobenius norm of those errors is at most `rounding` (vector mode's
-    /// check from G, `privacy-core.md` §4, *The orthonormality check from
-    /// G*). An entry passes within [`ORTHONORMALITY_TOLERANCE`] plus its
-    /// rounding, so a basis whose own UᵀU passes [`Orthonormal::check`]
-    /// passes here too (up to that product's rounding); η charges the
-    /// rounding whole.
+    /// A basis whose UᵀU was computed some other way: `gram` is within
+    /// `rounding` of UᵀU in Frobenius norm (vector mode's check from G,
+    /// `privacy-core.md` §4, *The orthonormality check from G*). Refused
+    /// when ‖gram − I‖_F is above `most`; otherwise η = (max(‖gram − I‖_F,
+    /// `rounding`) + `rounding`)·(1 + 10⁻⁶), which for `most` ≤ `rounding`
+    /// is 2·`rounding`·(1 + 10⁻⁶) whatever the kernels computed.
     ///
     /// # Errors
-    /// As [`Orthonormal::check`], with the basis handed back;
-    /// [`PrivacyError::Shape`] if `gram` is not r × r.
+    /// [`PrivacyError::Uncertified`] past `most` or at η ≥ ½,
+    /// [`PrivacyError::Shape`] if `gram` is not r × r, with the basis
+    /// handed back.
     pub fn from_gram(
         u: Array2<f64>,
         gram: &Array2<f64>,
-        entry_rounding: impl Fn(usize, usize) -> f64,
         rounding: f64,
+        most: f64,
     ) -> Result<Self, Box<(PrivacyError, Array2<f64>)>> {
         let r = u.ncols();
+        let refused = |e, u| Err(Box::new((e, u)));
         if gram.dim() != (r, r) {
-            let e = PrivacyError::Shape(format!("UᵀU of {:?} for a basis of {r} columns", gram.dim()));
-            return Err(Box::new((e, u)));
+            return refused(PrivacyError::Shape(format!("UᵀU of {:?} for a basis of {r} columns", gram.dim())), u);
         }
-        match eta(gram, entry_rounding, rounding) {
-            Ok(eta) => Ok(Orthonormal { u, eta }),
-            Err(e) => Err(Box::new((e, u))),
+        let deviation =
+            gram.indexed_iter().map(|((i, j), g)| (g - if i == j { 1.0 } else { 0.0 }).powi(2)).sum::<f64>().sqrt();
+        if !(deviation <= most && rounding.is_finite() && rounding >= 0.0) {
+            let e = PrivacyError::Uncertified(format!("noise basis is not orthonormal (‖UᵀU − I‖_F = {deviation:e})"));
+            return refused(e, u);
         }
+        let eta = (deviation.max(rounding) + rounding) * (1.0 + 1e-6);
+        if eta >= 0.5 {
+            return refused(PrivacyError::Uncertified(format!("noise basis too large to certify (η = {eta:e})")), u);
+        }
+        Ok(Orthonormal { u, eta })
     }
 
     /// The checked matrix.
@@ -230,41 +250,16 @@ impl Orthonormal {
     /// (argument in `docs/assurance/privacy-core.md` §2, *Bases that are
     /// nearly orthonormal*). The residual bound needs no charge. η is
     /// mostly the rounding allowance n·r·2⁻⁵² (2.8·10⁻¹⁰ at d = 10 000,
-    /// r = 127), and Σ_j √q̃_j grows by at most r·κ·√Σq: every variance
-    /// scales up by ≲ 4·10⁻⁸ there, while a direction that carries no
-    /// signal of its own is charged its neighbours' κ²·Σq.
+    /// r = 127), or, for a basis checked from G (vector mode), up to
+    /// 2·10⁻⁵; Σ_j √q̃_j grows by at most r·κ·√Σq, so Σ's trace by
+    /// ≲ 4·10⁻⁸ in the first case and ≲ 5·10⁻³ in the second, while a
+    /// direction that carries no signal of its own is charged its
+    /// neighbours' κ²·Σq.
     fn charge(&self, q: &[f64]) -> Vec<f64> {
         let kappa = self.eta / (1.0 - self.eta);
         let spread = kappa * q.iter().sum::<f64>().sqrt();
         q.iter().map(|q| (q.sqrt() + spread).powi(2)).collect()
     }
-}
-
-/// The check both [`Orthonormal`] constructors share: each entry of
-/// `gram` − I within the tolerance plus its rounding, and η =
-/// (‖gram − I‖_F + `rounding`)·(1 + 10⁻⁶), the last factor for summing
-/// and the root.
-fn eta(gram: &Array2<f64>, entry_rounding: impl Fn(usize, usize) -> f64, rounding: f64) -> Result<f64, PrivacyError> {
-    if !(rounding.is_finite() && rounding >= 0.0) {
-        return Err(PrivacyError::NonFinite("the orthonormality check's rounding"));
-    }
-    let (mut worst, mut frobenius_sq, mut within) = (0.0, 0.0, true);
-    for ((i, j), g) in gram.indexed_iter() {
-        let e = (g - if i == j { 1.0 } else { 0.0 }).abs();
-        worst = f64::max(worst, e);
-        frobenius_sq += e * e;
-        within &= e <= ORTHONORMALITY_TOLERANCE + entry_rounding(i, j);
-    }
-    if !(within && frobenius_sq.is_finite()) {
-        return Err(PrivacyError::Uncertified(format!("noise basis is not orthonormal (|UᵀU − I| = {worst:e})")));
-    }
-    let eta = (frobenius_sq.sqrt() + rounding) * (1.0 + 1e-6);
-    // The charge needs η < 1; this many columns this close to orthonormal
-    // always meet it unless r·n is ~10¹⁵.
-    if eta >= 0.5 {
-        return Err(PrivacyError::Uncertified(format!("noise basis too large to certify (η = {eta:e})")));
-    }
-    Ok(eta)
 }
 
 /// Noise Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ) on a block of output coordinates,
@@ -376,8 +371,12 @@ impl Noise {
         }
         let q = basis.charge(q);
         let q = q.as_slice();
+        // The sampler's coefficients have covariance UᵀU ⪰ (1 − η)I, which
+        // divides the Gaussian channel's bound by at most 1 − η
+        // (privacy-core.md §2, step 1): calibrated and certified with it.
+        let sampled = 1.0 - basis.eta;
 
-        let b_cal = b * (1.0 - CALIBRATION_SLACK);
+        let b_cal = b * (1.0 - CALIBRATION_SLACK) * sampled;
         let (b_main, b_res) =
             if residual > 0.0 { (b_cal * (1.0 - RESIDUAL_SHARE), b_cal * RESIDUAL_SHARE) } else { (b_cal, 0.0) };
         let complement =
@@ -398,7 +397,7 @@ impl Noise {
         let certified = b * (1.0 - CERTIFICATE_MARGIN);
         // Round-off only ever adds noise: scale everything up until certified.
         for _ in 0..4 {
-            let mi = certificate(q, residual, &noise.variances, noise.complement);
+            let mi = certificate(q, residual, &noise.variances, noise.complement) / sampled;
             if mi <= certified {
                 noise.mi_bound = mi;
                 return Ok(noise);
@@ -467,9 +466,9 @@ impl Noise {
     /// another basis of a repeated eigenvalue's space recomputes the same z
     /// from the same normals (the keyed audit, `privacy-core.md` §10). For U
     /// orthonormal Uᵀg ~ N(0, I_r) and (I − UUᵀ)h ~ N(0, I − UUᵀ),
-    /// independent, so z ~ N(0, Σ); for the checked basis (η ≤ 10⁻¹⁰) the
-    /// coefficients' covariance UᵀU ⪰ (1 − η)I, which the certificate's
-    /// margin covers (§2). The two parts use separate normals so that no
+    /// independent, so z ~ N(0, Σ); for a checked basis the coefficients'
+    /// covariance UᵀU ⪰ (1 − η)I, which the certificate divides by
+    /// ([`Noise::certified`], §2). The two parts use separate normals so that no
     /// cross term between the basis and the complement arises when U is
     /// only nearly orthonormal.
     pub fn sample_from(&self, mut normal: impl FnMut() -> f64) -> NoiseDraw {

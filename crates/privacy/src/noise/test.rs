@@ -117,22 +117,47 @@ fn samples_have_the_calibrated_covariance() -> Result<(), PrivacyError> {
 }
 
 /// tr(Σ⁻¹C) for the covariance the sampler really draws from a basis U,
-/// variances v and complement f: Σ = U·diag(v)·Uᵀ + f·(I − UUᵀ)².
+/// variances v and complement f (`Noise::sample_from`: coefficients Uᵀg,
+/// whose covariance is UᵀU): Σ = U·diag(√v)·UᵀU·diag(√v)·Uᵀ + f·(I − UUᵀ)².
 fn sampled_trace(u: &Array2<f64>, v: &[f64], f: f64, c: &Array2<f64>) -> f64 {
     let n = u.nrows();
-    let scaled = u * &ndarray::Array1::from(v.to_vec()).insert_axis(ndarray::Axis(0));
+    let scaled =
+        u * &ndarray::Array1::from(v.iter().map(|v| v.sqrt()).collect::<Vec<_>>()).insert_axis(ndarray::Axis(0));
     let p_perp = Array2::<f64>::eye(n) - u.dot(&u.t());
-    let sigma = scaled.dot(&u.t()) + p_perp.dot(&p_perp) * f;
+    let sigma = scaled.dot(&u.t().dot(u)).dot(&scaled.t()) + p_perp.dot(&p_perp) * f;
     // tr(Σ⁻¹C) = Σ_k e_kᵀCe_k/σ_k over Σ's eigenpairs.
     let (sig, e) = ndarray_linalg::Eigh::eigh(&sigma, ndarray_linalg::UPLO::Lower).expect("symmetric");
     (0..n).map(|k| e.column(k).dot(&c.dot(&e.column(k))) / sig[k]).sum()
 }
 
+/// A basis checked from another UᵀU (`Orthonormal::from_gram`, vector
+/// mode's check from G): within `most` ≤ `rounding` of the identity, η is
+/// 2·rounding·(1 + 10⁻⁶) whatever was computed, so two machines' kernels
+/// charge the same; past `most`, or with η ≥ ½, it is refused and the
+/// basis handed back.
+#[test]
+fn a_basis_checked_from_another_gram_matrix_is_charged_its_rounding() {
+    let u = crate::label::helmert(4);
+    let r = u.ncols();
+    let rounding = 1e-6;
+    for skew in [0.0, 1e-9, 1e-7] {
+        let gram = Array2::<f64>::eye(r) + skew;
+        let checked = Orthonormal::from_gram(u.clone(), &gram, rounding, 0.5 * rounding).expect("within the share");
+        assert_eq!(checked.eta(), 2.0 * rounding * (1.0 + 1e-6), "skew {skew}");
+    }
+    let far = Array2::<f64>::eye(r) + 1e-6;
+    let declined = Orthonormal::from_gram(u.clone(), &far, rounding, 0.5 * rounding).expect_err("past the share");
+    assert_eq!(declined.1, u);
+    assert!(Orthonormal::from_gram(u.clone(), &Array2::eye(r), 0.3, 0.3).is_err(), "η ≥ ½");
+    assert!(Orthonormal::from_gram(u.clone(), &Array2::eye(r + 1), rounding, rounding).is_err(), "shape");
+}
+
 proptest! {
     /// The charge for a basis that is not exactly orthonormal
     /// (`privacy-core.md` §2): for the covariance the sampler really
-    /// draws, the exact tr(Σ⁻¹C) stays below Σ_j q̃_j/v_j + ρ/f with ρ the
-    /// uncharged ‖X(I − UUᵀ)‖²_F. Skews far beyond the tolerance (η up to
+    /// draws, the exact tr(Σ⁻¹C) stays below (Σ_j q̃_j/v_j + ρ/f)/(1 − η)
+    /// with ρ the uncharged ‖X(I − UUᵀ)‖²_F, what `Noise::certified`
+    /// certifies. Skews far beyond the tolerance (η up to
     /// 0.2) so that the inequality, not round-off, is what is tested; half
     /// the cases put the signal inside span(U) with a tiny f, where a
     /// direction whose own q_j is 0 still sees its neighbour's signal.
@@ -170,7 +195,7 @@ proptest! {
 
         let v: Vec<f64> = q_charged.iter().map(|q| q.sqrt().max(1e-300) + rng.random_range(0.0..1.0)).collect();
         let exact = sampled_trace(&u, &v, f, &c);
-        let charged: f64 = q_charged.iter().zip(&v).map(|(q, v)| q / v).sum::<f64>() + residual / f;
+        let charged = (q_charged.iter().zip(&v).map(|(q, v)| q / v).sum::<f64>() + residual / f) / (1.0 - eta);
         prop_assert!(exact <= charged * (1.0 + 1e-9), "exact {exact} > charged {charged} at η = {eta}");
     }
 

@@ -93,6 +93,7 @@ fn audited(mode: Mode, steps: usize, c: Option<f64>, seed: u64, secret: Option<u
             log_likelihood: &ll,
             update_rule: a.update_rule,
             path: a.path,
+            rules: crate::vector::RULES,
             floor: crate::noise::Floor::default(),
         };
         // The dishonest journal passes every per-step check.
@@ -519,6 +520,7 @@ fn weak_cut(d: usize, steps: usize, cut: fn(f64, f64) -> f64, journal_path: bool
             log_likelihood: &ll,
             update_rule: a.update_rule,
             path: if journal_path { a.path } else { None },
+            rules: if journal_path { crate::vector::RULES } else { 0 },
             floor: crate::noise::Floor::default(),
         };
         let replayed = replay::replay(&mut verifier, &recorded).expect("every step verifies");

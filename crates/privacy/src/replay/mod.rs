@@ -77,6 +77,10 @@ pub struct Recorded<'a> {
     /// ([`mechanism::Answer::path`]; `None`: not recorded, and then either
     /// path is tried).
     pub path: Option<vector::Path>,
+    /// The calibration rules the server journaled it followed
+    /// ([`vector::RULES`]; 0: not recorded), which decide which paths it
+    /// would have taken.
+    pub rules: u32,
     /// The least variance the server gave Σ's basis directions:
     /// [`Floor::Resolvable`] for a step whose journal commits to a noise
     /// key (every step since committed noise), [`Floor::RoundOff`] for one
@@ -321,15 +325,27 @@ pub(crate) fn replay_on(
     let b = state.ledger.per_query();
     // A journaled path is the server's Σ: recomputed as such, with no
     // second choice (journals before issue 66 record none).
-    if let (Some(vector::Path::Svd | vector::Path::SvdKeeping(_)), TeacherOutputs::Vectors(v)) = (step.path, outputs) {
-        let gram =
-            vector::gram_always_serves(&state.posterior, v.view()).map_err(|e| Mismatch::Outputs(e.to_string()))?;
-        if gram {
-            return Err(Mismatch::Uncertified(
-                "the journal says the SVD found the basis, but the mechanism takes a Gram matrix here on every \
-                 machine: Σ was chosen another way than the mechanism chooses it"
-                    .into(),
-            ));
+    if let (Some(path), TeacherOutputs::Vectors(v)) = (step.path, outputs) {
+        let fits = |e: PrivacyError| Mismatch::Outputs(e.to_string());
+        let other = match path {
+            vector::Path::Svd | vector::Path::SvdKeeping(_) => {
+                vector::gram_always_serves(&state.posterior, v.view(), step.rules).map_err(fits)?.then_some(
+                    "the journal says the SVD found the basis, but the mechanism takes a Gram matrix here on every \
+                     machine",
+                )
+            }
+            vector::Path::GramKeepingFromK(kept) if step.rules >= 2 => {
+                vector::checks_from_g_always(&state.posterior, v.view(), kept).map_err(fits)?.then_some(
+                    "the journal says K's basis was checked in output space (path 3), but the mechanism checks it \
+                     from G here on every machine (path 4)",
+                )
+            }
+            _ => None,
+        };
+        if let Some(why) = other {
+            return Err(Mismatch::Uncertified(format!(
+                "{why}: Σ was chosen another way than the mechanism chooses it"
+            )));
         }
     }
     let calibrated = calibrate(state, outputs, b, step.path.unwrap_or(first), step.floor)?;

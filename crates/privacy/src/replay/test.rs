@@ -23,6 +23,7 @@ struct Entry {
     charge: f64,
     log_likelihood: Vec<f64>,
     update_rule: UpdateRule,
+    path: Option<vector::Path>,
 }
 
 impl Entry {
@@ -35,6 +36,7 @@ impl Entry {
             charge: a.charge.get(),
             log_likelihood: a.log_likelihood.map(|l| l.to_vec()).unwrap_or_default(),
             update_rule: a.update_rule,
+            path: a.path,
         }
     }
 
@@ -46,9 +48,12 @@ impl Entry {
             charge: self.charge,
             log_likelihood: &self.log_likelihood,
             update_rule: self.update_rule,
-            // As journals before issue 66: replay chooses the path (the
-            // recorded path has a test of its own).
-            path: None,
+            // As this release journals it: the path the server took, under
+            // its rules (a step's path decides its Σ: a server under rules 2
+            // may check K's basis from G, which replay choosing a path for a
+            // journal from before issue 66 never does).
+            path: self.path,
+            rules: if self.path.is_some() { vector::RULES } else { 0 },
             floor: crate::noise::Floor::default(),
         }
     }
@@ -218,6 +223,7 @@ fn unanimous_only_never_answers_a_contested_query() {
         charge: 0.0,
         log_likelihood: vec![0.0; 4],
         update_rule: UpdateRule::Grouped,
+        path: None,
     };
     assert_eq!(replay(&mut start.clone(), &entry.recorded()), Err(Mismatch::ContestedAnswered));
 }
@@ -234,6 +240,7 @@ fn a_step_past_the_limit_is_over_budget() {
         charge: 0.5,
         log_likelihood: vec![],
         update_rule: UpdateRule::PerSubset,
+        path: None,
     };
     assert!(replay(&mut s, &entry.recorded()).is_ok());
     assert!(matches!(replay(&mut s, &entry.recorded()), Err(Mismatch::OverBudget(_))));
@@ -354,6 +361,9 @@ fn vector_step(server: &mut SessionState, outputs: TeacherOutputs, path: vector:
         charge: charge.get(),
         log_likelihood: ll.to_vec(),
         update_rule: UpdateRule::PerSubset,
+        // Replay chooses, as for a journal from before issue 66: the
+        // server was forced onto a path such a journal could hold.
+        path: None,
     }
 }
 
@@ -498,12 +508,41 @@ fn a_journaled_path_is_followed_and_an_svd_where_gram_serves_is_refused() {
     let secret = SecretIndex::new(3, m).expect("secret");
     let a = answer(&mut start.clone(), &outputs, secret, None, &mut rng).expect("answered");
     assert!(matches!(a.path, Some(vector::Path::GramKeeping(_))), "{:?}", a.path);
-    assert!(vector::gram_always_serves(&start.posterior, outputs_view(&outputs)).expect("fits"));
+    assert!(vector::gram_always_serves(&start.posterior, outputs_view(&outputs), vector::RULES).expect("fits"));
     let entry = Entry::answered(outputs, a.clone());
-    let recorded = |path| Recorded { path, ..entry.recorded() };
+    let recorded = |path| Recorded { path, rules: vector::RULES, ..entry.recorded() };
     replay(&mut start.clone(), &recorded(a.path)).expect("the journaled path verifies");
     let refused = replay(&mut start.clone(), &recorded(Some(vector::Path::Svd)));
     assert!(matches!(&refused, Err(Mismatch::Uncertified(why)) if why.contains("Gram matrix")), "{refused:?}");
+}
+
+/// Issue 70 §5: a server under calibration rules 2 checks K's basis from
+/// G wherever that check passes on every machine; a journal that says it
+/// checked it in output space there (path 3) is refused, as a second Σ
+/// to choose from after the draw, while under rules 1, which had no check
+/// from G, the same journal verifies.
+#[test]
+fn a_basis_checked_in_output_space_where_every_server_checks_from_g_is_refused() {
+    let (m, d) = (16, 40);
+    let start = state(m, 2f64.powi(-10), Policy::Paper);
+    let mut rng = ChaCha20Rng::seed_from_u64(70);
+    let outputs = TeacherOutputs::Vectors(Array2::from_shape_fn((m, d), |_| rng.random_range(0.0..1.0)));
+    let secret = SecretIndex::new(5, m).expect("secret");
+    let a = answer(&mut start.clone(), &outputs, secret, None, &mut rng).expect("answered");
+    let Some(vector::Path::GramKeepingCheckedFromK(kept)) = a.path else { panic!("{:?}", a.path) };
+    assert!(vector::checks_from_g_always(&start.posterior, outputs_view(&outputs), kept).expect("fits"));
+    let entry = Entry::answered(outputs, a.clone());
+    let recorded = |path, rules| Recorded { path: Some(path), rules, ..entry.recorded() };
+    let checked = vector::Path::GramKeepingCheckedFromK(kept);
+    replay(&mut start.clone(), &recorded(checked, vector::RULES)).expect("the journaled path verifies");
+    let itself = vector::Path::GramKeepingFromK(kept);
+    let refused = replay(&mut start.clone(), &recorded(itself, 2));
+    assert!(matches!(&refused, Err(Mismatch::Uncertified(why)) if why.contains("from G")), "{refused:?}");
+    // Rules 1: path 3 is that server's Σ, which differs from path 4's by
+    // the charge, so the step itself does not match — but not as a path
+    // chosen another way.
+    let older = replay(&mut start.clone(), &recorded(itself, 1));
+    assert!(!matches!(&older, Err(Mismatch::Uncertified(why)) if why.contains("from G")), "{older:?}");
 }
 
 fn outputs_view(outputs: &TeacherOutputs) -> ndarray::ArrayView2<'_, f64> {

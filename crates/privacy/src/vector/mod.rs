@@ -222,10 +222,8 @@ impl Path {
     /// give what the check from G needs).
     fn check(self) -> Check {
         match self {
-            Path::Auto => Check::Either(CHECK_FROM_G),
-            // Within the band above the limit: the rounding bound is the
-            // same on every machine but for its own rounding.
-            Path::GramKeepingCheckedFromK(_) => Check::FromG(CHECK_FROM_G * (1.0 + KEEP_BAND)),
+            Path::Auto => Check::Either(Limits::SERVER),
+            Path::GramKeepingCheckedFromK(_) => Check::FromG(Limits::FOLLOWING),
             _ => Check::Basis,
         }
     }
@@ -242,27 +240,88 @@ impl Path {
     }
 }
 
-/// Whether every server would have taken a Gram matrix for these outputs
-/// under `posterior`: the Gram path serves even with a tenth of the
-/// left-out share [`Path::Auto`] allows ([`GRAM_LEFT_OUT_MARGIN`]), far
-/// beyond what kernels' rounding moves. A journal that says the SVD served
-/// such a step chose Σ another way than the mechanism does — possibly
-/// after seeing the draw — and `replay` refuses it.
+/// Whether every server following calibration `rules` would have taken a
+/// Gram matrix for these outputs under `posterior`: the Gram path serves
+/// even with a tenth of the left-out share [`Path::Auto`] allows
+/// ([`GRAM_LEFT_OUT_MARGIN`]), far beyond what kernels' rounding moves,
+/// and its basis passes the check in output space or, under rules 2, the
+/// check from G inside [`Limits::ALWAYS`]. A journal that says the SVD
+/// served such a step chose Σ another way than the mechanism does —
+/// possibly after seeing the draw — and `replay` refuses it.
 ///
 /// # Errors
 /// As [`calibrate`] for outputs that do not fit.
-pub fn gram_always_serves(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -> Result<bool, PrivacyError> {
+pub fn gram_always_serves(
+    posterior: &Posterior,
+    outputs: ArrayView2<'_, f64>,
+    rules: u32,
+) -> Result<bool, PrivacyError> {
+    fits(posterior, outputs)?;
+    let Centred { centred, sqrt_w, deviations, .. } = Centred::new(posterior, outputs);
+    let share = GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN;
+    let (coefficients, check) = if rules >= 2 {
+        (Coefficients::FromK, Check::Either(Limits::ALWAYS))
+    } else {
+        (Coefficients::Outputs, Check::Basis)
+    };
+    Ok(gram_basis(&centred, &sqrt_w, share, None, coefficients, check, &deviations).is_some())
+}
+
+/// Whether every server following calibration rules 2 that took K's
+/// basis of `kept` directions for these outputs under `posterior` would
+/// have checked it from G ([`Limits::ALWAYS`]): a journal that says such a
+/// server checked it in output space (path 3) chose Σ another way than the
+/// mechanism does, and `replay` refuses it.
+///
+/// # Errors
+/// As [`calibrate`] for outputs that do not fit.
+pub fn checks_from_g_always(
+    posterior: &Posterior,
+    outputs: ArrayView2<'_, f64>,
+    kept: usize,
+) -> Result<bool, PrivacyError> {
+    fits(posterior, outputs)?;
+    let Centred { centred, sqrt_w, deviations, .. } = Centred::new(posterior, outputs);
+    let share = GRAM_LEFT_OUT * GRAM_LEFT_OUT_MARGIN;
+    let check = Check::FromG(Limits::ALWAYS);
+    let gram = gram_basis(&centred, &sqrt_w, share, Some(kept), Coefficients::FromK, check, &deviations);
+    Ok(gram.is_some_and(|g| g.checked_from_g))
+}
+
+/// The outputs centred on their weighted mean μ = wᵀV, and what every
+/// basis is formed from with them.
+struct Centred {
+    /// V − 1μᵀ, m × d.
+    centred: Array2<f64>,
+    /// The posterior's weights w.
+    w: Array1<f64>,
+    sqrt_w: Array1<f64>,
+    /// ‖c_i‖² of each teacher's centred output.
+    deviations: Vec<f64>,
+}
+
+impl Centred {
+    /// For outputs that [`fits`] `posterior`.
+    fn new(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -> Centred {
+        let w = posterior.weights();
+        let mu = w.dot(&outputs);
+        let centred = &outputs - &mu.view().insert_axis(Axis(0));
+        let deviations = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
+        let sqrt_w = w.mapv(f64::sqrt);
+        Centred { centred, w, sqrt_w, deviations }
+    }
+}
+
+/// Whether `outputs` are one finite row per teacher of `posterior`.
+///
+/// # Errors
+/// [`PrivacyError::TeacherCount`], or [`check_outputs`]'s.
+fn fits(posterior: &Posterior, outputs: ArrayView2<'_, f64>) -> Result<(), PrivacyError> {
     let m = outputs.nrows();
     if m != posterior.len() {
         return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: m });
     }
-    check_outputs(outputs)?;
-    let w = posterior.weights();
-    let mu = w.dot(&outputs);
-    let centred = &outputs - &mu.view().insert_axis(Axis(0));
-    let sqrt_w = w.mapv(f64::sqrt);
-    let share = GRAM_LEFT_OUT / GRAM_LEFT_OUT_MARGIN;
-    Ok(gram_basis(&centred, &sqrt_w, share, None, Coefficients::Outputs, Check::Basis, &[]).is_some())
+    check_outputs(outputs)
 }
 
 /// [`calibrate`] on the basis `path` asks for, its basis directions'
@@ -282,10 +341,7 @@ pub fn calibrate_on<'a>(
     floor: Floor,
 ) -> Result<VectorCalibration<'a>, PrivacyError> {
     let (m, d) = outputs.dim();
-    if m != posterior.len() {
-        return Err(PrivacyError::TeacherCount { posterior: posterior.len(), teachers: m });
-    }
-    check_outputs(outputs)?;
+    fits(posterior, outputs)?;
     let first = outputs.row(0);
     if outputs.rows().into_iter().all(|r| r == first) {
         return Ok(VectorCalibration {
@@ -300,13 +356,8 @@ pub fn calibrate_on<'a>(
         });
     }
 
-    let w = posterior.weights();
+    let Centred { centred, w, sqrt_w, deviations } = Centred::new(posterior, outputs);
     let underflowed = w.iter().filter(|&&x| x == 0.0).count();
-    let mu = w.dot(&outputs);
-    let centred = &outputs - &mu.view().insert_axis(Axis(0));
-    let sqrt_w = w.mapv(f64::sqrt);
-    // ‖c_i‖² of each teacher's centred output.
-    let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
     let (coefficients, check) = (path.coefficients(), path.check());
     // Before issue 70 every server's SVD kept all min(m, d) directions.
     let svd_keep = match path {
@@ -588,12 +639,11 @@ struct GramBasis {
 enum Check {
     /// UᵀU of the d × r basis ([`Orthonormal::check`]).
     Basis,
-    /// From G ([`from_g`]) where its rounding bound is at most this, or
-    /// not at all (a journal says the server took it).
-    FromG(f64),
-    /// From G where its rounding bound is at most this and it passes,
-    /// else as [`Check::Basis`]: what a server does.
-    Either(f64),
+    /// From G ([`from_g`]) within these limits, or not at all.
+    FromG(Limits),
+    /// From G within these limits where it passes, else as
+    /// [`Check::Basis`]: what a server does.
+    Either(Limits),
 }
 
 /// The coefficients (V − 1μᵀ)U formed as G·A·diag(N), where U =
@@ -738,8 +788,8 @@ fn rows_basis(
         .collect();
     let (basis, checked_from_g) = match check {
         Check::Basis => (Orthonormal::check(basis).ok()?, false),
-        Check::FromG(limit) => (from_g(basis, &a, &ga, &inverse, &spread, &lengths, limit).ok()?, true),
-        Check::Either(limit) => match from_g(basis, &a, &ga, &inverse, &spread, &lengths, limit) {
+        Check::FromG(limits) => (from_g(basis, &a, &ga, &inverse, &lengths, limits).ok()?, true),
+        Check::Either(limits) => match from_g(basis, &a, &ga, &inverse, &lengths, limits) {
             Ok(basis) => (basis, true),
             Err(basis) => (Orthonormal::check(basis).ok()?, false),
         },
@@ -765,31 +815,53 @@ fn rows_basis(
     Some(GramBasis { basis, from_k: Some(FromK { coef, spread, underflow }), checked_from_g })
 }
 
-/// The most G's rounding may add to η for the check from G to be taken
-/// ([`Check::Either`]; `privacy-core.md` §4, *The orthonormality check
-/// from G*): the charge then moves every direction's standard deviation by
-/// at most this much of the strongest's, far below what the basis's own
-/// weakest directions carry, where the check in output space costs an
-/// m × d × r product. The jittered scores of `BENCHMARKS.md` need ~10⁻⁶.
+/// The most G's rounding bound R may be for the check from G to be taken
+/// (η = 2R; `privacy-core.md` §4, *The orthonormality check from G*): the
+/// charge then raises Σ's trace by at most (1 + 2rR)²/(1 − 2R), 0.5 % at
+/// r = 127, where the check in output space costs a d × r × r product.
+/// The jittered scores of `BENCHMARKS.md` have R ≈ 10⁻⁶.
 pub const CHECK_FROM_G: f64 = 1e-5;
+
+/// Where [`from_g`] takes the check: the server's own limits, and a band
+/// on either side of them, so that a verifier follows every server that
+/// took it ([`Limits::FOLLOWING`]) and refuses a journal that says a
+/// server did not where every server would have ([`Limits::ALWAYS`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Limits {
+    /// Most G's rounding bound R may be.
+    rounding: f64,
+    /// log₂ of the most max_j N_j²·d·m² may be (underflow).
+    safe: i32,
+    /// Most the computed ‖UᵀU − I‖_F may be, as a share of R.
+    deviation: f64,
+}
+
+impl Limits {
+    /// What a server takes.
+    const SERVER: Limits = Limits { rounding: CHECK_FROM_G, safe: 900, deviation: 0.5 };
+    /// What a verifier accepts where a journal says a server took it.
+    const FOLLOWING: Limits = Limits { rounding: CHECK_FROM_G * (1.0 + KEEP_BAND), safe: 901, deviation: 1.0 };
+    /// Where every server takes it, on any kernels.
+    const ALWAYS: Limits = Limits { rounding: CHECK_FROM_G * (1.0 - KEEP_BAND), safe: 899, deviation: 0.25 };
+}
 
 /// The orthonormality check from G: UᵀU = diag(N)·AᵀGA·diag(N), an
 /// m × m × r product from G·A (which the coefficients need anyway) in
 /// place of the d × r × r one. Its rounding is at most γ_G·σ_jσ_l in
-/// entry (j, l), and in Frobenius norm at most γ_G·Σσ_j² ≤
-/// γ_G·m·Σ_j N_j²·Σ_k a_kj²‖c_k‖² — a bound that, unlike Σσ_j², does not
-/// change when kernels rotate a repeated eigenvalue's eigenvectors, so
-/// every machine computes the same η and chooses the same way. Taken when
-/// that bound is at most `limit` and when the products cannot have
-/// underflowed; the basis back otherwise.
+/// entry (j, l), and in Frobenius norm at most γ_G·Σσ_j² ≤ R =
+/// γ_G·m·Σ_j N_j²·Σ_k a_kj²‖c_k‖², a bound that, unlike Σσ_j², does not
+/// change when kernels rotate a repeated eigenvalue's eigenvectors; the
+/// computed ‖UᵀU − I‖_F must be at most a share of R, so η is 2R on every
+/// machine (`Orthonormal::from_gram`). Taken within `limits` and when no
+/// product can have underflowed far enough to matter; the basis back
+/// otherwise (`privacy-core.md` §4, *The orthonormality check from G*).
 fn from_g(
     basis: Array2<f64>,
     a: &Array2<f64>,
     ga: &Array2<f64>,
     inverse: &Array1<f64>,
-    spread: &[f64],
     lengths: &[f64],
-    limit: f64,
+    limits: Limits,
 ) -> Result<Orthonormal, Array2<f64>> {
     let (m, d) = (a.nrows(), basis.nrows());
     let gamma = 4.0 * (d + 4 * m + 4) as f64 * f64::EPSILON;
@@ -799,23 +871,21 @@ fn from_g(
         .zip(inverse)
         .map(|(a, n)| n * n * a.iter().zip(lengths).map(|(a, l)| (a * l) * (a * l)).sum::<f64>())
         .sum();
-    // (1 + 10⁻⁶): this sum's own rounding.
-    let rounding = gamma * m as f64 * weighted * (1.0 + 1e-6);
     // Below this every product that could underflow (2⁻¹⁰⁷⁵ each) moves an
-    // entry of diag(N)·AᵀGA·diag(N) by less than 2⁻¹⁶⁰ (privacy-core.md §4).
+    // entry of diag(N)·AᵀGA·diag(N) by less than 2⁻¹⁶⁰, added r² times.
     let widest = inverse.iter().copied().fold(0.0, f64::max);
-    let safe = widest * widest * (d * m * m) as f64 <= 2f64.powi(900);
-    if !(rounding <= limit && safe) {
+    let safe = widest * widest * (d * m * m) as f64 <= 2f64.powi(limits.safe);
+    let r = a.ncols() as f64;
+    // (1 + 10⁻⁶): this sum's own rounding.
+    let rounding = gamma * m as f64 * weighted * (1.0 + 1e-6) + r * r * 2f64.powi(-160);
+    if !(rounding <= limits.rounding && safe) {
         return Err(basis);
     }
-    let underflow = 2f64.powi(-160);
     let mut gram = a.t().dot(ga);
     for ((j, l), x) in gram.indexed_iter_mut() {
         *x *= inverse[j] * inverse[l];
     }
-    let r = spread.len() as f64;
-    let entry = |j: usize, l: usize| gamma * spread[j] * spread[l] + underflow;
-    Orthonormal::from_gram(basis, &gram, entry, rounding + r * r * underflow).map_err(|declined| declined.1)
+    Orthonormal::from_gram(basis, &gram, rounding, limits.deviation * rounding).map_err(|declined| declined.1)
 }
 
 /// The index of the first eigenvalue kept of a Gram matrix's `lambda`
