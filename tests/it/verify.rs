@@ -468,7 +468,8 @@ fn a_consistent_journal_of_under_noised_releases_fails_the_noise_audit() {
 /// verify` does. Here d = 10 ≤ m = 16: the basis from C.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_export_verifies_the_same_on_other_openblas_kernels() {
-    verifies_the_same_on_each_kernel(16, &["\"basis\":2"]).await;
+    let (dir, export) = verifies_the_same_on_each_kernel(16, &["\"basis\":2"]).await;
+    stripped_rules_are_counted(dir.path(), &export);
 }
 
 /// Issue 70: as above with d = 10 > m = 8, where the basis comes from K,
@@ -487,10 +488,8 @@ async fn a_wide_export_verifies_the_same_on_other_openblas_kernels() {
 
 /// A forger who recomputes every hash cannot claim the SVD kept another
 /// count, nor all its directions as before issue 70, nor the check from G
-/// under rules that predate it (a second Σ to choose from after the
-/// draw); a step whose rules are stripped is a finding
-/// unless `--allow-unversioned` says the store predates them, and then is
-/// counted.
+/// under rules that predate it, nor rules older than a step before it in
+/// the session (each a second Σ to choose from after the draw).
 fn a_step_is_held_to_its_calibration_rules(dir: &Path, export: &str) {
     let lines: Vec<String> = export.lines().map(str::to_owned).collect();
     let svd = lines.iter().position(|l| l.contains("\"basis\":1,\"rank\":")).expect("an SVD step");
@@ -503,17 +502,38 @@ fn a_step_is_held_to_its_calibration_rules(dir: &Path, export: &str) {
     };
     fails_at(&rechained(dir, &lines, svd, step(|s| s.rank = 0)), svd + 1, "vector basis path 1 with no rank");
     fails_at(&rechained(dir, &lines, svd, step(|s| s.rank += 1)), svd + 1, "the SVD does not keep");
-    fails_at(&rechained(dir, &lines, svd, step(|s| s.calibration = 0)), svd + 1, "records no calibration rules");
+    // The SVD step follows a step of its session under rules 2: rules that
+    // go back would leave a choice of two (rules 1: path 3 where rules 2
+    // check from G).
+    for older in [0, 1] {
+        let file = rechained(dir, &lines, svd, move |line: &mut Line| {
+            if let Line::Entry(e) = line {
+                e.step.calibration = older
+            }
+        });
+        fails_at(&file, svd + 1, "rules never go back within a session");
+    }
     fails_at(&rechained(dir, &lines, svd, step(|s| s.calibration += 1)), svd + 1, "verify with a newer pacpriv");
     let from_g = lines.iter().position(|l| l.contains("\"basis\":4")).expect("a step checked from G");
     fails_at(&rechained(dir, &lines, from_g, step(|s| s.calibration = 1)), from_g + 1, "vector basis path 4");
+}
 
-    // Every step's rules stripped, as a store from before them holds —
-    // but for steps checked from G, which no such store holds (stripped,
-    // they are the forgery above).
+/// A store from before calibration rules holds steps that record none
+/// (0): a finding once a session, unless `--allow-unversioned` says the
+/// store predates them, and then counted. (On an export at d ≤ m, whose
+/// every path such a store could hold.)
+fn stripped_rules_are_counted(dir: &Path, export: &str) {
+    let lines: Vec<String> = export.lines().map(str::to_owned).collect();
+    let step = |change: fn(&mut format::StepLine)| {
+        move |line: &mut Line| {
+            if let Line::Entry(e) = line {
+                change(&mut e.step)
+            }
+        }
+    };
     let mut older = lines.clone();
     for k in 0..lines.len() {
-        if Line::parse(&older[k]).is_ok_and(|l| matches!(l, Line::Entry(e) if e.step.basis != 4)) {
+        if Line::parse(&older[k]).is_ok_and(|l| matches!(l, Line::Entry(_))) {
             let file = rechained(dir, &older, k, step(|s| s.calibration = 0));
             older = std::fs::read_to_string(file).expect("rechained").lines().map(str::to_owned).collect();
         }

@@ -443,4 +443,7 @@ struct Replaying {
     /// Keyed vector steps that record no calibration rules, held to the
     /// older ones (with `--allow-unversioned`).
     unversioned_steps: u64,
+    /// The newest calibration rules a step of this session recorded: a
+    /// server's rules never go back (an upgrade raises them).
+    rules: u32,
 }

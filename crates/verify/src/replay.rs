@@ -97,6 +97,19 @@ impl Replaying {
             Ok(parsed) => parsed,
             Err(what) => return fail(self, what),
         };
+        // Rules that go back within a session would let a server take
+        // whichever rules' path suits it after each draw (under rules 1,
+        // path 3 where rules 2 check from G): an upgrade raises them, and
+        // nothing lowers them.
+        if s.calibration < self.rules {
+            let what = format!(
+                "calibration rules {} after a step under rules {}: a server's rules never go back within a \
+                 session, and two sets of them would leave two paths, and so two Σ, to choose from after the draw",
+                s.calibration, self.rules
+            );
+            return fail(self, what);
+        }
+        self.rules = s.calibration;
         let nats = |x: f64| Nats::new(x).map_err(|e| e.to_string());
         let state = match self.state.take() {
             Some(state) => Ok(state),

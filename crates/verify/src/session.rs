@@ -38,6 +38,7 @@ impl Replaying {
             unkeyed_said: false,
             unversioned_said: false,
             unversioned_steps: 0,
+            rules: 0,
         }
     }
 

@@ -14,15 +14,17 @@
 //!
 //! # Invariants
 //! - [`Noise::certified`] is the only constructor of a noisy `Noise`: it
-//!   calibrates to b·(1 − [`CALIBRATION_SLACK`]), then recomputes
-//!   ½·Σ_j q_j/v_j (+ residual term) and requires it ≤ b·(1 −
+//!   calibrates to b·(1 − [`CALIBRATION_SLACK`])·(1 − η), then recomputes
+//!   ½·(Σ_j q_j/v_j + residual term)/(1 − η) — the sampler's coefficients
+//!   have covariance UᵀU ⪰ (1 − η)I — and requires it ≤ b·(1 −
 //!   [`CERTIFICATE_MARGIN`]); if round-off pushed it above, *all* variances
 //!   are scaled up and it is re-checked. The margin is ten times the
 //!   agreement (~10⁻⁹ relative) measured between the certified value and an
 //!   independent high-precision evaluation of ½·tr(Σ⁺C), so the floating-point
 //!   error of the certificate itself cannot carry the true value past b.
 //! - The basis arrives as an [`Orthonormal`], checked to
-//!   [`ORTHONORMALITY_TOLERANCE`], and the certificate charges for its
+//!   [`ORTHONORMALITY_TOLERANCE`] (or, vector mode's check from G, to
+//!   within its UᵀU's rounding bound), and the certificate charges for its
 //!   η ≥ ‖UᵀU − I‖₂ (`privacy-core.md` §2, *Bases that are nearly
 //!   orthonormal*): no step assumes U exactly orthonormal.
 //! - No variance is below [`dynamic_range_floor`] of the block's largest,

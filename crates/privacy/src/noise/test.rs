@@ -235,9 +235,11 @@ fn a_direction_without_signal_is_charged_for_its_neighbours() -> Result<(), Priv
     let bb = 0.5;
     let n = Noise::certified(3, vec![0, 1, 2], Orthonormal { u: u.clone(), eta }, &q, residual, b(bb))?;
     assert!(n.variances()[0] > 1e-6, "u₁ got {:e}", n.variances()[0]);
-    // Σ on span(U) only (f = 0): invert it on that plane.
+    // Σ as the sampler draws it (coefficients Uᵀg, of covariance UᵀU), on
+    // span(U) only (f = 0): invert it on that plane.
     let plane = u.slice_axis(ndarray::Axis(0), (0..2).into()).to_owned();
-    let sigma = plane.dot(&Array2::from_diag(&n.variances())).dot(&plane.t());
+    let root = Array2::from_diag(&n.variances().mapv(f64::sqrt));
+    let sigma = plane.dot(&root).dot(&u.t().dot(&u)).dot(&root).dot(&plane.t());
     let det = sigma[[0, 0]] * sigma[[1, 1]] - sigma[[0, 1]] * sigma[[1, 0]];
     let exact = 0.5 * sigma[[0, 0]] / det * c[[1, 1]]; // (Σ⁻¹)₁₁ · C₁₁
     assert!(exact <= bb, "½tr(Σ⁻¹C) = {exact} > b = {bb}");

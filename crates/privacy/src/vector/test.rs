@@ -306,6 +306,20 @@ fn dot2(x: impl Iterator<Item = f64>, y: impl Iterator<Item = f64>) -> f64 {
     sum + carry
 }
 
+/// The verifier's bands around the server's limits for the check from G
+/// nest: what every server takes (`ALWAYS`) inside what a server takes,
+/// inside what a verifier follows (`FOLLOWING`), in each of R, the
+/// underflow gate and the computed deviation, whose share of R stays ≤ 1
+/// so that η is 2R on every machine.
+#[test]
+fn the_check_from_gs_bands_nest() {
+    let (always, server, following) = (Limits::ALWAYS, Limits::SERVER, Limits::FOLLOWING);
+    assert!(always.rounding < server.rounding && server.rounding < following.rounding);
+    assert!(always.safe < server.safe && server.safe < following.safe);
+    assert!(always.deviation < server.deviation && server.deviation < following.deviation);
+    assert!(following.deviation <= 1.0);
+}
+
 /// Issue 70 §5: the inputs vector mode is measured on against numpy
 /// (m = 128, d = 1 000, the bench's posterior) check the basis from G,
 /// saving a d × r × r product.
