@@ -845,9 +845,9 @@ impl Limits {
     const ALWAYS: Limits = Limits { rounding: CHECK_FROM_G * (1.0 - KEEP_BAND), safe: 899, deviation: 0.25 };
 }
 
-/// The orthonormality check from G: UᵀU = diag(N)·AᵀGA·diag(N), an
-/// m × m × r product from G·A (which the coefficients need anyway) in
-/// place of the d × r × r one. Its rounding is at most γ_G·σ_jσ_l in
+/// The orthonormality check from G: UᵀU = diag(N)·Aᵀ(G·A)·diag(N), an
+/// r × m × r product from the G·A the coefficients need anyway, in place
+/// of the d × r × r one. Its rounding is at most γ_G·σ_jσ_l in
 /// entry (j, l), and in Frobenius norm at most γ_G·Σσ_j² ≤ R =
 /// γ_G·m·Σ_j N_j²·Σ_k a_kj²‖c_k‖², a bound that, unlike Σσ_j², does not
 /// change when kernels rotate a repeated eigenvalue's eigenvectors; the
