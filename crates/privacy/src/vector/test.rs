@@ -333,6 +333,29 @@ fn the_bench_checks_from_g() {
     assert_eq!(cal.path_taken(), Some(Path::GramKeepingCheckedFromK(cal.noise().rank())));
 }
 
+/// The adversarial inputs of the tests of K's coefficients and of the
+/// check from G: a posterior with weights down to e⁻`spread` and ~e⁻⁶⁹⁰,
+/// and m × d outputs around `offset` (so that centring cancels), sparse
+/// or not, scaled by `scale` (scaled down, G's entries and products reach
+/// the subnormals).
+fn adversarial(
+    seed: u64,
+    m: usize,
+    d: usize,
+    spread: f64,
+    offset: f64,
+    sparse: bool,
+    scale: f64,
+) -> (Posterior, Array2<f64>) {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let log_w: Vec<f64> =
+        (0..m).map(|_| if rng.random_bool(0.1) { -690.0 } else { rng.random_range(-spread..=0.0) }).collect();
+    let v = Array2::from_shape_fn((m, d), |_| {
+        scale * if sparse && rng.random_bool(0.7) { offset } else { offset + rng.random_range(-1.0..1.0) }
+    });
+    (Posterior::from_log_weights(log_w).expect("finite"), v)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
@@ -353,18 +376,8 @@ proptest! {
         scale in prop::sample::select(vec![1.0, 1e-140, 1e-150, 1e150]),
     ) {
         let d = m + extra;
-        let mut rng = ChaCha20Rng::seed_from_u64(seed);
-        let log_w: Vec<f64> =
-            (0..m).map(|_| if rng.random_bool(0.1) { -690.0 } else { rng.random_range(-spread..=0.0) }).collect();
-        // Scaled down, G's entries and products reach the subnormals.
-        let v = Array2::from_shape_fn((m, d), |_| {
-            scale * if sparse && rng.random_bool(0.7) { offset } else { offset + rng.random_range(-1.0..1.0) }
-        });
-        let w = Posterior::from_log_weights(log_w).expect("finite").weights();
-        let mu = w.dot(&v);
-        let centred = &v - &mu.view().insert_axis(Axis(0));
-        let sqrt_w = w.mapv(f64::sqrt);
-        let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
+        let (p, v) = adversarial(seed, m, d, spread, offset, sparse, scale);
+        let Centred { centred, w, sqrt_w, deviations } = Centred::new(&p, v.view());
         let Some(GramBasis { basis, from_k: Some(FromK { coef, spread, underflow }), .. }) =
             gram_basis(&centred, &sqrt_w, 1.0, None, Coefficients::FromK, Check::Either(Limits::SERVER), &deviations)
         else {
@@ -426,17 +439,8 @@ proptest! {
         scale in prop::sample::select(vec![1.0, 1e-130, 1e-132, 1e-150, 1e150]),
     ) {
         let d = m + extra;
-        let mut rng = ChaCha20Rng::seed_from_u64(seed);
-        let log_w: Vec<f64> =
-            (0..m).map(|_| if rng.random_bool(0.1) { -690.0 } else { rng.random_range(-spread..=0.0) }).collect();
-        let v = Array2::from_shape_fn((m, d), |_| {
-            scale * if sparse && rng.random_bool(0.7) { offset } else { offset + rng.random_range(-1.0..1.0) }
-        });
-        let w = Posterior::from_log_weights(log_w).expect("finite").weights();
-        let mu = w.dot(&v);
-        let centred = &v - &mu.view().insert_axis(Axis(0));
-        let sqrt_w = w.mapv(f64::sqrt);
-        let deviations: Vec<f64> = centred.rows().into_iter().map(|row| row.dot(&row)).collect();
+        let (p, v) = adversarial(seed, m, d, spread, offset, sparse, scale);
+        let Centred { centred, sqrt_w, deviations, .. } = Centred::new(&p, v.view());
         let check = Check::FromG(Limits { rounding: f64::INFINITY, ..Limits::SERVER });
         let Some(GramBasis { basis, checked_from_g, .. }) =
             gram_basis(&centred, &sqrt_w, 1.0, None, Coefficients::FromK, check, &deviations)
