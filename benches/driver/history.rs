@@ -293,7 +293,7 @@ async fn closed_loop(
                     key: Some(handle.cache_key(QueryDigest::of(&[n as f64]))),
                     ..Asking::uncached(None, String::new())
                 };
-                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.release().await?;
+                handle.begin(vec![(Some(outputs.clone()), asking)], Vec::new()).await?.release().await?;
             }
         });
     }

@@ -45,7 +45,7 @@ impl Proxy {
         let [row] = query.rows.as_slice() else {
             return Err(ServiceError::InvalidInput("the proxy answers one example per request".into()));
         };
-        let (labels, classes) = match self.ensemble.query(&row.features).await? {
+        let (labels, classes) = match self.ensemble.query(&row.features).await?.0 {
             TeacherOutputs::Labels { labels, classes } => (labels, classes),
             // Score vectors vote with their argmax.
             TeacherOutputs::Vectors(v) => {
@@ -104,6 +104,8 @@ pub async fn start(
         settings.model.mode,
         settings.model.batching,
         &metrics.teachers,
+        // Nothing waits for the proxy's answers: it stores nothing.
+        Default::default(),
     )?;
     let input = InputSpec { shape: settings.model.input_shape.clone(), release_noisy: false, max_rows: 1 };
     let service = PrivatizerServer::new(Proxy { ensemble, input })

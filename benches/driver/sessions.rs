@@ -221,8 +221,8 @@ fn setup(args: &Args, path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
 fn open(args: &Args, path: &Path) -> anyhow::Result<Arc<EmbeddedStore>> {
     let metrics = pacpriv_store::StoreMetrics::default();
     Ok(Arc::new(match args.cache_mib {
-        Some(mib) => EmbeddedStore::open_with_cache(path, metrics, mib << 20)?,
-        None => EmbeddedStore::open_with(path, metrics)?,
+        Some(mib) => EmbeddedStore::open_with_cache(path, metrics, Arc::default(), mib << 20)?,
+        None => EmbeddedStore::open_with(path, metrics, Arc::default())?,
     }))
 }
 

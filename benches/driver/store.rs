@@ -257,10 +257,15 @@ async fn durable(
             let link = PgLink::plain(tasks.clamp(2, 64));
             Store::Postgres(Arc::new(PgStore::connect(url, &link).await?.observed(metrics.store.clone())))
         }
-        (None, Some(mib)) => {
-            Store::Embedded(Arc::new(EmbeddedStore::open_with_cache(path, metrics.store.clone(), mib << 20)?))
+        (None, Some(mib)) => Store::Embedded(Arc::new(EmbeddedStore::open_with_cache(
+            path,
+            metrics.store.clone(),
+            Arc::default(),
+            mib << 20,
+        )?)),
+        (None, None) => {
+            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone(), Arc::default())?))
         }
-        (None, None) => Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?)),
     };
     let secret = seal_secret(&store, args.teachers, "pacpriv bench store").await?;
     let params = SessionParams {
@@ -328,7 +333,7 @@ async fn durable(
                 let handle = &handles[session_of(task, n, tasks, handles.len())];
                 let key = (cached > 0).then(|| QueryDigest::of(&[task as f64, n as f64, salt]).into());
                 let asking = Asking { key, ..Asking::uncached(None, String::new()) };
-                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.release().await?;
+                handle.begin(vec![(Some(outputs.clone()), asking)], Vec::new()).await?.release().await?;
                 n += 1;
             }
             Ok::<u64, SessionError>(n)
@@ -359,7 +364,7 @@ async fn fill(handles: &[Handle], outputs: &TeacherOutputs, cached: usize, salt:
             for j in 0..cached {
                 let key = Some(QueryDigest::of(&[-1.0 - i as f64, j as f64, salt]).into());
                 let asking = Asking { key, ..Asking::uncached(None, String::new()) };
-                handle.begin(vec![(Some(outputs.clone()), asking)]).await?.release().await?;
+                handle.begin(vec![(Some(outputs.clone()), asking)], Vec::new()).await?.release().await?;
             }
             Ok::<(), SessionError>(())
         });

@@ -171,10 +171,12 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         model: ModelTag { name: "private".into(), version: "1".into() },
     };
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
-    let (first, _) = bob.begin(vec![(Some(outputs(3)), keyed())]).await.expect("step").release().await.expect("fresh");
+    let (first, _) =
+        bob.begin(vec![(Some(outputs(3)), keyed())], Vec::new()).await.expect("step").release().await.expect("fresh");
     let first = &first[0];
     assert!(!first.cached);
-    let (again, view) = bob.begin(vec![(None, keyed())]).await.expect("step").release().await.expect("cached");
+    let (again, view) =
+        bob.begin(vec![(None, keyed())], Vec::new()).await.expect("step").release().await.expect("cached");
     let again = &again[0];
     assert!(again.cached && again.charge.get() == 0.0 && again.label == first.label);
     assert_eq!((again.published.clone(), view.answered), (first.published.clone(), 1));
@@ -186,7 +188,8 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         bob.preflight(&[QueryDigest::of(&[1.0, 2.0]).into()], Some("q")).await.expect("preflight"),
         [Preflight::Known]
     );
-    let (after, view) = bob.begin(vec![(None, keyed())]).await.expect("step").release().await.expect("cached");
+    let (after, view) =
+        bob.begin(vec![(None, keyed())], Vec::new()).await.expect("step").release().await.expect("cached");
     assert_eq!((&after[0], view.answered), (again, 1));
     assert_eq!(store.load("bob").await.expect("load").expect("record").version, 1, "a hit writes no step");
 
@@ -197,7 +200,7 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
     let key = |n: usize| QueryDigest::of(&[100.0 + n as f64]).into();
     let asking = |n: usize| Asking { key: Some(key(n)), ..Asking::uncached(None, format!("e{n}")) };
     let mut labels = Vec::new();
-    bob.begin(vec![(Some(outputs(0)), asking(0)), (Some(outputs(1)), asking(1))])
+    bob.begin(vec![(Some(outputs(0)), asking(0)), (Some(outputs(1)), asking(1))], Vec::new())
         .await
         .expect("two rows")
         .release()
@@ -207,19 +210,29 @@ async fn conformance(store: Store, reopen: impl AsyncFn() -> Store) {
         .iter()
         .for_each(|r| labels.push(r.label));
     for n in 2..6 {
-        let (r, _) = bob.begin(vec![(Some(outputs(n)), asking(n))]).await.expect("step").release().await.expect("ok");
+        let (r, _) = bob
+            .begin(vec![(Some(outputs(n)), asking(n))], Vec::new())
+            .await
+            .expect("step")
+            .release()
+            .await
+            .expect("ok");
         labels.push(r[0].label);
     }
     drop((bob, s, store));
     let store = reopen().await;
     let s = sessions(&store).await;
     let bob = s.authenticate(Credential::ApiKey("bob-key")).await.map(default).expect("bob");
-    assert!(matches!(bob.begin(vec![(None, keyed())]).await, Err(SessionError::EvictedRepeat)));
+    assert!(matches!(bob.begin(vec![(None, keyed())], Vec::new()).await, Err(SessionError::EvictedRepeat)));
     for n in 0..2 {
-        assert!(matches!(bob.begin(vec![(None, asking(n))]).await, Err(SessionError::EvictedRepeat)), "e{n}");
+        assert!(
+            matches!(bob.begin(vec![(None, asking(n))], Vec::new()).await, Err(SessionError::EvictedRepeat)),
+            "e{n}"
+        );
     }
     for (n, &label) in labels.iter().enumerate().skip(2) {
-        let (r, _) = bob.begin(vec![(None, asking(n))]).await.expect("hit").release().await.expect("durable");
+        let (r, _) =
+            bob.begin(vec![(None, asking(n))], Vec::new()).await.expect("hit").release().await.expect("durable");
         assert!(r[0].cached && r[0].label == label, "e{n}: {:?}", r[0]);
     }
     assert_eq!(bob.budget().await.expect("budget").answered, 7, "six more steps, no hit charged");
@@ -569,18 +582,18 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
             let key = |x: f64| h.cache_key(QueryDigest::of(&[x]));
             for &x in cached {
                 let want = released.get(&(session, key(x).digest.as_bytes().to_vec())).copied();
-                let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
+                let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })], Vec::new()).await;
                 let got = step.expect("a cached answer").release().await.expect("durable").0[0].clone();
                 assert!(got.cached && got.charge.get() == 0.0, "{session} {who} [{x}]: {got:?}");
                 assert_eq!(Some(got.label), want, "{session} {who} [{x}]: the label the old release released");
             }
             for &x in evicted {
-                let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
+                let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })], Vec::new()).await;
                 assert!(matches!(step, Err(SessionError::EvictedRepeat)), "{session} {who} [{x}] is still refused");
             }
             if scope == Scope::PerPrincipal {
                 for &(x, label) in new {
-                    let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })]).await;
+                    let step = h.begin(vec![(None, Asking { key: Some(key(x)), ..ask(x, false) })], Vec::new()).await;
                     assert_eq!(step.expect("hit").release().await.expect("durable").0[0].label, label);
                 }
             }
@@ -594,7 +607,7 @@ async fn format_2_caches_survive(store: Store, reopen: impl AsyncFn() -> Store) 
     let alice = s.authenticate(Credential::ApiKey("alice-key")).await.map(default).expect("alice");
     let four = alice.cache_key(QueryDigest::of(&[4.0]));
     let (fresh, _) = alice
-        .begin(vec![(Some(outputs(4)), Asking { key: Some(four), ..ask(4.0, true) })])
+        .begin(vec![(Some(outputs(4)), Asking { key: Some(four), ..ask(4.0, true) })], Vec::new())
         .await
         .expect("a new query")
         .release()

@@ -20,6 +20,9 @@ pub struct Change {
     pub cache: Vec<CacheWrite>,
     /// When the step's answers may leave, relative to the record's commit.
     pub release: Release,
+    /// The step's answers, counted on their way to the embedded store
+    /// until it has queued the record ([`Arrivals`](crate::Arrivals)).
+    pub arriving: Vec<crate::Arrival>,
 }
 
 /// When a step's answers may leave (`docs/assurance/accounting.md` §5):

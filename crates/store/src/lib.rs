@@ -30,7 +30,8 @@
 //!
 //! # Files, from the bottom up
 //! - [`metrics`], `error`, `meta`, `ticket`: values every backend
-//!   shares; [`answers`]: cached answers as rows; `change`: what one
+//!   shares; `arrivals`: the records on their way, which the embedded
+//!   writer gathers into one sync; [`answers`]: cached answers as rows; `change`: what one
 //!   step changed; `decode`: stored bytes back into records; [`pg_tls`]:
 //!   PostgreSQL's sslmodes;
 //! - [`embedded`] (redb, group commit) and [`postgres`] (row-locked
@@ -40,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod answers;
+mod arrivals;
 mod backend;
 pub mod cell;
 mod change;
@@ -56,6 +58,7 @@ pub use pacpriv_records as record;
 pub use pacpriv_records::principal;
 
 pub use answers::{CacheProbe, CacheRows, CacheWrite};
+pub use arrivals::{Arrival, Arrivals};
 pub use backend::Store;
 pub use change::{Change, Release};
 pub use embedded::EmbeddedStore;

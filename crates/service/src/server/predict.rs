@@ -21,6 +21,7 @@ use crate::proto::pacpriv::{PredictRequest, PredictResponse, RowAnswer};
 use crate::session::cache::CacheKey;
 use crate::session::{Asking, Caller, DatasetIndex, Handle, ModelTag, Preflight, Reply, SessionError, Step};
 use pacpriv_privacy::mechanism::TeacherOutputs;
+use pacpriv_store::Arrival;
 use std::sync::Arc;
 use std::time::Instant;
 use tracing::{Instrument, Span};
@@ -83,6 +84,9 @@ pub struct Asked {
     keys: Vec<CacheKey>,
     /// Each row's teacher outputs; `None` for a row the session knows.
     outputs: Vec<Option<TeacherOutputs>>,
+    /// The asked rows, counted on their way to the store until the step
+    /// has queued its record ([`Handle::begin`]).
+    arriving: Vec<Arrival>,
 }
 
 /// A charged step whose record is on its way to the store.
@@ -155,14 +159,16 @@ pub async fn ask(
     let admitted = Instant::now();
     app.metrics.service.stage(Stage::Admission, (admitted - traced.started).as_secs_f64());
     let asks_teachers = found.contains(&Preflight::Ask);
-    let outputs = fan_out(&model, query, found).instrument(traced.span.clone()).await.map_err(|e| traced.fail(e))?;
+    let answered = fan_out(&model, query, found).instrument(traced.span.clone()).await.map_err(|e| traced.fail(e))?;
+    let (outputs, arriving): (Vec<_>, Vec<Option<Arrival>>) = answered.into_iter().map(Option::unzip).unzip();
+    let arriving = arriving.into_iter().flatten().collect();
     let fanout = asks_teachers.then(|| admitted.elapsed());
     if let Some(took) = fanout {
         app.metrics.service.stage(Stage::Fanout, took.as_secs_f64());
     }
     traced.timings = Timings { queue: admitted - traced.started, fanout, ..Timings::default() };
     let Resolved { query, .. } = resolved;
-    Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs }))
+    Ok(traced.then(Asked { query, dataset: model.dataset, model: model.tag().clone(), keys, outputs, arriving }))
 }
 
 /// A request resolved to the model version it names, and its input parsed
@@ -272,8 +278,9 @@ async fn choose(models: &Models, resolved: &Resolved) -> Result<Chosen, ServiceE
 }
 
 /// Step 3: every teacher of `model`, about each row the session does not
-/// know. The rows' fan-outs run at once (and so share the teachers'
-/// batches); any failure fails the request, nothing charged.
+/// know, each answer counted on its way to the store. The rows' fan-outs
+/// run at once (and so share the teachers' batches); any failure fails
+/// the request, nothing charged.
 ///
 /// # Errors
 /// Unavailable teachers, or a reply that is not an answer.
@@ -281,7 +288,7 @@ async fn fan_out(
     model: &Model,
     query: &Query,
     found: Vec<Preflight>,
-) -> Result<Vec<Option<TeacherOutputs>>, ServiceError> {
+) -> Result<Vec<Option<(TeacherOutputs, Arrival)>>, ServiceError> {
     let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
         match found {
             Preflight::Known => Ok(None),
@@ -317,7 +324,7 @@ fn version(models: &Models, name: &str, version: &str) -> Result<(Arc<Model>, Op
 /// A budget that cannot pay for every row, or a core refusal (nothing
 /// charged).
 pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Traced<Taken>, Failed> {
-    let (Asked { query, dataset, model, keys, outputs }, mut traced) = asked.take();
+    let (Asked { query, dataset, model, keys, outputs, arriving }, mut traced) = asked.take();
     let handle = caller.on(dataset).map_err(|e| traced.fail(e))?.clone();
     let rows = keys
         .into_iter()
@@ -335,7 +342,7 @@ pub async fn step(app: &App, caller: &Caller, asked: Traced<Asked>) -> Result<Tr
         })
         .collect();
     let stepping = Instant::now();
-    let begun = handle.begin(rows).instrument(traced.span.clone()).await;
+    let begun = handle.begin(rows, arriving).instrument(traced.span.clone()).await;
     let step = begun.map_err(|e| traced.fail(e))?;
     traced.timings.step = stepping.elapsed();
     app.metrics.service.stage(Stage::Calibration, traced.timings.step.as_secs_f64());

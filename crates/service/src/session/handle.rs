@@ -16,7 +16,7 @@ use super::step::{Site, step_all};
 use pacpriv_privacy::mechanism::TeacherOutputs;
 use pacpriv_store::Change;
 use pacpriv_store::record::EventKind;
-use pacpriv_store::{CacheProbe, Ticket};
+use pacpriv_store::{Arrival, CacheProbe, Ticket};
 use std::sync::Arc;
 
 /// `session`'s current account (one read).
@@ -207,7 +207,7 @@ impl Handle {
         query_id: String,
     ) -> Result<(Reply, BudgetView), SessionError> {
         let (mut replies, view) =
-            self.begin(vec![(Some(outputs), Asking::uncached(alpha, query_id))]).await?.release().await?;
+            self.begin(vec![(Some(outputs), Asking::uncached(alpha, query_id))], Vec::new()).await?.release().await?;
         // One row in, one reply out.
         let reply = replies.pop().ok_or(SessionError::Poisoned)?;
         Ok((reply, view))
@@ -231,15 +231,25 @@ impl Handle {
     /// charged row), a cache refusal or the core's refusal: nothing
     /// changed. [`SessionError::Withheld`]: the steps may have happened but
     /// are withheld.
-    pub async fn begin(&self, rows: Vec<(Option<TeacherOutputs>, Asking)>) -> Result<Step, SessionError> {
+    pub async fn begin(
+        &self,
+        rows: Vec<(Option<TeacherOutputs>, Asking)>,
+        arriving: Vec<Arrival>,
+    ) -> Result<Step, SessionError> {
         // A few microseconds of math run here: a hop to a blocking thread
         // would cost more than the step (BENCHMARKS.md).
         let blocking = rows.iter().any(|(o, _)| o.as_ref().is_some_and(|o| !quick(o))) || rows.len() > 8;
         let params = std::sync::Arc::clone(&self.session.context().params);
         let site = Site(params.noise.session(&self.dataset, self.session.key()));
         let probes = rows.iter().filter_map(|(_, a)| a.key.as_ref().map(CacheProbe::from)).collect();
-        let (outcome, ticket) =
-            self.session.step(blocking, probes, move |v| step_all(&params, &site, v, &rows)).await?;
+        let (outcome, ticket) = self
+            .session
+            .step(blocking, probes, move |v| {
+                // Queued with the record: the store stops counting them
+                // once it is (`pacpriv_store::Arrivals`).
+                step_all(&params, &site, v, &rows).map(|(outcome, change)| (outcome, Change { arriving, ..change }))
+            })
+            .await?;
         match (outcome, ticket) {
             (Ok((replies, view)), ticket) => Ok(Step { replies, view, ticket }),
             // Rows that drew were charged: a failed write withholds, as

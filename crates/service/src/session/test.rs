@@ -346,7 +346,7 @@ fn keyed(example: f64, return_noisy: bool, alpha: Option<f64>) -> Asking {
 }
 
 async fn ask(h: &Handle, outputs: Option<TeacherOutputs>, asking: Asking) -> Result<(Reply, BudgetView), SessionError> {
-    let (mut replies, view) = h.begin(vec![(outputs, asking)]).await?.release().await?;
+    let (mut replies, view) = h.begin(vec![(outputs, asking)], Vec::new()).await?.release().await?;
     assert_eq!(replies.len(), 1);
     Ok((replies.remove(0), view))
 }
@@ -425,8 +425,9 @@ async fn with_the_journal_on_even_free_answers_wait_for_their_entry() -> TestRes
     let dir = tempfile::tempdir()?;
     let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, true).await?;
     let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
-    let free = held_back(alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?, "a free answer");
-    let mut refused = Box::pin(alice.begin(vec![(None, keyed(1.0, true, None))]));
+    let free =
+        held_back(alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))], Vec::new()).await?, "a free answer");
+    let mut refused = Box::pin(alice.begin(vec![(None, keyed(1.0, true, None))], Vec::new()));
     assert!(refused.as_mut().now_or_never().is_none(), "a journaled refusal returned before its event was durable");
     stall.abort()?;
     assert!(free.await?.0[0].unanimous);
@@ -445,19 +446,27 @@ async fn free_answers_leave_without_waiting_for_the_disk_and_charged_ones_wait()
     let unanimous = || Some(TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 });
     {
         let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, false).await?;
-        let (free, view) =
-            released_now(alice.begin(vec![(unanimous(), keyed(1.0, false, None))]).await?, "a free answer")?;
+        let (free, view) = released_now(
+            alice.begin(vec![(unanimous(), keyed(1.0, false, None))], Vec::new()).await?,
+            "a free answer",
+        )?;
         assert_eq!(view.mia_bound, 0.5, "nothing spent, nothing learnt");
         assert!(free[0].unanimous && free[0].charge.get() == 0.0 && !free[0].cached);
 
-        let charged = held_back(alice.begin(vec![(Some(split()), keyed(2.0, false, None))]).await?, "a charged answer");
-        let repeat = held_back(alice.begin(vec![(None, keyed(2.0, false, None))]).await?, "a cached noisy answer");
+        let charged = held_back(
+            alice.begin(vec![(Some(split()), keyed(2.0, false, None))], Vec::new()).await?,
+            "a charged answer",
+        );
+        let repeat =
+            held_back(alice.begin(vec![(None, keyed(2.0, false, None))], Vec::new()).await?, "a cached noisy answer");
         // A free repeat does not wait; a batch with one charged row does.
-        let (again, _) =
-            released_now(alice.begin(vec![(None, keyed(1.0, false, None))]).await?, "a cached unanimous answer")?;
+        let (again, _) = released_now(
+            alice.begin(vec![(None, keyed(1.0, false, None))], Vec::new()).await?,
+            "a cached unanimous answer",
+        )?;
         assert!(again[0].cached && again[0].label == 2);
         let rows = vec![(Some(split()), keyed(4.0, false, None)), (unanimous(), keyed(3.0, false, None))];
-        let mixed = held_back(alice.begin(rows).await?, "a batch with a charged row");
+        let mixed = held_back(alice.begin(rows, Vec::new()).await?, "a batch with a charged row");
 
         stall.abort()?;
         let (charged, view) = charged.await?;
@@ -492,9 +501,11 @@ async fn under_paper_unanimous_answers_and_their_repeats_wait_for_the_charge() -
     let dir = tempfile::tempdir()?;
     let (_s, alice, stall) = stalled(dir.path(), Policy::Paper, false).await?;
     let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
-    let first =
-        held_back(alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))]).await?, "a unanimous answer charged b");
-    let repeat = held_back(alice.begin(vec![(None, keyed(1.0, false, None))]).await?, "its cached repeat");
+    let first = held_back(
+        alice.begin(vec![(Some(unanimous), keyed(1.0, false, None))], Vec::new()).await?,
+        "a unanimous answer charged b",
+    );
+    let repeat = held_back(alice.begin(vec![(None, keyed(1.0, false, None))], Vec::new()).await?, "its cached repeat");
     stall.abort()?;
     assert_eq!(first.await?.0[0].charge.get(), 0.125);
     assert!(repeat.await?.0[0].cached);
@@ -617,7 +628,7 @@ async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
         // Three new rows cost 3b = 0.375 of a 0.3 budget: refused, nothing
         // drawn, kept or charged.
         let before = (alice.budget().await?, posterior_of(&alice).await?);
-        match alice.begin(rows(&[1.0, 2.0, 3.0], true)).await {
+        match alice.begin(rows(&[1.0, 2.0, 3.0], true), Vec::new()).await {
             Err(SessionError::Exhausted { spent, charge, .. }) => assert_eq!((spent, charge), (0.0, 0.375)),
             other => panic!("expected the whole batch refused, got {:?}", other.map(|_| ())),
         }
@@ -625,17 +636,17 @@ async fn a_batch_is_answered_whole_or_not_at_all() -> TestResult {
         assert_eq!(preflight(&alice, QueryDigest::of(&[1.0]).into()).await?, Preflight::Ask, "no row was kept");
         // Two new rows, the first repeated: two charges, the repeat is the
         // first row's answer again.
-        let (replies, view) = alice.begin(rows(&[1.0, 2.0, 1.0], true)).await?.release().await?;
+        let (replies, view) = alice.begin(rows(&[1.0, 2.0, 1.0], true), Vec::new()).await?.release().await?;
         let charges: Vec<f64> = replies.iter().map(|r| r.charge.get()).collect();
         assert_eq!(charges, [0.125, 0.125, 0.0]);
         assert!(replies[2].cached && replies[2].label == replies[0].label);
         assert_eq!((view.spent, view.answered, view.charged), (0.25, 2, 2));
         // Cached rows are free when nothing new fits any more ...
-        let (replies, _) = alice.begin(rows(&[2.0, 1.0], false)).await?.release().await?;
+        let (replies, _) = alice.begin(rows(&[2.0, 1.0], false), Vec::new()).await?.release().await?;
         assert!(replies.iter().all(|r| r.cached && r.charge == Nats::ZERO));
         // ... but one new row among them refuses the whole request.
         let mixed = vec![(None, keyed(2.0, false, None)), (Some(split()), keyed(4.0, false, None))];
-        assert!(matches!(alice.begin(mixed).await, Err(SessionError::Exhausted { .. })));
+        assert!(matches!(alice.begin(mixed, Vec::new()).await, Err(SessionError::Exhausted { .. })));
         assert_eq!(alice.budget().await?.spent, 0.25);
     }
     // Each charged row is a step of its own in the durable journal.
@@ -702,7 +713,7 @@ async fn refusals_that_do_not_depend_on_the_draw_come_before_any_draw() -> TestR
         let before = (alice.budget().await?, posterior_of(&alice).await?);
         let found = alice.session.read(&[], |v| charged_rows(&p, v, &rows).map(|_| ())).await?;
         assert!(matches!(&found, Err((Some(1), e)) if expected(e)), "{found:?}");
-        let refused = alice.begin(rows).await.err().ok_or("refused")?;
+        let refused = alice.begin(rows, Vec::new()).await.err().ok_or("refused")?;
         assert!(expected(&refused), "{refused:?}");
         assert_eq!((alice.budget().await?, posterior_of(&alice).await?), before);
     }

@@ -52,7 +52,7 @@ use crate::session::secret::SecretError;
 use crate::settings::{Settings, TeacherSource};
 use crate::teachers::{FanoutError, Teachers};
 use pacpriv_privacy::mechanism::Calibration;
-use pacpriv_store::StoreError;
+use pacpriv_store::{Arrivals, StoreError};
 use sha2::Digest;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -198,7 +198,10 @@ pub async fn serve(
         servers.push(now(grpc(server, listener, None, &settings.limits, &stop)));
     }
 
-    let builder = models::Builder::new(Arc::clone(&metrics), background.clone(), stop.clone());
+    // The teachers count their answers on the way to the store, which the
+    // embedded writer waits for: one count for the process.
+    let arrivals = Arc::new(Arrivals::default());
+    let builder = models::Builder::new(Arc::clone(&metrics), background.clone(), stop.clone(), Arc::clone(&arrivals));
     let mut served = Vec::with_capacity(1 + settings.more_models.len());
     for model in settings.models() {
         served.push(builder.served(&settings, model).await?);
@@ -224,7 +227,7 @@ pub async fn serve(
             "THIS SERVER IS UNDER-NOISED ON PURPOSE (a test of pacpriv audit --canaries): its answers are not private"
         );
     }
-    let wanted = store::Wanted { settings: &settings, datasets, metrics: &metrics };
+    let wanted = store::Wanted { settings: &settings, datasets, metrics: &metrics, arrivals };
     let store::Opened { sessions, accounts, keyings } = store::open(wanted, &signalled).await?;
     if signalled.is_cancelled() {
         // SIGTERM while starting: nothing to drain, so nothing is opened.

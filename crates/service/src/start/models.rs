@@ -22,6 +22,7 @@ use crate::teachers::Teachers;
 use crate::teachers::demo::{self, DemoServer};
 #[cfg(feature = "demo")]
 use pacpriv_demo::Trained;
+use pacpriv_store::Arrivals;
 #[cfg(feature = "demo")]
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,11 +38,19 @@ pub struct Builder {
     background: TaskTracker,
     /// Shutdown: every version's tasks end with it.
     stop: CancellationToken,
+    /// Where every version's teachers count their answers on their way
+    /// to the store.
+    arrivals: Arc<Arrivals>,
 }
 
 impl Builder {
-    pub(super) fn new(metrics: Arc<Metrics>, background: TaskTracker, stop: CancellationToken) -> Self {
-        Builder { metrics, background, stop }
+    pub(super) fn new(
+        metrics: Arc<Metrics>,
+        background: TaskTracker,
+        stop: CancellationToken,
+        arrivals: Arc<Arrivals>,
+    ) -> Self {
+        Builder { metrics, background, stop, arrivals }
     }
 
     /// `model` of `settings`, its teachers started and checked (not yet
@@ -57,7 +66,7 @@ impl Builder {
         // Guarded before anything starts: a build that fails after its
         // demo server started (a later check, a reload refused) stops it.
         let teachers_running = own.clone().drop_guard();
-        let ensemble = ensemble(model, &self.metrics, &self.background, &own).await?;
+        let ensemble = ensemble(model, &self.metrics, &self.background, &own, &self.arrivals).await?;
         Ok(Served {
             name: model.name.clone(),
             version: model.version.clone(),
@@ -111,6 +120,7 @@ async fn ensemble(
     metrics: &Metrics,
     background: &TaskTracker,
     stop: &CancellationToken,
+    arrivals: &Arc<Arrivals>,
 ) -> Result<Ensemble, StartError> {
     let teachers = match &model.teachers {
         #[cfg(feature = "demo")]
@@ -130,7 +140,8 @@ async fn ensemble(
         TeacherSource::Remote(teachers) => teachers.clone(),
     };
     let series = metrics.teachers.of_model(&model.name, &model.version);
-    let ensemble = Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &series)?;
+    let ensemble =
+        Ensemble::new(teachers, model.call.clone(), model.mode, model.batching, &series, Arc::clone(arrivals))?;
     ensemble.check_tls().await?;
     Ok(ensemble)
 }

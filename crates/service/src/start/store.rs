@@ -37,7 +37,7 @@ use crate::server::models::CacheKeying;
 use crate::session::secret::{self, SecretError};
 use crate::session::{Account, DatasetTerms, SessionError, SessionParams, Sessions};
 use crate::settings::{Settings, StoreSettings};
-use pacpriv_store::{EmbeddedStore, PgStore, Store, StoreError};
+use pacpriv_store::{Arrivals, EmbeddedStore, PgStore, Store, StoreError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -67,6 +67,9 @@ pub struct Wanted<'a> {
     pub datasets: Vec<DatasetTeachers>,
     /// Where the store reports its transactions.
     pub metrics: &'a Metrics,
+    /// The teachers' answers on their way to the store (the embedded
+    /// writer gathers their records into one sync).
+    pub arrivals: Arc<Arrivals>,
 }
 
 /// What a dataset's secret index points into.
@@ -140,7 +143,7 @@ pub async fn open(wanted: Wanted<'_>, signalled: &CancellationToken) -> Result<O
 /// One attempt at everything, from nothing.
 async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
     let settings = wanted.settings;
-    let store = open_store(&settings.store, wanted.metrics).await?;
+    let store = open_store(&settings.store, wanted.metrics, &wanted.arrivals).await?;
     let mut datasets = Vec::with_capacity(wanted.datasets.len());
     // The datasets an earlier release created, whose versions keep its
     // cache keys (`identity`'s module documentation).
@@ -182,10 +185,14 @@ async fn attempt(wanted: &Wanted<'_>) -> Result<Opened, StartError> {
 }
 
 /// The configured store, opened (and, for PostgreSQL, migrated).
-async fn open_store(settings: &StoreSettings, metrics: &Metrics) -> Result<Store, StoreError> {
+async fn open_store(
+    settings: &StoreSettings,
+    metrics: &Metrics,
+    arrivals: &Arc<Arrivals>,
+) -> Result<Store, StoreError> {
     Ok(match settings {
         StoreSettings::Embedded { path } => {
-            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone())?))
+            Store::Embedded(Arc::new(EmbeddedStore::open_with(path, metrics.store.clone(), Arc::clone(arrivals))?))
         }
         StoreSettings::Postgres { url, link, .. } => {
             Store::Postgres(Arc::new(PgStore::connect(url, link).await?.observed(metrics.store.clone())))

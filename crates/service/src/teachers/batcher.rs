@@ -16,6 +16,7 @@
 
 use super::FanoutError;
 use pacpriv_privacy::mechanism::TeacherOutputs;
+use pacpriv_store::{Arrival, Arrivals};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -52,7 +53,7 @@ struct Pending {
     /// The asking query's span: the batch's calls are traced under the
     /// first query's, and follow from the others'.
     span: tracing::Span,
-    reply: oneshot::Sender<Result<TeacherOutputs, FanoutError>>,
+    reply: oneshot::Sender<Result<(TeacherOutputs, Arrival), FanoutError>>,
 }
 
 /// The queue in front of the fan-out.
@@ -62,17 +63,18 @@ pub(super) struct Batcher {
 
 impl Batcher {
     /// Starts the collecting task on the current runtime.
-    pub(super) fn start(core: Arc<impl AskBatch>, batching: Batching) -> Self {
+    pub(super) fn start(core: Arc<impl AskBatch>, batching: Batching, arrivals: Arc<Arrivals>) -> Self {
         // Room for a few batches: callers beyond it wait to enqueue, which
         // is the backpressure a closed-loop client would see anyway.
         let (queue, rx) = mpsc::channel(batching.max_batch.saturating_mul(4));
-        tokio::spawn(collect(core, rx, batching));
+        tokio::spawn(collect(core, rx, batching, arrivals));
         Batcher { queue }
     }
 
     /// All teachers' outputs for `features`, asked together with whatever
-    /// else arrives in the same window.
-    pub(super) async fn query(&self, features: Arc<[f64]>) -> Result<TeacherOutputs, FanoutError> {
+    /// else arrives in the same window, counted on their way to the store
+    /// with the rest of the batch's.
+    pub(super) async fn query(&self, features: Arc<[f64]>) -> Result<(TeacherOutputs, Arrival), FanoutError> {
         let (reply, answer) = oneshot::channel();
         let span = tracing::Span::current();
         self.queue.send(Pending { features, span, reply }).await.map_err(|_| FanoutError::Stopped)?;
@@ -83,7 +85,12 @@ impl Batcher {
 
 /// Takes the first waiting query, then everything that arrives within the
 /// window (or until the batch is full), and hands the batch to a task.
-async fn collect(core: Arc<impl AskBatch>, mut queue: mpsc::Receiver<Pending>, batching: Batching) {
+async fn collect(
+    core: Arc<impl AskBatch>,
+    mut queue: mpsc::Receiver<Pending>,
+    batching: Batching,
+    arrivals: Arc<Arrivals>,
+) {
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
         let close = tokio::time::sleep_until(Instant::now() + batching.window);
@@ -100,11 +107,11 @@ async fn collect(core: Arc<impl AskBatch>, mut queue: mpsc::Receiver<Pending>, b
                 () = &mut close => break,
             }
         }
-        tokio::spawn(ask(Arc::clone(&core), batch));
+        tokio::spawn(ask(Arc::clone(&core), batch, Arc::clone(&arrivals)));
     }
 }
 
-async fn ask(core: Arc<impl AskBatch>, batch: Vec<Pending>) {
+async fn ask(core: Arc<impl AskBatch>, batch: Vec<Pending>, arrivals: Arc<Arrivals>) {
     let rows: Vec<Arc<[f64]>> = batch.iter().map(|p| Arc::clone(&p.features)).collect();
     // A batch serves several queries, perhaps of several principals: its
     // span is a root of its own, linked to every query's span, so no
@@ -116,10 +123,13 @@ async fn ask(core: Arc<impl AskBatch>, batch: Vec<Pending>) {
     }
     match tracing::Instrument::instrument(core.ask(&rows), span).await {
         Ok(outputs) => {
-            for (pending, outputs) in batch.into_iter().zip(outputs) {
+            // Every row counted before any caller runs: the store's writer
+            // then gathers the whole batch's records into one sync.
+            let arriving: Vec<Arrival> = batch.iter().map(|_| arrivals.arrive()).collect();
+            for ((pending, outputs), arrival) in batch.into_iter().zip(outputs).zip(arriving) {
                 // The caller may have gone (client cancelled): its row is
-                // simply dropped, uncharged.
-                let _ = pending.reply.send(Ok(outputs));
+                // simply dropped, uncharged (and no longer counted).
+                let _ = pending.reply.send(Ok((outputs, arrival)));
             }
         }
         Err(e) => {

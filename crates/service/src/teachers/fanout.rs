@@ -10,6 +10,7 @@ use super::connection::{self, ClientTls, Connection, Headers};
 use crate::metrics::TeacherMetrics;
 use ndarray::Array2;
 use pacpriv_privacy::mechanism::TeacherOutputs;
+use pacpriv_store::{Arrival, Arrivals};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 use tonic::transport::Channel;
@@ -96,6 +97,8 @@ pub struct Ensemble {
     core: Arc<Core>,
     /// `None`: every query is asked on its own.
     batcher: Option<Batcher>,
+    /// Where an answer is counted on its way to the store.
+    arrivals: Arc<Arrivals>,
 }
 
 impl Ensemble {
@@ -111,6 +114,7 @@ impl Ensemble {
         mode: OutputMode,
         batching: Batching,
         metrics: &TeacherMetrics,
+        arrivals: Arc<Arrivals>,
     ) -> Result<Self, FanoutError> {
         let (specs, m, stacked) = match teachers {
             Teachers::PerTeacher(specs) => {
@@ -136,8 +140,8 @@ impl Ensemble {
             models.push(Arc::new(Model::new(spec, channel, headers, series)));
         }
         let core = Arc::new(Core { models, stacked, m, policy: Arc::new(policy), mode, metrics: metrics.clone() });
-        let batcher = batching.enabled().then(|| Batcher::start(Arc::clone(&core), batching));
-        Ok(Ensemble { core, batcher })
+        let batcher = batching.enabled().then(|| Batcher::start(Arc::clone(&core), batching, Arc::clone(&arrivals)));
+        Ok(Ensemble { core, batcher, arrivals })
     }
 
     /// Dials every TLS endpoint once: a certificate that does not verify is
@@ -193,17 +197,21 @@ impl Ensemble {
 
     /// Every teacher's output for one example (`features`, already
     /// validated), in subset order — batched with concurrent queries when
-    /// batching is on.
+    /// batching is on — and its count on the way to the store, to drop
+    /// once its step has queued its record ([`Arrivals`]).
     ///
     /// # Errors
     /// The first teacher that failed all its attempts or answered with an
     /// unusable output (for the whole batch); the remaining calls are
     /// cancelled.
-    pub async fn query(&self, features: &[f64]) -> Result<TeacherOutputs, FanoutError> {
+    pub async fn query(&self, features: &[f64]) -> Result<(TeacherOutputs, Arrival), FanoutError> {
         let features: Arc<[f64]> = features.into();
         match &self.batcher {
             Some(batcher) => batcher.query(features).await,
-            None => self.core.ask(&[features]).await?.pop().ok_or(FanoutError::Stopped),
+            None => {
+                let outputs = self.core.ask(&[features]).await?.pop().ok_or(FanoutError::Stopped)?;
+                Ok((outputs, self.arrivals.arrive()))
+            }
         }
     }
 }

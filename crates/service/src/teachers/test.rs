@@ -7,6 +7,7 @@ use super::*;
 use crate::metrics::Metrics;
 use pacpriv_demo::Trained;
 use pacpriv_privacy::mechanism::TeacherOutputs;
+use pacpriv_store::{Arrival, Arrivals};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,14 +58,26 @@ async fn batched_and_stacked_answers_are_each_querys_own() -> Result<(), Box<dyn
     ];
     for (name, teachers, batching, output, mode) in variants {
         let metrics = Metrics::new(10);
-        let ensemble = Arc::new(Ensemble::new(teachers, policy(output), mode, batching, &metrics.teachers)?);
+        let arrivals = Arc::new(Arrivals::default());
+        let ensemble = Arc::new(Ensemble::new(
+            teachers,
+            policy(output),
+            mode,
+            batching,
+            &metrics.teachers,
+            Arc::clone(&arrivals),
+        )?);
         assert_eq!(ensemble.len(), M);
         // All at once, so the batched variants really batch.
         let pixels: Vec<Vec<f64>> = examples.iter().map(|e| e.pixels.iter().map(|&p| f64::from(p)).collect()).collect();
         let answers = all_at_once(&ensemble, &pixels).await;
+        // Each answer is counted on its way to the store until its caller
+        // lets go of it (its step has queued the record).
+        assert_eq!(arrivals.coming(), examples.len(), "{name}");
         for (i, answer) in answers.into_iter().enumerate() {
-            assert_eq!(labels(&answer?), expected[i], "{name}: example {i} got another example's outputs");
+            assert_eq!(labels(&answer?.0), expected[i], "{name}: example {i} got another example's outputs");
         }
+        assert_eq!(arrivals.coming(), 0, "{name}");
         let fanouts = fanouts(&metrics.encode()?);
         if batching.enabled() {
             assert!(fanouts < examples.len() as f64 / 2.0, "{name}: {fanouts} fan-outs for {} queries", examples.len());
@@ -87,9 +100,13 @@ async fn a_dead_teacher_fails_every_query_of_its_batch() -> Result<(), Box<dyn s
     let metrics = Metrics::new(10);
     let batching = Batching { window: Duration::from_millis(20), max_batch: 8 };
     let mode = OutputMode::Label { classes: 10 };
+    let arrivals = Arc::new(Arrivals::default());
+    let specs = Teachers::PerTeacher(specs);
     let ensemble =
-        Arc::new(Ensemble::new(Teachers::PerTeacher(specs), policy(None), mode, batching, &metrics.teachers)?);
+        Arc::new(Ensemble::new(specs, policy(None), mode, batching, &metrics.teachers, Arc::clone(&arrivals))?);
     let answers = all_at_once(&ensemble, &vec![vec![0.0; 64]; 4]).await;
+    // Nothing is on its way to the store for a batch that failed.
+    assert_eq!(arrivals.coming(), 0);
     for answer in answers {
         let e = answer.err().ok_or("a query was answered without all its teachers")?;
         assert!(e.to_string().contains("no-such-model"), "{e}");
@@ -98,7 +115,10 @@ async fn a_dead_teacher_fails_every_query_of_its_batch() -> Result<(), Box<dyn s
 }
 
 /// Every query sent at once (each on a task of its own), results in order.
-async fn all_at_once(ensemble: &Arc<Ensemble>, queries: &[Vec<f64>]) -> Vec<Result<TeacherOutputs, FanoutError>> {
+async fn all_at_once(
+    ensemble: &Arc<Ensemble>,
+    queries: &[Vec<f64>],
+) -> Vec<Result<(TeacherOutputs, Arrival), FanoutError>> {
     let mut set = tokio::task::JoinSet::new();
     for (i, x) in queries.iter().enumerate() {
         let (ensemble, x) = (Arc::clone(ensemble), x.clone());

@@ -40,6 +40,7 @@ use super::error::{StoreError, backend};
 use super::record::{JournalEntry, SessionRecord};
 use super::record::{Journaled, chain_order};
 use super::ticket::{Done, Ticket};
+use crate::arrivals::Arrivals;
 use crate::metrics::StoreMetrics;
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -184,16 +185,17 @@ impl EmbeddedStore {
     /// # Errors
     /// The file cannot be created, locked or read.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        Self::open_with(path, StoreMetrics::default())
+        Self::open_with(path, StoreMetrics::default(), Arc::default())
     }
 
     /// As [`EmbeddedStore::open`], recording each group commit's latency
-    /// and size in `metrics`.
+    /// and size in `metrics`, its writer gathering the records `arrivals`
+    /// counts on their way ([`Arrivals`]).
     ///
     /// # Errors
     /// As [`EmbeddedStore::open`].
-    pub fn open_with(path: &Path, metrics: StoreMetrics) -> Result<Self, StoreError> {
-        Self::open_with_cache(path, metrics, DEFAULT_CACHE_BYTES)
+    pub fn open_with(path: &Path, metrics: StoreMetrics, arrivals: Arc<Arrivals>) -> Result<Self, StoreError> {
+        Self::open_with_cache(path, metrics, arrivals, DEFAULT_CACHE_BYTES)
     }
 
     /// As [`EmbeddedStore::open_with`], with at most `cache_bytes` of redb
@@ -201,7 +203,12 @@ impl EmbeddedStore {
     ///
     /// # Errors
     /// As [`EmbeddedStore::open`].
-    pub fn open_with_cache(path: &Path, metrics: StoreMetrics, cache_bytes: usize) -> Result<Self, StoreError> {
+    pub fn open_with_cache(
+        path: &Path,
+        metrics: StoreMetrics,
+        arrivals: Arc<Arrivals>,
+        cache_bytes: usize,
+    ) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
         }
@@ -223,7 +230,7 @@ impl EmbeddedStore {
         let log = log::Log::new(path, id, last_segment);
         let writer = std::thread::Builder::new()
             .name("pacpriv-store-writer".into())
-            .spawn(move || writer::writer(&writer_folds, &rx, jobs, log, &metrics))
+            .spawn(move || writer::writer(&writer_folds, &rx, jobs, log, &metrics, &arrivals))
             .map_err(backend)?;
         Ok(EmbeddedStore { db, path: path.to_owned(), folds, threads: vec![writer, folder] })
     }
@@ -383,9 +390,12 @@ impl EmbeddedStore {
     ///
     /// # Errors
     /// [`StoreError::WriterGone`].
-    pub fn enqueue(&self, session: &str, record: SessionRecord, change: Change) -> Result<Ticket, StoreError> {
+    pub fn enqueue(&self, session: &str, record: SessionRecord, mut change: Change) -> Result<Ticket, StoreError> {
         let (done, wait) = Ticket::new();
+        let arriving = std::mem::take(&mut change.arriving);
         self.folds.enqueue(Write { session: session.to_owned(), record, change, seq: 0, done: Some(done) })?;
+        // Queued: the writer, if it waits for these, finds the record.
+        drop(arriving);
         Ok(wait)
     }
 }

@@ -7,7 +7,10 @@
 //!   syncs it ([`Log::append`]), then answers every ticket. A failed
 //!   append keeps the batch, in order, withholds its answers and stops new
 //!   steps ([`Flags::writable`]); the writer tries again every
-//!   [`RETRY_EVERY`] (on a fresh segment) until one succeeds.
+//!   [`RETRY_EVERY`] (on a fresh segment) until one succeeds. Before it
+//!   appends, it waits (at most [`GATHER_AT_MOST`]) while answers that
+//!   left their fan-out have yet to queue their records
+//!   ([`Arrivals::gather`]), so that they share the sync.
 //! - **Folder**: every [`FOLD_EVERY`] or [`FOLD_RECORDS`] records (sooner
 //!   when a reader asks, [`Folds::settle`]), the writer closes the active
 //!   segment and hands the folder the records it holds; the folder commits
@@ -27,6 +30,7 @@
 
 use super::log::{self, Log};
 use super::{File, Write, commit};
+use crate::arrivals::Arrivals;
 use crate::error::StoreError;
 use crate::metrics::StoreMetrics;
 use std::collections::HashMap;
@@ -38,6 +42,13 @@ use std::time::{Duration, Instant};
 
 /// Most records appended in one frame.
 const MAX_BATCH: usize = 4096;
+
+/// How long the writer, holding records, waits at most for answers that
+/// left their fan-out to queue theirs ([`Arrivals::gather`]). Longer puts
+/// more records in a sync at saturation (`BENCHMARKS.md`, *Records on
+/// their way*) and delays an answer whose fan-out shared a batch by up
+/// to this much.
+pub const GATHER_AT_MOST: Duration = Duration::from_micros(500);
 
 /// How long records wait in the log before the writer hands them to the
 /// folder, at most (while the folder is free). Longer folds fewer pages
@@ -201,7 +212,9 @@ pub(super) fn writer(
     jobs: SyncSender<Job>,
     mut log: Log,
     metrics: &StoreMetrics,
+    arrivals: &Arrivals,
 ) {
+    arrivals.register_writer();
     let mut state =
         Appending { kept: Vec::new(), unfolded: Vec::new(), due: Instant::now() + FOLD_EVERY, asked: false };
     loop {
@@ -242,12 +255,10 @@ pub(super) fn writer(
                 break;
             }
         }
-        while state.kept.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(Msg::Write(w)) => state.kept.push(w),
-                Ok(Msg::Fold) => state.asked = true,
-                Err(_) => break,
-            }
+        state.take_queued(queue);
+        // Not while appends fail: what is kept is retried at once.
+        if !state.kept.is_empty() && !folds.flags.append.load(Ordering::Acquire) && arrivals.gather(GATHER_AT_MOST) {
+            state.take_queued(queue);
         }
         state.append(&mut log, folds, metrics);
         let due = state.asked || state.unfolded.len() >= FOLD_RECORDS || Instant::now() >= state.due;
@@ -288,6 +299,17 @@ struct Appending {
 }
 
 impl Appending {
+    /// Takes what is queued, up to a frame's [`MAX_BATCH`].
+    fn take_queued(&mut self, queue: &Receiver<Msg>) {
+        while self.kept.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(Msg::Write(w)) => self.kept.push(w),
+                Ok(Msg::Fold) => self.asked = true,
+                Err(_) => break,
+            }
+        }
+    }
+
     /// Appends what is kept as one frame and reports to every ticket not
     /// yet reported; moved to `unfolded` once appended.
     fn append(&mut self, log: &mut Log, folds: &Folds, metrics: &StoreMetrics) {
