@@ -9,20 +9,21 @@
 //! answer, the cheaper each answer. The teachers' side counts each answer
 //! past its fan-out ([`Arrivals::arrive`]) until its step has queued its
 //! record (the [`Arrival`] is dropped); the writer, holding records,
-//! waits while that count is above zero, for at most a bound
-//! ([`Arrivals::gather`]). Where nothing else is on its way — one client,
+//! waits while that count is above zero and answers keep landing, for at
+//! most a bound ([`Arrivals::gather`]). Where nothing else is on its way — one client,
 //! or a lone query — it waits not at all.
 //!
 //! # Invariants
 //! - What is counted is answers that left the fan-out, whoever asked:
 //!   nothing here depends on a session's state or its secret index.
 //! - Waiting only delays a sync; every answer still waits for its own
-//!   record to be durable, and the wait is bounded, so a step that never
-//!   comes (a refusal, a cancelled call) costs at most that bound once.
+//!   record to be durable. The wait ends when nothing is on its way, when
+//!   nothing has landed for a short while, or at a bound: an answer held
+//!   far from its step delays each sync by the short while at most, and
+//!   only while nothing else moves.
 
-use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -32,14 +33,17 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 pub struct Arrivals {
     coming: AtomicUsize,
+    /// How many have landed (their record queued, or no step) so far: the
+    /// writer stops waiting once none lands for a while.
+    landed: AtomicU64,
     /// The writer is waiting for `coming` to reach zero.
     waiting: AtomicBool,
-    /// The writer's thread, to wake when it does.
+    /// The thread that waits (the store's writer; the first to gather).
     writer: OnceLock<Thread>,
 }
 
-/// One answer on its way: counted until dropped, which its request does
-/// once its step has queued the record (or once it will not step).
+/// One answer on its way: counted until dropped, which happens once its
+/// step has queued the record (or once it will not step).
 #[derive(Debug)]
 pub struct Arrival(Arc<Arrivals>);
 
@@ -50,30 +54,40 @@ impl Arrivals {
         Arrival(Arc::clone(self))
     }
 
-    /// Makes the calling thread the one [`Arrivals::gather`] runs on (the
-    /// store's writer); the first to call is.
-    pub(crate) fn register_writer(&self) {
-        let _ = self.writer.set(std::thread::current());
-    }
-
-    /// While answers are on their way, waits until none is or `at_most`
-    /// has passed; returns whether it waited at all.
-    pub(crate) fn gather(&self, at_most: Duration) -> bool {
-        if self.coming.load(Ordering::SeqCst) == 0 {
+    /// While answers are on their way and they keep landing, waits: until
+    /// none is on its way, or none has landed for `quiet`, or `at_most`
+    /// has passed. Returns whether it waited at all.
+    ///
+    /// The quiet cut-off bounds what an answer held far from its step
+    /// costs (a multi-row request waiting for its slowest row, a call
+    /// whose caller stalls): `quiet` per sync while nothing else moves,
+    /// not `at_most`. Only the first thread to call it waits (one store
+    /// per process); any other returns at once.
+    pub(crate) fn gather(&self, quiet: Duration, at_most: Duration) -> bool {
+        if self.coming.load(Ordering::SeqCst) == 0
+            || self.writer.get_or_init(std::thread::current).id() != std::thread::current().id()
+        {
             return false;
         }
-        let deadline = Instant::now() + at_most;
+        let started = Instant::now();
+        let deadline = started + at_most;
+        let (mut landed, mut moved) = (self.landed.load(Ordering::SeqCst), started);
         // Set before `coming` is read again, and read by the last arrival
         // after it decrements (both sequentially consistent): either this
         // thread sees zero or that one sees it waiting and unparks it. An
         // unpark before the park makes the park return at once.
         self.waiting.store(true, Ordering::SeqCst);
         while self.coming.load(Ordering::SeqCst) > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let now = Instant::now();
+            let now_landed = self.landed.load(Ordering::SeqCst);
+            if now_landed != landed {
+                (landed, moved) = (now_landed, now);
+            }
+            let until = deadline.min(moved + quiet);
+            if now >= until {
                 break;
             }
-            std::thread::park_timeout(left);
+            std::thread::park_timeout(until - now);
         }
         self.waiting.store(false, Ordering::SeqCst);
         true
@@ -88,6 +102,7 @@ impl Arrivals {
 impl Drop for Arrival {
     fn drop(&mut self) {
         let arrivals = &self.0;
+        arrivals.landed.fetch_add(1, Ordering::SeqCst);
         if arrivals.coming.fetch_sub(1, Ordering::SeqCst) == 1
             && arrivals.waiting.load(Ordering::SeqCst)
             && let Some(writer) = arrivals.writer.get()
@@ -101,45 +116,68 @@ impl Drop for Arrival {
 mod test {
     use super::*;
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    /// Drops `arrivals` one by one, `every` apart, on a thread of its own.
+    fn landing(arrivals: Vec<Arrival>, every: Duration) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for arrival in arrivals {
+                std::thread::sleep(every);
+                drop(arrival);
+            }
+        })
+    }
+
     #[test]
     fn nothing_on_its_way_is_no_wait() {
         let arrivals = Arc::new(Arrivals::default());
-        arrivals.register_writer();
-        assert!(!arrivals.gather(Duration::from_secs(60)));
+        assert!(!arrivals.gather(MINUTE, MINUTE));
         drop(arrivals.arrive());
-        assert!(!arrivals.gather(Duration::from_secs(60)));
+        assert!(!arrivals.gather(MINUTE, MINUTE));
         assert_eq!(arrivals.coming(), 0);
     }
 
     #[test]
     fn the_last_arrival_wakes_the_writer() -> Result<(), &'static str> {
         let arrivals = Arc::new(Arrivals::default());
-        arrivals.register_writer();
         let on_their_way: Vec<Arrival> = (0..3).map(|_| arrivals.arrive()).collect();
         let started = Instant::now();
-        let dropping = std::thread::spawn(move || {
-            for arrival in on_their_way {
-                std::thread::sleep(Duration::from_millis(20));
-                drop(arrival);
-            }
-        });
-        // A minute's bound: returning well before it is the last drop's wake-up.
-        assert!(arrivals.gather(Duration::from_secs(60)));
+        let dropping = landing(on_their_way, Duration::from_millis(20));
+        // Bounds of a minute: returning well before them is the last
+        // arrival's wake-up.
+        assert!(arrivals.gather(MINUTE, MINUTE));
         assert_eq!(arrivals.coming(), 0);
-        assert!(started.elapsed() < Duration::from_secs(30), "woken by the last arrival, not the bound");
+        assert!(started.elapsed() < MINUTE / 2, "woken by the last arrival, not a bound");
         dropping.join().map_err(|_| "dropping thread panicked")
     }
 
     #[test]
-    fn an_arrival_that_never_comes_costs_the_bound_once() {
+    fn an_arrival_held_far_from_its_step_costs_the_quiet_while_not_the_bound() -> Result<(), &'static str> {
         let arrivals = Arc::new(Arrivals::default());
-        arrivals.register_writer();
-        let stuck = arrivals.arrive();
+        let held = arrivals.arrive();
+        let others: Vec<Arrival> = (0..5).map(|_| arrivals.arrive()).collect();
+        let quiet = Duration::from_millis(200);
         let started = Instant::now();
-        assert!(arrivals.gather(Duration::from_millis(50)));
-        assert!(started.elapsed() >= Duration::from_millis(50));
+        let dropping = landing(others, Duration::from_millis(20));
+        assert!(arrivals.gather(quiet, MINUTE));
+        // It waited while the others landed (~100 ms), then a quiet while.
+        assert!(started.elapsed() >= quiet, "stopped before a quiet while passed");
+        assert!(started.elapsed() < MINUTE / 2, "waited for the bound");
         assert_eq!(arrivals.coming(), 1);
-        drop(stuck);
+        drop(held);
         assert_eq!(arrivals.coming(), 0);
+        dropping.join().map_err(|_| "dropping thread panicked")
+    }
+
+    #[test]
+    fn only_the_first_thread_to_gather_waits() -> Result<(), &'static str> {
+        let arrivals = Arc::new(Arrivals::default());
+        let held = arrivals.arrive();
+        assert!(arrivals.gather(Duration::from_millis(1), Duration::from_millis(1)));
+        let other = Arc::clone(&arrivals);
+        let waited = std::thread::spawn(move || other.gather(MINUTE, MINUTE)).join().map_err(|_| "panicked")?;
+        assert!(!waited, "a second store's writer would never be woken: it must not wait");
+        drop(held);
+        Ok(())
     }
 }

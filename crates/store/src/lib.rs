@@ -31,9 +31,9 @@
 //! # Files, from the bottom up
 //! - [`metrics`], `error`, `meta`, `ticket`: values every backend
 //!   shares; `arrivals`: the records on their way, which the embedded
-//!   writer gathers into one sync; [`answers`]: cached answers as rows; `change`: what one
-//!   step changed; `decode`: stored bytes back into records; [`pg_tls`]:
-//!   PostgreSQL's sslmodes;
+//!   writer gathers into one sync; [`answers`]: cached answers as rows;
+//!   `change`: what one step changed; `decode`: stored bytes back into
+//!   records; [`pg_tls`]: PostgreSQL's sslmodes;
 //! - [`embedded`] (redb, group commit) and [`postgres`] (row-locked
 //!   steps), the two backends; `backend`: [`Store`], either of them;
 //! - [`cell`]: where a session's state lives, and when a step is durable.

@@ -89,6 +89,16 @@ pub struct Asked {
     arriving: Vec<Arrival>,
 }
 
+impl Traced<Asked> {
+    /// Stops counting its rows on their way to the store
+    /// (`pacpriv_store::Arrivals`): for a fan-out that waits in a stream's
+    /// queue behind earlier steps, whose own step may be far off.
+    pub fn queued(mut self) -> Self {
+        self.value.arriving.clear();
+        self
+    }
+}
+
 /// A charged step whose record is on its way to the store.
 pub struct Taken {
     query: Query,

@@ -6,6 +6,9 @@
 //!   (at most [`DEPTH`] ahead), so the queries of one stream share batches
 //!   — or, over the principal's rate limit, as soon as the limit allows
 //!   ([`rate`](super::rate): a stream is paced, never refused for rate);
+//!   a fan-out that waits here is not counted on its way to the store
+//!   ([`Traced::queued`]): the store's writer does not wait for a step
+//!   that waits for a slow reader;
 //! - this stream's task takes the steps strictly in request order — the
 //!   session's math sees the queries in the order the client sent them;
 //! - a sender task waits for each step's durability, in order, and sends.
@@ -80,7 +83,8 @@ async fn read(app: Arc<App>, caller: Caller, mut requests: Streaming<PredictRequ
                 let admitted = app.rate.pace(caller.principal()).await;
                 let (app, caller) = (Arc::clone(&app), caller.clone());
                 Ok(tokio::spawn(
-                    async move { predict::ask(&app, &caller, req, Ok(admitted), Over::Wait).await }.in_current_span(),
+                    async move { predict::ask(&app, &caller, req, Ok(admitted), Over::Wait).await.map(Traced::queued) }
+                        .in_current_span(),
                 ))
             }
             Err(status) => Err(status),

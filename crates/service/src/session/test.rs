@@ -8,7 +8,7 @@ use pacpriv_privacy::keyed::NoiseKey;
 use pacpriv_privacy::ledger::Policy;
 use pacpriv_privacy::mechanism::{SecretIndex, TeacherOutputs};
 use pacpriv_privacy::posterior::{Posterior, UpdateRule};
-use pacpriv_store::{DEFAULT_DATASET, EmbeddedStore, Origin, Release, Store, StoreError};
+use pacpriv_store::{Arrivals, DEFAULT_DATASET, EmbeddedStore, Origin, Release, Store, StoreError};
 use sha2::{Digest, Sha256};
 use std::future::Future;
 use std::pin::Pin;
@@ -432,6 +432,29 @@ async fn with_the_journal_on_even_free_answers_wait_for_their_entry() -> TestRes
     stall.abort()?;
     assert!(free.await?.0[0].unanimous);
     assert!(matches!(refused.await, Err(SessionError::NoisyNotKept)));
+    Ok(())
+}
+
+/// A row's answer, counted on its way to the store since its fan-out
+/// (`pacpriv_store::Arrivals`, which the store's writer waits for), stops
+/// being counted once `begin` has queued its record — before the record
+/// is durable, so the writer that waits finds it — and when its step is
+/// refused.
+#[tokio::test]
+async fn a_rows_arrival_lands_once_its_record_is_queued_or_it_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (_s, alice, stall) = stalled(dir.path(), Policy::Contested, false).await?;
+    let arrivals = Arc::new(Arrivals::default());
+    let unanimous = TeacherOutputs::Labels { labels: vec![2; 4], classes: 3 };
+    let rows = vec![(Some(split()), keyed(2.0, false, None)), (Some(unanimous), keyed(1.0, false, None))];
+    let charged = alice.begin(rows, vec![arrivals.arrive(), arrivals.arrive()]).await?;
+    assert_eq!(arrivals.coming(), 0, "still counted after the record was queued");
+    let charged = held_back(charged, "a charged answer");
+    let refused = alice.begin(vec![(None, keyed(1.0, true, None))], vec![arrivals.arrive()]).await;
+    assert!(matches!(refused, Err(SessionError::NoisyNotKept)));
+    assert_eq!(arrivals.coming(), 0, "still counted after a refusal");
+    stall.abort()?;
+    assert!(charged.await?.0[0].charge.get() > 0.0);
     Ok(())
 }
 

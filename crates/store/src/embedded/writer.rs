@@ -8,9 +8,10 @@
 //!   append keeps the batch, in order, withholds its answers and stops new
 //!   steps ([`Flags::writable`]); the writer tries again every
 //!   [`RETRY_EVERY`] (on a fresh segment) until one succeeds. Before it
-//!   appends, it waits (at most [`GATHER_AT_MOST`]) while answers that
-//!   left their fan-out have yet to queue their records
-//!   ([`Arrivals::gather`]), so that they share the sync.
+//!   appends, it waits while answers that left their fan-out have yet to
+//!   queue their records and keep doing so ([`Arrivals::gather`], at most
+//!   [`GATHER_AT_MOST`], [`GATHER_QUIET`] after the last), so that they
+//!   share the sync.
 //! - **Folder**: every [`FOLD_EVERY`] or [`FOLD_RECORDS`] records (sooner
 //!   when a reader asks, [`Folds::settle`]), the writer closes the active
 //!   segment and hands the folder the records it holds; the folder commits
@@ -49,6 +50,11 @@ const MAX_BATCH: usize = 4096;
 /// their way*) and delays an answer whose fan-out shared a batch by up
 /// to this much.
 pub const GATHER_AT_MOST: Duration = Duration::from_micros(500);
+
+/// How long the writer goes on waiting after the last answer on its way
+/// landed ([`Arrivals::gather`]): what an answer held far from its step
+/// costs each sync, while nothing else moves.
+pub const GATHER_QUIET: Duration = Duration::from_micros(150);
 
 /// How long records wait in the log before the writer hands them to the
 /// folder, at most (while the folder is free). Longer folds fewer pages
@@ -214,7 +220,6 @@ pub(super) fn writer(
     metrics: &StoreMetrics,
     arrivals: &Arrivals,
 ) {
-    arrivals.register_writer();
     let mut state =
         Appending { kept: Vec::new(), unfolded: Vec::new(), due: Instant::now() + FOLD_EVERY, asked: false };
     loop {
@@ -256,8 +261,13 @@ pub(super) fn writer(
             }
         }
         state.take_queued(queue);
-        // Not while appends fail: what is kept is retried at once.
-        if !state.kept.is_empty() && !folds.flags.append.load(Ordering::Acquire) && arrivals.gather(GATHER_AT_MOST) {
+        // Not while appends fail (what is kept is retried at once), with a
+        // full frame, or while a reader waits for a fold.
+        let gathering = !state.kept.is_empty()
+            && state.kept.len() < MAX_BATCH
+            && !state.asked
+            && !folds.flags.append.load(Ordering::Acquire);
+        if gathering && arrivals.gather(GATHER_QUIET, GATHER_AT_MOST) {
             state.take_queued(queue);
         }
         state.append(&mut log, folds, metrics);
