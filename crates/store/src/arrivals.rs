@@ -19,8 +19,11 @@
 //! - Waiting only delays a sync; every answer still waits for its own
 //!   record to be durable. The wait ends when nothing is on its way, when
 //!   nothing has landed for a short while, or at a bound: an answer held
-//!   far from its step delays each sync by the short while at most, and
-//!   only while nothing else moves.
+//!   far from its step delays a sync by the short while when nothing
+//!   else lands, and by the bound at most.
+//! - A stream's fan-outs are not counted (`PredictStream` queues them
+//!   behind its earlier steps), and a multi-row request's rows are
+//!   counted only once all of them are answered.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -30,12 +33,14 @@ use std::time::{Duration, Instant};
 /// The count of answers between their fan-out and their record (module
 /// documentation). One per process, shared by every model's teachers and
 /// the store.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Arrivals {
     coming: AtomicUsize,
-    /// How many have landed (their record queued, or no step) so far: the
-    /// writer stops waiting once none lands for a while.
+    /// When the last one landed (its record queued, or no step), in
+    /// nanoseconds since `since`: the writer stops waiting once none has
+    /// landed for a while.
     landed: AtomicU64,
+    since: Instant,
     /// The writer is waiting for `coming` to reach zero.
     waiting: AtomicBool,
     /// The thread that waits (the store's writer; the first to gather).
@@ -47,6 +52,18 @@ pub struct Arrivals {
 #[derive(Debug)]
 pub struct Arrival(Arc<Arrivals>);
 
+impl Default for Arrivals {
+    fn default() -> Self {
+        Arrivals {
+            coming: AtomicUsize::new(0),
+            landed: AtomicU64::new(0),
+            since: Instant::now(),
+            waiting: AtomicBool::new(false),
+            writer: OnceLock::new(),
+        }
+    }
+}
+
 impl Arrivals {
     /// Counts one answer that left its fan-out.
     pub fn arrive(self: &Arc<Self>) -> Arrival {
@@ -55,14 +72,15 @@ impl Arrivals {
     }
 
     /// While answers are on their way and they keep landing, waits: until
-    /// none is on its way, or none has landed for `quiet`, or `at_most`
-    /// has passed. Returns whether it waited at all.
+    /// none is on its way, or none has landed for `quiet` (counted from
+    /// the start, or from the last landing), or `at_most` has passed.
+    /// Returns whether it waited at all.
     ///
     /// The quiet cut-off bounds what an answer held far from its step
-    /// costs (a multi-row request waiting for its slowest row, a call
-    /// whose caller stalls): `quiet` per sync while nothing else moves,
-    /// not `at_most`. Only the first thread to call it waits (one store
-    /// per process); any other returns at once.
+    /// costs each sync while nothing else lands: `quiet`; under steady
+    /// traffic the sync waits for that traffic anyway, up to `at_most`.
+    /// Only the first thread to wait here ever waits (one store per
+    /// process); any other returns at once.
     pub(crate) fn gather(&self, quiet: Duration, at_most: Duration) -> bool {
         if self.coming.load(Ordering::SeqCst) == 0
             || self.writer.get_or_init(std::thread::current).id() != std::thread::current().id()
@@ -71,7 +89,6 @@ impl Arrivals {
         }
         let started = Instant::now();
         let deadline = started + at_most;
-        let (mut landed, mut moved) = (self.landed.load(Ordering::SeqCst), started);
         // Set before `coming` is read again, and read by the last arrival
         // after it decrements (both sequentially consistent): either this
         // thread sees zero or that one sees it waiting and unparks it. An
@@ -79,11 +96,8 @@ impl Arrivals {
         self.waiting.store(true, Ordering::SeqCst);
         while self.coming.load(Ordering::SeqCst) > 0 {
             let now = Instant::now();
-            let now_landed = self.landed.load(Ordering::SeqCst);
-            if now_landed != landed {
-                (landed, moved) = (now_landed, now);
-            }
-            let until = deadline.min(moved + quiet);
+            let landed = self.since + Duration::from_nanos(self.landed.load(Ordering::SeqCst));
+            let until = deadline.min(started.max(landed) + quiet);
             if now >= until {
                 break;
             }
@@ -102,7 +116,8 @@ impl Arrivals {
 impl Drop for Arrival {
     fn drop(&mut self) {
         let arrivals = &self.0;
-        arrivals.landed.fetch_add(1, Ordering::SeqCst);
+        let landed = u64::try_from(arrivals.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        arrivals.landed.fetch_max(landed, Ordering::SeqCst);
         if arrivals.coming.fetch_sub(1, Ordering::SeqCst) == 1
             && arrivals.waiting.load(Ordering::SeqCst)
             && let Some(writer) = arrivals.writer.get()
@@ -156,16 +171,28 @@ mod test {
         let arrivals = Arc::new(Arrivals::default());
         let held = arrivals.arrive();
         let others: Vec<Arrival> = (0..5).map(|_| arrivals.arrive()).collect();
-        let quiet = Duration::from_millis(200);
-        let started = Instant::now();
-        let dropping = landing(others, Duration::from_millis(20));
+        let quiet = Duration::from_millis(100);
+        let dropping = landing(others, Duration::from_millis(60));
         assert!(arrivals.gather(quiet, MINUTE));
-        // It waited while the others landed (~100 ms), then a quiet while.
-        assert!(started.elapsed() >= quiet, "stopped before a quiet while passed");
-        assert!(started.elapsed() < MINUTE / 2, "waited for the bound");
-        assert_eq!(arrivals.coming(), 1);
+        // The others land over 300 ms, longer than one quiet while: each
+        // landing extended the wait, and it ended after the last one (a
+        // quiet while later), not at the bound.
+        let coming = arrivals.coming();
+        dropping.join().map_err(|_| "dropping thread panicked")?;
+        assert_eq!(coming, 1, "stopped before the others landed");
         drop(held);
         assert_eq!(arrivals.coming(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn answers_that_keep_landing_are_waited_for_until_the_bound() -> Result<(), &'static str> {
+        let arrivals = Arc::new(Arrivals::default());
+        let others: Vec<Arrival> = (0..50).map(|_| arrivals.arrive()).collect();
+        let dropping = landing(others, Duration::from_millis(20));
+        // Landings every 20 ms for a second: only the bound ends the wait.
+        assert!(arrivals.gather(MINUTE, Duration::from_millis(200)));
+        assert!(arrivals.coming() > 0, "waited past the bound, until all had landed");
         dropping.join().map_err(|_| "dropping thread panicked")
     }
 

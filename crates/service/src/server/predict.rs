@@ -299,13 +299,24 @@ async fn fan_out(
     query: &Query,
     found: Vec<Preflight>,
 ) -> Result<Vec<Option<(TeacherOutputs, Arrival)>>, ServiceError> {
+    // One row keeps the count its batch gave it; several are counted only
+    // once all are answered, so that rows answered early do not hold the
+    // store's writer while a later batch (or a retry) is out.
+    let several = query.rows.len() > 1;
     let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
         match found {
-            Preflight::Known => Ok(None),
-            Preflight::Ask => Ok(Some(model.ensemble.query(&row.features).await?)),
+            Preflight::Known => Ok::<_, ServiceError>(None),
+            Preflight::Ask => {
+                let (outputs, arrival) = model.ensemble.query(&row.features).await?;
+                Ok(Some((outputs, (!several).then_some(arrival))))
+            }
         }
     });
-    futures_util::future::try_join_all(asks).await
+    let answered = futures_util::future::try_join_all(asks).await?;
+    Ok(answered
+        .into_iter()
+        .map(|row| row.map(|(outputs, arrival)| (outputs, arrival.unwrap_or_else(|| model.ensemble.arrive()))))
+        .collect())
 }
 
 /// The version of `name` (empty: the default model) at `version` (empty:

@@ -6,9 +6,9 @@
 //!   (at most [`DEPTH`] ahead), so the queries of one stream share batches
 //!   — or, over the principal's rate limit, as soon as the limit allows
 //!   ([`rate`](super::rate): a stream is paced, never refused for rate);
-//!   a fan-out that waits here is not counted on its way to the store
-//!   ([`Traced::queued`]): the store's writer does not wait for a step
-//!   that waits for a slow reader;
+//!   its fan-outs are not counted on their way to the store
+//!   ([`Traced::queued`]): they wait in this queue, and the store's
+//!   writer must not wait for a step that waits for a slow reader;
 //! - this stream's task takes the steps strictly in request order — the
 //!   session's math sees the queries in the order the client sent them;
 //! - a sender task waits for each step's durability, in order, and sends.

@@ -195,6 +195,11 @@ impl Ensemble {
         if self.core.stacked && missing > 0 { self.core.m } else { missing }
     }
 
+    /// Counts one answer on its way to the store ([`Arrivals`]).
+    pub fn arrive(&self) -> Arrival {
+        self.arrivals.arrive()
+    }
+
     /// Every teacher's output for one example (`features`, already
     /// validated), in subset order — batched with concurrent queries when
     /// batching is on — and its count on the way to the store, to drop

@@ -209,6 +209,18 @@ impl EmbeddedStore {
         arrivals: Arc<Arrivals>,
         cache_bytes: usize,
     ) -> Result<Self, StoreError> {
+        Self::open_gathering(path, metrics, arrivals, cache_bytes, writer::Gather::SERVER)
+    }
+
+    /// As [`EmbeddedStore::open_with_cache`], the writer waiting for
+    /// records on their way within `gather`'s bounds.
+    fn open_gathering(
+        path: &Path,
+        metrics: StoreMetrics,
+        arrivals: Arc<Arrivals>,
+        cache_bytes: usize,
+        gather: writer::Gather,
+    ) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| backend(format!("creating {}: {e}", dir.display())))?;
         }
@@ -230,7 +242,7 @@ impl EmbeddedStore {
         let log = log::Log::new(path, id, last_segment);
         let writer = std::thread::Builder::new()
             .name("pacpriv-store-writer".into())
-            .spawn(move || writer::writer(&writer_folds, &rx, jobs, log, &metrics, &arrivals))
+            .spawn(move || writer::writer(&writer_folds, &rx, jobs, log, &metrics, &arrivals, gather))
             .map_err(backend)?;
         Ok(EmbeddedStore { db, path: path.to_owned(), folds, threads: vec![writer, folder] })
     }

@@ -259,3 +259,43 @@ fn a_reader_sees_every_durable_record_before_any_fold_is_due() -> Result<(), Sto
     assert_eq!(store.sessions()?, ["alice"]);
     Ok(())
 }
+
+/// The records per commit the writer reports.
+#[derive(Default)]
+struct Commits(std::sync::Mutex<Vec<usize>>);
+
+impl crate::metrics::CommitObserver for Commits {
+    fn commit(&self, _seconds: f64, records: usize) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(records);
+    }
+}
+
+/// Issue 70 §1: a writer that holds a record while an answer is on its
+/// way waits for that answer's record and syncs the two in one frame.
+#[test]
+fn the_writer_syncs_a_record_on_its_way_with_the_one_it_holds() -> Result<(), StoreError> {
+    use crate::arrivals::Arrivals;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let (_dir, path) = new_store_file()?;
+    let commits = Arc::new(Commits::default());
+    let arrivals = Arc::new(Arrivals::default());
+    // Bounds of a minute: the second record comes well within them.
+    let minute = Duration::from_secs(60);
+    let gather = super::writer::Gather { quiet: minute, at_most: minute };
+    let metrics = crate::metrics::StoreMetrics::new(Arc::clone(&commits) as Arc<dyn crate::metrics::CommitObserver>);
+    let store =
+        EmbeddedStore::open_gathering(&path, metrics, Arc::clone(&arrivals), super::DEFAULT_CACHE_BYTES, gather)?;
+    let on_its_way = arrivals.arrive();
+    let first = store.enqueue("alice", record(1, 0), Change::default())?;
+    // Long enough for the writer to take alice's record and wait; should
+    // it not have yet, both are queued and share the frame all the same.
+    std::thread::sleep(Duration::from_millis(50));
+    let second = store.enqueue("bob", record(1, 0), Change { arriving: vec![on_its_way], ..Change::default() })?;
+    first.wait()?;
+    second.wait()?;
+    let commits = commits.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    assert_eq!(commits, vec![2], "records per commit");
+    assert_eq!(arrivals.coming(), 0);
+    Ok(())
+}

@@ -9,9 +9,8 @@
 //!   steps ([`Flags::writable`]); the writer tries again every
 //!   [`RETRY_EVERY`] (on a fresh segment) until one succeeds. Before it
 //!   appends, it waits while answers that left their fan-out have yet to
-//!   queue their records and keep doing so ([`Arrivals::gather`], at most
-//!   [`GATHER_AT_MOST`], [`GATHER_QUIET`] after the last), so that they
-//!   share the sync.
+//!   queue their records and keep doing so ([`Arrivals::gather`], within
+//!   [`Gather`]'s bounds), so that they share the sync.
 //! - **Folder**: every [`FOLD_EVERY`] or [`FOLD_RECORDS`] records (sooner
 //!   when a reader asks, [`Folds::settle`]), the writer closes the active
 //!   segment and hands the folder the records it holds; the folder commits
@@ -44,17 +43,24 @@ use std::time::{Duration, Instant};
 /// Most records appended in one frame.
 const MAX_BATCH: usize = 4096;
 
-/// How long the writer, holding records, waits at most for answers that
-/// left their fan-out to queue theirs ([`Arrivals::gather`]). Longer puts
-/// more records in a sync at saturation (`BENCHMARKS.md`, *Records on
-/// their way*) and delays an answer whose fan-out shared a batch by up
-/// to this much.
-pub const GATHER_AT_MOST: Duration = Duration::from_micros(500);
+/// How long the writer waits before a sync for answers on their way
+/// ([`Arrivals::gather`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Gather {
+    /// Once none has landed for this long.
+    pub(super) quiet: Duration,
+    /// At most this long.
+    pub(super) at_most: Duration,
+}
 
-/// How long the writer goes on waiting after the last answer on its way
-/// landed ([`Arrivals::gather`]): what an answer held far from its step
-/// costs each sync, while nothing else moves.
-pub const GATHER_QUIET: Duration = Duration::from_micros(150);
+impl Gather {
+    /// The server's: at most 500 µs, which puts more records in a sync at
+    /// saturation (`BENCHMARKS.md`, *Records on their way*) and delays
+    /// every answer of that sync by up to that much; and 150 µs after the
+    /// last landing, what an answer held far from its step costs a sync
+    /// while nothing else lands.
+    pub(super) const SERVER: Gather = Gather { quiet: Duration::from_micros(150), at_most: Duration::from_micros(500) };
+}
 
 /// How long records wait in the log before the writer hands them to the
 /// folder, at most (while the folder is free). Longer folds fewer pages
@@ -219,6 +225,7 @@ pub(super) fn writer(
     mut log: Log,
     metrics: &StoreMetrics,
     arrivals: &Arrivals,
+    gather: Gather,
 ) {
     let mut state =
         Appending { kept: Vec::new(), unfolded: Vec::new(), due: Instant::now() + FOLD_EVERY, asked: false };
@@ -267,7 +274,7 @@ pub(super) fn writer(
             && state.kept.len() < MAX_BATCH
             && !state.asked
             && !folds.flags.append.load(Ordering::Acquire);
-        if gathering && arrivals.gather(GATHER_QUIET, GATHER_AT_MOST) {
+        if gathering && arrivals.gather(gather.quiet, gather.at_most) {
             state.take_queued(queue);
         }
         state.append(&mut log, folds, metrics);
