@@ -9,9 +9,12 @@
 //! answer, the cheaper each answer. The teachers' side counts each answer
 //! past its fan-out ([`Arrivals::arrive`]) until its step has queued its
 //! record (the [`Arrival`] is dropped); the writer, holding records,
-//! waits while that count is above zero and answers keep landing, for at
-//! most a bound ([`Arrivals::gather`]). Where nothing else is on its way — one client,
-//! or a lone query — it waits not at all.
+//! waits while that count is above zero and answers keep landing (one
+//! has in the last short while), for at most a bound
+//! ([`Arrivals::gather`]). Where nothing else is on its way — one client,
+//! or a lone query — it waits not at all. (An answer that stops being
+//! counted without queuing a record lands too: a refusal, a multi-row
+//! request's row until all are in, a stream's fan-out.)
 //!
 //! # Invariants
 //! - What is counted is answers that left the fan-out, whoever asked:
@@ -79,8 +82,8 @@ impl Arrivals {
     /// The quiet cut-off bounds what an answer held far from its step
     /// costs each sync while nothing else lands: `quiet`; under steady
     /// traffic the sync waits for that traffic anyway, up to `at_most`.
-    /// Only the first thread to wait here ever waits (one store per
-    /// process); any other returns at once.
+    /// Only the first thread to call it with answers on their way ever
+    /// waits (one store per process); any other returns at once.
     pub(crate) fn gather(&self, quiet: Duration, at_most: Duration) -> bool {
         if self.coming.load(Ordering::SeqCst) == 0
             || self.writer.get_or_init(std::thread::current).id() != std::thread::current().id()
@@ -110,6 +113,12 @@ impl Arrivals {
     /// How many answers are on their way now.
     pub fn coming(&self) -> usize {
         self.coming.load(Ordering::SeqCst)
+    }
+
+    /// Whether the writer is waiting in [`Arrivals::gather`] now.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst)
     }
 }
 
@@ -171,12 +180,15 @@ mod test {
         let arrivals = Arc::new(Arrivals::default());
         let held = arrivals.arrive();
         let others: Vec<Arrival> = (0..5).map(|_| arrivals.arrive()).collect();
-        let quiet = Duration::from_millis(100);
-        let dropping = landing(others, Duration::from_millis(60));
+        // Landings 300 ms apart, over 1.5 s in all: longer than one quiet
+        // while, and each well within one (a loaded machine's slack).
+        let quiet = Duration::from_secs(1);
+        let started = Instant::now();
+        let dropping = landing(others, Duration::from_millis(300));
         assert!(arrivals.gather(quiet, MINUTE));
-        // The others land over 300 ms, longer than one quiet while: each
-        // landing extended the wait, and it ended after the last one (a
-        // quiet while later), not at the bound.
+        assert!(started.elapsed() < MINUTE / 2, "waited for the bound");
+        // Each landing extended the wait, and it ended after the last one
+        // (a quiet while later), not at the bound.
         let coming = arrivals.coming();
         dropping.join().map_err(|_| "dropping thread panicked")?;
         assert_eq!(coming, 1, "stopped before the others landed");
@@ -189,10 +201,15 @@ mod test {
     fn answers_that_keep_landing_are_waited_for_until_the_bound() -> Result<(), &'static str> {
         let arrivals = Arc::new(Arrivals::default());
         let others: Vec<Arrival> = (0..50).map(|_| arrivals.arrive()).collect();
-        let dropping = landing(others, Duration::from_millis(20));
-        // Landings every 20 ms for a second: only the bound ends the wait.
-        assert!(arrivals.gather(MINUTE, Duration::from_millis(200)));
-        assert!(arrivals.coming() > 0, "waited past the bound, until all had landed");
+        let at_most = Duration::from_millis(500);
+        let started = Instant::now();
+        let dropping = landing(others, Duration::from_millis(50));
+        // Landings every 50 ms for 2.5 s: only the bound ends the wait.
+        assert!(arrivals.gather(MINUTE, at_most));
+        assert!(started.elapsed() >= at_most, "stopped before the bound");
+        let coming = arrivals.coming();
+        assert!(coming > 0, "waited past the bound, until all had landed");
+        assert!(coming < 50, "none landed while it waited");
         dropping.join().map_err(|_| "dropping thread panicked")
     }
 

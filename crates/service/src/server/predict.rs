@@ -302,7 +302,7 @@ async fn fan_out(
     // One row keeps the count its batch gave it; several are counted only
     // once all are answered, so that rows answered early do not hold the
     // store's writer while a later batch (or a retry) is out.
-    let several = query.rows.len() > 1;
+    let several = found.iter().filter(|f| **f == Preflight::Ask).count() > 1;
     let asks = query.rows.iter().zip(found).map(|(row, found)| async move {
         match found {
             Preflight::Known => Ok::<_, ServiceError>(None),

@@ -287,15 +287,21 @@ fn the_writer_syncs_a_record_on_its_way_with_the_one_it_holds() -> Result<(), St
     let store =
         EmbeddedStore::open_gathering(&path, metrics, Arc::clone(&arrivals), super::DEFAULT_CACHE_BYTES, gather)?;
     let on_its_way = arrivals.arrive();
+    let started = std::time::Instant::now();
     let first = store.enqueue("alice", record(1, 0), Change::default())?;
-    // Long enough for the writer to take alice's record and wait; should
-    // it not have yet, both are queued and share the frame all the same.
-    std::thread::sleep(Duration::from_millis(50));
+    // The writer takes alice's record and waits for the one on its way.
+    while !arrivals.waiting() {
+        if started.elapsed() > minute / 2 {
+            return Err(backend("the writer holding a record did not wait for the one on its way"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let second = store.enqueue("bob", record(1, 0), Change { arriving: vec![on_its_way], ..Change::default() })?;
     first.wait()?;
     second.wait()?;
     let commits = commits.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     assert_eq!(commits, vec![2], "records per commit");
     assert_eq!(arrivals.coming(), 0);
+    assert!(started.elapsed() < minute / 2, "woken by the record's arrival, not a bound");
     Ok(())
 }
