@@ -169,9 +169,8 @@ pub async fn ask(
     let admitted = Instant::now();
     app.metrics.service.stage(Stage::Admission, (admitted - traced.started).as_secs_f64());
     let asks_teachers = found.contains(&Preflight::Ask);
-    let answered = fan_out(&model, query, found).instrument(traced.span.clone()).await.map_err(|e| traced.fail(e))?;
-    let (outputs, arriving): (Vec<_>, Vec<Option<Arrival>>) = answered.into_iter().map(Option::unzip).unzip();
-    let arriving = arriving.into_iter().flatten().collect();
+    let (outputs, arriving) =
+        fan_out(&model, query, found).instrument(traced.span.clone()).await.map_err(|e| traced.fail(e))?;
     let fanout = asks_teachers.then(|| admitted.elapsed());
     if let Some(took) = fanout {
         app.metrics.service.stage(Stage::Fanout, took.as_secs_f64());
@@ -288,9 +287,9 @@ async fn choose(models: &Models, resolved: &Resolved) -> Result<Chosen, ServiceE
 }
 
 /// Step 3: every teacher of `model`, about each row the session does not
-/// know, each answer counted on its way to the store. The rows' fan-outs
-/// run at once (and so share the teachers' batches); any failure fails
-/// the request, nothing charged.
+/// know (`None` for a row it knows), and the asked rows' counts on their
+/// way to the store. The rows' fan-outs run at once (and so share the
+/// teachers' batches); any failure fails the request, nothing charged.
 ///
 /// # Errors
 /// Unavailable teachers, or a reply that is not an answer.
@@ -298,7 +297,7 @@ async fn fan_out(
     model: &Model,
     query: &Query,
     found: Vec<Preflight>,
-) -> Result<Vec<Option<(TeacherOutputs, Arrival)>>, ServiceError> {
+) -> Result<(Vec<Option<TeacherOutputs>>, Vec<Arrival>), ServiceError> {
     // One row keeps the count its batch gave it; several are counted only
     // once all are answered, so that rows answered early do not hold the
     // store's writer while a later batch (or a retry) is out.
@@ -312,11 +311,18 @@ async fn fan_out(
             }
         }
     });
-    let answered = futures_util::future::try_join_all(asks).await?;
-    Ok(answered
+    let mut arriving = Vec::new();
+    let outputs = futures_util::future::try_join_all(asks)
+        .await?
         .into_iter()
-        .map(|row| row.map(|(outputs, arrival)| (outputs, arrival.unwrap_or_else(|| model.ensemble.arrive()))))
-        .collect())
+        .map(|row| {
+            row.map(|(outputs, arrival)| {
+                arriving.push(arrival.unwrap_or_else(|| model.ensemble.arrive()));
+                outputs
+            })
+        })
+        .collect();
+    Ok((outputs, arriving))
 }
 
 /// The version of `name` (empty: the default model) at `version` (empty:
