@@ -19,6 +19,11 @@
 //!   kinds), from the m configured teacher names, or from principal names — at most
 //!   `metrics.max_principal_series` of them; the rest are only counted.
 //!   Never session ids, query ids or API keys.
+//! - A request records without a map lookup or an allocation: the series
+//!   of closed label sets are resolved when the metrics are built, a
+//!   model version's when it is built ([`ServiceMetrics::model_answers`]),
+//!   and a principal's budget gauges once, on its first answer (issue 70:
+//!   label hashing and label strings were a few µs of every answer).
 
 pub mod http;
 
@@ -29,7 +34,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -55,6 +60,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order (so `o as usize` indexes it).
+    const ALL: [Outcome; 8] = [
+        Outcome::Answered,
+        Outcome::RefusedBudget,
+        Outcome::RefusedRate,
+        Outcome::RefusedContested,
+        Outcome::Invalid,
+        Outcome::Unauthenticated,
+        Outcome::TeacherUnavailable,
+        Outcome::Internal,
+    ];
+
     fn as_str(self) -> &'static str {
         match self {
             Outcome::Answered => "answered",
@@ -85,6 +102,9 @@ pub enum Rpc {
 }
 
 impl Rpc {
+    /// Every RPC, in declaration order (so `r as usize` indexes it).
+    const ALL: [Rpc; 5] = [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer, Rpc::HttpInfer];
+
     /// Its metric label (and span field).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -115,6 +135,7 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Every stage, in declaration order (so `s as usize` indexes it).
     const ALL: [Stage; 4] = [Stage::Admission, Stage::Fanout, Stage::Calibration, Stage::DurableCharge];
 
     fn as_str(self) -> &'static str {
@@ -217,71 +238,91 @@ fn batch_sizes() -> Histogram {
 #[derive(Clone)]
 pub struct ServiceMetrics {
     queries: Family<OutcomeLabel, Counter>,
+    /// `queries`' series, by `Outcome as usize`.
+    outcomes: [Counter; Outcome::ALL.len()],
     by_model: Family<ModelLabel, Counter>,
     unanimous: Counter,
     cache_hits: Counter,
     cache_misses: Counter,
     mi_charged: Counter<f64, AtomicU64>,
     duration: Histograms<RpcLabel>,
+    /// `duration`'s series, by `Rpc as usize`.
+    rpcs: [Histogram; Rpc::ALL.len()],
     stages: Histograms<StageLabel>,
+    /// `stages`' series, by `Stage as usize`.
+    stage_series: [Histogram; Stage::ALL.len()],
     spent: Family<PrincipalLabel, FloatGauge>,
     limit: Family<PrincipalLabel, FloatGauge>,
     mia: Family<PrincipalLabel, FloatGauge>,
     principals: Gauge,
     dropped: Gauge,
     reloads: Family<OutcomeLabel, Counter>,
-    series: Arc<Mutex<Series>>,
+    budgets: Arc<Mutex<Budgets>>,
 }
 
-/// Which principals have budget series, and which were turned away.
-#[derive(Default)]
-struct Series {
+/// Which principals have budget series (their gauges), and which were
+/// turned away.
+struct Budgets {
     max: usize,
-    with: HashSet<String>,
-    without: HashSet<String>,
+    /// By dataset, then principal: its gauges, or `None` when it came
+    /// beyond `max` (counted in `dropped`).
+    series: HashMap<String, HashMap<String, Option<BudgetGauges>>>,
+    with: usize,
+    without: usize,
+}
+
+/// One principal's budget series in one dataset.
+struct BudgetGauges {
+    spent: FloatGauge,
+    limit: FloatGauge,
+    mia: FloatGauge,
+}
+
+impl BudgetGauges {
+    fn set(&self, spent: f64, limit: f64, mia_bound: f64) {
+        self.spent.set(spent);
+        self.limit.set(limit);
+        self.mia.set(mia_bound);
+    }
 }
 
 impl ServiceMetrics {
     fn new(max_principal_series: usize) -> Self {
+        // Every series of a closed label set exists from the start (at 0),
+        // so rates and alerts work before the first event of each kind.
+        let queries: Family<OutcomeLabel, Counter> = Family::default();
+        let outcomes = Outcome::ALL.map(|o| queries.get_or_create(&OutcomeLabel { outcome: o.as_str() }).clone());
+        let duration: Histograms<RpcLabel> = Family::new_with_constructor(latency);
+        let rpcs = Rpc::ALL.map(|r| duration.get_or_create(&RpcLabel { rpc: r.as_str() }).clone());
+        let stages: Histograms<StageLabel> = Family::new_with_constructor(stage_latency);
+        let stage_series = Stage::ALL.map(|s| stages.get_or_create(&StageLabel { stage: s.as_str() }).clone());
         let m = ServiceMetrics {
-            queries: Family::default(),
+            queries,
+            outcomes,
             by_model: Family::default(),
             unanimous: Counter::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             mi_charged: Counter::default(),
-            duration: Family::new_with_constructor(latency),
-            stages: Family::new_with_constructor(stage_latency),
+            duration,
+            rpcs,
+            stages,
+            stage_series,
             spent: Family::default(),
             limit: Family::default(),
             mia: Family::default(),
             principals: Gauge::default(),
             dropped: Gauge::default(),
             reloads: Family::default(),
-            series: Arc::new(Mutex::new(Series { max: max_principal_series, ..Series::default() })),
+            budgets: Arc::new(Mutex::new(Budgets {
+                max: max_principal_series,
+                series: HashMap::new(),
+                with: 0,
+                without: 0,
+            })),
         };
-        // Every series of a closed label set exists from the start (at 0),
-        // so rates and alerts work before the first event of each kind.
-        for outcome in [
-            Outcome::Answered,
-            Outcome::RefusedBudget,
-            Outcome::RefusedRate,
-            Outcome::RefusedContested,
-            Outcome::Invalid,
-            Outcome::Unauthenticated,
-            Outcome::TeacherUnavailable,
-            Outcome::Internal,
-        ] {
-            drop(m.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }));
-        }
         for outcome in ["applied", "rejected"] {
             drop(m.reloads.get_or_create(&OutcomeLabel { outcome }));
-        }
-        for rpc in [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer, Rpc::HttpInfer] {
-            drop(m.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }));
-        }
-        for stage in Stage::ALL {
-            drop(m.stages.get_or_create(&StageLabel { stage: stage.as_str() }));
         }
         m
     }
@@ -332,7 +373,7 @@ impl ServiceMetrics {
 
     /// Counts one query's outcome.
     pub fn query(&self, outcome: Outcome) {
-        self.queries.get_or_create(&OutcomeLabel { outcome: outcome.as_str() }).inc();
+        self.outcomes[outcome as usize].inc();
     }
 
     /// Counts one released answer.
@@ -349,10 +390,11 @@ impl ServiceMetrics {
         self.mi_charged.inc_by(charge);
     }
 
-    /// Counts `answers` released by `version` of `model`.
-    pub fn model_answers(&self, model: &str, version: &str, answers: usize) {
+    /// The counter of answers released by `version` of `model`, for the
+    /// version to keep (it counts by `inc_by`).
+    pub fn model_answers(&self, model: &str, version: &str) -> Counter {
         let label = ModelLabel { model: model.to_owned(), version: version.to_owned() };
-        self.by_model.get_or_create(&label).inc_by(answers as u64);
+        self.by_model.get_or_create(&label).clone()
     }
 
     /// Drops the series of `version` of `model` (a reload removed it).
@@ -362,12 +404,12 @@ impl ServiceMetrics {
 
     /// Records an RPC's latency.
     pub fn duration(&self, rpc: Rpc, seconds: f64) {
-        self.duration.get_or_create(&RpcLabel { rpc: rpc.as_str() }).observe(seconds);
+        self.rpcs[rpc as usize].observe(seconds);
     }
 
     /// Records how long an answer spent in `stage`.
     pub fn stage(&self, stage: Stage, seconds: f64) {
-        self.stages.get_or_create(&StageLabel { stage: stage.as_str() }).observe(seconds);
+        self.stage_series[stage as usize].observe(seconds);
     }
 
     /// Sets the budget gauges of `principal`'s session in `dataset` (or
@@ -375,22 +417,33 @@ impl ServiceMetrics {
     /// `limit` nats, and the MIA bound at `spent` — or counts it as
     /// dropped when the series limit is reached.
     pub fn budget(&self, principal: &str, dataset: &str, spent: f64, limit: f64, mia_bound: f64) {
-        let Ok(mut series) = self.series.lock() else { return };
-        let key = format!("{dataset}/{principal}");
-        if !series.with.contains(&key) {
-            if series.with.len() >= series.max {
-                if series.without.insert(key) {
-                    self.dropped.set(i64::try_from(series.without.len()).unwrap_or(i64::MAX));
-                }
-                return;
+        let Ok(mut budgets) = self.budgets.lock() else { return };
+        let b = &mut *budgets;
+        if let Some(known) = b.series.get(dataset).and_then(|d| d.get(principal)) {
+            if let Some(gauges) = known {
+                gauges.set(spent, limit, mia_bound);
             }
-            series.with.insert(key);
+            return;
         }
-        drop(series);
-        let label = PrincipalLabel { principal: principal.to_owned(), dataset: dataset.to_owned() };
-        self.spent.get_or_create(&label).set(spent);
-        self.limit.get_or_create(&label).set(limit);
-        self.mia.get_or_create(&label).set(mia_bound);
+        let gauges = (b.with < b.max).then(|| {
+            let label = PrincipalLabel { principal: principal.to_owned(), dataset: dataset.to_owned() };
+            BudgetGauges {
+                spent: self.spent.get_or_create(&label).clone(),
+                limit: self.limit.get_or_create(&label).clone(),
+                mia: self.mia.get_or_create(&label).clone(),
+            }
+        });
+        match &gauges {
+            Some(gauges) => {
+                b.with += 1;
+                gauges.set(spent, limit, mia_bound);
+            }
+            None => {
+                b.without += 1;
+                self.dropped.set(i64::try_from(b.without).unwrap_or(i64::MAX));
+            }
+        }
+        b.series.entry(dataset.to_owned()).or_default().insert(principal.to_owned(), gauges);
     }
 
     /// Counts one configuration reload, applied or rejected.

@@ -72,7 +72,7 @@ fn a_forgotten_version_leaves_no_series() -> Result<(), std::fmt::Error> {
         version.teacher("digits-000").call(0.001);
         version.teacher("digits-000").error(TeacherError::Timeout);
     }
-    m.service.model_answers("private", "2", 3);
+    m.service.model_answers("private", "2").inc_by(3);
     two.forget(["digits-000"]);
     m.service.forget_model("private", "2");
     let text = m.encode()?;
@@ -83,5 +83,65 @@ fn a_forgotten_version_leaves_no_series() -> Result<(), std::fmt::Error> {
         ),
         "{text}"
     );
+    Ok(())
+}
+
+/// The closed label sets record through series resolved at start-up: each
+/// event lands in its own label's series, none in another's.
+#[test]
+fn each_outcome_rpc_and_stage_lands_in_its_own_series() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new(10);
+    for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+        for _ in 0..=i {
+            m.service.query(outcome);
+        }
+    }
+    for (i, rpc) in Rpc::ALL.into_iter().enumerate() {
+        for _ in 0..=i {
+            m.service.duration(rpc, 0.01);
+        }
+    }
+    for (i, stage) in Stage::ALL.into_iter().enumerate() {
+        for _ in 0..=i {
+            m.service.stage(stage, 0.01);
+        }
+    }
+    let text = m.encode()?;
+    let lines = Outcome::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, o)| format!("pacpriv_queries_total{{outcome=\"{}\"}} {}", o.as_str(), i + 1));
+    let rpcs = Rpc::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("pacpriv_request_duration_seconds_count{{rpc=\"{}\"}} {}", r.as_str(), i + 1));
+    let stages = Stage::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("pacpriv_stage_duration_seconds_count{{stage=\"{}\"}} {}", s.as_str(), i + 1));
+    for line in lines.chain(rpcs).chain(stages) {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    Ok(())
+}
+
+/// A principal's gauges are resolved once and keep following its budget;
+/// the same principal in another dataset has its own.
+#[test]
+fn budget_gauges_follow_each_principal_in_each_dataset() -> Result<(), std::fmt::Error> {
+    let m = Metrics::new(10);
+    m.service.budget("alice", "default", 0.25, 1.0, 0.6);
+    m.service.budget("alice", "faces", 0.125, 2.0, 0.55);
+    m.service.budget("alice", "default", 0.5, 1.0, 0.7);
+    let text = m.encode()?;
+    for line in [
+        "pacpriv_budget_spent_nats{principal=\"alice\",dataset=\"default\"} 0.5",
+        "pacpriv_mia_bound{principal=\"alice\",dataset=\"default\"} 0.7",
+        "pacpriv_budget_spent_nats{principal=\"alice\",dataset=\"faces\"} 0.125",
+        "pacpriv_budget_limit_nats{principal=\"alice\",dataset=\"faces\"} 2.0",
+        "pacpriv_principal_series_dropped 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
     Ok(())
 }

@@ -29,10 +29,12 @@
 use super::input::InputSpec;
 use super::statistics::Statistics;
 use super::status::ServiceError;
+use crate::metrics::ServiceMetrics;
 use crate::session::cache::QueryDigest;
 use crate::session::{DatasetIndex, ModelTag};
 use crate::teachers::Ensemble;
 use pacpriv_store::{LegacyKey, VersionIdentity};
+use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::DropGuard;
@@ -78,6 +80,8 @@ pub struct Model {
     /// Its counts and durations (Triton's statistics extension): from
     /// when it was built, carried by a reload that keeps it.
     pub stats: Statistics,
+    /// Its series of answers released (`pacpriv_model_answers`).
+    answers: Counter,
     /// Ends its teachers' own tasks once it is dropped.
     _teachers_running: DropGuard,
 }
@@ -105,10 +109,11 @@ impl CacheKeying {
 
 impl Model {
     /// `served`, loaded, its teachers not yet probed, keying its answers
-    /// by `keying`.
-    pub fn new(served: Served, keying: CacheKeying) -> Arc<Model> {
+    /// by `keying`, counting them in `metrics`.
+    pub fn new(served: Served, keying: CacheKeying, metrics: &ServiceMetrics) -> Arc<Model> {
         let Served { name, version, dataset, ensemble, input, teachers_running } = served;
         let number = version.parse().unwrap_or(0);
+        let answers = metrics.model_answers(&name, &version);
         let tag = ModelTag { name: name.as_str().into(), version: version.into() };
         let (ready, loaded) = (false.into(), true.into());
         Arc::new(Model {
@@ -122,8 +127,14 @@ impl Model {
             ready,
             loaded,
             stats: Statistics::default(),
+            answers,
             _teachers_running: teachers_running,
         })
+    }
+
+    /// Counts `n` answers it released.
+    pub fn count_answers(&self, n: usize) {
+        self.answers.inc_by(n as u64);
     }
 
     /// Its name and version, as the journal records them.

@@ -417,7 +417,6 @@ pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<Predic
     for r in &replies {
         app.metrics.service.answered(r.unanimous, r.charge.get(), r.cached);
     }
-    app.metrics.service.model_answers(&model.name, &model.version, replies.len());
     app.metrics.service.budget(handle.account_label(), handle.dataset(), view.spent, view.limit, view.mia_bound);
     app.metrics.service.duration(rpc, traced.started.elapsed().as_secs_f64());
     let rows = replies
@@ -426,6 +425,7 @@ pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<Predic
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| traced.fail(e))?;
     if let Some(version) = &traced.model {
+        version.count_answers(rows.len());
         version.stats.answered(rows.len(), traced.started.elapsed(), &traced.timings);
     }
     let first = rows.first().cloned().unwrap_or_default();
