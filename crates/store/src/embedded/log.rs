@@ -99,17 +99,24 @@ impl Log {
             Some(s) => s,
             None => self.create()?,
         };
+        // Each record is encoded straight into its frame, after room for
+        // the frame's header, which is filled in once the frame closes.
         let mut frames = Vec::with_capacity(batch.len() * 1536);
-        let mut payload = Vec::new();
+        let mut start = 0;
         for (i, w) in batch.iter().enumerate() {
+            if start == frames.len() {
+                frames.extend_from_slice(&[0; 8]);
+            }
             // Writing into a Vec cannot run out of room.
-            let _ = logged(w).encode_length_delimited(&mut payload);
-            if payload.len() >= FRAME_BYTES || i + 1 == batch.len() {
-                let len = u32::try_from(payload.len()).ok().filter(|&l| l as usize <= MAX_FRAME);
+            let _ = logged(w).encode_length_delimited(&mut frames);
+            let payload = frames.len() - start - 8;
+            if payload >= FRAME_BYTES || i + 1 == batch.len() {
+                let len = u32::try_from(payload).ok().filter(|&l| l as usize <= MAX_FRAME);
                 let len = len.ok_or_else(|| backend("a record too large for a log frame"))?;
-                frames.extend_from_slice(&len.to_le_bytes());
-                frames.extend_from_slice(&checksum(self.id, segment.number, &payload).to_le_bytes());
-                frames.append(&mut payload);
+                let crc = checksum(self.id, segment.number, &frames[start + 8..]);
+                frames[start..start + 4].copy_from_slice(&len.to_le_bytes());
+                frames[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+                start = frames.len();
             }
         }
         let at = &segment.path;
