@@ -7,15 +7,16 @@ use super::status::ServiceError;
 use crate::metrics::Outcome;
 use crate::net::connection;
 use crate::session::{Caller, Credential, SessionError, Sessions};
-use tonic::metadata::MetadataMap;
+use tonic::codegen::http::HeaderMap;
 use tonic::{Request, Status};
 
-/// The key from `x-api-key`, or from `authorization: Bearer <key>`.
-pub fn api_key(metadata: &MetadataMap) -> Option<&str> {
-    if let Some(v) = metadata.get("x-api-key") {
+/// The key from `x-api-key`, or from `authorization: Bearer <key>`, in a
+/// request's headers (its metadata's, `MetadataMap::as_ref`).
+pub fn api_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(v) = headers.get("x-api-key") {
         return v.to_str().ok();
     }
-    let auth = metadata.get("authorization")?.to_str().ok()?;
+    let auth = headers.get("authorization")?.to_str().ok()?;
     auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer ")).map(str::trim)
 }
 
@@ -44,20 +45,20 @@ pub async fn authenticate<T>(
     }
     let certs = connection::peer_certs(request.extensions());
     let peer = connection::of(request.extensions()).map(|c| c.peer());
-    from_credential(sessions, request.metadata(), certs.as_deref().map(Vec::as_slice), from_cert, peer).await
+    from_credential(sessions, request.metadata().as_ref(), certs.as_deref().map(Vec::as_slice), from_cert, peer).await
 }
 
-/// The caller the credential in `metadata` (or, with `from_cert`, the
+/// The caller the credential in `headers` (or, with `from_cert`, the
 /// client certificate `certs`) names, presented by `peer` (whose lookups
 /// of unknown keys are capped).
 async fn from_credential(
     sessions: &Sessions,
-    metadata: &MetadataMap,
+    headers: &HeaderMap,
     certs: Option<&[tonic::transport::CertificateDer<'static>]>,
     from_cert: bool,
     peer: Option<std::net::IpAddr>,
 ) -> Result<Caller, ServiceError> {
-    if let Some(key) = api_key(metadata) {
+    if let Some(key) = api_key(headers) {
         return Ok(sessions.authenticate_from(Credential::ApiKey(key), peer).await?);
     }
     let cn = if from_cert { certs.and_then(certificate_cn) } else { None };
@@ -151,12 +152,11 @@ where
                 return inner.call(request).await;
             }
             let is_query = !path.ends_with("/GetBudget") && path != MODEL_STATISTICS;
-            let metadata = MetadataMap::from_headers(request.headers().clone());
             let certs = connection::peer_certs(request.extensions());
             let peer = connection::of(request.extensions()).map(|c| c.peer());
             match from_credential(
                 &app.sessions,
-                &metadata,
+                request.headers(),
                 certs.as_deref().map(Vec::as_slice),
                 app.principal_from_cert,
                 peer,

@@ -68,7 +68,7 @@ pub fn token_gate(token_sha256: [u8; 32]) -> impl FnMut(Request<()>) -> Result<R
 /// Checks that `request` carries the admin token hashing to
 /// `token_sha256`, in time independent of where the digests differ.
 fn check_token<T>(request: &Request<T>, token_sha256: &[u8; 32]) -> Result<(), Status> {
-    let presented: [u8; 32] = match api_key(request.metadata()) {
+    let presented: [u8; 32] = match api_key(request.metadata().as_ref()) {
         Some(token) => Sha256::digest(token.as_bytes()).into(),
         None => return Err(unauthenticated()),
     };
