@@ -19,11 +19,12 @@
 //!   kinds), from the m configured teacher names, or from principal names — at most
 //!   `metrics.max_principal_series` of them; the rest are only counted.
 //!   Never session ids, query ids or API keys.
-//! - A request records without a map lookup or an allocation: the series
-//!   of closed label sets are resolved when the metrics are built, a
-//!   model version's when it is built ([`ServiceMetrics::model_answers`]),
-//!   and a principal's budget gauges once, on its first answer (issue 70:
-//!   label hashing and label strings were a few µs of every answer).
+//! - A request records without building a label: the series of closed
+//!   label sets are resolved when the metrics are built, a model
+//!   version's when it is built ([`ServiceMetrics::model_answers`]), and a
+//!   principal's budget gauges on its first answer, found again by name
+//!   under one lock (issue 70: label strings and hashing were a few µs of
+//!   every answer).
 
 pub mod http;
 
