@@ -39,113 +39,91 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-/// What became of a query (one per Predict, or per request of a stream).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Released (and charged as the policy says).
-    Answered,
-    /// Refused: the budget cannot pay.
-    RefusedBudget,
-    /// Refused: the principal's rate limit.
-    RefusedRate,
-    /// Refused: the teachers disagree (policy `unanimous_only`).
-    RefusedContested,
-    /// Malformed input or a bad argument.
-    Invalid,
-    /// No or unknown credential.
-    Unauthenticated,
-    /// A teacher did not answer.
-    TeacherUnavailable,
-    /// Anything else (store, internal).
-    Internal,
+/// Declares a closed label set from one list: the enum, `ALL` (every
+/// variant in declaration order, so `x as usize` indexes an array of its
+/// series) and `as_str` (its label), so that the three cannot drift apart.
+macro_rules! closed_set {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$doc:meta])* $variant:ident => $label:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl $name {
+            /// Every one, in declaration order (`x as usize` is its place).
+            const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
+
+            /// Its metric label (and span field).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+    };
 }
 
-impl Outcome {
-    /// Every outcome, in declaration order (so `o as usize` indexes it).
-    const ALL: [Outcome; 8] = [
-        Outcome::Answered,
-        Outcome::RefusedBudget,
-        Outcome::RefusedRate,
-        Outcome::RefusedContested,
-        Outcome::Invalid,
-        Outcome::Unauthenticated,
-        Outcome::TeacherUnavailable,
-        Outcome::Internal,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Answered => "answered",
-            Outcome::RefusedBudget => "refused_budget",
-            Outcome::RefusedRate => "refused_rate",
-            Outcome::RefusedContested => "refused_contested",
-            Outcome::Invalid => "invalid",
-            Outcome::Unauthenticated => "unauthenticated",
-            Outcome::TeacherUnavailable => "teacher_unavailable",
-            Outcome::Internal => "internal",
-        }
+closed_set! {
+    /// What became of a query (one per Predict, or per request of a stream).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Outcome {
+        /// Released (and charged as the policy says).
+        Answered => "answered",
+        /// Refused: the budget cannot pay.
+        RefusedBudget => "refused_budget",
+        /// Refused: the principal's rate limit.
+        RefusedRate => "refused_rate",
+        /// Refused: the teachers disagree (policy `unanimous_only`).
+        RefusedContested => "refused_contested",
+        /// Malformed input or a bad argument.
+        Invalid => "invalid",
+        /// No or unknown credential.
+        Unauthenticated => "unauthenticated",
+        /// A teacher did not answer.
+        TeacherUnavailable => "teacher_unavailable",
+        /// Anything else (store, internal).
+        Internal => "internal",
     }
 }
 
-/// The RPCs whose latency is recorded.
-#[derive(Clone, Copy, Debug)]
-pub enum Rpc {
-    /// `Predict`.
-    Predict,
-    /// One request of `PredictStream`.
-    PredictStream,
-    /// `GetBudget`.
-    GetBudget,
-    /// Open Inference Protocol `ModelInfer` on the private model.
-    ModelInfer,
-    /// The same over HTTP/REST (`POST /v2/models/{model}/infer`).
-    HttpInfer,
-}
-
-impl Rpc {
-    /// Every RPC, in declaration order (so `r as usize` indexes it).
-    const ALL: [Rpc; 5] = [Rpc::Predict, Rpc::PredictStream, Rpc::GetBudget, Rpc::ModelInfer, Rpc::HttpInfer];
-
-    /// Its metric label (and span field).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rpc::Predict => "predict",
-            Rpc::PredictStream => "predict_stream",
-            Rpc::GetBudget => "get_budget",
-            Rpc::ModelInfer => "model_infer",
-            Rpc::HttpInfer => "http_infer",
-        }
+closed_set! {
+    /// The RPCs whose latency is recorded.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Rpc {
+        /// `Predict`.
+        Predict => "predict",
+        /// One request of `PredictStream`.
+        PredictStream => "predict_stream",
+        /// `GetBudget`.
+        GetBudget => "get_budget",
+        /// Open Inference Protocol `ModelInfer` on the private model.
+        ModelInfer => "model_infer",
+        /// The same over HTTP/REST (`POST /v2/models/{model}/infer`).
+        HttpInfer => "http_infer",
     }
 }
 
-/// The stages of an answer whose latency is recorded apart, so an
-/// operator sees where a request's time goes.
-#[derive(Clone, Copy, Debug)]
-pub enum Stage {
-    /// From arrival until admitted: decoding and validation, the rate
-    /// limit (including pacing a stream), and the session's preflight read.
-    Admission,
-    /// Asking all m teachers (only requests with a row the session has not
-    /// answered before).
-    Fanout,
-    /// The step of Algorithm 1: waiting for the session, calibration, the
-    /// draw, the charge, the record queued.
-    Calibration,
-    /// Waiting until the step's record is durable.
-    DurableCharge,
-}
-
-impl Stage {
-    /// Every stage, in declaration order (so `s as usize` indexes it).
-    const ALL: [Stage; 4] = [Stage::Admission, Stage::Fanout, Stage::Calibration, Stage::DurableCharge];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Stage::Admission => "admission",
-            Stage::Fanout => "fanout",
-            Stage::Calibration => "calibration",
-            Stage::DurableCharge => "durable_charge",
-        }
+closed_set! {
+    /// The stages of an answer whose latency is recorded apart, so an
+    /// operator sees where a request's time goes.
+    #[derive(Clone, Copy, Debug)]
+    pub enum Stage {
+        /// From arrival until admitted: decoding and validation, the rate
+        /// limit (including pacing a stream), and the session's preflight read.
+        Admission => "admission",
+        /// Asking all m teachers (only requests with a row the session has not
+        /// answered before).
+        Fanout => "fanout",
+        /// The step of Algorithm 1: waiting for the session, calibration, the
+        /// draw, the charge, the record queued.
+        Calibration => "calibration",
+        /// Waiting until the step's record is durable.
+        DurableCharge => "durable_charge",
     }
 }
 
