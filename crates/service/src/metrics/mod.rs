@@ -21,9 +21,9 @@
 //!   Never session ids, query ids or API keys.
 //! - A request records without building a label: the series of closed
 //!   label sets are resolved when the metrics are built, a model
-//!   version's when it is built ([`ServiceMetrics::model_answers`]), and a
-//!   principal's budget gauges on its first answer, found again by name
-//!   under one lock (issue 70: label strings and hashing were a few µs of
+//!   version's on its first answer and kept by the version
+//!   ([`ServiceMetrics::model_answers`]), and a principal's budget gauges
+//!   on its first answer, found again by name under one lock (issue 70: label strings and hashing were a few µs of
 //!   every answer).
 
 pub mod http;

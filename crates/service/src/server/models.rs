@@ -35,8 +35,8 @@ use crate::session::{DatasetIndex, ModelTag};
 use crate::teachers::Ensemble;
 use pacpriv_store::{LegacyKey, VersionIdentity};
 use prometheus_client::metrics::counter::Counter;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use tokio_util::sync::DropGuard;
 
 /// What a model version is built from.
@@ -80,8 +80,10 @@ pub struct Model {
     /// Its counts and durations (Triton's statistics extension): from
     /// when it was built, carried by a reload that keeps it.
     pub stats: Statistics,
-    /// Its series of answers released (`pacpriv_model_answers`).
-    answers: Counter,
+    /// Its series of answers released (`pacpriv_model_answers`), resolved
+    /// at its first answer: a version a rejected reload built and never
+    /// served exports none.
+    answers: OnceLock<Counter>,
     /// Ends its teachers' own tasks once it is dropped.
     _teachers_running: DropGuard,
 }
@@ -109,11 +111,10 @@ impl CacheKeying {
 
 impl Model {
     /// `served`, loaded, its teachers not yet probed, keying its answers
-    /// by `keying`, counting them in `metrics`.
-    pub fn new(served: Served, keying: CacheKeying, metrics: &ServiceMetrics) -> Arc<Model> {
+    /// by `keying`.
+    pub fn new(served: Served, keying: CacheKeying) -> Arc<Model> {
         let Served { name, version, dataset, ensemble, input, teachers_running } = served;
         let number = version.parse().unwrap_or(0);
-        let answers = metrics.model_answers(&name, &version);
         let tag = ModelTag { name: name.as_str().into(), version: version.into() };
         let (ready, loaded) = (false.into(), true.into());
         Arc::new(Model {
@@ -127,14 +128,15 @@ impl Model {
             ready,
             loaded,
             stats: Statistics::default(),
-            answers,
+            answers: OnceLock::new(),
             _teachers_running: teachers_running,
         })
     }
 
-    /// Counts `n` answers it released.
-    pub fn count_answers(&self, n: usize) {
-        self.answers.inc_by(n as u64);
+    /// Counts `n` answers it released in `metrics`.
+    pub fn count_answers(&self, metrics: &ServiceMetrics, n: usize) {
+        let answers = self.answers.get_or_init(|| metrics.model_answers(&self.name, self.version()));
+        answers.inc_by(n as u64);
     }
 
     /// Its name and version, as the journal records them.

@@ -425,7 +425,7 @@ pub async fn respond(app: &App, taken: Traced<Taken>, rpc: Rpc) -> Result<Predic
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| traced.fail(e))?;
     if let Some(version) = &traced.model {
-        version.count_answers(rows.len());
+        version.count_answers(&app.metrics.service, rows.len());
         version.stats.answered(rows.len(), traced.started.elapsed(), &traced.timings);
     }
     let first = rows.first().cloned().unwrap_or_default();

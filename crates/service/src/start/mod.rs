@@ -233,8 +233,7 @@ pub async fn serve(
         // SIGTERM while starting: nothing to drain, so nothing is opened.
         return Err(StartError::Stopped);
     }
-    let built =
-        served.into_iter().zip(keyings).map(|(served, keying)| Model::new(served, keying, &metrics.service)).collect();
+    let built = served.into_iter().zip(keyings).map(|(served, keying)| Model::new(served, keying)).collect();
     let models = Models::new(settings.model.name.clone(), built);
     metrics.service.principals(accounts.len());
     for a in &accounts {

@@ -162,7 +162,7 @@ impl Reloader {
                 Version::Built(model, served) => {
                     let keying =
                         identity::claim(store, model, false, &new.model.name).await.map_err(|e| e.to_string())?;
-                    let built = Model::new(served, keying, &self.app.metrics.service);
+                    let built = Model::new(served, keying);
                     built.set_teachers_ready(built.ensemble.not_ready().await == 0);
                     tracing::info!(model = %model.name, version = %model.version, ready = built.teachers_ready(),
                         "model version built by a reload");
