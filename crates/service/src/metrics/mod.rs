@@ -23,8 +23,8 @@
 //!   label sets are resolved when the metrics are built, a model
 //!   version's on its first answer and kept by the version
 //!   ([`ServiceMetrics::model_answers`]), and a principal's budget gauges
-//!   on its first answer, found again by name under one lock (issue 70: label strings and hashing were a few µs of
-//!   every answer).
+//!   on its first answer, found again by name under one lock (issue 70:
+//!   label strings and hashing were a few µs of every answer).
 
 pub mod http;
 
