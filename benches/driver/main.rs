@@ -108,7 +108,7 @@ fn main() -> ExitCode {
 /// Whatever the benchmark reports (bad arguments, a failed start, a
 /// correctness violation).
 fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
-    init_quiet_tracing();
+    let _logs = init_quiet_tracing();
     match args.command {
         Command::Service(args) => service::run(args, out),
         Command::Store(args) => store::run(args, out),
@@ -123,10 +123,15 @@ fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// Logs to standard error at `RUST_LOG`, by default warnings only — and not
 /// the warning every fresh store's first start gives about its new secret
-/// (each privatizer target starts on an empty store on purpose).
-fn init_quiet_tracing() {
+/// (each privatizer target starts on an empty store on purpose) — through
+/// the server's writer (`trace::Lines`), so that `RUST_LOG=info` measures
+/// the logs as `pacpriv serve` writes them. Keep the result while
+/// measuring: dropped, it writes out what waits.
+fn init_quiet_tracing() -> pacpriv_service::trace::Lines {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "warn,pacpriv_service::session::secret=error".into());
-    // A second initialisation (tests calling run twice) is harmless.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let lines = pacpriv_service::trace::Lines::to_stderr();
+    // A second initialisation (tests calling run twice) keeps the first.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(lines.writer()).try_init();
+    lines
 }

@@ -156,7 +156,6 @@ pub fn exit_status(error: &anyhow::Error) -> u8 {
 /// `RUST_LOG` (default `info`), as JSON lines when `json`; colours only
 /// when standard error is a terminal.
 pub fn init_tracing(json: bool) {
-    // Without an OTLP endpoint nothing can fail; a second initialisation
-    // (tests calling run twice) keeps the first.
-    let _ = pacpriv_service::trace::install(json, None, "pacpriv");
+    // A second initialisation (tests calling run twice) keeps the first.
+    pacpriv_service::trace::install_direct(json);
 }

@@ -45,9 +45,9 @@ pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let t = &settings.telemetry;
-        // Flushes the last spans when dropped, at the end of this block.
-        let _exporting =
-            pacpriv_service::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
+        // Writes out the last log lines and spans when dropped, at the end
+        // of this block.
+        let _logging = pacpriv_service::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
         let started = match start::serve(settings, shutdown_signal()).await {
             // SIGTERM while waiting for the database: an orderly stop.
             Err(start::StartError::Stopped) => {

@@ -86,7 +86,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 /// A `pacpriv` process (serve or teachers) that is killed when dropped.
@@ -292,8 +292,23 @@ impl Process {
             .expect("pacpriv admin runs")
     }
 
-    /// Everything it logged so far.
+    /// Everything it logged so far, read once its log has not grown for
+    /// 50 ms (at most 2 s): the server writes a line from a thread of its
+    /// own a moment after logging it (`trace::Lines`), and a test that
+    /// looks for a line, or for its absence, must see what was logged
+    /// before it looked.
     pub fn logs(&self) -> String {
+        let size = || std::fs::metadata(self.stderr.path()).map_or(0, |m| m.len());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut seen = size();
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = size();
+            if now == seen || Instant::now() >= deadline {
+                break;
+            }
+            seen = now;
+        }
         std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
     }
 
