@@ -42,12 +42,16 @@ pub fn run(args: Args, out: &mut dyn Write) -> anyhow::Result<()> {
 /// # Errors
 /// A failed start.
 pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn Write) -> anyhow::Result<()> {
+    // Declared first, so dropped last: after the runtime, whose drop stops
+    // the tasks that still hold the store, and with it the store's
+    // threads, which log as they stop.
+    let lines = pacpriv_service::trace::Lines::to_stderr();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let t = &settings.telemetry;
-        // Writes out the last log lines and spans when dropped, at the end
-        // of this block.
-        let _logging = pacpriv_service::trace::install(settings.log_json, t.otlp_endpoint.as_deref(), &t.service_name)?;
+        // Flushes the last spans when dropped, at the end of this block.
+        let _exporting =
+            pacpriv_service::trace::install(settings.log_json, &lines, t.otlp_endpoint.as_deref(), &t.service_name)?;
         let started = match start::serve(settings, shutdown_signal()).await {
             // SIGTERM while waiting for the database: an orderly stop.
             Err(start::StartError::Stopped) => {

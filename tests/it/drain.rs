@@ -78,6 +78,8 @@ async fn sigterm_under_load_fails_no_accepted_request_and_loses_no_charge() {
     assert!(status.success(), "exit status {status:?}\n{}", server.logs());
     assert!(after_signal > 0, "queries sent during the grace period were answered");
     assert!(server.logs().contains("drain grace over"), "{}", server.logs());
+    // The last line before the exit: the logs were written out.
+    assert!(server.logs().contains("shut down"), "{}", server.logs());
 
     // Every answer received is charged, and nothing else.
     let restarted = Process::serve(None, &env);

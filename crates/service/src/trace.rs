@@ -21,25 +21,27 @@
 //! - Off (the default), nothing is exported and no trace context is read
 //!   or sent.
 //! - The server's log lines reach stderr in blocks ([`Lines`]): a
-//!   request appends its line to a buffer and wakes no thread, and the
-//!   `pacpriv-log` thread writes the buffer out every [`FLUSH_EVERY`]
-//!   (whichever request fills it writes it out at once). Written one by
-//!   one, the lines of a server at `info` (one per answer) cost ~10 µs of
-//!   CPU an answer at saturation through a pipe, as under Docker or Kubernetes
-//!   (`BENCHMARKS.md`, *Logs off the request path*). No line is dropped;
-//!   a crash may lose the last [`FLUSH_EVERY`] of them, and dropping
-//!   [`Logging`] writes out every line.
+//!   request appends its line to a buffer and wakes no thread; the
+//!   `pacpriv-log` thread writes the buffer out every [`FLUSH_EVERY`], and
+//!   a `WARN` or `ERROR` line writes it out at once. Written one by one,
+//!   the lines of a server at `info` (one per answer) cost ~7 µs of CPU
+//!   an answer at saturation through a pipe, as under Docker or
+//!   Kubernetes (`BENCHMARKS.md`, *Logs off the request path*). Lines stay
+//!   whole and in order; a crash may lose the `info` lines of its last
+//!   [`FLUSH_EVERY`]; once the [`Lines`] are dropped, every line is
+//!   written out as it is logged.
 
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use std::io::{BufWriter, IsTerminal as _, Stderr, Write};
+use std::io::{IsTerminal as _, Stderr, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tracing::Span;
+use tracing::{Level, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::MakeWriter;
@@ -65,24 +67,25 @@ impl Drop for Exporting {
     }
 }
 
-/// The server's logging, kept for as long as it serves: dropped, it
-/// writes out the lines still waiting and flushes the last spans.
-pub struct Logging {
-    // Fields drop in order: the spans' last log lines reach the writer
-    // before it stops.
-    _exporting: Option<Exporting>,
-    _lines: Lines,
-}
-
-/// How long a log line waits in [`Lines`]' buffer at most.
+/// How long an `info` line waits before the `pacpriv-log` thread writes
+/// it out, at most (while the thread gets to run).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
 
-/// Log lines on their way to stderr (module invariants): a buffer of
-/// 64 KiB, written out by whichever line fills it and by the `pacpriv-log`
-/// thread every [`FLUSH_EVERY`].
+/// Lines waiting in [`Lines`] past this many bytes are written out by the
+/// line that made them so many.
+const CAPACITY: usize = 64 << 10;
+
+/// Log lines on their way to stderr (module invariants). A line is
+/// appended to a buffer under a lock held for that alone; the buffer is
+/// written out — in order, outside that lock — every [`FLUSH_EVERY`] by
+/// the `pacpriv-log` thread, at once by a `WARN` or `ERROR` line (what an
+/// operator needs most survives a crash that follows it), by a line that
+/// brings it past [`CAPACITY`], and once these `Lines` are dropped, by
+/// every line after (nothing is left in a buffer nobody writes out).
+/// Keep them until the last thread that logs has stopped.
 pub struct Lines<W: Write + Send + 'static = Stderr> {
     buffer: Buffered<W>,
-    /// Dropped, stops the thread (which writes out the buffer first).
+    /// Dropped, stops the thread.
     stop: Option<mpsc::Sender<()>>,
     flusher: Option<JoinHandle<()>>,
 }
@@ -90,30 +93,29 @@ pub struct Lines<W: Write + Send + 'static = Stderr> {
 impl Lines {
     /// Lines to stderr.
     pub fn to_stderr() -> Lines {
-        Lines::to(std::io::stderr)
+        Lines::to(std::io::stderr(), FLUSH_EVERY)
     }
 }
 
 impl<W: Write + Send + 'static> Lines<W> {
-    /// Lines to what `open` makes, through the `pacpriv-log` thread;
-    /// without it (it could not be started), each line is written out at
-    /// once.
-    pub fn to(open: impl Fn() -> W) -> Lines<W> {
-        let buffer = Buffered(Arc::new(Mutex::new(BufWriter::with_capacity(64 << 10, open()))));
+    /// Lines to `writer`, written out every `every` by the `pacpriv-log`
+    /// thread; without the thread (it could not be started), each line
+    /// is written out at once.
+    pub fn to(writer: W, every: Duration) -> Lines<W> {
+        let buffer = Buffered(Arc::new(Shared {
+            waiting: Mutex::new(Vec::with_capacity(CAPACITY)),
+            out: Mutex::new(Out { writer, spare: Vec::with_capacity(CAPACITY) }),
+            through: AtomicBool::new(false),
+        }));
         let (stop, stopped) = mpsc::channel::<()>();
         let flushed = buffer.clone();
         let flusher = std::thread::Builder::new().name("pacpriv-log".into()).spawn(move || {
-            loop {
-                let last = !matches!(stopped.recv_timeout(FLUSH_EVERY), Err(RecvTimeoutError::Timeout));
-                flushed.flush();
-                if last {
-                    break;
-                }
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                flushed.0.write_out(flushed.0.waiting());
             }
         });
         if flusher.is_err() {
-            // A buffer of no bytes writes each line straight through.
-            *buffer.lock() = BufWriter::with_capacity(0, open());
+            buffer.0.through.store(true, Ordering::Release);
         }
         Lines { buffer, stop: Some(stop), flusher: flusher.ok() }
     }
@@ -130,12 +132,14 @@ impl<W: Write + Send + 'static> Drop for Lines<W> {
         if let Some(flusher) = self.flusher.take() {
             let _ = flusher.join();
         }
-        self.buffer.flush();
+        // From here on each line is written out as it is logged.
+        self.buffer.0.through.store(true, Ordering::Release);
+        self.buffer.0.write_out(self.buffer.0.waiting());
     }
 }
 
 /// The buffer of [`Lines`], as a `fmt` layer's writer.
-pub struct Buffered<W: Write = Stderr>(Arc<Mutex<BufWriter<W>>>);
+pub struct Buffered<W: Write = Stderr>(Arc<Shared<W>>);
 
 impl<W: Write> Clone for Buffered<W> {
     fn clone(&self) -> Self {
@@ -143,15 +147,40 @@ impl<W: Write> Clone for Buffered<W> {
     }
 }
 
-impl<W: Write> Buffered<W> {
-    fn lock(&self) -> MutexGuard<'_, BufWriter<W>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+struct Shared<W: Write> {
+    /// Lines not yet written out, in the order they were logged.
+    waiting: Mutex<Vec<u8>>,
+    out: Mutex<Out<W>>,
+    /// Every line is written out as it is logged (the `Lines` are gone).
+    through: AtomicBool,
+}
+
+struct Out<W: Write> {
+    writer: W,
+    /// The buffer the last write-out took (kept for its capacity).
+    spare: Vec<u8>,
+}
+
+impl<W: Write> Shared<W> {
+    fn waiting(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn flush(&self) {
+    /// Writes out what waits, in order: `out` is taken before `waiting`
+    /// is let go, so an earlier write-out finishes before a later one
+    /// starts; lines logged meanwhile wait for no write.
+    fn write_out(&self, mut waiting: MutexGuard<'_, Vec<u8>>) {
+        if waiting.is_empty() {
+            return;
+        }
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let Out { writer, spare } = &mut *out;
+        std::mem::swap(&mut *waiting, spare);
+        drop(waiting);
         // A failed write is not retried: its lines are lost, as they were
-        // when written in place.
-        let _ = self.lock().flush();
+        // when each was written in place.
+        let _ = writer.write_all(spare).and_then(|()| writer.flush());
+        spare.clear();
     }
 }
 
@@ -159,38 +188,64 @@ impl<'a, W: Write + 'a> MakeWriter<'a> for Buffered<W> {
     type Writer = Line<'a, W>;
 
     fn make_writer(&'a self) -> Line<'a, W> {
-        Line(self.lock())
+        Line { waiting: Some(self.0.waiting()), shared: &self.0, now: false }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Line<'a, W> {
+        Line { waiting: Some(self.0.waiting()), shared: &self.0, now: *meta.level() <= Level::WARN }
     }
 }
 
-/// One line being written into the buffer (it holds the lock, so lines
-/// never interleave).
-pub struct Line<'a, W: Write>(MutexGuard<'a, BufWriter<W>>);
+/// One line being written into the buffer: it holds the buffer's lock,
+/// so lines never interleave; dropped, it writes the buffer out if it
+/// must (see [`Lines`]).
+pub struct Line<'a, W: Write> {
+    waiting: Option<MutexGuard<'a, Vec<u8>>>,
+    shared: &'a Shared<W>,
+    /// A `WARN` or `ERROR` line.
+    now: bool,
+}
 
 impl<W: Write> Write for Line<'_, W> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.write(bytes)
+        if let Some(waiting) = &mut self.waiting {
+            waiting.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
     }
 
-    /// Nothing: the `pacpriv-log` thread writes the buffer out.
+    /// Nothing: a line is written out when it is dropped, if it must be.
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
 }
 
+impl<W: Write> Drop for Line<'_, W> {
+    fn drop(&mut self) {
+        if let Some(waiting) = self.waiting.take()
+            && (self.now || waiting.len() >= CAPACITY || self.shared.through.load(Ordering::Acquire))
+        {
+            self.shared.write_out(waiting);
+        }
+    }
+}
+
 /// Installs the server's subscriber: logs (`json` or text) filtered by
-/// `RUST_LOG` (default `info`), written by their own thread ([`Lines`]),
-/// and span export to `otlp_endpoint` (as `service_name`) when one is
-/// given. Call inside a tokio runtime (the exporter's channel lives
-/// there), and keep the result while serving. A second call keeps the
-/// first subscriber.
+/// `RUST_LOG` (default `info`), written through `lines`, and span export
+/// to `otlp_endpoint` (as `service_name`) when one is given. Call inside
+/// a tokio runtime (the exporter's channel lives there); keep the result
+/// while serving (dropped, it flushes the last spans). A second call
+/// keeps the first subscriber.
 ///
 /// # Errors
 /// [`TraceError`]: the exporter could not be built.
-pub fn install(json: bool, otlp_endpoint: Option<&str>, service_name: &str) -> Result<Logging, TraceError> {
-    let lines = Lines::to_stderr();
-    let exporting = install_with(json, lines.writer(), otlp_endpoint, service_name)?;
-    Ok(Logging { _exporting: exporting, _lines: lines })
+pub fn install(
+    json: bool,
+    lines: &Lines,
+    otlp_endpoint: Option<&str>,
+    service_name: &str,
+) -> Result<Option<Exporting>, TraceError> {
+    install_with(json, lines.writer(), otlp_endpoint, service_name)
 }
 
 /// Installs logs (`json` or text) written to stderr in place, filtered by
@@ -319,6 +374,9 @@ mod test {
     use super::*;
     use std::time::Instant;
 
+    /// Never, within a test.
+    const NEVER: Duration = Duration::from_secs(3600);
+
     /// What the lines were written to.
     #[derive(Clone, Default)]
     struct Written(Arc<Mutex<Vec<u8>>>);
@@ -341,59 +399,103 @@ mod test {
     }
 
     #[test]
-    fn a_line_waits_in_the_buffer_and_the_thread_writes_it_out() -> std::io::Result<()> {
+    fn an_info_line_waits_for_the_thread_or_the_drop() -> std::io::Result<()> {
         let written = Written::default();
-        let lines = Lines::to({
-            let written = written.clone();
-            move || written.clone()
-        });
+        let lines = Lines::to(written.clone(), NEVER);
         let writer = lines.writer();
-        {
-            let mut line = writer.make_writer();
-            line.write_all(b"answered\n")?;
-            line.flush()?;
-            // The line holds the lock, so the thread cannot have written
-            // the buffer out: a line costs no write of its own.
-            assert_eq!(written.text(), "");
-        }
-        // Written out by the thread, with no drop and no full buffer.
+        let mut line = writer.make_writer();
+        line.write_all(b"answered\n")?;
+        line.flush()?;
+        drop(line);
+        assert_eq!(written.text(), "", "a line costs no write of its own");
+        drop(lines);
+        assert_eq!(written.text(), "answered\n", "the drop writes out what waits");
+
+        let written = Written::default();
+        let lines = Lines::to(written.clone(), Duration::from_millis(1));
+        writer_line(&lines, "answered\n")?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while written.text().is_empty() {
-            assert!(Instant::now() < deadline, "the line was never written out");
-            std::thread::sleep(FLUSH_EVERY);
+            assert!(Instant::now() < deadline, "the thread never wrote the line out");
+            std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(written.text(), "answered\n");
         Ok(())
     }
 
     #[test]
-    fn every_line_is_written_out_whole_by_the_drop() {
+    fn a_warning_is_written_out_at_once_with_what_waits_before_it() {
         let written = Written::default();
-        let lines = Lines::to({
-            let written = written.clone();
-            move || written.clone()
+        let lines = Lines::to(written.clone(), NEVER);
+        let logs = tracing_subscriber::fmt().with_ansi(false).with_writer(lines.writer()).finish();
+        tracing::subscriber::with_default(logs, || {
+            tracing::info!("first");
+            assert_eq!(written.text(), "");
+            tracing::warn!("second");
+            let text = written.text();
+            assert!(text.contains("first") && text.contains("second"), "{text}");
+            assert!(text.find("first") < text.find("second"), "{text}");
+            tracing::info!("third");
+            assert!(!written.text().contains("third"));
         });
-        let writers: Vec<_> = (0..2)
+        drop(lines);
+        assert!(written.text().contains("third"));
+    }
+
+    #[test]
+    fn lines_stay_whole_and_in_order() {
+        let written = Written::default();
+        let lines = Lines::to(written.clone(), NEVER);
+        // Longer than the buffer: written out by the line itself.
+        let long = "x".repeat(CAPACITY + 1);
+        let threads: Vec<_> = (0..2)
             .map(|t| {
                 let writer = lines.writer();
+                let long = long.clone();
                 std::thread::spawn(move || {
                     for i in 0..5_000 {
-                        // As `fmt` writes a line: one `write_all` per event.
-                        let _ = writer.make_writer().write_all(format!("thread {t} line {i}\n").as_bytes());
+                        // In two writes: a lock per write would let the
+                        // other thread's lines in between.
+                        let mut line = writer.make_writer();
+                        let _ = line.write_all(format!("thread {t} ").as_bytes());
+                        let end = if i == 2_500 { format!("line {i} {long}\n") } else { format!("line {i}\n") };
+                        let _ = line.write_all(end.as_bytes());
                     }
                 })
             })
             .collect();
-        for w in writers {
-            assert!(w.join().is_ok());
+        for t in threads {
+            assert!(t.join().is_ok());
         }
         drop(lines);
         let text = written.text();
+        assert_eq!(text.lines().count(), 10_000);
         for t in 0..2 {
             let mine: Vec<&str> = text.lines().filter(|l| l.starts_with(&format!("thread {t} "))).collect();
-            let expected: Vec<String> = (0..5_000).map(|i| format!("thread {t} line {i}")).collect();
-            assert_eq!(mine, expected, "thread {t}'s lines, whole and in order");
+            let expected: Vec<String> = (0..5_000)
+                .map(
+                    |i| if i == 2_500 { format!("thread {t} line {i} {long}") } else { format!("thread {t} line {i}") },
+                )
+                .collect();
+            assert!(mine == expected, "thread {t}'s lines are not whole and in order");
         }
-        assert_eq!(text.lines().count(), 10_000);
+    }
+
+    #[test]
+    fn after_the_drop_each_line_is_written_out_as_it_is_logged() -> std::io::Result<()> {
+        let written = Written::default();
+        let lines = Lines::to(written.clone(), NEVER);
+        let writer = lines.writer();
+        drop(lines);
+        // A store thread that stops after the server's logging did.
+        let mut line = writer.make_writer();
+        line.write_all(b"shutting down\n")?;
+        drop(line);
+        assert_eq!(written.text(), "shutting down\n");
+        Ok(())
+    }
+
+    fn writer_line<W: Write + Send>(lines: &Lines<W>, text: &str) -> std::io::Result<()> {
+        lines.writer().make_writer().write_all(text.as_bytes())
     }
 }

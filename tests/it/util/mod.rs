@@ -293,16 +293,15 @@ impl Process {
     }
 
     /// Everything it logged so far, read once its log has not grown for
-    /// 50 ms (at most 2 s): the server writes a line from a thread of its
-    /// own a moment after logging it (`trace::Lines`), and a test that
-    /// looks for a line, or for its absence, must see what was logged
-    /// before it looked.
+    /// 100 ms (at most 5 s): the server writes its `info` lines out every
+    /// 10 ms (`trace::Lines`), and a test that looks for a line, or for
+    /// its absence, must see what was logged before it looked.
     pub fn logs(&self) -> String {
         let size = || std::fs::metadata(self.stderr.path()).map_or(0, |m| m.len());
-        let deadline = Instant::now() + Duration::from_secs(2);
+        let deadline = Instant::now() + Duration::from_secs(5);
         let mut seen = size();
         loop {
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(100));
             let now = size();
             if now == seen || Instant::now() >= deadline {
                 break;
