@@ -168,7 +168,9 @@ impl<W: Write> Shared<W> {
 
     /// Writes out what waits, in order: `out` is taken before `waiting`
     /// is let go, so an earlier write-out finishes before a later one
-    /// starts; lines logged meanwhile wait for no write.
+    /// starts. Lines logged meanwhile wait for no write — unless a
+    /// write-out of their own (a `WARN`, a full buffer) queues behind this
+    /// one, which holds `waiting` until it starts.
     fn write_out(&self, mut waiting: MutexGuard<'_, Vec<u8>>) {
         if waiting.is_empty() {
             return;
@@ -181,6 +183,8 @@ impl<W: Write> Shared<W> {
         // when each was written in place.
         let _ = writer.write_all(spare).and_then(|()| writer.flush());
         spare.clear();
+        // One long line does not keep its memory for good.
+        spare.shrink_to(CAPACITY);
     }
 }
 
@@ -442,24 +446,44 @@ mod test {
         assert!(written.text().contains("third"));
     }
 
+    /// A writer that takes its time, so that write-outs overlap.
+    struct Slow(Written);
+
+    impl Write for Slow {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            std::thread::sleep(Duration::from_micros(200));
+            self.0.write(bytes)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn lines_stay_whole_and_in_order() {
         let written = Written::default();
-        let lines = Lines::to(written.clone(), NEVER);
-        // Longer than the buffer: written out by the line itself.
-        let long = "x".repeat(CAPACITY + 1);
+        // The thread writes out every 100 µs, racing the lines that write
+        // out themselves (each 64th or so fills the buffer), on a slow
+        // writer.
+        let lines = Lines::to(Slow(written.clone()), Duration::from_micros(100));
+        fn line_of(t: usize, i: usize) -> String {
+            // One longer than the buffer: written out by the line itself.
+            let pad = if i == 1_000 { "y".repeat(CAPACITY + 1) } else { "x".repeat(1000) };
+            format!("thread {t} line {i} {pad}")
+        }
         let threads: Vec<_> = (0..2)
             .map(|t| {
                 let writer = lines.writer();
-                let long = long.clone();
                 std::thread::spawn(move || {
-                    for i in 0..5_000 {
+                    for i in 0..2_000 {
                         // In two writes: a lock per write would let the
                         // other thread's lines in between.
                         let mut line = writer.make_writer();
-                        let _ = line.write_all(format!("thread {t} ").as_bytes());
-                        let end = if i == 2_500 { format!("line {i} {long}\n") } else { format!("line {i}\n") };
-                        let _ = line.write_all(end.as_bytes());
+                        let text = line_of(t, i);
+                        let (head, tail) = text.split_at(10);
+                        let _ = line.write_all(head.as_bytes());
+                        let _ = line.write_all(format!("{tail}\n").as_bytes());
                     }
                 })
             })
@@ -469,14 +493,10 @@ mod test {
         }
         drop(lines);
         let text = written.text();
-        assert_eq!(text.lines().count(), 10_000);
+        assert_eq!(text.lines().count(), 4_000);
         for t in 0..2 {
             let mine: Vec<&str> = text.lines().filter(|l| l.starts_with(&format!("thread {t} "))).collect();
-            let expected: Vec<String> = (0..5_000)
-                .map(
-                    |i| if i == 2_500 { format!("thread {t} line {i} {long}") } else { format!("thread {t} line {i}") },
-                )
-                .collect();
+            let expected: Vec<String> = (0..2_000).map(|i| line_of(t, i)).collect();
             assert!(mine == expected, "thread {t}'s lines are not whole and in order");
         }
     }

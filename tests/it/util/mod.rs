@@ -293,12 +293,12 @@ impl Process {
     }
 
     /// Everything it logged so far, read once its log has not grown for
-    /// 100 ms (at most 5 s): the server writes its `info` lines out every
+    /// 100 ms (at most 2 s): the server writes its `info` lines out every
     /// 10 ms (`trace::Lines`), and a test that looks for a line, or for
     /// its absence, must see what was logged before it looked.
     pub fn logs(&self) -> String {
         let size = || std::fs::metadata(self.stderr.path()).map_or(0, |m| m.len());
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(2);
         let mut seen = size();
         loop {
             std::thread::sleep(Duration::from_millis(100));
