@@ -82,6 +82,15 @@ pub fn healthy(id: &str, within: Duration) -> bool {
     }
 }
 
+/// Container `id`'s state as Docker keeps it (JSON): running or exited
+/// with what code, and its last health probes with their output — what a
+/// failed wait needs to say, beyond the logs.
+pub fn state(id: &str) -> String {
+    let out = Command::new("docker").args(["inspect", "-f", "{{json .State}}", id]).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+        .unwrap_or_else(|e| format!("docker inspect: {e}"))
+}
+
 /// Runs `cmd`, panicking with its output if it fails.
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -171,7 +180,12 @@ impl Project {
         for service in services {
             let id = self.container(service);
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(healthy(&id, left), "{service} not healthy within {within:?}:\n{}", self.logs(service));
+            assert!(
+                healthy(&id, left),
+                "{service} not healthy within {within:?}:\n{}\nits state (the last health probes' output in Health.Log):\n{}",
+                self.logs(service),
+                state(&id)
+            );
         }
     }
 

@@ -100,7 +100,12 @@ fn the_image_serves_the_readmes_first_query() {
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let _remove = RemoveOnDrop(id.clone());
     let logs = || String::from_utf8_lossy(&run(Command::new("docker").args(["logs", &id])).stderr).into_owned();
-    assert!(compose::healthy(&id, HEALTHY_WITHIN), "the image's HEALTHCHECK never passed:\n{}", logs());
+    assert!(
+        compose::healthy(&id, HEALTHY_WITHIN),
+        "the image's HEALTHCHECK never passed:\n{}\nits state:\n{}",
+        logs(),
+        compose::state(&id)
+    );
     let uid = run(Command::new("docker").args(["exec", &id, "id", "-u"]));
     assert_eq!(String::from_utf8_lossy(&uid.stdout).trim(), "10001", "the image runs as UID 10001, not root");
     let port = run(Command::new("docker").args(["port", &id, "50051/tcp"]));
