@@ -46,6 +46,7 @@ pub fn serve_settings(settings: Settings, config: Option<PathBuf>, out: &mut dyn
     // the tasks that still hold the store, and with it the store's
     // threads, which log as they stop.
     let lines = pacpriv_service::trace::Lines::to_stderr();
+    lines.flush_before_panics();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let t = &settings.telemetry;

@@ -28,8 +28,9 @@
 //!   an answer at saturation through a pipe, as under Docker or
 //!   Kubernetes (`BENCHMARKS.md`, *Logs off the request path*). Lines stay
 //!   whole and in order; a crash may lose the `info` lines of its last
-//!   [`FLUSH_EVERY`]; once the [`Lines`] are dropped, every line is
-//!   written out as it is logged.
+//!   [`FLUSH_EVERY`], a panic writes them out before its message
+//!   ([`Lines::flush_before_panics`]); once the [`Lines`] are dropped,
+//!   every line is written out as it is logged.
 
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TracerProvider as _;
@@ -38,7 +39,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::io::{IsTerminal as _, Stderr, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tracing::{Level, Span};
@@ -111,7 +112,7 @@ impl<W: Write + Send + 'static> Lines<W> {
         let flushed = buffer.clone();
         let flusher = std::thread::Builder::new().name("pacpriv-log".into()).spawn(move || {
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                flushed.0.write_out(flushed.0.waiting());
+                flushed.0.flush();
             }
         });
         if flusher.is_err() {
@@ -124,6 +125,21 @@ impl<W: Write + Send + 'static> Lines<W> {
     pub fn writer(&self) -> Buffered<W> {
         self.buffer.clone()
     }
+
+    /// From now on a panic writes out what waits before its message (which
+    /// the panic hook writes to stderr in place), so that the message comes
+    /// after the lines logged before it — unless a lock of the buffer is
+    /// held then (by the panicking thread, say): a panic never waits on one.
+    pub fn flush_before_panics(&self) {
+        let shared = Arc::downgrade(&self.buffer.0);
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(shared) = shared.upgrade() {
+                shared.try_flush();
+            }
+            previous(info);
+        }));
+    }
 }
 
 impl<W: Write + Send + 'static> Drop for Lines<W> {
@@ -134,7 +150,7 @@ impl<W: Write + Send + 'static> Drop for Lines<W> {
         }
         // From here on each line is written out as it is logged.
         self.buffer.0.through.store(true, Ordering::Release);
-        self.buffer.0.write_out(self.buffer.0.waiting());
+        self.buffer.0.flush();
     }
 }
 
@@ -166,16 +182,32 @@ impl<W: Write> Shared<W> {
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Writes out what waits.
+    fn flush(&self) {
+        self.write_out(self.waiting());
+    }
+
     /// Writes out what waits, in order: `out` is taken before `waiting`
     /// is let go, so an earlier write-out finishes before a later one
     /// starts. Lines logged meanwhile wait for no write — unless a
     /// write-out of their own (a `WARN`, a full buffer) queues behind this
     /// one, which holds `waiting` until it starts.
-    fn write_out(&self, mut waiting: MutexGuard<'_, Vec<u8>>) {
+    fn write_out(&self, waiting: MutexGuard<'_, Vec<u8>>) {
         if waiting.is_empty() {
             return;
         }
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::write(waiting, self.out.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+
+    /// Writes out what waits if neither lock is held (before a panic's
+    /// message).
+    fn try_flush(&self) {
+        if let (Some(waiting), Some(out)) = (try_lock(&self.waiting), try_lock(&self.out)) {
+            Self::write(waiting, out);
+        }
+    }
+
+    fn write(mut waiting: MutexGuard<'_, Vec<u8>>, mut out: MutexGuard<'_, Out<W>>) {
         let Out { writer, spare } = &mut *out;
         std::mem::swap(&mut *waiting, spare);
         drop(waiting);
@@ -188,15 +220,31 @@ impl<W: Write> Shared<W> {
     }
 }
 
+/// `mutex`'s guard unless another holds it.
+fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 impl<'a, W: Write + 'a> MakeWriter<'a> for Buffered<W> {
     type Writer = Line<'a, W>;
 
     fn make_writer(&'a self) -> Line<'a, W> {
-        Line { waiting: Some(self.0.waiting()), shared: &self.0, now: false }
+        self.line(false)
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Line<'a, W> {
-        Line { waiting: Some(self.0.waiting()), shared: &self.0, now: *meta.level() <= Level::WARN }
+        self.line(*meta.level() <= Level::WARN)
+    }
+}
+
+impl<W: Write> Buffered<W> {
+    /// A line, written out at once (with what waits before it) if `now`.
+    fn line(&self, now: bool) -> Line<'_, W> {
+        Line { waiting: Some(self.0.waiting()), shared: &self.0, now }
     }
 }
 
@@ -417,7 +465,7 @@ mod test {
 
         let written = Written::default();
         let lines = Lines::to(written.clone(), Duration::from_millis(1));
-        writer_line(&lines, "answered\n")?;
+        lines.writer().make_writer().write_all(b"answered\n")?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while written.text().is_empty() {
             assert!(Instant::now() < deadline, "the thread never wrote the line out");
@@ -502,6 +550,18 @@ mod test {
     }
 
     #[test]
+    fn a_panic_writes_out_what_waits_before_its_message() {
+        let written = Written::default();
+        let lines = Lines::to(written.clone(), NEVER);
+        lines.flush_before_panics();
+        let logs = tracing_subscriber::fmt().with_ansi(false).with_writer(lines.writer()).finish();
+        tracing::subscriber::with_default(logs, || tracing::info!("before the panic"));
+        assert_eq!(written.text(), "");
+        assert!(std::thread::spawn(|| panic!("on purpose")).join().is_err());
+        assert!(written.text().contains("before the panic"), "the panic left the line waiting");
+    }
+
+    #[test]
     fn after_the_drop_each_line_is_written_out_as_it_is_logged() -> std::io::Result<()> {
         let written = Written::default();
         let lines = Lines::to(written.clone(), NEVER);
@@ -513,9 +573,5 @@ mod test {
         drop(line);
         assert_eq!(written.text(), "shutting down\n");
         Ok(())
-    }
-
-    fn writer_line<W: Write + Send>(lines: &Lines<W>, text: &str) -> std::io::Result<()> {
-        lines.writer().make_writer().write_all(text.as_bytes())
     }
 }
