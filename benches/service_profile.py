@@ -25,31 +25,64 @@ import subprocess
 import sys
 import tempfile
 
-# First match wins: a symbol is counted once.
-CATEGORIES = [
-    ("kernel", r"^\[k\]"),
-    ("privacy math (pacpriv_privacy, ndarray, BLAS)", r"pacpriv_privacy|ndarray|openblas|lapack|dgemm|dsyrk|dgemv"),
-    ("SHA-256", r"sha2::"),
-    ("the store's queue (pacpriv_store, records)", r"pacpriv_store|pacpriv_records"),
-    ("pacpriv's request code (pacpriv_service)", r"pacpriv_service"),
-    ("h2", r"\bh2::"),
-    ("hyper", r"\bhyper::"),
-    ("tonic, tower, axum", r"\btonic::|\btower|\baxum::"),
-    ("prost", r"\bprost::"),
-    ("tokio", r"\btokio"),
-    ("tracing", r"\btracing"),
-    ("prometheus-client", r"prometheus_client"),
-    ("bytes", r"\bbytes::"),
-    ("allocation", r"malloc|\bfree\b|realloc|cfree|_int_free|_int_malloc|alloc::"),
-    ("hashing (SipHash, ahash)", r"Hasher|hash::|ahash"),
+# A symbol goes by its subject: the self type of `<T as Trait>::f`, what
+# `drop_in_place<T>` drops, else its own leading path; then by that
+# path's crate. Symbols without a path (libc, BLAS kernels, the kernel's)
+# go by name.
+CRATES = [
+    ("privacy math (pacpriv_privacy, ndarray, BLAS)", {"pacpriv_privacy", "ndarray", "ndarray_linalg", "lax"}),
+    ("SHA-256", {"sha2", "digest"}),
+    ("the store's queue (pacpriv_store, pacpriv_records)", {"pacpriv_store", "pacpriv_records"}),
+    ("pacpriv's request code (pacpriv_service)", {"pacpriv_service"}),
+    ("the proxy's own code (pacpriv_bench)", {"pacpriv_bench"}),
+    ("h2", {"h2"}),
+    ("hyper", {"hyper", "hyper_util"}),
+    ("tonic, tower, axum", {"tonic", "tower", "tower_http", "tower_layer", "tower_service", "axum", "axum_core"}),
+    ("prost", {"prost"}),
+    ("tokio, mio", {"tokio", "tokio_util", "tokio_stream", "mio"}),
+    ("tracing", {"tracing", "tracing_core", "tracing_subscriber"}),
+    ("prometheus-client", {"prometheus_client"}),
+    ("bytes", {"bytes"}),
+    ("allocation", {"alloc"}),
+    ("hashing", {"hashbrown", "ahash"}),
+    ("std and core", {"std", "core"}),
 ]
+UNPATHED = [
+    ("privacy math (pacpriv_privacy, ndarray, BLAS)", r"^(d|s)(gemm|gemv|syrk|dot|axpy|scal|nrm2)|openblas|lapack"),
+    ("allocation", r"malloc|^free$|^cfree|realloc|_int_free|_int_malloc|__rust_alloc|__rust_dealloc"),
+]
+DROP = re.compile(r"^core::ptr::drop_in_place<(.*)>$")
+
+
+def subject(symbol):
+    """The path a symbol is about: see CRATES."""
+    while True:
+        dropped = DROP.match(symbol)
+        if dropped:
+            symbol = dropped.group(1)
+        elif symbol.startswith(("<", "&", "*const ", "*mut ", "mut ", "dyn ")):
+            symbol = symbol.split(" ", 1)[1] if symbol[0] in "*md" else symbol[1:]
+        elif re.match(r"[A-Z]\w* as ", symbol):
+            # A generic self type (`<T as Trait>`): the trait's path.
+            symbol = symbol.split(" as ", 1)[1]
+        else:
+            return symbol
 
 
 def category(symbol):
-    for name, pattern in CATEGORIES:
+    if symbol.startswith("[k]"):
+        return "kernel"
+    symbol = re.sub(r"^\[\.\]\s*", "", symbol)
+    crate = re.match(r"([A-Za-z_][A-Za-z0-9_]*)::", subject(symbol))
+    if crate:
+        for name, crates in CRATES:
+            if crate.group(1) in crates:
+                return name
+        return "other crates"
+    for name, pattern in UNPATHED:
         if re.search(pattern, symbol):
             return name
-    return "other"
+    return "libc and unresolved"
 
 
 def profile(bench, target, args, workdir):
@@ -62,18 +95,25 @@ def profile(bench, target, args, workdir):
            "--only", target, "--state-dir", state]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     # Every answer the service threads served, warm-up included (so are
-    # the samples).
+    # the samples; start-up and teardown add a little to them).
     answers = int(re.search(r"Checks passed on all (\d+) answers", out).group(1))
+    return by_category(data, answers), answers
+
+
+def by_category(data, answers):
+    """µs per answer of the service threads in `data`, by category."""
+    # cpu-clock's period is the CPU time a sample stands for, in ns: summed,
+    # it holds however perf throttled the rate.
     report = subprocess.run(
-        ["perf", "report", "-i", data, "--no-children", "--comms", "bench-service", "--sort", "sym", "-g", "none",
-         "--stdio", "-n"], capture_output=True, text=True, check=True).stdout
+        ["perf", "report", "-i", data, "--no-children", "--comms", "bench-service", "--sort", "sym", "-F",
+         "period,sym", "-g", "none", "--stdio"], capture_output=True, text=True, check=True).stdout
     by = {}
     for line in report.splitlines():
-        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(.*)$", line)
+        m = re.match(r"\s*(\d+)\s+(\[.\].*)$", line)
         if m:
             name = category(m.group(2).strip())
-            by[name] = by.get(name, 0.0) + int(m.group(1)) / args.frequency / answers * 1e6
-    return by, answers
+            by[name] = by.get(name, 0.0) + int(m.group(1)) / 1e3 / answers
+    return by
 
 
 def main():
@@ -84,11 +124,14 @@ def main():
     p.add_argument("--frequency", type=int, default=1999, help="perf samples per second per CPU")
     p.add_argument("--state-dir", default=tempfile.gettempdir())
     p.add_argument("--bench", default="target/release/pacpriv-bench")
+    p.add_argument("--keep", metavar="DIR", help="keep the perf.data files here (for `perf report` by symbol)")
     args = p.parse_args()
     suffix = "-stacked" if args.layout == "stacked" else ""
     with tempfile.TemporaryDirectory(dir=args.state_dir) as workdir:
-        private, n_private = profile(args.bench, "privatizer" + suffix, args, workdir)
-        proxy, n_proxy = profile(args.bench, "proxy" + suffix, args, workdir)
+        keep = args.keep or workdir
+        os.makedirs(keep, exist_ok=True)
+        private, n_private = profile(args.bench, "privatizer" + suffix, args, keep)
+        proxy, n_proxy = profile(args.bench, "proxy" + suffix, args, keep)
     print(f"{args.clients} clients, {args.layout}: service threads' perf samples, µs per answer "
           f"(privatizer {n_private} answers, proxy {n_proxy}, warm-up included)\n")
     print("| what | privatizer | proxy | difference |")

@@ -67,12 +67,13 @@ fn ipv4_net(cidr: &str) -> Option<(u32, u32)> {
     Some((u32::from(addr) & mask, mask))
 }
 
-/// Whether container `id`'s health check reports healthy within `within`.
+/// Whether container `id`'s health check reports healthy within `within`
+/// (false, for the caller to say why, if Docker cannot tell).
 pub fn healthy(id: &str, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     loop {
-        let out = run(Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", id]));
-        if String::from_utf8_lossy(&out.stdout).trim() == "healthy" {
+        let out = Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", id]).output();
+        if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "healthy") {
             return true;
         }
         if Instant::now() >= deadline {

@@ -86,10 +86,11 @@ fn the_image_serves_the_readmes_first_query() {
     let key = "image-test-key";
     let digest: String = sha2::Sha256::digest(key).iter().map(|b| format!("{b:02x}")).collect();
     let hash = format!("PACPRIV__PRINCIPALS__DEMO__KEY_SHA256={digest}");
+    // Not --rm: a container that exits keeps its logs and state for the
+    // message below; RemoveOnDrop removes it either way.
     let out = run(Command::new("docker").args([
         "run",
         "-d",
-        "--rm",
         "-e",
         &hash,
         "-p",
@@ -99,7 +100,10 @@ fn the_image_serves_the_readmes_first_query() {
     ]));
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let _remove = RemoveOnDrop(id.clone());
-    let logs = || String::from_utf8_lossy(&run(Command::new("docker").args(["logs", &id])).stderr).into_owned();
+    let logs = || {
+        let out = Command::new("docker").args(["logs", &id]).output();
+        out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).unwrap_or_else(|e| format!("docker logs: {e}"))
+    };
     assert!(
         compose::healthy(&id, HEALTHY_WITHIN),
         "the image's HEALTHCHECK never passed:\n{}\nits state:\n{}",

@@ -28,9 +28,10 @@
 //!   an answer at saturation through a pipe, as under Docker or
 //!   Kubernetes (`BENCHMARKS.md`, *Logs off the request path*). Lines stay
 //!   whole and in order; a crash may lose the `info` lines of its last
-//!   [`FLUSH_EVERY`], a panic writes them out before its message
-//!   ([`Lines::flush_before_panics`]); once the [`Lines`] are dropped,
-//!   every line is written out as it is logged.
+//!   [`FLUSH_EVERY`] (once [`Lines::flush_before_panics`] is called, a
+//!   panic writes them out before its message, unless a write-out is
+//!   under way then); once the [`Lines`] are dropped, every line is
+//!   written out as it is logged.
 
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TracerProvider as _;
@@ -39,7 +40,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::io::{IsTerminal as _, Stderr, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tracing::{Level, Span};
@@ -81,8 +82,10 @@ const CAPACITY: usize = 64 << 10;
 /// written out — in order, outside that lock — every [`FLUSH_EVERY`] by
 /// the `pacpriv-log` thread, at once by a `WARN` or `ERROR` line (what an
 /// operator needs most survives a crash that follows it), by a line that
-/// brings it past [`CAPACITY`], and once these `Lines` are dropped, by
-/// every line after (nothing is left in a buffer nobody writes out).
+/// brings it past [`CAPACITY`], before a panic's message (once
+/// [`Lines::flush_before_panics`] is called), and once these `Lines` are
+/// dropped, by every line after (nothing is left in a buffer nobody
+/// writes out).
 /// Keep them until the last thread that logs has stopped.
 pub struct Lines<W: Write + Send + 'static = Stderr> {
     buffer: Buffered<W>,
@@ -129,16 +132,13 @@ impl<W: Write + Send + 'static> Lines<W> {
     /// From now on a panic writes out what waits before its message (which
     /// the panic hook writes to stderr in place), so that the message comes
     /// after the lines logged before it — unless a lock of the buffer is
-    /// held then (by the panicking thread, say): a panic never waits on one.
+    /// held then (a write-out under way, or the panicking thread's own
+    /// line): a panic waits for no lock, only for its own write. Each call
+    /// adds a hook; call it once.
     pub fn flush_before_panics(&self) {
         let shared = Arc::downgrade(&self.buffer.0);
         let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if let Some(shared) = shared.upgrade() {
-                shared.try_flush();
-            }
-            previous(info);
-        }));
+        std::panic::set_hook(Box::new(move |info| flush_then(&shared, || previous(info))));
     }
 }
 
@@ -202,13 +202,18 @@ impl<W: Write> Shared<W> {
     /// Writes out what waits if neither lock is held (before a panic's
     /// message).
     fn try_flush(&self) {
-        if let (Some(waiting), Some(out)) = (try_lock(&self.waiting), try_lock(&self.out)) {
+        if let Some(waiting) = try_lock(&self.waiting)
+            && !waiting.is_empty()
+            && let Some(out) = try_lock(&self.out)
+        {
             Self::write(waiting, out);
         }
     }
 
     fn write(mut waiting: MutexGuard<'_, Vec<u8>>, mut out: MutexGuard<'_, Out<W>>) {
         let Out { writer, spare } = &mut *out;
+        // Empty unless a write panicked: its lines are not written twice.
+        spare.clear();
         std::mem::swap(&mut *waiting, spare);
         drop(waiting);
         // A failed write is not retried: its lines are lost, as they were
@@ -218,6 +223,16 @@ impl<W: Write> Shared<W> {
         // One long line does not keep its memory for good.
         spare.shrink_to(CAPACITY);
     }
+}
+
+/// What a panic does ([`Lines::flush_before_panics`]): writes out what
+/// waits in `shared`, if it is still there and no lock of it is held, then
+/// `then` (the hook before, which writes the panic's message).
+fn flush_then<W: Write>(shared: &Weak<Shared<W>>, then: impl FnOnce()) {
+    if let Some(shared) = shared.upgrade() {
+        shared.try_flush();
+    }
+    then();
 }
 
 /// `mutex`'s guard unless another holds it.
@@ -550,15 +565,29 @@ mod test {
     }
 
     #[test]
-    fn a_panic_writes_out_what_waits_before_its_message() {
+    fn a_panic_writes_out_what_waits_before_its_message() -> std::io::Result<()> {
         let written = Written::default();
         let lines = Lines::to(written.clone(), NEVER);
-        lines.flush_before_panics();
-        let logs = tracing_subscriber::fmt().with_ansi(false).with_writer(lines.writer()).finish();
-        tracing::subscriber::with_default(logs, || tracing::info!("before the panic"));
-        assert_eq!(written.text(), "");
-        assert!(std::thread::spawn(|| panic!("on purpose")).join().is_err());
-        assert!(written.text().contains("before the panic"), "the panic left the line waiting");
+        lines.writer().make_writer().write_all(b"before the panic\n")?;
+        let shared = Arc::downgrade(&lines.buffer.0);
+        // The hook before, as the default one does: the message, in place.
+        let mut message = written.clone();
+        flush_then(&shared, || {
+            let _ = message.write_all(b"the panic's message\n");
+        });
+        assert_eq!(written.text(), "before the panic\nthe panic's message\n");
+
+        // A write-out under way (its `out` held): the message does not wait.
+        lines.writer().make_writer().write_all(b"waiting\n")?;
+        let out = lines.buffer.0.out.lock().unwrap_or_else(PoisonError::into_inner);
+        flush_then(&shared, || {
+            let _ = message.write_all(b"another message\n");
+        });
+        drop(out);
+        assert!(written.text().ends_with("another message\n"));
+        drop(lines);
+        assert!(written.text().ends_with("another message\nwaiting\n"), "nothing lost");
+        Ok(())
     }
 
     #[test]
