@@ -167,7 +167,8 @@ struct Shared<W: Write> {
     /// Lines not yet written out, in the order they were logged.
     waiting: Mutex<Vec<u8>>,
     out: Mutex<Out<W>>,
-    /// Every line is written out as it is logged (the `Lines` are gone).
+    /// Every line is written out as it is logged (the `Lines` are gone,
+    /// or their thread could not be started).
     through: AtomicBool,
 }
 
